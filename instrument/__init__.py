@@ -1,0 +1,29 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""openstack-instrument: span events for nova, and their analysis.
+
+The runtime half (this package minus ``instrument.analysis``) is what
+runs inside nova.  Entry points: ``setup(conf, service_name)`` and
+``teardown()``.
+"""
+
+
+def setup(conf, service_name=None, points=None):
+    """Start instrumenting this process; see ``instrument.runtime``."""
+    from instrument import runtime
+    return runtime.setup(conf, service_name, points)
+
+
+def teardown():
+    """Stop instrumenting this process; see ``instrument.runtime``."""
+    from instrument import runtime
+    runtime.teardown()

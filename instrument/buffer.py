@@ -1,0 +1,218 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Bounded, non-blocking event buffer and its background writer.
+
+Callers (nova's threads or greenthreads) only ``emit()``: one length
+check and one ``deque.append``.  A daemon OS thread (a real one even
+under eventlet, see ``instrument.threads``) drains the deque every
+``flush_interval`` seconds and hands each batch to the sinks.  When the
+deque is full new events are dropped and counted, never waited for.
+
+The buffer is fork-safe: in a child process it starts empty (the parent
+writes what it had), with fresh locks, a fresh writer thread and sinks
+that open their own files.  It drains once more at interpreter exit.
+Drop counts are written as ``sink.drops`` counter records whenever they
+change, so the analyser can tell what is missing.
+"""
+
+import atexit
+import collections
+import os
+import time
+import weakref
+
+from oslo_log import log as logging
+
+from instrument import record
+from instrument import threads
+
+LOG = logging.getLogger(__name__)
+
+# Records written per sink call; bounds the memory of one encoded batch.
+MAX_BATCH = 5000
+# Longest wait at interpreter exit for a writer stuck on a hung disk.
+EXIT_TIMEOUT = 2.0
+
+_LIVE = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for buf in list(_LIVE):
+        buf._reset_after_fork()
+
+
+def _flush_all_at_exit():
+    for buf in list(_LIVE):
+        buf.close(timeout=EXIT_TIMEOUT)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_flush_all_at_exit)
+
+
+class EventBuffer:
+    """The one queue between instrumented calls and the sinks."""
+
+    def __init__(self, sinks, max_records: int, flush_interval: float,
+                 identity=None, header=None) -> None:
+        """``sinks``: objects with ``write(batch, first_seq, pid)``,
+        ``name``, ``dropped`` and ``close()``.  ``identity``: the
+        ``ProcessIdentity`` (host and service of drop records).
+        ``header``: a callable returning the event tuples that open the
+        output of each process (its ``process.start`` record).
+        """
+        self.sinks = list(sinks)
+        self.identity = identity
+        self.max_records = max_records
+        self.flush_interval = flush_interval
+        self._header = header
+        self._closed = False
+        self._init_process_state()
+        _LIVE.add(self)
+
+    def _init_process_state(self) -> None:
+        self._queue = collections.deque()
+        self._drop_lock = threads.os_lock()
+        self._start_lock = threads.os_lock()
+        self._drain_lock = threads.os_lock()
+        self._wake = None
+        self._thread = None
+        self._seq = 1
+        self._headed = False
+        self.dropped_full = 0
+        self._reported = None
+        self._generation = getattr(self, '_generation', 0) + 1
+
+    # -- hot path ----------------------------------------------------------
+
+    def emit(self, rec: tuple) -> None:
+        """Queue one event tuple; never blocks, drops when full."""
+        queue = self._queue
+        if len(queue) >= self.max_records:
+            with self._drop_lock:
+                self.dropped_full += 1
+            return
+        queue.append(rec)
+        if self._thread is None:
+            self._start()
+
+    # -- writer ------------------------------------------------------------
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is not None or self._closed:
+                return
+            self._wake = threads.os_event()
+            generation = self._generation
+            self._thread = threads.start_os_thread(
+                lambda: self._run(generation), 'instrument-writer')
+
+    def _run(self, generation: int) -> None:
+        wake = self._wake
+        while generation == self._generation:
+            wake.wait(self.flush_interval)
+            if generation != self._generation:
+                return
+            self.drain()
+            if self._closed:
+                return
+
+    def pending(self) -> int:
+        """Events queued and not yet handed to the sinks."""
+        return len(self._queue)
+
+    def counts(self) -> dict:
+        """Cumulative drop counts: buffer full, and per sink."""
+        out = {'buffer_full': self.dropped_full}
+        for sink in self.sinks:
+            out[sink.name] = sink.dropped
+        return out
+
+    def drain(self, timeout: float = -1) -> bool:
+        """Hand everything queued to the sinks.  Returns False when the
+        drain lock could not be had within ``timeout`` seconds."""
+        if not self._drain_lock.acquire(timeout=timeout):
+            return False
+        try:
+            pid = os.getpid()
+            if not self._headed:
+                self._headed = True
+                if self._header is not None:
+                    for rec in reversed(self._header()):
+                        self._queue.appendleft(rec)
+            queue = self._queue
+            while queue:
+                batch = []
+                popleft = queue.popleft
+                try:
+                    for _ in range(min(len(queue), MAX_BATCH)):
+                        batch.append(popleft())
+                except IndexError:  # pragma: no cover - raced a reset
+                    pass
+                self._write(batch, pid)
+            self._report_drops(pid)
+            return True
+        finally:
+            self._drain_lock.release()
+
+    def _write(self, batch: list, pid: int) -> None:
+        first = self._seq
+        self._seq += len(batch)
+        for sink in self.sinks:
+            try:
+                sink.write(batch, first, pid)
+            except Exception:  # a sink must never kill the writer
+                sink.dropped += len(batch)
+                LOG.exception('instrument: sink %s failed; %d events lost',
+                              sink.name, len(batch))
+
+    def _report_drops(self, pid: int) -> None:
+        counts = self.counts()
+        if counts == (self._reported or {}) or not any(counts.values()):
+            return
+        if self._reported is None:
+            LOG.warning('instrument: events are being dropped (%s); '
+                        'raise [instrument] buffer_size or check the '
+                        'sinks.  Further drops are counted in the span '
+                        'log, not logged again.', counts)
+        self._reported = counts
+        ident = self.identity
+        host = ident.host if ident is not None else ''
+        svc = ident.svc if ident is not None else ''
+        rec = record.counter('sink.drops', host, svc,
+                             time.time_ns() // 1000, dict(counts))
+        self._write([rec], pid)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self, timeout: float = EXIT_TIMEOUT) -> None:
+        """Write what is queued and stop the writer (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()
+        self.drain(timeout=timeout)
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                LOG.exception('instrument: closing sink %s', sink.name)
+        _LIVE.discard(self)
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: start empty, with new locks and thread."""
+        self._init_process_state()
+        for sink in self.sinks:
+            after_fork = getattr(sink, 'after_fork', None)
+            if after_fork is not None:
+                after_fork()

@@ -1,0 +1,147 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The ``[instrument]`` option group (oslo.config).
+
+Owns option definitions, their registration, ``list_opts()`` for
+oslo-config-generator (entry point ``oslo.config.opts``) and the start-up
+validation that turns a bad value into an error naming the option.
+"""
+
+from oslo_config import cfg
+from oslo_config import types
+
+GROUP = 'instrument'
+
+SERVICES = ('api', 'conductor', 'scheduler', 'compute')
+SINKS = ('file', 'log', 'otlp')
+
+instrument_group = cfg.OptGroup(
+    GROUP,
+    title='Instrumentation of nova services',
+    help='Records structured span events (one JSON line each) for nova '
+         'API, conductor, scheduler and compute calls and for every SQL '
+         'statement, for offline analysis with instrument-report.')
+
+_opts = [
+    cfg.BoolOpt(
+        'enabled', default=False,
+        help='Switch the instrumentation on.  When False nothing is '
+             'patched and no file is written.'),
+    cfg.ListOpt(
+        'services', default=list(SERVICES),
+        item_type=types.String(choices=SERVICES),
+        help='Which nova components to instrument in this process.  A '
+             'component whose code is never imported by the process is '
+             'simply never patched, so the default is safe on every '
+             'host.'),
+    cfg.ListOpt(
+        'sinks', default=['file'],
+        item_type=types.String(choices=SINKS),
+        help='Where span events go: "file" writes one JSON-lines file per '
+             'process into output_dir; "log" writes each event as a line '
+             'of the service log (oslo.log logger "instrument.spans"); '
+             '"otlp" exports spans to an OpenTelemetry collector (needs '
+             'the [otlp] extra).  Several may be given.'),
+    cfg.StrOpt(
+        'output_dir', default='/var/log/nova/instrument',
+        help='Directory for span files of the "file" sink.  One file per '
+             'process, named <host>_<service>_<pid>_<start time>.jsonl. '
+             'If it cannot be written the service keeps running and the '
+             'lost events are counted and reported in the service log.'),
+    cfg.IntOpt(
+        'buffer_size', default=50000, min=16, max=10000000,
+        help='Maximum number of events held in memory before they are '
+             'written.  When the buffer is full new events are dropped '
+             'and counted, never waited for.'),
+    cfg.FloatOpt(
+        'flush_interval', default=0.5, min=0.01, max=60.0,
+        help='Seconds between two writes of the buffer.  Also the longest '
+             'time a span start can stay in memory before it is on disk.'),
+    cfg.BoolOpt(
+        'sql_timing', default=True,
+        help='Time every SQL statement through SQLAlchemy engine events.'),
+    cfg.FloatOpt(
+        'slow_query_threshold', default=0.0, min=0.0,
+        help='Milliseconds.  Statements faster than this are not written '
+             'one by one but aggregated per query class and interval '
+             '(count, total, min, max, histogram), so the analyser still '
+             'sees them.  0 writes every statement.'),
+    cfg.FloatOpt(
+        'sql_aggregate_interval', default=10.0, min=0.1, max=3600.0,
+        help='Seconds covered by one aggregate record of fast statements '
+             '(see slow_query_threshold).'),
+    cfg.FloatOpt(
+        'detail_sample_rate', default=1.0, min=0.0, max=1.0,
+        help='Share of requests (0.0 to 1.0) that get full detail: sub-'
+             'stage spans and individual SQL statements.  Lifecycle '
+             'spans are recorded for every request.  The decision is '
+             'taken from the request id, so all services agree.'),
+    cfg.StrOpt(
+        'host',
+        help='Host name written into every event.  Defaults to the '
+             'service\'s own [DEFAULT] host option, then the machine\'s '
+             'host name.'),
+    cfg.StrOpt(
+        'otlp_endpoint', default='http://127.0.0.1:4318/v1/traces',
+        help='OTLP collector endpoint used by the "otlp" sink.'),
+    cfg.StrOpt(
+        'otlp_protocol', default='http/protobuf',
+        choices=['http/protobuf', 'grpc'],
+        help='OTLP transport used by the "otlp" sink.'),
+    cfg.FloatOpt(
+        'otlp_timeout', default=5.0, min=0.1, max=120.0,
+        help='Seconds an OTLP export may take before it is abandoned and '
+             'its spans counted as dropped.'),
+    cfg.IntOpt(
+        'otlp_queue_size', default=20000, min=16, max=10000000,
+        help='Spans waiting for OTLP export; beyond this they are dropped '
+             'and counted.'),
+]
+
+
+class InvalidOption(ValueError):
+    """An ``[instrument]`` option has a value that cannot be used."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.option = name
+        super().__init__('[%s] %s: %s' % (GROUP, name, reason))
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    """Register the group on ``conf``; safe to call more than once."""
+    conf.register_group(instrument_group)
+    conf.register_opts(_opts, group=instrument_group)
+
+
+def list_opts():
+    """Options for oslo-config-generator (``oslo.config.opts``)."""
+    return [(instrument_group, list(_opts))]
+
+
+def validate(conf: cfg.ConfigOpts) -> None:
+    """Read every option once so that bad values fail here, by name.
+
+    oslo.config checks types only when a value is read; doing it at
+    start-up turns "invalid literal for int()" deep inside a request into
+    ``InvalidOption('[instrument] buffer_size: ...')``.
+    """
+    group = getattr(conf, GROUP)
+    for opt in _opts:
+        try:
+            getattr(group, opt.dest)
+        except (cfg.ConfigFileValueError, ValueError) as exc:
+            raise InvalidOption(opt.name, str(exc)) from exc
+    if 'file' in group.sinks and not group.output_dir:
+        raise InvalidOption('output_dir',
+                            'must be set when the "file" sink is used')
+    if not group.sinks:
+        raise InvalidOption('sinks', 'at least one sink is needed')

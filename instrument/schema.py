@@ -1,0 +1,176 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The span event schema (version 1), shared by the runtime and analyser.
+
+One event is one JSON object on one line.  This module owns the field
+names, the phases, the vocabulary of event names and a validator.  It is
+imported by the runtime (``instrument.record``) and by the analyser
+(``instrument.analysis.load``); it imports nothing but the standard
+library so that both halves can depend on it.
+
+Fields (``?`` marks fields that may be ``null`` or absent):
+
+=========  ==========  =====================================================
+field      type        meaning
+=========  ==========  =====================================================
+``v``      int         schema version, always ``1``
+``ph``     str         phase: ``B`` span begin, ``X`` complete span,
+                       ``I`` instant event, ``M`` process metadata,
+                       ``C`` counters / aggregates
+``seq``    int         per-process sequence number, starting at 1; a gap
+                       means records were lost (dropped or killed)
+``ts``     int         wall clock, microseconds since the Unix epoch (span
+                       start for ``B`` and ``X``)
+``dur_us`` int         ``X`` only: duration in microseconds, measured with a
+                       monotonic clock in-process
+``host``   str         host of the service that recorded the event
+``svc``    str         service: ``api``, ``conductor``, ``scheduler``,
+                       ``compute`` ... (the component that owns the point)
+``pid``    int         process id
+``tid``    int         thread id, or greenthread id under eventlet
+``ev``     str         dotted event name, see ``EVENTS``
+``span``   str?        16 hex digits; unique span id (``B``, ``X``)
+``parent`` str?        span id of the enclosing span; may name a span of
+                       another process (the sending side of an RPC hop)
+``req``    str?        request id (``req-<uuid>``) from the call's context
+``greq``   str?        global request id
+``inst``   list?       instance uuid(s) the call works on
+``st``     str?        ``X`` only: ``ok`` or ``error``
+``err``    object?     ``{"cls": "module.Class", "msg": "short text"}``
+``attrs``  object?     small values: selected host, attempt, status ...
+=========  ==========  =====================================================
+
+A ``B`` record is written when a span starts and the ``X`` record when it
+ends; both carry the same ``span``.  A ``B`` without its ``X`` is a call
+that started and never finished (hung, or the process was killed).
+
+Causality: a record whose ``parent`` names a span recorded on another
+host is the receiving side of a hop, so it cannot start before its
+parent started.  When the parent is synchronous (``ev`` in
+``SYNC_EVENTS``) the child also ends before the parent ends.  The
+analyser derives clock offsets from these pairs.
+"""
+
+SCHEMA_VERSION = 1
+
+PH_BEGIN = 'B'
+PH_COMPLETE = 'X'
+PH_INSTANT = 'I'
+PH_META = 'M'
+PH_COUNTER = 'C'
+PHASES = frozenset((PH_BEGIN, PH_COMPLETE, PH_INSTANT, PH_META, PH_COUNTER))
+
+ST_OK = 'ok'
+ST_ERROR = 'error'
+
+# Field order of a serialised record (the writer emits keys in this order).
+FIELDS = ('v', 'ph', 'seq', 'ts', 'dur_us', 'host', 'svc', 'pid', 'tid',
+          'ev', 'span', 'parent', 'req', 'greq', 'inst', 'st', 'err',
+          'attrs')
+
+REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
+
+# Event vocabulary.  The value is the component the analyser charges the
+# event's exclusive time to.  Unknown names are legal; the analyser charges
+# them to their service.
+EVENTS = {
+    # process and sink metadata (ph M / C)
+    'process.start': None,
+    'process.points': None,
+    'sink.drops': None,
+    'sql.fingerprint': None,
+    'sql.agg': 'sql',
+    # nova-api
+    'api.request': 'api',
+    'api.compute.create': 'api',
+    # RPC, both sides of every hop
+    'rpc.call': 'rpc',
+    'rpc.cast': 'rpc',
+    'rpc.dispatch': 'rpc',
+    # nova-conductor
+    'conductor.schedule_and_build_instances': 'conductor',
+    'conductor.build_instances': 'conductor',
+    'conductor.schedule': 'conductor',
+    'conductor.bury_in_cell0': 'conductor',
+    # nova-scheduler
+    'scheduler.select_destinations': 'scheduler',
+    'scheduler.placement.candidates': 'scheduler.placement',
+    'scheduler.host_states': 'scheduler.db',
+    'scheduler.filter': 'scheduler',
+    'scheduler.weigh': 'scheduler',
+    'scheduler.claim': 'scheduler.placement',
+    # nova-compute
+    'compute.build_and_run_instance': 'compute',
+    'compute.build': 'compute',
+    'compute.claim': 'compute.claim',
+    'compute.network': 'compute.network',
+    'compute.block_device': 'compute.block_device',
+    'compute.spawn': 'compute.spawn',
+    # database
+    'sql.query': 'sql',
+    'sql.txn': 'sql',
+    'db.retry': 'sql',
+}
+
+# Spans whose caller waits for the remote side to finish (see module doc).
+SYNC_EVENTS = frozenset(('rpc.call',))
+
+_TYPES = {
+    'v': int, 'ph': str, 'seq': int, 'ts': int, 'dur_us': int,
+    'host': str, 'svc': str, 'pid': int, 'tid': int, 'ev': str,
+    'span': str, 'parent': str, 'req': str, 'greq': str, 'inst': list,
+    'st': str, 'err': dict, 'attrs': dict,
+}
+
+
+class SchemaError(ValueError):
+    """A record does not follow the schema."""
+
+
+def validate(rec: dict) -> dict:
+    """Check one decoded record against schema version 1.
+
+    Returns the record unchanged; raises ``SchemaError`` naming the first
+    problem found.
+    """
+    if not isinstance(rec, dict):
+        raise SchemaError('record is not a JSON object')
+    if rec.get('v') != SCHEMA_VERSION:
+        raise SchemaError('unknown schema version %r' % (rec.get('v'),))
+    for name in REQUIRED:
+        if name not in rec:
+            raise SchemaError('missing field %r' % name)
+    for name, value in rec.items():
+        expected = _TYPES.get(name)
+        if expected is None:
+            raise SchemaError('unknown field %r' % name)
+        if value is None and name not in REQUIRED:
+            continue
+        if expected is int and isinstance(value, bool):
+            raise SchemaError('field %r is not an integer' % name)
+        if not isinstance(value, expected):
+            raise SchemaError('field %r has type %s, expected %s' % (
+                name, type(value).__name__, expected.__name__))
+    ph = rec['ph']
+    if ph not in PHASES:
+        raise SchemaError('unknown phase %r' % ph)
+    if ph in (PH_BEGIN, PH_COMPLETE) and not rec.get('span'):
+        raise SchemaError('%s record without span id' % ph)
+    if ph == PH_COMPLETE:
+        if rec.get('dur_us') is None or rec['dur_us'] < 0:
+            raise SchemaError('X record without a valid dur_us')
+        if rec.get('st') not in (ST_OK, ST_ERROR):
+            raise SchemaError('X record with status %r' % rec.get('st'))
+    err = rec.get('err')
+    if err is not None and not isinstance(err.get('cls'), str):
+        raise SchemaError('err without a class name')
+    return rec

@@ -1,0 +1,56 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Sinks: where batches of events go, loaded by name (stevedore).
+
+A sink is called only from the writer thread of ``instrument.buffer``,
+never from an instrumented call.  Third parties can add sinks through the
+``instrument.sinks`` entry point group; the ones shipped are ``file``,
+``log`` and ``otlp``.
+"""
+
+from oslo_log import log as logging
+from stevedore import driver
+
+LOG = logging.getLogger(__name__)
+
+NAMESPACE = 'instrument.sinks'
+
+
+class Sink:
+    """Base class.  ``dropped`` counts events this sink lost."""
+
+    name = 'base'
+
+    def __init__(self, conf, identity) -> None:
+        self.conf = conf
+        self.identity = identity
+        self.dropped = 0
+
+    def write(self, batch: list, first_seq: int, pid: int) -> None:
+        """Deliver event tuples; ``first_seq`` numbers the first one."""
+        raise NotImplementedError
+
+    def after_fork(self) -> None:
+        """Called in a forked child before its first write."""
+
+    def close(self) -> None:
+        """Flush and release resources."""
+
+
+def load(names, conf, identity) -> list:
+    """Instantiate the sinks named in ``[instrument] sinks``."""
+    sinks = []
+    for name in names:
+        mgr = driver.DriverManager(NAMESPACE, name, invoke_on_load=True,
+                                   invoke_args=(conf, identity))
+        sinks.append(mgr.driver)
+    return sinks

@@ -1,0 +1,38 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The ``log`` sink: each event as one line of the service log.
+
+Uses the logger ``instrument.spans`` at INFO, so oslo.log's handlers,
+formatters and log rotation apply.  Useful where only the service log is
+collected; the analyser reads these lines out of a nova log too.
+"""
+
+import logging
+
+from instrument import record
+from instrument import sink
+
+SPAN_LOG = logging.getLogger('instrument.spans')
+
+
+class LogSink(sink.Sink):
+    """Logs encoded events, one line per event."""
+
+    name = 'log'
+
+    def write(self, batch: list, first_seq: int, pid: int) -> None:
+        data = record.encode_batch(batch, first_seq, pid)
+        for line in data.splitlines():
+            SPAN_LOG.info('%s', line)
+
+    def after_fork(self) -> None:
+        self.dropped = 0

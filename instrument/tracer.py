@@ -1,0 +1,247 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Spans: ids, the current span of a thread or greenthread, begin/end.
+
+The current span lives in a ``contextvars.ContextVar`` holding a small
+"frame" tuple, so it is per thread under native threads and per
+greenthread under eventlet (greenlet gives each greenlet its own
+context).  Nested spans, and SQL statements, inherit the request id,
+instance, service and host of the enclosing frame.
+
+Everything here runs on the hot path: it builds tuples and hands them to
+``EventBuffer.emit``; nothing is formatted except an exception's short
+message on the error path.
+"""
+
+import contextvars
+import itertools
+import os
+import threading
+import time
+import zlib
+
+from instrument import schema
+
+PH_B = schema.PH_BEGIN
+PH_X = schema.PH_COMPLETE
+PH_I = schema.PH_INSTANT
+ST_OK = schema.ST_OK
+ST_ERROR = schema.ST_ERROR
+
+# Frame: (span, req, greq, inst, svc, host)
+F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST = range(6)
+_CURRENT = contextvars.ContextVar('instrument_frame', default=None)
+current_frame = _CURRENT.get
+
+MAX_MESSAGE = 200
+# oslo.db / SQLAlchemy messages carry the statement and its bound
+# parameters after these markers; they never reach a span file.
+_SECRET_MARKERS = ('[SQL:', '[parameters:', '(Background on this error')
+
+_time_ns = time.time_ns
+_perf_ns = time.perf_counter_ns
+
+
+def _new_prefix() -> int:
+    return (int.from_bytes(os.urandom(4), 'big') | 1) << 32
+
+
+_prefix = _new_prefix()
+_ids = itertools.count(1)
+
+
+def _reseed_after_fork() -> None:
+    global _prefix, _ids
+    _prefix = _new_prefix()
+    _ids = itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
+def new_span_id() -> int:
+    """A 64-bit span id: random per-process prefix + counter."""
+    return _prefix | (next(_ids) & 0xFFFFFFFF)
+
+
+def error_class(exc: BaseException) -> str:
+    """``nova.exception.NoValidHost``; builtins without a module."""
+    cls = exc.__class__
+    module = cls.__module__
+    if module == 'builtins':
+        return cls.__qualname__
+    return module + '.' + cls.__qualname__
+
+
+def short_message(exc: BaseException) -> str:
+    """First line of the message, without SQL or its parameters, capped.
+
+    Only called on the error path.
+    """
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not break the call
+        return ''
+    for marker in _SECRET_MARKERS:
+        cut = text.find(marker)
+        if cut >= 0:
+            text = text[:cut]
+    text = text.strip().split('\n', 1)[0]
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE - 3] + '...'
+    return text
+
+
+def error_of(exc: BaseException) -> tuple:
+    return (error_class(exc), short_message(exc))
+
+
+def _current_oslo_context():
+    try:
+        from oslo_context import context
+    except ImportError:  # pragma: no cover - oslo.context is a dependency
+        return None
+    return context.get_current()
+
+
+class Tracer:
+    """Builds span events for one process and hands them to the buffer."""
+
+    def __init__(self, buffer, identity, detail_sample_rate: float = 1.0):
+        self.buffer = buffer
+        self.emit = buffer.emit
+        self.host = identity.host
+        self.svc = identity.svc
+        self.detail_sample_rate = detail_sample_rate
+        self._sample_cut = int(detail_sample_rate * 10000)
+
+    def sampled(self, req) -> bool:
+        """Full detail for this request?  Same answer on every host."""
+        cut = self._sample_cut
+        if cut >= 10000:
+            return True
+        if cut <= 0 or req is None:
+            return cut > 0
+        return zlib.crc32(req.encode()) % 10000 < cut
+
+    def begin(self, ev: str, svc=None, host=None, ctx=None, inst=None,
+              attrs=None, remote_parent=None) -> tuple:
+        """Start a span; returns the state ``end`` needs."""
+        frame = _CURRENT.get()
+        req = greq = None
+        if ctx is not None:
+            req = getattr(ctx, 'request_id', None)
+            greq = getattr(ctx, 'global_request_id', None)
+        if frame is not None:
+            if req is None:
+                req = frame[F_REQ]
+                greq = frame[F_GREQ]
+            if inst is None:
+                inst = frame[F_INST]
+            if svc is None:
+                svc = frame[F_SVC]
+            if host is None:
+                host = frame[F_HOST]
+            parent = frame[F_SPAN] if remote_parent is None \
+                else remote_parent
+        else:
+            parent = remote_parent
+            if req is None:
+                octx = _current_oslo_context()
+                if octx is not None:
+                    req = getattr(octx, 'request_id', None)
+                    greq = getattr(octx, 'global_request_id', None)
+        if svc is None:
+            svc = self.svc
+        if host is None:
+            host = self.host
+        span = _prefix | (next(_ids) & 0xFFFFFFFF)
+        token = _CURRENT.set((span, req, greq, inst, svc, host))
+        tid = threading.get_ident()
+        ts = _time_ns() // 1000
+        self.emit((PH_B, ts, None, host, svc, tid, ev, span, parent, req,
+                   greq, inst, None, None, attrs))
+        return (span, parent, ts, _perf_ns(), token, req, greq, inst, host,
+                svc, ev, tid, attrs)
+
+    def end(self, state: tuple, st: str = ST_OK, err=None,
+            attrs=None) -> None:
+        """Finish the span started by ``begin``."""
+        t1 = _perf_ns()
+        (span, parent, ts, t0, token, req, greq, inst, host, svc, ev, tid,
+         battrs) = state
+        try:
+            _CURRENT.reset(token)
+        except ValueError:
+            # Ended in another context than it began (rare; e.g. a
+            # generator finished elsewhere): leave that context alone.
+            pass
+        if battrs:
+            if attrs:
+                battrs = dict(battrs)
+                battrs.update(attrs)
+            attrs = battrs
+        self.emit((PH_X, ts, (t1 - t0) // 1000, host, svc, tid, ev, span,
+                   parent, req, greq, inst, st, err, attrs))
+
+    def instant(self, ev: str, attrs=None, svc=None, host=None,
+                req=None, inst=None) -> None:
+        """A point-in-time event inside the current span."""
+        frame = _CURRENT.get()
+        parent = greq = None
+        if frame is not None:
+            parent = frame[F_SPAN]
+            req = req or frame[F_REQ]
+            greq = frame[F_GREQ]
+            inst = inst or frame[F_INST]
+            svc = svc or frame[F_SVC]
+            host = host or frame[F_HOST]
+        self.emit((PH_I, _time_ns() // 1000, None, host or self.host,
+                   svc or self.svc, threading.get_ident(), ev, None, parent,
+                   req, greq, inst, None, None, attrs))
+
+    def span(self, ev: str, **kwargs) -> 'Span':
+        """A context manager for a span around arbitrary code."""
+        return Span(self, ev, kwargs)
+
+
+class Span:
+    """``with tracer.span('api.request', attrs={...}) as s:`` ...
+
+    ``s.attrs`` may be updated before the block ends; an exception leaving
+    the block is recorded and re-raised.
+    """
+
+    __slots__ = ('_tracer', '_ev', '_kwargs', '_state', 'attrs', 'error')
+
+    def __init__(self, tracer: Tracer, ev: str, kwargs: dict) -> None:
+        self._tracer = tracer
+        self._ev = ev
+        self._kwargs = kwargs
+        self._state = None
+        self.attrs = {}
+        self.error = None
+
+    def __enter__(self) -> 'Span':
+        self._state = self._tracer.begin(self._ev, **self._kwargs)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None:
+            self._tracer.end(self._state, ST_ERROR, error_of(exc),
+                             self.attrs or None)
+        elif self.error is not None:
+            self._tracer.end(self._state, ST_ERROR, self.error,
+                             self.attrs or None)
+        else:
+            self._tracer.end(self._state, ST_OK, None, self.attrs or None)
+        return False
