@@ -79,9 +79,10 @@ FIELDS = ('v', 'ph', 'seq', 'ts', 'dur_us', 'host', 'svc', 'pid', 'tid',
 
 REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
 
-# Event vocabulary.  The value is the component the analyser charges the
-# event's exclusive time to.  Unknown names are legal; the analyser charges
-# them to their service.
+# Event vocabulary (doc/source/events.rst says what each one's attrs
+# hold).  The value is the component the analyser charges the event's
+# exclusive time to.  Unknown names are legal; the analyser charges them
+# to their service.
 EVENTS = {
     # process and sink metadata (ph M / C)
     'process.start': None,
@@ -111,6 +112,7 @@ EVENTS = {
     # nova-compute
     'compute.build_and_run_instance': 'compute',
     'compute.build': 'compute',
+    'compute.build_and_run': 'compute',
     'compute.claim': 'compute.claim',
     'compute.network': 'compute.network',
     'compute.block_device': 'compute.block_device',

@@ -37,8 +37,8 @@ PH_I = schema.PH_INSTANT
 ST_OK = schema.ST_OK
 ST_ERROR = schema.ST_ERROR
 
-# Frame: (span, req, greq, inst, svc, host)
-F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST = range(6)
+# Frame: (span, req, greq, inst, svc, host, ev)
+F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
 _CURRENT = contextvars.ContextVar('instrument_frame', default=None)
 current_frame = _CURRENT.get
 
@@ -165,7 +165,7 @@ class Tracer:
         if host is None:
             host = self.host
         span = _prefix | (next(_ids) & 0xFFFFFFFF)
-        token = _CURRENT.set((span, req, greq, inst, svc, host))
+        token = _CURRENT.set((span, req, greq, inst, svc, host, ev))
         tid = threading.get_ident()
         ts = _time_ns() // 1000
         self.emit((PH_B, ts, None, host, svc, tid, ev, span, parent, req,
