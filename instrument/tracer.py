@@ -23,6 +23,7 @@ message on the error path.
 """
 
 import contextvars
+import hashlib
 import itertools
 import os
 import threading
@@ -71,6 +72,15 @@ os.register_at_fork(after_in_child=_reseed_after_fork)
 def new_span_id() -> int:
     """A 64-bit span id: random per-process prefix + counter."""
     return _prefix | (next(_ids) & 0xFFFFFFFF)
+
+
+def trace_id_hex(req: str) -> str:
+    """The trace id of a request: MD5 of its request id, 32 hex digits.
+
+    Derived, not carried, so every host computes the same id.
+    """
+    return hashlib.md5(req.encode('utf-8'),
+                       usedforsecurity=False).hexdigest()
 
 
 def error_class(exc: BaseException) -> str:
