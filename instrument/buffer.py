@@ -90,6 +90,7 @@ class EventBuffer:
         self._headed = False
         self.dropped_full = 0
         self._reported = None
+        self._warned = False
         self._generation = getattr(self, '_generation', 0) + 1
 
     # -- hot path ----------------------------------------------------------
@@ -164,33 +165,47 @@ class EventBuffer:
         finally:
             self._drain_lock.release()
 
-    def _write(self, batch: list, pid: int) -> None:
+    def _write(self, batch: list, pid: int, counted: bool = True) -> None:
         first = self._seq
         self._seq += len(batch)
         for sink in self.sinks:
             try:
                 sink.write(batch, first, pid)
             except Exception:  # a sink must never kill the writer
-                sink.dropped += len(batch)
-                LOG.exception('instrument: sink %s failed; %d events lost',
-                              sink.name, len(batch))
+                if counted:
+                    sink.dropped += len(batch)
+                if not getattr(sink, '_instrument_failed', False):
+                    sink._instrument_failed = True
+                    LOG.exception('instrument: sink %s failed; its lost '
+                                  'events are counted in sink.drops '
+                                  'records, further failures are not '
+                                  'logged', sink.name)
 
     def _report_drops(self, pid: int) -> None:
         counts = self.counts()
-        if counts == (self._reported or {}) or not any(counts.values()):
+        if counts == self._reported or not any(counts.values()):
             return
-        if self._reported is None:
+        if not self._warned:
+            self._warned = True
             LOG.warning('instrument: events are being dropped (%s); '
                         'raise [instrument] buffer_size or check the '
                         'sinks.  Further drops are counted in the span '
                         'log, not logged again.', counts)
-        self._reported = counts
         ident = self.identity
         host = ident.host if ident is not None else ''
         svc = ident.svc if ident is not None else ''
         rec = record.counter('sink.drops', host, svc,
                              time.time_ns() // 1000, dict(counts))
-        self._write([rec], pid)
+        # Losing the drop report itself is not a lost event; a report
+        # that could not be written is tried again at the next drain.
+        before = [sink.dropped for sink in self.sinks]
+        self._write([rec], pid, counted=False)
+        failed = False
+        for sink, dropped in zip(self.sinks, before, strict=True):
+            failed = failed or sink.dropped != dropped
+            sink.dropped = dropped
+        if not failed:
+            self._reported = counts
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -24,12 +24,19 @@ GROUP = 'instrument'
 SERVICES = ('api', 'conductor', 'scheduler', 'compute')
 SINKS = ('file', 'log', 'otlp')
 
-instrument_group = cfg.OptGroup(
-    GROUP,
-    title='Instrumentation of nova services',
-    help='Records structured span events (one JSON line each) for nova '
-         'API, conductor, scheduler and compute calls and for every SQL '
-         'statement, for offline analysis with instrument-report.')
+_GROUP_TITLE = 'Instrumentation of nova services'
+_GROUP_HELP = ('Records structured span events (one JSON line each) for '
+               'nova API, conductor, scheduler and compute calls and for '
+               'every SQL statement, for offline analysis with '
+               'instrument-report.')
+
+
+def _group() -> cfg.OptGroup:
+    # A fresh OptGroup per registration: oslo.config shares a group
+    # object's option table (and so its overrides) between every
+    # ConfigOpts it is registered with.
+    return cfg.OptGroup(GROUP, title=_GROUP_TITLE, help=_GROUP_HELP)
+
 
 _opts = [
     cfg.BoolOpt(
@@ -118,13 +125,13 @@ class InvalidOption(ValueError):
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register the group on ``conf``; safe to call more than once."""
-    conf.register_group(instrument_group)
-    conf.register_opts(_opts, group=instrument_group)
+    conf.register_group(_group())
+    conf.register_opts(_opts, group=GROUP)
 
 
 def list_opts():
     """Options for oslo-config-generator (``oslo.config.opts``)."""
-    return [(instrument_group, list(_opts))]
+    return [(_group(), list(_opts))]
 
 
 def validate(conf: cfg.ConfigOpts) -> None:

@@ -102,6 +102,8 @@ class Runtime:
         })]
 
     def close(self) -> None:
+        # Write first, so the start record still shows what was patched.
+        self.buffer.drain(timeout=buffer_mod.EXIT_TIMEOUT)
         self.patcher.remove()
         if self.db is not None:
             self.db.remove()

@@ -37,7 +37,7 @@ _UNSAFE = re.compile(r'[^A-Za-z0-9._-]+')
 def file_name(host: str, service: str, pid: int, started: float) -> str:
     """The span file name for one process."""
     stamp = datetime.datetime.fromtimestamp(
-        started, datetime.timezone.utc).strftime('%Y%m%dT%H%M%S')
+        started, datetime.UTC).strftime('%Y%m%dT%H%M%S')
     parts = (_UNSAFE.sub('-', host), _UNSAFE.sub('-', service), str(pid),
              stamp)
     return '_'.join(parts) + '.jsonl'
@@ -47,6 +47,8 @@ class FileSink(sink.Sink):
     """Appends encoded batches to this process's span file."""
 
     name = 'file'
+    # The write primitive; tests replace it to simulate a full disk.
+    _os_write = staticmethod(os.write)
 
     def __init__(self, conf, identity) -> None:
         super().__init__(conf, identity)
@@ -77,7 +79,7 @@ class FileSink(sink.Sink):
             fd = self._open(pid)
             view = memoryview(data)
             while view:
-                written = os.write(fd, view)
+                written = self._os_write(fd, view)
                 view = view[written:]
         except OSError as exc:
             self.dropped += len(batch)

@@ -1,0 +1,102 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Shared fixtures of the unit tests: config, fake modules, memory sink."""
+
+import json
+import os
+import sys
+import textwrap
+
+import fixtures
+from oslo_config import cfg
+import testtools
+
+from instrument import opts
+from instrument import record
+from instrument import schema
+from instrument import sink
+
+
+class MemorySink(sink.Sink):
+    """A sink that keeps the encoded lines in memory."""
+
+    name = 'memory'
+
+    def __init__(self, conf=None, identity=None) -> None:
+        super().__init__(conf, identity)
+        self.records = []
+
+    def write(self, batch, first_seq, pid):
+        for offset, rec in enumerate(batch):
+            self.records.append(record.to_dict(rec, first_seq + offset,
+                                               pid))
+
+
+class ListBuffer:
+    """Stands in for EventBuffer: keeps event tuples, writes nothing."""
+
+    def __init__(self) -> None:
+        self.events = []
+        self.emit = self.events.append
+
+    def dicts(self) -> list:
+        return [schema.validate(record.to_dict(rec, n + 1, os.getpid()))
+                for n, rec in enumerate(self.events)]
+
+
+def read_span_files(directory: str) -> dict:
+    """{file name: [decoded, validated records]} of a span directory."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), encoding='utf-8') as f:
+            out[name] = [schema.validate(json.loads(line)) for line in f]
+    return out
+
+
+class TestCase(testtools.TestCase):
+    """Base class: temp dir, isolated config, fake module importer."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.logger = self.useFixture(fixtures.FakeLogger(
+            level='DEBUG', format='%(levelname)s %(name)s %(message)s'))
+        self.modules_dir = os.path.join(self.tmp, 'modules')
+        os.mkdir(self.modules_dir)
+        sys.path.insert(0, self.modules_dir)
+        self.addCleanup(sys.path.remove, self.modules_dir)
+        self._made = []
+        self.addCleanup(self._forget_modules)
+
+    def _forget_modules(self) -> None:
+        for name in self._made:
+            sys.modules.pop(name, None)
+
+    def make_module(self, source: str) -> str:
+        """Write a fresh importable module; returns its (unique) name."""
+        name = 'fake_nova_%s_%d' % (self.id().rsplit('.', 1)[-1],
+                                    len(self._made))
+        path = os.path.join(self.modules_dir, name + '.py')
+        with open(path, 'w') as f:
+            f.write(textwrap.dedent(source))
+        self._made.append(name)
+        return name
+
+    def make_conf(self, **overrides) -> cfg.ConfigOpts:
+        conf = cfg.ConfigOpts()
+        conf([], project='instrument-test')
+        opts.register_opts(conf)
+        overrides.setdefault('enabled', True)
+        overrides.setdefault('output_dir', os.path.join(self.tmp, 'spans'))
+        for key, value in overrides.items():
+            conf.set_override(key, value, opts.GROUP)
+        return conf

@@ -1,0 +1,239 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Tests of the event buffer: batching, drops, fork, exit."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+from instrument import buffer
+from instrument import process
+from instrument import record
+from instrument import schema
+from tests.unit import base
+
+
+def _event(n: int) -> tuple:
+    return record.counter('test.event', 'h1', 'compute', 1700000000000000 + n,
+                          {'n': n})
+
+
+class BufferTest(base.TestCase):
+
+    def make_buffer(self, max_records=1000, interval=60.0, header=None):
+        sink = base.MemorySink()
+        ident = process.ProcessIdentity.create('nova-compute', 'h1')
+        buf = buffer.EventBuffer([sink], max_records, interval, ident,
+                                 header=header)
+        self.addCleanup(buf.close)
+        return buf, sink
+
+    def test_batches_are_numbered_and_ordered(self):
+        buf, sink = self.make_buffer()
+        for n in range(10):
+            buf.emit(_event(n))
+        self.assertEqual(10, buf.pending())
+        buf.drain()
+        self.assertEqual(0, buf.pending())
+        self.assertEqual(list(range(1, 11)), [r['seq'] for r in sink.records])
+        self.assertEqual(list(range(10)),
+                         [r['attrs']['n'] for r in sink.records])
+        for rec in sink.records:
+            schema.validate(rec)
+
+    def test_header_opens_the_output_once(self):
+        buf, sink = self.make_buffer(header=lambda: [record.meta(
+            'process.start', 'h1', 'compute', 1, {'x': 1})])
+        buf.emit(_event(1))
+        buf.drain()
+        buf.emit(_event(2))
+        buf.drain()
+        self.assertEqual(['process.start', 'test.event', 'test.event'],
+                         [r['ev'] for r in sink.records])
+
+    def test_full_buffer_drops_and_counts(self):
+        buf, sink = self.make_buffer(max_records=16)
+        for n in range(100):
+            buf.emit(_event(n))
+        self.assertEqual(84, buf.dropped_full)
+        buf.drain()
+        events = [r for r in sink.records if r['ev'] == 'test.event']
+        self.assertEqual(list(range(16)), [r['attrs']['n'] for r in events])
+        drops = [r for r in sink.records if r['ev'] == 'sink.drops']
+        self.assertEqual(1, len(drops))
+        self.assertEqual(84, drops[0]['attrs']['buffer_full'])
+        self.assertEqual('C', drops[0]['ph'])
+        # Logged once, not once per drop or per drain.
+        for n in range(100):
+            buf.emit(_event(n))
+        buf.drain()
+        self.assertEqual(1, self.logger.output.count('being dropped'))
+        drops = [r for r in sink.records if r['ev'] == 'sink.drops']
+        self.assertEqual(168, drops[-1]['attrs']['buffer_full'])
+
+    def test_emit_never_waits_for_a_stuck_sink(self):
+        release = threading.Event()
+
+        class StuckSink(base.MemorySink):
+            def write(self, batch, first_seq, pid):
+                release.wait(30)
+                super().write(batch, first_seq, pid)
+
+        sink = StuckSink()
+        buf = buffer.EventBuffer([sink], 100, 0.01)
+        self.addCleanup(buf.close)
+        self.addCleanup(release.set)
+        buf.emit(_event(0))
+        time.sleep(0.1)  # the writer is now stuck inside write()
+        start = time.perf_counter()
+        for n in range(1000):
+            buf.emit(_event(n))
+        elapsed = time.perf_counter() - start
+        self.assertEqual(900, buf.dropped_full)
+        self.assertLess(elapsed, 5.0)
+        release.set()
+
+    def test_background_writer_flushes_on_its_own(self):
+        buf, sink = self.make_buffer(interval=0.02)
+        buf.emit(_event(1))
+        deadline = time.time() + 10
+        while not sink.records and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(1, len(sink.records))
+
+    def test_failing_sink_counts_and_keeps_the_others(self):
+        class BrokenSink(base.MemorySink):
+            name = 'broken'
+
+            def write(self, batch, first_seq, pid):
+                raise RuntimeError('sink bug')
+
+        good = base.MemorySink()
+        bad = BrokenSink()
+        buf = buffer.EventBuffer([bad, good], 100, 60.0)
+        self.addCleanup(buf.close)
+        for n in range(3):
+            buf.emit(_event(n))
+        buf.drain()
+        self.assertEqual(3, bad.dropped)
+        self.assertEqual(3, len([r for r in good.records
+                                 if r['ev'] == 'test.event']))
+        self.assertEqual({'buffer_full': 0, 'broken': 3, 'memory': 0},
+                         buf.counts())
+        buf.emit(_event(4))
+        buf.drain()
+        self.assertEqual(4, bad.dropped)
+        self.assertEqual(1, self.logger.output.count('sink broken failed'))
+
+    def test_close_is_idempotent_and_drains(self):
+        buf, sink = self.make_buffer()
+        buf.emit(_event(1))
+        buf.close()
+        buf.close()
+        self.assertEqual(1, len(sink.records))
+
+
+FORK_SCRIPT = '''
+import json, os, sys
+from oslo_config import cfg
+import instrument
+from instrument import opts
+from instrument import patcher
+
+conf = cfg.ConfigOpts()
+conf([], project='t')
+opts.register_opts(conf)
+conf.set_override('enabled', True, 'instrument')
+conf.set_override('output_dir', sys.argv[1], 'instrument')
+conf.set_override('flush_interval', 60.0, 'instrument')
+conf.set_override('sql_timing', False, 'instrument')
+import worker
+point = patcher.PatchPoint('worker', 'work', 'compute.work', 'compute',
+                           context=None)
+rt = instrument.setup(conf, 'nova-conductor', points=[point])
+worker.work('before-fork')
+assert rt.buffer.pending() >= 2
+pid = os.fork()
+if pid == 0:
+    worker.work('in-child')
+    rt.buffer.drain()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+worker.work('after-fork')
+print(json.dumps({'child': pid, 'status': status}))
+'''
+
+WORKER = '''
+def work(label):
+    return label
+'''
+
+
+class ProcessLifecycleTest(base.TestCase):
+    """Fork and exit, in subprocesses (a test runner must not fork)."""
+
+    def _run(self, script: str, *args) -> str:
+        with open(os.path.join(self.modules_dir, 'worker.py'), 'w') as f:
+            f.write(WORKER)
+        path = os.path.join(self.tmp, 'script.py')
+        with open(path, 'w') as f:
+            f.write(textwrap.dedent(script))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [self.modules_dir] + sys.path))
+        proc = subprocess.run([sys.executable, path] + list(args),
+                              capture_output=True, text=True, env=env,
+                              timeout=120)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        return proc.stdout
+
+    def test_fork_child_writes_its_own_file_without_parent_events(self):
+        out_dir = os.path.join(self.tmp, 'spans')
+        result = json.loads(self._run(FORK_SCRIPT, out_dir))
+        self.assertEqual(0, result['status'])
+        files = base.read_span_files(out_dir)
+        self.assertEqual(2, len(files), files.keys())
+        by_pid = {}
+        for name, records in files.items():
+            pids = {r['pid'] for r in records}
+            self.assertEqual(1, len(pids), name)
+            pid = pids.pop()
+            self.assertIn('_%d_' % pid, name)
+            by_pid[pid] = records
+        child = by_pid.pop(result['child'])
+        [parent] = by_pid.values()
+
+        def labels(records):
+            return [r['ev'] for r in records if r['ph'] == 'X']
+
+        # The child has its own start record and only its own work.
+        self.assertEqual('process.start', child[0]['ev'])
+        self.assertEqual(['compute.work'], labels(child))
+        # The parent wrote its pre-fork events once, and its later ones.
+        self.assertEqual('process.start', parent[0]['ev'])
+        self.assertEqual(['compute.work', 'compute.work'], labels(parent))
+        seqs = [r['seq'] for r in parent]
+        self.assertEqual(list(range(1, len(seqs) + 1)), seqs)
+        spans = [r['span'] for r in parent + child if r['ph'] == 'X']
+        self.assertEqual(len(spans), len(set(spans)),
+                         'span ids repeat across fork')
+
+    def test_exit_flushes_what_is_buffered(self):
+        script = FORK_SCRIPT.split('worker.work(\'before-fork\')')[0] + (
+            "for n in range(50):\n    worker.work(n)\n")
+        out_dir = os.path.join(self.tmp, 'spans')
+        self._run(script, out_dir)
+        [records] = base.read_span_files(out_dir).values()
+        self.assertEqual(50, len([r for r in records if r['ph'] == 'X']))
