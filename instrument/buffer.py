@@ -76,6 +76,7 @@ class EventBuffer:
         self.flush_interval = flush_interval
         self._header = header
         self._closed = False
+        self._periodic = []
         self._init_process_state()
         _LIVE.add(self)
 
@@ -127,6 +128,30 @@ class EventBuffer:
             if self._closed:
                 return
 
+    def add_periodic(self, fn) -> None:
+        """Run ``fn(final)`` in the writer before each drain (``final``
+        is True on the last one, at close); ``fn`` may ``emit``.  Starts
+        the writer so that ``fn`` runs even when nothing else is emitted.
+        """
+        if fn not in self._periodic:
+            self._periodic.append(fn)
+        if self._thread is None:
+            self._start()
+
+    def remove_periodic(self, fn) -> None:
+        """Stop running ``fn``; no error when it was not added."""
+        try:
+            self._periodic.remove(fn)
+        except ValueError:
+            pass
+
+    def _run_periodic(self) -> None:
+        for fn in list(self._periodic):
+            try:
+                fn(self._closed)
+            except Exception:  # a callback must never kill the writer
+                LOG.exception('instrument: periodic callback %r failed', fn)
+
     def pending(self) -> int:
         """Events queued and not yet handed to the sinks."""
         return len(self._queue)
@@ -150,6 +175,8 @@ class EventBuffer:
                 if self._header is not None:
                     for rec in reversed(self._header()):
                         self._queue.appendleft(rec)
+            if self._periodic:
+                self._run_periodic()
             queue = self._queue
             while queue:
                 batch = []
