@@ -46,11 +46,18 @@ class Sink:
         """Flush and release resources."""
 
 
+def _raise(manager, entrypoint, exc):
+    # Let a sink's own error (e.g. a missing optional extra) reach the
+    # caller instead of stevedore's "No driver found".
+    raise exc
+
+
 def load(names, conf, identity) -> list:
     """Instantiate the sinks named in ``[instrument] sinks``."""
     sinks = []
     for name in names:
         mgr = driver.DriverManager(NAMESPACE, name, invoke_on_load=True,
-                                   invoke_args=(conf, identity))
+                                   invoke_args=(conf, identity),
+                                   on_load_failure_callback=_raise)
         sinks.append(mgr.driver)
     return sinks

@@ -1,0 +1,310 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The ``otlp`` sink: spans exported to an OpenTelemetry collector.
+
+Owns the queue between the buffer's writer thread and the export, the
+exporter thread, drop counting, fork and close.  The mapping of events
+onto OTLP spans is ``spans``; the SDK exporters are ``exporters``.
+
+Nothing of OpenTelemetry is imported by this module; the SDK is loaded
+when the sink is built (that is, only when ``otlp`` is in ``[instrument]
+sinks``), and grpcio only for ``otlp_protocol = grpc``.
+
+``write`` (the buffer's writer thread) only filters records into a
+bounded deque and wakes the exporter: it never waits for the network.
+The exporter is a real OS thread, also under eventlet (see
+``instrument.threads``), that builds the SDK exporter itself, so every
+socket, lock and event the SDK creates belongs to that thread; under
+eventlet its green sockets wait on that thread's own hub, never on the
+service's.  Spans that do not fit in the queue, and spans of a failed
+export (collector down, slow or refusing), are counted in ``dropped``.
+"""
+
+import collections
+import time
+
+from oslo_log import log as logging
+
+from instrument import opts
+from instrument import record
+from instrument import schema
+from instrument import sink
+from instrument import threads
+from instrument.sink.otlp import exporters
+
+LOG = logging.getLogger(__name__)
+
+# Spans per OTLP request (the SDK batch processor's default).
+EXPORT_BATCH = 512
+# Longest idle wait of the exporter thread between two looks at the queue.
+EXPORT_INTERVAL = 1.0
+# Longest wait in close() for the last export (never when it is failing).
+CLOSE_TIMEOUT = 2.0
+
+_PH_X = schema.PH_COMPLETE
+_PH_I = schema.PH_INSTANT
+_PH_B = schema.PH_BEGIN
+_PH_M = schema.PH_META
+_META_KEPT = frozenset(('process.start', 'sql.fingerprint'))
+_COUNTED = frozenset((_PH_X, _PH_I))
+
+
+def _version() -> str:
+    from instrument import runtime
+    return runtime.version()
+
+
+class OtlpSink(sink.Sink):
+    """Exports complete spans over OTLP (HTTP/protobuf or gRPC)."""
+
+    name = 'otlp'
+
+    def __init__(self, conf, identity) -> None:
+        self._lock = threads.os_lock()
+        self._dropped = 0
+        self._export_drops = 0
+        self._export_folded = 0
+        super().__init__(conf, identity)
+        group = conf.instrument
+        self.protocol = group.otlp_protocol
+        self.endpoint = exporters.endpoint_for(self.protocol,
+                                               group.otlp_endpoint)
+        self.timeout = group.otlp_timeout
+        self.queue_size = group.otlp_queue_size
+        self._check_installed()
+        self._closed = False
+        self._init_process_state()
+
+    def _check_installed(self) -> None:
+        try:
+            from instrument.sink.otlp import spans  # noqa: F401
+            exporters.exporter_class(self.protocol)
+        except ImportError as exc:
+            raise opts.InvalidOption(
+                'sinks', 'the "otlp" sink needs the OpenTelemetry SDK and '
+                'its OTLP exporters: pip install '
+                '"openstack-instrument[otlp]" (%s)' % exc) from exc
+
+    def _init_process_state(self) -> None:
+        self._queue = collections.deque()
+        self._wake = threads.os_event()
+        self._thread = None
+        self._stopping = False
+        self._abandoned = False
+        self._broken = False
+        self._failing = None
+        self._pid = None
+        self._in_flight = False
+        self.exported = 0
+
+    # -- drop accounting ---------------------------------------------------
+    #
+    # The buffer reads and sets ``dropped`` from the writer thread; the
+    # exporter thread only adds to ``_export_drops``, which the getter
+    # folds in.  So a buffer's read-then-restore of ``dropped`` never
+    # loses a drop the exporter counted meanwhile.
+
+    @property
+    def dropped(self) -> int:
+        with self._lock:
+            pending = self._export_drops - self._export_folded
+            self._export_folded += pending
+            self._dropped += pending
+            return self._dropped
+
+    @dropped.setter
+    def dropped(self, value: int) -> None:
+        with self._lock:
+            self._dropped = value
+
+    def _count_writer_drops(self, n: int) -> None:
+        with self._lock:
+            self._dropped += n
+
+    def _count_export_drops(self, n: int) -> None:
+        with self._lock:
+            self._export_drops += n
+
+    # -- writer thread -----------------------------------------------------
+
+    def write(self, batch: list, first_seq: int, pid: int) -> None:
+        """Queue what the export needs; never waits for the network."""
+        self._pid = pid
+        queue = self._queue
+        room = self.queue_size - len(queue)
+        lost = 0
+        queued = False
+        broken = self._broken or self._closed
+        for rec in batch:
+            ph = rec[record.I_PH]
+            if ph == _PH_X or ph == _PH_I:
+                if room > 0 and not broken:
+                    queue.append(rec)
+                    room -= 1
+                    queued = True
+                else:
+                    lost += 1
+            elif room > 0 and not broken and (
+                    (ph == _PH_B and rec[record.I_REQ] is None) or
+                    (ph == _PH_M and rec[record.I_EV] in _META_KEPT)):
+                # Read for trace roots, resource and SQL text; a span of
+                # its own never, so losing one is not a lost event.
+                queue.append(rec)
+                room -= 1
+        if lost:
+            self._count_writer_drops(lost)
+        if queued:
+            if self._thread is None:
+                self._thread = threads.start_os_thread(
+                    self._run, 'instrument-otlp')
+            self._wake.set()
+
+    # -- exporter thread ---------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            from instrument.sink.otlp import spans
+            builder = spans.SpanBuilder(self.identity, _version())
+            with exporters.quiet_logs():
+                exporter = exporters.make_exporter(
+                    self.protocol, self.endpoint, self.timeout)
+        except Exception as exc:
+            self._broken = True
+            LOG.error('instrument: cannot export spans to %s over %s (%s); '
+                      'the service keeps running, spans are dropped and '
+                      'counted in sink.drops records', self.endpoint,
+                      self.protocol, exc)
+            self._drop_queue()
+            return
+        success = spans.EXPORT_SUCCESS
+        wake = self._wake
+        while True:
+            wake.wait(EXPORT_INTERVAL)
+            wake.clear()
+            self._export_queued(builder, exporter, success)
+            if self._stopping:
+                break
+        try:
+            with exporters.quiet_logs():
+                exporter.shutdown()
+        except Exception:  # best effort at exit
+            pass
+
+    def _drop_queue(self) -> int:
+        """Empty the queue, counting the records that were events."""
+        queue = self._queue
+        lost = 0
+        while queue:
+            try:
+                rec = queue.popleft()
+            except IndexError:  # pragma: no cover - raced the exporter
+                break
+            if rec[record.I_PH] in _COUNTED:
+                lost += 1
+        self._count_export_drops(lost)
+        return lost
+
+    def _export_queued(self, builder, exporter, success) -> None:
+        queue = self._queue
+        while queue and not self._abandoned:
+            self._in_flight = True
+            pid = self._pid
+            batch = []
+            broken = 0
+            while queue and len(batch) < EXPORT_BATCH:
+                try:
+                    rec = queue.popleft()
+                except IndexError:  # pragma: no cover - raced close()
+                    break
+                try:
+                    builder.add(rec, pid, batch)
+                except Exception as exc:
+                    broken += 1
+                    if broken == 1:
+                        LOG.debug('instrument: record %r not exported: %s',
+                                  rec[record.I_EV], exc)
+            lost = broken + builder.lost
+            builder.lost = 0
+            if batch:
+                events = len(batch) + sum(len(s.events) for s in batch)
+                if self._export(exporter, batch, success):
+                    self.exported += len(batch)
+                else:
+                    lost += events
+            if lost:
+                self._count_export_drops(lost)
+            self._in_flight = False
+
+    def _export(self, exporter, batch: list, success) -> bool:
+        with exporters.quiet_logs() as last_line:
+            try:
+                ok = exporter.export(batch) == success
+                cause = None if ok else last_line()
+            except Exception as exc:  # the SDK must not kill the thread
+                ok = False
+                cause = '%s: %s' % (exc.__class__.__name__, exc)
+        if ok:
+            if self._failing is not None:
+                LOG.warning('instrument: exporting spans to %s again',
+                            self.endpoint)
+                self._failing = None
+            return True
+        if self._failing is None:
+            LOG.error('instrument: cannot export spans to %s over %s (%s); '
+                      'the service keeps running, lost spans are counted '
+                      'in sink.drops records and this is logged once until '
+                      'export works again', self.endpoint, self.protocol,
+                      cause or 'export failed')
+        self._failing = cause or 'export failed'
+        return False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Export what is queued, waiting at most ``CLOSE_TIMEOUT`` (not
+        at all while exports are failing); what is left is counted."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping = True
+        thread = self._thread
+        if thread is None:
+            return
+        self._wake.set()
+        thread.join(0 if self._failing is not None else CLOSE_TIMEOUT)
+        if thread.is_alive():
+            self._abandoned = True
+            lost = self._drop_queue()
+            if lost:
+                LOG.warning('instrument: %d spans not exported to %s at '
+                            'exit (export failing or slow); counted as '
+                            'dropped', lost, self.endpoint)
+
+    def after_fork(self) -> None:
+        """In a forked child: an empty queue, new thread and exporter
+        (the parent's connection is never used by the child)."""
+        self._lock = threads.os_lock()
+        self._dropped = 0
+        self._export_drops = 0
+        self._export_folded = 0
+        self._closed = False
+        self._init_process_state()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until everything queued was exported or dropped (tests,
+        tools); False after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._queue or self._in_flight:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
