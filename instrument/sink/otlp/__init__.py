@@ -103,7 +103,10 @@ class OtlpSink(sink.Sink):
         self._broken = False
         self._failing = None
         self._pid = None
-        self._in_flight = False
+        # Span and instant records queued, and those exported or counted
+        # as dropped since: equal when nothing is pending.
+        self._accepted = 0
+        self._settled = 0
         self.exported = 0
 
     # -- drop accounting ---------------------------------------------------
@@ -130,9 +133,15 @@ class OtlpSink(sink.Sink):
         with self._lock:
             self._dropped += n
 
-    def _count_export_drops(self, n: int) -> None:
+    def _settle(self, exported: int, lost: int) -> None:
+        """Exporter thread: records delivered / lost.  Nothing after
+        close() gave up on the thread (it counted them already)."""
         with self._lock:
-            self._export_drops += n
+            if self._abandoned:
+                return
+            self.exported += exported
+            self._export_drops += lost
+            self._settled += exported + lost
 
     # -- writer thread -----------------------------------------------------
 
@@ -142,7 +151,7 @@ class OtlpSink(sink.Sink):
         queue = self._queue
         room = self.queue_size - len(queue)
         lost = 0
-        queued = False
+        queued = 0
         broken = self._broken or self._closed
         for rec in batch:
             ph = rec[record.I_PH]
@@ -150,7 +159,7 @@ class OtlpSink(sink.Sink):
                 if room > 0 and not broken:
                     queue.append(rec)
                     room -= 1
-                    queued = True
+                    queued += 1
                 else:
                     lost += 1
             elif room > 0 and not broken and (
@@ -163,6 +172,7 @@ class OtlpSink(sink.Sink):
         if lost:
             self._count_writer_drops(lost)
         if queued:
+            self._accepted += queued
             if self._thread is None:
                 self._thread = threads.start_os_thread(
                     self._run, 'instrument-otlp')
@@ -199,7 +209,7 @@ class OtlpSink(sink.Sink):
         except Exception:  # best effort at exit
             pass
 
-    def _drop_queue(self) -> int:
+    def _drop_queue(self) -> None:
         """Empty the queue, counting the records that were events."""
         queue = self._queue
         lost = 0
@@ -210,13 +220,11 @@ class OtlpSink(sink.Sink):
                 break
             if rec[record.I_PH] in _COUNTED:
                 lost += 1
-        self._count_export_drops(lost)
-        return lost
+        self._settle(0, lost)
 
     def _export_queued(self, builder, exporter, success) -> None:
         queue = self._queue
         while queue and not self._abandoned:
-            self._in_flight = True
             pid = self._pid
             batch = []
             broken = 0
@@ -234,15 +242,14 @@ class OtlpSink(sink.Sink):
                                   rec[record.I_EV], exc)
             lost = broken + builder.lost
             builder.lost = 0
+            exported = 0
             if batch:
                 events = len(batch) + sum(len(s.events) for s in batch)
                 if self._export(exporter, batch, success):
-                    self.exported += len(batch)
+                    exported = events
                 else:
                     lost += events
-            if lost:
-                self._count_export_drops(lost)
-            self._in_flight = False
+            self._settle(exported, lost)
 
     def _export(self, exporter, batch: list, success) -> bool:
         with exporters.quiet_logs() as last_line:
@@ -282,8 +289,14 @@ class OtlpSink(sink.Sink):
         self._wake.set()
         thread.join(0 if self._failing is not None else CLOSE_TIMEOUT)
         if thread.is_alive():
-            self._abandoned = True
-            lost = self._drop_queue()
+            # Stuck in an export: count what it holds and what is
+            # queued, and leave it (a daemon thread) behind.
+            with self._lock:
+                self._abandoned = True
+                lost = self._accepted - self._settled
+                self._export_drops += lost
+                self._settled = self._accepted
+            self._queue.clear()
             if lost:
                 LOG.warning('instrument: %d spans not exported to %s at '
                             'exit (export failing or slow); counted as '
@@ -303,7 +316,7 @@ class OtlpSink(sink.Sink):
         """Block until everything queued was exported or dropped (tests,
         tools); False after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while self._queue or self._in_flight:
+        while self._accepted != self._settled:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)

@@ -69,19 +69,26 @@ def make_exporter(protocol: str, endpoint: str, timeout: float):
 
 class _QuietFilter(logging.Filter):
     """Drops records made while the current thread is exporting, and
-    remembers the last one (the cause of a failed export)."""
+    remembers the first and the last warning or error: the cause of a
+    failed export (e.g. "connection refused", then "gave up")."""
 
     def __init__(self) -> None:
         super().__init__()
         self.local = threading.local()
 
     def filter(self, rec: logging.LogRecord) -> bool:
-        if not getattr(self.local, 'active', False):
+        local = self.local
+        if not getattr(local, 'active', False):
             return True
-        try:
-            self.local.last = rec.getMessage()
-        except Exception:
-            self.local.last = str(rec.msg)
+        if rec.levelno >= logging.WARNING:
+            try:
+                text = rec.getMessage()
+            except Exception:
+                text = str(rec.msg)
+            if local.first is None:
+                local.first = text[:300]
+            else:
+                local.last = text[:300]
         return False
 
 
@@ -100,12 +107,13 @@ def _install() -> None:
 @contextlib.contextmanager
 def quiet_logs():
     """Keep the SDK's log lines out while the block runs in this thread;
-    yields a callable returning the last line kept out (or None)."""
+    yields a callable returning the cause they gave (or None)."""
     _install()
     local = _FILTER.local
     local.active = True
-    local.last = None
+    local.first = local.last = None
     try:
-        yield lambda: local.last
+        yield lambda: ' / '.join(t for t in (local.first, local.last) if t) \
+            or None
     finally:
         local.active = False
