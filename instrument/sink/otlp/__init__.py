@@ -49,6 +49,8 @@ EXPORT_BATCH = 512
 EXPORT_INTERVAL = 1.0
 # Longest wait in close() for the last export (never when it is failing).
 CLOSE_TIMEOUT = 2.0
+# Longest wait of a span without request id for its parent (see spans).
+HOLD_SECONDS = 60.0
 
 _PH_X = schema.PH_COMPLETE
 _PH_I = schema.PH_INSTANT
@@ -107,6 +109,7 @@ class OtlpSink(sink.Sink):
         # as dropped since: equal when nothing is pending.
         self._accepted = 0
         self._settled = 0
+        self._held = 0
         self.exported = 0
 
     # -- drop accounting ---------------------------------------------------
@@ -200,8 +203,9 @@ class OtlpSink(sink.Sink):
         while True:
             wake.wait(EXPORT_INTERVAL)
             wake.clear()
-            self._export_queued(builder, exporter, success)
-            if self._stopping:
+            stopping = self._stopping
+            self._export_queued(builder, exporter, success, stopping)
+            if stopping:
                 break
         try:
             with exporters.quiet_logs():
@@ -222,10 +226,15 @@ class OtlpSink(sink.Sink):
                 lost += 1
         self._settle(0, lost)
 
-    def _export_queued(self, builder, exporter, success) -> None:
+    def _export_queued(self, builder, exporter, success,
+                       final: bool = False) -> None:
+        """Export everything queued, in batches.  Spans held for a parent
+        that did not come go out once stale, or all when ``final``."""
         queue = self._queue
-        while queue and not self._abandoned:
-            pid = self._pid
+        pid = self._pid
+        stale = None if final else (
+            time.time_ns() // 1000 - int(HOLD_SECONDS * 1000000))
+        while not self._abandoned:
             batch = []
             broken = 0
             while queue and len(batch) < EXPORT_BATCH:
@@ -236,20 +245,23 @@ class OtlpSink(sink.Sink):
                 try:
                     builder.add(rec, pid, batch)
                 except Exception as exc:
-                    broken += 1
-                    if broken == 1:
-                        LOG.debug('instrument: record %r not exported: %s',
-                                  rec[record.I_EV], exc)
-            lost = broken + builder.lost
-            builder.lost = 0
+                    if rec[record.I_PH] in _COUNTED:
+                        broken += 1
+                    LOG.debug('instrument: record %r not exported: %s',
+                              rec[record.I_EV], exc)
+            if not queue and builder.held:
+                builder.release(stale, pid, batch)
+            self._held = builder.held
             exported = 0
             if batch:
-                events = len(batch) + sum(len(s.events) for s in batch)
                 if self._export(exporter, batch, success):
-                    exported = events
+                    exported = len(batch)
                 else:
-                    lost += events
-            self._settle(exported, lost)
+                    broken += len(batch)
+            if exported or broken:
+                self._settle(exported, broken)
+            if not queue:
+                return
 
     def _export(self, exporter, batch: list, success) -> bool:
         with exporters.quiet_logs() as last_line:
@@ -316,7 +328,7 @@ class OtlpSink(sink.Sink):
         """Block until everything queued was exported or dropped (tests,
         tools); False after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while self._accepted != self._settled:
+        while self._accepted != self._settled + self._held:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)

@@ -9,7 +9,7 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Event tuples -> OpenTelemetry SDK spans (``ReadableSpan``).
+"""Event records -> OpenTelemetry SDK spans (``ReadableSpan``).
 
 Owns the mapping of the event schema onto OTLP, and the little state it
 needs.  Runs only in the OTLP sink's exporter thread, one builder per
@@ -17,22 +17,26 @@ process.
 
 * Trace id: ``tracer.trace_id_hex(req)`` for records with a request id,
   so the spans of one request share a trace on every host.  Records
-  without a request id (periodic tasks, service heartbeats) get the trace
-  of their nearest ancestor without a request id in this process, rooted
-  at ``(random per-process 64 bits << 64) | root span id``: one trace per
-  periodic task run.
+  without a request id (periodic tasks, service heartbeats) share the
+  trace of their local root (the nearest ancestor in this process whose
+  parent is absent or remote), ``(random per-process 64 bits << 64) |
+  root span id``: one trace per periodic task run.  A span without a
+  request id that ends before its parent is exported is held until the
+  parent is seen (at most ``MAX_HELD`` spans, for as long as the sink
+  says; then it goes out as a trace of its own).
 * Span id and parent: the event's own 64-bit ids.  A parent whose id
   carries another process's prefix is marked remote (the RPC sender).
-* ``X`` records become spans; ``I`` records become span events on their
-  enclosing span (or zero-length spans when they have none).  ``B``
-  records are not exported (the file sink keeps the starts of calls that
-  never end); only those without a request id are read, to root traces.
-  ``M`` ``process.start`` feeds resource attributes, ``sql.fingerprint``
-  gives SQL spans ``db.query.text`` (the fingerprint: literals replaced,
-  never parameters).  ``C`` records are not spans.
+* ``X`` records become spans; ``I`` records become zero-length child
+  spans of their enclosing span (they may be read after it was
+  exported).  ``B`` records are not exported (the file sink keeps the
+  starts of calls that never end); those without a request id are read
+  to root traces.  ``M`` ``process.start`` feeds resource attributes,
+  ``sql.fingerprint`` gives SQL spans ``db.query.text`` (the
+  fingerprint: literals replaced, never parameters).  ``C`` records are
+  not spans.
 
-Every map here is bounded; what falls out degrades (a span becomes its
-own trace, an instant is lost and counted), it never grows.
+Every map here is bounded; what falls out degrades (a span becomes a
+trace of its own), it never grows.
 """
 
 import os
@@ -51,8 +55,8 @@ SCOPE_NAME = 'openstack-instrument'
 ATTR_PREFIX = 'instrument.'
 
 # Bounds of the builder's maps.
-MAX_OPEN_ROOTS = 10000
-MAX_PENDING_EVENTS = 10000
+MAX_ROOTS = 10000
+MAX_HELD = 10000
 MAX_FINGERPRINTS = 10000
 
 # What an SDK exporter's export() returns when the collector took it.
@@ -127,21 +131,21 @@ def _flatten(attrs, prefix, out, depth):
 
 
 class SpanBuilder:
-    """Turns one process's event tuples into ``ReadableSpan`` objects."""
+    """Turns one process's event records into ``ReadableSpan`` objects."""
 
     def __init__(self, identity, version: str = 'unknown') -> None:
         self.identity = identity
-        self.version = version
         self.scope = instrumentation.InstrumentationScope(
             SCOPE_NAME, version)
         self._salt = (int.from_bytes(os.urandom(8), 'big') | 1) << 64
+        # span id -> local trace id, for spans without request id.
         self._roots = {}
-        self._events = {}
-        self._n_events = 0
+        # parent span id -> records without request id waiting for it.
+        self._held = {}
+        self.held = 0
         self._fingerprints = {}
         self._resources = {}
         self._process_attrs = {}
-        self.lost = 0
 
     # -- resource ----------------------------------------------------------
 
@@ -177,17 +181,30 @@ class SpanBuilder:
 
     # -- records -----------------------------------------------------------
 
-    def add(self, rec: tuple, pid: int, out: list) -> None:
-        """Read one record; append the span it completes, if any."""
+    def add(self, rec, pid: int, out: list) -> None:
+        """Read one record; append the spans it makes ready, if any."""
         ph = rec[_R.I_PH]
         if ph == schema.PH_COMPLETE:
-            out.append(self._span(rec, pid))
+            span = span_int(rec[_R.I_SPAN])
+            if rec[_R.I_REQ] is not None:
+                out.append(self._span(rec, span, trace_int(rec[_R.I_REQ]),
+                                      pid))
+            else:
+                self._local(rec, span, pid, out)
         elif ph == schema.PH_INSTANT:
-            self._instant(rec, pid, out)
+            # A zero-length child of the enclosing span, with an id of
+            # its own (instants have none).
+            span = tracer.new_span_id()
+            if rec[_R.I_REQ] is not None:
+                out.append(self._span(rec, span, trace_int(rec[_R.I_REQ]),
+                                      pid))
+            else:
+                self._local(rec, span, pid, out)
         elif ph == schema.PH_BEGIN:
             if rec[_R.I_REQ] is None:
                 span = span_int(rec[_R.I_SPAN])
-                self._remember_root(span, self._local_trace(rec, span))
+                trace = self._known_trace(rec, span)
+                self._remember(span, trace or self._salt | span)
         elif ph == schema.PH_META:
             ev = rec[_R.I_EV]
             if ev == 'process.start':
@@ -199,28 +216,73 @@ class SpanBuilder:
                         self._fingerprints.pop(next(iter(self._fingerprints)))
                     self._fingerprints[attrs['fp']] = attrs['text']
 
-    def _local_trace(self, rec, span: int) -> int:
-        parent = rec[_R.I_PARENT]
-        if parent is not None:
-            trace = self._roots.get(span_int(parent))
-            if trace is not None:
-                return trace
-        return self._salt | span
+    def release(self, older_than_us: int, pid: int, out: list) -> None:
+        """Give up waiting for the parents of held spans that ended before
+        ``older_than_us`` (and all of them when it is None): each group
+        goes out as a trace of its own."""
+        held = self._held
+        while held:
+            parent, group = next(iter(held.items()))
+            if older_than_us is not None and _end_us(group[0]) >= \
+                    older_than_us:
+                return
+            del held[parent]
+            self.held -= len(group)
+            trace = self._salt | parent
+            self._remember(parent, trace)
+            for rec, span in group:
+                self._resolve(rec, span, trace, pid, out)
 
-    def _remember_root(self, span: int, trace: int) -> None:
+    # -- spans without request id ------------------------------------------
+
+    def _known_trace(self, rec, span: int):
+        trace = self._roots.get(span)
+        if trace is None:
+            parent = rec[_R.I_PARENT]
+            if parent is not None:
+                trace = self._roots.get(span_int(parent))
+        return trace
+
+    def _remember(self, span: int, trace: int) -> None:
         roots = self._roots
-        if len(roots) >= MAX_OPEN_ROOTS:
+        if span not in roots and len(roots) >= MAX_ROOTS:
             roots.pop(next(iter(roots)))
         roots[span] = trace
 
-    def _trace_of(self, rec, span: int) -> int:
-        req = rec[_R.I_REQ]
-        if req is not None:
-            return trace_int(req)
-        trace = self._roots.pop(span, None)
+    def _local(self, rec, span: int, pid: int, out: list) -> None:
+        trace = self._known_trace(rec, span)
         if trace is None:
-            trace = self._local_trace(rec, span)
-        return trace
+            parent = rec[_R.I_PARENT]
+            if parent is not None:
+                parent = span_int(parent)
+                if parent >> 32 == span >> 32:
+                    # A local parent not seen yet: wait for it.
+                    self._hold(parent, rec, span, pid, out)
+                    return
+            trace = self._salt | span
+        self._resolve(rec, span, trace, pid, out)
+
+    def _hold(self, parent: int, rec, span: int, pid: int,
+              out: list) -> None:
+        if self.held >= MAX_HELD:
+            self.release(None, pid, out)
+        self._held.setdefault(parent, []).append((rec, span))
+        self.held += 1
+
+    def _resolve(self, rec, span: int, trace: int, pid: int,
+                 out: list) -> None:
+        """Export ``rec`` in ``trace``, and the held spans below it."""
+        todo = [(rec, span)]
+        while todo:
+            rec, span = todo.pop()
+            self._remember(span, trace)
+            out.append(self._span(rec, span, trace, pid))
+            group = self._held.pop(span, None)
+            if group:
+                self.held -= len(group)
+                todo.extend(group)
+
+    # -- the span ----------------------------------------------------------
 
     def _attributes(self, rec) -> dict:
         ev = rec[_R.I_EV]
@@ -254,9 +316,7 @@ class SpanBuilder:
             out['error.type'] = err[0]
         return out
 
-    def _span(self, rec, pid: int):
-        span = span_int(rec[_R.I_SPAN])
-        trace = self._trace_of(rec, span)
+    def _span(self, rec, span: int, trace: int, pid: int):
         context = trace_api.SpanContext(trace, span, False, _SAMPLED)
         parent = rec[_R.I_PARENT]
         parent_ctx = None
@@ -271,39 +331,16 @@ class SpanBuilder:
         else:
             status = trace_api.Status(trace_api.StatusCode.UNSET)
         start = rec[_R.I_TS] * 1000
-        dur = rec[_R.I_DUR] or 0
         return sdk_trace.ReadableSpan(
             name=rec[_R.I_EV], context=context, parent=parent_ctx,
             resource=self.resource(pid), attributes=self._attributes(rec),
-            events=self._take_events(span), kind=_KINDS.get(rec[_R.I_EV],
-                                           trace_api.SpanKind.INTERNAL),
-            status=status, start_time=start, end_time=start + dur * 1000,
+            kind=_KINDS.get(rec[_R.I_EV], trace_api.SpanKind.INTERNAL),
+            status=status, start_time=start,
+            end_time=start + (rec[_R.I_DUR] or 0) * 1000,
             instrumentation_scope=self.scope)
 
-    # -- instants ----------------------------------------------------------
 
-    def _instant(self, rec, pid: int, out: list) -> None:
-        parent = rec[_R.I_PARENT]
-        if parent is None:
-            # Nothing to attach it to: a zero-length span of its own.
-            span = tracer.new_span_id()
-            rec = rec[:_R.I_SPAN] + (span,) + rec[_R.I_SPAN + 1:]
-            out.append(self._span(rec, pid))
-            return
-        attrs = {}
-        if rec[_R.I_ATTRS]:
-            flatten(rec[_R.I_ATTRS], ATTR_PREFIX + 'attrs.', attrs)
-        event = sdk_trace.Event(rec[_R.I_EV], attrs, rec[_R.I_TS] * 1000)
-        if self._n_events >= MAX_PENDING_EVENTS:
-            oldest = self._events.pop(next(iter(self._events)))
-            self._n_events -= len(oldest)
-            self.lost += len(oldest)
-        self._events.setdefault(span_int(parent), []).append(event)
-        self._n_events += 1
-
-    def _take_events(self, span: int):
-        events = self._events.pop(span, None)
-        if events is None:
-            return ()
-        self._n_events -= len(events)
-        return events
+def _end_us(entry) -> int:
+    """End (µs) of a held ``(record, span id)`` entry."""
+    rec = entry[0]
+    return rec[_R.I_TS] + (rec[_R.I_DUR] or 0)
