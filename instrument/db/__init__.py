@@ -9,18 +9,77 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""SQL timing from SQLAlchemy / oslo.db engine events (placeholder).
+"""SQL timing: what ``[instrument] sql_timing`` switches on.
 
-``install(tracer, conf)`` attaches the listeners and returns a handle
-with ``remove()``.
+``install(tracer, conf)`` attaches the SQLAlchemy engine listeners
+(``listeners``; their queue is processed by the buffer's writer thread
+before each drain), the per-interval aggregator of the statements not
+written one by one (``aggregate``) and the ``wrap_db_retry`` recorder
+(``retries``), and returns a handle whose ``remove()`` undoes all of it
+and writes what is left, last aggregates included.
 """
 
+from oslo_log import log as logging
 
-class _Nothing:
+from instrument.db import aggregate
+from instrument.db import fingerprint
+from instrument.db import listeners as listeners_mod
+from instrument.db import retries
+
+LOG = logging.getLogger(__name__)
+
+
+class SqlTiming:
+    """The installed SQL instrumentation of a process."""
+
+    def __init__(self, tracer, slow_query_threshold_ms: float = 0.0,
+                 aggregate_interval_s: float = 10.0) -> None:
+        self.tracer = tracer
+        self.memo = fingerprint.Memo()
+        self.aggregator = aggregate.Aggregator(tracer, aggregate_interval_s)
+        self.listeners = listeners_mod.SqlListeners(
+            tracer, self.aggregator, self.memo, slow_query_threshold_ms)
+        self.retries = retries.RetryRecorder(
+            tracer, self.listeners._attribution)
+        self._buffer = getattr(tracer, 'buffer', None)
+        self._installed = False
+
+    def install(self) -> 'SqlTiming':
+        if self._installed:
+            return self
+        self._installed = True
+        self.listeners.install()
+        self.retries.install()
+        add_periodic = getattr(self._buffer, 'add_periodic', None)
+        if add_periodic is not None:
+            add_periodic(self.listeners.process)
+        return self
+
+    def process(self, final: bool = False) -> None:
+        """Turn what is queued into records now (the buffer's writer
+        does it before each drain)."""
+        self.listeners.process(final)
+
     def remove(self) -> None:
-        pass
+        """Detach listeners and retry recorder; write the last
+        aggregates (idempotent)."""
+        if not self._installed:
+            return
+        self._installed = False
+        self.listeners.remove()
+        self.retries.remove()
+        remove_periodic = getattr(self._buffer, 'remove_periodic', None)
+        if remove_periodic is not None:
+            remove_periodic(self.listeners.process)
+        try:
+            self.listeners.process(final=True)
+        except Exception:
+            LOG.exception('instrument: writing the last SQL records')
 
 
-def install(tracer, conf):
-    """Attach SQL listeners; returns a handle with ``remove()``."""
-    return _Nothing()
+def install(tracer, conf) -> SqlTiming:
+    """Attach SQL timing as configured in ``conf.instrument``; returns the
+    handle (``remove()``)."""
+    group = conf.instrument
+    return SqlTiming(tracer, group.slow_query_threshold,
+                     group.sql_aggregate_interval).install()

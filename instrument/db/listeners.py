@@ -1,0 +1,622 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""SQLAlchemy engine listeners: ``sql.query`` and ``sql.txn`` records.
+
+Listeners are attached at class level (``event.listen(Engine, ...)``), so
+every engine of the process is covered whenever it was created, before
+or after ``install``.  The first transaction seen on an engine "adopts"
+its dialect, once:
+
+* its database name is read from the engine URL and cached;
+* a ``handle_error`` listener is appended to the dialect *after*
+  oslo.db's exception filter (which oslo.db registers when it creates the
+  engine), so it sees the translated exception (``DBDeadlock``,
+  ``DBConnectionError``...) in ``ExceptionContext.chained_exception``.
+  A class-level ``handle_error`` listener, which runs before oslo.db's,
+  queues the failure first with the exception SQLAlchemy raises: when
+  oslo.db's filter re-raises that one (it does for OperationalErrors it
+  does not translate, e.g. lock wait timeouts) the later listeners are
+  skipped, and that is what the caller got.  The late listener settles
+  the queued failure with the translated class; the writer waits up to
+  ``SETTLE_NS`` for it;
+* ``do_commit``/``do_rollback`` are wrapped on that dialect instance to
+  time the COMMIT/ROLLBACK round trip of a transaction that the
+  ``commit``/``rollback`` events announced (pool reset rollbacks pass
+  through untimed).
+
+The calling thread does as little as a bare timing listener: the start
+goes on the execution context, and the end appends one tuple of
+references (times, statement text, transaction state, current span
+frame, rowcount) to a bounded deque.  Everything else -- fingerprint
+memo, attribution, slow/sampling decision, record building, aggregates
+-- happens in ``process``, which the buffer's writer thread runs before
+each drain.  A full deque drops and counts (``sql.dropped``).  Bound
+parameters are never read.
+"""
+
+import collections
+import contextvars
+import os
+import threading
+import time
+import weakref
+
+from oslo_context import context as oslo_context
+from oslo_log import log as logging
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from instrument import record
+from instrument import schema
+from instrument import tracer as tracing
+from instrument.db import fingerprint
+
+LOG = logging.getLogger(__name__)
+
+EV_QUERY = 'sql.query'
+EV_TXN = 'sql.txn'
+EV_FINGERPRINT = 'sql.fingerprint'
+EV_DROPPED = 'sql.dropped'
+
+OUTCOME_COMMIT = 'commit'
+OUTCOME_ROLLBACK = 'rollback'
+
+MEMORY_DB = ':memory:'
+
+# Entries waiting for the writer; beyond this they are dropped and
+# counted.  The writer empties the deque every flush_interval.
+MAX_PENDING = 200000
+
+# Attributes this module keeps on SQLAlchemy objects.
+ATTR_T0 = '_instrument_t0'          # ExecutionContext (or Connection)
+ATTR_TXN = '_instrument_txn'        # Connection
+ATTR_DB = '_instrument_db'          # Dialect: (owner, database name)
+ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
+
+# Transaction state (a list, on the Connection while it is open):
+# perf_ns at begin, database, attribution tuple at begin (parent, req,
+# greq, inst, svc, host, call), then filled in by the writer: span id,
+# statements seen.
+T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT = range(5)
+# Positions in an attribution tuple: those of a tracer frame.
+A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
+
+# Entry kinds and layout: (kind, t0, t1, statement, txn, frame, rows,
+# many, err, disconnect, outcome or, for a statement, its Connection).
+K_STMT = 0
+K_END = 1       # COMMIT/ROLLBACK round trip, then the transaction
+K_TXN = 2       # the transaction only (no round trip happened)
+
+PH_X = schema.PH_COMPLETE
+ST_OK = schema.ST_OK
+ST_ERROR = schema.ST_ERROR
+
+_perf_ns = time.perf_counter_ns
+_time_ns = time.time_ns
+_current_context = oslo_context.get_current
+
+# A transaction whose COMMIT/ROLLBACK was announced by the event and is
+# about to reach the dialect: (dbapi connection, Connection, txn state,
+# outcome, perf_ns of the event).
+_ENDING = contextvars.ContextVar('instrument_sql_ending', default=None)
+
+# The error of a queued failure is a list, [error tuple, disconnect,
+# settled], that the handle_error listeners complete; it is also on the
+# Connection (ATTR_ERROR) until the late listener has seen it.
+E_ERR, E_DISCONNECT, E_SETTLED = range(3)
+# How long the writer waits for oslo.db's translation of a failure.
+SETTLE_NS = 2 * 1000 * 1000 * 1000
+
+_LIVE = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for listeners in list(_LIVE):
+        listeners.reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def database_name(url) -> str:
+    """Database of an engine URL; for sqlite the file name or
+    ``:memory:``."""
+    database = getattr(url, 'database', None)
+    backend = ''
+    try:
+        backend = url.get_backend_name()
+    except Exception:  # a URL-like object without the method
+        pass
+    if backend == 'sqlite':
+        if not database or database == MEMORY_DB or \
+                database.startswith('file::memory:'):
+            return MEMORY_DB
+        return os.path.basename(database.split('?', 1)[0]) or database
+    return database or ''
+
+
+def _request_of_context():
+    """(req, greq) of the current oslo.context, outside any span."""
+    ctx = _current_context()
+    if ctx is None:
+        return None, None
+    return (getattr(ctx, 'request_id', None),
+            getattr(ctx, 'global_request_id', None))
+
+
+class _Faults:
+    """Counts faults of the listeners; logs the first one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, exc: BaseException) -> None:
+        self.count += 1
+        if self.count == 1:
+            LOG.warning('instrument: fault in the SQL listeners (%s: %s); '
+                        'the statement is unaffected, further faults are '
+                        'counted, not logged', exc.__class__.__name__, exc,
+                        exc_info=(type(exc), exc, exc.__traceback__))
+
+
+class SqlListeners:
+    """The engine listeners of one ``install``; ``remove`` undoes them."""
+
+    def __init__(self, tracer, aggregator, memo=None,
+                 slow_query_threshold_ms: float = 0.0,
+                 max_pending: int = MAX_PENDING) -> None:
+        self.tracer = tracer
+        self.aggregator = aggregator
+        self.memo = memo if memo is not None else fingerprint.Memo()
+        self.slow_ns = int(slow_query_threshold_ms * 1000000)
+        self.max_pending = max_pending
+        self.pending = collections.deque()
+        self.dropped = 0
+        self._reported_dropped = 0
+        self.faults = _Faults()
+        self._adopted = weakref.WeakKeyDictionary()
+        self._adopt_lock = threading.Lock()
+        self._process_lock = threading.Lock()
+        self._events = []
+        self._installed = False
+        self._build()
+        _LIVE.add(self)
+
+    def reset(self) -> None:
+        """In a forked child: the parent writes what it had queued; the
+        child announces its own fingerprints."""
+        self.pending.clear()
+        self.dropped = 0
+        self._reported_dropped = 0
+        self._process_lock = threading.Lock()
+        self.memo.clear()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def install(self) -> None:
+        """Listen on every engine, existing and future (idempotent)."""
+        if self._installed:
+            return
+        self._installed = True
+        self._events = [
+            ('before_cursor_execute', self.before_cursor_execute,
+             {'retval': True}),
+            ('after_cursor_execute', self.after_cursor_execute, {}),
+            ('begin', self.on_begin, {}),
+            ('commit', self.on_commit, {}),
+            ('rollback', self.on_rollback, {}),
+            ('handle_error', self.early_error, {}),
+        ]
+        for name, fn, kwargs in self._events:
+            event.listen(Engine, name, fn, **kwargs)
+
+    def remove(self) -> None:
+        """Detach everything this object attached (idempotent)."""
+        if not self._installed:
+            return
+        self._installed = False
+        for name, fn, _kwargs in self._events:
+            try:
+                event.remove(Engine, name, fn)
+            except Exception as exc:
+                LOG.warning('instrument: could not remove SQL listener %s: '
+                            '%s', name, exc)
+        with self._adopt_lock:
+            for dialect in list(self._adopted.keys()):
+                self._release(dialect)
+            self._adopted.clear()
+
+    # -- engines -----------------------------------------------------------
+
+    def adopted(self) -> int:
+        """Number of dialects (engines) adopted so far."""
+        return len(self._adopted)
+
+    def _adopt(self, conn) -> str:
+        """First sight of an engine: cache its database name, add the
+        late error listener and the COMMIT/ROLLBACK timers."""
+        dialect = conn.dialect
+        with self._adopt_lock:
+            db = self._adopted.get(dialect)
+            if db is not None:
+                return db
+            db = database_name(conn.engine.url)
+            setattr(dialect, ATTR_DB, (self, db))
+            event.listen(dialect, 'handle_error', self.handle_error)
+            for name, outcome in (('do_commit', OUTCOME_COMMIT),
+                                  ('do_rollback', OUTCOME_ROLLBACK)):
+                original = getattr(dialect, name)
+                setattr(dialect, name, self._timed_end(original, outcome))
+            self._adopted[dialect] = db
+            return db
+
+    def _release(self, dialect) -> None:
+        if vars(dialect).get(ATTR_DB, (None,))[0] is self:
+            delattr(dialect, ATTR_DB)
+        try:
+            event.remove(dialect, 'handle_error', self.handle_error)
+        except Exception as exc:
+            LOG.debug('instrument: removing handle_error: %s', exc)
+        for name in ('do_commit', 'do_rollback'):
+            wrapper = vars(dialect).get(name)
+            if getattr(wrapper, '_instrument_owner', None) is self:
+                delattr(dialect, name)
+
+    def _db_of(self, conn) -> str:
+        owned = getattr(conn.dialect, ATTR_DB, None)
+        if owned is not None and owned[0] is self:
+            return owned[1]
+        return self._adopt(conn)
+
+    # -- the hot path --------------------------------------------------------
+
+    def _build(self) -> None:
+        """Make the per-statement listeners as closures over locals."""
+        pending = self.pending
+        append = pending.append
+        max_pending = self.max_pending
+        current_frame = tracing.current_frame
+        perf_ns = _perf_ns
+        faults = self.faults
+        listeners = self
+
+        def before_cursor_execute(conn, cursor, statement, parameters,
+                                  context, executemany):
+            if context is not None:
+                context._instrument_t0 = perf_ns()
+            else:
+                conn._instrument_t0 = perf_ns()
+            return statement, parameters
+
+        def after_cursor_execute(conn, cursor, statement, parameters,
+                                 context, executemany):
+            t1 = perf_ns()
+            try:
+                if len(pending) < max_pending:
+                    append((K_STMT,
+                            context._instrument_t0 if context is not None
+                            else conn._instrument_t0,
+                            t1, statement, getattr(conn, ATTR_TXN, None),
+                            current_frame(), cursor.rowcount, executemany,
+                            None, False, conn))
+                else:
+                    listeners.dropped += 1
+            except Exception as exc:
+                faults(exc)
+
+        self.before_cursor_execute = before_cursor_execute
+        self.after_cursor_execute = after_cursor_execute
+
+    def _queue(self, entry: tuple) -> None:
+        if len(self.pending) < self.max_pending:
+            self.pending.append(entry)
+        else:
+            self.dropped += 1
+
+    @staticmethod
+    def _attribution() -> tuple:
+        """(parent, req, greq, inst, svc, host, call) of the current
+        call; svc and host None outside any span (the writer fills in
+        the process's)."""
+        frame = tracing.current_frame()
+        if frame is not None:
+            return frame
+        req, greq = _request_of_context()
+        return (None, req, greq, None, None, None, None)
+
+    def early_error(self, ctx) -> None:
+        """Runs before oslo.db's filter (class level): queues the failed
+        statement with the exception SQLAlchemy is about to raise."""
+        try:
+            t1 = _perf_ns()
+            conn = ctx.connection
+            if conn is None:
+                return None
+            raw = ctx.sqlalchemy_exception or ctx.original_exception
+            statement = ctx.statement
+            if statement is None:
+                # A failed COMMIT/ROLLBACK, queued by the timer: name the
+                # exception the caller gets if no later handler runs.
+                error = vars(conn).get(ATTR_ERROR)
+                if error is not None:
+                    error[E_ERR] = tracing.error_of(raw)
+                return None
+            context = ctx.execution_context
+            if context is not None:
+                t0 = getattr(context, ATTR_T0, None)
+                many = bool(getattr(context, 'executemany', False))
+            else:
+                t0 = vars(conn).pop(ATTR_T0, None)
+                many = False
+            error = [tracing.error_of(raw), bool(ctx.is_disconnect), False]
+            conn._instrument_error = error
+            self._queue((K_STMT, t0, t1, statement,
+                         getattr(conn, ATTR_TXN, None),
+                         tracing.current_frame(), None, many, error, False,
+                         conn))
+        except Exception as fault:
+            self.faults(fault)
+        return None
+
+    def handle_error(self, ctx) -> None:
+        """Runs after oslo.db's filter: settles the queued failure with
+        the translated exception."""
+        try:
+            conn = ctx.connection
+            if conn is None:
+                return None
+            error = vars(conn).pop(ATTR_ERROR, None)
+            if error is None:
+                return None
+            # chained_exception: what an earlier handler (oslo.db's
+            # filter) turned the error into; set only when one did.
+            exc = getattr(ctx, 'chained_exception', None)
+            if exc is not None:
+                error[E_ERR] = tracing.error_of(exc)
+            error[E_DISCONNECT] = bool(ctx.is_disconnect)
+            error[E_SETTLED] = True
+        except Exception as fault:
+            self.faults(fault)
+        return None
+
+    # -- transactions ------------------------------------------------------
+
+    def on_begin(self, conn) -> None:
+        try:
+            self._flush_stale()
+            conn._instrument_txn = [_perf_ns(), self._db_of(conn),
+                                    self._attribution(), None, 0]
+        except Exception as exc:
+            self.faults(exc)
+
+    def on_commit(self, conn) -> None:
+        self._ending(conn, OUTCOME_COMMIT)
+
+    def on_rollback(self, conn) -> None:
+        self._ending(conn, OUTCOME_ROLLBACK)
+
+    def _ending(self, conn, outcome: str) -> None:
+        """COMMIT/ROLLBACK announced: hand the transaction to the timed
+        ``do_commit``/``do_rollback`` of the dialect."""
+        try:
+            self._flush_stale()
+            txn = getattr(conn, ATTR_TXN, None)
+            if txn is None:
+                return
+            conn._instrument_txn = None
+            now = _perf_ns()
+            dbapi_conn = getattr(conn, '_dbapi_connection', None)
+            if dbapi_conn is None:
+                # Invalidated: no round trip will happen.
+                self._queue((K_TXN, None, now, None, txn, None, None,
+                             False, None, False, outcome))
+                return
+            _ENDING.set((dbapi_conn, conn, txn, outcome, now))
+        except Exception as exc:
+            self.faults(exc)
+
+    def _flush_stale(self) -> None:
+        """Queue the transaction of an earlier ending whose round trip
+        never came (the connection was invalidated meanwhile)."""
+        stale = _ENDING.get()
+        if stale is not None:
+            _ENDING.set(None)
+            self._queue((K_TXN, None, stale[4], None, stale[2], None, None,
+                         False, None, False, stale[3]))
+
+    def _queue_end(self, ending: tuple, t0: int, t1: int, error) -> None:
+        _dbapi, _conn, txn, outcome, _event = ending
+        self._queue((K_END, t0, t1, None, txn, None, None, False, error,
+                     False, outcome))
+
+    def _timed_end(self, original, outcome: str):
+        listeners = self
+
+        def timed(dbapi_connection, *args, **kwargs):
+            ending = _ENDING.get()
+            if ending is None or ending[0] is not dbapi_connection:
+                return original(dbapi_connection, *args, **kwargs)
+            _ENDING.set(None)
+            t0 = _perf_ns()
+            try:
+                result = original(dbapi_connection, *args, **kwargs)
+            except BaseException as exc:
+                t1 = _perf_ns()
+                try:
+                    error = [tracing.error_of(exc), False, False]
+                    ending[1]._instrument_error = error
+                    listeners._queue_end(ending, t0, t1, error)
+                except Exception as fault:
+                    listeners.faults(fault)
+                raise
+            t1 = _perf_ns()
+            try:
+                listeners._queue_end(ending, t0, t1, None)
+            except Exception as fault:
+                listeners.faults(fault)
+            return result
+
+        timed._instrument_owner = self
+        timed.__wrapped__ = original
+        return timed
+
+    # -- the writer side -----------------------------------------------------
+
+    def _query_class(self, statement: str):
+        """Memoised class of a statement; announces a new one."""
+        qclass = self.memo.get(statement)
+        if qclass is None:
+            qclass, new = self.memo.learn(statement)
+            if new:
+                tracer = self.tracer
+                tracer.emit(record.meta(
+                    EV_FINGERPRINT, tracer.host, tracer.svc,
+                    _time_ns() // 1000,
+                    {'fp': qclass.qid, 'text': qclass.text,
+                     'kind': qclass.kind}))
+        return qclass
+
+    def process(self, final: bool = False) -> None:
+        """Turn queued entries into records and aggregates.  Runs in the
+        buffer's writer thread (and at removal); never on the hot path.
+        """
+        with self._process_lock:
+            self.aggregator.rollover()
+            now = _perf_ns()
+            offset = _time_ns() - now
+            pending = self.pending
+            popleft = pending.popleft
+            for _ in range(len(pending)):
+                try:
+                    entry = popleft()
+                except IndexError:  # pragma: no cover - raced a reset
+                    break
+                error = entry[8]
+                if error is not None and not error[E_SETTLED] and \
+                        not final and now - entry[2] < SETTLE_NS:
+                    # oslo.db's translation may still be on its way;
+                    # keep the order: wait for the next round.
+                    pending.appendleft(entry)
+                    break
+                try:
+                    if entry[0] == K_STMT:
+                        self._statement(entry, offset)
+                    else:
+                        self._transaction_end(entry, offset)
+                except Exception as exc:
+                    self.faults(exc)
+            self._report_dropped()
+            if final:
+                self.aggregator.rollover(final=True)
+
+    def _detail(self, dur_ns: int, req, err) -> bool:
+        if err is not None:
+            return True
+        return dur_ns >= self.slow_ns and self.tracer.sampled(req)
+
+    def _txn_span(self, txn) -> tuple:
+        span = txn[T_SPAN]
+        if span is None:
+            span = txn[T_SPAN] = tracing.new_span_id()
+        return span
+
+    def _statement(self, entry: tuple, offset: int) -> None:
+        (_k, t0, t1, statement, txn, frame, rows, many, error, _d,
+         conn) = entry
+        err = disconnect = None
+        if error is not None:
+            err, disconnect = error[E_ERR], error[E_DISCONNECT]
+        if t0 is None:      # failed before it reached the cursor
+            t0 = t1
+        dur_ns = t1 - t0
+        qclass = self._query_class(statement)
+        if txn is not None:
+            txn[T_COUNT] += 1
+            db = txn[T_DB]
+            attribution = frame if frame is not None else txn[T_ATTR]
+        else:
+            db = self._adopted.get(conn.dialect) or ''
+            attribution = frame if frame is not None else (
+                None, None, None, None, None, None, None)
+        parent, req, greq, inst, svc, host, call = attribution
+        if rows is not None and rows < 0:
+            rows = None
+        dur = dur_ns // 1000
+        if not self._detail(dur_ns, req, err):
+            self.aggregator.add(qclass.qid, db, qclass.kind, call, dur,
+                                rows, False)
+            return
+        attrs = {'fp': qclass.qid, 'db': db, 'kind': qclass.kind,
+                 'rows': rows, 'many': bool(many),
+                 'txn': record.span_hex(self._txn_span(txn))
+                 if txn is not None else None,
+                 'call': call}
+        if disconnect:
+            attrs['disconnect'] = True
+        tracer = self.tracer
+        self.tracer.emit((
+            PH_X, (t0 + offset) // 1000, dur, host or tracer.host,
+            svc or tracer.svc, None, EV_QUERY, tracing.new_span_id(),
+            parent, req, greq, inst, ST_OK if err is None else ST_ERROR,
+            err, attrs))
+
+    def _transaction_end(self, entry: tuple, offset: int) -> None:
+        (kind, t0, t1, _s, txn, _f, _r, _m, error, _d, outcome) = entry
+        err = disconnect = None
+        if error is not None:
+            err, disconnect = error[E_ERR], error[E_DISCONNECT]
+        parent, req, greq, inst, svc, host, call = txn[T_ATTR]
+        tracer = self.tracer
+        host = host or tracer.host
+        svc = svc or tracer.svc
+        db = txn[T_DB]
+        if kind == K_END:
+            qclass = self._query_class(
+                'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK')
+            dur_ns = t1 - t0
+            dur = dur_ns // 1000
+            if self._detail(dur_ns, req, err):
+                attrs = {'fp': qclass.qid, 'db': db, 'kind': qclass.kind,
+                         'rows': None, 'many': False,
+                         'txn': record.span_hex(self._txn_span(txn)),
+                         'call': call}
+                if disconnect:
+                    attrs['disconnect'] = True
+                tracer.emit((
+                    PH_X, (t0 + offset) // 1000, dur, host, svc, None,
+                    EV_QUERY, tracing.new_span_id(), parent, req, greq,
+                    inst, ST_OK if err is None else ST_ERROR, err, attrs))
+            else:
+                self.aggregator.add(qclass.qid, db, qclass.kind, call, dur,
+                                    None, False)
+        dur_ns = t1 - txn[T_T0]
+        if not self._detail(dur_ns, req, err):
+            return
+        tracer.emit((
+            PH_X, (txn[T_T0] + offset) // 1000, dur_ns // 1000, host, svc,
+            None, EV_TXN, self._txn_span(txn), parent, req, greq, inst,
+            ST_OK if err is None else ST_ERROR, err,
+            {'db': db, 'statements': txn[T_COUNT], 'outcome': outcome,
+             'call': call}))
+
+    def _report_dropped(self) -> None:
+        dropped = self.dropped
+        if dropped == self._reported_dropped:
+            return
+        if not self._reported_dropped:
+            LOG.warning('instrument: SQL statements are being dropped (the '
+                        'writer does not keep up); counted in sql.dropped '
+                        'records')
+        self._reported_dropped = dropped
+        tracer = self.tracer
+        tracer.emit(record.counter(EV_DROPPED, tracer.host, tracer.svc,
+                                   _time_ns() // 1000, {'count': dropped}))

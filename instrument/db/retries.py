@@ -1,0 +1,183 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""``db.retry`` events from ``oslo_db.api.wrap_db_retry``.
+
+nova decorates its DB API functions with ``wrap_db_retry`` when its
+modules are imported, usually before ``instrument.setup`` runs, so
+patching the decorator would miss them.  Every retry loop, however old,
+asks its decorator instance ``_is_exception_expected(exc)`` once per
+failure, looked up on the class at call time: that method is wrapped
+(wrapt, on the class; restored by ``remove``).  When it answers True the
+call is retried unless the retries are exhausted; the attempt number and
+the remaining count are read from the retry loop's frame (``remaining``
+and ``f`` of oslo.db's wrapper).  If a future oslo.db renames them the
+event is still written, without ``attempt``/``exhausted``.
+
+The module is patched when it is imported (wrapt post-import hook) if it
+is not imported yet; nothing of oslo.db is imported here.
+"""
+
+import os
+import sys
+import threading
+import time
+import weakref
+
+from oslo_log import log as logging
+import wrapt
+
+from instrument import schema
+from instrument import tracer as tracing
+
+LOG = logging.getLogger(__name__)
+
+EV_RETRY = 'db.retry'
+MODULE = 'oslo_db.api'
+CLASS = 'wrap_db_retry'
+METHOD = '_is_exception_expected'
+# How far up from the wrapper to look for oslo.db's retry loop frame.
+MAX_FRAME_DEPTH = 5
+
+PH_I = schema.PH_INSTANT
+_API_FILE = os.path.join('oslo_db', 'api.py')
+
+_RECORDERS = weakref.WeakSet()
+_HOOK_LOCK = threading.Lock()
+_hooked = False
+
+
+def _on_import(module) -> None:
+    # Runs inside the import of oslo_db.api: never let an error out.
+    for recorder in list(_RECORDERS):
+        try:
+            recorder._patch(module)
+        except Exception:
+            LOG.exception('instrument: cannot patch %s.%s.%s', MODULE,
+                          CLASS, METHOD)
+
+
+def _hook() -> None:
+    global _hooked
+    with _HOOK_LOCK:
+        if _hooked:
+            return
+        _hooked = True
+    wrapt.register_post_import_hook(_on_import, MODULE)
+
+
+def _callable_name(fn) -> str | None:
+    if fn is None:
+        return None
+    module = getattr(fn, '__module__', None)
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__',
+                                                        None)
+    if name is None:
+        return None
+    return '%s.%s' % (module, name) if module else name
+
+
+def _retry_loop_locals(frame):
+    """Locals of oslo.db's retry wrapper, found above ``frame``."""
+    depth = 0
+    while frame is not None and depth < MAX_FRAME_DEPTH:
+        code = frame.f_code
+        if code.co_filename.endswith(_API_FILE) and \
+                'remaining' in code.co_varnames:
+            return frame.f_locals
+        frame = frame.f_back
+        depth += 1
+    return None
+
+
+class RetryRecorder:
+    """Writes a ``db.retry`` instant for every retried DB call."""
+
+    def __init__(self, tracer, attribution) -> None:
+        """``attribution()`` returns (parent, req, greq, inst, svc, host,
+        call) of the current call (svc, host None: the tracer's)."""
+        self.tracer = tracer
+        self.attribution = attribution
+        self.faults = 0
+        self._installed = None
+        self._active = False
+        _RECORDERS.add(self)
+
+    def install(self) -> None:
+        self._active = True
+        module = sys.modules.get(MODULE)
+        if module is not None:
+            self._patch(module)
+        else:
+            _hook()
+
+    def remove(self) -> None:
+        self._active = False
+        installed, self._installed = self._installed, None
+        if installed is None:
+            return
+        owner, wrapper, original = installed
+        if vars(owner).get(METHOD) is wrapper:
+            setattr(owner, METHOD, original)
+
+    @property
+    def patched(self) -> bool:
+        return self._installed is not None
+
+    def _patch(self, module) -> None:
+        if not self._active or self._installed is not None:
+            return
+        owner = getattr(module, CLASS, None)
+        original = vars(owner).get(METHOD) if owner is not None else None
+        if original is None:
+            LOG.warning('instrument: %s.%s.%s not found (other oslo.db '
+                        'release?); DB retries are not recorded', MODULE,
+                        CLASS, METHOD)
+            return
+        wrapper = wrapt.FunctionWrapper(original, self._wrapper)
+        setattr(owner, METHOD, wrapper)
+        self._installed = (owner, wrapper, original)
+
+    def _wrapper(self, wrapped, instance, args, kwargs):
+        expected = wrapped(*args, **kwargs)
+        if expected and self._active:
+            try:
+                self._record(instance, args[0] if args else None,
+                             sys._getframe(1))
+            except Exception as exc:
+                self.faults += 1
+                if self.faults == 1:
+                    LOG.warning('instrument: fault recording a DB retry '
+                                '(%s: %s)', exc.__class__.__name__, exc)
+        return expected
+
+    def _record(self, decorator, exc, frame) -> None:
+        local = _retry_loop_locals(frame)
+        attempt = exhausted = func = None
+        if local is not None:
+            remaining = local.get('remaining')
+            max_retries = getattr(decorator, 'max_retries', None)
+            if isinstance(remaining, int) and isinstance(max_retries, int):
+                attempt = max_retries - remaining + 1
+                exhausted = remaining <= 0
+            func = _callable_name(local.get('f'))
+        cause = getattr(exc, 'inner_exc', None) or exc
+        parent, req, greq, inst, svc, host, _call = self.attribution()
+        tracer = self.tracer
+        tracer.emit((
+            PH_I, time.time_ns() // 1000, None, host or tracer.host,
+            svc or tracer.svc,
+            threading.get_ident(), EV_RETRY, None, parent, req, greq, inst,
+            None, None,
+            {'attempt': attempt,
+             'cls': tracing.error_class(cause) if cause is not None
+             else None,
+             'func': func, 'exhausted': exhausted}))

@@ -1,0 +1,448 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""sql.query / sql.txn / sql.fingerprint records through oslo.db on sqlite."""
+
+import os
+
+from oslo_context import context as oslo_context
+from oslo_db import exception as db_exc
+from oslo_db.sqlalchemy import enginefacade
+from oslo_db.sqlalchemy import engines
+import sqlalchemy as sa
+import testtools
+
+from instrument.db import fingerprint
+from instrument.db import listeners
+from instrument import tracer as tracer_mod
+from tests.unit import base
+from tests.unit.db import fixtures as db_fixtures
+
+INSERT = 'INSERT INTO instances (uuid, host) VALUES (:uuid, :host)'
+
+
+@enginefacade.transaction_context_provider
+class Context(oslo_context.RequestContext):
+    """A nova-like request context that enginefacade can use."""
+
+
+def _schema(engine):
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            'CREATE TABLE instances (id INTEGER PRIMARY KEY, '
+            'uuid VARCHAR(36) UNIQUE, host VARCHAR(255))')
+
+
+class SqlTestCase(base.TestCase):
+
+    options = {}
+
+    def setUp(self):
+        super().setUp()
+        # The context of one test must not leak into the next.
+        self.addCleanup(oslo_context.get_current() and
+                        oslo_context.get_current().update_store or
+                        (lambda: None))
+        self.addCleanup(setattr, oslo_context._request_store, 'context',
+                        None)
+
+    def install(self, **options):
+        return self.useFixture(db_fixtures.SqlTiming(**options))
+
+    def engine(self, name):
+        """A file-backed sqlite engine made by oslo.db (its exception
+        filter registered, as for nova)."""
+        path = os.path.join(self.tmp, name)
+        engine = engines.create_engine('sqlite:///' + path)
+        self.addCleanup(engine.dispose)
+        return engine
+
+
+class TestStatements(SqlTestCase):
+
+    def test_records_through_enginefacade(self):
+        timing = self.install()
+        manager = enginefacade.transaction_context()
+        manager.configure(connection='sqlite:///' +
+                          os.path.join(self.tmp, 'nova_api.sqlite'))
+        ctx = Context(request_id='req-4f1d', global_request_id='req-g1')
+        with manager.writer.using(ctx) as session:
+            session.execute(sa.text(
+                'CREATE TABLE instances (id INTEGER PRIMARY KEY, '
+                'uuid VARCHAR(36), host VARCHAR(255))'))
+            session.execute(sa.text(INSERT), [
+                {'uuid': 'uuid-param-1', 'host': 'host-param-1'},
+                {'uuid': 'uuid-param-2', 'host': 'host-param-2'}])
+        with manager.reader.using(ctx) as session:
+            session.execute(sa.text(
+                'SELECT uuid FROM instances WHERE host IN (:a, :b)'),
+                {'a': 'host-param-1', 'b': 'host-param-2'}).fetchall()
+
+        queries = timing.records('sql.query')
+        by_kind = {}
+        for rec in queries:
+            by_kind.setdefault(rec['attrs']['kind'], []).append(rec)
+        insert, = by_kind['INSERT']
+        select, = by_kind['SELECT']
+        self.assertEqual('X', insert['ph'])
+        self.assertEqual('req-4f1d', insert['req'])
+        self.assertEqual('req-g1', insert['greq'])
+        self.assertEqual('nova_api.sqlite', insert['attrs']['db'])
+        self.assertEqual(2, insert['attrs']['rows'])
+        self.assertIs(True, insert['attrs']['many'])
+        self.assertFalse(select['attrs']['many'])
+        self.assertEqual(fingerprint.classify(
+            'SELECT uuid FROM instances WHERE host IN (?, ?)').qid,
+            select['attrs']['fp'])
+        for rec in queries:
+            self.assertEqual('ok', rec['st'])
+            self.assertGreaterEqual(rec['dur_us'], 0)
+            self.assertEqual('conductor', rec['svc'])
+            self.assertEqual('testhost', rec['host'])
+        # Never the parameters.
+        text = repr(timing.records())
+        self.assertNotIn('-param-', text)
+
+        txns = timing.records('sql.txn')
+        # oslo.db's sqlite engine issues an explicit BEGIN: statements are
+        # BEGIN, CREATE TABLE, INSERT.
+        writer = [t for t in txns if t['attrs']['statements'] == 3]
+        self.assertEqual(1, len(writer), txns)
+        self.assertEqual('commit', writer[0]['attrs']['outcome'])
+        self.assertEqual('req-4f1d', writer[0]['req'])
+        self.assertEqual(writer[0]['span'], insert['attrs']['txn'])
+        commits = [q for q in queries if q['attrs']['kind'] == 'COMMIT'
+                   and q['attrs']['txn'] == writer[0]['span']]
+        self.assertEqual(1, len(commits))
+        # The transaction spans its statements and its COMMIT.
+        self.assertLessEqual(writer[0]['ts'], insert['ts'])
+        self.assertGreaterEqual(
+            writer[0]['ts'] + writer[0]['dur_us'] + 2,
+            commits[0]['ts'] + commits[0]['dur_us'])
+
+    def test_fingerprint_written_once_per_class(self):
+        timing = self.install()
+        engine = self.engine('nova.sqlite')
+        _schema(engine)
+        with engine.begin() as conn:
+            for n in range(1, 6):
+                # An expanding IN: SQLAlchemy renders n markers.
+                stmt = sa.text(
+                    'SELECT id FROM instances WHERE uuid IN :uuids'
+                ).bindparams(sa.bindparam('uuids', expanding=True))
+                conn.execute(stmt, {'uuids': ['x'] * n}).fetchall()
+        selects = [q for q in timing.records('sql.query')
+                   if q['attrs']['kind'] == 'SELECT']
+        self.assertEqual(5, len(selects))
+        self.assertEqual(1, len({q['attrs']['fp'] for q in selects}))
+        texts = [m for m in timing.records('sql.fingerprint')
+                 if m['attrs']['fp'] == selects[0]['attrs']['fp']]
+        self.assertEqual(1, len(texts))
+        self.assertEqual('M', texts[0]['ph'])
+        self.assertEqual('select id from instances where uuid in(?+)',
+                         texts[0]['attrs']['text'])
+        self.assertEqual('SELECT', texts[0]['attrs']['kind'])
+
+    def test_parent_is_the_enclosing_span(self):
+        timing = self.install()
+        engine = self.engine('nova_cell1.sqlite')
+        _schema(engine)
+        ctx = oslo_context.RequestContext(request_id='req-span')
+        with timing.tracer.span('scheduler.host_states', ctx=ctx,
+                                inst=['i-1']):
+            with engine.connect() as conn:
+                conn.exec_driver_sql('SELECT count(*) FROM instances')
+                conn.commit()
+        span, = [r for r in timing.records('scheduler.host_states')
+                 if r['ph'] == 'X']
+        select, = [q for q in timing.records('sql.query')
+                   if q['attrs']['kind'] == 'SELECT']
+        self.assertEqual(span['span'], select['parent'])
+        self.assertEqual('req-span', select['req'])
+        self.assertEqual(['i-1'], select['inst'])
+        self.assertEqual('scheduler.host_states', select['attrs']['call'])
+        self.assertEqual('nova_cell1.sqlite', select['attrs']['db'])
+
+    def test_outside_any_span_without_context(self):
+        timing = self.install()
+        engine = sa.create_engine('sqlite://')
+        with engine.connect() as conn:
+            conn.exec_driver_sql('SELECT 1').fetchall()
+        select, = [q for q in timing.records('sql.query')
+                   if q['attrs']['kind'] == 'SELECT']
+        self.assertNotIn('parent', select)
+        self.assertNotIn('req', select)
+        self.assertEqual(':memory:', select['attrs']['db'])
+        self.assertIsNone(select['attrs']['call'])
+
+
+class TestEngines(SqlTestCase):
+
+    def test_engines_created_before_and_after_install(self):
+        before = self.engine('nova_cell0.sqlite')
+        _schema(before)
+        timing = self.install()
+        after = self.engine('placement.sqlite')
+        _schema(after)
+        for engine in (before, after):
+            with engine.begin() as conn:
+                conn.execute(sa.text(INSERT), {'uuid': 'u', 'host': 'h'})
+        inserts = [q for q in timing.records('sql.query')
+                   if q['attrs']['kind'] == 'INSERT']
+        self.assertEqual(['nova_cell0.sqlite', 'placement.sqlite'],
+                         sorted(q['attrs']['db'] for q in inserts))
+
+    def test_remove_detaches_everything(self):
+        engine = self.engine('nova.sqlite')
+        _schema(engine)
+        timing = self.install()
+        with engine.begin() as conn:
+            conn.exec_driver_sql('SELECT 1')
+        dialect = engine.dialect
+        self.assertIn('do_commit', vars(dialect))
+        self.assertTrue(sa.event.contains(dialect, 'handle_error',
+                                          timing.handle.listeners
+                                          .handle_error))
+        timing.remove()
+        count = len(timing.records())
+        self.assertNotIn('do_commit', vars(dialect))
+        self.assertNotIn('do_rollback', vars(dialect))
+        self.assertFalse(sa.event.contains(dialect, 'handle_error',
+                                           timing.handle.listeners
+                                           .handle_error))
+        with engine.begin() as conn:
+            conn.exec_driver_sql('SELECT 2')
+        self.assertEqual(count, len(timing.records()))
+        timing.remove()  # idempotent
+
+    def test_database_names(self):
+        url = sa.engine.make_url
+        self.assertEqual(':memory:', listeners.database_name(
+            url('sqlite://')))
+        self.assertEqual('nova.sqlite', listeners.database_name(
+            url('sqlite:////var/lib/nova/nova.sqlite')))
+        self.assertEqual('nova_api', listeners.database_name(
+            url('mysql+pymysql://nova:secret@db/nova_api?charset=utf8')))
+
+
+class TestErrors(SqlTestCase):
+
+    def test_translated_duplicate_entry(self):
+        timing = self.install()
+        engine = self.engine('nova.sqlite')
+        _schema(engine)
+        ctx = oslo_context.RequestContext(request_id='req-dup')
+        with timing.tracer.span('api.compute.create', ctx=ctx):
+            with engine.begin() as conn:
+                conn.execute(sa.text(INSERT), {'uuid': 'u', 'host': 'a'})
+            with testtools.ExpectedException(db_exc.DBDuplicateEntry):
+                with engine.begin() as conn:
+                    conn.execute(sa.text(INSERT),
+                                 {'uuid': 'u', 'host': 'secret-host'})
+        failed = [q for q in timing.records('sql.query')
+                  if q['st'] == 'error']
+        self.assertEqual(1, len(failed), failed)
+        rec = failed[0]
+        self.assertEqual('oslo_db.exception.DBDuplicateEntry',
+                         rec['err']['cls'])
+        self.assertEqual('req-dup', rec['req'])
+        self.assertEqual('INSERT', rec['attrs']['kind'])
+        self.assertNotIn('secret-host', repr(rec))
+        self.assertNotIn('[SQL', rec['err']['msg'])
+        rollback = [t for t in timing.records('sql.txn')
+                    if t['span'] == rec['attrs']['txn']]
+        self.assertEqual('rollback', rollback[0]['attrs']['outcome'])
+        # oslo.db's explicit BEGIN on sqlite, and the failed INSERT.
+        self.assertEqual(2, rollback[0]['attrs']['statements'])
+
+    def test_plain_engine_error_and_missing_table(self):
+        timing = self.install()
+        for engine, cls in (
+                (sa.create_engine('sqlite://'),
+                 'sqlalchemy.exc.OperationalError'),
+                (self.engine('nova.sqlite'),
+                 'oslo_db.exception.DBNonExistentTable')):
+            with engine.connect() as conn:
+                self.assertRaises((sa.exc.OperationalError, db_exc.DBError),
+                                  conn.exec_driver_sql,
+                                  'SELECT * FROM nosuch')
+            rec, = [q for q in timing.records('sql.query')
+                    if q['st'] == 'error' and q['attrs']['db'] ==
+                    listeners.database_name(engine.url)]
+            self.assertEqual('error', rec['st'])
+            self.assertEqual(cls, rec['err']['cls'])
+
+    def test_errors_written_even_when_aggregating(self):
+        timing = self.install(slow_query_threshold=60000.0,
+                              detail_sample_rate=0.0)
+        engine = self.engine('nova.sqlite')
+        with engine.connect() as conn:
+            self.assertRaises(db_exc.DBError, conn.exec_driver_sql,
+                              'SELECT * FROM nosuch')
+        errors = [q for q in timing.records('sql.query')]
+        self.assertEqual(1, len(errors))
+        self.assertEqual('error', errors[0]['st'])
+
+    def test_failed_commit_recorded_with_translated_class(self):
+        engine = self.engine('nova.sqlite')
+        _schema(engine)
+        dialect = engine.dialect
+        dbapi = dialect.loaded_dbapi
+        refuse = []
+        real_commit = dialect.do_commit
+
+        def do_commit(dbapi_connection):
+            # What Galera answers on a certification failure at COMMIT.
+            if refuse:
+                raise dbapi.OperationalError(
+                    'Deadlock found when trying to get lock; try '
+                    'restarting transaction')
+            return real_commit(dbapi_connection)
+
+        # Set before the engine is adopted: the timer wraps this one.
+        self.patch(dialect, 'do_commit', do_commit)
+        timing = self.install()
+        with engine.connect() as conn:
+            conn.execute(sa.text(INSERT), {'uuid': 'u', 'host': 'h'})
+            refuse.append(True)
+            # oslo.db translates deadlocks on MySQL only: on sqlite its
+            # filter re-raises the OperationalError as it is, and that is
+            # what the caller gets and what is recorded.
+            self.assertRaises(sa.exc.OperationalError, conn.commit)
+        # No later handler ran to settle it: written once the writer has
+        # waited long enough for a translation, or at the end.
+        timing.remove()
+        commit = [q for q in timing.records('sql.query')
+                  if q['attrs']['kind'] == 'COMMIT']
+        self.assertEqual(1, len(commit), commit)
+        self.assertEqual('error', commit[0]['st'])
+        self.assertEqual('sqlalchemy.exc.OperationalError',
+                         commit[0]['err']['cls'])
+        txn, = [t for t in timing.records('sql.txn')
+                if t['span'] == commit[0]['attrs']['txn']]
+        self.assertEqual('error', txn['st'])
+        self.assertEqual('commit', txn['attrs']['outcome'])
+        self.assertEqual(commit[0]['err'], txn['err'])
+
+
+class TestAggregation(SqlTestCase):
+
+    def test_fast_statements_aggregated_not_lost(self):
+        timing = self.install(slow_query_threshold=60000.0)
+        engine = self.engine('nova.sqlite')
+        _schema(engine)
+        ctx = oslo_context.RequestContext(request_id='req-agg')
+        with timing.tracer.span('conductor.schedule', ctx=ctx):
+            with engine.begin() as conn:
+                for n in range(7):
+                    conn.execute(sa.text(INSERT),
+                                 {'uuid': 'u%d' % n, 'host': 'h'})
+        timing.remove()
+        self.assertEqual([], [q for q in timing.records('sql.query')
+                              if q['attrs']['kind'] == 'INSERT'])
+        aggs = [a for a in timing.records('sql.agg')
+                if a['attrs']['kind'] == 'INSERT']
+        self.assertEqual(1, len(aggs))
+        attrs = aggs[0]['attrs']
+        self.assertEqual('C', aggs[0]['ph'])
+        self.assertEqual(7, attrs['count'])
+        self.assertEqual(7, attrs['rows'])
+        self.assertEqual(0, attrs['errors'])
+        self.assertEqual(7, sum(attrs['hist']))
+        self.assertEqual(9, len(attrs['hist']))
+        self.assertEqual('conductor.schedule', attrs['call'])
+        self.assertEqual('nova.sqlite', attrs['db'])
+        self.assertLessEqual(attrs['min_us'], attrs['max_us'])
+        self.assertLessEqual(attrs['max_us'], attrs['sum_us'])
+        self.assertGreaterEqual(attrs['sumsq_us'],
+                                attrs['sum_us'] ** 2 // attrs['count'])
+        self.assertEqual(fingerprint.classify(INSERT).qid, attrs['fp'])
+        # Every class is announced, even when nothing is written alone.
+        fps = {m['attrs']['fp'] for m in timing.records('sql.fingerprint')}
+        self.assertIn(attrs['fp'], fps)
+        # Fast transactions are not written either.
+        self.assertEqual([], timing.records('sql.txn'))
+
+    def test_unsampled_requests_are_aggregated(self):
+        timing = self.install(detail_sample_rate=0.0)
+        engine = sa.create_engine('sqlite://')
+        with timing.tracer.span('conductor.schedule', ctx=oslo_context
+                                .RequestContext(request_id='req-x')):
+            with engine.connect() as conn:
+                conn.exec_driver_sql('SELECT 1')
+                conn.exec_driver_sql('SELECT 2')
+        timing.remove()
+        self.assertEqual([], timing.records('sql.query'))
+        selects = [a for a in timing.records('sql.agg')
+                   if a['attrs']['kind'] == 'SELECT']
+        self.assertEqual(2, selects[0]['attrs']['count'])
+
+    def test_writer_processes_without_being_asked(self):
+        # The buffer's writer runs the SQL processing before each drain.
+        timing = self.install()
+        engine = sa.create_engine('sqlite://')
+        with engine.connect() as conn:
+            conn.exec_driver_sql('SELECT 1')
+        timing.buffer.drain()
+        names = [r['ev'] for r in timing.sink.records]
+        self.assertIn('sql.query', names)
+
+
+class TestFaults(SqlTestCase):
+
+    def test_fault_in_processing_is_counted_not_raised(self):
+        timing = self.install()
+        listeners_ = timing.handle.listeners
+
+        def broken(statement):
+            raise RuntimeError('boom')
+
+        self.useFixture(db_fixtures.fixtures.MonkeyPatch(
+            'instrument.db.fingerprint.Memo.learn',
+            lambda self, statement: broken(statement)))
+        engine = sa.create_engine('sqlite://')
+        with engine.connect() as conn:
+            self.assertEqual([(1,)], conn.exec_driver_sql(
+                'SELECT 1').fetchall())
+        self.assertEqual([], timing.records('sql.query'))
+        # The statement and the ROLLBACK of its connection's close.
+        self.assertEqual(2, listeners_.faults.count)
+
+    def test_dropped_when_the_queue_is_full(self):
+        timing = self.install()
+        listeners_ = timing.handle.listeners
+        # A queue that holds nothing: rebuild and re-listen with it.
+        listeners_.remove()
+        listeners_.max_pending = 0
+        listeners_._build()
+        listeners_.install()
+        engine = sa.create_engine('sqlite://')
+        with engine.connect() as conn:
+            self.assertEqual([(1,)], conn.exec_driver_sql(
+                'SELECT 1').fetchall())
+        # The statement and the ROLLBACK of its connection's close.
+        self.assertEqual(2, listeners_.dropped)
+        self.assertEqual([], timing.records('sql.query'))
+        drops = timing.records('sql.dropped')
+        self.assertEqual([{'count': 2}], [d['attrs'] for d in drops])
+
+
+class TestTracerFrames(testtools.TestCase):
+
+    def test_frame_layout_matches(self):
+        # The listeners unpack a frame as an attribution tuple.
+        self.assertEqual(
+            (listeners.A_PARENT, listeners.A_REQ, listeners.A_GREQ,
+             listeners.A_INST, listeners.A_SVC, listeners.A_HOST,
+             listeners.A_CALL),
+            (tracer_mod.F_SPAN, tracer_mod.F_REQ, tracer_mod.F_GREQ,
+             tracer_mod.F_INST, tracer_mod.F_SVC, tracer_mod.F_HOST,
+             tracer_mod.F_EV))
