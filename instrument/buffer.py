@@ -12,7 +12,11 @@
 """Bounded, non-blocking event buffer and its background writer.
 
 Callers (nova's threads or greenthreads) only ``emit()``: one length
-check and one ``deque.append``.  A daemon OS thread (a real one even
+check and one ``deque.append``.  A span is queued once, when it starts,
+as a list its end completes in place; at write time an ended span is
+written once (``X``), a running one as its start (``B``) and kept aside
+until it ends, so every call that outlives a flush interval has its
+start on disk.  A daemon OS thread (a real one even
 under eventlet, see ``instrument.threads``) drains the deque every
 ``flush_interval`` seconds and hands each batch to the sinks.  When the
 deque is full new events are dropped and counted, never waited for.
@@ -33,12 +37,18 @@ import weakref
 from oslo_log import log as logging
 
 from instrument import record
+from instrument import schema
 from instrument import threads
+
+PH_BEGIN = schema.PH_BEGIN
 
 LOG = logging.getLogger(__name__)
 
 # Records written per sink call; bounds the memory of one encoded batch.
 MAX_BATCH = 5000
+# Running spans whose start was written and whose end is awaited; beyond
+# this the oldest are forgotten (their end is then lost, and counted).
+MAX_OPEN = 100000
 # Longest wait at interpreter exit for a writer stuck on a hung disk.
 EXIT_TIMEOUT = 2.0
 
@@ -81,15 +91,17 @@ class EventBuffer:
         _LIVE.add(self)
 
     def _init_process_state(self) -> None:
-        self._queue = collections.deque()
+        self.queue = collections.deque()
         self._drop_lock = threads.os_lock()
         self._start_lock = threads.os_lock()
         self._drain_lock = threads.os_lock()
         self._wake = None
-        self._thread = None
+        self.writer = None
         self._seq = 1
         self._headed = False
         self.dropped_full = 0
+        self.dropped_open = 0
+        self._open = collections.deque()
         self._reported = None
         self._warned = False
         self._generation = getattr(self, '_generation', 0) + 1
@@ -97,25 +109,33 @@ class EventBuffer:
     # -- hot path ----------------------------------------------------------
 
     def emit(self, rec: tuple) -> None:
-        """Queue one event tuple; never blocks, drops when full."""
-        queue = self._queue
-        if len(queue) >= self.max_records:
-            with self._drop_lock:
-                self.dropped_full += 1
-            return
-        queue.append(rec)
-        if self._thread is None:
-            self._start()
+        """Queue one event tuple; never blocks, drops when full.
+
+        (``Tracer.begin`` inlines this body; keep the two alike.)
+        """
+        queue = self.queue
+        if len(queue) < self.max_records:
+            queue.append(rec)
+            if self.writer is None:
+                self.start()
+        else:
+            self.drop()
+
+    def drop(self) -> None:
+        """Count one event lost to a full buffer."""
+        with self._drop_lock:
+            self.dropped_full += 1
 
     # -- writer ------------------------------------------------------------
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start the writer thread (once per process)."""
         with self._start_lock:
-            if self._thread is not None or self._closed:
+            if self.writer is not None or self._closed:
                 return
             self._wake = threads.os_event()
             generation = self._generation
-            self._thread = threads.start_os_thread(
+            self.writer = threads.start_os_thread(
                 lambda: self._run(generation), 'instrument-writer')
 
     def _run(self, generation: int) -> None:
@@ -135,8 +155,8 @@ class EventBuffer:
         """
         if fn not in self._periodic:
             self._periodic.append(fn)
-        if self._thread is None:
-            self._start()
+        if self.writer is None:
+            self.start()
 
     def remove_periodic(self, fn) -> None:
         """Stop running ``fn``; no error when it was not added."""
@@ -154,11 +174,13 @@ class EventBuffer:
 
     def pending(self) -> int:
         """Events queued and not yet handed to the sinks."""
-        return len(self._queue)
+        return len(self.queue)
 
     def counts(self) -> dict:
         """Cumulative drop counts: buffer full, and per sink."""
         out = {'buffer_full': self.dropped_full}
+        if self.dropped_open:
+            out['open_untracked'] = self.dropped_open
         for sink in self.sinks:
             out[sink.name] = sink.dropped
         return out
@@ -174,10 +196,12 @@ class EventBuffer:
                 self._headed = True
                 if self._header is not None:
                     for rec in reversed(self._header()):
-                        self._queue.appendleft(rec)
+                        self.queue.appendleft(rec)
             if self._periodic:
                 self._run_periodic()
-            queue = self._queue
+            if self._open:
+                self._write_ended(pid)
+            queue = self.queue
             while queue:
                 batch = []
                 popleft = queue.popleft
@@ -186,11 +210,38 @@ class EventBuffer:
                         batch.append(popleft())
                 except IndexError:  # pragma: no cover - raced a reset
                     pass
-                self._write(batch, pid)
+                self._write(self._split_running(batch), pid)
             self._report_drops(pid)
             return True
         finally:
             self._drain_lock.release()
+
+    def _split_running(self, batch: list) -> list:
+        """Spans still running go out as a ``B`` now; they are kept and
+        written as ``X`` at the first drain after they end."""
+        out = batch
+        for n, rec in enumerate(batch):
+            if rec.__class__ is list and rec[record.I_PH] == PH_BEGIN:
+                if out is batch:
+                    out = list(batch)
+                out[n] = record.begin_snapshot(rec)
+                if len(self._open) >= MAX_OPEN:
+                    self._open.popleft()
+                    self.dropped_open += 1
+                self._open.append(rec)
+        return out
+
+    def _write_ended(self, pid: int) -> None:
+        running = collections.deque()
+        ended = []
+        for rec in self._open:
+            if rec[record.I_PH] == PH_BEGIN:
+                running.append(rec)
+            else:
+                ended.append(rec)
+        self._open = running
+        if ended:
+            self._write(ended, pid)
 
     def _write(self, batch: list, pid: int, counted: bool = True) -> None:
         first = self._seq

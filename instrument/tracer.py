@@ -30,6 +30,7 @@ import threading
 import time
 import zlib
 
+from instrument import record
 from instrument import schema
 
 PH_B = schema.PH_BEGIN
@@ -37,6 +38,17 @@ PH_X = schema.PH_COMPLETE
 PH_I = schema.PH_INSTANT
 ST_OK = schema.ST_OK
 ST_ERROR = schema.ST_ERROR
+
+# Positions in a span record (a list; see ``begin``); 0-14 are
+# ``instrument.record``'s, 15-16 only live in memory.
+I_PH = record.I_PH
+I_DUR = record.I_DUR
+I_REQ = record.I_REQ
+I_ST = record.I_ST
+I_ERR = record.I_ERR
+I_ATTRS = record.I_ATTRS
+I_T0 = record.SIZE
+I_TOKEN = record.SIZE + 1
 
 # Frame: (span, req, greq, inst, svc, host, ev)
 F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
@@ -129,6 +141,8 @@ class Tracer:
     def __init__(self, buffer, identity, detail_sample_rate: float = 1.0):
         self.buffer = buffer
         self.emit = buffer.emit
+        # Looked up now, after eventlet (if any) has patched threading.
+        self._get_ident = threading.get_ident
         self.host = identity.host
         self.svc = identity.svc
         self.detail_sample_rate = detail_sample_rate
@@ -144,13 +158,25 @@ class Tracer:
         return zlib.crc32(req.encode()) % 10000 < cut
 
     def begin(self, ev: str, svc=None, host=None, ctx=None, inst=None,
-              attrs=None, remote_parent=None) -> tuple:
-        """Start a span; returns the state ``end`` needs."""
+              attrs=None, remote_parent=None) -> list:
+        """Start a span; returns its record, which ``end`` completes.
+
+        The record is queued at once, as a list in phase ``B``; ``end``
+        fills in duration and status and flips it to ``X`` in place.  The
+        writer writes it once as ``X`` if it has ended by then, or as a
+        ``B`` now and an ``X`` later if it is still running (see
+        ``instrument.buffer``): one queue entry per call, and a start on
+        disk for every call that outlives a flush interval.
+        """
         frame = _CURRENT.get()
         req = greq = None
         if ctx is not None:
-            req = getattr(ctx, 'request_id', None)
-            greq = getattr(ctx, 'global_request_id', None)
+            if ctx.__class__ is dict:  # a serialised context (RPC)
+                req = ctx.get('request_id')
+                greq = ctx.get('global_request_id')
+            else:
+                req = getattr(ctx, 'request_id', None)
+                greq = getattr(ctx, 'global_request_id', None)
         if frame is not None:
             if req is None:
                 req = frame[F_REQ]
@@ -175,33 +201,46 @@ class Tracer:
         if host is None:
             host = self.host
         span = _prefix | (next(_ids) & 0xFFFFFFFF)
-        token = _CURRENT.set((span, req, greq, inst, svc, host, ev))
-        tid = threading.get_ident()
-        ts = _time_ns() // 1000
-        self.emit((PH_B, ts, None, host, svc, tid, ev, span, parent, req,
-                   greq, inst, None, None, attrs))
-        return (span, parent, ts, _perf_ns(), token, req, greq, inst, host,
-                svc, ev, tid, attrs)
+        rec = [PH_B, _time_ns() // 1000, None, host, svc, self._get_ident(),
+               ev, span, parent, req, greq, inst, None, None, attrs, 0,
+               _CURRENT.set((span, req, greq, inst, svc, host, ev))]
+        buf = self.buffer
+        queue = buf.queue
+        if len(queue) < buf.max_records:  # EventBuffer.emit, inlined
+            queue.append(rec)
+            if buf.writer is None:
+                buf.start()
+        else:
+            buf.drop()
+        rec[I_T0] = _perf_ns()
+        return rec
 
-    def end(self, state: tuple, st: str = ST_OK, err=None,
-            attrs=None) -> None:
-        """Finish the span started by ``begin``."""
+    def end(self, rec: list, st: str = ST_OK, err=None, attrs=None,
+            req=None) -> None:
+        """Finish the span ``begin`` returned (``req`` may correct the
+        request id found at the start)."""
         t1 = _perf_ns()
-        (span, parent, ts, t0, token, req, greq, inst, host, svc, ev, tid,
-         battrs) = state
+        token = rec[I_TOKEN]
+        rec[I_TOKEN] = None
         try:
             _CURRENT.reset(token)
         except ValueError:
             # Ended in another context than it began (rare; e.g. a
             # generator finished elsewhere): leave that context alone.
             pass
-        if battrs:
-            if attrs:
+        if attrs:
+            battrs = rec[I_ATTRS]
+            if battrs:
                 battrs = dict(battrs)
                 battrs.update(attrs)
-            attrs = battrs
-        self.emit((PH_X, ts, (t1 - t0) // 1000, host, svc, tid, ev, span,
-                   parent, req, greq, inst, st, err, attrs))
+                attrs = battrs
+            rec[I_ATTRS] = attrs
+        if req is not None:
+            rec[I_REQ] = req
+        rec[I_DUR] = (t1 - rec[I_T0]) // 1000
+        rec[I_ST] = st
+        rec[I_ERR] = err
+        rec[I_PH] = PH_X  # last: the writer may read the record any time
 
     def instant(self, ev: str, attrs=None, svc=None, host=None,
                 req=None, inst=None) -> None:
@@ -227,11 +266,13 @@ class Tracer:
 class Span:
     """``with tracer.span('api.request', attrs={...}) as s:`` ...
 
-    ``s.attrs`` may be updated before the block ends; an exception leaving
-    the block is recorded and re-raised.
+    ``s.attrs`` may be updated before the block ends, ``s.req`` corrects
+    the request id; an exception leaving the block is recorded and
+    re-raised.
     """
 
-    __slots__ = ('_tracer', '_ev', '_kwargs', '_state', 'attrs', 'error')
+    __slots__ = ('_tracer', '_ev', '_kwargs', '_state', 'attrs', 'error',
+                 'req')
 
     def __init__(self, tracer: Tracer, ev: str, kwargs: dict) -> None:
         self._tracer = tracer
@@ -240,6 +281,7 @@ class Span:
         self._state = None
         self.attrs = {}
         self.error = None
+        self.req = None
 
     def __enter__(self) -> 'Span':
         self._state = self._tracer.begin(self._ev, **self._kwargs)
@@ -247,11 +289,11 @@ class Span:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is not None:
-            self._tracer.end(self._state, ST_ERROR, error_of(exc),
-                             self.attrs or None)
+            st, err = ST_ERROR, error_of(exc)
         elif self.error is not None:
-            self._tracer.end(self._state, ST_ERROR, self.error,
-                             self.attrs or None)
+            st, err = ST_ERROR, self.error
         else:
-            self._tracer.end(self._state, ST_OK, None, self.attrs or None)
+            st, err = ST_OK, None
+        self._tracer.end(self._state, st, err, self.attrs or None,
+                         self.req)
         return False

@@ -44,8 +44,11 @@ class MemorySink(sink.Sink):
 class ListBuffer:
     """Stands in for EventBuffer: keeps event tuples, writes nothing."""
 
+    max_records = 10 ** 9
+    writer = 'no writer thread'
+
     def __init__(self) -> None:
-        self.events = []
+        self.events = self.queue = []
         self.emit = self.events.append
 
     def dicts(self) -> list:

@@ -114,7 +114,7 @@ class HookTest(PatcherTestBase):
         result = mod.Manager().build(mod.Ctx('req-1'), mod.Instance('u1'))
         self.assertEqual('spawned-u1', result)
         done = self.events('X')
-        self.assertEqual(['compute.spawn', 'compute.build'],
+        self.assertEqual(['compute.build', 'compute.spawn'],
                          [e['ev'] for e in done])
         # The late patch is announced in the span log.
         meta = [e for e in self.events('M') if e['ev'] == 'process.points']
@@ -150,8 +150,8 @@ class HookTest(PatcherTestBase):
         p.apply()
         p.remove()
         mod = importlib.import_module(self.mod_name)
-        self.assertNotIsInstance(mod.Manager.__dict__['build'],
-                                 patcher.wrapt.FunctionWrapper)
+        self.assertFalse(hasattr(mod.Manager.__dict__['build'],
+                                 '__instrument_point__'))
 
     def test_apply_and_remove_are_idempotent(self):
         mod = importlib.import_module(self.mod_name)
@@ -214,10 +214,8 @@ class WrapperTest(PatcherTestBase):
         self.make_patcher().apply()
         ctx = self.mod.Ctx('req-6', 'req-global')
         self.mod.Manager().build(ctx, self.mod.Instance('u6'), attempt=2)
-        begin, = [e for e in self.events('B') if e['ev'] == 'compute.build']
         end, = [e for e in self.events('X') if e['ev'] == 'compute.build']
         spawn, = [e for e in self.events('X') if e['ev'] == 'compute.spawn']
-        self.assertEqual(begin['span'], end['span'])
         self.assertEqual(16, len(end['span']))
         self.assertEqual('req-6', end['req'])
         self.assertEqual('req-global', end['greq'])
@@ -227,7 +225,7 @@ class WrapperTest(PatcherTestBase):
         self.assertEqual('ok', end['st'])
         self.assertEqual({'attempt': 2, 'result': 'spawned-u6'},
                          end['attrs'])
-        self.assertEqual(begin['ts'], end['ts'])
+        self.assertLessEqual(end['ts'], spawn['ts'])
         self.assertGreaterEqual(end['dur_us'], spawn['dur_us'])
         # The nested span inherits request, instance and host.
         self.assertEqual(end['span'], spawn['parent'])

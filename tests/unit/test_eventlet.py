@@ -1,0 +1,167 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The buffer and sinks under eventlet, in monkey-patched subprocesses."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from tests.unit import base
+
+BLOCKED_WRITER = '''
+import eventlet
+eventlet.monkey_patch()
+
+import json
+import os
+import sys
+import time
+
+from instrument import buffer
+from instrument import record
+from instrument import sink
+
+
+class FifoSink(sink.Sink):
+    """Opening a FIFO nobody reads blocks the calling OS thread."""
+
+    name = 'fifo'
+
+    def write(self, batch, first_seq, pid):
+        os.open(sys.argv[1], os.O_WRONLY)
+
+
+buf = buffer.EventBuffer([FifoSink(None, None)], 1000, 0.01)
+ticks = [0]
+
+
+def ticker():
+    while True:
+        ticks[0] += 1
+        eventlet.sleep(0.001)
+
+
+eventlet.spawn(ticker)
+buf.emit(record.counter('t', 'h', 's', 1, {}))
+eventlet.sleep(0.3)           # the writer is now stuck in os.open()
+before = ticks[0]
+worst = 0.0
+for n in range(5000):
+    start = time.perf_counter()
+    buf.emit(record.counter('t', 'h', 's', n, {}))
+    worst = max(worst, time.perf_counter() - start)
+    if n % 500 == 0:
+        eventlet.sleep(0)
+eventlet.sleep(0.5)
+print(json.dumps({'ticks': ticks[0] - before, 'worst_emit_s': worst,
+                  'dropped': buf.dropped_full,
+                  'writer_alive': buf.writer.is_alive()}))
+sys.stdout.flush()
+'''
+
+GREEN_SERVICE = '''
+import eventlet
+eventlet.monkey_patch()
+
+import sys
+
+from oslo_config import cfg
+
+import instrument
+from instrument import opts
+from instrument import patcher
+
+conf = cfg.ConfigOpts()
+conf([], project='t')
+opts.register_opts(conf)
+conf.set_override('enabled', True, 'instrument')
+conf.set_override('output_dir', sys.argv[1], 'instrument')
+conf.set_override('sql_timing', False, 'instrument')
+conf.set_override('flush_interval', 0.02, 'instrument')
+import green_worker
+rt = instrument.setup(conf, 'nova-compute', points=[patcher.PatchPoint(
+    'green_worker', 'Worker.run', 'compute.run', 'compute')])
+pool = eventlet.GreenPool()
+for n in range(20):
+    pool.spawn(green_worker.Worker().run, green_worker.Ctx('req-%d' % n))
+pool.waitall()
+'''
+
+GREEN_WORKER = '''
+import eventlet
+
+
+class Ctx:
+    def __init__(self, request_id):
+        self.request_id = request_id
+        self.global_request_id = None
+
+
+class Worker:
+    def run(self, context):
+        eventlet.sleep(0.01)
+        return context.request_id
+'''
+
+
+class EventletTest(base.TestCase):
+
+    def _run(self, script: str, *args, timeout=60) -> subprocess.Popen:
+        for name, source in (('green_worker', GREEN_WORKER),):
+            with open(os.path.join(self.modules_dir, name + '.py'),
+                      'w') as f:
+                f.write(source)
+        path = os.path.join(self.tmp, 'script.py')
+        with open(path, 'w') as f:
+            f.write(textwrap.dedent(script))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [self.modules_dir] + sys.path))
+        return subprocess.run([sys.executable, path] + list(args),
+                              capture_output=True, text=True, env=env,
+                              timeout=timeout)
+
+    def test_blocked_writer_blocks_neither_hub_nor_caller(self):
+        fifo = os.path.join(self.tmp, 'fifo')
+        os.mkfifo(fifo)
+        start = time.monotonic()
+        proc = self._run(BLOCKED_WRITER, fifo)
+        elapsed = time.monotonic() - start
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        result = json.loads(proc.stdout)
+        # The writer is stuck in a blocking syscall in its own OS thread;
+        # greenthreads keep running.
+        self.assertTrue(result['writer_alive'])
+        self.assertGreater(result['ticks'], 100, result)
+        # Callers never wait: the buffer fills and the rest is counted.
+        self.assertEqual(5000 - 1000, result['dropped'])
+        self.assertLess(result['worst_emit_s'], 0.05, result)
+        # Exit gives up on the stuck writer after a bounded wait.
+        self.assertLess(elapsed, 30)
+
+    def test_spans_of_greenthreads(self):
+        out = os.path.join(self.tmp, 'spans')
+        proc = self._run(GREEN_SERVICE, out)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        [records] = base.read_span_files(out).values()
+        self.assertEqual('eventlet', records[0]['attrs']['mode'])
+        done = [r for r in records if r['ph'] == 'X']
+        self.assertEqual(20, len(done))
+        self.assertEqual({'req-%d' % n for n in range(20)},
+                         {r['req'] for r in done})
+        # Each greenthread has its own id, and its own current span.
+        self.assertEqual(20, len({r['tid'] for r in done}))
+        self.assertEqual(set(), {r.get('parent') for r in done} - {None})
+        for rec in done:
+            self.assertGreaterEqual(rec['dur_us'], 9000)
