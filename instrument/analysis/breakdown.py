@@ -1,0 +1,445 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Where the time of a request goes, per request and over a run.
+
+Per request (``summarise``), on corrected clocks:
+
+* exclusive (self) time per component: a span's duration minus what
+  its children cover (the union of their intervals, so nesting is never
+  counted twice) minus the SQL statements it issued.  The component of
+  a span is ``schema.EVENTS[ev]`` (``api``, ``conductor``,
+  ``scheduler``, ``scheduler.db`` (the host-state refresh),
+  ``scheduler.placement``, ``compute``, ``compute.claim``,
+  ``compute.network``, ``compute.spawn`` ... and ``rpc`` for both sides
+  of RPC hops), else its service.  Children in another process count
+  only under a parent that waits for them (``rpc.call``); the time
+  between an asynchronous send (``rpc.cast``) ending and its dispatch
+  starting in another process is ``rpc.queue``;
+* SQL time inside each component (the statements' own durations);
+* the critical path: the chain of spans that ends last, walked back
+  from the request's end; each stretch is charged to the span that was
+  running on it, or to ``rpc.queue`` while a message waited;
+* the final state of each instance (``classify``) and the request's
+  lifecycle (its spans in order across services).
+
+Over a run (``aggregate``): min/median/p90/p95/p99/max per component
+and end to end, throughput, success and retry rates, concurrency over
+time, and mean component times per concurrency level (the study's
+Figure 3-1).  Every figure lists the request ids it came from in the
+JSON output.
+"""
+
+import collections
+
+import numpy
+
+from instrument.analysis import classify
+from instrument import schema
+
+S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
+    S_ATTRS, S_INST = range(11)
+SYNC = schema.SYNC_EVENTS
+QUEUE = 'rpc.queue'
+GAP = 'gap'
+COMPONENT_ORDER = ('api', 'rpc', QUEUE, 'conductor', 'scheduler',
+                   'scheduler.db', 'scheduler.placement', 'compute',
+                   'compute.claim', 'compute.network',
+                   'compute.block_device', 'compute.spawn', 'sql', GAP)
+PERCENTILES = (50, 90, 95, 99)
+
+
+_COMPONENTS = {}
+
+
+def component_of(ev: str, svc: str) -> str:
+    key = (ev, svc)
+    name = _COMPONENTS.get(key)
+    if name is None:
+        name = schema.EVENTS.get(ev) or svc
+        if len(_COMPONENTS) < 10000:
+            _COMPONENTS[key] = name
+    return name
+
+
+class RequestSummary:
+    """What is kept of a finished request."""
+
+    __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
+                 'comp', 'sql_in', 'sql_us', 'sql_n', 'cp', 'attempts',
+                 'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
+                 'critical')
+
+    @property
+    def latency(self) -> int:
+        return self.end - self.start
+
+    def to_dict(self) -> dict:
+        out = {'req': self.req, 'kind': self.kind, 'state': self.state,
+               'start_us': self.start, 'end_us': self.end,
+               'latency_us': self.latency, 'instances': self.instances,
+               'components_us': dict(self.comp),
+               'sql_in_us': dict(self.sql_in), 'sql_us': self.sql_us,
+               'sql_statements': self.sql_n,
+               'critical_path_us': dict(self.cp),
+               'attempts': self.attempts, 'db_retries': self.db_retries,
+               'errors': self.errors, 'hosts': self.hosts,
+               'events': self.events}
+        if self.lifecycle is not None:
+            out['lifecycle'] = [
+                {'t_us': e[0], 'dur_us': e[1], 'host': e[2], 'svc': e[3],
+                 'ev': e[4], 'st': e[5], 'sql_us': e[6], 'err': e[7],
+                 'critical': e[8]} for e in self.lifecycle]
+        return out
+
+
+def _union(intervals: list) -> int:
+    if not intervals:
+        return 0
+    intervals.sort()
+    total = 0
+    lo, hi = intervals[0]
+    for a, b in intervals[1:]:
+        if a > hi:
+            total += hi - lo
+            lo, hi = a, b
+        elif b > hi:
+            hi = b
+    return total + hi - lo
+
+
+def summarise(r, tree, keep_lifecycle: bool = True) -> RequestSummary:
+    """Reduce a finished ``requests.OpenRequest`` to its summary."""
+    spans = r.spans
+    sql = r.sql
+    req_end = r.last
+    req_start = None
+    for s in spans.values():
+        start = s[S_START]
+        if req_start is None or start < req_start:
+            req_start = start
+        if s[S_DUR] is not None and start + s[S_DUR] > req_end:
+            req_end = start + s[S_DUR]
+        elif start > req_end:
+            req_end = start
+    if req_start is None:
+        req_start = req_end
+    ends = {}
+    names = {}
+    for sid, s in spans.items():
+        d = s[S_DUR]
+        ends[sid] = s[S_START] + d if d is not None else req_end
+        names[sid] = component_of(s[S_EV], s[S_SVC])
+    comp = collections.Counter()
+    sql_in = collections.Counter()
+    children = tree.children
+    for sid, s in spans.items():
+        start = s[S_START]
+        end = ends[sid]
+        ev = s[S_EV]
+        name = names[sid]
+        covered = 0
+        kids = children.get(sid)
+        if kids:
+            intervals = []
+            sync = ev in SYNC
+            for k in kids:
+                c = spans[k]
+                cs = c[S_START]
+                ce = ends[k]
+                if sync or (c[S_PID] == s[S_PID] and
+                            c[S_HOST] == s[S_HOST]):
+                    lo = cs if cs > start else start
+                    hi = ce if ce < end else end
+                    if hi > lo:
+                        intervals.append((lo, hi))
+                elif cs > end:
+                    comp[QUEUE] += cs - end
+            covered = _union(intervals)
+        entry = sql.get(sid)
+        sql_us = 0
+        if entry is not None:
+            sql_us = entry[0]
+            sql_in[name] += sql_us
+        own = end - start - covered - sql_us
+        if own > 0:
+            comp[name] += own
+    sql_us = 0
+    sql_n = 0
+    for parent, entry in sql.items():
+        sql_us += entry[0]
+        sql_n += entry[1]
+        if parent not in spans:
+            sql_in[entry[2]] += entry[0]
+    rows = []
+    kind = 'boot' if classify.is_boot(spans) else 'other'
+    if kind == 'boot':
+        rows = classify.final_states(tree)
+        state = classify.request_state(rows)
+    else:
+        state = classify.OTHER
+    cp, critical = critical_path(tree, ends, req_start, req_end, names)
+    out = RequestSummary()
+    out.req = r.req
+    out.kind = kind
+    out.state = state
+    out.instances = rows
+    out.start = req_start
+    out.end = req_end
+    out.comp = dict(comp)
+    out.sql_in = dict(sql_in)
+    out.sql_us = sql_us
+    out.sql_n = sql_n
+    out.cp = cp
+    out.critical = critical
+    out.attempts = max((row['attempts'] for row in rows), default=0)
+    out.db_retries = sum(1 for i in r.instants if i[0] == 'db.retry')
+    out.errors = sum(1 for s in spans.values() if s[S_ST] == 'error') + \
+        len(r.sql_errors)
+    out.hosts = sorted({s[S_HOST] for s in spans.values()})
+    out.events = r.events
+    out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
+        if keep_lifecycle else None
+    return out
+
+
+def lifecycle(spans: dict, ends: dict, sql: dict, req_start: int,
+              critical=frozenset()) -> list:
+    """The request's spans in start order: ``(t, dur, host, svc, ev, st,
+    sql_us, err_cls, on_critical_path)``; ``dur`` None for open spans."""
+    out = []
+    for sid, s in spans.items():
+        entry = sql.get(sid)
+        err = s[S_ERR]
+        out.append((s[S_START] - req_start, s[S_DUR], s[S_HOST], s[S_SVC],
+                    s[S_EV], s[S_ST] or 'open',
+                    entry[0] if entry else 0,
+                    err.get('cls') if err else None, sid in critical))
+    out.sort(key=lambda e: (e[0], -(e[1] or 0)))
+    return out
+
+
+def critical_path(tree, ends: dict, req_start: int, req_end: int,
+                  names: dict = None) -> tuple:
+    """``({component: us}, {span ids on the path})``."""
+    if names is None:
+        names = {sid: component_of(s[S_EV], s[S_SVC])
+                 for sid, s in tree.spans.items()}
+    spans = tree.spans
+    children = tree.children
+    eff = {}
+    # effective end: the span or any descendant, whichever ends last
+    order = []
+    stack = list(tree.roots)
+    seen = set()
+    while stack:
+        sid = stack.pop()
+        if sid in seen:
+            continue
+        seen.add(sid)
+        order.append(sid)
+        stack.extend(children.get(sid, ()))
+    for sid in reversed(order):
+        e = ends[sid]
+        for k in children.get(sid, ()):
+            ke = eff.get(k, ends[k])
+            if ke > e:
+                e = ke
+        eff[sid] = e
+    cp = {}
+    on_path = set()
+
+    def charge(sid, a: int, b: int) -> None:
+        if b <= a:
+            return
+        if sid is None:
+            cp[GAP] = cp.get(GAP, 0) + b - a
+            return
+        end = ends[sid]
+        if a < end:
+            name = names[sid]
+            cp[name] = cp.get(name, 0) + (b if b < end else end) - a
+        if b > end:
+            name = QUEUE if names[sid] == 'rpc' else GAP
+            cp[name] = cp.get(name, 0) + b - (a if a > end else end)
+
+    def by_end(kids):
+        return sorted(kids, key=eff.__getitem__, reverse=True)
+
+    # Walk back from the end: at each span take the child that ended
+    # last, charge the span for the stretch after it, descend, then go
+    # on from the child's start.  An explicit stack (no recursion).
+    stack = [(None, by_end([k for k in tree.roots if k in eff]), 0,
+              req_start, req_end)]
+    while stack:
+        sid, kids, i, start, t = stack.pop()
+        descended = False
+        n = len(kids)
+        while i < n and t > start:
+            k = kids[i]
+            i += 1
+            ks = spans[k][S_START]
+            if ks >= t:
+                continue
+            ke = eff[k] if eff[k] < t else t
+            charge(sid, ke, t)
+            on_path.add(k)
+            stack.append((sid, kids, i, start, ks if ks > start else start))
+            stack.append((k, by_end(children.get(k, ())), 0, ks, ke))
+            descended = True
+            break
+        if not descended:
+            charge(sid, start, t)
+
+    return cp, on_path
+
+
+# -- over a run ------------------------------------------------------------
+
+def stats(values) -> dict:
+    """min/median/p90/p95/p99/max/mean/sum/count of ``values`` (us)."""
+    arr = numpy.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {'count': 0}
+    pct = numpy.percentile(arr, PERCENTILES)
+    return {'count': int(arr.size), 'min': float(arr.min()),
+            'median': float(pct[0]), 'p90': float(pct[1]),
+            'p95': float(pct[2]), 'p99': float(pct[3]),
+            'max': float(arr.max()), 'mean': float(arr.mean()),
+            'sum': float(arr.sum())}
+
+
+def _components(summaries) -> list:
+    names = set()
+    for s in summaries:
+        names.update(s.comp)
+        names.update(s.cp)
+    known = [c for c in COMPONENT_ORDER if c in names]
+    return known + sorted(names - set(known))
+
+
+def concurrency(starts, ends, points: int = 400) -> dict:
+    """Requests in flight: a sampled series and the level seen by each
+    request when it started."""
+    starts = numpy.asarray(starts, dtype=numpy.int64)
+    ends = numpy.asarray(ends, dtype=numpy.int64)
+    if starts.size == 0:
+        return {'series': [], 'at_start': numpy.zeros(0, dtype=int),
+                'max': 0, 'mean': 0.0}
+    s_sorted = numpy.sort(starts)
+    e_sorted = numpy.sort(ends)
+    t0 = int(s_sorted[0])
+    t1 = int(max(e_sorted[-1], t0 + 1))
+    grid = numpy.linspace(t0, t1, points)
+    level = (numpy.searchsorted(s_sorted, grid, side='right') -
+             numpy.searchsorted(e_sorted, grid, side='right'))
+    at_start = (numpy.searchsorted(s_sorted, starts, side='right') -
+                numpy.searchsorted(e_sorted, starts, side='right'))
+    return {'series': [[round((float(g) - t0) / 1e6, 3), int(v)]
+                       for g, v in zip(grid, level, strict=True)],
+            'at_start': at_start, 'max': int(at_start.max()),
+            'mean': float(level.mean())}
+
+
+def level_label(n: int) -> str:
+    if n <= 1:
+        return '1'
+    lo = 1 << (int(n).bit_length() - 1)
+    hi = (lo << 1) - 1
+    return '%d-%d' % (lo, hi)
+
+
+def aggregate(summaries: list) -> dict:
+    """Run-wide statistics of the finished requests."""
+    boots = [s for s in summaries if s.kind == 'boot']
+    others = [s for s in summaries if s.kind != 'boot']
+    good = [s for s in boots if s.state in classify.GOOD_STATES]
+    states = collections.Counter()
+    causes = collections.Counter()
+    inst_rows = 0
+    rescheduled = 0
+    built = 0
+    for s in boots:
+        for row in s.instances:
+            inst_rows += 1
+            states[row['state']] += 1
+            if row['attempts'] >= 1:
+                built += 1
+                if row['attempts'] > 1:
+                    rescheduled += 1
+            if row['cause']:
+                causes[(row['state'], row['cause']['cls'])] += 1
+    every = boots + others
+    t0 = min((s.start for s in every), default=0)
+    t1 = max((s.end for s in every), default=0)
+    duration = max(t1 - t0, 1) / 1e6
+    names = _components(good)
+    comp_stats = {}
+    sql_stats = {}
+    cp_total = collections.Counter()
+    for name in names:
+        comp_stats[name] = stats([s.comp.get(name, 0) for s in good])
+        sql_stats[name] = stats([s.sql_in.get(name, 0) for s in good])
+    for s in good:
+        cp_total.update(s.cp)
+    lat_total = sum(s.latency for s in good) or 1
+    conc = concurrency([s.start for s in every], [s.end for s in every])
+    at_start = dict(zip((s.req for s in every), conc['at_start'],
+                        strict=True))
+    levels = {}
+    for s in good:
+        label = level_label(int(at_start[s.req]))
+        lv = levels.setdefault(label, {'requests': 0, 'sum': {},
+                                       'latency': [], 'lo': at_start[s.req]})
+        lv['requests'] += 1
+        lv['latency'].append(s.latency)
+        lv['lo'] = min(lv['lo'], at_start[s.req])
+        for name, us in s.comp.items():
+            lv['sum'][name] = lv['sum'].get(name, 0) + us
+        for us in s.sql_in.values():
+            lv['sum']['sql'] = lv['sum'].get('sql', 0) + us
+    level_rows = []
+    for label, lv in sorted(levels.items(), key=lambda kv: kv[1]['lo']):
+        n = lv['requests']
+        level_rows.append({
+            'level': label, 'requests': n,
+            'mean_us': {k: v / n for k, v in lv['sum'].items()},
+            'latency': stats(lv['latency'])})
+    by_state = {}
+    for s in boots:
+        by_state.setdefault(s.state, []).append(s.latency)
+    return {
+        'requests': len(every), 'boots': len(boots),
+        'other_requests': len(others), 'instances': inst_rows,
+        'states': dict(states), 'causes': [
+            {'state': st, 'cls': cls, 'count': n}
+            for (st, cls), n in causes.most_common()],
+        'duration_s': duration,
+        'throughput_rps': len(boots) / duration,
+        'success_throughput_rps': len(good) / duration,
+        'success_rate': (states['success'] +
+                         states['rescheduled_success']) / inst_rows
+        if inst_rows else None,
+        'reschedule_rate': rescheduled / built if built else None,
+        'db_retry_rate': (sum(1 for s in boots if s.db_retries) / len(boots)
+                          if boots else None),
+        'latency': stats([s.latency for s in good]),
+        'latency_by_state': {k: stats(v) for k, v in by_state.items()},
+        'components': comp_stats, 'sql_in_components': sql_stats,
+        'component_order': names,
+        'critical_path_us': dict(cp_total),
+        'critical_path_share': {k: v / lat_total
+                                for k, v in cp_total.items()},
+        'concurrency': {'series': conc['series'], 'max': conc['max'],
+                        'mean': conc['mean']},
+        'levels': level_rows,
+        'start_us': t0, 'end_us': t1,
+    }

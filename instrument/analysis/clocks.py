@@ -1,0 +1,204 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Per-host clock offsets from causal pairs.
+
+Every clock of one ``host`` is shared by all its processes; the offset
+``o[h]`` is added to host ``h``'s raw timestamps.  A hop from a parent
+span on host P to a child span on host C (an RPC send and its
+dispatch) says the child started after the parent started::
+
+    c_start + o[C] >= p_start + o[P]   =>   o[P] - o[C] <= c_start - p_start
+
+and, when the parent waits for the child (``schema.SYNC_EVENTS``), that
+the child ended before the parent ended::
+
+    c_end + o[C] <= p_end + o[P]       =>   o[C] - o[P] <= p_end - c_end
+
+This is a system of difference constraints.  Per directed host pair only
+the tightest bounds matter, so ``PairCollector`` keeps the ``keep``
+tightest (with where they came from): memory is bounded by the number of
+host pairs, not by the input.  ``solve``:
+
+1. adds the bounds loosest first to an all-pairs shortest-path matrix
+   (NumPy), rejecting a bound that would close a negative cycle (no
+   offsets satisfy it together with the bounds already accepted): such
+   pairs are dropped and reported with their origin;
+2. per connected group of hosts, takes the host with the most pairs as
+   reference (offset 0) and fixes the other hosts one by one, the most
+   constrained first: a host keeps its raw clock (offset 0) when that is
+   feasible, else takes the centre of its feasible interval (or its one
+   finite end); each choice is added as an equality so the rest stays
+   feasible;
+3. reports per host the offset, the feasible interval it was chosen
+   from (its remaining uncertainty), its group and number of pairs.
+   Hosts without pairs are reported as uncorrected (offset 0).
+"""
+
+import bisect
+
+import numpy
+
+INF = float('inf')
+
+
+class PairCollector:
+    """The tightest bounds ``o[a] - o[b] <= w`` per directed host pair."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        # (a, b): sorted list of (w, origin)
+        self.bounds = {}
+        self.pairs = 0
+        self.per_host = {}
+
+    def add(self, a: str, b: str, w: int, origin) -> None:
+        lst = self.bounds.get((a, b))
+        if lst is None:
+            self.bounds[(a, b)] = [(w, origin)]
+            return
+        if len(lst) >= self.keep:
+            if w >= lst[-1][0]:
+                return
+            lst.pop()
+        bisect.insort(lst, (w, origin), key=lambda item: item[0])
+
+    def add_hop(self, p_host: str, p_start: int, p_end, c_host: str,
+                c_start: int, c_end, sync: bool, origin) -> None:
+        """One parent/child pair on two hosts (ends may be ``None``)."""
+        if p_host == c_host:
+            return
+        self.pairs += 1
+        for host in (p_host, c_host):
+            self.per_host[host] = self.per_host.get(host, 0) + 1
+        self.add(p_host, c_host, c_start - p_start, origin)
+        if sync and p_end is not None and c_end is not None:
+            self.add(c_host, p_host, p_end - c_end, origin)
+
+    def merge(self, other: 'PairCollector') -> None:
+        self.pairs += other.pairs
+        for host, n in other.per_host.items():
+            self.per_host[host] = self.per_host.get(host, 0) + n
+        for (a, b), lst in other.bounds.items():
+            for w, origin in lst:
+                self.add(a, b, w, origin)
+
+
+class ClockResult:
+    """Offsets per host and what could not be used."""
+
+    def __init__(self) -> None:
+        # host: {offset_us, low_us, high_us, group, status, pairs}
+        self.hosts = {}
+        # {a, b, bound_us, origin, reason}
+        self.dropped = []
+        self.groups = 0
+        self.pairs = 0
+
+    def offsets(self) -> dict:
+        return {h: info['offset_us'] for h, info in self.hosts.items()}
+
+    def to_dict(self) -> dict:
+        return {'hosts': self.hosts, 'dropped': self.dropped,
+                'groups': self.groups, 'pairs': self.pairs}
+
+
+def _relax(dist, u: int, v: int, w: float) -> None:
+    """Add edge ``u -> v`` (``o[v] - o[u] <= w``) to the closed matrix."""
+    if dist[u, v] <= w:
+        return
+    numpy.minimum(dist, dist[:, u][:, None] + w + dist[v, :][None, :],
+                  out=dist)
+
+
+def solve(collector: PairCollector, hosts=()) -> ClockResult:
+    """Offsets for every host in ``hosts`` and in the collected pairs."""
+    result = ClockResult()
+    result.pairs = collector.pairs
+    names = sorted(set(hosts) | {h for pair in collector.bounds
+                                 for h in pair})
+    index = {h: i for i, h in enumerate(names)}
+    n = len(names)
+    dist = numpy.full((n, n), INF)
+    numpy.fill_diagonal(dist, 0.0)
+    edges = []
+    for (a, b), lst in collector.bounds.items():
+        for w, origin in lst:
+            # o[a] - o[b] <= w  is the edge b -> a of weight w
+            edges.append((w, index[b], index[a], origin))
+    edges.sort(key=lambda e: -e[0])
+    linked = [set() for _ in range(n)]
+    for w, u, v, origin in edges:
+        if dist[v, u] + w < 0:
+            result.dropped.append({
+                'a': names[v], 'b': names[u], 'bound_us': w,
+                'origin': origin,
+                'reason': 'needs %s - %s <= %d us, other pairs need at '
+                          'least %d us' % (names[v], names[u], w,
+                                           -dist[v, u])})
+            continue
+        _relax(dist, u, v, w)
+        linked[u].add(v)
+        linked[v].add(u)
+    group_of = [-1] * n
+    groups = []
+    for start in range(n):
+        if group_of[start] >= 0 or not linked[start]:
+            continue
+        members = []
+        stack = [start]
+        group_of[start] = len(groups)
+        while stack:
+            i = stack.pop()
+            members.append(i)
+            for j in linked[i]:
+                if group_of[j] < 0:
+                    group_of[j] = len(groups)
+                    stack.append(j)
+        groups.append(members)
+    result.groups = len(groups)
+    per_host = collector.per_host
+    for g, members in enumerate(groups):
+        ref = max(members, key=lambda i: (per_host.get(names[i], 0),
+                                          -i))
+        result.hosts[names[ref]] = {
+            'offset_us': 0, 'low_us': 0, 'high_us': 0, 'group': g,
+            'status': 'reference', 'pairs': per_host.get(names[ref], 0)}
+        todo = set(members) - {ref}
+        while todo:
+            i = min(todo, key=lambda j, r=ref: (dist[r, j] + dist[j, r], j))
+            todo.discard(i)
+            low = -dist[i, ref]
+            high = dist[ref, i]
+            if low <= 0 <= high:
+                value = 0.0
+            elif low > -INF and high < INF:
+                value = (low + high) / 2.0
+            elif low > 0:
+                value = low
+            else:
+                value = high
+            value = int(round(value))
+            value = max(min(value, high), low) if low <= high else value
+            _relax(dist, ref, i, value)
+            _relax(dist, i, ref, -value)
+            result.hosts[names[i]] = {
+                'offset_us': value,
+                'low_us': None if low == -INF else int(low),
+                'high_us': None if high == INF else int(high),
+                'group': g, 'status': 'corrected',
+                'pairs': per_host.get(names[i], 0)}
+    for name in names:
+        if name not in result.hosts:
+            result.hosts[name] = {
+                'offset_us': 0, 'low_us': None, 'high_us': None,
+                'group': None, 'status': 'uncorrected', 'pairs': 0}
+    return result

@@ -1,0 +1,324 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Finding, opening and decoding span files; what was lost on the way.
+
+Inputs are files, directories (searched recursively) and glob patterns;
+files may be gzip-compressed.  A line is a span record when it starts
+with ``{``, or, in a service log written by the ``log`` sink, when it
+contains ``{"v":`` (the record starts there).  Other lines of a service
+log are counted, not reported.
+
+Bad lines never stop the analysis: each is counted under one kind and
+the first few of each kind are kept with file and line number:
+
+``malformed``        not JSON, or not a JSON object
+``truncated``        the last line of a file, cut short (a killed process)
+``unknown_version``  ``v`` is not the schema version this analyser reads
+``invalid``          fails ``instrument.schema.validate``
+``duplicate``        the same process's ``seq`` seen again
+``late``             a record of a request already finalised
+
+``FileLoss`` adds, per file and process, the ``seq`` numbers missing and
+the events the runtime itself reported lost (``sink.drops``).
+"""
+
+import glob
+import gzip
+import os
+import re
+
+from instrument import schema
+
+try:  # an optional accelerator (the ``report`` extra installs it)
+    import orjson
+    loads = orjson.loads
+except ImportError:  # pragma: no cover - exercised without orjson
+    import json
+    loads = json.loads
+
+SPAN_SUFFIXES = ('.jsonl', '.json', '.log', '.txt')
+KINDS = ('malformed', 'truncated', 'unknown_version', 'invalid',
+         'duplicate', 'late')
+MAX_SAMPLES = 20
+LOG_MARKER = b'{"v":'
+_TS = re.compile(rb'"ts":\s*(\d+)')
+
+
+class InputError(Exception):
+    """No input could be read at all."""
+
+
+def _is_span_file(name: str) -> bool:
+    if name.startswith('.'):
+        return False
+    if name.endswith('.gz'):
+        name = name[:-3]
+    return name.endswith(SPAN_SUFFIXES)
+
+
+def discover(paths: list) -> tuple:
+    """Expand ``paths`` into a sorted list of files.
+
+    Returns ``(files, problems)``; ``problems`` names paths that matched
+    nothing or could not be read.
+    """
+    found = []
+    problems = []
+    for path in paths:
+        if any(c in path for c in '*?['):
+            matches = sorted(glob.glob(path, recursive=True))
+            if not matches:
+                problems.append('%s: no file matches' % path)
+            for match in matches:
+                if os.path.isdir(match):
+                    found.extend(_walk(match))
+                else:
+                    found.append(match)
+        elif os.path.isdir(path):
+            files = _walk(path)
+            if not files:
+                problems.append('%s: no span files (*.jsonl, *.log, '
+                                '... or .gz) in this directory' % path)
+            found.extend(files)
+        elif os.path.isfile(path):
+            found.append(path)
+        else:
+            problems.append('%s: no such file or directory' % path)
+    unique = []
+    seen = set()
+    for path in found:
+        key = os.path.realpath(path)
+        if key in seen:
+            continue
+        seen.add(key)
+        if not os.access(path, os.R_OK):
+            problems.append('%s: not readable' % path)
+            continue
+        unique.append(path)
+    return unique, problems
+
+
+def _walk(directory: str) -> list:
+    out = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
+        for name in sorted(files):
+            if _is_span_file(name):
+                out.append(os.path.join(root, name))
+    return out
+
+
+class SpanFile:
+    """One input file read in chunks of lines, with its position."""
+
+    def __init__(self, path: str, index: int, offset: int = 0) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        self.index = index
+        # clock correction of the file's host, for the merge order
+        self.offset = offset
+        self.size = os.path.getsize(path)
+        self.lineno = 0
+        self.time = None
+        self.done = False
+        self.error = None
+        self._raw = open(path, 'rb')
+        if path.endswith('.gz'):
+            self._f = gzip.GzipFile(fileobj=self._raw, mode='rb')
+        else:
+            self._f = self._raw
+
+    def read_chunk(self, hint: int = 1 << 18) -> list:
+        """The next lines (bytes, newline kept); [] at the end."""
+        if self.done:
+            return []
+        try:
+            lines = self._f.readlines(hint)
+        except (OSError, EOFError, ValueError) as exc:
+            # a cut gzip stream, or a read error: keep what was read
+            self.error = '%s: %s' % (exc.__class__.__name__, exc)
+            lines = []
+        if not lines:
+            self.close()
+            return []
+        last = lines[-1]
+        match = _TS.search(last) if last.endswith(b'\n') else None
+        if match is None and len(lines) > 1:
+            match = _TS.search(lines[-2])
+        if match is not None:
+            ts = int(match.group(1)) + self.offset
+            if self.time is None or ts > self.time:
+                self.time = ts
+        return lines
+
+    def position(self) -> int:
+        """Bytes of the (possibly compressed) file consumed so far."""
+        try:
+            return self._raw.tell() if not self._raw.closed else self.size
+        except (OSError, ValueError):
+            return self.size
+
+    def close(self) -> None:
+        self.done = True
+        try:
+            if self._f is not self._raw:
+                self._f.close()
+            self._raw.close()
+        except OSError:
+            pass
+
+
+class Issues:
+    """Counts and first examples of bad lines, per kind and per file."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(KINDS, 0)
+        self.samples = {kind: [] for kind in KINDS}
+        self.per_file = {}
+        self.other_lines = 0
+        self.files = []
+        self.problems = []
+
+    def add(self, kind: str, fname: str, lineno: int, reason: str) -> None:
+        self.counts[kind] += 1
+        per = self.per_file.setdefault(fname, dict.fromkeys(KINDS, 0))
+        per[kind] += 1
+        samples = self.samples[kind]
+        if len(samples) < MAX_SAMPLES:
+            samples.append((fname, lineno, reason[:200]))
+
+    def merge(self, other: 'Issues') -> None:
+        for kind in KINDS:
+            self.counts[kind] += other.counts[kind]
+            room = MAX_SAMPLES - len(self.samples[kind])
+            if room > 0:
+                self.samples[kind].extend(other.samples[kind][:room])
+        for fname, per in other.per_file.items():
+            mine = self.per_file.setdefault(fname, dict.fromkeys(KINDS, 0))
+            for kind, n in per.items():
+                mine[kind] += n
+        self.other_lines += other.other_lines
+        for problem in other.problems:
+            if problem not in self.problems:
+                self.problems.append(problem)
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class FileLoss:
+    """Per file and process: ``seq`` numbers seen, and reported drops."""
+
+    def __init__(self) -> None:
+        # (file, pid, incarnation): [count, min seq, max seq]
+        self.seqs = {}
+        # (file, pid): {sink: cumulative count}
+        self.drops = {}
+
+    def merge(self, other: 'FileLoss') -> None:
+        for key, (n, lo, hi) in other.seqs.items():
+            mine = self.seqs.get(key)
+            if mine is None:
+                self.seqs[key] = [n, lo, hi]
+            else:
+                mine[0] += n
+                mine[1] = min(mine[1], lo)
+                mine[2] = max(mine[2], hi)
+        for key, counts in other.drops.items():
+            mine = self.drops.setdefault(key, {})
+            for sink, n in counts.items():
+                if n > mine.get(sink, 0):
+                    mine[sink] = n
+
+    def summary(self) -> list:
+        """Rows ``{file, pid, records, missing, dropped}`` with a loss."""
+        rows = {}
+        for (fname, pid, _inc), (n, lo, hi) in self.seqs.items():
+            row = rows.setdefault((fname, pid), {
+                'file': fname, 'pid': pid, 'records': 0, 'missing': 0,
+                'dropped': 0})
+            row['records'] += n
+            row['missing'] += max(0, hi - lo + 1 - n)
+        for (fname, pid), counts in self.drops.items():
+            row = rows.setdefault((fname, pid), {
+                'file': fname, 'pid': pid, 'records': 0, 'missing': 0,
+                'dropped': 0})
+            row['dropped'] += sum(counts.values())
+        return sorted((r for r in rows.values()
+                       if r['missing'] or r['dropped']),
+                      key=lambda r: (r['file'], r['pid']))
+
+
+def decode_error(raw: bytes, at_eof: bool) -> tuple:
+    """``(kind, reason)`` of a line that did not decode to a record."""
+    try:
+        rec = loads(raw)
+    except ValueError as exc:
+        if at_eof and not raw.endswith(b'\n'):
+            return 'truncated', 'last line cut short (%s)' % exc
+        return 'malformed', 'not JSON: %s' % exc
+    return check_error(rec)
+
+
+def check_error(rec) -> tuple:
+    """``(kind, reason)`` for a decoded value that is not a valid record,
+    ``(None, None)`` when it is valid."""
+    if not isinstance(rec, dict):
+        return 'malformed', 'not a JSON object'
+    if rec.get('v') != schema.SCHEMA_VERSION:
+        return 'unknown_version', 'schema version %r (this analyser ' \
+            'reads %d)' % (rec.get('v'), schema.SCHEMA_VERSION)
+    try:
+        schema.validate(rec)
+    except schema.SchemaError as exc:
+        return 'invalid', str(exc)
+    return None, None
+
+
+class Validator:
+    """``schema.validate`` with a cache of record shapes known good.
+
+    The type checks of the schema depend only on the phase, the field
+    names and the value types, so a shape validated once is accepted by
+    a signature lookup; the value checks (version, span id, duration,
+    status, error class) are made on every record.
+    """
+
+    def __init__(self) -> None:
+        self._good = set()
+
+    def ok(self, rec) -> bool:
+        if rec.__class__ is not dict:
+            return False
+        try:
+            sig = (rec['ph'], tuple(rec), tuple(map(type, rec.values())))
+        except (KeyError, TypeError):
+            return False
+        if sig not in self._good:
+            if check_error(rec)[0] is not None:
+                return False
+            if len(self._good) < 4096:
+                self._good.add(sig)
+            return True
+        if rec['v'] != 1:
+            return False
+        ph = rec['ph']
+        if ph == 'X':
+            if not rec['span'] or rec['dur_us'] < 0 or \
+                    rec['st'] not in ('ok', 'error'):
+                return False
+        elif ph == 'B' and not rec['span']:
+            return False
+        err = rec.get('err')
+        if err is not None and err.get('cls').__class__ is not str:
+            return False
+        return True

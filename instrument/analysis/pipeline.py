@@ -1,0 +1,626 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The analysis of a set of span files, from bytes to a report dict.
+
+Pass 1 (``clock_pass``) reads only the RPC lines (a substring test
+skips the rest undecoded), matches each dispatch with its send on
+another host within a horizon, and solves the clock offsets.
+
+Pass 2 (``run_part``) reads everything on corrected clocks: validates
+each line, tracks ``seq`` per process, feeds the request assembler and
+the SQL digest.  With ``jobs`` > 1 the requests are partitioned by a
+hash of their request id: every worker reads all files but decodes only
+its own lines (lines without a request id, and process metadata, go to
+worker 0; metadata is seen by all), so the partial results add up.
+Duplicate lines hash alike, so each worker still sees its own
+duplicates.
+
+``analyse`` runs both passes and merges the parts into one JSON-ready
+report dict, the input of every writer (text, JSON, HTML) and of
+``compare``.
+"""
+
+import collections
+import gc
+import heapq
+import multiprocessing
+import os
+import sys
+import time
+import zlib
+
+from instrument.analysis import breakdown
+from instrument.analysis import classify
+from instrument.analysis import clocks
+from instrument.analysis import load
+from instrument.analysis import requests
+from instrument.analysis import sqldigest
+from instrument.analysis import stream
+from instrument import schema
+
+REPORT_VERSION = 1
+SENDERS = frozenset(('rpc.call', 'rpc.cast'))
+KEEP_SLOWEST = 12
+KEEP_PER_STATE = 40
+
+
+class Options:
+    """What the command line chose; plain values, picklable."""
+
+    def __init__(self, jobs: int = 1, idle_s: float = 30.0,
+                 hung_s: float = 600.0, clock_horizon_s: float = 600.0,
+                 since=None, until=None, group_by: str = 'fingerprint',
+                 order_by: str = 'sum', limit: int = 20,
+                 all_lifecycles: bool = False, progress=None) -> None:
+        self.jobs = jobs
+        self.idle_us = int(idle_s * 1e6)
+        self.hung_us = int(hung_s * 1e6)
+        self.clock_horizon_us = int(clock_horizon_s * 1e6)
+        self.since = since
+        self.until = until
+        self.group_by = group_by
+        self.order_by = order_by
+        self.limit = limit
+        self.all_lifecycles = all_lifecycles
+        self.progress = progress
+
+
+def _decode_prefixed(raw: bytes):
+    if raw[:1] != b'{':
+        j = raw.find(load.LOG_MARKER)
+        if j < 0:
+            return None
+        raw = raw[j:]
+    try:
+        return load.loads(raw)
+    except ValueError:
+        return None
+
+
+# -- pass 1 ----------------------------------------------------------------
+
+def clock_pass(paths: list, opts: Options, report=None) -> tuple:
+    """``(ClockResult, {file index: host}, first ts, hop stats)``."""
+    files = stream.open_files(paths)
+    coll = clocks.PairCollector()
+    entries = {}
+    file_host = {}
+    hosts = set()
+    first_ts = None
+    counts = {'hops': 0, 'unmatched': 0}
+    horizon = opts.clock_horizon_us
+
+    def evaluate(sid, e):
+        p_host, p_start, p_end, sync, kids, _seen = e
+        if not kids:
+            return
+        if p_host is None:
+            counts['unmatched'] += len(kids)
+            return
+        for c_host, c_start, c_end, origin in kids.values():
+            counts['hops'] += 1
+            coll.add_hop(p_host, p_start, p_end, c_host, c_start, c_end,
+                         sync, origin)
+
+    loads = load.loads
+    marker = load.LOG_MARKER
+    for f, lines, first, watermark in stream.chunks(files, report):
+        fi = f.index
+        lineno = first
+        if fi not in file_host:
+            for raw in lines:
+                rec = _decode_prefixed(raw)
+                if rec.__class__ is dict and isinstance(rec.get('host'),
+                                                        str):
+                    file_host[fi] = rec['host']
+                    hosts.add(rec['host'])
+                    break
+        for raw in lines:
+            lineno += 1
+            # Only complete RPC spans matter (a B without its X adds
+            # nothing the X would not); most lines are skipped undecoded.
+            if b'"ev":"rpc.' not in raw:
+                continue
+            if raw[:1] != b'{':
+                j = raw.find(marker)
+                if j < 0:
+                    continue
+                raw = raw[j:]
+            if raw[:15] != b'{"v":1,"ph":"X"' and b'"ph":"X"' not in raw:
+                continue
+            try:
+                rec = loads(raw)
+                if rec['v'] != 1 or rec['ph'] != 'X':
+                    continue
+                host = rec['host']
+                ev = rec['ev']
+                ts = rec['ts']
+                end = ts + rec['dur_us']
+                sid = rec['span']
+            except (ValueError, KeyError, TypeError):
+                continue
+            if host.__class__ is not str or ts.__class__ is not int or \
+                    end.__class__ is not int:
+                continue
+            hosts.add(host)
+            if first_ts is None or ts < first_ts:
+                first_ts = ts
+            if ev in SENDERS:
+                e = entries.get(sid)
+                if e is None:
+                    entries[sid] = [host, ts, end, ev in schema.SYNC_EVENTS,
+                                    None, ts]
+                else:
+                    e[0] = host
+                    e[1] = ts
+                    e[2] = end
+                    e[3] = ev in schema.SYNC_EVENTS
+            else:
+                parent = rec.get('parent')
+                if parent is None:
+                    continue
+                e = entries.get(parent)
+                if e is None:
+                    e = entries[parent] = [None, None, None, False, None,
+                                           ts]
+                if e[4] is None:
+                    e[4] = {}
+                e[4][sid] = [host, ts, end, (f.name, lineno,
+                                             rec.get('req'))]
+        if watermark is not None and watermark > 0:
+            cut = watermark - horizon
+            while entries:
+                sid = next(iter(entries))
+                e = entries[sid]
+                if e[5] >= cut:
+                    break
+                del entries[sid]
+                evaluate(sid, e)
+    for sid, e in entries.items():
+        evaluate(sid, e)
+    result = clocks.solve(coll, hosts)
+    return result, file_host, first_ts, counts
+
+
+# -- pass 2 ----------------------------------------------------------------
+
+class Partial:
+    """The result of one worker."""
+
+    def __init__(self) -> None:
+        self.summaries = []
+        self.failures = {}
+        self.retries = collections.Counter()
+        self.digest = None
+        self.issues = load.Issues()
+        self.loss = load.FileLoss()
+        self.causality = {'checked': 0, 'violations': 0, 'examples': []}
+        self.no_request = collections.Counter()
+        self.processes = []
+        self.records = 0
+        self.lines = 0
+        self.duplicate_spans = 0
+        self.txns = 0
+
+
+_PROGRESS = None
+
+
+def _set_progress(shared) -> None:
+    global _PROGRESS
+    _PROGRESS = shared
+
+
+class _Keeper:
+    """Chooses the requests whose lifecycle is kept for timelines."""
+
+    def __init__(self, keep_all: bool) -> None:
+        self.keep_all = keep_all
+        self.slowest = []
+        self.per_state = collections.Counter()
+
+    def __call__(self, summary, r, tree) -> None:
+        if self.keep_all:
+            return
+        if summary.state not in classify.GOOD_STATES:
+            self.per_state[summary.state] += 1
+            if self.per_state[summary.state] > KEEP_PER_STATE:
+                summary.lifecycle = None
+            return
+        if summary.kind != 'boot':
+            summary.lifecycle = None
+            return
+        item = (summary.latency, id(summary), summary)
+        if len(self.slowest) < KEEP_SLOWEST:
+            heapq.heappush(self.slowest, item)
+            return
+        if item[0] > self.slowest[0][0]:
+            _lat, _id, dropped = heapq.heapreplace(self.slowest, item)
+            dropped.lifecycle = None
+        else:
+            summary.lifecycle = None
+
+
+def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
+             nparts: int, opts: Options, hosts=()) -> Partial:
+    """Pass 2 over the requests of partition ``part``."""
+    out = Partial()
+    issues = out.issues
+    loss = out.loss
+    digest = out.digest = sqldigest.SqlDigest(opts.since, opts.until)
+    keeper = _Keeper(opts.all_lifecycles)
+    asm = requests.Assembler(opts.idle_us, opts.hung_us,
+                             classify.Normaliser(hosts), on_summary=keeper)
+    validator = load.Validator()
+    valid = validator.ok
+    loads = load.loads
+    crc32 = zlib.crc32
+    marker = load.LOG_MARKER
+    seqs = {}
+    incarnations = {}
+    files = stream.open_files(paths, file_offsets)
+    progress = None
+    if _PROGRESS is not None:
+        shared = _PROGRESS
+
+        def progress(done):
+            shared[part] = done
+    elif opts.progress is not None and nparts == 1:
+        progress = opts.progress
+    get_offset = offsets.get
+    span = asm.span
+    add_sql = asm.sql
+    digest_add = digest.add
+    lines_seen = 0
+    records = 0
+    for f, lines, first, watermark in stream.chunks(files, progress):
+        fi = f.index
+        fname = f.name
+        lineno = first
+        lines_seen += len(lines)
+        for raw in lines:
+            lineno += 1
+            if raw[0] != 123:  # not '{': a service log line?
+                j = raw.find(marker)
+                if j < 0:
+                    if part == 0 and raw.strip():
+                        issues.other_lines += 1
+                    continue
+                raw = raw[j:]
+            meta = False
+            if nparts > 1:
+                i = raw.find(b'"req":"')
+                if i < 0:
+                    meta = b'"ph":"M"' in raw[:24]
+                    if part != 0 and not meta:
+                        continue
+                elif crc32(raw[i + 7:i + 47]) % nparts != part:
+                    continue
+            try:
+                rec = loads(raw)
+            except ValueError as exc:
+                if part == 0 or not meta:
+                    if not raw.endswith(b'\n'):
+                        issues.add('truncated', fname, lineno,
+                                   'last line cut short (%s)' % exc)
+                    else:
+                        issues.add('malformed', fname, lineno,
+                                   'not JSON: %s' % exc)
+                continue
+            if not valid(rec):
+                if part == 0 or not meta:
+                    kind, reason = load.check_error(rec)
+                    issues.add(kind or 'invalid', fname, lineno,
+                               reason or 'invalid record')
+                continue
+            pid = rec['pid']
+            seq = rec['seq']
+            key = (fi, pid)
+            s = seqs.get(key)
+            if s is None:
+                incarnations[key] = 0
+                s = seqs[key] = loss.seqs[(fname, pid, 0)] = [0, seq, seq]
+            elif seq <= s[2] and s[0]:
+                if seq == 1 and rec['ev'] == 'process.start':
+                    inc = incarnations[key] = incarnations[key] + 1
+                    s = seqs[key] = loss.seqs[(fname, pid, inc)] = \
+                        [0, 1, 1]
+                else:
+                    issues.add('duplicate', fname, lineno,
+                               'seq %d of pid %d seen before' % (seq, pid))
+                    continue
+            if meta and part != 0:
+                # metadata is read by every worker, counted by worker 0
+                s[2] = seq if seq > s[2] else s[2]
+                if rec['ev'] == 'sql.fingerprint':
+                    attrs = rec.get('attrs') or {}
+                    digest.fingerprint(attrs.get('fp'), attrs.get('text'),
+                                       attrs.get('kind'))
+                continue
+            s[0] += 1
+            if seq > s[2]:
+                s[2] = seq
+            elif seq < s[1]:
+                s[1] = seq
+            records += 1
+            ph = rec['ph']
+            ts = rec['ts'] + get_offset(rec['host'], 0)
+            if ph == 'X':
+                ev = rec['ev']
+                if ev == 'sql.query':
+                    attrs = rec.get('attrs') or {}
+                    dur = rec['dur_us']
+                    digest_add(ts, dur, attrs.get('fp'), rec['svc'],
+                               attrs.get('db'), attrs.get('call'),
+                               attrs.get('rows'), rec['st'] == 'error')
+                    req = rec.get('req')
+                    if req is not None:
+                        add_sql(req, rec.get('parent'), dur, ts + dur, rec)
+                elif ev == 'sql.txn':
+                    out.txns += 1
+                elif not span(rec, ts, True):
+                    out.duplicate_spans += 1
+            elif ph == 'B':
+                if not span(rec, ts, False):
+                    out.duplicate_spans += 1
+            elif ph == 'I':
+                asm.instant(rec, ts)
+            elif ph == 'C':
+                ev = rec['ev']
+                attrs = rec.get('attrs') or {}
+                if ev == 'sql.agg':
+                    digest.add_agg(ts, rec['svc'], attrs)
+                elif ev == 'sink.drops':
+                    mine = loss.drops.setdefault((fname, pid), {})
+                    for sink, n in attrs.items():
+                        if isinstance(n, int) and n > mine.get(sink, 0):
+                            mine[sink] = n
+            else:
+                ev = rec['ev']
+                attrs = rec.get('attrs') or {}
+                if ev == 'sql.fingerprint':
+                    digest.fingerprint(attrs.get('fp'), attrs.get('text'),
+                                       attrs.get('kind'))
+                elif ev == 'process.start':
+                    out.processes.append({
+                        'file': fname, 'host': rec['host'],
+                        'svc': rec['svc'], 'pid': pid,
+                        'service': attrs.get('service'),
+                        'version': attrs.get('version'),
+                        'mode': attrs.get('mode'),
+                        'points': _point_counts(attrs.get('points'))})
+                asm.normalise.add_hosts((rec['host'],))
+        if watermark is not None:
+            asm.sweep(watermark)
+        if f.error and part == 0:
+            issues.problems.append('%s: %s (the rest of the file is '
+                                   'unreadable)' % (fname, f.error))
+    asm.finish()
+    if asm.late:
+        issues.counts['late'] += asm.late
+    out.summaries = asm.summaries
+    out.failures = asm.failures
+    out.retries = asm.retries
+    out.causality = asm.causality
+    out.no_request = asm.no_request
+    out.records = records
+    out.lines = lines_seen if part == 0 else 0
+    out.duplicate_spans += asm.duplicates
+    return out
+
+
+def _point_counts(points) -> dict:
+    if not isinstance(points, dict):
+        return {}
+    return {k: len(v) for k, v in points.items() if isinstance(v, list)}
+
+
+def _run_part_star(args):
+    return run_part(*args)
+
+
+def _merge(parts: list) -> Partial:
+    out = Partial()
+    out.digest = sqldigest.SqlDigest()
+    for p in parts:
+        out.summaries.extend(p.summaries)
+        for key, (n, reqs) in p.failures.items():
+            row = out.failures.setdefault(key, [0, []])
+            row[0] += n
+            row[1].extend(r for r in reqs if len(row[1]) < 5)
+        out.retries.update(p.retries)
+        out.digest.merge(p.digest)
+        out.digest.since = p.digest.since
+        out.digest.until = p.digest.until
+        out.issues.merge(p.issues)
+        out.issues.counts['late'] += 0
+        out.loss.merge(p.loss)
+        out.causality['checked'] += p.causality['checked']
+        out.causality['violations'] += p.causality['violations']
+        out.causality['examples'].extend(
+            p.causality['examples'][:10 - len(out.causality['examples'])])
+        out.no_request.update(p.no_request)
+        out.processes.extend(p.processes)
+        out.records += p.records
+        out.lines += p.lines
+        out.duplicate_spans += p.duplicate_spans
+        out.txns += p.txns
+    out.summaries.sort(key=lambda s: (s.start, s.req))
+    return out
+
+
+class Progress:
+    """A one-line progress display on stderr for long inputs."""
+
+    def __init__(self, total: int, stream_=None, min_bytes: int = 20 << 20):
+        self.total = max(total, 1)
+        self.out = stream_ or sys.stderr
+        self.enabled = total >= min_bytes and self.out.isatty()
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.label = ''
+
+    def show(self, done: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.5:
+            return
+        self.last = now
+        pct = min(100.0, 100.0 * done / self.total)
+        rate = done / max(now - self.started, 1e-6) / 1e6
+        self.out.write('\r%s %5.1f%%  %.1f MB/s ' % (self.label, pct, rate))
+        self.out.flush()
+
+    def start(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+
+    def done(self) -> None:
+        if self.enabled:
+            self.out.write('\r' + ' ' * 60 + '\r')
+            self.out.flush()
+
+
+def default_jobs(total_bytes: int) -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(
+        os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    if total_bytes < (32 << 20):
+        return 1
+    return max(1, min(cpus, 4))
+
+
+def analyse(inputs: list, opts: Options = None) -> dict:
+    """Both passes over ``inputs`` (files, directories, globs)."""
+    # The passes keep many small objects alive and make no reference
+    # cycles: the cyclic collector would only rescan them (x3 cost).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _analyse(inputs, opts or Options())
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _analyse(inputs: list, opts: Options) -> dict:
+    started = time.monotonic()
+    paths, problems = load.discover(inputs)
+    if not paths:
+        raise load.InputError('no span files to read: ' +
+                              '; '.join(problems or ['no input given']))
+    total = sum(os.path.getsize(p) for p in paths)
+    progress = Progress(total) if opts.progress is None else None
+    show = progress.show if progress else opts.progress
+    if progress:
+        progress.start('clocks ')
+    clock, file_host, first_ts, hops = clock_pass(paths, opts, show)
+    offsets = clock.offsets()
+    file_offsets = {i: offsets.get(h, 0) for i, h in file_host.items()}
+    if first_ts is not None:
+        first_ts += min(offsets.values(), default=0)
+    since = opts.since
+    until = opts.until
+    if isinstance(since, str):
+        since = sqldigest.parse_time(since, first_ts)
+    if isinstance(until, str):
+        until = sqldigest.parse_time(until, first_ts)
+    part_opts = Options(jobs=opts.jobs, since=since, until=until,
+                        all_lifecycles=opts.all_lifecycles)
+    part_opts.idle_us = opts.idle_us
+    part_opts.hung_us = opts.hung_us
+    part_opts.progress = show
+    clock_s = time.monotonic() - started
+    jobs = opts.jobs or default_jobs(total)
+    hosts = sorted(clock.hosts)
+    if progress:
+        progress.start('spans  ')
+    if jobs <= 1:
+        parts = [run_part(paths, offsets, file_offsets, 0, 1, part_opts,
+                          hosts)]
+    else:
+        parts = _run_parallel(paths, offsets, file_offsets, jobs,
+                              part_opts, hosts, show)
+    if progress:
+        progress.done()
+    merged = _merge(parts)
+    merged.issues.problems[:0] = problems
+    report = build_report(merged, clock, hops, opts, paths, total)
+    report['run'] = {'seconds': time.monotonic() - started,
+                     'clock_pass_seconds': clock_s, 'jobs': jobs}
+    return report
+
+
+def _run_parallel(paths, offsets, file_offsets, jobs, opts, hosts,
+                  show) -> list:
+    ctx = multiprocessing.get_context('fork')
+    shared = ctx.Array('q', jobs, lock=False)
+    opts.progress = None
+    with ctx.Pool(jobs, initializer=_set_progress,
+                  initargs=(shared,)) as pool:
+        pending = pool.map_async(_run_part_star, [
+            (paths, offsets, file_offsets, part, jobs, opts, hosts)
+            for part in range(jobs)])
+        while not pending.ready():
+            pending.wait(0.5)
+            if show is not None:
+                show(min(shared[:]) if shared else 0)
+        return pending.get()
+
+
+def build_report(merged: Partial, clock, hops: dict, opts: Options,
+                 paths: list, total_bytes: int) -> dict:
+    """The JSON-ready report of a merged pass 2."""
+    summaries = merged.summaries
+    agg = breakdown.aggregate(summaries)
+    failures = [
+        {'component': svc, 'ev': ev, 'cls': cls, 'message': msg,
+         'count': n, 'requests': reqs}
+        for (svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
+    failures.sort(key=lambda r: (-r['count'], r['component'], r['cls'],
+                                 r['message']))
+    retries = [{'func': func, 'cls': cls, 'count': n}
+               for (func, cls), n in merged.retries.most_common()]
+    issues = merged.issues
+    timelines = [s.to_dict() for s in summaries if s.lifecycle is not None]
+    return {
+        'report_version': REPORT_VERSION,
+        'schema_version': schema.SCHEMA_VERSION,
+        'inputs': {'files': [os.path.basename(p) for p in paths],
+                   'paths': paths, 'bytes': total_bytes,
+                   'lines': merged.lines, 'records': merged.records},
+        'clocks': dict(clock.to_dict(), hops=hops),
+        'load': {'counts': issues.counts, 'samples': issues.samples,
+                 'per_file': issues.per_file,
+                 'other_lines': issues.other_lines,
+                 'problems': issues.problems,
+                 'loss': merged.loss.summary(),
+                 'duplicate_spans': merged.duplicate_spans,
+                 'records_without_request': dict(merged.no_request)},
+        'processes': sorted(merged.processes,
+                            key=lambda p: (p['host'], p['svc'], p['pid'])),
+        'summary': agg,
+        'failures': failures,
+        'retries': retries,
+        'sql': merged.digest.profile(opts.group_by, opts.order_by,
+                                     opts.limit),
+        'causality': merged.causality,
+        'requests': [_request_row(s) for s in summaries],
+        'timelines': timelines,
+    }
+
+
+def _request_row(s) -> dict:
+    row = s.to_dict()
+    if s.lifecycle is None:
+        row.pop('lifecycle', None)
+    return row

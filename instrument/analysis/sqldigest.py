@@ -1,0 +1,326 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""A pt-query-digest style profile of the SQL statements.
+
+Statements are kept as statistics per fine class ``(query id, service,
+database, enclosing call)``; ``--group-by`` merges fine classes at
+report time, so any grouping costs nothing more while reading.  A class
+holds count, total, sum of squares (standard deviation), min, max, rows,
+errors, first/last time and a log-scale histogram of 50 buckets per
+decade (4.7 % wide, like pt-query-digest's 5 % buckets) from which the
+median and 95th percentile are read.
+
+``sql.query`` records (statements written one by one) and ``sql.agg``
+counters (fast statements aggregated by the runtime: count, sum, min,
+max, sum of squares, decade histogram) add to the same classes; for the
+latter the percentile estimate uses the decade bucket's centre, clamped
+to the record's min and max.  The query id is the MD5 of the
+fingerprint (32 hex digits); the fingerprint text comes from the
+``sql.fingerprint`` records.
+"""
+
+import math
+import re
+
+PER_DECADE = 50
+# pt-query-digest's distribution rows: 1us 10us 100us 1ms 10ms 100ms 1s 10s+
+DECADES = ('1us', '10us', '100us', '1ms', '10ms', '100ms', '1s', '10s+')
+GROUPS = ('fingerprint', 'service', 'database', 'call')
+ORDERS = ('sum', 'count', 'max', 'avg', 'p95', 'rows', 'errors')
+_ORDER_ALIASES = {'query_time:sum': 'sum', 'query_time:max': 'max',
+                  'query_time:avg': 'avg', 'query_time:cnt': 'count',
+                  'rows_sent:sum': 'rows', 'time': 'sum', 'calls': 'count'}
+_ITEM = re.compile(r'\b(?:from|into|update|join|table)\s+`?([\w.]+)', re.I)
+_log10 = math.log10
+
+# positions in a class's statistics list
+C_COUNT, C_SUM, C_SUMSQ, C_MIN, C_MAX, C_ROWS, C_ERRORS, C_HIST, C_FIRST, \
+    C_LAST, C_AGG = range(11)
+
+
+def _new(ts: int) -> list:
+    return [0, 0, 0, float('inf'), 0, 0, 0, {}, ts, ts, 0]
+
+
+def bucket(us) -> int:
+    return int(_log10(us) * PER_DECADE) if us >= 1 else 0
+
+
+def normalise_order(order: str) -> str:
+    key = order.strip().lower()
+    key = _ORDER_ALIASES.get(key, key)
+    if key not in ORDERS:
+        raise ValueError('unknown --order-by %r (one of %s)' % (
+            order, ', '.join(ORDERS)))
+    return key
+
+
+class SqlDigest:
+    """Statistics per statement class."""
+
+    def __init__(self, since=None, until=None) -> None:
+        self.since = since
+        self.until = until
+        self.classes = {}
+        # fp: (fingerprint text, kind)
+        self.texts = {}
+        self.kinds = {}
+        self.filtered = 0
+
+    # -- ingest (hot) ------------------------------------------------------
+
+    def add(self, ts: int, dur: int, fp, svc, db, call, rows,
+            error: bool) -> None:
+        if self.since is not None and ts < self.since or \
+                self.until is not None and ts >= self.until:
+            self.filtered += 1
+            return
+        key = (fp, svc, db, call)
+        s = self.classes.get(key)
+        if s is None:
+            s = self.classes[key] = _new(ts)
+        s[0] += 1
+        s[1] += dur
+        s[2] += dur * dur
+        if dur < s[3]:
+            s[3] = dur
+        if dur > s[4]:
+            s[4] = dur
+        if rows:
+            s[5] += rows
+        if error:
+            s[6] += 1
+        h = s[7]
+        b = int(_log10(dur) * PER_DECADE) if dur >= 1 else 0
+        h[b] = h.get(b, 0) + 1
+        if ts < s[8]:
+            s[8] = ts
+        elif ts > s[9]:
+            s[9] = ts
+
+    def add_agg(self, ts: int, svc: str, attrs: dict) -> None:
+        """One ``sql.agg`` counter record."""
+        if self.since is not None and ts < self.since or \
+                self.until is not None and ts >= self.until:
+            self.filtered += 1
+            return
+        count = int(attrs.get('count') or 0)
+        if count <= 0:
+            return
+        key = (attrs.get('fp'), svc, attrs.get('db'), attrs.get('call'))
+        s = self.classes.get(key)
+        if s is None:
+            s = self.classes[key] = _new(ts)
+        lo = int(attrs.get('min_us') or 0)
+        hi = int(attrs.get('max_us') or 0)
+        s[0] += count
+        s[1] += int(attrs.get('sum_us') or 0)
+        s[2] += int(attrs.get('sumsq_us') or 0)
+        s[3] = min(s[3], lo)
+        s[4] = max(s[4], hi)
+        s[5] += int(attrs.get('rows') or 0)
+        s[6] += int(attrs.get('errors') or 0)
+        s[8] = min(s[8], ts)
+        s[9] = max(s[9], ts)
+        s[10] += count
+        hist = attrs.get('hist') or []
+        lo_b = bucket(lo) if lo else 0
+        hi_b = bucket(hi) if hi else lo_b
+        h = s[7]
+        placed = 0
+        for i, n in enumerate(hist):
+            if not n:
+                continue
+            # decade i holds [10^(i-1), 10^i) us; 0 holds [0, 1)
+            b = 0 if i == 0 else (i - 1) * PER_DECADE + PER_DECADE // 2
+            b = min(max(b, lo_b), hi_b)
+            h[b] = h.get(b, 0) + n
+            placed += n
+        if placed < count:
+            mean = int(attrs.get('sum_us') or 0) / count
+            b = bucket(mean) if mean >= 1 else 0
+            h[b] = h.get(b, 0) + count - placed
+
+    def fingerprint(self, fp: str, text: str, kind) -> None:
+        if fp and fp not in self.texts:
+            self.texts[fp] = text
+            self.kinds[fp] = kind
+
+    def merge(self, other: 'SqlDigest') -> None:
+        for fp, text in other.texts.items():
+            self.fingerprint(fp, text, other.kinds.get(fp))
+        self.filtered += other.filtered
+        for key, o in other.classes.items():
+            s = self.classes.get(key)
+            if s is None:
+                self.classes[key] = [o[0], o[1], o[2], o[3], o[4], o[5],
+                                     o[6], dict(o[7]), o[8], o[9], o[10]]
+                continue
+            _combine(s, o)
+
+    # -- report ------------------------------------------------------------
+
+    def grouped(self, group_by: str = 'fingerprint') -> dict:
+        if group_by not in GROUPS:
+            raise ValueError('unknown --group-by %r (one of %s)' % (
+                group_by, ', '.join(GROUPS)))
+        pos = GROUPS.index(group_by)
+        out = {}
+        members = {}
+        for key, s in self.classes.items():
+            g = key[pos]
+            cur = out.get(g)
+            if cur is None:
+                out[g] = [s[0], s[1], s[2], s[3], s[4], s[5], s[6],
+                          dict(s[7]), s[8], s[9], s[10]]
+            else:
+                _combine(cur, s)
+            members.setdefault(g, set()).add(key)
+        return out, members
+
+    def profile(self, group_by: str = 'fingerprint', order_by: str = 'sum',
+                limit: int = 20) -> dict:
+        """The profile table and one block per class, JSON-ready."""
+        order = normalise_order(order_by)
+        groups, members = self.grouped(group_by)
+        total = sum(s[C_SUM] for s in groups.values()) or 1
+        rows = []
+        for g, s in groups.items():
+            rows.append(self._block(g, s, members[g], group_by, total))
+        rows.sort(key=lambda r: (-_order_value(r, order), str(r['id'])))
+        all_count = sum(r['calls'] for r in rows)
+        for rank, row in enumerate(rows, 1):
+            row['rank'] = rank
+        shown = rows[:limit] if limit else rows
+        rest = rows[len(shown):]
+        return {
+            'group_by': group_by, 'order_by': order, 'limit': limit,
+            'classes': len(rows), 'calls': all_count,
+            'total_us': sum(s[C_SUM] for s in groups.values()),
+            'filtered_out': self.filtered,
+            'rows': shown,
+            'misc': {'classes': len(rest),
+                     'calls': sum(r['calls'] for r in rest),
+                     'total_us': sum(r['total_us'] for r in rest),
+                     'pct': sum(r['pct'] for r in rest)} if rest else None}
+
+    def _block(self, g, s, keys, group_by, total) -> dict:
+        n = s[C_COUNT]
+        mean = s[C_SUM] / n if n else 0.0
+        var = max(s[C_SUMSQ] / n - mean * mean, 0.0) if n else 0.0
+        std = math.sqrt(var)
+        fps = sorted({k[0] for k in keys if k[0]})
+        if group_by == 'fingerprint':
+            text = self.texts.get(g)
+            item = _item(self.kinds.get(g), text)
+        else:
+            text = None
+            item = '%d quer%s' % (len(fps), 'y' if len(fps) == 1 else
+                                  'ies')
+        return {
+            'id': g, 'total_us': s[C_SUM], 'pct': s[C_SUM] / total,
+            'calls': n, 'r_call_us': mean,
+            # variance-to-mean ratio in seconds, as pt-query-digest
+            'v_m': (var / 1e12) / (mean / 1e6) if mean else 0.0,
+            'item': item, 'fingerprint': text, 'query_ids': fps,
+            'services': sorted({k[1] for k in keys if k[1]}),
+            'databases': sorted({k[2] for k in keys if k[2]}),
+            'calls_from': sorted({k[3] for k in keys if k[3]}),
+            'min_us': s[C_MIN] if n else 0, 'max_us': s[C_MAX],
+            'avg_us': mean, 'p95_us': percentile(s, 95),
+            'median_us': percentile(s, 50), 'stddev_us': std,
+            'rows': s[C_ROWS], 'errors': s[C_ERRORS],
+            'aggregated': s[C_AGG], 'first_us': s[C_FIRST],
+            'last_us': s[C_LAST], 'histogram': decades(s[C_HIST])}
+
+
+def _order_value(row: dict, order: str) -> float:
+    return {'sum': row['total_us'], 'count': row['calls'],
+            'max': row['max_us'], 'avg': row['avg_us'],
+            'p95': row['p95_us'], 'rows': row['rows'],
+            'errors': row['errors']}[order]
+
+
+def _combine(s: list, o: list) -> None:
+    s[0] += o[0]
+    s[1] += o[1]
+    s[2] += o[2]
+    s[3] = min(s[3], o[3])
+    s[4] = max(s[4], o[4])
+    s[5] += o[5]
+    s[6] += o[6]
+    h = s[7]
+    for b, n in o[7].items():
+        h[b] = h.get(b, 0) + n
+    s[8] = min(s[8], o[8])
+    s[9] = max(s[9], o[9])
+    s[10] += o[10]
+
+
+def percentile(s: list, pct: float) -> float:
+    """The ``pct`` percentile read from the class's histogram."""
+    n = s[C_COUNT]
+    if not n:
+        return 0.0
+    rank = pct / 100.0 * n
+    seen = 0
+    value = s[C_MAX]
+    for b in sorted(s[C_HIST]):
+        seen += s[C_HIST][b]
+        if seen >= rank:
+            value = 10 ** ((b + 0.5) / PER_DECADE)
+            break
+    return float(min(max(value, s[C_MIN]), s[C_MAX]))
+
+
+def decades(hist: dict) -> list:
+    """Counts per pt-query-digest distribution row (1us ... 10s+)."""
+    out = [0] * len(DECADES)
+    for b, n in hist.items():
+        i = min(max(b // PER_DECADE, 0), len(DECADES) - 1)
+        out[i] += n
+    return out
+
+
+def _item(kind, text) -> str:
+    if not text:
+        return (kind or 'SQL') + ' ?'
+    match = _ITEM.search(text)
+    verb = kind or text.split(None, 1)[0].upper()
+    return '%s %s' % (verb, match.group(1)) if match else verb
+
+
+def parse_time(value: str, start_us: int = None) -> int:
+    """``--since``/``--until``: ISO 8601 time, epoch seconds, or
+    ``+DURATION`` (``s``/``m``/``h``/``d``) after the first event."""
+    import datetime
+    value = value.strip()
+    if value.startswith('+'):
+        units = {'s': 1, 'm': 60, 'h': 3600, 'd': 86400}
+        unit = value[-1]
+        number = value[1:-1] if unit in units else value[1:]
+        secs = float(number) * units.get(unit, 1)
+        if start_us is None:
+            raise ValueError('relative time needs the start of the input')
+        return start_us + int(secs * 1e6)
+    try:
+        return int(float(value) * 1e6)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError('cannot read time %r (use ISO 8601, epoch '
+                         'seconds or +10m)' % value) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1e6)

@@ -1,0 +1,65 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Reading many span files in step by time, in bounded memory.
+
+Each file is nearly in time order (records are written as spans start
+and end).  Files are read in chunks of lines; the next chunk always
+comes from the file that has progressed least in (corrected) time, so
+all files advance together and the events of one request, spread over
+hosts, arrive close to each other.  Only one chunk is in memory at a
+time.  The *watermark* is the time every unfinished file has reached;
+consumers finalise what is older than the watermark minus a horizon.
+
+Nothing here sorts records: consumers are insensitive to order within
+the horizon.
+"""
+
+import heapq
+
+from instrument.analysis import load
+
+CHUNK_BYTES = 1 << 18
+
+
+def chunks(files: list, progress=None, hint: int = CHUNK_BYTES):
+    """Yield ``(span_file, lines, first_lineno, watermark)``.
+
+    ``first_lineno`` is the number of the line before the chunk's first
+    line.  ``progress(bytes_done)`` is called after each chunk.
+    """
+    heap = [(-1, f.index, f) for f in files]
+    heapq.heapify(heap)
+    done_bytes = 0
+    while heap:
+        _t, _i, f = heapq.heappop(heap)
+        before = f.position()
+        first = f.lineno
+        lines = f.read_chunk(hint)
+        if lines:
+            f.lineno += len(lines)
+            if not f.done:
+                heapq.heappush(heap, (f.time if f.time is not None else -1,
+                                      f.index, f))
+        done_bytes += f.position() - before
+        if progress is not None:
+            progress(done_bytes)
+        watermark = heap[0][0] if heap else None
+        if lines:
+            yield f, lines, first, watermark
+
+
+def open_files(paths: list, offsets: dict = None) -> list:
+    """``SpanFile`` readers; ``offsets`` maps file index to the clock
+    correction of its host."""
+    offsets = offsets or {}
+    return [load.SpanFile(path, i, offsets.get(i, 0))
+            for i, path in enumerate(paths)]
