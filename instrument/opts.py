@@ -99,11 +99,17 @@ _opts = [
              'host name.'),
     cfg.StrOpt(
         'otlp_endpoint', default='http://127.0.0.1:4318/v1/traces',
-        help='OTLP collector endpoint used by the "otlp" sink.'),
+        help='OTLP collector endpoint used by the "otlp" sink.  For '
+             'http/protobuf the full traces URL; for grpc '
+             'http://host:4317 (plaintext) or https://host:4317 (TLS).  '
+             'Left at this default with otlp_protocol = grpc, '
+             'http://127.0.0.1:4317 is used.'),
     cfg.StrOpt(
         'otlp_protocol', default='http/protobuf',
         choices=['http/protobuf', 'grpc'],
-        help='OTLP transport used by the "otlp" sink.'),
+        help='OTLP transport used by the "otlp" sink.  grpc needs '
+             'grpcio (part of the [otlp] extra); it is only imported '
+             'when chosen.'),
     cfg.FloatOpt(
         'otlp_timeout', default=5.0, min=0.1, max=120.0,
         help='Seconds an OTLP export may take before it is abandoned and '

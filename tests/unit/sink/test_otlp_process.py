@@ -190,6 +190,7 @@ import instrument
 from instrument import runtime
 
 rt = instrument.setup(make_conf(sinks=['otlp'], otlp_endpoint=sys.argv[1],
+                                otlp_protocol=sys.argv[2],
                                 sql_timing=False), 'nova-api', points=[])
 tr = rt.tracer
 with tr.span('api.request', ctx=Ctx('req-parent')):
@@ -294,9 +295,8 @@ class EventletTest(ProcessTestBase):
 
 class ForkTest(ProcessTestBase):
 
-    def test_forked_worker_exports_as_its_own_instance(self):
-        collector = self.useFixture(otlp_collector.HttpCollector())
-        out = self.run_script(FORKED, collector.endpoint)
+    def check_fork(self, collector, protocol):
+        out = self.run_script(FORKED, collector.endpoint, protocol)
         spans = {s['attrs']['instrument.req']: s
                  for s in collector.wait_spans(3)}
         self.assertEqual({'req-parent', 'req-child', 'req-parent-2'},
@@ -311,3 +311,12 @@ class ForkTest(ProcessTestBase):
                 ':%d' % pid))
         self.assertEqual(out['parent'],
                          spans['req-child']['resource']['process.parent_pid'])
+
+    def test_forked_worker_exports_as_its_own_instance(self):
+        self.check_fork(self.useFixture(otlp_collector.HttpCollector()),
+                        'http/protobuf')
+
+    def test_forked_worker_exports_over_grpc(self):
+        # The child never uses the parent's channel: it builds its own.
+        self.check_fork(self.useFixture(otlp_collector.GrpcCollector()),
+                        'grpc')
