@@ -310,6 +310,9 @@ class SqlListeners:
                             None, False, conn))
                 else:
                     listeners.dropped += 1
+            except AttributeError:
+                # Its start was not seen (installed meanwhile): not timed.
+                pass
             except Exception as exc:
                 faults(exc)
 

@@ -446,3 +446,35 @@ class TestTracerFrames(testtools.TestCase):
             (tracer_mod.F_SPAN, tracer_mod.F_REQ, tracer_mod.F_GREQ,
              tracer_mod.F_INST, tracer_mod.F_SVC, tracer_mod.F_HOST,
              tracer_mod.F_EV))
+
+
+class TestInstallRace(SqlTestCase):
+
+    def test_statement_started_before_install_is_not_a_fault(self):
+        engine = sa.create_engine('sqlite://')
+        timing = []
+
+        def install_now(*args):
+            if not timing:
+                timing.append(self.install())
+
+        # Installed between the start and the end of a statement.
+        sa.event.listen(engine, 'before_cursor_execute', install_now)
+        with engine.connect() as conn:
+            self.assertEqual([(1,)], conn.exec_driver_sql(
+                'SELECT 1').fetchall())
+            conn.exec_driver_sql('SELECT 2')
+        self.assertEqual(0, timing[0].handle.listeners.faults.count)
+        selects = [q for q in timing[0].records('sql.query')
+                   if q['attrs']['kind'] == 'SELECT']
+        self.assertEqual(1, len(selects))
+
+    def test_class_level_listeners_removed(self):
+        from sqlalchemy.engine import Engine
+        timing = self.install()
+        handle = timing.handle.listeners
+        self.assertTrue(sa.event.contains(Engine, 'handle_error',
+                                          handle.early_error))
+        timing.remove()
+        for name, fn, _kwargs in handle._events:
+            self.assertFalse(sa.event.contains(Engine, name, fn), name)
