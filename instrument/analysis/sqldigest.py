@@ -200,6 +200,7 @@ class SqlDigest:
         all_count = sum(r['calls'] for r in rows)
         for rank, row in enumerate(rows, 1):
             row['rank'] = rank
+            row['pct_calls'] = row['calls'] / all_count if all_count else 0
         shown = rows[:limit] if limit else rows
         rest = rows[len(shown):]
         return {

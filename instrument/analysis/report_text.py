@@ -1,0 +1,322 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The terminal report: plain text from a report dict.
+
+Sections in reading order: input and data loss, clock offsets, final
+states and rates, time per component, failures, SQL digest (the
+pt-query-digest profile, then one block per class).  Numbers use
+pt-query-digest's units (``us``, ``ms``, ``s``).
+"""
+
+import datetime
+
+from instrument.analysis import sqldigest
+
+STATE_ORDER = ('success', 'rescheduled_success', 'compute_failure',
+               'scheduling_failure', 'api_failure', 'incomplete')
+
+
+def fmt_us(us) -> str:
+    """pt-query-digest style durations: ``850us``, ``12ms``, ``3s``."""
+    if us is None:
+        return '-'
+    us = float(us)
+    if abs(us) < 1000:
+        return '%dus' % round(us)
+    if abs(us) < 1_000_000:
+        ms = us / 1000
+        return ('%.1fms' % ms) if abs(ms) < 10 else '%dms' % round(ms)
+    s = us / 1e6
+    return ('%.2fs' % s) if abs(s) < 10 else '%.1fs' % s
+
+
+def fmt_offset(us) -> str:
+    """A clock offset in ms with microsecond precision."""
+    return '%+.3fms' % (us / 1000.0)
+
+
+def fmt_pct(value) -> str:
+    return '-' if value is None else '%.1f%%' % (100.0 * value)
+
+
+def fmt_time(us) -> str:
+    if not us:
+        return '-'
+    return datetime.datetime.fromtimestamp(
+        us / 1e6, datetime.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]
+
+
+def _table(headers: list, rows: list, aligns: str = None) -> list:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    aligns = aligns or ('l' + 'r' * (len(headers) - 1))
+
+    def line(row):
+        out = []
+        for i, c in enumerate(row):
+            out.append(c.ljust(widths[i]) if aligns[i] == 'l'
+                       else c.rjust(widths[i]))
+        return '  '.join(out).rstrip()
+    return [line(headers), '  '.join('-' * w for w in widths)] + \
+        [line(r) for r in cells]
+
+
+def render(report: dict, sql_blocks: int = 5) -> str:
+    out = []
+    _inputs(report, out)
+    _load(report, out)
+    _clocks(report, out)
+    _states(report, out)
+    _components(report, out)
+    _failures(report, out)
+    _sql(report, out, sql_blocks)
+    return '\n'.join(out) + '\n'
+
+
+def _title(out: list, text: str) -> None:
+    out.extend(['', text, '=' * len(text)])
+
+
+def _inputs(report: dict, out: list) -> None:
+    inp = report['inputs']
+    summary = report['summary']
+    out.append('# instrument-report: %d files, %.1f MB, %d lines, %d '
+               'records' % (len(inp['files']), inp['bytes'] / 1e6,
+                            inp['lines'], inp['records']))
+    out.append('# run %s .. %s (%.1f s); analysed in %.1f s with %d '
+               'worker(s)' % (
+                   fmt_time(summary['start_us']),
+                   fmt_time(summary['end_us']), summary['duration_s'],
+                   report.get('run', {}).get('seconds', 0.0),
+                   report.get('run', {}).get('jobs', 1)))
+
+
+def _load(report: dict, out: list) -> None:
+    ld = report['load']
+    bad = {k: v for k, v in ld['counts'].items() if v}
+    if not bad and not ld['loss'] and not ld['problems']:
+        out.append('# every line valid; no data loss reported')
+        return
+    _title(out, 'Input problems')
+    for problem in ld['problems']:
+        out.append('! ' + problem)
+    if bad:
+        out.append('bad lines: ' + ', '.join(
+            '%s %d' % (k, v) for k, v in bad.items()))
+        for kind, samples in ld['samples'].items():
+            for fname, lineno, reason in samples:
+                out.append('  %s:%d: %s: %s' % (fname, lineno, kind,
+                                                 reason))
+    if ld['loss']:
+        out.append('data loss per process (seq gaps, sink.drops):')
+        out.extend('  ' + line for line in _table(
+            ['file', 'pid', 'records', 'missing', 'dropped'],
+            [(r['file'], r['pid'], r['records'], r['missing'],
+              r['dropped']) for r in ld['loss']]))
+    if ld.get('duplicate_spans'):
+        out.append('duplicate span records ignored: %d' %
+                   ld['duplicate_spans'])
+
+
+def _clocks(report: dict, out: list) -> None:
+    clk = report['clocks']
+    _title(out, 'Clock offsets (added to each host\'s timestamps)')
+    rows = []
+    for host, info in sorted(clk['hosts'].items()):
+        low, high = info['low_us'], info['high_us']
+        if info['status'] == 'uncorrected':
+            spread = 'no causal pairs'
+        elif info['status'] == 'reference':
+            spread = 'reference'
+        elif low is None or high is None:
+            spread = 'one-sided: [%s, %s]' % (
+                '-inf' if low is None else fmt_offset(low),
+                '+inf' if high is None else fmt_offset(high))
+        else:
+            spread = '-%dus/+%dus' % (info['offset_us'] - low,
+                                      high - info['offset_us'])
+        rows.append((host, fmt_offset(info['offset_us']), spread,
+                     '-' if info['group'] is None else info['group'],
+                     info['pairs'], info['status']))
+    out.extend(_table(['host', 'offset', 'uncertainty', 'group', 'pairs',
+                       'status'], rows, 'lrlrrl'))
+    out.append('%d causal pairs from %d hops, %d group(s)' % (
+        clk['pairs'], clk['hops']['hops'], clk['groups']))
+    for d in clk['dropped']:
+        origin = d['origin']
+        out.append('! inconsistent pair dropped: %s (%s:%s %s)' % (
+            d['reason'], origin[0], origin[1], origin[2] or ''))
+    caus = report['causality']
+    if caus['violations']:
+        out.append('! %d of %d cross-host hops still violate causality '
+                   'after correction' % (caus['violations'],
+                                         caus['checked']))
+
+
+def _states(report: dict, out: list) -> None:
+    s = report['summary']
+    _title(out, 'Requests')
+    out.append('%d boot requests (%d instances), %d other API requests' % (
+        s['boots'], s['instances'], s['other_requests']))
+    total = s['instances'] or 1
+    rows = [(state, s['states'].get(state, 0),
+             fmt_pct(s['states'].get(state, 0) / total))
+            for state in STATE_ORDER]
+    out.extend(_table(['final state', 'instances', 'share'], rows))
+    out.append('success rate %s, reschedule rate %s, requests with DB '
+               'retries %s' % (fmt_pct(s['success_rate']),
+                               fmt_pct(s['reschedule_rate']),
+                               fmt_pct(s['db_retry_rate'])))
+    out.append('throughput %.2f boots/s (%.2f successful/s) over %.1f s; '
+               'concurrency max %d, mean %.1f' % (
+                   s['throughput_rps'], s['success_throughput_rps'],
+                   s['duration_s'], s['concurrency']['max'],
+                   s['concurrency']['mean']))
+    stopped = {}
+    for row in report['requests']:
+        for inst in row['instances']:
+            if inst['state'] == 'incomplete' and inst['stopped']:
+                key = (inst['stopped']['ev'], inst['stopped']['host'],
+                       'open' if inst['stopped']['open'] else 'ended')
+                stopped.setdefault(key, []).append(row['req'])
+    if stopped:
+        out.append('incomplete instances stopped at:')
+        for (ev, host, how), reqs in sorted(stopped.items(),
+                                            key=lambda kv: -len(kv[1])):
+            out.append('  %-32s %-12s %-5s %4d  e.g. %s' % (
+                ev, host, how, len(reqs), reqs[0]))
+
+
+def _components(report: dict, out: list) -> None:
+    s = report['summary']
+    _title(out, 'Time per successful boot, exclusive, per component')
+    lat = s['latency']
+    if not lat.get('count'):
+        out.append('no successful boot')
+        return
+    rows = []
+    for name in s['component_order']:
+        st = s['components'].get(name, {})
+        sq = s['sql_in_components'].get(name, {})
+        if not st.get('count') or not st['max']:
+            continue
+        rows.append((name, fmt_us(st['median']), fmt_us(st['p90']),
+                     fmt_us(st['p95']), fmt_us(st['p99']),
+                     fmt_us(st['max']), fmt_us(st['mean']),
+                     fmt_us(sq.get('mean', 0)),
+                     fmt_pct(s['critical_path_share'].get(name, 0))))
+    rows.append(('end to end', fmt_us(lat['median']), fmt_us(lat['p90']),
+                 fmt_us(lat['p95']), fmt_us(lat['p99']),
+                 fmt_us(lat['max']), fmt_us(lat['mean']), '', '100%'))
+    out.extend(_table(['component', 'median', 'p90', 'p95', 'p99', 'max',
+                       'mean', 'sql mean', 'crit.path'], rows))
+    out.append('min end to end %s; %d successful boots' % (
+        fmt_us(lat['min']), lat['count']))
+    if s['levels']:
+        out.append('')
+        out.append('mean time per component by concurrency at start:')
+        names = [n for n in s['component_order'] if n != 'gap']
+        top = sorted(names, key=lambda n: -sum(
+            lv['mean_us'].get(n, 0) for lv in s['levels']))[:6]
+        rows = []
+        for lv in s['levels']:
+            rows.append([lv['level'], lv['requests'],
+                         fmt_us(lv['latency']['median'])] +
+                        [fmt_us(lv['mean_us'].get(n, 0)) for n in top])
+        out.extend(_table(['in flight', 'boots', 'median e2e'] + top,
+                          rows))
+
+
+def _failures(report: dict, out: list) -> None:
+    _title(out, 'Failures (where raised, messages normalised)')
+    if not report['failures']:
+        out.append('none')
+    else:
+        rows = [(f['component'], f['ev'], f['cls'].rsplit('.', 1)[-1],
+                 f['count'], f['message'][:70])
+                for f in report['failures']]
+        out.extend(_table(['component', 'event', 'error', 'count',
+                           'message'], rows, 'lllrl'))
+    if report['retries']:
+        out.append('')
+        out.append('DB retries (oslo.db wrap_db_retry):')
+        out.extend(_table(['function', 'cause', 'count'], [
+            (r['func'], r['cls'], r['count']) for r in report['retries']],
+            'llr'))
+
+
+def _sql(report: dict, out: list, blocks: int) -> None:
+    sql = report['sql']
+    _title(out, 'SQL profile (grouped by %s, ordered by %s)' % (
+        sql['group_by'], sql['order_by']))
+    if not sql['rows']:
+        out.append('no SQL statements')
+        return
+    out.append('# %d statements in %d classes, %s total%s' % (
+        sql['calls'], sql['classes'], fmt_us(sql['total_us']),
+        ', %d outside --since/--until' % sql['filtered_out']
+        if sql['filtered_out'] else ''))
+    rows = []
+    for r in sql['rows']:
+        rows.append((r['rank'], r['id'], '%.4f' % (r['total_us'] / 1e6),
+                     '%.1f%%' % (100 * r['pct']), r['calls'],
+                     '%.4f' % (r['r_call_us'] / 1e6), '%.2f' % r['v_m'],
+                     r['item']))
+    misc = sql['misc']
+    if misc:
+        rows.append(('MISC', '0xMISC', '%.4f' % (misc['total_us'] / 1e6),
+                     '%.1f%%' % (100 * misc['pct']), misc['calls'], '',
+                     '', '<%d ITEMS>' % misc['classes']))
+    out.extend(_table(['Rank', 'Query ID', 'Response time', '%', 'Calls',
+                       'R/Call', 'V/M', 'Item'], rows, 'rlrrrrrl'))
+    for r in sql['rows'][:blocks]:
+        out.append('')
+        out.extend(class_block(r, sql['group_by']))
+
+
+def class_block(r: dict, group_by: str) -> list:
+    """One pt-query-digest style block for a class."""
+    lines = ['# Query %d: ID %s (%s %s)' % (
+        r['rank'], r['id'], group_by, r['item'])]
+    lines.append('# services %s; databases %s; called from %s' % (
+        ', '.join(r['services']) or '-', ', '.join(r['databases']) or '-',
+        ', '.join(r['calls_from'][:4]) or '-'))
+    lines.append('# Attribute    pct   total     min     max     avg     '
+                 '95%  stddev  median')
+    lines.append('# ============ === ======= ======= ======= ======= '
+                 '======= ======= =======')
+    lines.append('# Count        %3d %7d' % (round(100 * r['pct_calls'])
+                                             if 'pct_calls' in r else 0,
+                                             r['calls']))
+    lines.append('# Exec time    %3d %7s %7s %7s %7s %7s %7s %7s' % (
+        round(100 * r['pct']), fmt_us(r['total_us']), fmt_us(r['min_us']),
+        fmt_us(r['max_us']), fmt_us(r['avg_us']), fmt_us(r['p95_us']),
+        fmt_us(r['stddev_us']), fmt_us(r['median_us'])))
+    lines.append('# Rows             %7d' % r['rows'])
+    lines.append('# Errors           %7d' % r['errors'])
+    if r['aggregated']:
+        lines.append('# (%d statements from sql.agg aggregates: their '
+                     'percentiles are estimated)' % r['aggregated'])
+    lines.append('# Query_time distribution')
+    hist = r['histogram']
+    peak = max(hist) or 1
+    for label, n in zip(sqldigest.DECADES, hist, strict=True):
+        bar = '#' * (round(60 * n / peak) if n else 0)
+        if n and not bar:
+            bar = '#'
+        lines.append('# %5s  %s' % (label, bar))
+    if r.get('fingerprint'):
+        lines.append(r['fingerprint'] + '\\G')
+    return lines
