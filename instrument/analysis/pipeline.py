@@ -401,9 +401,10 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
                 asm.normalise.add_hosts((rec['host'],))
         if watermark is not None:
             asm.sweep(watermark)
+    for f in files:
         if f.error and part == 0:
             issues.problems.append('%s: %s (the rest of the file is '
-                                   'unreadable)' % (fname, f.error))
+                                   'unreadable)' % (f.name, f.error))
     asm.finish()
     if asm.late:
         issues.counts['late'] += asm.late

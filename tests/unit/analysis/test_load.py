@@ -1,0 +1,111 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Input discovery, the fast validator, bad lines and service logs."""
+
+import gzip
+import json
+import os
+
+import fixtures
+import testtools
+
+from instrument.analysis import load
+from instrument.analysis import pipeline
+from instrument import schema
+
+
+def rec(**kw):
+    out = {'v': 1, 'ph': 'X', 'seq': 1, 'ts': 1_700_000_000_000_000,
+           'dur_us': 10, 'host': 'h1', 'svc': 'api', 'pid': 7, 'tid': 3,
+           'ev': 'api.request', 'span': '00000000000000a1',
+           'req': 'req-1', 'st': 'ok', 'attrs': {'status': 200}}
+    out.update(kw)
+    return out
+
+
+class DiscoverTest(testtools.TestCase):
+
+    def test_dirs_globs_gz_and_problems(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        os.makedirs(os.path.join(d, 'sub'))
+        for name in ('a.jsonl', 'sub/b.jsonl.gz', 'sub/c.log',
+                     'notes.md', '.hidden.jsonl'):
+            with open(os.path.join(d, name), 'wb') as f:
+                f.write(b'')
+        files, problems = load.discover([d])
+        names = sorted(os.path.relpath(f, d) for f in files)
+        self.assertEqual(['a.jsonl', 'sub/b.jsonl.gz', 'sub/c.log'], names)
+        self.assertEqual([], problems)
+        files, problems = load.discover([os.path.join(d, '*.jsonl'),
+                                         os.path.join(d, 'nope'),
+                                         os.path.join(d, 'x*.log')])
+        self.assertEqual(['a.jsonl'], [os.path.basename(f) for f in files])
+        self.assertEqual(2, len(problems))
+        self.assertIn('no such file', problems[0])
+        self.assertIn('no file matches', problems[1])
+
+    def test_no_input_is_a_clear_error(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        exc = self.assertRaises(load.InputError, pipeline.analyse, [d])
+        self.assertIn('no span files', str(exc))
+
+
+class ValidatorTest(testtools.TestCase):
+
+    CASES = [
+        rec(), rec(ph='B', dur_us=None, st=None), rec(v=2),
+        rec(ts='1'), rec(dur_us=-1), rec(st='weird'), rec(span=''),
+        rec(pid=True), rec(err={'msg': 'no class'}),
+        rec(err={'cls': 'x.Y', 'msg': 'm'}), rec(extra=1),
+        rec(ph='Q'), rec(inst='not-a-list'), rec(attrs=None),
+        {k: v for k, v in rec().items() if k != 'host'}, [1, 2], 'x',
+    ]
+
+    def test_agrees_with_schema_validate_twice(self):
+        v = load.Validator()
+        for _round in range(2):  # the second round uses the shape cache
+            for case in self.CASES:
+                try:
+                    schema.validate(case)
+                    want = True
+                except (schema.SchemaError, AttributeError, TypeError):
+                    want = False
+                self.assertEqual(want, v.ok(case), case)
+
+    def test_error_kinds(self):
+        self.assertEqual('unknown_version', load.check_error(rec(v=3))[0])
+        self.assertEqual('invalid', load.check_error(rec(ts='x'))[0])
+        self.assertEqual('malformed', load.check_error([1])[0])
+        self.assertEqual('truncated', load.decode_error(b'{"v":1,', True)[0])
+        self.assertEqual('malformed',
+                         load.decode_error(b'{"v":1,\n', False)[0])
+
+
+class ReadTest(testtools.TestCase):
+
+    def test_service_log_and_cut_gzip(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        lines = [json.dumps(rec(seq=i, span='%016x' % i,
+                                req='req-%d' % i)) for i in range(1, 30)]
+        with open(os.path.join(d, 'nova-api.log'), 'w') as f:
+            for line in lines:
+                f.write('2024-01-01 00:00:00.000 7 INFO nova.api [-] GET\n')
+                f.write('2024-01-01 00:00:00.000 7 INFO instrument.spans '
+                        '[-] %s\n' % line)
+        data = gzip.compress(('\n'.join(lines) + '\n').encode())
+        with open(os.path.join(d, 'cut.jsonl.gz'), 'wb') as f:
+            f.write(data[:len(data) // 2])
+        report = pipeline.analyse([d])
+        self.assertEqual(29, report['load']['other_lines'])
+        self.assertEqual(29, report['summary']['other_requests'])
+        self.assertTrue(any('cut.jsonl.gz' in p
+                            for p in report['load']['problems']))

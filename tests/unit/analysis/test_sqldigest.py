@@ -1,0 +1,110 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The SQL digest: classes, sql.agg merge, grouping, ordering, times."""
+
+import testtools
+
+from instrument.analysis import sqldigest
+from instrument.analysis import synthetic
+
+
+def digest():
+    d = sqldigest.SqlDigest()
+    for i in range(100):
+        d.add(1000 + i, 1000 + 10 * i, 'fpA', 'conductor', 'nova',
+              'conductor.schedule', 1, False)
+    for i in range(10):
+        d.add(2000 + i, 50_000, 'fpB', 'scheduler', 'nova_api',
+              'scheduler.host_states', 3, i == 0)
+    d.fingerprint('fpA', 'select * from instances where uuid = ?',
+                  'SELECT')
+    return d
+
+
+class DigestTest(testtools.TestCase):
+
+    def test_profile_and_block(self):
+        prof = digest().profile()
+        self.assertEqual(['fpB', 'fpA'], [r['id'] for r in prof['rows']])
+        a = prof['rows'][1]
+        self.assertEqual(100, a['calls'])
+        self.assertEqual(sum(1000 + 10 * i for i in range(100)),
+                         a['total_us'])
+        self.assertEqual(1000, a['min_us'])
+        self.assertEqual(1990, a['max_us'])
+        self.assertLess(abs(a['median_us'] - 1495) / 1495, 0.05)
+        self.assertLess(abs(a['p95_us'] - 1945) / 1945, 0.05)
+        self.assertEqual('SELECT instances', a['item'])
+        self.assertEqual(100, sum(a['histogram']))
+        self.assertEqual(100, a['histogram'][3])  # 1ms row
+        b = prof['rows'][0]
+        self.assertEqual(1, b['errors'])
+        self.assertEqual(30, b['rows'])
+        self.assertAlmostEqual(0.0, b['v_m'])
+        self.assertAlmostEqual(1.0, sum(r['pct'] for r in prof['rows']))
+
+    def test_agg_records_merge(self):
+        d = digest()
+        d.add_agg(3000, 'conductor', {
+            'fp': 'fpA', 'db': 'nova', 'call': 'conductor.schedule',
+            'count': 50, 'sum_us': 5000, 'min_us': 50, 'max_us': 200,
+            'sumsq_us': 600_000, 'errors': 2, 'rows': 50,
+            'hist': [0, 0, 40, 10, 0, 0, 0, 0, 0]})
+        a = [r for r in d.profile()['rows'] if r['id'] == 'fpA'][0]
+        self.assertEqual(150, a['calls'])
+        self.assertEqual(50, a['aggregated'])
+        self.assertEqual(50, a['min_us'])
+        self.assertEqual(2, a['errors'])
+        # 40 in [10us, 100us), 10 in [100us, 1ms) clamped to max 200us
+        self.assertEqual([0, 40, 10, 100], a['histogram'][:4])
+
+    def test_group_order_limit(self):
+        d = digest()
+        prof = d.profile(group_by='service', order_by='Query_time:cnt',
+                         limit=1)
+        self.assertEqual(['conductor'], [r['id'] for r in prof['rows']])
+        self.assertEqual(1, prof['misc']['classes'])
+        self.assertEqual(10, prof['misc']['calls'])
+        self.assertRaises(ValueError, d.profile, 'nope')
+        self.assertRaises(ValueError, d.profile, 'fingerprint', 'nope')
+
+    def test_merge_equals_single(self):
+        whole = digest()
+        half1, half2 = sqldigest.SqlDigest(), sqldigest.SqlDigest()
+        for key, s in whole.classes.items():
+            (half1 if key[0] == 'fpA' else half2).classes[key] = s
+        for fp, text in whole.texts.items():
+            half2.fingerprint(fp, text, whole.kinds[fp])
+        half1.merge(half2)
+        self.assertEqual(whole.profile(), half1.profile())
+
+    def test_since_until(self):
+        d = sqldigest.SqlDigest(since=1050, until=2005)
+        for i in range(100):
+            d.add(1000 + i, 10, 'a', 's', 'd', 'c', 0, False)
+        for i in range(10):
+            d.add(2000 + i, 10, 'b', 's', 'd', 'c', 0, False)
+        rows = {r['id']: r['calls'] for r in d.profile()['rows']}
+        self.assertEqual({'a': 50, 'b': 5}, rows)
+        self.assertEqual(55, d.filtered)
+
+    def test_parse_time(self):
+        self.assertEqual(1_700_000_000_000_000,
+                         sqldigest.parse_time('1700000000'))
+        self.assertEqual(1_700_000_000_000_000, sqldigest.parse_time(
+            '2023-11-14T22:13:20+00:00'))
+        self.assertEqual(600_000_005, sqldigest.parse_time('+10m', 5))
+        self.assertRaises(ValueError, sqldigest.parse_time, 'soon')
+
+    def test_query_id_is_md5_of_fingerprint(self):
+        self.assertEqual('d41d8cd98f00b204e9800998ecf8427e',
+                         synthetic.fingerprint_id(''))

@@ -1,0 +1,203 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""End to end against a synthetic cloud with known truth.
+
+Seeded multi-host logs with clock skews of seconds, failures, retries,
+reschedules, hung builds and bad lines; the analyser must recover the
+offsets (within 1 ms), every final state, cause and failure row, the
+component times (within 1 %) and every injected bad line.
+"""
+
+import collections
+import os
+import shutil
+import tempfile
+
+import fixtures
+import testtools
+
+from instrument.analysis import pipeline
+from instrument.analysis import synthetic
+
+
+class TruthTest(testtools.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.dir = tempfile.mkdtemp(prefix='instrument-truth-')
+        cls.truth = synthetic.generate(cls.dir, seed=21, requests=350,
+                                       skew_us=4_000_000, bad_input=True)
+        cls.report = pipeline.analyse([cls.dir], pipeline.Options(jobs=1))
+        cls.rows = {r['req']: r for r in cls.report['requests']}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        super().tearDownClass()
+
+    def test_offsets_within_1ms(self):
+        hosts = self.report['clocks']['hosts']
+        self.assertEqual(set(self.truth.offsets), set(hosts))
+        ref = [h for h, i in hosts.items() if i['status'] == 'reference']
+        self.assertEqual(1, len(ref))
+        ref = ref[0]
+        skews = [abs(o) for o in self.truth.offsets.values()]
+        self.assertGreater(max(skews), 1_000_000)
+        for host, info in hosts.items():
+            got = info['offset_us'] - hosts[ref]['offset_us']
+            want = self.truth.offsets[host] - self.truth.offsets[ref]
+            self.assertLess(abs(got - want), 1000, host)
+            if host != ref:
+                # the truth lies in the reported feasible interval
+                self.assertLessEqual(info['low_us'], want)
+                self.assertGreaterEqual(info['high_us'], want)
+        self.assertEqual([], self.report['clocks']['dropped'])
+        self.assertEqual(0, self.report['causality']['violations'])
+
+    def test_every_final_state_and_cause(self):
+        self.assertEqual(len(self.truth.requests), len(self.rows))
+        for req, rt in self.truth.requests.items():
+            row = self.rows[req]
+            if rt.kind == 'other':
+                self.assertEqual('other', row['kind'], req)
+                continue
+            states = {i['inst']: i['state'] for i in row['instances']}
+            self.assertEqual(rt.states, states, req)
+            causes = {i['inst']: (i['cause'] or {}).get('cls')
+                      for i in row['instances']}
+            self.assertEqual(rt.causes, causes, req)
+            for inst in row['instances']:
+                if inst['state'] == 'incomplete':
+                    self.assertEqual(rt.stopped[inst['inst']],
+                                     (inst['stopped']['ev'],
+                                      inst['stopped']['host']))
+        counts = self.truth.states()
+        del counts['other']
+        self.assertEqual(dict(counts), self.report['summary']['states'])
+        for state in ('success', 'rescheduled_success', 'compute_failure',
+                      'scheduling_failure', 'api_failure', 'incomplete'):
+            self.assertIn(state, counts)
+
+    def test_failure_table(self):
+        got = collections.Counter({
+            (f['component'], f['ev'], f['cls'], f['message']): f['count']
+            for f in self.report['failures']})
+        self.assertEqual(self.truth.failures, got)
+        for f in self.report['failures']:
+            for req in f['requests']:
+                self.assertIn(req, self.rows)
+
+    def _totals(self, field, truth_field):
+        got = collections.Counter()
+        want = collections.Counter()
+        for req, rt in self.truth.requests.items():
+            row = self.rows[req]
+            if row['state'] == 'incomplete':
+                continue
+            got.update(row[field])
+            want.update(getattr(rt, truth_field))
+        return got, want
+
+    def test_component_times_within_1pct(self):
+        got, want = self._totals('components_us', 'comp')
+        for name in ('api', 'conductor', 'scheduler', 'scheduler.db',
+                     'scheduler.placement', 'compute', 'compute.claim',
+                     'compute.network', 'compute.spawn', 'rpc'):
+            self.assertGreater(want[name], 0, name)
+            self.assertLess(abs(got[name] - want[name]), want[name] * 0.01,
+                            name)
+        self.assertEqual(set(want) - {'rpc.queue'},
+                         set(got) - {'rpc.queue'})
+        # Queue waits are differences of two hosts' corrected clocks, so
+        # the offsets' residual error (~0.1 ms against waits of a few ms
+        # in this cloud) shows in them: a looser bound.
+        self.assertLess(abs(got['rpc.queue'] - want['rpc.queue']),
+                        want['rpc.queue'] * 0.05)
+        got, want = self._totals('sql_in_us', 'sql_in')
+        self.assertEqual(want, got)
+
+    def test_latency_end_to_end(self):
+        for req, rt in self.truth.requests.items():
+            row = self.rows[req]
+            if row['state'] == 'incomplete':
+                continue
+            self.assertLess(abs(row['latency_us'] - rt.latency), 1000, req)
+
+    def test_sql_digest(self):
+        sql = self.report['sql']
+        got = {r['id']: (r['calls'], r['total_us'], r['errors'])
+               for r in sql['rows']}
+        want = {fp: tuple(v) for fp, v in self.truth.sql.items()}
+        self.assertEqual(want, got)
+        for row in sql['rows']:
+            self.assertEqual(synthetic.fingerprint_id(row['fingerprint']),
+                             row['id'])
+        agg = [r for r in sql['rows'] if r['aggregated']]
+        self.assertEqual(1, len(agg))
+
+    def test_bad_lines_reported_with_file_and_line(self):
+        load = self.report['load']
+        reported = {(f, n, kind) for kind, lst in load['samples'].items()
+                    for f, n, _why in lst}
+        for bad in self.truth.bad_lines:
+            self.assertIn(bad, reported)
+        kinds = collections.Counter(k for _f, _n, k in self.truth.bad_lines)
+        for kind, n in kinds.items():
+            self.assertEqual(n, load['counts'][kind], kind)
+        loss = {r['file']: r for r in load['loss']}
+        for fname, n in self.truth.seq_missing.items():
+            self.assertEqual(n, loss[fname]['missing'])
+        for fname, n in self.truth.drops.items():
+            self.assertEqual(n, loss[fname]['dropped'])
+        self.assertGreater(load['other_lines'], 0)
+
+    def test_partitioned_workers_agree(self):
+        two = pipeline.analyse([self.dir], pipeline.Options(jobs=2))
+        strip = ('lifecycle',)
+
+        def rows(rep):
+            return sorted(({k: v for k, v in r.items() if k not in strip}
+                           for r in rep['requests']),
+                          key=lambda r: r['req'])
+        self.assertEqual(rows(self.report), rows(two))
+        def failures(rep):
+            return sorted((f['component'], f['ev'], f['cls'], f['message'],
+                           f['count']) for f in rep['failures'])
+        self.assertEqual(failures(self.report), failures(two))
+        self.assertEqual(self.report['load']['counts'],
+                         two['load']['counts'])
+        self.assertEqual(self.report['load']['loss'], two['load']['loss'])
+        self.assertEqual(self.report['sql']['rows'], two['sql']['rows'])
+
+    def test_throughput_and_rates(self):
+        s = self.report['summary']
+        boots = sum(1 for r in self.truth.requests.values()
+                    if r.kind == 'boot')
+        self.assertEqual(boots, s['boots'])
+        self.assertAlmostEqual(boots / s['duration_s'], s['throughput_rps'])
+        states = self.truth.states()
+        good = states['success'] + states['rescheduled_success']
+        self.assertAlmostEqual(good / s['instances'], s['success_rate'])
+        self.assertGreater(s['concurrency']['max'], 1)
+        self.assertTrue(os.path.isdir(self.dir))
+
+
+class NoSkewTest(testtools.TestCase):
+    """Several host names on one real clock: offsets must stay 0."""
+
+    def test_offsets_zero(self):
+        directory = self.useFixture(fixtures.TempDir()).path
+        synthetic.generate(directory, seed=4, requests=80, skew_us=0)
+        report = pipeline.analyse([directory])
+        for host, info in report['clocks']['hosts'].items():
+            self.assertEqual(0, info['offset_us'], host)
