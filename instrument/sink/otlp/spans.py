@@ -130,6 +130,17 @@ def _flatten(attrs, prefix, out, depth):
             out[name] = value
 
 
+class _Resource(resources.Resource):
+    """A resource that is hashed once: the OTLP encoder groups spans by
+    resource and hashes it (a JSON dump) for every span."""
+
+    def __hash__(self) -> int:
+        value = self.__dict__.get('_hash')
+        if value is None:
+            value = self._hash = super().__hash__()
+        return value
+
+
 class SpanBuilder:
     """Turns one process's event records into ``ReadableSpan`` objects."""
 
@@ -163,7 +174,8 @@ class SpanBuilder:
                 ATTR_PREFIX + 'svc': ident.svc,
             }
             attrs.update(self._process_attrs)
-            res = resources.Resource.create(attrs)
+            res = _Resource.create(attrs)
+            res = _Resource(res.attributes, res.schema_url)
             self._resources = {pid: res}
         return res
 
