@@ -1,0 +1,105 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The instrument-report command line, including ``compare``."""
+
+import io
+import json
+import os
+
+import fixtures
+import testtools
+
+from instrument.analysis import synthetic
+from instrument.cmd import report
+
+
+class CommandTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.stdout = self.useFixture(
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+
+    def run_a(self, seed=2, **kw):
+        path = os.path.join(self.dir, 'run%d' % seed)
+        synthetic.generate(path, seed=seed, requests=120, **kw)
+        return path
+
+    def test_text_json_html(self):
+        run = self.run_a()
+        out_json = os.path.join(self.dir, 'r.json')
+        out_html = os.path.join(self.dir, 'r.html')
+        rc = report.main([run, '--json', out_json, '--html', out_html,
+                          '--group-by', 'service', '--order-by', 'count',
+                          '--limit', '2', '--no-progress'])
+        self.assertEqual(0, rc)
+        text = self.stdout.getvalue()
+        for title in ('Clock offsets', 'final state', 'Failures',
+                      'SQL profile (grouped by service, ordered by count)',
+                      'Query_time distribution'):
+            self.assertIn(title, text)
+        with open(out_json) as f:
+            data = json.load(f)
+        self.assertEqual(2, len(data['sql']['rows']))
+        self.assertEqual(120, len(data['requests']))
+        with open(out_html) as f:
+            self.assertIn('Figure 3-1', f.read())
+
+    def test_bad_input_and_options(self):
+        exc = self.assertRaises(SystemExit, report.main,
+                                [os.path.join(self.dir, 'missing')])
+        self.assertIn('no span files', str(exc.code))
+        run = self.run_a()
+        exc = self.assertRaises(SystemExit, report.main,
+                                [run, '--order-by', 'nonsense'])
+        self.assertIn('--order-by', str(exc.code))
+        exc = self.assertRaises(SystemExit, report.main,
+                                [run, '--since', 'yesterday-ish'])
+        self.assertIn('cannot read time', str(exc.code))
+
+    def test_since_filters_sql(self):
+        run = self.run_a()
+        out_json = os.path.join(self.dir, 'r.json')
+        report.main([run, '-q', '--json', out_json, '--since', '+20s'])
+        with open(out_json) as f:
+            data = json.load(f)
+        self.assertGreater(data['sql']['filtered_out'], 0)
+        self.assertEqual('', self.stdout.getvalue())
+
+    def test_compare_runs(self):
+        fast = self.run_a(seed=3)
+        slow = os.path.join(self.dir, 'slow')
+        cloud = synthetic.Cloud(seed=3)
+        cloud.draw_orig = cloud.draw
+        # the same cloud with every piece of work twice as slow
+        cloud.draw = lambda median, sigma=0.25: cloud.draw_orig(
+            median * 2, sigma)
+        cloud.generate(slow, requests=120)
+        out_json = os.path.join(self.dir, 'fast.json')
+        report.main([fast, '-q', '--json', out_json])
+        rc = report.main(['compare', out_json, slow, '--json',
+                          os.path.join(self.dir, 'cmp.json')])
+        self.assertEqual(0, rc)
+        text = self.stdout.getvalue()
+        self.assertIn('Mann-Whitney', text)
+        with open(os.path.join(self.dir, 'cmp.json')) as f:
+            cmp = json.load(f)
+        e2e = [r for r in cmp['latency'] if r['component'] == 'end to end']
+        self.assertTrue(e2e[0]['significant'])
+        self.assertGreater(e2e[0]['change'], 0.5)
+        same = report.main(['compare', out_json, out_json, '--json',
+                            os.path.join(self.dir, 'same.json')])
+        self.assertEqual(0, same)
+        with open(os.path.join(self.dir, 'same.json')) as f:
+            cmp = json.load(f)
+        self.assertFalse(any(r['significant'] for r in cmp['latency']))
