@@ -172,9 +172,25 @@ def _compile(spec, func, offset: int):
 CONTEXT = arg('context', 0)
 
 
+SPAN = 'span'
+HOOK = 'hook'
+
+
 @dataclasses.dataclass(frozen=True)
 class PatchPoint:
-    """One instrumented callable, described as data."""
+    """One instrumented callable, described as data.
+
+    ``kind`` SPAN (the default) records a span named ``event``:
+    ``context``, ``instances``, ``host``, ``service_from`` and
+    ``remote_parent`` pick values out of the call (``Arg``/``SelfAttr``
+    specs or ``(instance, args, kwargs)`` callables, ``args`` without
+    ``self``); ``on_enter``/``on_exit``/``on_error`` return small attrs
+    dicts; ``result_instances`` takes the instance uuids from the result.
+    ``kind`` HOOK records nothing: ``on_enter`` may return ``(args,
+    kwargs)`` to call the target with instead, ``on_exit`` sees the
+    result.  ``alternatives`` are other ``(module, target)`` places of
+    the same code in other releases.
+    """
 
     module: str
     target: str
@@ -187,8 +203,11 @@ class PatchPoint:
     on_exit: typing.Callable | None = None
     on_error: typing.Callable | None = None
     remote_parent: Extractor | None = None
+    service_from: Extractor | None = None
+    result_instances: typing.Callable | None = None
     detail: bool = False
     alternatives: tuple = ()
+    kind: str = SPAN
 
     @property
     def name(self) -> str:
@@ -282,6 +301,24 @@ class Patcher:
                 else:
                     _hook(module)
         return self.banner()
+
+    def add_points(self, points) -> None:
+        """Add points at run time (e.g. for a class only known once an
+        object of it exists); applied at once if the patcher is."""
+        with self._lock:
+            new = [p for p in points if p.name not in self._states]
+            for point in new:
+                self.points.append(point)
+                self._states[point.name] = _PointState(point)
+                self._status[point.name] = PENDING
+            if not self._applied:
+                return
+            for point in new:
+                for module, _target in point.candidates():
+                    if module in sys.modules:
+                        self._module_imported(module, announce=False)
+                    else:
+                        _hook(module)
 
     def remove(self) -> None:
         """Restore every original; safe to call twice."""
@@ -431,6 +468,8 @@ class Patcher:
                 **kwargs))
 
     def _closure(self, point: PatchPoint, original, is_method: bool):
+        if point.kind == HOOK:
+            return self._hook_closure(point, original, is_method)
         state = self._states[point.name]
         patcher = self
         ev = point.event
@@ -446,6 +485,9 @@ class Patcher:
                                                offset)
         r_kind, r_name, r_pos, r_fn = _compile(point.remote_parent,
                                                original, offset)
+        s_kind, s_name, s_pos, s_fn = _compile(point.service_from,
+                                               original, offset)
+        result_instances = point.result_instances
         on_enter = point.on_enter
         on_exit = point.on_exit
         on_error = point.on_error
@@ -517,8 +559,13 @@ class Patcher:
                         remote = r_fn(remote)
                 elif r_kind:
                     remote = r_fn(instance, args[offset:], kwargs)
+                point_svc = svc
+                if s_kind == 2:
+                    point_svc = getattr(instance, s_name, None) or svc
+                elif s_kind:
+                    point_svc = s_fn(instance, args[offset:], kwargs) or svc
                 span = tracer.begin(
-                    ev, svc, host, ctx, inst,
+                    ev, point_svc, host, ctx, inst,
                     on_enter(instance, args[offset:], kwargs) if on_enter
                     else None, remote)
             except Exception as exc:
@@ -539,18 +586,60 @@ class Patcher:
                 except Exception as fault:
                     state.fault(fault)
                 raise
-            attrs = None
-            if on_exit is not None:
+            attrs = found = None
+            if on_exit is not None or result_instances is not None:
                 try:
-                    attrs = on_exit(instance, args[offset:], kwargs, result)
+                    if on_exit is not None:
+                        attrs = on_exit(instance, args[offset:], kwargs,
+                                        result)
+                    if result_instances is not None:
+                        found = result_instances(result)
                 except Exception as fault:
                     state.fault(fault)
             try:
-                tracer.end(span, ST_OK, None, attrs)
+                tracer.end(span, ST_OK, None, attrs, inst=found)
             except Exception as fault:
                 state.fault(fault)
             return result
 
+        return self._finish(patched, point, original)
+
+    def _hook_closure(self, point: PatchPoint, original, is_method: bool):
+        state = self._states[point.name]
+        patcher = self
+        before = point.on_enter
+        after = point.on_exit
+        offset = 1 if is_method else 0
+
+        def patched(*args, **kwargs):
+            call = original
+            if call is None:  # behind wrapt's proxy (see _replacement)
+                call = kwargs.pop('_instrument_call')
+                instance = kwargs.pop('_instrument_self')
+            else:
+                instance = args[0] if is_method else None
+            if patcher.tracer is None or not state.active:
+                return call(*args, **kwargs)
+            if before is not None:
+                try:
+                    changed = before(instance, args[offset:], kwargs)
+                    if changed is not None:
+                        new_args, kwargs = changed
+                        args = args[:offset] + tuple(new_args)
+                except Exception as fault:
+                    state.fault(fault)
+            result = call(*args, **kwargs)
+            if after is not None:
+                try:
+                    after(instance, args[offset:], kwargs, result)
+                except Exception as fault:
+                    state.fault(fault)
+            return result
+
+        return self._finish(patched, point, original)
+
+    @staticmethod
+    def _finish(patched, point: PatchPoint, original):
         if original is not None:
             functools.update_wrapper(patched, original)
         patched.__instrument_point__ = point.name

@@ -26,8 +26,11 @@ from instrument import record
 
 
 def short_service(service_name: str) -> str:
-    """``nova-compute`` -> ``compute``; other names unchanged."""
+    """``nova-compute`` -> ``compute``, ``nova-api-os-compute`` -> ``api``;
+    other names unchanged."""
     name = os.path.basename(service_name or '')
+    if name.startswith('nova-api'):
+        return 'api'
     if name.startswith('nova-'):
         name = name[len('nova-'):]
     return name or 'unknown'

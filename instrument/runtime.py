@@ -19,6 +19,7 @@ first successful call in a process wins and later calls return the same
 runtime.  ``teardown()`` undoes all of it.
 """
 
+import inspect
 import socket
 import threading
 
@@ -68,6 +69,9 @@ def load_points(services) -> list:
         on_load_failure_callback=lambda _m, ep, exc: LOG.error(
             'instrument: cannot load targets %s: %s', ep.name, exc))
     for ext in mgr:
+        check = getattr(inspect.getmodule(ext.plugin), 'check_release', None)
+        if check is not None:
+            check()
         for point in ext.plugin():
             if (point.service is None or point.service not in opts.SERVICES
                     or point.service in services):

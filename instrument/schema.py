@@ -102,6 +102,7 @@ EVENTS = {
     'conductor.build_instances': 'conductor',
     'conductor.schedule': 'conductor',
     'conductor.bury_in_cell0': 'conductor',
+    'conductor.reschedule_failed': 'conductor',
     # nova-scheduler
     'scheduler.select_destinations': 'scheduler',
     'scheduler.placement.candidates': 'scheduler.placement',

@@ -44,6 +44,7 @@ ST_ERROR = schema.ST_ERROR
 I_PH = record.I_PH
 I_DUR = record.I_DUR
 I_REQ = record.I_REQ
+I_INST = record.I_INST
 I_ST = record.I_ST
 I_ERR = record.I_ERR
 I_ATTRS = record.I_ATTRS
@@ -54,6 +55,16 @@ I_TOKEN = record.SIZE + 1
 F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
 _CURRENT = contextvars.ContextVar('instrument_frame', default=None)
 current_frame = _CURRENT.get
+
+
+def set_frame(frame: tuple):
+    """Make ``frame`` current (a span carried into another thread);
+    returns the token for ``reset_frame``."""
+    return _CURRENT.set(frame)
+
+
+def reset_frame(token) -> None:
+    _CURRENT.reset(token)
 
 MAX_MESSAGE = 200
 # oslo.db / SQLAlchemy messages carry the statement and its bound
@@ -124,6 +135,12 @@ def short_message(exc: BaseException) -> str:
 
 
 def error_of(exc: BaseException) -> tuple:
+    """``(class, short message)`` of an exception, looking through
+    oslo.messaging's ExpectedException to the exception it carries."""
+    if exc.__class__.__name__ == 'ExpectedException':
+        info = getattr(exc, 'exc_info', None)
+        if info and isinstance(info[1], BaseException):
+            exc = info[1]
     return (error_class(exc), short_message(exc))
 
 
@@ -216,9 +233,9 @@ class Tracer:
         return rec
 
     def end(self, rec: list, st: str = ST_OK, err=None, attrs=None,
-            req=None) -> None:
-        """Finish the span ``begin`` returned (``req`` may correct the
-        request id found at the start)."""
+            req=None, inst=None) -> None:
+        """Finish the span ``begin`` returned (``req`` and ``inst`` may
+        correct what was known at the start)."""
         t1 = _perf_ns()
         token = rec[I_TOKEN]
         rec[I_TOKEN] = None
@@ -237,6 +254,8 @@ class Tracer:
             rec[I_ATTRS] = attrs
         if req is not None:
             rec[I_REQ] = req
+        if inst is not None:
+            rec[I_INST] = inst
         rec[I_DUR] = (t1 - rec[I_T0]) // 1000
         rec[I_ST] = st
         rec[I_ERR] = err

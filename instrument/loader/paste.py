@@ -1,0 +1,132 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The nova-api paste filter: records each HTTP request as ``api.request``.
+
+Added to a pipeline of ``api-paste.ini`` (see README)::
+
+    [filter:instrument]
+    paste.filter_factory = instrument.loader.paste:filter_factory
+
+It starts the instrumentation of the API process with nova's global
+configuration (idempotent with the notifier driver) and wraps the rest
+of the pipeline.  The span's request id is the one nova's context
+carries downstream (``environ['nova.context']``), falling back to the
+``X-OpenStack-Request-ID`` of the request id middleware.  The route is
+the path with ids replaced by ``{id}``; bodies and query strings are
+never recorded.
+"""
+
+import re
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from instrument import loader
+from instrument import runtime
+
+LOG = logging.getLogger(__name__)
+
+_ID_SEGMENT = re.compile(
+    r'/(?:[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?'
+    r'[0-9a-fA-F]{12}|[0-9a-fA-F]{32}|\d+|req-[0-9a-fA-F-]{36})(?=/|$)')
+
+
+def route_of(path: str) -> str:
+    """``/v2.1/servers/<uuid>/action`` -> ``/v2.1/servers/{id}/action``."""
+    return _ID_SEGMENT.sub('/{id}', path or '/')
+
+
+class InstrumentMiddleware:
+    """WSGI middleware recording one ``api.request`` span per request."""
+
+    def __init__(self, app, conf=None, service_name='nova-api') -> None:
+        self.app = app
+        self.conf = conf if conf is not None else cfg.CONF
+        self.service_name = service_name
+        self._started = False
+
+    def _tracer(self):
+        active = runtime.active()
+        if active is None and not self._started:
+            self._started = True
+            loader.start(self.conf)
+            active = runtime.active()
+        return active.tracer if active is not None else None
+
+    def __call__(self, environ, start_response):
+        tracer = self._tracer()
+        if tracer is None:
+            return self.app(environ, start_response)
+        status = []
+
+        def recording_start_response(code, headers, exc_info=None):
+            status.append(code)
+            return start_response(code, headers, exc_info)
+
+        span = tracer.span(
+            'api.request', svc='api', attrs={
+                'method': environ.get('REQUEST_METHOD'),
+                'route': route_of(environ.get('SCRIPT_NAME', '') +
+                                  environ.get('PATH_INFO', ''))},
+            ctx={'request_id': environ.get('openstack.request_id'),
+                 'global_request_id': environ.get(
+                     'openstack.global_request_id')})
+        with span:
+            try:
+                return self.app(environ, recording_start_response)
+            finally:
+                self._finish(span, environ, status)
+
+    @staticmethod
+    def _finish(span, environ, status) -> None:
+        context = environ.get('nova.context')
+        req = getattr(context, 'request_id', None)
+        if req:
+            span.req = req
+        if status:
+            try:
+                code = int(status[0].split(None, 1)[0])
+            except (ValueError, IndexError):
+                return
+            span.attrs['status'] = code
+            if code >= 500:
+                span.error = ('HTTP %d' % code, status[0][:100])
+
+
+FILTER_SECTION = ('[filter:instrument]\n'
+                  'paste.filter_factory = instrument.loader.paste:'
+                  'filter_factory\n')
+
+
+def add_to_pipelines(ini_text: str, after: str = 'compute_req_id') -> str:
+    """nova's api-paste.ini with ``instrument`` placed after ``after`` in
+    every pipeline that has it, and its ``[filter:instrument]`` section.
+    Idempotent."""
+    if '[filter:instrument]' in ini_text:
+        return ini_text
+    lines = []
+    for line in ini_text.splitlines():
+        key, sep, value = line.partition('=')
+        words = value.split()
+        if sep and after in words and not line.lstrip().startswith('#'):
+            at = words.index(after) + 1
+            words.insert(at, 'instrument')
+            line = '%s= %s' % (key, ' '.join(words))
+        lines.append(line)
+    return '\n'.join(lines) + '\n\n' + FILTER_SECTION
+
+
+def filter_factory(global_conf, **local_conf):
+    """``paste.filter_factory`` entry point."""
+    def make(app):
+        return InstrumentMiddleware(app)
+    return make

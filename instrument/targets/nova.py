@@ -1,0 +1,369 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Patch points of nova (surveyed on nova 34.0.0) and of oslo.messaging.
+
+``points()`` is the ``instrument.targets`` entry point: data only.  What
+each point records is documented in doc/source/events.rst.  Argument
+positions come from each target's signature at patch time, so callers
+passing arguments by position or by keyword are both understood (nova
+does both for the same method on different hops).  Where code moved
+between releases, ``alternatives`` name the older places.
+
+Besides spans, three hooks keep the picture connected:
+
+* ``Transport._send`` puts ``instrument_traceparent`` (W3C form) into the
+  serialised context of every RPC sent from inside an ``rpc.call`` /
+  ``rpc.cast`` span; ``RPCDispatcher._do_dispatch`` on the other side
+  takes the sender's span id from it.  Peers without the library ignore
+  the extra key (``RequestContext.from_dict`` reads only known keys).
+* ``thread_pool_factory.spawn_on`` carries the current span into nova's
+  worker threads (the build thread, network allocation, cell
+  scatter-gather), which do not inherit context variables.
+* ``load_compute_driver`` adds a point for the concrete driver class's
+  ``spawn`` once the driver is known.
+"""
+
+import functools
+
+from oslo_log import log as logging
+
+from instrument import patcher
+from instrument import tracer as tracing
+
+LOG = logging.getLogger(__name__)
+
+TESTED_NOVA = ('34.0.0',)
+
+TRACEPARENT_KEY = 'instrument_traceparent'
+
+arg = patcher.arg
+uuids = patcher.uuids
+P = patcher.PatchPoint
+SELF_HOST = patcher.self_attr('host')
+
+_RPC_EVENTS = ('rpc.call', 'rpc.cast')
+
+_ENDPOINT_SERVICES = {
+    'nova.compute.manager': 'compute',
+    'nova.conductor.manager': 'conductor',
+    'nova.scheduler.manager': 'scheduler',
+}
+
+
+# -- RPC ------------------------------------------------------------------
+
+def _rpc_attrs(instance, args, kwargs):
+    target = instance.target
+    method = kwargs.get('method', args[1] if len(args) > 1 else None)
+    attrs = {'method': method, 'topic': target.topic}
+    if target.server:
+        attrs['server'] = target.server
+    if target.fanout:
+        attrs['fanout'] = True
+    return attrs
+
+
+def _inject_traceparent(instance, args, kwargs):
+    """Hook on ``Transport._send``: name the sending span in the context."""
+    frame = tracing.current_frame()
+    if frame is None or frame[tracing.F_EV] not in _RPC_EVENTS:
+        return None
+    ctxt = kwargs.get('ctxt', args[1] if len(args) > 1 else None)
+    if isinstance(ctxt, dict):
+        req = frame[tracing.F_REQ]
+        trace = tracing.trace_id_hex(req) if req else \
+            tracing.trace_id_hex('%016x' % frame[tracing.F_SPAN])
+        ctxt[TRACEPARENT_KEY] = '00-%s-%016x-01' % (trace,
+                                                   frame[tracing.F_SPAN])
+    return None
+
+
+def _remote_span(ctxt):
+    """The sender's span id out of a serialised context, or None."""
+    value = ctxt.get(TRACEPARENT_KEY) if isinstance(ctxt, dict) else None
+    if isinstance(value, str):
+        parts = value.split('-')
+        if len(parts) == 4 and len(parts[2]) == 16:
+            return parts[2]
+    return None
+
+
+def _endpoint(instance, args, kwargs):
+    endpoint = kwargs.get('endpoint', args[0] if args else None)
+    return getattr(endpoint, '_endpoint', endpoint)
+
+
+def _dispatch_service(instance, args, kwargs):
+    endpoint = _endpoint(instance, args, kwargs)
+    return _ENDPOINT_SERVICES.get(type(endpoint).__module__)
+
+
+def _dispatch_host(instance, args, kwargs):
+    host = getattr(_endpoint(instance, args, kwargs), 'host', None)
+    return host if isinstance(host, str) else None
+
+
+def _dispatch_attrs(instance, args, kwargs):
+    return {'method': kwargs.get('method', args[1] if len(args) > 1
+                                 else None)}
+
+
+# -- threads ---------------------------------------------------------------
+
+def _run_in_frame(frame, func):
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        token = tracing.set_frame(frame)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            tracing.reset_frame(token)
+    return run
+
+
+def _carry_span(instance, args, kwargs):
+    """Hook on ``spawn_on(executor_type, func, ...)``: the new thread
+    runs ``func`` inside the span that spawned it."""
+    frame = tracing.current_frame()
+    if frame is None:
+        return None
+    if 'func' in kwargs:
+        kwargs = dict(kwargs, func=_run_in_frame(frame, kwargs['func']))
+        return args, kwargs
+    for n, value in enumerate(args):
+        if callable(value) and not isinstance(value, type):
+            args = args[:n] + (_run_in_frame(frame, value),) + args[n + 1:]
+            return args, kwargs
+    return None
+
+
+# -- compute driver ----------------------------------------------------------
+
+def _patch_driver_spawn(instance, args, kwargs, driver):
+    """Hook after ``load_compute_driver``: time the real driver's spawn."""
+    from instrument import runtime
+    active = runtime.active()
+    if active is None or driver is None:
+        return
+    cls = type(driver)
+    if 'spawn' not in vars(cls):
+        for base in cls.__mro__[1:]:
+            if 'spawn' in vars(base):
+                cls = base
+                break
+    active.patcher.add_points([P(
+        cls.__module__, cls.__qualname__ + '.spawn', 'compute.spawn',
+        'compute', instances=uuids('instance'))])
+
+
+# -- attrs ----------------------------------------------------------------
+
+def _count(instance, args, kwargs):
+    value = _value(args, kwargs, 'build_requests', 1)
+    return {'count': len(value)} if isinstance(value, list) else None
+
+
+def _attempt(filter_properties):
+    retry = filter_properties.get('retry') if isinstance(
+        filter_properties, dict) else None
+    if isinstance(retry, dict):
+        return retry.get('num_attempts')
+    return None
+
+
+def _conductor_build_attrs(instance, args, kwargs):
+    # build_instances(context, instances, image, filter_properties, ...)
+    attempts = _attempt(_value(args, kwargs, 'filter_properties', 3))
+    attrs = {'attempt': (attempts or 0) + 1}
+    if kwargs.get('host_lists') is not None:
+        attrs['reschedule'] = True
+    return attrs
+
+
+def _compute_build_attrs(instance, args, kwargs):
+    # _do_build_and_run_instance(context, instance, image, request_spec,
+    #                            filter_properties, ...)
+    return {'attempt': _attempt(_value(args, kwargs, 'filter_properties',
+                                       4)) or 1}
+
+
+def _value(args, kwargs, name, pos):
+    if name in kwargs:
+        return kwargs[name]
+    return args[pos] if len(args) > pos else None
+
+
+def _selected_hosts(result):
+    hosts = []
+    for alternatives in result or ():
+        if isinstance(alternatives, list) and alternatives:
+            first = alternatives[0]
+        else:
+            first = alternatives
+        host = getattr(first, 'service_host', None)
+        if host is None and isinstance(first, dict):
+            host = first.get('host')
+        hosts.append(host)
+    return hosts
+
+
+def _selected(instance, args, kwargs, result):
+    return {'selected': _selected_hosts(result)}
+
+
+def _outcome(instance, args, kwargs, result):
+    return {'outcome': result} if isinstance(result, str) else None
+
+
+def _created(result):
+    instances = result[0] if isinstance(result, tuple) else None
+    return [i.uuid for i in instances or () if getattr(i, 'uuid', None)]
+
+
+def _created_attrs(instance, args, kwargs, result):
+    instances = result[0] if isinstance(result, tuple) else None
+    return {'count': len(instances or ())}
+
+
+def _candidates(instance, args, kwargs, result):
+    if isinstance(result, tuple) and result and result[0] is not None:
+        return {'count': len(result[0])}
+    return {'count': 0}
+
+
+def _host_count(instance, args, kwargs, result):
+    if isinstance(result, tuple) and result and isinstance(result[0], dict):
+        return {'count': sum(len(v) for v in result[0].values())}
+    return None
+
+
+def _len_result(instance, args, kwargs, result):
+    return {'count': len(result)} if isinstance(result, list) else None
+
+
+def _claimed(instance, args, kwargs, result):
+    return {'claimed': bool(result)}
+
+
+def _reason(name, pos):
+    def attrs(instance, args, kwargs):
+        exc = _value(args, kwargs, name, pos)
+        if isinstance(exc, BaseException):
+            cls, msg = tracing.error_of(exc)
+            return {'reason': cls, 'msg': msg}
+        return None
+    return attrs
+
+
+def points() -> list:
+    """Every patch point of nova and oslo.messaging (entry point)."""
+    conductor = 'nova.conductor.manager'
+    scheduler = 'nova.scheduler.manager'
+    hosts = 'nova.scheduler.host_manager'
+    compute = 'nova.compute.manager'
+    return [
+        # RPC: both sides of every hop.
+        P('oslo_messaging.rpc.client', '_BaseCallContext.cast', 'rpc.cast',
+          None, context=arg('ctxt'), on_enter=_rpc_attrs),
+        P('oslo_messaging.rpc.client', '_BaseCallContext.call', 'rpc.call',
+          None, context=arg('ctxt'), on_enter=_rpc_attrs),
+        P('oslo_messaging.transport', 'Transport._send', 'rpc.send',
+          kind=patcher.HOOK, on_enter=_inject_traceparent),
+        P('oslo_messaging.rpc.dispatcher', 'RPCDispatcher._do_dispatch',
+          'rpc.dispatch', None, context=arg('ctxt'),
+          remote_parent=patcher.Arg('ctxt', then=_remote_span),
+          service_from=_dispatch_service, host=_dispatch_host,
+          on_enter=_dispatch_attrs),
+        # Threads started by nova carry the span that started them.
+        P('nova.thread_pool_factory', 'spawn_on', 'thread.spawn',
+          kind=patcher.HOOK, on_enter=_carry_span,
+          alternatives=(('nova.utils', 'spawn'), ('nova.utils', 'spawn_n'))),
+        # nova-api
+        P('nova.compute.api', 'API.create', 'api.compute.create', 'api',
+          result_instances=_created, on_exit=_created_attrs),
+        # nova-conductor
+        P(conductor, 'ComputeTaskManager.schedule_and_build_instances',
+          'conductor.schedule_and_build_instances', 'conductor',
+          instances=uuids('request_specs', attr='instance_uuid'),
+          host=SELF_HOST, on_enter=_count),
+        P(conductor, 'ComputeTaskManager.build_instances',
+          'conductor.build_instances', 'conductor',
+          instances=uuids('instances'), host=SELF_HOST,
+          on_enter=_conductor_build_attrs),
+        P(conductor, 'ComputeTaskManager._schedule_instances',
+          'conductor.schedule', 'conductor',
+          instances=uuids('instance_uuids'), host=SELF_HOST,
+          on_exit=_selected),
+        P(conductor, 'ComputeTaskManager._bury_in_cell0',
+          'conductor.bury_in_cell0', 'conductor',
+          instances=uuids('build_requests', attr='instance_uuid'),
+          host=SELF_HOST, on_enter=_reason('exc', 2)),
+        P(conductor, 'ComputeTaskManager._cleanup_when_reschedule_fails',
+          'conductor.reschedule_failed', 'conductor',
+          instances=uuids('instance'), host=SELF_HOST,
+          on_enter=_reason('exception', 2)),
+        # nova-scheduler
+        P(scheduler, 'SchedulerManager.select_destinations',
+          'scheduler.select_destinations', 'scheduler',
+          instances=uuids('instance_uuids'), host=SELF_HOST,
+          on_exit=_selected),
+        P('nova.scheduler.client.report',
+          'SchedulerReportClient.get_allocation_candidates',
+          'scheduler.placement.candidates', None, on_exit=_candidates),
+        P(hosts, 'HostManager._get_computes_for_cells',
+          'scheduler.host_states', None, on_exit=_host_count),
+        P(hosts, 'HostManager.get_filtered_hosts', 'scheduler.filter',
+          None, context=None, on_exit=_len_result, detail=True),
+        P(hosts, 'HostManager.get_weighed_hosts', 'scheduler.weigh', None,
+          context=None, on_exit=_len_result, detail=True),
+        P('nova.scheduler.utils', 'claim_resources', 'scheduler.claim',
+          None, context=arg('ctx'), instances=uuids('instance_uuid'),
+          on_exit=_claimed),
+        # nova-compute
+        P(compute, 'ComputeManager.build_and_run_instance',
+          'compute.build_and_run_instance', 'compute',
+          instances=uuids('instance'), host=SELF_HOST),
+        P(compute, 'ComputeManager._do_build_and_run_instance',
+          'compute.build', 'compute', instances=uuids('instance'),
+          host=SELF_HOST, on_enter=_compute_build_attrs, on_exit=_outcome),
+        P(compute, 'ComputeManager._build_and_run_instance',
+          'compute.build_and_run', 'compute', instances=uuids('instance'),
+          host=SELF_HOST),
+        P('nova.compute.resource_tracker', 'ResourceTracker.instance_claim',
+          'compute.claim', 'compute', instances=uuids('instance'),
+          host=SELF_HOST),
+        P(compute, 'ComputeManager._allocate_network_async',
+          'compute.network', 'compute', instances=uuids('instance'),
+          host=SELF_HOST),
+        P(compute, 'ComputeManager._prep_block_device',
+          'compute.block_device', 'compute', instances=uuids('instance'),
+          host=SELF_HOST),
+        P('nova.virt.driver', 'load_compute_driver', 'compute.driver',
+          kind=patcher.HOOK, on_exit=_patch_driver_spawn),
+    ]
+
+
+def check_release() -> None:
+    """Warn (once, at set-up) when the installed nova was not surveyed.
+
+    Reads package metadata only: nothing of nova is imported here.
+    """
+    try:
+        from importlib import metadata
+        version = metadata.version('nova')
+    except Exception:
+        return
+    if version not in TESTED_NOVA:
+        LOG.warning('instrument: nova %s was not surveyed (points are for '
+                    '%s); the start-up banner lists points that are '
+                    'missing in this release', version,
+                    ', '.join(TESTED_NOVA))
