@@ -1,0 +1,227 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Speed and memory of a full ``instrument-report`` on a large log.
+
+Generates (once, cached under the temp directory) a seeded synthetic
+cloud of about 1,000,000 events (``instrument.analysis.synthetic``: 40
+computes, skewed clocks, failures, reschedules, hung builds, SQL), then
+measures, each in a fresh subprocess:
+
+* ``decode floor``: reading every line and ``json.loads`` on it, nothing
+  else -- the baseline of this run on this machine;
+* ``report -j1`` and ``report`` (default workers): the full analysis
+  (both passes, text report generated and discarded), wall time, events
+  per second and peak RSS (``ru_maxrss`` of the process and its
+  workers);
+* ``report half``: the same on the first half of the requests, to show
+  how peak memory grows with the input;
+* ``pt-query-digest`` (when installed): the same log's individually
+  written SQL statements as a MySQL slow log, timed with the Percona
+  Toolkit's digest; printed as statements/s and as a ratio to the
+  report's SQL-digest throughput.
+
+Prints numbers and ratios; asserts nothing.  Usage:
+``python bench/bench_report.py [--events N]`` (the log is cached in
+the temp directory for the next run).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+TARGET_EVENTS_PER_S = 300_000
+
+
+def generate(events: int) -> tuple:
+    from instrument.analysis import synthetic
+    requests = max(50, events // 67)
+    base = os.path.join(tempfile.gettempdir(),
+                        'instrument-bench-report-%d' % requests)
+    marker = os.path.join(base, 'truth.json')
+    if os.path.exists(marker):
+        with open(marker) as f:
+            info = json.load(f)
+        return base, info
+    if os.environ.get('INSTRUMENT_BENCH_CHILD') != '1':
+        # generate in a child: this process stays small
+        subprocess.run([sys.executable, __file__, '--generate-only',
+                        '--events', str(events)], check=True,
+                       env=dict(os.environ, INSTRUMENT_BENCH_CHILD='1'))
+        with open(marker) as f:
+            return base, json.load(f)
+    shutil.rmtree(base, ignore_errors=True)
+    t0 = time.monotonic()
+    logs = os.path.join(base, 'logs')
+    truth = synthetic.generate(logs, seed=11, requests=requests, rate=3.0,
+                               computes=40)
+    half = os.path.join(base, 'half')
+    htruth = synthetic.generate(half, seed=11, requests=requests // 2,
+                                rate=3.0, computes=40)
+    info = {'events': truth.events, 'half_events': htruth.events,
+            'requests': requests, 'sql': sum(v[0] for v in
+                                             truth.sql.values()),
+            'generated_s': time.monotonic() - t0}
+    with open(marker, 'w') as f:
+        json.dump(info, f)
+    print('generated %d events in %.0f s' % (truth.events,
+                                              info['generated_s']))
+    return base, info
+
+
+def measure(code: str) -> tuple:
+    """Wall seconds and peak RSS (MB) of ``python -c code``."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, '-c', code],
+                          capture_output=True, text=True, check=False)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    peak = json.loads(proc.stdout.strip().splitlines()[-1])['rss_mb']
+    return wall, peak, proc.stdout
+
+
+# VmHWM is the process's own peak (ru_maxrss survives exec from this
+# bench process); workers report theirs through RUSAGE_CHILDREN.
+PEAK = ('import resource, json\n'
+        'hwm = [int(l.split()[1]) for l in open("/proc/self/status") '
+        'if l.startswith("VmHWM")][0]\n'
+        'c = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n'
+        'print(json.dumps({"rss_mb": max(hwm, c) / 1024}))\n')
+
+
+def decode_floor(logs: str) -> str:
+    return ('import glob, gzip, json\n'
+            'n = 0\n'
+            'for p in sorted(glob.glob(%r + "/*")):\n'
+            '    f = gzip.open(p, "rb") if p.endswith(".gz") else '
+            'open(p, "rb")\n'
+            '    for line in f:\n'
+            '        i = line.find(b"{")\n'
+            '        if i >= 0:\n'
+            '            json.loads(line[i:]); n += 1\n' % logs) + PEAK
+
+
+def report_code(logs: str, jobs: int) -> str:
+    return ('from instrument.analysis import pipeline, report_text\n'
+            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d, '
+            'progress=lambda d: None))\n'
+            'report_text.render(rep)\n' % (logs, jobs)) + PEAK
+
+
+def slow_log(logs: str, path: str) -> int:
+    """The individually written statements as a MySQL slow log."""
+    from instrument.analysis import load
+    texts = {}
+    statements = []
+    paths, _ = load.discover([logs])
+    for p in paths:
+        import gzip
+        f = gzip.open(p, 'rb') if p.endswith('.gz') else open(p, 'rb')
+        with f:
+            for line in f:
+                i = line.find(b'{"v":')
+                if i < 0 or b'sql.' not in line:
+                    continue
+                rec = json.loads(line[i:])
+                attrs = rec.get('attrs') or {}
+                if rec['ev'] == 'sql.fingerprint':
+                    texts[attrs['fp']] = attrs['text']
+                elif rec['ev'] == 'sql.query' and rec['ph'] == 'X':
+                    statements.append((rec['ts'], rec['dur_us'],
+                                       attrs.get('fp'),
+                                       attrs.get('rows') or 0))
+    statements.sort()
+    with open(path, 'w') as out:
+        for ts, dur, fp, rows in statements:
+            text = texts.get(fp, 'select 1').replace('?+', '1, 2')
+            text = text.replace('?', "'1'")
+            out.write('# Time: %s\n# User@Host: nova[nova] @ localhost []  '
+                      'Id: 1\n# Query_time: %.6f  Lock_time: 0.000000 '
+                      'Rows_sent: %d  Rows_examined: %d\nSET timestamp=%d;'
+                      '\n%s;\n' % (
+                          time.strftime('%Y-%m-%dT%H:%M:%S',
+                                        time.gmtime(ts / 1e6)) +
+                          '.%06dZ' % (ts % 1_000_000), dur / 1e6, rows,
+                          rows, ts // 1_000_000, text))
+    return len(statements)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--events', type=int, default=1_000_000)
+    parser.add_argument('--generate-only', action='store_true',
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    base, info = generate(args.events)
+    if args.generate_only:
+        return
+    logs = os.path.join(base, 'logs')
+    events = info['events']
+    print('log: %d events, %d requests, %d SQL statements, %.0f MB, '
+          '%d CPUs' % (events, info['requests'], info['sql'],
+                       sum(os.path.getsize(os.path.join(logs, f))
+                           for f in os.listdir(logs)) / 1e6,
+                       len(os.sched_getaffinity(0))))
+    rows = []
+    wall, rss, _ = measure(decode_floor(logs))
+    rows.append(('decode floor (json.loads)', wall, events / wall, rss))
+    floor = wall
+    results = {}
+    for label, path, n, jobs in (
+            ('report -j1', logs, events, 1),
+            ('report (default workers)', logs, events, 0),
+            ('report -j1, half the requests',
+             os.path.join(base, 'half'), info['half_events'], 1)):
+        wall, rss, _ = measure(report_code(path, jobs))
+        rows.append((label, wall, n / wall, rss))
+        results[label] = (wall, rss)
+    print('%-34s %8s %12s %10s %8s' % ('run', 'seconds', 'events/s',
+                                       'peak MB', 'x floor'))
+    for label, wall, rate, rss in rows:
+        print('%-34s %8.2f %12.0f %10.0f %8.2f' % (label, wall, rate, rss,
+                                                   wall / floor))
+    best = min(results['report -j1'][0],
+               results['report (default workers)'][0])
+    print('best full report: %.0f events/s, target %d: %s' % (
+        events / best, TARGET_EVENTS_PER_S,
+        'met' if events / best >= TARGET_EVENTS_PER_S else 'NOT met'))
+    print('peak RSS half -> full input: %.0f -> %.0f MB (x%.2f for x2 '
+          'input)' % (results['report -j1, half the requests'][1],
+                      results['report -j1'][1],
+                      results['report -j1'][1] /
+                      max(results['report -j1, half the requests'][1], 1)))
+    digest = shutil.which('pt-query-digest')
+    if digest is None:
+        print('pt-query-digest: not installed (Debian: percona-toolkit)')
+        return
+    slow = os.path.join(base, 'slow.log')
+    if not os.path.exists(slow):
+        slow_log(logs, slow + '.tmp')
+        os.rename(slow + '.tmp', slow)
+    n = info['sql']
+    t0 = time.monotonic()
+    subprocess.run([digest, '--limit', '20', slow], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pt = time.monotonic() - t0
+    print('pt-query-digest: %d statements in %.2f s (%.0f statements/s); '
+          'instrument-report did them and %d other events in %.2f s: '
+          'pt-query-digest time / instrument-report time = %.2f' % (
+              n, pt, n / pt, events - n, best, pt / best))
+
+
+if __name__ == '__main__':
+    main()
