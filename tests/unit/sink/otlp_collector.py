@@ -74,7 +74,8 @@ def decode(requests) -> list:
                         'resource': resource,
                         'scope': ss.scope.name,
                         'status': (span.status.code, span.status.message),
-                        'flags': span.flags,
+                        # (not in opentelemetry-proto < 1.26)
+                        'flags': getattr(span, 'flags', None),
                         'events': [(e.name, e.time_unix_nano,
                                     _attrs(e.attributes))
                                    for e in span.events],
