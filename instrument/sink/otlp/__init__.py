@@ -111,6 +111,7 @@ class OtlpSink(sink.Sink):
         self._settled = 0
         self._held = 0
         self.exported = 0
+        self.attempts = 0
 
     # -- drop accounting ---------------------------------------------------
     #
@@ -213,10 +214,14 @@ class OtlpSink(sink.Sink):
         except Exception:  # best effort at exit
             pass
 
-    def _drop_queue(self) -> None:
-        """Empty the queue, counting the records that were events."""
+    def _drop_queue(self, builder=None) -> None:
+        """Empty the queue, counting the records that were events; the
+        others (trace roots, resource, SQL text) still go to ``builder``
+        so that later spans lack nothing."""
         queue = self._queue
+        pid = self._pid
         lost = 0
+        none = []
         while queue:
             try:
                 rec = queue.popleft()
@@ -224,12 +229,22 @@ class OtlpSink(sink.Sink):
                 break
             if rec[record.I_PH] in _COUNTED:
                 lost += 1
+            elif builder is not None:
+                try:
+                    builder.add(rec, pid, none)
+                except Exception:
+                    pass
         self._settle(0, lost)
 
     def _export_queued(self, builder, exporter, success,
                        final: bool = False) -> None:
         """Export everything queued, in batches.  Spans held for a parent
-        that did not come go out once stale, or all when ``final``."""
+        that did not come go out once stale, or all when ``final``.
+
+        After a failed export (the SDK retried until ``otlp_timeout``)
+        the rest of the queue is dropped, not converted: a dead collector
+        costs one batch's conversion per attempt, not one per span.
+        """
         queue = self._queue
         pid = self._pid
         stale = None if final else (
@@ -253,13 +268,18 @@ class OtlpSink(sink.Sink):
                 builder.release(stale, pid, batch)
             self._held = builder.held
             exported = 0
+            failed = False
             if batch:
+                self.attempts += 1
                 if self._export(exporter, batch, success):
                     exported = len(batch)
                 else:
                     broken += len(batch)
+                    failed = True
             if exported or broken:
                 self._settle(exported, broken)
+            if failed:
+                self._drop_queue(builder)
             if not queue:
                 return
 

@@ -282,6 +282,18 @@ class DeadCollectorTest(OtlpTestBase):
         # The SDK's own per-batch lines stay out of the service log.
         self.assertNotIn(' opentelemetry.', self.logger.output)
 
+    def test_a_dead_collector_costs_one_batch_per_attempt(self):
+        refusing = self.useFixture(otlp_collector.RefusingEndpoint())
+        sink, buf, tr = self.make_service(refusing.endpoint,
+                                          otlp_timeout=0.5)
+        self.burst(tr, 5000)
+        buf.drain()
+        self.assertTrue(sink.wait_idle(30))
+        self.assertEqual(5000, sink.dropped)
+        # After a failed export the backlog is dropped, not converted and
+        # sent batch after batch (that would be 10 attempts of 512).
+        self.assertLessEqual(sink.attempts, 2)
+
     def test_export_resumes_when_the_collector_comes_back(self):
         refusing = self.useFixture(otlp_collector.RefusingEndpoint())
         sink, buf, tr = self.make_service(refusing.endpoint,
