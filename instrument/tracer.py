@@ -219,7 +219,8 @@ class Tracer:
             host = self.host
         span = _prefix | (next(_ids) & 0xFFFFFFFF)
         rec = [PH_B, _time_ns() // 1000, None, host, svc, self._get_ident(),
-               ev, span, parent, req, greq, inst, None, None, attrs, 0,
+               ev, span, parent, req, greq, inst, None, None, attrs,
+               _perf_ns(),
                _CURRENT.set((span, req, greq, inst, svc, host, ev))]
         buf = self.buffer
         queue = buf.queue
@@ -229,7 +230,6 @@ class Tracer:
                 buf.start()
         else:
             buf.drop()
-        rec[I_T0] = _perf_ns()
         return rec
 
     def end(self, rec: list, st: str = ST_OK, err=None, attrs=None,

@@ -9,44 +9,22 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""An instrumented in-process nova cloud, and reading its span files.
+"""The instrumented in-process nova cloud, and reading its span files.
 
-The cloud is nova's own ``_IntegratedTestBase`` (sqlite, fake virt
-driver, in-process placement, fake transport) with asynchronous casts.
-The instrumentation is switched on the way an operator does it: the
-``[instrument]`` group, ``[oslo_messaging_notifications] driver =
-instrument`` (so ``rpc.init`` starts it), and an api-paste.ini whose
-pipelines carry the ``instrument`` filter.
+The cloud is ``instrument.demo.cloud.InstrumentedCloud`` (the demo's):
+nova's ``_IntegratedTestBase`` with asynchronous casts, switched on the
+way an operator does it (``[instrument]`` options, the notifier driver,
+the paste filter in api-paste.ini).
 """
 
 import collections
 import json
 import os
-import sys
-import sysconfig
 import time
 
-from nova.tests.functional import integrated_helpers  # noqa: I100
-import fixtures
-from oslo_config import cfg
-
-from instrument import opts
+from instrument.demo import cloud
 from instrument import runtime
 from instrument import schema
-from instrument.loader import paste
-
-CONF = cfg.CONF
-
-
-def nova_paste_ini() -> str:
-    """nova's own api-paste.ini (bridged by tools/nova_paste_bridge.py)."""
-    for base in (os.path.join(sysconfig.get_paths()['purelib'], 'etc'),
-                 os.path.join(sys.prefix, 'etc')):
-        path = os.path.join(base, 'nova', 'api-paste.ini')
-        if os.path.exists(path):
-            return path
-    raise RuntimeError('nova api-paste.ini not found; run '
-                       'tools/nova_paste_bridge.py in this venv')
 
 
 class Spans:
@@ -75,10 +53,6 @@ class Spans:
             out.append(rec)
         return out
 
-    def span(self, span_id: str) -> dict:
-        [rec] = [r for r in self.by_span[span_id] if r['ph'] == 'X']
-        return rec
-
     def received(self, sender: dict) -> list:
         """Server-side dispatch spans of an rpc.call/rpc.cast span."""
         return [r for r in self.records if r['ph'] == 'X' and
@@ -86,37 +60,10 @@ class Spans:
                 r.get('parent') == sender['span']]
 
 
-class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
-    """nova's integrated test base, instrumented, asynchronous casts."""
+class InstrumentedCloud(cloud.InstrumentedCloud):
+    """The demo's cloud, with span-file reading for assertions."""
 
-    CAST_AS_CALL = False
-    ADMIN_API = True
-    microversion = 'latest'
-
-    def setUp(self):
-        self.span_dir = self.useFixture(fixtures.TempDir()).path
-        ini_dir = self.useFixture(fixtures.TempDir()).path
-        opts.register_opts(CONF)
-        from oslo_messaging.notify import notifier
-        CONF.register_opts(notifier._notifier_opts,
-                           group='oslo_messaging_notifications')
-        # What an operator writes into nova.conf ...
-        self.flags(enabled=True, output_dir=self.span_dir,
-                   flush_interval=0.05, group='instrument')
-        self.flags(driver=['instrument'],
-                   group='oslo_messaging_notifications')
-        # ... and into api-paste.ini.
-        ini = os.path.join(ini_dir, 'api-paste.ini')
-        with open(nova_paste_ini()) as f:
-            text = paste.add_to_pipelines(f.read())
-        with open(ini, 'w') as f:
-            f.write(text)
-        self.flags(api_paste_config=ini, group='wsgi')
-        # Cleanups run last-in first-out: this one after nova's own.
-        self.addCleanup(runtime.teardown)
-        super().setUp()
-        self.assertIsNotNone(runtime.active(),
-                             'rpc.init did not start the instrumentation')
+    settings = cloud.Settings(flush_interval=0.05)
 
     def spans(self, until=None, timeout: float = 20.0) -> Spans:
         """Flush what was recorded and read it back; with ``until``, poll

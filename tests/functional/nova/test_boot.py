@@ -22,9 +22,8 @@ def _build_done(uuid, count=1):
 
 class BootChainTest(base.InstrumentedCloud):
 
-    def _setup_compute_service(self):
-        self._start_compute('host1')
-        return self._start_compute('host2')
+    settings = base.cloud.Settings(computes=('host1', 'host2'),
+                                   flush_interval=0.05)
 
     def test_each_boot_has_the_full_chain_under_one_request_id(self):
         servers = [self.boot(), self.boot()]
@@ -111,9 +110,8 @@ class BootChainTest(base.InstrumentedCloud):
 
 class SpawnFailureTest(base.InstrumentedCloud):
 
-    def _setup_compute_service(self):
-        self.flags(compute_driver='fake.FakeBuildAbortDriver')
-        return self._start_compute('host1')
+    settings = base.cloud.Settings(driver='fake.FakeBuildAbortDriver',
+                                   flush_interval=0.05)
 
     def test_failed_spawn_is_a_failed_lifecycle_with_its_class(self):
         server = self.boot(expected_state='ERROR')
@@ -133,10 +131,9 @@ class SpawnFailureTest(base.InstrumentedCloud):
 
 class RescheduleTest(base.InstrumentedCloud):
 
-    def _setup_compute_service(self):
-        self.flags(compute_driver='fake.FakeRescheduleDriver')
-        self._start_compute('host1')
-        return self._start_compute('host2')
+    settings = base.cloud.Settings(driver='fake.FakeRescheduleDriver',
+                                   computes=('host1', 'host2'),
+                                   flush_interval=0.05)
 
     def test_reschedule_gives_two_attempts_under_one_request(self):
         server = self.boot()

@@ -1,0 +1,224 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""``instrument-demo``: boot servers on an instrumented in-process nova.
+
+Starts nova 34's in-process cloud (sqlite, fake transport, fake virt
+driver on several compute hosts, in-process placement) on nova's own
+functional fixtures, switched on through ``[instrument]`` options, the
+notifier driver and the paste filter, exactly as an operator would.  It
+boots ``--servers`` servers ``--concurrency`` at a time, optionally
+injecting spawn failures and reschedules, then runs the analyser and
+writes into ``--output``::
+
+    spans/          the raw span files (one per process)
+    report.txt      the analyser's summary (also printed)
+    report.json     the full report
+    report.html     the self-contained HTML report
+    servers.json    what the API said about every server (the truth)
+
+Running it again in the same directory replaces those files.  Ctrl-C
+stops new boots, lets the ones in flight finish, and still writes the
+span files and the report of what happened; a second Ctrl-C aborts.
+"""
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+
+OUTPUT_FILES = ('report.txt', 'report.json', 'report.html',
+                'servers.json')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='instrument-demo',
+        description='Boot servers on an instrumented in-process nova 34 '
+                    'cloud and report where the time went.')
+    parser.add_argument('--servers', '-n', type=int, default=40,
+                        help='servers to boot (default 40)')
+    parser.add_argument('--concurrency', '-c', type=int, default=8,
+                        help='boots in flight at once (default 8)')
+    parser.add_argument('--computes', type=int, default=3,
+                        help='fake compute hosts (default 3)')
+    parser.add_argument('--fail', type=float, default=0.1,
+                        help='share of servers whose spawn fails '
+                             '(default 0.1)')
+    parser.add_argument('--reschedule', type=float, default=0.1,
+                        help='share of servers rescheduled once '
+                             '(default 0.1)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='which servers get the injected faults')
+    parser.add_argument('--mode', choices=('threads', 'eventlet'),
+                        default='threads',
+                        help='native threads (nova 34 services) or '
+                             'eventlet (default threads)')
+    parser.add_argument('--output', '-o', default='instrument-demo-output',
+                        help='output directory (default '
+                             './instrument-demo-output)')
+    parser.add_argument('--no-report', action='store_true',
+                        help='boot and write span files only')
+    return parser
+
+
+def _check(args) -> None:
+    if args.servers < 1 or args.concurrency < 1 or args.computes < 1:
+        raise SystemExit('instrument-demo: --servers, --concurrency and '
+                         '--computes must be at least 1')
+    for name in ('fail', 'reschedule'):
+        value = getattr(args, name)
+        if not 0.0 <= value <= 1.0:
+            raise SystemExit('instrument-demo: --%s must be between 0 and '
+                             '1, not %s' % (name, value))
+    if args.fail + args.reschedule > 1.0:
+        raise SystemExit('instrument-demo: --fail + --reschedule must not '
+                         'exceed 1')
+
+
+def prepare_output(directory: str) -> str:
+    """Create ``directory``, removing what an earlier run left there."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        spans = os.path.join(directory, 'spans')
+        if os.path.isdir(spans):
+            shutil.rmtree(spans)
+        for name in OUTPUT_FILES:
+            path = os.path.join(directory, name)
+            if os.path.exists(path):
+                os.unlink(path)
+        os.makedirs(spans)
+    except OSError as exc:
+        raise SystemExit('instrument-demo: cannot use output directory '
+                         '%s: %s' % (directory, exc)) from None
+    return spans
+
+
+def _select_mode(mode: str) -> None:
+    # Read by nova's functional package at import: set it before.
+    # nova's test base would capture our progress line with these.
+    for name in ('OS_STDOUT_CAPTURE', 'OS_STDERR_CAPTURE'):
+        os.environ.pop(name, None)
+    # nova logs its executors' shutdown after its log fixture is gone.
+    logging.getLogger('nova.thread_pool_factory').setLevel(logging.WARNING)
+    if mode == 'threads':
+        os.environ['OS_NOVA_DISABLE_EVENTLET_PATCHING'] = '1'
+    else:
+        os.environ.pop('OS_NOVA_DISABLE_EVENTLET_PATCHING', None)
+
+
+def _stop_on_interrupt(stop: threading.Event) -> None:
+    def first(signum, frame):
+        stop.set()
+        sys.stderr.write('\ninstrument-demo: stopping after the boots in '
+                         'flight; Ctrl-C again to abort\n')
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, first)
+
+
+def run_cloud(args, spans_dir: str, stop: threading.Event) -> list:
+    """Boot the servers; returns the API's view of each."""
+    import unittest
+
+    from instrument.demo import boots
+    from instrument.demo import cloud
+    from instrument.demo import faults
+
+    faults.configure(args.fail, args.reschedule, args.seed)
+    settings = cloud.Settings(
+        span_dir=spans_dir,
+        computes=['cmp-%02d' % (n + 1) for n in range(args.computes)],
+        driver=faults.register())
+    outcome = {}
+
+    class DemoRun(cloud.InstrumentedCloud):
+        def run_boots(self):
+            template = self._build_server(networks='none')
+
+            def body(name):
+                return dict(template, name=name)
+
+            progress = boots.Progress(args.servers)
+            outcome['results'] = boots.boot_all(
+                self.api, body, args.servers, args.concurrency, stop,
+                progress)
+
+    DemoRun.settings = settings
+    case = DemoRun('run_boots')
+    result = unittest.TestResult()
+    case.run(result)
+    problems = result.errors + result.failures
+    if problems:
+        for _test, trace in problems:
+            sys.stderr.write(trace)
+        raise SystemExit('instrument-demo: the in-process cloud failed '
+                         '(see above)')
+    return outcome.get('results', [])
+
+
+def _write_truth(path: str, results: list) -> dict:
+    counts = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    with open(path, 'w') as f:
+        json.dump({'counts': counts,
+                   'servers': [r.as_dict() for r in results]}, f, indent=1)
+    return counts
+
+
+def main(argv: list = None) -> int:
+    args = build_parser().parse_args(argv)
+    _check(args)
+    spans_dir = prepare_output(args.output)
+    _select_mode(args.mode)
+    stop = threading.Event()
+    _stop_on_interrupt(stop)
+    started = time.monotonic()
+    print('instrument-demo: %d servers, %d at a time, %d computes, %s '
+          'mode, injected: %.0f%% spawn failures, %.0f%% reschedules' % (
+              args.servers, args.concurrency, args.computes, args.mode,
+              args.fail * 100, args.reschedule * 100), flush=True)
+    results = run_cloud(args, spans_dir, stop)
+    counts = _write_truth(os.path.join(args.output, 'servers.json'),
+                          results)
+    print('instrument-demo: booted %d servers in %.1f s; the API says: %s' % (
+        len(results), time.monotonic() - started,
+        ', '.join('%d %s' % (n, s) for s, n in sorted(counts.items()))),
+        flush=True)
+    if args.no_report:
+        print('instrument-demo: span files in %s' % spans_dir)
+        return 130 if stop.is_set() else 0
+    from instrument.cmd import report
+    text_path = os.path.join(args.output, 'report.txt')
+    report_args = [spans_dir, '--json',
+                   os.path.join(args.output, 'report.json'),
+                   '--html', os.path.join(args.output, 'report.html')]
+    with open(text_path, 'w') as text:
+        saved, sys.stdout = sys.stdout, text
+        try:
+            report.main(report_args)
+        finally:
+            sys.stdout = saved
+    with open(text_path) as text:
+        sys.stdout.write(text.read())
+    print('\ninstrument-demo: wrote %s/{report.txt,report.json,report.html,'
+          'servers.json} and the span files in %s' % (args.output,
+                                                      spans_dir))
+    return 130 if stop.is_set() else 0
+
+
+if __name__ == '__main__':  # pragma: no cover
+    sys.exit(main())

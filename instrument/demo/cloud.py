@@ -1,0 +1,135 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""An in-process nova 34 cloud, instrumented the way operators do it.
+
+nova's ``_IntegratedTestBase`` (sqlite, fake transport, in-process
+placement, glance/neutron/cinder fixtures) with asynchronous casts and
+several compute hosts.  The instrumentation is switched on through the
+configuration only: the ``[instrument]`` group,
+``[oslo_messaging_notifications] driver = instrument`` (``rpc.init``
+starts it) and an api-paste.ini whose pipelines carry the ``instrument``
+filter.  ``Settings`` chooses computes, driver, and whether to
+instrument at all or to run osprofiler instead (for the benchmark).
+"""
+
+import os
+import sys
+import sysconfig
+
+from nova.tests.functional import integrated_helpers  # noqa: I100
+import fixtures
+from oslo_config import cfg
+
+from instrument import opts
+from instrument import runtime
+from instrument.loader import paste
+
+CONF = cfg.CONF
+
+OSPROFILER_KEY = 'instrument-demo-hmac'
+
+
+class Settings:
+    """How the cloud is built; plain values."""
+
+    def __init__(self, span_dir=None, computes=('host1',), driver=None,
+                 instrument=True, osprofiler=None, flush_interval=0.2,
+                 sql_timing=True) -> None:
+        self.span_dir = span_dir
+        self.computes = tuple(computes)
+        self.driver = driver
+        self.instrument = instrument
+        # None, or an osprofiler connection string (redis://...).
+        self.osprofiler = osprofiler
+        self.flush_interval = flush_interval
+        self.sql_timing = sql_timing
+
+
+def nova_paste_ini() -> str:
+    """nova's own api-paste.ini: in site-packages/etc/nova once bridged
+    (tools/nova_paste_bridge.py), else where the wheel put it."""
+    for base in (os.path.join(sysconfig.get_paths()['purelib'], 'etc'),
+                 os.path.join(sys.prefix, 'etc')):
+        path = os.path.join(base, 'nova', 'api-paste.ini')
+        if os.path.exists(path):
+            return path
+    raise RuntimeError('nova api-paste.ini not found under %s/etc/nova; is '
+                       'nova installed in this environment?' % sys.prefix)
+
+
+class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
+    """nova's integrated test base, instrumented, asynchronous casts."""
+
+    CAST_AS_CALL = False
+    ADMIN_API = True
+    microversion = 'latest'
+    settings = Settings()
+
+    def setUp(self):
+        settings = self.settings
+        self.span_dir = settings.span_dir or self.useFixture(
+            fixtures.TempDir()).path
+        ini_dir = self.useFixture(fixtures.TempDir()).path
+        with open(nova_paste_ini()) as f:
+            text = f.read()
+        if settings.instrument:
+            self._configure_instrument(settings)
+            text = paste.add_to_pipelines(text)
+        if settings.osprofiler:
+            self._configure_osprofiler(settings)
+        ini = os.path.join(ini_dir, 'api-paste.ini')
+        with open(ini, 'w') as f:
+            f.write(text)
+        self.flags(api_paste_config=ini, group='wsgi')
+        # Boots are not limited by the demo project's quota.
+        for name in ('instances', 'cores', 'ram'):
+            self.flags(**{name: -1, 'group': 'quota'})
+        if settings.driver:
+            self.flags(compute_driver=settings.driver)
+        # Cleanups run last-in first-out: this one after nova's own.
+        self.addCleanup(runtime.teardown)
+        super().setUp()
+        if settings.instrument and runtime.active() is None:
+            raise RuntimeError('rpc.init did not start the instrumentation')
+
+    def _configure_instrument(self, settings) -> None:
+        opts.register_opts(CONF)
+        from oslo_messaging.notify import notifier
+        CONF.register_opts(notifier._notifier_opts,
+                           group='oslo_messaging_notifications')
+        # What an operator writes into nova.conf.
+        self.flags(enabled=True, output_dir=self.span_dir,
+                   flush_interval=settings.flush_interval,
+                   sql_timing=settings.sql_timing, group='instrument')
+        self.flags(driver=['instrument'],
+                   group='oslo_messaging_notifications')
+
+    def _configure_osprofiler(self, settings) -> None:
+        from osprofiler import opts as profiler_opts
+        profiler_opts.set_defaults(CONF)
+        self.flags(enabled=True, trace_sqlalchemy=True,
+                   hmac_keys=OSPROFILER_KEY,
+                   connection_string=settings.osprofiler, group='profiler')
+
+    def _setup_compute_service(self):
+        last = None
+        for host in self.settings.computes:
+            last = self._start_compute(host)
+        return last
+
+    def _setup_services(self):
+        super()._setup_services()
+        if self.settings.osprofiler:
+            # Services set osprofiler up when they are created; the API
+            # fixture does not, a WSGI deployment does (wsgi_app).
+            from nova import service
+            service.setup_profiler('nova-api', CONF.host)

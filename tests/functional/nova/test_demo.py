@@ -1,0 +1,122 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The main job, ``instrument-demo``, run as a user runs it."""
+
+import html.parser
+import json
+import os
+import subprocess
+import sys
+
+import fixtures
+import testtools
+
+from instrument.demo import faults
+
+
+class _HTMLCheck(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags = {}
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+
+
+class DemoTest(testtools.TestCase):
+
+    mode = 'threads'
+
+    def _demo(self, out: str, *args) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env.pop('OS_NOVA_DISABLE_EVENTLET_PATCHING', None)
+        proc = subprocess.run(
+            [sys.executable, '-m', 'instrument.cmd.demo', '--output', out,
+             '--mode', self.mode] + list(args),
+            capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(0, proc.returncode,
+                         proc.stdout[-3000:] + proc.stderr[-3000:])
+        return proc
+
+    def test_demo_output_matches_what_the_api_said(self):
+        out = self.useFixture(fixtures.TempDir()).path
+        servers, seed = 8, 3
+        proc = self._demo(out, '--servers', str(servers), '--concurrency',
+                          '4', '--computes', '2', '--fail', '0.25',
+                          '--reschedule', '0.25', '--seed', str(seed))
+        self.assertIn('booted %d/%d' % (servers, servers), proc.stderr)
+        with open(os.path.join(out, 'servers.json')) as f:
+            truth = json.load(f)['servers']
+        self.assertEqual(servers, len(truth))
+        faults.configure(0.25, 0.25, seed)
+        fates = {s['id']: faults.fate(s['id']) for s in truth}
+        for server in truth:
+            expected = 'ERROR' if fates[server['id']] == 'fail' \
+                else 'ACTIVE'
+            self.assertEqual(expected, server['status'], server)
+        # Span files: every service recorded its part.
+        spans = os.path.join(out, 'spans')
+        services = set()
+        for name in os.listdir(spans):
+            with open(os.path.join(spans, name)) as f:
+                services.update(json.loads(line)['svc'] for line in f)
+        self.assertTrue({'api', 'conductor', 'scheduler', 'compute'}
+                        <= services, services)
+        # The report counts what was booted and what was injected.
+        with open(os.path.join(out, 'report.json')) as f:
+            report = json.load(f)
+        states = report['summary']['states']
+        self.assertEqual(servers, report['summary']['instances'])
+        self.assertEqual(list(fates.values()).count('fail'),
+                         states.get('compute_failure', 0))
+        self.assertEqual(list(fates.values()).count('reschedule'),
+                         states.get('rescheduled_success', 0))
+        self.assertEqual(list(fates.values()).count('ok'),
+                         states.get('success', 0))
+        by_inst = {i['inst']: i['state'] for r in report['requests']
+                   for i in r['instances']}
+        for server in truth:
+            want = {'fail': 'compute_failure', 'ok': 'success',
+                    'reschedule': 'rescheduled_success'}[
+                        fates[server['id']]]
+            self.assertEqual(want, by_inst[server['id']], server['id'])
+        # The HTML report parses and carries its plots.
+        checker = _HTMLCheck()
+        with open(os.path.join(out, 'report.html'), encoding='utf-8') as f:
+            checker.feed(f.read())
+        self.assertGreater(checker.tags.get('svg', 0), 0)
+        self.assertGreater(checker.tags.get('table', 0), 0)
+        with open(os.path.join(out, 'report.txt')) as f:
+            self.assertIn('Clock offsets', f.read())
+
+    def test_runs_again_in_the_same_directory(self):
+        out = self.useFixture(fixtures.TempDir()).path
+        self._demo(out, '--servers', '2', '--fail', '0', '--reschedule',
+                   '0')
+        self._demo(out, '--servers', '1', '--fail', '0', '--reschedule',
+                   '0')
+        with open(os.path.join(out, 'servers.json')) as f:
+            self.assertEqual(1, len(json.load(f)['servers']))
+        with open(os.path.join(out, 'report.json')) as f:
+            self.assertEqual(1, json.load(f)['summary']['instances'])
+
+    def test_bad_options_get_a_clear_message(self):
+        proc = subprocess.run(
+            [sys.executable, '-m', 'instrument.cmd.demo', '--fail', '1.5'],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(1, proc.returncode)
+        self.assertIn('--fail must be between 0 and 1', proc.stderr)
+
+
+class DemoEventletTest(DemoTest):
+
+    mode = 'eventlet'
