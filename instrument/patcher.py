@@ -169,6 +169,29 @@ def _compile(spec, func, offset: int):
     return 3, None, -1, spec
 
 
+def _pick(spec, instance, args, kwargs, offset: int):
+    """The value a compiled spec names in this call (see ``_compile``).
+
+    The wrapper inlines the same lookups for the context and instances,
+    the values every point wants; the others come through here.
+    """
+    kind, name, pos, fn = spec
+    if kind == 1:
+        if name in kwargs:
+            value = kwargs[name]
+        elif -1 < pos < len(args):
+            value = args[pos]
+        else:
+            return None
+        return fn(value) if fn is not None and value is not None else value
+    if kind == 2:
+        value = getattr(instance, name, None)
+        return fn(value) if fn is not None and value is not None else value
+    if kind:
+        return fn(instance, args[offset:], kwargs)
+    return None
+
+
 CONTEXT = arg('context', 0)
 
 
@@ -481,12 +504,10 @@ class Patcher:
                                                offset)
         i_kind, i_name, i_pos, i_fn = _compile(point.instances, original,
                                                offset)
-        h_kind, h_name, h_pos, h_fn = _compile(point.host, original,
-                                               offset)
-        r_kind, r_name, r_pos, r_fn = _compile(point.remote_parent,
-                                               original, offset)
-        s_kind, s_name, s_pos, s_fn = _compile(point.service_from,
-                                               original, offset)
+        h_spec = _compile(point.host, original, offset)
+        h_kind, h_name, _h_pos, h_fn = h_spec
+        r_spec = _compile(point.remote_parent, original, offset)
+        s_spec = _compile(point.service_from, original, offset)
         result_instances = point.result_instances
         on_enter = point.on_enter
         on_exit = point.on_exit
@@ -535,35 +556,15 @@ class Patcher:
                         inst = i_fn(inst)
                 elif i_kind:
                     inst = i_fn(instance, args[offset:], kwargs)
-                host = None
-                if h_kind == 2:
+                if h_kind == 2:  # self.host, the usual case: inline
                     host = getattr(instance, h_name, None)
                     if h_fn is not None and host is not None:
                         host = h_fn(host)
-                elif h_kind == 1:
-                    if h_name in kwargs:
-                        host = kwargs[h_name]
-                    elif -1 < h_pos < len(args):
-                        host = args[h_pos]
-                    if host is not None and h_fn is not None:
-                        host = h_fn(host)
-                elif h_kind:
-                    host = h_fn(instance, args[offset:], kwargs)
-                remote = None
-                if r_kind == 1:
-                    if r_name in kwargs:
-                        remote = kwargs[r_name]
-                    elif -1 < r_pos < len(args):
-                        remote = args[r_pos]
-                    if remote is not None and r_fn is not None:
-                        remote = r_fn(remote)
-                elif r_kind:
-                    remote = r_fn(instance, args[offset:], kwargs)
-                point_svc = svc
-                if s_kind == 2:
-                    point_svc = getattr(instance, s_name, None) or svc
-                elif s_kind:
-                    point_svc = s_fn(instance, args[offset:], kwargs) or svc
+                else:
+                    host = _pick(h_spec, instance, args, kwargs, offset)
+                remote = _pick(r_spec, instance, args, kwargs, offset)
+                point_svc = _pick(s_spec, instance, args, kwargs,
+                                  offset) or svc
                 span = tracer.begin(
                     ev, point_svc, host, ctx, inst,
                     on_enter(instance, args[offset:], kwargs) if on_enter

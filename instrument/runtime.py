@@ -149,12 +149,21 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
         patcher.apply()
         patcher.log_banner()
         if group.sql_timing:
-            from instrument import db
-            runtime.db = db.install(tracer, conf)
+            runtime.db = _install_sql_timing(tracer, conf)
         _ACTIVE = runtime
         LOG.info('instrument: recording %s on %s to %s', identity.service,
                  identity.host, ', '.join(group.sinks))
         return runtime
+
+
+def _install_sql_timing(tracer, conf):
+    try:
+        from instrument import db
+    except ImportError as exc:
+        LOG.warning('instrument: [instrument] sql_timing needs SQLAlchemy '
+                    '(%s); SQL statements are not timed', exc)
+        return None
+    return db.install(tracer, conf)
 
 
 def active():

@@ -351,3 +351,118 @@ class WrapperTest(PatcherTestBase):
         self.assertEqual(expected, recorded)
         self.assertGreater(len(recorded), 120)
         self.assertLess(len(recorded), 280)
+
+
+SIGNATURES = '''
+class Ctx:
+    def __init__(self, request_id):
+        self.request_id = request_id
+        self.global_request_id = None
+
+
+class Manager:
+    host = 'cmp-9'
+
+    def build(self, context, image, instance, attempt=1):
+        return 'built'
+
+    def spawn_on(self, executor, func, *args):
+        return func(*args)
+
+
+def create(context, count):
+    return [Item('u-%d' % n) for n in range(count)]
+
+
+class Item:
+    def __init__(self, uuid):
+        self.uuid = uuid
+
+
+class ExpectedException(Exception):
+    def __init__(self, inner):
+        self.exc_info = (type(inner), inner, None)
+'''
+
+
+class SignatureAndHookTest(PatcherTestBase):
+
+    def setUp(self):
+        super().setUp()
+        self.sig_name = self.make_module(SIGNATURES)
+        self.sig = importlib.import_module(self.sig_name)
+
+    def test_arguments_found_by_name_whether_positional_or_keyword(self):
+        point = patcher.PatchPoint(self.sig_name, 'Manager.build',
+                                   'compute.build', 'compute',
+                                   instances=patcher.uuids('instance'))
+        self.make_patcher([point]).apply()
+        mod = self.sig
+        mod.Manager().build(mod.Ctx('req-a'), 'img', mod.Item('u1'))
+        mod.Manager().build(mod.Ctx('req-b'), image='img',
+                            instance=mod.Item('u2'))
+        mod.Manager().build(context=mod.Ctx('req-c'), image='img',
+                            instance=mod.Item('u3'))
+        got = [(e['req'], e['inst']) for e in self.events('X')]
+        self.assertEqual([('req-a', ['u1']), ('req-b', ['u2']),
+                          ('req-c', ['u3'])], got)
+
+    def test_instances_from_the_result(self):
+        point = patcher.PatchPoint(
+            self.sig_name, 'create', 'api.compute.create', 'api',
+            result_instances=lambda items: [i.uuid for i in items])
+        self.make_patcher([point]).apply()
+        self.sig.create(self.sig.Ctx('req-d'), 2)
+        [end] = self.events('X')
+        self.assertEqual(['u-0', 'u-1'], end['inst'])
+
+    def test_service_and_host_from_the_call(self):
+        point = patcher.PatchPoint(
+            self.sig_name, 'Manager.build', 'rpc.dispatch', None,
+            service_from=lambda i, a, k: 'scheduler',
+            host=patcher.arg('image'))
+        self.make_patcher([point]).apply()
+        self.sig.Manager().build(self.sig.Ctx('r'), 'sched-host', None)
+        [end] = self.events('X')
+        self.assertEqual(('scheduler', 'sched-host'),
+                         (end['svc'], end['host']))
+
+    def test_hook_rewrites_arguments_and_records_nothing(self):
+        seen = []
+
+        def before(instance, args, kwargs):
+            executor, func = args[0], args[1]
+
+            def wrapped(*a):
+                seen.append(a)
+                return func(*a)
+            return (executor, wrapped) + tuple(args[2:]), kwargs
+
+        point = patcher.PatchPoint(self.sig_name, 'Manager.spawn_on',
+                                   'thread.spawn', kind=patcher.HOOK,
+                                   on_enter=before)
+        p = self.make_patcher([point])
+        p.apply()
+        self.assertEqual(5, self.sig.Manager().spawn_on(
+            'pool', lambda x, y: x + y, 2, 3))
+        self.assertEqual([(2, 3)], seen)
+        self.assertEqual([], self.events())
+
+    def test_points_added_at_run_time(self):
+        p = self.make_patcher([])
+        p.apply()
+        p.add_points([patcher.PatchPoint(self.sig_name, 'Manager.build',
+                                         'compute.build', 'compute')])
+        self.assertEqual(['%s:Manager.build' % self.sig_name],
+                         p.banner()['patched'])
+        self.sig.Manager().build(self.sig.Ctx('req-e'), 'i', None)
+        self.assertEqual(['compute.build'],
+                         [e['ev'] for e in self.events('X')])
+        p.remove()
+        self.assertFalse(hasattr(self.sig.Manager.__dict__['build'],
+                                 '__instrument_point__'))
+
+    def test_expected_exception_records_the_exception_it_carries(self):
+        inner = LookupError('no valid host')
+        err = tracing.error_of(self.sig.ExpectedException(inner))
+        self.assertEqual(('LookupError', 'no valid host'), err)
