@@ -58,6 +58,7 @@ PERCENTILES = (50, 90, 95, 99)
 
 
 _COMPONENTS = {}
+EVENTS = schema.EVENTS
 
 
 def component_of(ev: str, svc: str) -> str:
@@ -117,68 +118,100 @@ def _union(intervals: list) -> int:
 
 
 def summarise(r, tree, keep_lifecycle: bool = True) -> RequestSummary:
-    """Reduce a finished ``requests.OpenRequest`` to its summary."""
+    """Reduce a finished ``requests.OpenRequest`` to its summary.
+
+    ``summary.critical`` holds the span ids on the critical path;
+    without ``keep_lifecycle`` the lifecycle can still be made later
+    with ``add_lifecycle(summary, r)`` while ``r`` has its spans.
+    """
     spans = r.spans
     sql = r.sql
+    events = EVENTS
     req_end = r.last
     req_start = None
-    for s in spans.values():
+    ends = {}
+    names = {}
+    open_ids = []
+    hosts = set()
+    errors = len(r.sql_errors)
+    for sid, s in spans.items():
         start = s[S_START]
         if req_start is None or start < req_start:
             req_start = start
-        if s[S_DUR] is not None and start + s[S_DUR] > req_end:
-            req_end = start + s[S_DUR]
-        elif start > req_end:
-            req_end = start
+        d = s[S_DUR]
+        if d is not None:
+            e = ends[sid] = start + d
+            if e > req_end:
+                req_end = e
+        else:
+            open_ids.append(sid)
+            # d >= 0 for ended spans, so only an open span can start
+            # after every end seen
+            if start > req_end:
+                req_end = start
+        ev = s[S_EV]
+        names[sid] = events.get(ev) or s[S_SVC]
+        hosts.add(s[S_HOST])
+        if s[S_ST] == 'error':
+            errors += 1
     if req_start is None:
         req_start = req_end
-    ends = {}
-    names = {}
-    for sid, s in spans.items():
-        d = s[S_DUR]
-        ends[sid] = s[S_START] + d if d is not None else req_end
-        names[sid] = component_of(s[S_EV], s[S_SVC])
-    comp = collections.Counter()
-    sql_in = collections.Counter()
+    for sid in open_ids:
+        ends[sid] = req_end
+    comp = {}
+    sql_in = {}
     children = tree.children
+    sql_get = sql.get
     for sid, s in spans.items():
         start = s[S_START]
         end = ends[sid]
-        ev = s[S_EV]
         name = names[sid]
         covered = 0
         kids = children.get(sid)
         if kids:
-            intervals = []
-            sync = ev in SYNC
-            for k in kids:
-                c = spans[k]
+            sync = s[S_EV] in SYNC
+            pid = s[S_PID]
+            host = s[S_HOST]
+            if len(kids) == 1:
+                c = spans[kids[0]]
                 cs = c[S_START]
-                ce = ends[k]
-                if sync or (c[S_PID] == s[S_PID] and
-                            c[S_HOST] == s[S_HOST]):
+                if sync or (c[S_PID] == pid and c[S_HOST] == host):
+                    ce = ends[kids[0]]
                     lo = cs if cs > start else start
                     hi = ce if ce < end else end
                     if hi > lo:
-                        intervals.append((lo, hi))
+                        covered = hi - lo
                 elif cs > end:
-                    comp[QUEUE] += cs - end
-            covered = _union(intervals)
-        entry = sql.get(sid)
+                    comp[QUEUE] = comp.get(QUEUE, 0) + cs - end
+            else:
+                intervals = []
+                for k in kids:
+                    c = spans[k]
+                    cs = c[S_START]
+                    if sync or (c[S_PID] == pid and c[S_HOST] == host):
+                        ce = ends[k]
+                        lo = cs if cs > start else start
+                        hi = ce if ce < end else end
+                        if hi > lo:
+                            intervals.append((lo, hi))
+                    elif cs > end:
+                        comp[QUEUE] = comp.get(QUEUE, 0) + cs - end
+                covered = _union(intervals)
+        entry = sql_get(sid)
         sql_us = 0
         if entry is not None:
             sql_us = entry[0]
-            sql_in[name] += sql_us
+            sql_in[name] = sql_in.get(name, 0) + sql_us
         own = end - start - covered - sql_us
         if own > 0:
-            comp[name] += own
+            comp[name] = comp.get(name, 0) + own
     sql_us = 0
     sql_n = 0
     for parent, entry in sql.items():
         sql_us += entry[0]
         sql_n += entry[1]
         if parent not in spans:
-            sql_in[entry[2]] += entry[0]
+            sql_in[entry[2]] = sql_in.get(entry[2], 0) + entry[0]
     rows = []
     kind = 'boot' if classify.is_boot(spans) else 'other'
     if kind == 'boot':
@@ -194,21 +227,35 @@ def summarise(r, tree, keep_lifecycle: bool = True) -> RequestSummary:
     out.instances = rows
     out.start = req_start
     out.end = req_end
-    out.comp = dict(comp)
-    out.sql_in = dict(sql_in)
+    out.comp = comp
+    out.sql_in = sql_in
     out.sql_us = sql_us
     out.sql_n = sql_n
     out.cp = cp
     out.critical = critical
     out.attempts = max((row['attempts'] for row in rows), default=0)
-    out.db_retries = sum(1 for i in r.instants if i[0] == 'db.retry')
-    out.errors = sum(1 for s in spans.values() if s[S_ST] == 'error') + \
-        len(r.sql_errors)
-    out.hosts = sorted({s[S_HOST] for s in spans.values()})
+    db_retries = 0
+    for i in r.instants:
+        if i[0] == 'db.retry':
+            db_retries += 1
+    out.db_retries = db_retries
+    out.errors = errors
+    out.hosts = sorted(hosts)
     out.events = r.events
     out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
         if keep_lifecycle else None
     return out
+
+
+def add_lifecycle(summary: RequestSummary, r) -> None:
+    """Give ``summary`` the lifecycle of its request ``r`` (whose spans
+    ``summarise`` reduced without one)."""
+    spans = r.spans
+    end = summary.end
+    ends = {sid: s[S_START] + s[S_DUR] if s[S_DUR] is not None else end
+            for sid, s in spans.items()}
+    summary.lifecycle = lifecycle(spans, ends, r.sql, summary.start,
+                                  summary.critical or frozenset())
 
 
 def lifecycle(spans: dict, ends: dict, sql: dict, req_start: int,
@@ -227,6 +274,12 @@ def lifecycle(spans: dict, ends: dict, sql: dict, req_start: int,
     return out
 
 
+def _by_end(kids: list, eff: dict) -> list:
+    if len(kids) < 2:
+        return kids
+    return sorted(kids, key=eff.__getitem__, reverse=True)
+
+
 def critical_path(tree, ends: dict, req_start: int, req_end: int,
                   names: dict = None) -> tuple:
     """``({component: us}, {span ids on the path})``."""
@@ -235,69 +288,69 @@ def critical_path(tree, ends: dict, req_start: int, req_end: int,
                  for sid, s in tree.spans.items()}
     spans = tree.spans
     children = tree.children
+    get_kids = children.get
+    # effective end: the span or any descendant, whichever ends last.
+    # Every span has one parent, so what is reached from the roots is a
+    # forest: each span is visited once, children after their parent.
+    order = list(tree.roots)
+    for sid in order:
+        kids = get_kids(sid)
+        if kids:
+            order.extend(kids)
     eff = {}
-    # effective end: the span or any descendant, whichever ends last
-    order = []
-    stack = list(tree.roots)
-    seen = set()
-    while stack:
-        sid = stack.pop()
-        if sid in seen:
-            continue
-        seen.add(sid)
-        order.append(sid)
-        stack.extend(children.get(sid, ()))
     for sid in reversed(order):
         e = ends[sid]
-        for k in children.get(sid, ()):
-            ke = eff.get(k, ends[k])
-            if ke > e:
-                e = ke
+        kids = get_kids(sid)
+        if kids:
+            for k in kids:
+                ke = eff[k]
+                if ke > e:
+                    e = ke
         eff[sid] = e
     cp = {}
     on_path = set()
-
-    def charge(sid, a: int, b: int) -> None:
-        if b <= a:
-            return
-        if sid is None:
-            cp[GAP] = cp.get(GAP, 0) + b - a
-            return
-        end = ends[sid]
-        if a < end:
-            name = names[sid]
-            cp[name] = cp.get(name, 0) + (b if b < end else end) - a
-        if b > end:
-            name = QUEUE if names[sid] == 'rpc' else GAP
-            cp[name] = cp.get(name, 0) + b - (a if a > end else end)
-
-    def by_end(kids):
-        return sorted(kids, key=eff.__getitem__, reverse=True)
+    empty = ()
 
     # Walk back from the end: at each span take the child that ended
-    # last, charge the span for the stretch after it, descend, then go
-    # on from the child's start.  An explicit stack (no recursion).
-    stack = [(None, by_end([k for k in tree.roots if k in eff]), 0,
-              req_start, req_end)]
+    # last, charge the span for the stretch after it (``charge``),
+    # descend, then go on from the child's start.  An explicit stack
+    # (no recursion).
+    stack = [(None, _by_end(tree.roots, eff), 0, req_start, req_end)]
+    pop = stack.pop
+    push = stack.append
     while stack:
-        sid, kids, i, start, t = stack.pop()
-        descended = False
+        sid, kids, i, start, t = pop()
         n = len(kids)
+        a = start
         while i < n and t > start:
             k = kids[i]
             i += 1
             ks = spans[k][S_START]
             if ks >= t:
                 continue
-            ke = eff[k] if eff[k] < t else t
-            charge(sid, ke, t)
+            ke = eff[k]
+            if ke > t:
+                ke = t
+            a = ke
             on_path.add(k)
-            stack.append((sid, kids, i, start, ks if ks > start else start))
-            stack.append((k, by_end(children.get(k, ())), 0, ks, ke))
-            descended = True
+            push((sid, kids, i, start, ks if ks > start else start))
+            grand = get_kids(k)
+            push((k, _by_end(grand, eff) if grand else empty, 0, ks, ke))
             break
-        if not descended:
-            charge(sid, start, t)
+        # charge ``sid`` for [a, t): the stretch after the child taken,
+        # or all that is left when no child was taken
+        if t <= a:
+            continue
+        if sid is None:
+            cp[GAP] = cp.get(GAP, 0) + t - a
+            continue
+        end = ends[sid]
+        if a < end:
+            name = names[sid]
+            cp[name] = cp.get(name, 0) + (t if t < end else end) - a
+        if t > end:
+            name = QUEUE if names[sid] == 'rpc' else GAP
+            cp[name] = cp.get(name, 0) + t - (a if a > end else end)
 
     return cp, on_path
 

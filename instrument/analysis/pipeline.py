@@ -60,7 +60,8 @@ class Options:
                  hung_s: float = 600.0, clock_horizon_s: float = 600.0,
                  since=None, until=None, group_by: str = 'fingerprint',
                  order_by: str = 'sum', limit: int = 20,
-                 all_lifecycles: bool = False, progress=None) -> None:
+                 all_lifecycles: bool = False, progress=None,
+                 fast_decode: bool = True) -> None:
         self.jobs = jobs
         self.idle_us = int(idle_s * 1e6)
         self.hung_us = int(hung_s * 1e6)
@@ -72,6 +73,8 @@ class Options:
         self.limit = limit
         self.all_lifecycles = all_lifecycles
         self.progress = progress
+        # msgspec when installed (False: the reference decoder only)
+        self.fast_decode = fast_decode
 
 
 def _decode_prefixed(raw: bytes):
@@ -221,33 +224,35 @@ def _set_progress(shared) -> None:
 
 
 class _Keeper:
-    """Chooses the requests whose lifecycle is kept for timelines."""
+    """Chooses the requests whose lifecycle is kept for timelines.
+
+    Called with each finished request's summary before its lifecycle is
+    made; returns whether to make it (and drops the lifecycle of a
+    request it stops keeping).
+    """
 
     def __init__(self, keep_all: bool) -> None:
         self.keep_all = keep_all
         self.slowest = []
         self.per_state = collections.Counter()
 
-    def __call__(self, summary, r, tree) -> None:
+    def __call__(self, summary, r, tree) -> bool:
         if self.keep_all:
-            return
+            return True
         if summary.state not in classify.GOOD_STATES:
             self.per_state[summary.state] += 1
-            if self.per_state[summary.state] > KEEP_PER_STATE:
-                summary.lifecycle = None
-            return
+            return self.per_state[summary.state] <= KEEP_PER_STATE
         if summary.kind != 'boot':
-            summary.lifecycle = None
-            return
+            return False
         item = (summary.latency, id(summary), summary)
         if len(self.slowest) < KEEP_SLOWEST:
             heapq.heappush(self.slowest, item)
-            return
+            return True
         if item[0] > self.slowest[0][0]:
             _lat, _id, dropped = heapq.heapreplace(self.slowest, item)
             dropped.lifecycle = None
-        else:
-            summary.lifecycle = None
+            return True
+        return False
 
 
 def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
@@ -260,9 +265,8 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
     keeper = _Keeper(opts.all_lifecycles)
     asm = requests.Assembler(opts.idle_us, opts.hung_us,
                              classify.Normaliser(hosts), on_summary=keeper)
-    validator = load.Validator()
-    valid = validator.ok
-    loads = load.loads
+    decoder = load.RecordDecoder(opts.fast_decode)
+    decode = decoder.decode
     crc32 = zlib.crc32
     marker = load.LOG_MARKER
     seqs = {}
@@ -287,6 +291,11 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
         fname = f.name
         lineno = first
         lines_seen += len(lines)
+        # a file is mostly one process on one host: remember the last
+        c_pid = None
+        c_seq = None
+        c_host = None
+        c_off = 0
         for raw in lines:
             lineno += 1
             if raw[0] != 123:  # not '{': a service log line?
@@ -305,34 +314,28 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
                         continue
                 elif crc32(raw[i + 7:i + 47]) % nparts != part:
                     continue
-            try:
-                rec = loads(raw)
-            except ValueError as exc:
+            rec = decode(raw)
+            if rec is None:
                 if part == 0 or not meta:
-                    if not raw.endswith(b'\n'):
-                        issues.add('truncated', fname, lineno,
-                                   'last line cut short (%s)' % exc)
-                    else:
-                        issues.add('malformed', fname, lineno,
-                                   'not JSON: %s' % exc)
+                    kind, reason = decoder.error
+                    issues.add(kind, fname, lineno, reason)
                 continue
-            if not valid(rec):
-                if part == 0 or not meta:
-                    kind, reason = load.check_error(rec)
-                    issues.add(kind or 'invalid', fname, lineno,
-                               reason or 'invalid record')
-                continue
-            pid = rec['pid']
-            seq = rec['seq']
-            key = (fi, pid)
-            s = seqs.get(key)
-            if s is None:
-                incarnations[key] = 0
-                s = seqs[key] = loss.seqs[(fname, pid, 0)] = [0, seq, seq]
-            elif seq <= s[2] and s[0]:
-                if seq == 1 and rec['ev'] == 'process.start':
+            pid = rec.pid
+            seq = rec.seq
+            if pid != c_pid:
+                c_pid = pid
+                key = (fi, pid)
+                c_seq = seqs.get(key)
+                if c_seq is None:
+                    incarnations[key] = 0
+                    c_seq = seqs[key] = loss.seqs[(fname, pid, 0)] = \
+                        [0, seq, seq]
+            s = c_seq
+            if seq <= s[2] and s[0]:
+                if seq == 1 and rec.ev == 'process.start':
+                    key = (fi, pid)
                     inc = incarnations[key] = incarnations[key] + 1
-                    s = seqs[key] = loss.seqs[(fname, pid, inc)] = \
+                    s = c_seq = seqs[key] = loss.seqs[(fname, pid, inc)] = \
                         [0, 1, 1]
                 else:
                     issues.add('duplicate', fname, lineno,
@@ -341,8 +344,8 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             if meta and part != 0:
                 # metadata is read by every worker, counted by worker 0
                 s[2] = seq if seq > s[2] else s[2]
-                if rec['ev'] == 'sql.fingerprint':
-                    attrs = rec.get('attrs') or {}
+                if rec.ev == 'sql.fingerprint':
+                    attrs = rec.attrs or {}
                     digest.fingerprint(attrs.get('fp'), attrs.get('text'),
                                        attrs.get('kind'))
                 continue
@@ -352,19 +355,24 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             elif seq < s[1]:
                 s[1] = seq
             records += 1
-            ph = rec['ph']
-            ts = rec['ts'] + get_offset(rec['host'], 0)
+            host = rec.host
+            if host != c_host:
+                c_host = host
+                c_off = get_offset(host, 0)
+            ts = rec.ts + c_off
+            ph = rec.ph
             if ph == 'X':
-                ev = rec['ev']
+                ev = rec.ev
                 if ev == 'sql.query':
-                    attrs = rec.get('attrs') or {}
-                    dur = rec['dur_us']
-                    digest_add(ts, dur, attrs.get('fp'), rec['svc'],
+                    attrs = rec.attrs or {}
+                    dur = rec.dur_us
+                    error = rec.st == 'error'
+                    digest_add(ts, dur, attrs.get('fp'), rec.svc,
                                attrs.get('db'), attrs.get('call'),
-                               attrs.get('rows'), rec['st'] == 'error')
-                    req = rec.get('req')
+                               attrs.get('rows'), error)
+                    req = rec.req
                     if req is not None:
-                        add_sql(req, rec.get('parent'), dur, ts + dur, rec)
+                        add_sql(req, rec.parent, dur, ts + dur, rec, error)
                 elif ev == 'sql.txn':
                     out.txns += 1
                 elif not span(rec, ts, True):
@@ -375,30 +383,30 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             elif ph == 'I':
                 asm.instant(rec, ts)
             elif ph == 'C':
-                ev = rec['ev']
-                attrs = rec.get('attrs') or {}
+                ev = rec.ev
+                attrs = rec.attrs or {}
                 if ev == 'sql.agg':
-                    digest.add_agg(ts, rec['svc'], attrs)
+                    digest.add_agg(ts, rec.svc, attrs)
                 elif ev == 'sink.drops':
                     mine = loss.drops.setdefault((fname, pid), {})
                     for sink, n in attrs.items():
                         if isinstance(n, int) and n > mine.get(sink, 0):
                             mine[sink] = n
             else:
-                ev = rec['ev']
-                attrs = rec.get('attrs') or {}
+                ev = rec.ev
+                attrs = rec.attrs or {}
                 if ev == 'sql.fingerprint':
                     digest.fingerprint(attrs.get('fp'), attrs.get('text'),
                                        attrs.get('kind'))
                 elif ev == 'process.start':
                     out.processes.append({
-                        'file': fname, 'host': rec['host'],
-                        'svc': rec['svc'], 'pid': pid,
+                        'file': fname, 'host': host,
+                        'svc': rec.svc, 'pid': pid,
                         'service': attrs.get('service'),
                         'version': attrs.get('version'),
                         'mode': attrs.get('mode'),
                         'points': _point_counts(attrs.get('points'))})
-                asm.normalise.add_hosts((rec['host'],))
+                asm.normalise.add_hosts((host,))
         if watermark is not None:
             asm.sweep(watermark)
     for f in files:
@@ -536,7 +544,8 @@ def _analyse(inputs: list, opts: Options) -> dict:
     if isinstance(until, str):
         until = sqldigest.parse_time(until, first_ts)
     part_opts = Options(jobs=opts.jobs, since=since, until=until,
-                        all_lifecycles=opts.all_lifecycles)
+                        all_lifecycles=opts.all_lifecycles,
+                        fast_decode=opts.fast_decode)
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
     part_opts.progress = show

@@ -58,6 +58,7 @@ class Assembler:
     def __init__(self, idle_us: int = 30_000_000,
                  hung_us: int = 600_000_000, normaliser=None,
                  on_summary=None, keep_lifecycles: bool = True) -> None:
+        # on_summary(summary, request, tree) -> keep its lifecycle?
         self.idle_us = idle_us
         self.hung_us = hung_us
         self.open = {}
@@ -87,11 +88,12 @@ class Assembler:
             r = self.open[req] = OpenRequest(req)
         return r
 
-    def span(self, rec: dict, ts: int, complete: bool) -> bool:
-        """Add a ``B`` or ``X`` record; False for a duplicate."""
-        req = rec.get('req')
+    def span(self, rec, ts: int, complete: bool) -> bool:
+        """Add a ``B`` or ``X`` record (``load.RecordDecoder``); False
+        for a duplicate."""
+        req = rec.req
         if req is None:
-            self.no_request[rec['ev']] += 1
+            self.no_request[rec.ev] += 1
             return True
         r = self.open.get(req)
         if r is None:
@@ -99,20 +101,20 @@ class Assembler:
             if r is None:
                 return True
         r.events += 1
-        sid = rec['span']
-        s = r.spans.get(sid)
+        sid = rec.span
+        spans = r.spans
+        s = spans.get(sid)
         if complete:
-            dur = rec['dur_us']
+            dur = rec.dur_us
             if s is None:
-                r.spans[sid] = [rec['ev'], rec['host'], rec['svc'],
-                                rec['pid'], ts, dur, rec.get('parent'),
-                                rec['st'], rec.get('err'), rec.get('attrs'),
-                                rec.get('inst')]
+                spans[sid] = [rec.ev, rec.host, rec.svc, rec.pid, ts, dur,
+                              rec.parent, rec.st, rec.err, rec.attrs,
+                              rec.inst]
             elif s[5] is None:
                 s[5] = dur
-                s[7] = rec['st']
-                s[8] = rec.get('err')
-                s[9] = rec.get('attrs') or s[9]
+                s[7] = rec.st
+                s[8] = rec.err
+                s[9] = rec.attrs or s[9]
                 r.open -= 1
             else:
                 self.duplicates += 1
@@ -124,15 +126,15 @@ class Assembler:
             if s is not None:
                 self.duplicates += 1
                 return False
-            r.spans[sid] = [rec['ev'], rec['host'], rec['svc'], rec['pid'],
-                            ts, None, rec.get('parent'), None, None,
-                            rec.get('attrs'), rec.get('inst')]
+            spans[sid] = [rec.ev, rec.host, rec.svc, rec.pid, ts, None,
+                          rec.parent, None, None, rec.attrs, rec.inst]
             r.open += 1
             if ts > r.last:
                 r.last = ts
         return True
 
-    def sql(self, req: str, parent, dur: int, end: int, rec: dict) -> None:
+    def sql(self, req: str, parent, dur: int, end: int, rec,
+            error: bool) -> None:
         r = self.open.get(req)
         if r is None:
             r = self._get(req)
@@ -141,32 +143,31 @@ class Assembler:
         r.events += 1
         entry = r.sql.get(parent)
         if entry is None:
-            r.sql[parent] = [dur, 1, rec['svc'], rec['host'], rec['pid']]
+            r.sql[parent] = [dur, 1, rec.svc, rec.host, rec.pid]
         else:
             entry[0] += dur
             entry[1] += 1
         if end > r.last:
             r.last = end
-        if rec['st'] == 'error':
-            err = rec.get('err') or {}
+        if error:
+            err = rec.err or {}
             r.sql_errors.append((parent, err.get('cls'), err.get('msg'),
-                                 rec['svc'], rec['host']))
+                                 rec.svc, rec.host))
 
-    def instant(self, rec: dict, ts: int) -> None:
-        ev = rec['ev']
+    def instant(self, rec, ts: int) -> None:
+        ev = rec.ev
         if ev == 'db.retry':
-            attrs = rec.get('attrs') or {}
+            attrs = rec.attrs or {}
             self.retries[(attrs.get('func') or '?',
                           attrs.get('cls') or '?')] += 1
-        req = rec.get('req')
+        req = rec.req
         if req is None:
             return
         r = self._get(req)
         if r is None:
             return
         r.events += 1
-        r.instants.append((ev, ts, rec['host'], rec['svc'],
-                           rec.get('attrs')))
+        r.instants.append((ev, ts, rec.host, rec.svc, rec.attrs))
         if ts > r.last:
             r.last = ts
 
@@ -203,13 +204,16 @@ class Assembler:
         if not r.spans and not r.sql:
             return
         tree = classify.Tree(r.spans, r.sql_errors)
-        summary = breakdown.summarise(r, tree,
-                                      keep_lifecycle=self.keep_lifecycles)
+        summary = breakdown.summarise(r, tree, keep_lifecycle=False)
         self._failures(r, tree)
         self._causality(r, tree)
         self.summaries.append(summary)
+        keep = self.keep_lifecycles
         if self.on_summary is not None:
-            self.on_summary(summary, r, tree)
+            keep = self.on_summary(summary, r, tree) and keep
+        if keep:
+            breakdown.add_lifecycle(summary, r)
+        summary.critical = None
 
     def _add_failure(self, key, req) -> None:
         row = self.failures.get(key)

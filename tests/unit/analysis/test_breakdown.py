@@ -76,6 +76,32 @@ class ExclusiveTimeTest(testtools.TestCase):
         self.assertIn('x', s.critical)
         self.assertNotIn('y', s.critical)
 
+    def test_lifecycle_made_later_is_the_same(self):
+        spans = {
+            'r': span('api.request', 0, 10, svc='api'),
+            'x': span('compute.build', 5, 100, 'r', svc='compute',
+                      host='c1', pid=2),
+            'y': span('compute.build', 5, None, 'r', svc='compute',
+                      host='c2', pid=3),
+            'z': span('compute.spawn', 20, 80, 'x', svc='compute',
+                      host='c1', pid=2),
+        }
+        spans['y'][classify.S_ST] = None  # started, never ended
+        r = requests.OpenRequest('req-x')
+        r.spans = spans
+        r.sql = {'z': [7, 1, 'compute', 'c1', 2]}
+        r.last = 120
+        tree = classify.Tree(spans)
+        now = breakdown.summarise(r, tree)
+        later = breakdown.summarise(r, tree, keep_lifecycle=False)
+        self.assertIsNone(later.lifecycle)
+        breakdown.add_lifecycle(later, r)
+        self.assertEqual(now.lifecycle, later.lifecycle)
+        self.assertEqual(4, len(later.lifecycle))
+        # the open span runs to the request's end and is on the path
+        self.assertEqual((5, None, 'c2', 'compute', 'compute.build',
+                          'open', 0, None, True), later.lifecycle[2])
+
     def test_stats_and_levels(self):
         st = breakdown.stats(range(1, 101))
         self.assertEqual(1, st['min'])

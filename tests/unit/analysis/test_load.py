@@ -109,3 +109,75 @@ class ReadTest(testtools.TestCase):
         self.assertEqual(29, report['summary']['other_requests'])
         self.assertTrue(any('cut.jsonl.gz' in p
                             for p in report['load']['problems']))
+
+
+class RecordDecoderTest(testtools.TestCase):
+    """msgspec's path accepts and rejects what the reference path does."""
+
+    def setUp(self):
+        super().setUp()
+        if load.msgspec is None:
+            self.skipTest('msgspec is not installed')
+
+    def lines(self):
+        good = json.dumps(rec())
+        out = [json.dumps(case).encode() + b'\n'
+               for case in ValidatorTest.CASES]
+        out += [
+            good.encode() + b'\n',
+            good.encode(),                                  # no newline
+            json.dumps(rec(ph='B', st=None, dur_us=None)).encode(),
+            json.dumps(rec(ph='I', span=None, dur_us=-5)).encode(),
+            json.dumps(rec(ph='M', attrs={'fp': 'x'})).encode(),
+            json.dumps(rec(ph='C', err=None, inst=None)).encode(),
+            json.dumps(rec(st=None)).encode(),
+            json.dumps(rec(dur_us=None)).encode(),
+            json.dumps(rec(ts=None)).encode(),
+            json.dumps(rec(v=True)).encode(),
+            json.dumps(rec(seq=1.0)).encode(),
+            json.dumps(rec(tid=False)).encode(),
+            json.dumps(rec(inst=['a', 1])).encode(),
+            json.dumps(rec(err={'cls': 1})).encode(),
+            json.dumps(rec(err='boom')).encode(),
+            # beyond 64 bits: the reference decoder gives a float
+            good.replace('"seq": 1', '"seq": %d' % (1 << 70)).encode(),
+            good.replace('"seq": 1', '"seq": %d' % ((1 << 64) - 1)).encode(),
+            good.replace('"seq": 1', '"seq": %d' % -(1 << 63)).encode(),
+            good.replace('"seq": 1', '"seq": 1, "seq": 2').encode(),
+            good[:40].encode(), good[:40].encode() + b'\n',
+            b'{"v":1,' + b'[' * 5000 + b'\n', b'[]\n', b'null\n',
+            good.replace('{"status": 200}', '[' * 3000 + ']' * 3000)
+            .encode(),
+            b'{"v":1,"ph":"X"} trailing\n', b'{"v": NaN}\n',
+            good.replace('"api"', '"a\\ud800"').encode(),
+            good.replace('"api"', '"\xff"').encode('latin-1'),
+        ]
+        return out
+
+    def test_fast_and_reference_paths_agree(self):
+        fast = load.RecordDecoder()
+        ref = load.RecordDecoder(fast=False)
+        accepted = 0
+        for _round in range(2):
+            for raw in self.lines():
+                a = fast.decode(raw)
+                b = ref.decode(raw)
+                if b is None:
+                    self.assertIsNone(a, raw)
+                    self.assertEqual(ref.error, fast.error, raw)
+                    continue
+                accepted += 1
+                self.assertIsNotNone(a, (raw, fast.error))
+                for name in schema.FIELDS:
+                    self.assertEqual(getattr(b, name), getattr(a, name),
+                                     (name, raw))
+                    self.assertIs(type(getattr(b, name)),
+                                  type(getattr(a, name)), (name, raw))
+        self.assertGreater(accepted, 10)
+
+    def test_fast_path_is_used(self):
+        line = json.dumps(rec()).encode()
+        self.assertIsInstance(load.RecordDecoder().decode(line),
+                              load.Record)
+        self.assertIsInstance(load.RecordDecoder(fast=False).decode(line),
+                              load.SlowRecord)

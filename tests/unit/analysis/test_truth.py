@@ -161,6 +161,17 @@ class TruthTest(testtools.TestCase):
             self.assertEqual(n, loss[fname]['dropped'])
         self.assertGreater(load['other_lines'], 0)
 
+    def test_reference_decoder_agrees(self):
+        # msgspec's decoder (the default) and the reference decoder
+        # (json + schema.validate) make the same report, bad lines too
+        ref = pipeline.analyse([self.dir], pipeline.Options(
+            jobs=1, fast_decode=False))
+        for rep in (ref, self.report):
+            self.assertGreater(rep['load']['counts']['invalid'], 0)
+        self.assertEqual({k: v for k, v in self.report.items()
+                          if k != 'run'},
+                         {k: v for k, v in ref.items() if k != 'run'})
+
     def test_partitioned_workers_agree(self):
         two = pipeline.analyse([self.dir], pipeline.Options(jobs=2))
         strip = ('lifecycle',)
