@@ -75,6 +75,32 @@ _time_ns = time.time_ns
 _perf_ns = time.perf_counter_ns
 
 
+def _wall_minus_perf() -> int:
+    """Wall clock minus monotonic clock (ns), from the tightest of a
+    few paired reads."""
+    best_gap = best = None
+    for _ in range(5):
+        p0 = _perf_ns()
+        wall = _time_ns()
+        p1 = _perf_ns()
+        if best_gap is None or p1 - p0 < best_gap:
+            best_gap = p1 - p0
+            best = wall - (p0 + p1) // 2
+    return best
+
+
+# A span's ts is derived from the same monotonic reading as its duration:
+# two separate reads can be a preemption (or a GIL switch) apart, and a
+# span whose ts is early by that much seems to end before its remote
+# child does.  Refreshed by the buffer's writer (wall clock steps).
+_wall_offset_ns = _wall_minus_perf()
+
+
+def refresh_wall_clock() -> None:
+    global _wall_offset_ns
+    _wall_offset_ns = _wall_minus_perf()
+
+
 def _new_prefix() -> int:
     return (int.from_bytes(os.urandom(4), 'big') | 1) << 32
 
@@ -164,6 +190,9 @@ class Tracer:
         self.svc = identity.svc
         self.detail_sample_rate = detail_sample_rate
         self._sample_cut = int(detail_sample_rate * 10000)
+        add_periodic = getattr(buffer, 'add_periodic', None)
+        if add_periodic is not None:
+            add_periodic(refresh_wall_clock)
 
     def sampled(self, req) -> bool:
         """Full detail for this request?  Same answer on every host."""
@@ -218,9 +247,10 @@ class Tracer:
         if host is None:
             host = self.host
         span = _prefix | (next(_ids) & 0xFFFFFFFF)
-        rec = [PH_B, _time_ns() // 1000, None, host, svc, self._get_ident(),
-               ev, span, parent, req, greq, inst, None, None, attrs,
-               _perf_ns(),
+        t0 = _perf_ns()
+        rec = [PH_B, (t0 + _wall_offset_ns) // 1000, None, host, svc,
+               self._get_ident(), ev, span, parent, req, greq, inst, None,
+               None, attrs, t0,
                _CURRENT.set((span, req, greq, inst, svc, host, ev))]
         buf = self.buffer
         queue = buf.queue
