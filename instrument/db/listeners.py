@@ -50,7 +50,6 @@ import threading
 import time
 import weakref
 
-from oslo_context import context as oslo_context
 from oslo_log import log as logging
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
@@ -102,7 +101,6 @@ ST_ERROR = schema.ST_ERROR
 
 _perf_ns = time.perf_counter_ns
 _time_ns = time.time_ns
-_current_context = oslo_context.get_current
 
 # A transaction whose COMMIT/ROLLBACK was announced by the event and is
 # about to reach the dialect: (dbapi connection, Connection, txn state,
@@ -144,13 +142,12 @@ def database_name(url) -> str:
     return database or ''
 
 
-def _request_of_context():
-    """(req, greq) of the current oslo.context, outside any span."""
-    ctx = _current_context()
-    if ctx is None:
-        return None, None
-    return (getattr(ctx, 'request_id', None),
-            getattr(ctx, 'global_request_id', None))
+# Attribution outside any instrumented call: no request.  oslo.context's
+# thread-local "current" context is not used here: nova's periodic tasks
+# (admin contexts do not update the store) and threads spawned from a
+# request inherit a stale one, which would charge their SQL to a request
+# that ended long ago.
+NO_FRAME = (None, None, None, None, None, None, None)
 
 
 class _Faults:
@@ -328,13 +325,10 @@ class SqlListeners:
     @staticmethod
     def _attribution() -> tuple:
         """(parent, req, greq, inst, svc, host, call) of the current
-        call; svc and host None outside any span (the writer fills in
-        the process's)."""
+        call; all None outside any span (the writer fills in the
+        process's svc and host)."""
         frame = tracing.current_frame()
-        if frame is not None:
-            return frame
-        req, greq = _request_of_context()
-        return (None, req, greq, None, None, None, None)
+        return NO_FRAME if frame is None else frame
 
     def early_error(self, ctx) -> None:
         """Runs before oslo.db's filter (class level): queues the failed

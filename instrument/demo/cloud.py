@@ -21,9 +21,11 @@ filter.  ``Settings`` chooses computes, driver, and whether to
 instrument at all or to run osprofiler instead (for the benchmark).
 """
 
+import contextlib
 import os
 import sys
 import sysconfig
+import threading
 
 from nova.tests.functional import integrated_helpers  # noqa: I100
 import fixtures
@@ -31,6 +33,7 @@ from oslo_config import cfg
 
 from instrument import opts
 from instrument import runtime
+from instrument import threads
 from instrument.loader import paste
 
 CONF = cfg.CONF
@@ -66,6 +69,72 @@ def nova_paste_ini() -> str:
                        'nova installed in this environment?' % sys.prefix)
 
 
+class ReaderPreferringLock:
+    """Read/write lock whose readers never wait for a *pending* writer.
+
+    nova's ``CellDatabases`` fixture guards its "current cell" with a
+    writer-preferring lock and holds a read lock while the targeted code
+    runs; when that code fans out to other threads (scatter-gather) which
+    need a read lock too, a writer queued in between deadlocks all of
+    them.  It shows only with many boots in flight under native threads,
+    which is exactly what the demo does.  Readers here wait only for an
+    active writer; writers wait until there is no reader.  Same interface
+    as the fixture uses: ``read_lock()`` and ``write_lock()``.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = {}
+        self._writer = None
+        self._writer_depth = 0
+        # Under eventlet the tests run in plain greenlets, which
+        # threading.current_thread() cannot tell apart (see nova's own
+        # ReaderWriterLock wrapper).
+        if threads.eventlet_patched():
+            import eventlet
+            self._me = eventlet.getcurrent
+        else:
+            self._me = threading.get_ident
+
+    @contextlib.contextmanager
+    def read_lock(self):
+        me = self._me()
+        with self._cond:
+            while self._writer is not None and self._writer is not me:
+                self._cond.wait()
+            self._readers[me] = self._readers.get(me, 0) + 1
+        try:
+            yield self
+        finally:
+            with self._cond:
+                if self._readers[me] > 1:
+                    self._readers[me] -= 1
+                else:
+                    del self._readers[me]
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def write_lock(self):
+        me = self._me()
+        with self._cond:
+            if me in self._readers:
+                raise RuntimeError('Reader %s to writer privilege '
+                                   'escalation not allowed' % me)
+            while self._readers or (self._writer is not None and
+                                    self._writer is not me):
+                self._cond.wait()
+            self._writer = me
+            self._writer_depth += 1
+        try:
+            yield self
+        finally:
+            with self._cond:
+                self._writer_depth -= 1
+                if not self._writer_depth:
+                    self._writer = None
+                self._cond.notify_all()
+
+
 class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
     """nova's integrated test base, instrumented, asynchronous casts."""
 
@@ -97,6 +166,9 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
             self.flags(compute_driver=settings.driver)
         # Cleanups run last-in first-out: this one after nova's own.
         self.addCleanup(runtime.teardown)
+        self.useFixture(fixtures.MockPatch(
+            'nova.tests.fixtures.nova.ReaderWriterLock',
+            ReaderPreferringLock))
         super().setUp()
         if settings.instrument and runtime.active() is None:
             raise RuntimeError('rpc.init did not start the instrumentation')

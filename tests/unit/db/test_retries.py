@@ -68,8 +68,9 @@ class TestRetries(base.TestCase):
     def test_exhausted(self):
         reserve, calls = _flaky(failures=10)
         timing = self.useFixture(db_fixtures.SqlTiming())
-        oslo_context.RequestContext(request_id='req-out')
-        self.assertRaises(db_exc.DBDeadlock, reserve, None)
+        ctx = oslo_context.RequestContext(request_id='req-out')
+        with timing.tracer.span('api.compute.create', ctx=ctx):
+            self.assertRaises(db_exc.DBDeadlock, reserve, None)
         events = timing.records('db.retry')
         self.assertEqual([(1, False), (2, False), (3, True)],
                          [(e['attrs']['attempt'], e['attrs']['exhausted'])
