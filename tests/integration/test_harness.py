@@ -1,0 +1,178 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The harness itself, without any back end: configuration as README
+says, the stand-ins as nova's clients read them, the load mix and the
+API-to-analyser vocabulary.  These run (and pass) where MariaDB or
+RabbitMQ are missing and the deployment test skips."""
+
+import configparser
+import os
+
+import fixtures
+import glanceclient
+from glanceclient import exc as glance_exc
+from neutronclient.common import exceptions as neutron_exc
+from neutronclient.v2_0 import client as neutron_client
+import testtools
+
+from tests.integration import cloud
+from tests.integration import config
+from tests.integration import load
+from tests.integration import standins
+from tests.integration import test_deployment
+
+
+def _endpoints() -> config.Endpoints:
+    return config.Endpoints(
+        transport_url='rabbit://guest:guest@127.0.0.1:5672/v',
+        api_db='mysql+pymysql://root@127.0.0.1/a',
+        cell0_db='mysql+pymysql://root@127.0.0.1/c0',
+        cell1_db='mysql+pymysql://root@127.0.0.1/c1',
+        placement_db='mysql+pymysql://root@127.0.0.1/p',
+        placement_url='http://127.0.0.1:1', glance_url='http://127.0.0.1:2',
+        neutron_url='http://127.0.0.1:3', span_dir='/srv/spans')
+
+
+def _neutron(standin) -> neutron_client.Client:
+    return neutron_client.Client(endpoint_url=standin.url,
+                                 token=load.HEADERS['X-Auth-Token'],
+                                 auth_strategy='noauth')
+
+
+def _parse(text: str) -> configparser.RawConfigParser:
+    parser = configparser.RawConfigParser()
+    parser.read_string(text)
+    return parser
+
+
+class ConfigTest(testtools.TestCase):
+
+    def test_every_nova_conf_switches_the_library_on_like_readme(self):
+        ep = _endpoints()
+        for text in (config.controller_conf(ep, '/srv/ctl'),
+                     config.compute_conf(ep, 'compute-9', '/srv/c9',
+                                         'fake.FakeDriver')):
+            conf = _parse(text)
+            self.assertEqual('instrument', conf.get(
+                'oslo_messaging_notifications', 'driver'))
+            self.assertEqual('true', conf.get('instrument', 'enabled'))
+            self.assertEqual('/srv/spans', conf.get('instrument',
+                                                    'output_dir'))
+
+    def test_computes_have_no_database_and_their_own_host(self):
+        conf = _parse(config.compute_conf(_endpoints(), 'compute-9',
+                                          '/srv/c9', 'fake.FakeDriver'))
+        self.assertFalse(conf.has_section('database'))
+        self.assertFalse(conf.has_section('api_database'))
+        self.assertEqual('compute-9', conf.get('DEFAULT', 'host'))
+        self.assertEqual('fake.FakeDriver', conf.get('DEFAULT',
+                                                     'compute_driver'))
+
+    def test_api_paste_has_the_filter_and_no_keystone(self):
+        with open(cloud.nova_paste_ini()) as f:
+            text = config.api_paste_ini(f.read())
+        ini = _parse(text)
+        for section in ('composite:openstack_compute_api_v21',
+                        'composite:openstack_compute_api_v21_legacy_v2_'
+                        'compatible'):
+            words = ini.get(section, 'keystone').split()
+            self.assertNotIn('authtoken', words)
+            self.assertEqual(words.index('compute_req_id') + 1,
+                             words.index('instrument'))
+            self.assertIn('keystonecontext', words)
+        self.assertEqual('instrument.loader.paste:filter_factory',
+                         ini.get('filter:instrument',
+                                 'paste.filter_factory'))
+
+
+class StandInTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.log = os.path.join(self.useFixture(fixtures.TempDir()).path,
+                                'standin.log')
+
+    def _start(self, cls):
+        standin = cls(self.log).start()
+        self.addCleanup(standin.stop)
+        return standin
+
+    def test_glanceclient_reads_the_image_and_the_missing_one(self):
+        glance = self._start(standins.Glance)
+        client = glanceclient.Client('2', endpoint=glance.url)
+        image = client.images.get(standins.IMAGE_ID)
+        self.assertEqual('active', image['status'])
+        self.assertRaises(glance_exc.HTTPNotFound, client.images.get,
+                          test_deployment.MISSING_IMAGE)
+        self.assertEqual([], glance.unknown)
+
+    def test_neutronclient_lists_nothing(self):
+        neutron = self._start(standins.Neutron)
+        client = _neutron(neutron)
+        self.assertEqual({'ports': []}, client.list_ports(device_id='x'))
+        self.assertEqual(['default'], [
+            g['name'] for g in
+            client.list_security_groups()['security_groups']])
+
+    def test_an_unknown_request_is_logged_and_kept(self):
+        neutron = self._start(standins.Neutron)
+        client = _neutron(neutron)
+        self.assertRaises(neutron_exc.NotFound, client.create_port,
+                          {'port': {'network_id': 'n'}})
+        self.assertEqual(['POST /v2.0/ports'], neutron.unknown)
+        with open(self.log) as f:
+            self.assertIn('UNKNOWN POST /v2.0/ports', f.read())
+
+
+class VocabularyTest(testtools.TestCase):
+
+    def _boot(self, server_id='s', status=None, fault=None, builds=()):
+        boot = load.Boot('b', 'f', 'i')
+        boot.server_id = server_id
+        boot.status = status
+        boot.fault = fault
+        boot.build_hosts = list(builds)
+        return boot
+
+    def test_api_answers_map_to_final_states(self):
+        state = test_deployment.api_state
+        self.assertEqual('api_failure', state(self._boot(server_id=None)))
+        self.assertEqual('success', state(self._boot(
+            status='ACTIVE', builds=['compute-1'])))
+        self.assertEqual('rescheduled_success', state(self._boot(
+            status='ACTIVE', builds=['compute-3', 'compute-1'])))
+        self.assertEqual('scheduling_failure', state(self._boot(
+            status='ERROR', fault={'message': 'No valid host was found. '})))
+        self.assertEqual('scheduling_failure', state(self._boot(
+            status='ERROR', builds=['compute-3', 'compute-4', 'compute-3'],
+            fault={'message': 'Exceeded maximum number of retries. '})))
+        self.assertEqual('compute_failure', state(self._boot(
+            status='ERROR', builds=['compute-4'],
+            fault={'message': 'Build of instance s aborted: no'})))
+
+    def test_the_load_mixes_every_kind(self):
+        boots = test_deployment.plan('img', 'tiny', 'huge')
+        self.assertEqual(test_deployment.SERVERS, len(boots))
+        kinds = [('huge' if b.flavor == 'huge' else
+                  'noimage' if b.image != 'img' else 'plain')
+                 for b in boots]
+        self.assertGreater(kinds.count('huge'), 0)
+        self.assertGreater(kinds.count('noimage'), 0)
+        self.assertGreater(kinds.count('plain'), kinds.count('huge') * 3)
+
+    def test_computes_have_distinct_hosts_and_both_signs_of_skew(self):
+        computes = test_deployment.COMPUTES
+        self.assertGreaterEqual(len(computes), 3)
+        self.assertEqual(len(computes), len({c.host for c in computes}))
+        self.assertTrue(any(c.offset_s > 0 for c in computes))
+        self.assertTrue(any(c.offset_s < 0 for c in computes))
+
