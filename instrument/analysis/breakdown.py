@@ -309,48 +309,65 @@ def critical_path(tree, ends: dict, req_start: int, req_end: int,
         eff[sid] = e
     cp = {}
     on_path = set()
-    empty = ()
 
     # Walk back from the end: at each span take the child that ended
-    # last, charge the span for the stretch after it (``charge``),
-    # descend, then go on from the child's start.  An explicit stack
-    # (no recursion).
+    # last, charge the span for the stretch after it, descend, then go
+    # on from the child's start; what no child covers is the span's
+    # own.  An explicit stack (no recursion); a child without children
+    # is charged on the spot (no frame), in the same order.
     stack = [(None, _by_end(tree.roots, eff), 0, req_start, req_end)]
     pop = stack.pop
     push = stack.append
     while stack:
         sid, kids, i, start, t = pop()
         n = len(kids)
-        a = start
-        while i < n and t > start:
-            k = kids[i]
-            i += 1
-            ks = spans[k][S_START]
-            if ks >= t:
-                continue
-            ke = eff[k]
-            if ke > t:
-                ke = t
-            a = ke
-            on_path.add(k)
-            push((sid, kids, i, start, ks if ks > start else start))
-            grand = get_kids(k)
-            push((k, _by_end(grand, eff) if grand else empty, 0, ks, ke))
-            break
-        # charge ``sid`` for [a, t): the stretch after the child taken,
-        # or all that is left when no child was taken
-        if t <= a:
-            continue
-        if sid is None:
-            cp[GAP] = cp.get(GAP, 0) + t - a
-            continue
-        end = ends[sid]
-        if a < end:
+        if sid is not None:
+            end = ends[sid]
             name = names[sid]
-            cp[name] = cp.get(name, 0) + (t if t < end else end) - a
-        if t > end:
-            name = QUEUE if names[sid] == 'rpc' else GAP
-            cp[name] = cp.get(name, 0) + t - (a if a > end else end)
+        while True:
+            # the next child that started before t, or none
+            k = None
+            while i < n and t > start:
+                k = kids[i]
+                i += 1
+                ks = spans[k][S_START]
+                if ks < t:
+                    break
+                k = None
+            a = start if k is None else (eff[k] if eff[k] < t else t)
+            # charge ``sid`` for [a, t)
+            if t > a:
+                if sid is None:
+                    cp[GAP] = cp.get(GAP, 0) + t - a
+                else:
+                    if a < end:
+                        cp[name] = cp.get(name, 0) + \
+                            (t if t < end else end) - a
+                    if t > end:
+                        other = QUEUE if name == 'rpc' else GAP
+                        cp[other] = cp.get(other, 0) + t - \
+                            (a if a > end else end)
+            if k is None:
+                break
+            on_path.add(k)
+            grand = get_kids(k)
+            t2 = ks if ks > start else start
+            if grand:
+                push((sid, kids, i, start, t2))
+                push((k, _by_end(grand, eff), 0, ks, a))
+                break
+            # a leaf: all of [ks, a) is its own
+            if a > ks:
+                kend = ends[k]
+                kname = names[k]
+                if ks < kend:
+                    cp[kname] = cp.get(kname, 0) + \
+                        (a if a < kend else kend) - ks
+                if a > kend:
+                    other = QUEUE if kname == 'rpc' else GAP
+                    cp[other] = cp.get(other, 0) + a - \
+                        (ks if ks > kend else kend)
+            t = t2
 
     return cp, on_path
 

@@ -355,13 +355,16 @@ class SlowRecord:
 def _record_type():
     """The msgspec struct of a record: the types of ``schema._TYPES``,
     the fields of ``schema.REQUIRED`` required and not null; integers
-    limited to 64 bits (larger ones take the reference path)."""
+    limited to 64 bits (larger ones take the reference path); ``v`` and
+    ``ph`` limited to the known values."""
     int64 = typing.Annotated[int, msgspec.Meta(ge=-(1 << 63),
                                                le=(1 << 63) - 1)]
+    special = {'v': typing.Literal[schema.SCHEMA_VERSION],
+               'ph': typing.Literal[tuple(sorted(schema.PHASES))]}
     fields = []
     for name in schema.FIELDS:
         kind = schema._TYPES[name]
-        kind = int64 if kind is int else kind
+        kind = special.get(name, int64 if kind is int else kind)
         if name in schema.REQUIRED:
             fields.append((name, kind))
         else:
@@ -384,35 +387,34 @@ class RecordDecoder:
     def __init__(self, fast: bool = True) -> None:
         self.validator = Validator()
         self.error = None
-        self._fast = msgspec.json.Decoder(Record).decode \
-            if fast and msgspec is not None else None
+        if fast and msgspec is not None:
+            self.decode = self._fast_decoder()
+        else:
+            self.decode = self.slow
 
-    def decode(self, raw: bytes):
-        fast = self._fast
-        if fast is None:
-            return self.slow(raw)
-        try:
-            rec = fast(raw)
-        except Exception:  # noqa: BLE001 - the reference path says why
-            return self.slow(raw)
-        # the value checks of schema.validate (types are checked)
-        if rec.v != 1:
-            return self.slow(raw)
-        ph = rec.ph
-        if ph == 'X':
-            st = rec.st
-            if not rec.span or rec.dur_us is None or rec.dur_us < 0 or \
-                    st != 'ok' and st != 'error':
-                return self.slow(raw)
-        elif ph == 'B':
-            if not rec.span:
-                return self.slow(raw)
-        elif ph not in _OTHER_PHASES:
-            return self.slow(raw)
-        err = rec.err
-        if err is not None and err.get('cls').__class__ is not str:
-            return self.slow(raw)
-        return rec
+    def _fast_decoder(self):
+        fast = msgspec.json.Decoder(Record).decode
+        slow = self.slow
+
+        def decode(raw: bytes):
+            try:
+                rec = fast(raw)
+            except Exception:  # noqa: BLE001 - the reference path says why
+                return slow(raw)
+            # the value checks of schema.validate that types do not make
+            ph = rec.ph
+            if ph == 'X':
+                st = rec.st
+                if not rec.span or rec.dur_us is None or rec.dur_us < 0 \
+                        or st != 'ok' and st != 'error':
+                    return slow(raw)
+            elif ph == 'B' and not rec.span:
+                return slow(raw)
+            err = rec.err
+            if err is not None and err.get('cls').__class__ is not str:
+                return slow(raw)
+            return rec
+        return decode
 
     def slow(self, raw: bytes):
         """The reference path: ``loads`` and the schema's validator."""
@@ -429,7 +431,3 @@ class RecordDecoder:
         kind, reason = check_error(rec)
         self.error = (kind or 'invalid', reason or 'invalid record')
         return None
-
-
-_OTHER_PHASES = frozenset((schema.PH_INSTANT, schema.PH_META,
-                           schema.PH_COUNTER))

@@ -91,6 +91,53 @@ def _decode_prefixed(raw: bytes):
 
 # -- pass 1 ----------------------------------------------------------------
 
+def _rpc_span_decoder(fast_decode: bool = True):
+    """``decode(raw)``: ``(host, ev, ts, end, span, parent, req)`` of an
+    ``X`` record usable for clocks, else None.
+
+    Pass 1 reads the RPC spans leniently (an invalid record is reported
+    by pass 2 and may still date a hop): msgspec decodes the common
+    case; what it refuses, and a record without a span id, is read as
+    plain JSON with the same rules."""
+    loads = load.loads
+    msgspec_decode = None
+    if fast_decode and load.msgspec is not None:
+        msgspec_decode = load.msgspec.json.Decoder(load.Record).decode
+
+    def lenient(raw):
+        try:
+            rec = loads(raw)
+            if rec['v'] != 1 or rec['ph'] != 'X':
+                return None
+            host = rec['host']
+            ts = rec['ts']
+            end = ts + rec['dur_us']
+            fields = (host, rec['ev'], ts, end, rec['span'],
+                      rec.get('parent'), rec.get('req'))
+        except (ValueError, KeyError, TypeError):
+            return None
+        if host.__class__ is not str or ts.__class__ is not int or \
+                end.__class__ is not int:
+            return None
+        return fields
+
+    def fast(raw):
+        try:
+            rec = msgspec_decode(raw)
+        except Exception:  # noqa: BLE001 - the lenient path decides
+            return lenient(raw)
+        sid = rec.span
+        if sid is None:  # absent and null differ for the lenient path
+            return lenient(raw)
+        if rec.ph != 'X' or rec.dur_us is None:
+            return None
+        ts = rec.ts
+        return (rec.host, rec.ev, ts, ts + rec.dur_us, sid, rec.parent,
+                rec.req)
+
+    return lenient if msgspec_decode is None else fast
+
+
 def clock_pass(paths: list, opts: Options, report=None) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``."""
     files = stream.open_files(paths)
@@ -114,11 +161,13 @@ def clock_pass(paths: list, opts: Options, report=None) -> tuple:
             coll.add_hop(p_host, p_start, p_end, c_host, c_start, c_end,
                          sync, origin)
 
-    loads = load.loads
+    rpc_span = _rpc_span_decoder(opts.fast_decode)
     marker = load.LOG_MARKER
+    prefix = b'{"v":1,"ph":"'
+    rpc = b'"ev":"rpc.'
+    sync_events = schema.SYNC_EVENTS
     for f, lines, first, watermark in stream.chunks(files, report):
         fi = f.index
-        lineno = first
         if fi not in file_host:
             for raw in lines:
                 rec = _decode_prefixed(raw)
@@ -127,48 +176,43 @@ def clock_pass(paths: list, opts: Options, report=None) -> tuple:
                     file_host[fi] = rec['host']
                     hosts.add(rec['host'])
                     break
-        for raw in lines:
-            lineno += 1
+        for lineno, raw in enumerate(lines, first + 1):
             # Only complete RPC spans matter (a B without its X adds
             # nothing the X would not); most lines are skipped undecoded.
-            if b'"ev":"rpc.' not in raw:
-                continue
-            if raw[:1] != b'{':
-                j = raw.find(marker)
-                if j < 0:
+            if raw.startswith(prefix):  # the writer's key order
+                if raw[13] != 88:  # 'X'
                     continue
-                raw = raw[j:]
-            if raw[:15] != b'{"v":1,"ph":"X"' and b'"ph":"X"' not in raw:
-                continue
-            try:
-                rec = loads(raw)
-                if rec['v'] != 1 or rec['ph'] != 'X':
+                if rpc not in raw:
                     continue
-                host = rec['host']
-                ev = rec['ev']
-                ts = rec['ts']
-                end = ts + rec['dur_us']
-                sid = rec['span']
-            except (ValueError, KeyError, TypeError):
+            else:
+                if rpc not in raw:
+                    continue
+                if raw[:1] != b'{':
+                    j = raw.find(marker)
+                    if j < 0:
+                        continue
+                    raw = raw[j:]
+                if raw[:15] != b'{"v":1,"ph":"X"' and \
+                        b'"ph":"X"' not in raw:
+                    continue
+            fields = rpc_span(raw)
+            if fields is None:
                 continue
-            if host.__class__ is not str or ts.__class__ is not int or \
-                    end.__class__ is not int:
-                continue
+            host, ev, ts, end, sid, parent, req = fields
             hosts.add(host)
             if first_ts is None or ts < first_ts:
                 first_ts = ts
             if ev in SENDERS:
                 e = entries.get(sid)
                 if e is None:
-                    entries[sid] = [host, ts, end, ev in schema.SYNC_EVENTS,
+                    entries[sid] = [host, ts, end, ev in sync_events,
                                     None, ts]
                 else:
                     e[0] = host
                     e[1] = ts
                     e[2] = end
-                    e[3] = ev in schema.SYNC_EVENTS
+                    e[3] = ev in sync_events
             else:
-                parent = rec.get('parent')
                 if parent is None:
                     continue
                 e = entries.get(parent)
@@ -177,8 +221,7 @@ def clock_pass(paths: list, opts: Options, report=None) -> tuple:
                                            ts]
                 if e[4] is None:
                     e[4] = {}
-                e[4][sid] = [host, ts, end, (f.name, lineno,
-                                             rec.get('req'))]
+                e[4][sid] = [host, ts, end, (f.name, lineno, req)]
         if watermark is not None and watermark > 0:
             cut = watermark - horizon
             while entries:
@@ -285,19 +328,16 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
     add_sql = asm.sql
     digest_add = digest.add
     lines_seen = 0
-    records = 0
     for f, lines, first, watermark in stream.chunks(files, progress):
         fi = f.index
         fname = f.name
-        lineno = first
         lines_seen += len(lines)
         # a file is mostly one process on one host: remember the last
         c_pid = None
         c_seq = None
         c_host = None
         c_off = 0
-        for raw in lines:
-            lineno += 1
+        for lineno, raw in enumerate(lines, first + 1):
             if raw[0] != 123:  # not '{': a service log line?
                 j = raw.find(marker)
                 if j < 0:
@@ -354,7 +394,6 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
                 s[2] = seq
             elif seq < s[1]:
                 s[1] = seq
-            records += 1
             host = rec.host
             if host != c_host:
                 c_host = host
@@ -421,7 +460,8 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
     out.retries = asm.retries
     out.causality = asm.causality
     out.no_request = asm.no_request
-    out.records = records
+    # every record counted is counted once in its process's seq entry
+    out.records = sum(n for n, _lo, _hi in loss.seqs.values())
     out.lines = lines_seen if part == 0 else 0
     out.duplicate_spans += asm.duplicates
     return out

@@ -55,6 +55,11 @@ def bucket(us) -> int:
     return int(_log10(us) * PER_DECADE) if us >= 1 else 0
 
 
+# bucket(us) of durations below 32 ms, looked up instead of computed
+_BUCKETS = [bucket(us) for us in range(1 << 15)]
+_NBUCKETS = len(_BUCKETS)
+
+
 def normalise_order(order: str) -> str:
     key = order.strip().lower()
     key = _ORDER_ALIASES.get(key, key)
@@ -100,7 +105,10 @@ class SqlDigest:
         if error:
             s[6] += 1
         h = s[7]
-        b = int(_log10(dur) * PER_DECADE) if dur >= 1 else 0
+        if 0 <= dur < _NBUCKETS:
+            b = _BUCKETS[dur]
+        else:
+            b = int(_log10(dur) * PER_DECADE) if dur >= 1 else 0
         h[b] = h.get(b, 0) + 1
         if ts < s[8]:
             s[8] = ts
