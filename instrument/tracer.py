@@ -75,9 +75,9 @@ _time_ns = time.time_ns
 _perf_ns = time.perf_counter_ns
 
 
-def _wall_minus_perf() -> int:
-    """Wall clock minus monotonic clock (ns), from the tightest of a
-    few paired reads."""
+def _wall_minus_perf() -> tuple:
+    """``(wall clock minus monotonic clock, uncertainty)`` in ns, from
+    the tightest of a few paired reads."""
     best_gap = best = None
     for _ in range(5):
         p0 = _perf_ns()
@@ -86,19 +86,24 @@ def _wall_minus_perf() -> int:
         if best_gap is None or p1 - p0 < best_gap:
             best_gap = p1 - p0
             best = wall - (p0 + p1) // 2
-    return best
+    return best, best_gap
 
 
 # A span's ts is derived from the same monotonic reading as its duration:
 # two separate reads can be a preemption (or a GIL switch) apart, and a
 # span whose ts is early by that much seems to end before its remote
 # child does.  Refreshed by the buffer's writer (wall clock steps).
-_wall_offset_ns = _wall_minus_perf()
+_wall_offset_ns = _wall_minus_perf()[0]
+# A refresh whose paired reads were all stalled longer than this keeps
+# the previous anchor (the next flush tries again).
+_MAX_ANCHOR_GAP_NS = 100_000
 
 
 def refresh_wall_clock() -> None:
     global _wall_offset_ns
-    _wall_offset_ns = _wall_minus_perf()
+    offset, gap = _wall_minus_perf()
+    if gap <= _MAX_ANCHOR_GAP_NS:
+        _wall_offset_ns = offset
 
 
 def _new_prefix() -> int:

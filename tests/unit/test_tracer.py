@@ -57,6 +57,15 @@ class SpanClockTest(base.TestCase):
         tracing.refresh_wall_clock()
         self.assertEqual(6_000 - 1_005, tracing._wall_offset_ns)
 
+    def test_a_refresh_of_stalled_reads_keeps_the_anchor(self):
+        reads = iter([100, 5_000, 400_100] * 5)
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.tracer._perf_ns', lambda: next(reads)))
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.tracer._time_ns', lambda: next(reads)))
+        tracing.refresh_wall_clock()
+        self.assertEqual(1_795_000_000_000_000_000, tracing._wall_offset_ns)
+
     def test_the_writer_refreshes_the_anchor(self):
         calls = []
 
