@@ -40,7 +40,6 @@ paths accept and reject the same lines.
 
 import glob
 import gzip
-import io
 import os
 import re
 import typing
@@ -146,11 +145,8 @@ class SpanFile:
         self.error = None
         self._raw = open(path, 'rb')
         if path.endswith('.gz'):
-            # buffered: readlines() in C, not GzipFile.readline per line
-            self._gz = gzip.GzipFile(fileobj=self._raw, mode='rb')
-            self._f = io.BufferedReader(self._gz, 1 << 16)
+            self._f = gzip.GzipFile(fileobj=self._raw, mode='rb')
         else:
-            self._gz = None
             self._f = self._raw
 
     def read_chunk(self, hint: int = 1 << 18) -> list:
@@ -186,9 +182,8 @@ class SpanFile:
     def close(self) -> None:
         self.done = True
         try:
-            if self._gz is not None:
+            if self._f is not self._raw:
                 self._f.close()
-                self._gz.close()
             self._raw.close()
         except OSError:
             pass

@@ -161,6 +161,10 @@ def clock_pass(paths: list, opts: Options, report=None) -> tuple:
             coll.add_hop(p_host, p_start, p_end, c_host, c_start, c_end,
                          sync, origin)
 
+    # span ids in the order they entered ``entries`` (the oldest leave
+    # first; a dict's first key is slow to find after many deletions)
+    arrived = collections.deque()
+    arrival = arrived.append
     rpc_span = _rpc_span_decoder(opts.fast_decode)
     marker = load.LOG_MARKER
     prefix = b'{"v":1,"ph":"'
@@ -207,6 +211,7 @@ def clock_pass(paths: list, opts: Options, report=None) -> tuple:
                 if e is None:
                     entries[sid] = [host, ts, end, ev in sync_events,
                                     None, ts]
+                    arrival(sid)
                 else:
                     e[0] = host
                     e[1] = ts
@@ -219,16 +224,18 @@ def clock_pass(paths: list, opts: Options, report=None) -> tuple:
                 if e is None:
                     e = entries[parent] = [None, None, None, False, None,
                                            ts]
+                    arrival(parent)
                 if e[4] is None:
                     e[4] = {}
                 e[4][sid] = [host, ts, end, (f.name, lineno, req)]
         if watermark is not None and watermark > 0:
             cut = watermark - horizon
-            while entries:
-                sid = next(iter(entries))
+            while arrived:
+                sid = arrived[0]
                 e = entries[sid]
                 if e[5] >= cut:
                     break
+                arrived.popleft()
                 del entries[sid]
                 evaluate(sid, e)
     for sid, e in entries.items():
