@@ -17,6 +17,7 @@ Data flows one way through these modules:
                logs), validate every line, count what is lost
 ``stream``     read many files in step by time, in bounded memory
 ``clocks``     per-host clock offsets from causal pairs
+``clockpass``  pass 1: the RPC hops, read by files in parallel
 ``requests``   assemble each request's spans, finalise it when done
 ``classify``   final states, failure causes, normalised messages
 ``breakdown``  exclusive time per component, critical path, statistics

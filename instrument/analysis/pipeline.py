@@ -11,9 +11,10 @@
 # under the License.
 """The analysis of a set of span files, from bytes to a report dict.
 
-Pass 1 (``clock_pass``) reads only the RPC lines (a substring test
-skips the rest undecoded), matches each dispatch with its send on
-another host within a horizon, and solves the clock offsets.
+Pass 1 (``clock_pass``, module ``clockpass``) reads only the RPC lines
+(a substring test skips the rest undecoded), matches each dispatch with
+its send on another host within a horizon, and solves the clock
+offsets; with ``jobs`` > 1 its workers split the files.
 
 Pass 2 (``run_part``) reads everything on corrected clocks: validates
 each line, tracks ``seq`` per process, feeds the request assembler and
@@ -40,7 +41,7 @@ import zlib
 
 from instrument.analysis import breakdown
 from instrument.analysis import classify
-from instrument.analysis import clocks
+from instrument.analysis import clockpass
 from instrument.analysis import load
 from instrument.analysis import requests
 from instrument.analysis import sqldigest
@@ -48,7 +49,6 @@ from instrument.analysis import stream
 from instrument import schema
 
 REPORT_VERSION = 1
-SENDERS = frozenset(('rpc.call', 'rpc.cast'))
 KEEP_SLOWEST = 12
 KEEP_PER_STATE = 40
 
@@ -77,171 +77,14 @@ class Options:
         self.fast_decode = fast_decode
 
 
-def _decode_prefixed(raw: bytes):
-    if raw[:1] != b'{':
-        j = raw.find(load.LOG_MARKER)
-        if j < 0:
-            return None
-        raw = raw[j:]
-    try:
-        return load.loads(raw)
-    except ValueError:
-        return None
-
-
 # -- pass 1 ----------------------------------------------------------------
 
-def _rpc_span_decoder(fast_decode: bool = True):
-    """``decode(raw)``: ``(host, ev, ts, end, span, parent, req)`` of an
-    ``X`` record usable for clocks, else None.
-
-    Pass 1 reads the RPC spans leniently (an invalid record is reported
-    by pass 2 and may still date a hop): msgspec decodes the common
-    case; what it refuses, and a record without a span id, is read as
-    plain JSON with the same rules."""
-    loads = load.loads
-    msgspec_decode = None
-    if fast_decode and load.msgspec is not None:
-        msgspec_decode = load.msgspec.json.Decoder(load.Record).decode
-
-    def lenient(raw):
-        try:
-            rec = loads(raw)
-            if rec['v'] != 1 or rec['ph'] != 'X':
-                return None
-            host = rec['host']
-            ts = rec['ts']
-            end = ts + rec['dur_us']
-            fields = (host, rec['ev'], ts, end, rec['span'],
-                      rec.get('parent'), rec.get('req'))
-        except (ValueError, KeyError, TypeError):
-            return None
-        if host.__class__ is not str or ts.__class__ is not int or \
-                end.__class__ is not int:
-            return None
-        return fields
-
-    def fast(raw):
-        try:
-            rec = msgspec_decode(raw)
-        except Exception:  # noqa: BLE001 - the lenient path decides
-            return lenient(raw)
-        sid = rec.span
-        if sid is None:  # absent and null differ for the lenient path
-            return lenient(raw)
-        if rec.ph != 'X' or rec.dur_us is None:
-            return None
-        ts = rec.ts
-        return (rec.host, rec.ev, ts, ts + rec.dur_us, sid, rec.parent,
-                rec.req)
-
-    return lenient if msgspec_decode is None else fast
-
-
-def clock_pass(paths: list, opts: Options, report=None) -> tuple:
-    """``(ClockResult, {file index: host}, first ts, hop stats)``."""
-    files = stream.open_files(paths)
-    coll = clocks.PairCollector()
-    entries = {}
-    file_host = {}
-    hosts = set()
-    first_ts = None
-    counts = {'hops': 0, 'unmatched': 0}
-    horizon = opts.clock_horizon_us
-
-    def evaluate(sid, e):
-        p_host, p_start, p_end, sync, kids, _seen = e
-        if not kids:
-            return
-        if p_host is None:
-            counts['unmatched'] += len(kids)
-            return
-        for c_host, c_start, c_end, origin in kids.values():
-            counts['hops'] += 1
-            coll.add_hop(p_host, p_start, p_end, c_host, c_start, c_end,
-                         sync, origin)
-
-    # span ids in the order they entered ``entries`` (the oldest leave
-    # first; a dict's first key is slow to find after many deletions)
-    arrived = collections.deque()
-    arrival = arrived.append
-    rpc_span = _rpc_span_decoder(opts.fast_decode)
-    marker = load.LOG_MARKER
-    prefix = b'{"v":1,"ph":"'
-    rpc = b'"ev":"rpc.'
-    sync_events = schema.SYNC_EVENTS
-    for f, lines, first, watermark in stream.chunks(files, report):
-        fi = f.index
-        if fi not in file_host:
-            for raw in lines:
-                rec = _decode_prefixed(raw)
-                if rec.__class__ is dict and isinstance(rec.get('host'),
-                                                        str):
-                    file_host[fi] = rec['host']
-                    hosts.add(rec['host'])
-                    break
-        for lineno, raw in enumerate(lines, first + 1):
-            # Only complete RPC spans matter (a B without its X adds
-            # nothing the X would not); most lines are skipped undecoded.
-            if raw.startswith(prefix):  # the writer's key order
-                if raw[13] != 88:  # 'X'
-                    continue
-                if rpc not in raw:
-                    continue
-            else:
-                if rpc not in raw:
-                    continue
-                if raw[:1] != b'{':
-                    j = raw.find(marker)
-                    if j < 0:
-                        continue
-                    raw = raw[j:]
-                if raw[:15] != b'{"v":1,"ph":"X"' and \
-                        b'"ph":"X"' not in raw:
-                    continue
-            fields = rpc_span(raw)
-            if fields is None:
-                continue
-            host, ev, ts, end, sid, parent, req = fields
-            hosts.add(host)
-            if first_ts is None or ts < first_ts:
-                first_ts = ts
-            if ev in SENDERS:
-                e = entries.get(sid)
-                if e is None:
-                    entries[sid] = [host, ts, end, ev in sync_events,
-                                    None, ts]
-                    arrival(sid)
-                else:
-                    e[0] = host
-                    e[1] = ts
-                    e[2] = end
-                    e[3] = ev in sync_events
-            else:
-                if parent is None:
-                    continue
-                e = entries.get(parent)
-                if e is None:
-                    e = entries[parent] = [None, None, None, False, None,
-                                           ts]
-                    arrival(parent)
-                if e[4] is None:
-                    e[4] = {}
-                e[4][sid] = [host, ts, end, (f.name, lineno, req)]
-        if watermark is not None and watermark > 0:
-            cut = watermark - horizon
-            while arrived:
-                sid = arrived[0]
-                e = entries[sid]
-                if e[5] >= cut:
-                    break
-                arrived.popleft()
-                del entries[sid]
-                evaluate(sid, e)
-    for sid, e in entries.items():
-        evaluate(sid, e)
-    result = clocks.solve(coll, hosts)
-    return result, file_host, first_ts, counts
+def clock_pass(paths: list, opts: Options, report=None,
+               jobs: int = 1) -> tuple:
+    """``(ClockResult, {file index: host}, first ts, hop stats)``; see
+    ``clockpass``."""
+    return clockpass.clock_pass(paths, opts.clock_horizon_us, jobs,
+                                opts.fast_decode, report)
 
 
 # -- pass 2 ----------------------------------------------------------------
@@ -577,9 +420,10 @@ def _analyse(inputs: list, opts: Options) -> dict:
     total = sum(os.path.getsize(p) for p in paths)
     progress = Progress(total) if opts.progress is None else None
     show = progress.show if progress else opts.progress
+    jobs = opts.jobs or default_jobs(total)
     if progress:
         progress.start('clocks ')
-    clock, file_host, first_ts, hops = clock_pass(paths, opts, show)
+    clock, file_host, first_ts, hops = clock_pass(paths, opts, show, jobs)
     offsets = clock.offsets()
     file_offsets = {i: offsets.get(h, 0) for i, h in file_host.items()}
     if first_ts is not None:
@@ -597,7 +441,6 @@ def _analyse(inputs: list, opts: Options) -> dict:
     part_opts.hung_us = opts.hung_us
     part_opts.progress = show
     clock_s = time.monotonic() - started
-    jobs = opts.jobs or default_jobs(total)
     hosts = sorted(clock.hosts)
     if progress:
         progress.start('spans  ')

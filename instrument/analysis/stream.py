@@ -30,18 +30,22 @@ from instrument.analysis import load
 CHUNK_BYTES = 1 << 18
 
 
-def chunks(files: list, progress=None, hint: int = CHUNK_BYTES):
-    """Yield ``(span_file, lines, first_lineno, watermark)``.
+def reads(files: list, hint: int = None):
+    """Yield ``(span_file, lines, first_lineno, heap)`` for every read,
+    in the order ``chunks`` reads: the file that has progressed least
+    first.  The last read of each file yields no lines.  ``heap`` holds
+    ``(time, index, file)`` of the files still to read.
 
-    ``first_lineno`` is the number of the line before the chunk's first
-    line.  ``progress(bytes_done)`` is called after each chunk.
+    Restricted to a subset of the files, the order is the order of the
+    whole restricted to that subset (a file's key changes only when it
+    is read), so the files can be read by several processes and the
+    order rebuilt from the times each reports (``order``).
     """
+    hint = hint or CHUNK_BYTES
     heap = [(-1, f.index, f) for f in files]
     heapq.heapify(heap)
-    done_bytes = 0
     while heap:
         _t, _i, f = heapq.heappop(heap)
-        before = f.position()
         first = f.lineno
         lines = f.read_chunk(hint)
         if lines:
@@ -49,12 +53,43 @@ def chunks(files: list, progress=None, hint: int = CHUNK_BYTES):
             if not f.done:
                 heapq.heappush(heap, (f.time if f.time is not None else -1,
                                       f.index, f))
-        done_bytes += f.position() - before
+        yield f, lines, first, heap
+
+
+def chunks(files: list, progress=None, hint: int = None):
+    """Yield ``(span_file, lines, first_lineno, watermark)``.
+
+    ``first_lineno`` is the number of the line before the chunk's first
+    line.  ``progress(bytes_done)`` is called after each chunk.
+    """
+    done_bytes = 0
+    positions = {}
+    for f, lines, first, heap in reads(files, hint):
+        pos = f.position()
+        done_bytes += pos - positions.get(f.index, 0)
+        positions[f.index] = pos
         if progress is not None:
             progress(done_bytes)
         watermark = heap[0][0] if heap else None
         if lines:
             yield f, lines, first, watermark
+
+
+def order(indices, next_read):
+    """Rebuild the order of ``reads`` over files read elsewhere.
+
+    ``next_read(index)`` returns ``(lines read, time)`` of the next read
+    of that file (``time`` is the file's time after it).  Yields
+    ``(index, watermark)`` per read, as ``chunks`` computes them.
+    """
+    heap = [(-1, i) for i in indices]
+    heapq.heapify(heap)
+    while heap:
+        _t, i = heapq.heappop(heap)
+        nlines, t = next_read(i)
+        if nlines:
+            heapq.heappush(heap, (t if t is not None else -1, i))
+        yield i, (heap[0][0] if heap else None)
 
 
 def open_files(paths: list, offsets: dict = None) -> list:

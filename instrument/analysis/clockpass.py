@@ -1,0 +1,359 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Pass 1 of the analysis: the RPC hops that date the hosts' clocks.
+
+Only complete RPC spans are read (a substring test skips every other
+line undecoded).  Each dispatch is matched with its send on another
+host within a horizon of input time, and the pairs go to
+``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+
+With ``jobs`` > 1 the files are split between worker processes, each
+reading only its own files and sending back, per chunk, the few RPC
+spans found in it; the parent rebuilds the order in which one process
+would have read the chunks (``stream.order``) and matches the spans in
+that order, so the result is the same as with one process.  Memory is
+bounded by the spans within the horizon and a few chunks in flight.
+"""
+
+import collections
+import multiprocessing
+import os
+import queue as queue_mod
+import traceback
+
+from instrument.analysis import clocks
+from instrument.analysis import load
+from instrument.analysis import stream
+from instrument import schema
+
+SENDERS = frozenset(('rpc.call', 'rpc.cast'))
+# chunks a worker sends at once, and batches waiting in its queue
+BATCH = 16
+QUEUED = 8
+
+
+def rpc_span_decoder(fast_decode: bool = True):
+    """``decode(raw)``: ``(host, ev, ts, end, span, parent, req)`` of an
+    ``X`` record usable for clocks, else None.
+
+    Pass 1 reads the RPC spans leniently (an invalid record is reported
+    by pass 2 and may still date a hop): msgspec decodes the common
+    case; what it refuses, and a record without a span id, is read as
+    plain JSON with the same rules."""
+    loads = load.loads
+    msgspec_decode = None
+    if fast_decode and load.msgspec is not None:
+        msgspec_decode = load.msgspec.json.Decoder(load.Record).decode
+
+    def lenient(raw):
+        try:
+            rec = loads(raw)
+            if rec['v'] != 1 or rec['ph'] != 'X':
+                return None
+            host = rec['host']
+            ts = rec['ts']
+            end = ts + rec['dur_us']
+            fields = (host, rec['ev'], ts, end, rec['span'],
+                      rec.get('parent'), rec.get('req'))
+        except (ValueError, KeyError, TypeError):
+            return None
+        if host.__class__ is not str or ts.__class__ is not int or \
+                end.__class__ is not int:
+            return None
+        return fields
+
+    def fast(raw):
+        try:
+            rec = msgspec_decode(raw)
+        except Exception:  # noqa: BLE001 - the lenient path decides
+            return lenient(raw)
+        sid = rec.span
+        if sid is None:  # absent and null differ for the lenient path
+            return lenient(raw)
+        if rec.ph != 'X' or rec.dur_us is None:
+            return None
+        ts = rec.ts
+        return (rec.host, rec.ev, ts, ts + rec.dur_us, sid, rec.parent,
+                rec.req)
+
+    return lenient if msgspec_decode is None else fast
+
+
+def decode_prefixed(raw: bytes):
+    """A line's JSON value (a service log line from its record marker
+    on), or None."""
+    if raw[:1] != b'{':
+        j = raw.find(load.LOG_MARKER)
+        if j < 0:
+            return None
+        raw = raw[j:]
+    try:
+        return load.loads(raw)
+    except ValueError:
+        return None
+
+
+def file_host(lines: list):
+    """The host of the first record in ``lines`` that names one."""
+    for raw in lines:
+        rec = decode_prefixed(raw)
+        if rec.__class__ is dict and isinstance(rec.get('host'), str):
+            return rec['host']
+    return None
+
+
+def rpc_spans(lines: list, first: int, decode) -> list:
+    """``(host, ev, ts, end, span, parent, req, lineno)`` of the complete
+    RPC spans in a chunk, in line order."""
+    out = []
+    marker = load.LOG_MARKER
+    prefix = b'{"v":1,"ph":"'
+    rpc = b'"ev":"rpc.'
+    for lineno, raw in enumerate(lines, first + 1):
+        # (a B without its X adds nothing the X would not)
+        if raw.startswith(prefix):  # the writer's key order
+            if raw[13] != 88:  # 'X'
+                continue
+            if rpc not in raw:
+                continue
+        else:
+            if rpc not in raw:
+                continue
+            if raw[:1] != b'{':
+                j = raw.find(marker)
+                if j < 0:
+                    continue
+                raw = raw[j:]
+            if raw[:15] != b'{"v":1,"ph":"X"' and b'"ph":"X"' not in raw:
+                continue
+        fields = decode(raw)
+        if fields is not None:
+            out.append(fields + (lineno,))
+    return out
+
+
+class HopMatcher:
+    """Sends and dispatches matched by span id, within a horizon."""
+
+    def __init__(self, horizon_us: int) -> None:
+        self.horizon = horizon_us
+        self.collector = clocks.PairCollector()
+        self.hosts = set()
+        self.first_ts = None
+        self.counts = {'hops': 0, 'unmatched': 0}
+        # span id: [host, start, end, sync, {child span: child}, first ts]
+        self.entries = {}
+        # span ids in the order they entered ``entries`` (the oldest
+        # leave first; a dict's first key is slow to find after many
+        # deletions)
+        self.arrived = collections.deque()
+
+    def add(self, fname: str, spans: list, watermark) -> None:
+        """The RPC spans of one chunk; then forget what the horizon
+        says is complete."""
+        entries = self.entries
+        arrival = self.arrived.append
+        hosts = self.hosts
+        sync_events = schema.SYNC_EVENTS
+        first_ts = self.first_ts
+        for host, ev, ts, end, sid, parent, req, lineno in spans:
+            hosts.add(host)
+            if first_ts is None or ts < first_ts:
+                first_ts = ts
+            if ev in SENDERS:
+                e = entries.get(sid)
+                if e is None:
+                    entries[sid] = [host, ts, end, ev in sync_events,
+                                    None, ts]
+                    arrival(sid)
+                else:
+                    e[0] = host
+                    e[1] = ts
+                    e[2] = end
+                    e[3] = ev in sync_events
+            else:
+                if parent is None:
+                    continue
+                e = entries.get(parent)
+                if e is None:
+                    e = entries[parent] = [None, None, None, False, None,
+                                           ts]
+                    arrival(parent)
+                if e[4] is None:
+                    e[4] = {}
+                e[4][sid] = [host, ts, end, (fname, lineno, req)]
+        self.first_ts = first_ts
+        if watermark is not None and watermark > 0:
+            cut = watermark - self.horizon
+            arrived = self.arrived
+            while arrived:
+                sid = arrived[0]
+                e = entries[sid]
+                if e[5] >= cut:
+                    break
+                arrived.popleft()
+                del entries[sid]
+                self._evaluate(e)
+
+    def finish(self) -> None:
+        for e in self.entries.values():
+            self._evaluate(e)
+        self.entries.clear()
+        self.arrived.clear()
+
+    def _evaluate(self, e) -> None:
+        p_host, p_start, p_end, sync, kids, _seen = e
+        if not kids:
+            return
+        if p_host is None:
+            self.counts['unmatched'] += len(kids)
+            return
+        for c_host, c_start, c_end, origin in kids.values():
+            self.counts['hops'] += 1
+            self.collector.add_hop(p_host, p_start, p_end, c_host,
+                                   c_start, c_end, sync, origin)
+
+
+def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
+               fast_decode: bool = True, report=None) -> tuple:
+    """``(ClockResult, {file index: host}, first ts, hop stats)``."""
+    matcher = HopMatcher(horizon_us)
+    hosts_of_files = {}
+    if jobs > 1 and len(paths) > 1:
+        chunks = _parallel_chunks(paths, jobs, fast_decode, report)
+    else:
+        chunks = _chunks(paths, fast_decode, report)
+    for fi, fname, host, spans, watermark in chunks:
+        if host is not None and fi not in hosts_of_files:
+            hosts_of_files[fi] = host
+            matcher.hosts.add(host)
+        matcher.add(fname, spans, watermark)
+    matcher.finish()
+    result = clocks.solve(matcher.collector, matcher.hosts)
+    return result, hosts_of_files, matcher.first_ts, matcher.counts
+
+
+def _chunks(paths, fast_decode, report):
+    """``(file index, name, host or None, RPC spans, watermark)``."""
+    decode = rpc_span_decoder(fast_decode)
+    found = set()
+    for f, lines, first, watermark in stream.chunks(
+            stream.open_files(paths), report):
+        host = None
+        if f.index not in found:
+            host = file_host(lines)
+            if host is not None:
+                found.add(f.index)
+        yield f.index, f.name, host, rpc_spans(lines, first, decode), \
+            watermark
+
+
+def _worker(paths: list, mine: list, fast_decode: bool, out) -> None:
+    """Read the files ``mine`` and send per read ``(index, lines read,
+    time after, host or None, RPC spans, position)`` in batches."""
+    try:
+        decode = rpc_span_decoder(fast_decode)
+        files = [load.SpanFile(paths[i], i) for i in mine]
+        found = set()
+        batch = []
+        for f, lines, first, _heap in stream.reads(files):
+            host = None
+            spans = ()
+            if lines:
+                if f.index not in found:
+                    host = file_host(lines)
+                    if host is not None:
+                        found.add(f.index)
+                spans = rpc_spans(lines, first, decode)
+            batch.append((f.index, len(lines), f.time, host, spans,
+                          f.position()))
+            if len(batch) >= BATCH:
+                out.put(batch)
+                batch = []
+        if batch:
+            out.put(batch)
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        out.put(('error', traceback.format_exc()))
+
+
+def _split(paths: list, jobs: int) -> list:
+    """File indices per worker, balanced by size (largest first)."""
+    sizes = sorted(((os.path.getsize(p), i)
+                    for i, p in enumerate(paths)), reverse=True)
+    groups = [[0, []] for _ in range(jobs)]
+    for size, i in sizes:
+        g = min(groups, key=lambda g: g[0])
+        g[0] += size
+        g[1].append(i)
+    return [sorted(g[1]) for g in groups if g[1]]
+
+
+def _parallel_chunks(paths, jobs, fast_decode, report):
+    ctx = multiprocessing.get_context('fork')
+    groups = _split(paths, jobs)
+    owner = {}
+    queues = []
+    procs = []
+    for k, mine in enumerate(groups):
+        for i in mine:
+            owner[i] = k
+        q = ctx.Queue(QUEUED)
+        queues.append(q)
+        procs.append(ctx.Process(target=_worker, daemon=True,
+                                 args=(paths, mine, fast_decode, q)))
+    for p in procs:
+        p.start()
+    pending = [collections.deque() for _ in groups]
+    names = [os.path.basename(p) for p in paths]
+    current = {}
+
+    def next_read(i):
+        k = owner[i]
+        if not pending[k]:
+            while True:
+                try:
+                    batch = queues[k].get(timeout=1.0)
+                    break
+                except queue_mod.Empty:
+                    if not procs[k].is_alive():
+                        raise RuntimeError('clock pass worker %d died '
+                                           '(exit code %s)' % (
+                                               k, procs[k].exitcode)) \
+                            from None
+            if batch and batch[0] == 'error':
+                raise RuntimeError('clock pass worker failed:\n' +
+                                   batch[1])
+            pending[k].extend(batch)
+        read = pending[k].popleft()
+        if read[0] != i:  # pragma: no cover - stream.order's promise
+            raise RuntimeError('clock pass: reads out of order')
+        current[i] = read
+        return read[1], read[2]
+
+    try:
+        done_bytes = 0
+        positions = {}
+        for i, watermark in stream.order(range(len(paths)), next_read):
+            _i, nlines, _t, host, spans, pos = current.pop(i)
+            done_bytes += pos - positions.get(i, 0)
+            positions[i] = pos
+            if report is not None:
+                report(done_bytes)
+            if nlines:
+                yield i, names[i], host, spans, watermark
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
