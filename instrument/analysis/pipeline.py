@@ -202,8 +202,14 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
                     meta = b'"ph":"M"' in raw[:24]
                     if part != 0 and not meta:
                         continue
-                elif crc32(raw[i + 7:i + 47]) % nparts != part:
-                    continue
+                else:
+                    # the request id, up to its closing quote (nova's
+                    # are 40 characters long)
+                    i += 7
+                    j = raw.find(b'"', i, i + 256)
+                    if crc32(raw[i:j if j > 0 else i + 40]) % nparts != \
+                            part:
+                        continue
             rec = decode(raw)
             if rec is None:
                 if part == 0 or not meta:
