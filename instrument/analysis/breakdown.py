@@ -38,6 +38,7 @@ Figure 3-1).  Every figure lists the request ids it came from in the
 JSON output.
 """
 
+import array
 import collections
 
 import numpy
@@ -71,13 +72,67 @@ def component_of(ev: str, svc: str) -> str:
     return name
 
 
+# Shared key tuples of the compact times (most requests have the same
+# components in the same order), bounded.
+_KEYS = {}
+
+
+def _compact(times: dict) -> tuple:
+    """``{name: us}`` as ``(shared names tuple, array of us)``."""
+    keys = tuple(times)
+    keys = _KEYS.setdefault(keys, keys) if len(_KEYS) < 10000 else keys
+    try:
+        return keys, array.array('q', times.values())
+    except (TypeError, OverflowError):  # not 64-bit integers: keep as is
+        return keys, tuple(times.values())
+
+
 class RequestSummary:
-    """What is kept of a finished request."""
+    """What is kept of a finished request.
+
+    The times per component (``comp``, ``sql_in``, ``cp``) are kept
+    compact (a shared tuple of names and an array of integers) and read
+    back as dicts; read each once where many are read.
+    """
 
     __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
-                 'comp', 'sql_in', 'sql_us', 'sql_n', 'cp', 'attempts',
+                 '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
                  'critical')
+
+    @property
+    def comp(self) -> dict:
+        """Exclusive time per component (us)."""
+        return dict(zip(*self._comp, strict=True))
+
+    @comp.setter
+    def comp(self, times: dict) -> None:
+        self._comp = _compact(times)
+
+    @property
+    def sql_in(self) -> dict:
+        """SQL time inside each component (us)."""
+        return dict(zip(*self._sql_in, strict=True))
+
+    @sql_in.setter
+    def sql_in(self, times: dict) -> None:
+        self._sql_in = _compact(times)
+
+    @property
+    def cp(self) -> dict:
+        """Critical-path time per component (us)."""
+        return dict(zip(*self._cp, strict=True))
+
+    @cp.setter
+    def cp(self, times: dict) -> None:
+        self._cp = _compact(times)
+
+    def intern(self) -> None:
+        """Share the name tuples again (after unpickling)."""
+        for slot in ('_comp', '_sql_in', '_cp'):
+            keys, values = getattr(self, slot)
+            if len(_KEYS) < 10000 or keys in _KEYS:
+                setattr(self, slot, (_KEYS.setdefault(keys, keys), values))
 
     @property
     def latency(self) -> int:
@@ -87,10 +142,10 @@ class RequestSummary:
         out = {'req': self.req, 'kind': self.kind, 'state': self.state,
                'start_us': self.start, 'end_us': self.end,
                'latency_us': self.latency, 'instances': self.instances,
-               'components_us': dict(self.comp),
-               'sql_in_us': dict(self.sql_in), 'sql_us': self.sql_us,
+               'components_us': self.comp,
+               'sql_in_us': self.sql_in, 'sql_us': self.sql_us,
                'sql_statements': self.sql_n,
-               'critical_path_us': dict(self.cp),
+               'critical_path_us': self.cp,
                'attempts': self.attempts, 'db_retries': self.db_retries,
                'errors': self.errors, 'hosts': self.hosts,
                'events': self.events}
@@ -390,8 +445,8 @@ def stats(values) -> dict:
 def _components(summaries) -> list:
     names = set()
     for s in summaries:
-        names.update(s.comp)
-        names.update(s.cp)
+        names.update(s._comp[0])
+        names.update(s._cp[0])
     known = [c for c in COMPONENT_ORDER if c in names]
     return known + sorted(names - set(known))
 
@@ -455,9 +510,11 @@ def aggregate(summaries: list) -> dict:
     comp_stats = {}
     sql_stats = {}
     cp_total = collections.Counter()
+    comps = [s.comp for s in good]
+    sql_ins = [s.sql_in for s in good]
     for name in names:
-        comp_stats[name] = stats([s.comp.get(name, 0) for s in good])
-        sql_stats[name] = stats([s.sql_in.get(name, 0) for s in good])
+        comp_stats[name] = stats([c.get(name, 0) for c in comps])
+        sql_stats[name] = stats([c.get(name, 0) for c in sql_ins])
     for s in good:
         cp_total.update(s.cp)
     lat_total = sum(s.latency for s in good) or 1
@@ -465,16 +522,16 @@ def aggregate(summaries: list) -> dict:
     at_start = dict(zip((s.req for s in every), conc['at_start'],
                         strict=True))
     levels = {}
-    for s in good:
+    for s, comp, sql_in in zip(good, comps, sql_ins, strict=True):
         label = level_label(int(at_start[s.req]))
         lv = levels.setdefault(label, {'requests': 0, 'sum': {},
                                        'latency': [], 'lo': at_start[s.req]})
         lv['requests'] += 1
         lv['latency'].append(s.latency)
         lv['lo'] = min(lv['lo'], at_start[s.req])
-        for name, us in s.comp.items():
+        for name, us in comp.items():
             lv['sum'][name] = lv['sum'].get(name, 0) + us
-        for us in s.sql_in.values():
+        for us in sql_in.values():
             lv['sum']['sql'] = lv['sum'].get('sql', 0) + us
     level_rows = []
     for label, lv in sorted(levels.items(), key=lambda kv: kv[1]['lo']):

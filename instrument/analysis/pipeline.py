@@ -337,6 +337,9 @@ def _merge(parts: list) -> Partial:
     out = Partial()
     out.digest = sqldigest.SqlDigest()
     for p in parts:
+        if len(parts) > 1:  # unpickled from a worker
+            for s in p.summaries:
+                s.intern()
         out.summaries.extend(p.summaries)
         for key, (n, reqs) in p.failures.items():
             row = out.failures.setdefault(key, [0, []])

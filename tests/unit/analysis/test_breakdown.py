@@ -11,6 +11,9 @@
 # under the License.
 """Exclusive time, SQL inside components, queue waits, critical path."""
 
+import array
+import pickle
+
 import testtools
 
 from instrument.analysis import breakdown
@@ -101,6 +104,23 @@ class ExclusiveTimeTest(testtools.TestCase):
         # the open span runs to the request's end and is on the path
         self.assertEqual((5, None, 'c2', 'compute', 'compute.build',
                           'open', 0, None, True), later.lifecycle[2])
+
+    def test_compact_times_read_back(self):
+        spans = {
+            'p': span('conductor.schedule', 0, 100),
+            'a': span('scheduler.filter', 10, 40, 'p', svc='scheduler'),
+        }
+        s = summarise(spans, {'p': [15, 2, 'conductor', 'ctl', 1]})
+        self.assertEqual({'conductor': 45, 'scheduler': 40}, s.comp)
+        self.assertIsInstance(s._comp[1], array.array)
+        again = pickle.loads(pickle.dumps(s))  # noqa: S301 - our own data
+        self.assertIsNot(s._comp[0], again._comp[0])
+        again.intern()
+        self.assertIs(s._comp[0], again._comp[0])
+        self.assertEqual(s.to_dict(), again.to_dict())
+        # values that are not 64-bit integers are kept as they are
+        s.cp = {'x': 1 << 70, 'y': 0.5}
+        self.assertEqual({'x': 1 << 70, 'y': 0.5}, s.cp)
 
     def test_stats_and_levels(self):
         st = breakdown.stats(range(1, 101))
