@@ -17,7 +17,10 @@ computes, skewed clocks, failures, reschedules, hung builds, SQL), then
 measures, each in a fresh subprocess:
 
 * ``decode floor``: reading every line and ``json.loads`` on it, nothing
-  else -- the baseline of this run on this machine;
+  else -- the baseline of this run on this machine; and the ceilings
+  any Python analyser of these files meets: reading the lines
+  (``readlines``) alone, and with ``orjson.loads`` or the analyser's
+  msgspec decoder (``load.RecordDecoder``) on each;
 * ``report -j1`` and ``report`` (default workers): the full analysis
   (both passes, text report generated and discarded), wall time, events
   per second and peak RSS (``ru_maxrss`` of the process and its
@@ -115,6 +118,27 @@ def decode_floor(logs: str) -> str:
             '            json.loads(line[i:]); n += 1\n' % logs) + PEAK
 
 
+def ceiling(logs: str, decode: str) -> str:
+    """Reading every line in the analyser's chunks, and ``decode``:
+    ``none``, ``orjson`` or ``msgspec`` (``load.RecordDecoder``)."""
+    return ('import glob, gzip\n'
+            'from instrument.analysis import load\n'
+            'decode = {"none": None, "orjson": load.loads,\n'
+            '          "msgspec": load.RecordDecoder().decode}[%r]\n'
+            'for p in sorted(glob.glob(%r + "/*")):\n'
+            '    f = gzip.open(p, "rb") if p.endswith(".gz") else '
+            'open(p, "rb")\n'
+            '    while True:\n'
+            '        lines = f.readlines(1 << 18)\n'
+            '        if not lines:\n'
+            '            break\n'
+            '        if decode is not None:\n'
+            '            for line in lines:\n'
+            '                i = line.find(b"{")\n'
+            '                if i >= 0:\n'
+            '                    decode(line[i:])\n' % (decode, logs)) + PEAK
+
+
 def report_code(logs: str, jobs: int) -> str:
     return ('from instrument.analysis import pipeline, report_text\n'
             'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d, '
@@ -160,6 +184,14 @@ def slow_log(logs: str, path: str) -> int:
     return len(statements)
 
 
+def _loadavg() -> str:
+    try:
+        with open('/proc/loadavg') as f:
+            return ' '.join(f.read().split()[:3])
+    except OSError:
+        return '?'
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--events', type=int, default=1_000_000)
@@ -176,13 +208,20 @@ def main() -> None:
                        sum(os.path.getsize(os.path.join(logs, f))
                            for f in os.listdir(logs)) / 1e6,
                        len(os.sched_getaffinity(0))))
+    print('load average before: %s' % _loadavg())
     rows = []
     wall, rss, _ = measure(decode_floor(logs))
     rows.append(('decode floor (json.loads)', wall, events / wall, rss))
     floor = wall
+    for decode in ('none', 'orjson', 'msgspec'):
+        wall, rss, _ = measure(ceiling(logs, decode))
+        rows.append(('ceiling: readlines%s' % (
+            '' if decode == 'none' else ' + ' + decode), wall,
+            events / wall, rss))
     results = {}
     for label, path, n, jobs in (
             ('report -j1', logs, events, 1),
+            ('report -j2', logs, events, 2),
             ('report (default workers)', logs, events, 0),
             ('report -j1, half the requests',
              os.path.join(base, 'half'), info['half_events'], 1)):
@@ -194,7 +233,8 @@ def main() -> None:
     for label, wall, rate, rss in rows:
         print('%-34s %8.2f %12.0f %10.0f %8.2f' % (label, wall, rate, rss,
                                                    wall / floor))
-    best = min(results['report -j1'][0],
+    print('load average after: %s' % _loadavg())
+    best = min(results['report -j1'][0], results['report -j2'][0],
                results['report (default workers)'][0])
     print('best full report: %.0f events/s, target %d: %s' % (
         events / best, TARGET_EVENTS_PER_S,
