@@ -42,7 +42,8 @@ from instrument import threads
 
 PH_BEGIN = schema.PH_BEGIN
 
-LOG = logging.getLogger(__name__)
+# Used from the writer's OS thread: see threads.safe_logger.
+LOG = threads.safe_logger(logging.getLogger(__name__))
 
 # Records written per sink call; bounds the memory of one encoded batch.
 MAX_BATCH = 5000
@@ -300,6 +301,8 @@ class EventBuffer:
                 sink.close()
             except Exception:
                 LOG.exception('instrument: closing sink %s', sink.name)
+        if not threads.in_os_worker():
+            threads.run_deferred()
         _LIVE.discard(self)
 
     def _reset_after_fork(self) -> None:

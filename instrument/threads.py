@@ -17,8 +17,16 @@ stall every greenthread of the service.  When eventlet has monkey-patched
 so that the writer is a real OS thread that sleeps without the hub.
 Under native threads (nova's default since 2025.1) these are the
 ordinary ``threading`` and ``time`` functions.
+
+Such a thread must not take eventlet's green locks either, and every
+logging handler has one: a log call from it can deadlock the hub (seen:
+``logging.shutdown`` waiting forever for a handler lock).  Code that
+runs in these threads logs through ``safe_logger``, which under eventlet
+hands the call to a greenthread on the hub (``defer_to_hub``).
 """
 
+import collections
+import os
 import sys
 import threading
 import time
@@ -42,12 +50,120 @@ def _originals():
     return threading, time
 
 
+_WORKERS = set()
+
+
+def _real_ident() -> int:
+    if eventlet_patched():
+        from eventlet import patcher
+        return patcher.original('_thread').get_ident()
+    return threading.get_ident()
+
+
 def start_os_thread(target, name: str):
     """Start ``target`` in a daemon OS thread, even under eventlet."""
     real_threading, _ = _originals()
-    thread = real_threading.Thread(target=target, name=name, daemon=True)
+
+    def run():
+        ident = _real_ident()
+        _WORKERS.add(ident)
+        try:
+            target()
+        finally:
+            _WORKERS.discard(ident)
+
+    thread = real_threading.Thread(target=run, name=name, daemon=True)
     thread.start()
+    if eventlet_patched():
+        _ensure_hub_pump()
     return thread
+
+
+def in_os_worker() -> bool:
+    """True in a thread started by ``start_os_thread``."""
+    return bool(_WORKERS) and _real_ident() in _WORKERS
+
+
+# -- work handed from our OS threads to the eventlet hub ---------------------
+
+MAX_DEFERRED = 100000
+PUMP_INTERVAL = 0.2
+_DEFERRED = collections.deque()
+_pump_pid = None
+
+
+def defer_to_hub(fn, *args, **kwargs) -> bool:
+    """Run ``fn`` soon in a greenthread of the hub; False when too much
+    is already waiting (the call is then dropped)."""
+    if len(_DEFERRED) >= MAX_DEFERRED:
+        return False
+    _DEFERRED.append((fn, args, kwargs))
+    return True
+
+
+def run_deferred() -> None:
+    """Run what was deferred (in the hub's thread; also at close)."""
+    while _DEFERRED:
+        try:
+            fn, args, kwargs = _DEFERRED.popleft()
+        except IndexError:  # pragma: no cover - another drainer won
+            return
+        try:
+            fn(*args, **kwargs)
+        except Exception:  # a failed log call must not stop the pump
+            pass
+
+
+def _ensure_hub_pump() -> None:
+    global _pump_pid
+    if _pump_pid == os.getpid() or in_os_worker():
+        return
+    _pump_pid = os.getpid()
+    import eventlet
+
+    def pump():
+        while True:
+            eventlet.sleep(PUMP_INTERVAL)
+            run_deferred()
+
+    eventlet.spawn_n(pump)
+
+
+class SafeLogger:
+    """A logger for code that runs in ``start_os_thread`` threads: under
+    eventlet the call is made later from the hub; otherwise at once."""
+
+    def __init__(self, logger) -> None:
+        self._logger = logger
+
+    def _log(self, method: str, msg, args, kwargs) -> None:
+        if eventlet_patched() and in_os_worker():
+            if method == 'exception':
+                method = 'error'
+                kwargs.setdefault('exc_info', sys.exc_info())
+            defer_to_hub(getattr(self._logger, method), msg, *args,
+                         **kwargs)
+        else:
+            getattr(self._logger, method)(msg, *args, **kwargs)
+
+    def debug(self, msg, *args, **kwargs) -> None:
+        self._log('debug', msg, args, kwargs)
+
+    def info(self, msg, *args, **kwargs) -> None:
+        self._log('info', msg, args, kwargs)
+
+    def warning(self, msg, *args, **kwargs) -> None:
+        self._log('warning', msg, args, kwargs)
+
+    def error(self, msg, *args, **kwargs) -> None:
+        self._log('error', msg, args, kwargs)
+
+    def exception(self, msg, *args, **kwargs) -> None:
+        self._log('exception', msg, args, kwargs)
+
+
+def safe_logger(logger) -> SafeLogger:
+    return SafeLogger(logger)
 
 
 def os_event():

@@ -99,7 +99,9 @@ _wall_offset_ns = _wall_minus_perf()[0]
 _MAX_ANCHOR_GAP_NS = 100_000
 
 
-def refresh_wall_clock() -> None:
+def refresh_wall_clock(final: bool = False) -> None:
+    """Re-anchor span timestamps to the wall clock (a buffer periodic:
+    ``final`` is set at close)."""
     global _wall_offset_ns
     offset, gap = _wall_minus_perf()
     if gap <= _MAX_ANCHOR_GAP_NS:

@@ -25,8 +25,10 @@ from instrument.db import aggregate
 from instrument.db import fingerprint
 from instrument.db import listeners as listeners_mod
 from instrument.db import retries
+from instrument import threads
 
-LOG = logging.getLogger(__name__)
+# Used from the writer's OS thread: see threads.safe_logger.
+LOG = threads.safe_logger(logging.getLogger(__name__))
 
 
 class SqlTiming:

@@ -54,12 +54,14 @@ from oslo_log import log as logging
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from instrument.db import fingerprint
 from instrument import record
 from instrument import schema
+from instrument import threads
 from instrument import tracer as tracing
-from instrument.db import fingerprint
 
-LOG = logging.getLogger(__name__)
+# Used from the writer's OS thread: see threads.safe_logger.
+LOG = threads.safe_logger(logging.getLogger(__name__))
 
 EV_QUERY = 'sql.query'
 EV_TXN = 'sql.txn'

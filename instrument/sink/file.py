@@ -28,8 +28,10 @@ from oslo_log import log as logging
 
 from instrument import record
 from instrument import sink
+from instrument import threads
 
-LOG = logging.getLogger(__name__)
+# Used from the writer's OS thread: see threads.safe_logger.
+LOG = threads.safe_logger(logging.getLogger(__name__))
 
 _UNSAFE = re.compile(r'[^A-Za-z0-9._-]+')
 

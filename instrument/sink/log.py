@@ -20,19 +20,33 @@ import logging
 
 from instrument import record
 from instrument import sink
+from instrument import threads
 
 SPAN_LOG = logging.getLogger('instrument.spans')
 
 
+def _log_lines(data: str) -> None:
+    for line in data.splitlines():
+        SPAN_LOG.info('%s', line)
+
+
 class LogSink(sink.Sink):
-    """Logs encoded events, one line per event."""
+    """Logs encoded events, one line per event.
+
+    Under eventlet the lines are logged from a greenthread of the hub,
+    not from the writer's OS thread (logging handlers take green locks;
+    see ``instrument.threads``).
+    """
 
     name = 'log'
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
         data = record.encode_batch(batch, first_seq, pid)
-        for line in data.splitlines():
-            SPAN_LOG.info('%s', line)
+        if threads.eventlet_patched() and threads.in_os_worker():
+            if not threads.defer_to_hub(_log_lines, data):
+                self.dropped += len(batch)
+            return
+        _log_lines(data)
 
     def after_fork(self) -> None:
         self.dropped = 0

@@ -138,6 +138,15 @@ class BufferTest(base.TestCase):
         self.assertEqual(4, bad.dropped)
         self.assertEqual(1, self.logger.output.count('sink broken failed'))
 
+    def test_periodic_callbacks_run_before_each_drain(self):
+        buf, sink = self.make_buffer()
+        calls = []
+        buf.add_periodic(calls.append)
+        buf.drain()
+        buf.close()
+        self.assertEqual([False, True], calls)
+        self.assertNotIn('failed', self.logger.output)
+
     def test_close_is_idempotent_and_drains(self):
         buf, sink = self.make_buffer()
         buf.emit(_event(1))

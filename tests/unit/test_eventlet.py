@@ -99,6 +99,53 @@ for n in range(20):
 pool.waitall()
 '''
 
+LOGGING_UNDER_EVENTLET = '''
+import eventlet
+eventlet.monkey_patch()
+
+import logging
+import sys
+
+from oslo_config import cfg
+
+import instrument
+from instrument import opts
+from instrument import patcher
+
+# A plain handler: its lock is a green lock after monkey_patch().
+logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                    format='%(name)s %(message)s')
+conf = cfg.ConfigOpts()
+conf([], project='t')
+opts.register_opts(conf)
+conf.set_override('enabled', True, 'instrument')
+conf.set_override('sinks', ['log', 'file'], 'instrument')
+conf.set_override('output_dir', sys.argv[1], 'instrument')
+conf.set_override('sql_timing', False, 'instrument')
+conf.set_override('flush_interval', 0.01, 'instrument')
+conf.set_override('buffer_size', 16, 'instrument')
+import green_worker
+rt = instrument.setup(conf, 'nova-compute', points=[patcher.PatchPoint(
+    'green_worker', 'Worker.run', 'compute.run', 'compute')])
+chatter = logging.getLogger('service')
+
+
+def chatty():
+    # The service logs too, through the same handler, all the time.
+    while True:
+        chatter.info('service line')
+        eventlet.sleep(0)
+
+
+eventlet.spawn(chatty)
+for round_ in range(30):
+    pool = eventlet.GreenPool()
+    for n in range(40):  # more than the buffer holds: drops are logged
+        pool.spawn(green_worker.Worker().run, green_worker.Ctx('r-%d' % n))
+    pool.waitall()
+    eventlet.sleep(0.02)
+'''
+
 GREEN_WORKER = '''
 import eventlet
 
@@ -149,6 +196,18 @@ class EventletTest(base.TestCase):
         self.assertLess(result['worst_emit_s'], 0.05, result)
         # Exit gives up on the stuck writer after a bounded wait.
         self.assertLess(elapsed, 30)
+
+    def test_logging_from_the_writer_never_deadlocks_the_hub(self):
+        out = os.path.join(self.tmp, 'spans')
+        proc = self._run(LOGGING_UNDER_EVENTLET, out, timeout=90)
+        self.assertEqual(0, proc.returncode, proc.stderr[-2000:])
+        err = proc.stderr
+        # The log sink's lines and the writer's warning reached the
+        # handler, from the hub, and the process exited.
+        self.assertIn('instrument.spans {"v":1', err)
+        self.assertIn('events are being dropped', err)
+        [records] = base.read_span_files(out).values()
+        self.assertTrue(any(r['ev'] == 'sink.drops' for r in records))
 
     def test_spans_of_greenthreads(self):
         out = os.path.join(self.tmp, 'spans')

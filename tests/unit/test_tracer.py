@@ -13,6 +13,7 @@
 
 import fixtures
 
+from instrument import buffer
 from instrument import process
 from instrument import tracer as tracing
 from tests.unit import base
@@ -76,3 +77,18 @@ class SpanClockTest(base.TestCase):
         tracing.Tracer(Buffer(), process.ProcessIdentity.create(
             'nova-compute', 'cmp-1'))
         self.assertEqual([tracing.refresh_wall_clock], calls)
+
+
+class TracerBufferTest(base.TestCase):
+
+    def test_wall_clock_refresh_runs_as_a_buffer_periodic(self):
+        sink = base.MemorySink()
+        buf = buffer.EventBuffer([sink], 100, 60.0)
+        self.addCleanup(buf.close)
+        before = tracing._wall_offset_ns
+        tracing.Tracer(buf, process.ProcessIdentity.create('nova-api', 'h'))
+        buf.drain()
+        self.assertNotIn('periodic callback', self.logger.output)
+        self.assertIsInstance(tracing._wall_offset_ns, int)
+        self.assertLess(abs(tracing._wall_offset_ns - before),
+                        5 * 10 ** 9)

@@ -41,7 +41,8 @@ from instrument import sink
 from instrument import threads
 from instrument.sink.otlp import exporters
 
-LOG = logging.getLogger(__name__)
+# Used from the writer's OS thread: see threads.safe_logger.
+LOG = threads.safe_logger(logging.getLogger(__name__))
 
 # Spans per OTLP request (the SDK batch processor's default).
 EXPORT_BATCH = 512
