@@ -96,14 +96,18 @@ class Tree:
 
     def __init__(self, spans: dict, sql_errors=()) -> None:
         self.spans = spans
-        self.children = {}
-        self.roots = []
+        self.children = children = {}
+        self.roots = roots = []
         for sid, s in spans.items():
             parent = s[S_PARENT]
-            if parent is not None and parent in spans:
-                self.children.setdefault(parent, []).append(sid)
+            if parent in spans:  # (None is never a span id)
+                kids = children.get(parent)
+                if kids is None:
+                    children[parent] = [sid]
+                else:
+                    kids.append(sid)
             else:
-                self.roots.append(sid)
+                roots.append(sid)
         # parents of failed SQL statements
         self.sql_failed = {e[0] for e in sql_errors}
         self._depth = {}
@@ -205,14 +209,15 @@ def final_states(tree: Tree) -> list:
     spans = tree.spans
     insts = []
     seen = set()
-    for s in spans.values():
-        for inst in s[S_INST] or ():
-            if inst not in seen:
-                seen.add(inst)
-                insts.append(inst)
     api_error = None
     conductor_work = False
     for sid, s in spans.items():
+        span_insts = s[S_INST]
+        if span_insts:
+            for inst in span_insts:
+                if inst not in seen:
+                    seen.add(inst)
+                    insts.append(inst)
         ev = s[S_EV]
         if ev == 'api.request':
             status = (s[S_ATTRS] or {}).get('status')
@@ -239,8 +244,8 @@ def _instance_state(tree: Tree, inst, api_error, conductor_work) -> dict:
     outcomes = []
     builds = 0
     for sid, s in spans.items():
-        if not _belongs(s, inst):
-            continue
+        if inst is not None and s[S_INST] and inst not in s[S_INST]:
+            continue  # not _belongs(s, inst)
         ev = s[S_EV]
         if ev == 'compute.build':
             if inst is not None and not s[S_INST]:
