@@ -28,10 +28,13 @@ the tightest bounds matter, so ``PairCollector`` keeps the ``keep``
 tightest (with where they came from): memory is bounded by the number of
 host pairs, not by the input.  ``solve``:
 
-1. adds the bounds loosest first to an all-pairs shortest-path matrix
-   (NumPy), rejecting a bound that would close a negative cycle (no
-   offsets satisfy it together with the bounds already accepted): such
-   pairs are dropped and reported with their origin;
+1. adds the bounds to an all-pairs shortest-path matrix (NumPy), the
+   ones closest to their host pair's median first, rejecting a bound
+   that would close a negative cycle (no offsets satisfy it together
+   with the bounds already accepted): such pairs are dropped and
+   reported with their origin.  Ordering by distance from the pair's
+   median rather than by raw value makes the outliers (too tight for
+   their pair, in either direction) the ones dropped;
 2. per connected group of hosts, takes the host with the most pairs as
    reference (offset 0) and fixes the other hosts one by one, the most
    constrained first: a host keeps its raw clock (offset 0) when that is
@@ -131,12 +134,18 @@ def solve(collector: PairCollector, hosts=()) -> ClockResult:
     numpy.fill_diagonal(dist, 0.0)
     edges = []
     for (a, b), lst in collector.bounds.items():
+        # How much tighter than its pair's typical bound each one is:
+        # a bad pair (a clock step, a stalled read) stands out from the
+        # bounds of its host pair, whatever the direction or the size of
+        # the offset, so ranking by it makes the outliers the ones left
+        # out when bounds contradict each other.
+        typical = lst[len(lst) // 2][0]
         for w, origin in lst:
             # o[a] - o[b] <= w  is the edge b -> a of weight w
-            edges.append((w, index[b], index[a], origin))
-    edges.sort(key=lambda e: -e[0])
+            edges.append((typical - w, w, index[b], index[a], origin))
+    edges.sort(key=lambda e: (e[0], -e[1]))
     linked = [set() for _ in range(n)]
-    for w, u, v, origin in edges:
+    for _tightness, w, u, v, origin in edges:
         if dist[v, u] + w < 0:
             result.dropped.append({
                 'a': names[v], 'b': names[u], 'bound_us': w,

@@ -80,6 +80,28 @@ class SolveTest(testtools.TestCase):
         off = res.offsets()
         self.assertEqual(0, off['b'] - off['a'])
 
+    def test_one_outlier_does_not_outvote_its_pair(self):
+        # compute-3 is 1.5 s ahead; one stalled reading on it makes a call
+        # seem to end 52 ms too early.  The outlier goes, the 50 good
+        # pairs (both directions) stay.
+        coll = clocks.PairCollector()
+        for i in range(50):
+            coll.add_hop('compute-3', 0, 100_000, 'controller',
+                         -1_498_000 - i, -1_450_000, True, ('ok', i))
+        coll.add_hop('compute-3', 0, 85_946, 'controller', -1_419_255,
+                     -1_411_250, True, ('outlier', 0))
+        res = clocks.solve(coll, ['controller', 'compute-3'])
+        self.assertEqual([('outlier', 0)],
+                         [d['origin'] for d in res.dropped])
+        off = res.offsets()
+        gap = off['controller'] - off['compute-3']
+        self.assertLess(abs(gap - 1_524_000), 30_000)
+        info = res.hosts['compute-3']
+        if info['status'] == 'reference':
+            info = res.hosts['controller']
+        self.assertIsNotNone(info['low_us'])
+        self.assertIsNotNone(info['high_us'])
+
     def test_collector_keeps_tightest(self):
         coll = clocks.PairCollector(keep=3)
         for w in (50, 10, 40, 30, 20):
