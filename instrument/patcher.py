@@ -507,7 +507,9 @@ class Patcher:
         h_spec = _compile(point.host, original, offset)
         h_kind, h_name, _h_pos, h_fn = h_spec
         r_spec = _compile(point.remote_parent, original, offset)
+        r_kind = r_spec[0]
         s_spec = _compile(point.service_from, original, offset)
+        s_kind = s_spec[0]
         result_instances = point.result_instances
         on_enter = point.on_enter
         on_exit = point.on_exit
@@ -560,11 +562,14 @@ class Patcher:
                     host = getattr(instance, h_name, None)
                     if h_fn is not None and host is not None:
                         host = h_fn(host)
-                else:
+                elif h_kind:
                     host = _pick(h_spec, instance, args, kwargs, offset)
-                remote = _pick(r_spec, instance, args, kwargs, offset)
-                point_svc = _pick(s_spec, instance, args, kwargs,
-                                  offset) or svc
+                else:
+                    host = None
+                remote = _pick(r_spec, instance, args, kwargs,
+                               offset) if r_kind else None
+                point_svc = (_pick(s_spec, instance, args, kwargs, offset)
+                             or svc) if s_kind else svc
                 span = tracer.begin(
                     ev, point_svc, host, ctx, inst,
                     on_enter(instance, args[offset:], kwargs) if on_enter
