@@ -64,7 +64,12 @@ def set_frame(frame: tuple):
 
 
 def reset_frame(token) -> None:
-    _CURRENT.reset(token)
+    """Undo ``set_frame``; a token of another context is ignored (a
+    span ended elsewhere than it began)."""
+    try:
+        _CURRENT.reset(token)
+    except ValueError:
+        pass
 
 MAX_MESSAGE = 200
 # oslo.db / SQLAlchemy messages carry the statement and its bound
@@ -185,6 +190,17 @@ def _current_oslo_context():
     return context.get_current()
 
 
+def current_request() -> tuple:
+    """(req, greq) of oslo.context's current context, or (None, None):
+    the fallback of a call that has no context argument and no enclosing
+    span."""
+    octx = _current_oslo_context()
+    if octx is None:
+        return None, None
+    return (getattr(octx, 'request_id', None),
+            getattr(octx, 'global_request_id', None))
+
+
 class Tracer:
     """Builds span events for one process and hands them to the buffer."""
 
@@ -192,7 +208,7 @@ class Tracer:
         self.buffer = buffer
         self.emit = buffer.emit
         # Looked up now, after eventlet (if any) has patched threading.
-        self._get_ident = threading.get_ident
+        self.get_ident = threading.get_ident
         self.host = identity.host
         self.svc = identity.svc
         self.detail_sample_rate = detail_sample_rate
@@ -256,7 +272,7 @@ class Tracer:
         span = _prefix | (next(_ids) & 0xFFFFFFFF)
         t0 = _perf_ns()
         rec = [PH_B, (t0 + _wall_offset_ns) // 1000, None, host, svc,
-               self._get_ident(), ev, span, parent, req, greq, inst, None,
+               self.get_ident(), ev, span, parent, req, greq, inst, None,
                None, attrs, t0,
                _CURRENT.set((span, req, greq, inst, svc, host, ev))]
         buf = self.buffer

@@ -76,7 +76,7 @@ class FileSink(sink.Sink):
         return self._fd
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
-        data = record.encode_batch(batch, first_seq, pid).encode('utf-8')
+        data = record.encode_batch(batch, first_seq, pid)
         try:
             fd = self._open(pid)
             view = memoryview(data)

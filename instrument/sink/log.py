@@ -41,7 +41,7 @@ class LogSink(sink.Sink):
     name = 'log'
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
-        data = record.encode_batch(batch, first_seq, pid)
+        data = record.encode_batch(batch, first_seq, pid).decode('utf-8')
         if threads.eventlet_patched() and threads.in_os_worker():
             if not threads.defer_to_hub(_log_lines, data):
                 self.dropped += len(batch)

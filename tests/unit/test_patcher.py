@@ -466,3 +466,33 @@ class SignatureAndHookTest(PatcherTestBase):
         inner = LookupError('no valid host')
         err = tracing.error_of(self.sig.ExpectedException(inner))
         self.assertEqual(('LookupError', 'no valid host'), err)
+
+
+class InlinedTracerTest(PatcherTestBase):
+    """The wrapper inlines Tracer.begin/end: same records either way."""
+
+    def test_point_and_tracer_span_agree(self):
+        mod = importlib.import_module(self.mod_name)
+        point = patcher.PatchPoint(
+            self.mod_name, 'Manager.spawn', 'compute.spawn', 'compute',
+            instances=patcher.uuids('instance'),
+            host=patcher.self_attr('host'),
+            on_enter=lambda i, a, k: {'stage': 1},
+            on_exit=lambda i, a, k, r: {'result': r})
+        self.make_patcher([point]).apply()
+        ctx = mod.Ctx('req-same', 'req-g')
+        with self.tracer.span('compute.build', ctx=ctx, svc='compute',
+                              host='compute-7'):
+            mod.Manager().spawn(ctx, mod.Instance('u-same'))
+            with self.tracer.span('compute.spawn', ctx=ctx,
+                                  inst=['u-same'], attrs={'stage': 1},
+                                  svc='compute', host='compute-7') as s:
+                s.attrs['result'] = 'spawned-u-same'
+        build, patched, manual = self.events('X')
+        for rec in (patched, manual):
+            self.assertEqual(build['span'], rec['parent'])
+        ignore = ('seq', 'ts', 'dur_us', 'span')
+        self.assertEqual({k: v for k, v in manual.items() if k not in ignore},
+                         {k: v for k, v in patched.items()
+                          if k not in ignore})
+        self.assertIsNone(tracing.current_frame())
