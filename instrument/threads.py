@@ -176,8 +176,3 @@ def os_lock():
     """A lock that is a real OS lock, even under eventlet."""
     real_threading, _ = _originals()
     return real_threading.Lock()
-
-
-def current_thread_id() -> int:
-    """Thread id, or greenthread id when eventlet patched ``threading``."""
-    return threading.get_ident()
