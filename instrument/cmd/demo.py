@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog='instrument-demo',
         description='Boot servers on an instrumented in-process nova 34 '
                     'cloud and report where the time went.')
-    parser.add_argument('--servers', '-n', type=int, default=40,
-                        help='servers to boot (default 40)')
+    parser.add_argument('--servers', '-n', type=int, default=30,
+                        help='servers to boot (default 30)')
     parser.add_argument('--concurrency', '-c', type=int, default=8,
                         help='boots in flight at once (default 8)')
     parser.add_argument('--computes', type=int, default=3,
@@ -137,7 +137,7 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> list:
     from instrument.demo import cloud
     from instrument.demo import faults
 
-    faults.configure(args.fail, args.reschedule, args.seed)
+    faults.configure(args.fail, args.reschedule, args.servers, args.seed)
     settings = cloud.Settings(
         span_dir=spans_dir,
         computes=['cmp-%02d' % (n + 1) for n in range(args.computes)],

@@ -24,6 +24,8 @@ import threading
 import time
 
 POLL_S = 0.2
+# Server n is named NAME_FORMAT % n (the fault plan refers to names).
+NAME_FORMAT = 'demo-%04d'
 TIMEOUT_S = 180.0
 
 
@@ -128,7 +130,7 @@ def boot_all(api, body_for, count: int, concurrency: int, stop=None,
                     if progress:
                         progress.add(results[-1])
             pending.add(pool.submit(_boot_one, api, body_for,
-                                    'demo-%04d' % n, stop))
+                                    NAME_FORMAT % n, stop))
         for future in concurrent.futures.as_completed(pending):
             results.append(future.result())
             if progress:

@@ -12,30 +12,47 @@
 """A fake virt driver that fails a chosen share of spawns.
 
 ``FaultyDriver`` is nova's ``FakeDriver`` (room for any number of
-instances) whose ``spawn`` raises, for a deterministic share of instance
-uuids, either ``BuildAbortException`` (the build fails for good) or, on
-the first attempt only, ``ComputeResourcesUnavailable`` (nova
+instances) whose ``spawn`` raises, for the servers the plan names (an
+exact share of them, see ``configure``), either
+``BuildAbortException`` (the build fails for good) or, on the first
+attempt only, ``ComputeResourcesUnavailable`` (nova
 reschedules to another host, as ``FakeRescheduleDriver`` does).  The
 shares are set with ``configure`` before the computes start.
 """
 
+import random
 import sys
 import threading
-import zlib
 
 from nova import exception
 from nova.virt import fake
 
-_SETTINGS = {'fail': 0.0, 'reschedule': 0.0, 'seed': 0}
+from instrument.demo import boots
+
+_PLAN = {}
 _RESCHEDULED = set()
 _LOCK = threading.Lock()
 
+NAME_FORMAT = boots.NAME_FORMAT
 
-def configure(fail: float, reschedule: float, seed: int = 0) -> None:
-    """Share of spawns that fail, and of first spawns that reschedule."""
-    _SETTINGS.update(fail=fail, reschedule=reschedule, seed=seed)
+
+def configure(fail: float, reschedule: float, count: int,
+              seed: int = 0) -> dict:
+    """Choose which of the ``count`` servers (named ``NAME_FORMAT``)
+    fail and which reschedule once: exactly ``round(count * share)`` of
+    each, picked by ``seed``.  Returns the plan {name: fate}."""
+    names = [NAME_FORMAT % n for n in range(count)]
+    random.Random(seed).shuffle(names)
+    failing = int(round(count * fail))
+    rescheduled = int(round(count * reschedule))
+    plan = {name: 'fail' for name in names[:failing]}
+    plan.update((name, 'reschedule')
+                for name in names[failing:failing + rescheduled])
     with _LOCK:
+        _PLAN.clear()
+        _PLAN.update(plan)
         _RESCHEDULED.clear()
+    return dict(plan)
 
 
 def register() -> str:
@@ -44,15 +61,10 @@ def register() -> str:
     return 'instrument_demo.FaultyDriver'
 
 
-def fate(uuid: str) -> str:
-    """What happens to the spawns of ``uuid``: ok, fail or reschedule."""
-    draw = zlib.crc32(('%d:%s' % (_SETTINGS['seed'], uuid)).encode())
-    share = (draw % 10000) / 10000.0
-    if share < _SETTINGS['fail']:
-        return 'fail'
-    if share < _SETTINGS['fail'] + _SETTINGS['reschedule']:
-        return 'reschedule'
-    return 'ok'
+def fate(name: str) -> str:
+    """What happens to the spawns of the server ``name``: ok, fail or
+    reschedule."""
+    return _PLAN.get(name, 'ok')
 
 
 class FaultyDriver(fake.FakeDriver):
@@ -61,7 +73,7 @@ class FaultyDriver(fake.FakeDriver):
     def spawn(self, context, instance, image_meta, injected_files,
               admin_password, allocations, network_info=None,
               block_device_info=None, power_on=True, accel_info=None):
-        what = fate(instance.uuid)
+        what = fate(instance.display_name)
         if what == 'fail':
             raise exception.BuildAbortException(
                 instance_uuid=instance.uuid,

@@ -57,8 +57,10 @@ class DemoTest(testtools.TestCase):
         with open(os.path.join(out, 'servers.json')) as f:
             truth = json.load(f)['servers']
         self.assertEqual(servers, len(truth))
-        faults.configure(0.25, 0.25, seed)
-        fates = {s['id']: faults.fate(s['id']) for s in truth}
+        plan = faults.configure(0.25, 0.25, servers, seed)
+        self.assertEqual(2, list(plan.values()).count('fail'))
+        self.assertEqual(2, list(plan.values()).count('reschedule'))
+        fates = {s['id']: faults.fate(s['name']) for s in truth}
         for server in truth:
             expected = 'ERROR' if fates[server['id']] == 'fail' \
                 else 'ACTIVE'
