@@ -13,6 +13,7 @@
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -93,6 +94,24 @@ class TestCase(testtools.TestCase):
             f.write(textwrap.dedent(source))
         self._made.append(name)
         return name
+
+    def run_script(self, script: str, *args, modules=None,
+                   timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run ``script`` in a fresh interpreter (fork, eventlet and exit
+        tests must not run in the test runner), with ``modules``
+        ({name: source}) importable."""
+        for name, source in (modules or {}).items():
+            with open(os.path.join(self.modules_dir, name + '.py'),
+                      'w') as f:
+                f.write(source)
+        path = os.path.join(self.tmp, 'script.py')
+        with open(path, 'w') as f:
+            f.write(textwrap.dedent(script))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [self.modules_dir] + sys.path))
+        return subprocess.run([sys.executable, path] + list(args),
+                              capture_output=True, text=True, env=env,
+                              timeout=timeout)
 
     def make_conf(self, **overrides) -> cfg.ConfigOpts:
         conf = cfg.ConfigOpts()

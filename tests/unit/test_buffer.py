@@ -13,9 +13,6 @@
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -195,16 +192,7 @@ class ProcessLifecycleTest(base.TestCase):
     """Fork and exit, in subprocesses (a test runner must not fork)."""
 
     def _run(self, script: str, *args) -> str:
-        with open(os.path.join(self.modules_dir, 'worker.py'), 'w') as f:
-            f.write(WORKER)
-        path = os.path.join(self.tmp, 'script.py')
-        with open(path, 'w') as f:
-            f.write(textwrap.dedent(script))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [self.modules_dir] + sys.path))
-        proc = subprocess.run([sys.executable, path] + list(args),
-                              capture_output=True, text=True, env=env,
-                              timeout=120)
+        proc = self.run_script(script, *args, modules={'worker': WORKER})
         self.assertEqual(0, proc.returncode, proc.stderr)
         return proc.stdout
 

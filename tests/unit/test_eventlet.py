@@ -13,9 +13,6 @@
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import time
 
 from tests.unit import base
@@ -165,19 +162,9 @@ class Worker:
 
 class EventletTest(base.TestCase):
 
-    def _run(self, script: str, *args, timeout=60) -> subprocess.Popen:
-        for name, source in (('green_worker', GREEN_WORKER),):
-            with open(os.path.join(self.modules_dir, name + '.py'),
-                      'w') as f:
-                f.write(source)
-        path = os.path.join(self.tmp, 'script.py')
-        with open(path, 'w') as f:
-            f.write(textwrap.dedent(script))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [self.modules_dir] + sys.path))
-        return subprocess.run([sys.executable, path] + list(args),
-                              capture_output=True, text=True, env=env,
-                              timeout=timeout)
+    def _run(self, script: str, *args, timeout=60):
+        return self.run_script(script, *args, timeout=timeout,
+                               modules={'green_worker': GREEN_WORKER})
 
     def test_blocked_writer_blocks_neither_hub_nor_caller(self):
         fifo = os.path.join(self.tmp, 'fifo')
