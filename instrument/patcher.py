@@ -526,7 +526,7 @@ class Patcher:
         error_of = tracing.error_of
         get_frame = tracing.current_frame
         set_frame = tracing.set_frame
-        reset_frame = tracing.reset_frame
+        reset_frame = tracing.reset_frame_strict
         perf_ns = time.perf_counter_ns
 
         # The body below is Tracer.begin and Tracer.end, inlined and
