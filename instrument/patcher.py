@@ -20,9 +20,11 @@ the process was not importing anyway.  ``remove()`` restores the
 originals; both are idempotent.  Each point's status (patched, pending,
 missing, failed) is reported in a start-up banner.
 
-Wrappers isolate faults: an exception raised by instrumentation code is
-counted, logged once, and after ``FAULT_LIMIT`` faults the point stops
-recording; the wrapped call's result and exceptions are never changed.
+Wrappers isolate faults: the wrapped callable is called exactly once,
+outside any guarded block, and its result or exception is handed back
+as the same object.  An exception raised by instrumentation code (never
+one of nova's) is counted and logged once (``instrument.faults``), and
+after ``FAULT_LIMIT`` faults the point stops recording.
 """
 
 import dataclasses
@@ -37,6 +39,7 @@ import weakref
 from oslo_log import log as logging
 import wrapt
 
+from instrument import faults as faults_mod
 from instrument import record
 from instrument import tracer as tracing
 
@@ -241,28 +244,21 @@ class PatchPoint:
         return [(self.module, self.target)] + list(self.alternatives)
 
 
-class _PointState:
+class _PointState(faults_mod.Faults):
     """Mutable per-point state: active flag and fault count."""
 
-    __slots__ = ('point', 'active', 'faults', 'used')
+    __slots__ = ('point', 'used')
 
     def __init__(self, point: PatchPoint) -> None:
+        super().__init__('point %s' % point.name, FAULT_LIMIT)
         self.point = point
-        self.active = True
-        self.faults = 0
         self.used = None
 
-    def fault(self, exc: BaseException) -> None:
-        self.faults += 1
-        if self.faults == 1:
-            LOG.warning('instrument: fault in point %s (%s: %s); the nova '
-                        'call is unaffected', self.point.name,
-                        exc.__class__.__name__, exc,
-                        exc_info=(type(exc), exc, exc.__traceback__))
-        if self.faults >= FAULT_LIMIT and self.active:
-            self.active = False
-            LOG.error('instrument: point %s disabled after %d faults',
-                      self.point.name, self.faults)
+    @property
+    def faults(self) -> int:
+        return self.count
+
+    fault = faults_mod.Faults.__call__
 
 
 # -- post-import hook dispatch (hooks cannot be unregistered in wrapt) ----
@@ -545,6 +541,10 @@ class Patcher:
             tracer = patcher.tracer
             if tracer is None or not state.active:
                 return call(*args, **kwargs)
+            # Starting the span is guarded; nova's call never is: it
+            # runs exactly once, below, whatever happened here, and its
+            # result or exception goes back as it came.
+            rec = None
             try:
                 ctx = None
                 if c_kind == 1:
@@ -569,68 +569,75 @@ class Patcher:
                         greq = frame[2]
                     else:
                         req, greq = tracing.current_request()
-                if detail and not tracer.sampled(req):
-                    return call(*args, **kwargs)
-                inst = None
-                if i_kind == 1:
-                    if i_name in kwargs:
-                        inst = kwargs[i_name]
-                    elif -1 < i_pos < len(args):
-                        inst = args[i_pos]
-                    if inst is not None and i_fn is not None:
-                        uuid = getattr(inst, i_attr, None) if i_attr \
-                            else None
-                        inst = [uuid] if uuid.__class__ is str \
-                            else i_fn(inst)
-                elif i_kind:
-                    inst = i_fn(instance, args[offset:], kwargs)
-                if h_kind == 2:  # self.host, the usual case: inline
-                    host = getattr(instance, h_name, None)
-                    if h_fn is not None and host is not None:
-                        host = h_fn(host)
-                elif h_kind:
-                    host = _pick(h_spec, instance, args, kwargs, offset)
-                else:
-                    host = None
-                remote = _pick(r_spec, instance, args, kwargs,
-                               offset) if r_kind else None
-                span_svc = (_pick(s_spec, instance, args, kwargs, offset)
-                            or svc) if s_kind else svc
-                if frame is not None:
-                    if inst is None:
-                        inst = frame[3]
+                if not detail or tracer.sampled(req):
+                    inst = None
+                    if i_kind == 1:
+                        if i_name in kwargs:
+                            inst = kwargs[i_name]
+                        elif -1 < i_pos < len(args):
+                            inst = args[i_pos]
+                        if inst is not None and i_fn is not None:
+                            uuid = getattr(inst, i_attr, None) if i_attr \
+                                else None
+                            inst = [uuid] if uuid.__class__ is str \
+                                else i_fn(inst)
+                    elif i_kind:
+                        inst = i_fn(instance, args[offset:], kwargs)
+                    if h_kind == 2:  # self.host, the usual case: inline
+                        host = getattr(instance, h_name, None)
+                        if h_fn is not None and host is not None:
+                            host = h_fn(host)
+                    elif h_kind:
+                        host = _pick(h_spec, instance, args, kwargs, offset)
+                    else:
+                        host = None
+                    remote = _pick(r_spec, instance, args, kwargs,
+                                   offset) if r_kind else None
+                    span_svc = (_pick(s_spec, instance, args, kwargs,
+                                      offset) or svc) if s_kind else svc
+                    if frame is not None:
+                        if inst is None:
+                            inst = frame[3]
+                        if span_svc is None:
+                            span_svc = frame[4]
+                        if host is None:
+                            host = frame[5]
+                        parent = frame[0] if remote is None else remote
+                    else:
+                        parent = remote
                     if span_svc is None:
-                        span_svc = frame[4]
+                        span_svc = tracer.svc
                     if host is None:
-                        host = frame[5]
-                    parent = frame[0] if remote is None else remote
-                else:
-                    parent = remote
-                if span_svc is None:
-                    span_svc = tracer.svc
-                if host is None:
-                    host = tracer.host
-                # Module attributes, read per call: a fork renews the
-                # span id prefix, the writer the wall clock anchor.
-                span = tracing._prefix | (next(tracing._ids) & 0xFFFFFFFF)
-                t0 = perf_ns()
-                rec = [PH_B, (t0 + tracing._wall_offset_ns) // 1000, None,
-                       host, span_svc, tracer.get_ident(), ev, span, parent,
-                       req, greq, inst, None, None,
-                       on_enter(instance, args[offset:], kwargs)
-                       if on_enter else None, t0,
-                       set_frame((span, req, greq, inst, span_svc, host,
-                                  ev))]
-                buf = tracer.buffer
-                queue = buf.queue
-                if len(queue) < buf.max_records:  # EventBuffer.emit
-                    queue.append(rec)
-                    if buf.writer is None:
-                        buf.start()
-                else:
-                    buf.drop()
+                        host = tracer.host
+                    # Module attributes, read per call: a fork renews the
+                    # span id prefix, the writer the wall clock anchor.
+                    span = tracing._prefix | (next(tracing._ids) &
+                                              0xFFFFFFFF)
+                    t0 = perf_ns()
+                    # The frame is set last (a fault before leaves none).
+                    rec = [PH_B, (t0 + tracing._wall_offset_ns) // 1000,
+                           None, host, span_svc, tracer.get_ident(), ev,
+                           span, parent, req, greq, inst, None, None,
+                           on_enter(instance, args[offset:], kwargs)
+                           if on_enter else None, t0,
+                           set_frame((span, req, greq, inst, span_svc,
+                                      host, ev))]
+                    # EventBuffer.emit, with the writer started before
+                    # the append: once queued, the span is never given up.
+                    buf = tracer.buffer
+                    queue = buf.queue
+                    if len(queue) < buf.max_records:
+                        if buf.writer is None:
+                            buf.start()
+                        queue.append(rec)
+                    else:
+                        buf.drop()
             except Exception as exc:
+                if rec is not None:  # not queued: give it up
+                    tracing.release(rec)
+                    rec = None
                 state.fault(exc)
+            if rec is None:  # a detail point's unsampled request, a fault
                 return call(*args, **kwargs)
             try:
                 result = call(*args, **kwargs)
@@ -651,6 +658,7 @@ class Patcher:
                     rec[13] = error_of(exc)
                     rec[0] = PH_X  # last: the writer may read it any time
                 except Exception as fault:
+                    tracing.abandon(rec, ST_ERROR, t1)
                     state.fault(fault)
                 raise
             t1 = perf_ns()
@@ -670,11 +678,8 @@ class Patcher:
                 rec[12] = ST_OK
                 rec[0] = PH_X  # last: the writer may read it any time
             except Exception as fault:
+                tracing.abandon(rec, ST_OK, t1)
                 state.fault(fault)
-                if rec[0] is PH_B:
-                    rec[2] = (t1 - t0) // 1000
-                    rec[12] = ST_OK
-                    rec[0] = PH_X
             return result
 
         return self._finish(patched, point, original)
@@ -699,10 +704,18 @@ class Patcher:
                 try:
                     changed = before(instance, args[offset:], kwargs)
                     if changed is not None:
-                        new_args, kwargs = changed
-                        args = args[:offset] + tuple(new_args)
+                        # Both or neither: a half-applied change would
+                        # call nova with arguments nobody meant.
+                        new_args, new_kwargs = changed
+                        new_args = args[:offset] + tuple(new_args)
+                        if not isinstance(new_kwargs, dict):
+                            raise TypeError('on_enter of a hook returned '
+                                            'keywords of type %s' %
+                                            type(new_kwargs).__name__)
+                        args, kwargs = new_args, new_kwargs
                 except Exception as fault:
                     state.fault(fault)
+            # Outside any guarded block: called once, passed through.
             result = call(*args, **kwargs)
             if after is not None:
                 try:

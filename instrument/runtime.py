@@ -22,15 +22,18 @@ runtime.  ``teardown()`` undoes all of it.
 import inspect
 import socket
 import threading
+import time
 
 from oslo_config import cfg
 from oslo_log import log as logging
 from stevedore import extension
 
 from instrument import buffer as buffer_mod
+from instrument import faults
 from instrument import opts
 from instrument import patcher as patcher_mod
 from instrument import process
+from instrument import record
 from instrument import sink
 from instrument import threads
 from instrument import tracer as tracer_mod
@@ -89,6 +92,7 @@ class Runtime:
         self.tracer = tracer
         self.patcher = patcher
         self.db = None
+        self._faults_reported = None
 
     def header(self) -> list:
         group = self.conf.instrument
@@ -104,6 +108,16 @@ class Runtime:
                 'detail_sample_rate': group.detail_sample_rate,
             },
         })]
+
+    def report_faults(self, final: bool = False) -> None:
+        """Writer periodic: an ``instrument.faults`` counter record
+        whenever the fault counts of the process changed."""
+        totals = faults.totals()
+        if totals and totals != self._faults_reported:
+            self._faults_reported = totals
+            self.tracer.emit(record.counter(
+                faults.EVENT, self.identity.host, self.identity.svc,
+                time.time_ns() // 1000, totals))
 
     def close(self) -> None:
         # Write first, so the start record still shows what was patched.
@@ -141,19 +155,41 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
         buf = buffer_mod.EventBuffer(
             sinks, group.buffer_size, group.flush_interval, identity,
             header=lambda: runtime.header())
-        tracer = tracer_mod.Tracer(buf, identity, group.detail_sample_rate)
-        if points is None:
-            points = load_points(group.services)
-        patcher = patcher_mod.Patcher(points, tracer)
-        runtime = Runtime(conf, identity, buf, tracer, patcher)
-        patcher.apply()
-        patcher.log_banner()
-        if group.sql_timing:
-            runtime.db = _install_sql_timing(tracer, conf)
+        patcher = None
+        try:
+            if points is None:
+                points = load_points(group.services)
+            # Patched before the tracer exists (the wrappers pass calls
+            # through until then): the tracer starts the writer, whose
+            # first drain writes the header, which names the points.
+            patcher = patcher_mod.Patcher(points, None)
+            runtime = Runtime(conf, identity, buf, None, patcher)
+            patcher.apply()
+            patcher.log_banner()
+            tracer = tracer_mod.Tracer(buf, identity,
+                                       group.detail_sample_rate)
+            runtime.tracer = patcher.tracer = tracer
+            if group.sql_timing:
+                runtime.db = _install_sql_timing(tracer, conf)
+            buf.add_periodic(runtime.report_faults)
+        except BaseException:
+            # Half a start is worse than none: undo what was done.
+            _undo(patcher, runtime, buf)
+            raise
         _ACTIVE = runtime
         LOG.info('instrument: recording %s on %s to %s', identity.service,
                  identity.host, ', '.join(group.sinks))
         return runtime
+
+
+def _undo(patcher, runtime, buf) -> None:
+    for step in (patcher and patcher.remove,
+                 runtime and runtime.db and runtime.db.remove, buf.close):
+        if step:
+            try:
+                step()
+            except Exception:
+                LOG.exception('instrument: undoing a failed start')
 
 
 def _install_sql_timing(tracer, conf):
@@ -178,3 +214,4 @@ def teardown() -> None:
         runtime, _ACTIVE = _ACTIVE, None
     if runtime is not None:
         runtime.close()
+    faults.reset()

@@ -88,6 +88,7 @@ EVENTS = {
     'process.start': None,
     'process.points': None,
     'sink.drops': None,
+    'instrument.faults': None,
     'sql.fingerprint': None,
     'sql.agg': 'sql',
     # nova-api

@@ -202,6 +202,32 @@ def current_request() -> tuple:
             getattr(octx, 'global_request_id', None))
 
 
+def release(rec: list) -> None:
+    """Make the frame a span record set current no longer current
+    (a span given up before it was queued).  Never raises."""
+    try:
+        token, rec[I_TOKEN] = rec[I_TOKEN], None
+        if token is not None:
+            reset_frame(token)
+    except Exception:  # noqa: S110 - only ever called on a fault
+        pass
+
+
+def abandon(rec: list, st: str = ST_OK, t1: int | None = None) -> None:
+    """End a span whose end failed half-way (a fault in an ``on_exit``,
+    say): its frame released, its duration and status set, so that the
+    writer does not wait for it forever.  Never raises."""
+    release(rec)
+    try:
+        if rec[I_PH] == PH_B:
+            rec[I_DUR] = ((_perf_ns() if t1 is None else t1) -
+                          rec[I_T0]) // 1000
+            rec[I_ST] = st
+            rec[I_PH] = PH_X
+    except Exception:  # noqa: S110 - only ever called on a fault
+        pass
+
+
 class Tracer:
     """Builds span events for one process and hands them to the buffer."""
 
@@ -276,14 +302,20 @@ class Tracer:
                self.get_ident(), ev, span, parent, req, greq, inst, None,
                None, attrs, t0,
                _CURRENT.set((span, req, greq, inst, svc, host, ev))]
-        buf = self.buffer
-        queue = buf.queue
-        if len(queue) < buf.max_records:  # EventBuffer.emit, inlined
-            queue.append(rec)
-            if buf.writer is None:
-                buf.start()
-        else:
-            buf.drop()
+        try:
+            # EventBuffer.emit, inlined, with the writer started before
+            # the append: a span that is queued is never given up.
+            buf = self.buffer
+            queue = buf.queue
+            if len(queue) < buf.max_records:
+                if buf.writer is None:
+                    buf.start()
+                queue.append(rec)
+            else:
+                buf.drop()
+        except BaseException:
+            release(rec)  # not queued: the caller runs unrecorded
+            raise
         return rec
 
     def end(self, rec: list, st: str = ST_OK, err=None, attrs=None,

@@ -13,6 +13,7 @@
 
 from oslo_log import log as logging
 
+from instrument import faults
 from instrument import opts
 from instrument import runtime
 
@@ -24,16 +25,25 @@ def service_conf(conf):
     return getattr(conf, '_conf', conf)
 
 
+# Faults of starting the instrumentation (see instrument.faults).
+FAULTS = faults.Faults('the start of the instrumentation',
+                       what='nova runs uninstrumented')
+
+
 def start(conf) -> None:
-    """``instrument.setup`` for the service that owns ``conf``."""
-    real = service_conf(conf)
+    """``instrument.setup`` for the service that owns ``conf``.
+
+    Never raises: a bad option is logged as an error naming it, any
+    other fault is counted and logged once; nova then runs uninstrumented.
+    """
     try:
-        prog = real.prog
-    except Exception:
-        prog = None
-    try:
+        real = service_conf(conf)
+        try:
+            prog = real.prog
+        except Exception:
+            prog = None
         runtime.setup(real, prog)
     except opts.InvalidOption as exc:
         LOG.error('instrument: not started, fix nova.conf: %s', exc)
-    except Exception:
-        LOG.exception('instrument: not started')
+    except Exception as exc:
+        FAULTS(exc)

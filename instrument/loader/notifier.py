@@ -22,7 +22,9 @@ handles its first RPC.  The driver drops the notifications it is given:
 it exists for its side effect, beside whatever drivers are also listed.
 
 A bad ``[instrument]`` value is logged as an error naming the option and
-leaves nova running uninstrumented; it never stops a service.
+leaves nova running uninstrumented; any other fault of the start is
+counted and logged once (``instrument.loader.FAULTS``), with the same
+result: it never stops a service, and it never fails a notification.
 """
 
 from oslo_log import log as logging
@@ -38,7 +40,11 @@ class InstrumentDriver(notifier.Driver):
 
     def __init__(self, conf, topics, transport):
         super().__init__(conf, topics, transport)
-        loader.start(conf)
+        try:
+            loader.start(conf)
+        except Exception as exc:  # start() never raises; be sure of it
+            loader.FAULTS(exc)
 
     def notify(self, ctxt, msg, priority, retry):
-        """Notifications are not recorded; nova's spans are."""
+        """Notifications are not recorded; nova's spans are.  Nothing
+        here can fail a notification: it does nothing."""

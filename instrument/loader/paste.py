@@ -30,8 +30,10 @@ import re
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from instrument import faults
 from instrument import loader
 from instrument import runtime
+from instrument import tracer as tracing
 
 LOG = logging.getLogger(__name__)
 
@@ -45,8 +47,21 @@ def route_of(path: str) -> str:
     return _ID_SEGMENT.sub('/{id}', path or '/')
 
 
+# Faults of the filter in this process (see instrument.faults).
+FAULTS = faults.Faults('the paste filter',
+                       what='the request is answered unrecorded')
+
+
 class InstrumentMiddleware:
-    """WSGI middleware recording one ``api.request`` span per request."""
+    """WSGI middleware recording one ``api.request`` span per request.
+
+    Recording is isolated from the request: a fault while starting the
+    span (including the start of the instrumentation itself) is counted
+    and logged once, and nova's app is then called unrecorded; a fault
+    while ending it is counted and logged once.  The app is called
+    exactly once, outside any guarded block, and what it returns or
+    raises goes back unchanged.
+    """
 
     def __init__(self, app, conf=None, service_name='nova-api') -> None:
         self.app = app
@@ -63,43 +78,62 @@ class InstrumentMiddleware:
         return active.tracer if active is not None else None
 
     def __call__(self, environ, start_response):
-        tracer = self._tracer()
-        if tracer is None:
+        rec = None
+        try:
+            tracer = self._tracer()
+            if tracer is not None:
+                status = []
+
+                def recording_start_response(code, headers, exc_info=None):
+                    status.append(code)
+                    return start_response(code, headers, exc_info)
+
+                rec = tracer.begin(
+                    'api.request', svc='api', attrs={
+                        'method': environ.get('REQUEST_METHOD'),
+                        'route': route_of(environ.get('SCRIPT_NAME', '') +
+                                          environ.get('PATH_INFO', ''))},
+                    ctx={'request_id': environ.get('openstack.request_id'),
+                         'global_request_id': environ.get(
+                             'openstack.global_request_id')})
+        except Exception as exc:
+            FAULTS(exc)
+            rec = None
+        if rec is None:  # not instrumenting, or a fault: unrecorded
             return self.app(environ, start_response)
-        status = []
-
-        def recording_start_response(code, headers, exc_info=None):
-            status.append(code)
-            return start_response(code, headers, exc_info)
-
-        span = tracer.span(
-            'api.request', svc='api', attrs={
-                'method': environ.get('REQUEST_METHOD'),
-                'route': route_of(environ.get('SCRIPT_NAME', '') +
-                                  environ.get('PATH_INFO', ''))},
-            ctx={'request_id': environ.get('openstack.request_id'),
-                 'global_request_id': environ.get(
-                     'openstack.global_request_id')})
-        with span:
-            try:
-                return self.app(environ, recording_start_response)
-            finally:
-                self._finish(span, environ, status)
+        try:
+            result = self.app(environ, recording_start_response)
+        except BaseException as exc:
+            self._end(tracer, rec, environ, status, exc)
+            raise
+        self._end(tracer, rec, environ, status, None)
+        return result
 
     @staticmethod
-    def _finish(span, environ, status) -> None:
-        context = environ.get('nova.context')
-        req = getattr(context, 'request_id', None)
-        if req:
-            span.req = req
-        if status:
-            try:
-                code = int(status[0].split(None, 1)[0])
-            except (ValueError, IndexError):
-                return
-            span.attrs['status'] = code
-            if code >= 500:
-                span.error = ('HTTP %d' % code, status[0][:100])
+    def _end(tracer, rec, environ, status, exc) -> None:
+        """Complete the span; never raises."""
+        try:
+            context = environ.get('nova.context')
+            req = getattr(context, 'request_id', None)
+            attrs = None
+            st, err = tracing.ST_OK, None
+            if exc is not None:
+                st, err = tracing.ST_ERROR, tracing.error_of(exc)
+            if status:
+                try:
+                    code = int(status[0].split(None, 1)[0])
+                except (ValueError, IndexError):
+                    code = None
+                if code is not None:
+                    attrs = {'status': code}
+                    if code >= 500 and err is None:
+                        st, err = (tracing.ST_ERROR,
+                                   ('HTTP %d' % code, status[0][:100]))
+            tracer.end(rec, st, err, attrs, req or None)
+        except Exception as fault:
+            FAULTS(fault)
+            tracing.abandon(rec, tracing.ST_ERROR if exc is not None
+                            else tracing.ST_OK)
 
 
 FILTER_SECTION = ('[filter:instrument]\n'

@@ -36,6 +36,7 @@ import functools
 
 from oslo_log import log as logging
 
+from instrument import faults
 from instrument import patcher
 from instrument import tracer as tracing
 
@@ -119,14 +120,37 @@ def _dispatch_attrs(instance, args, kwargs):
 
 # -- threads ---------------------------------------------------------------
 
+# Faults of the frame switch in a spawned thread (no point state there).
+_THREAD_FAULTS = faults.Faults('the span carried into a thread',
+                               what='the thread runs unaffected')
+
+
+def _enter(frame):
+    try:
+        return tracing.set_frame(frame)
+    except Exception as exc:
+        _THREAD_FAULTS(exc)
+        return None
+
+
+def _leave(token) -> None:
+    try:
+        tracing.reset_frame(token)
+    except Exception as exc:
+        _THREAD_FAULTS(exc)
+
+
 def _run_in_frame(frame, func):
+    """``func`` run inside ``frame``: called once whatever the frame
+    switch does, its result and exception passed through."""
     @functools.wraps(func)
     def run(*args, **kwargs):
-        token = tracing.set_frame(frame)
+        token = _enter(frame)
         try:
             return func(*args, **kwargs)
         finally:
-            tracing.reset_frame(token)
+            if token is not None:
+                _leave(token)
     return run
 
 

@@ -11,10 +11,16 @@
 # under the License.
 """Tests of the nova-api paste filter (a plain WSGI app stands in)."""
 
+import collections
+import io
 import os
 
+import fixtures
+
+from instrument import loader
 from instrument.loader import paste
 from instrument import runtime
+from instrument import tracer as tracing
 from tests.unit import base
 
 NOVA_PIPELINE = '''[composite:openstack_compute_api_v21]
@@ -78,6 +84,28 @@ class PasteFilterTest(base.TestCase):
         self.assertEqual('/v2.1/servers/{id}/os-interface/{id}',
                          span['attrs']['route'])
 
+    def test_never_records_tokens_passwords_bodies_or_query_strings(self):
+        def application(environ, start_response):
+            environ['nova.context'] = Ctx()
+            environ['wsgi.input'].read()
+            start_response('202 Accepted', [])
+            return [b'{"server": {"adminPass": "s3cr3t-answer"}}']
+        middleware = paste.InstrumentMiddleware(application, conf=self.conf)
+        environ = {'REQUEST_METHOD': 'POST', 'SCRIPT_NAME': '/v2.1',
+                   'PATH_INFO': '/servers', 'QUERY_STRING':
+                   'password=s3cr3t-query',
+                   'HTTP_X_AUTH_TOKEN': 's3cr3t-token',
+                   'CONTENT_TYPE': 'application/json',
+                   'wsgi.input': io.BytesIO(
+                       b'{"server": {"adminPass": "s3cr3t-body"}}')}
+        list(middleware(environ, lambda s, h, e=None: None))
+        runtime.teardown()
+        files = os.listdir(os.path.join(self.tmp, 'spans'))
+        with open(os.path.join(self.tmp, 'spans', files[0])) as f:
+            text = f.read()
+        self.assertIn('api.request', text)
+        self.assertNotIn('s3cr3t', text)
+
     def test_disabled_passes_through(self):
         conf = self.make_conf(enabled=False)
         middleware = paste.InstrumentMiddleware(app('200 OK'), conf=conf)
@@ -93,3 +121,122 @@ class PasteFilterTest(base.TestCase):
         self.assertIn('pipeline = cors faultwrap request_log', text)
         self.assertEqual(1, text.count('[filter:instrument]'))
         self.assertEqual(text, paste.add_to_pipelines(text))
+
+
+def _boom(*args, **kwargs):
+    raise KeyError('instrumentation bug')
+
+
+class FailingQueue(collections.deque):
+    def append(self, item):
+        raise MemoryError('queue append')
+
+
+class PasteFaultTest(base.TestCase):
+    """Issue 19, item 2: a fault while recording never fails a request."""
+
+    def setUp(self):
+        super().setUp()
+        self.addCleanup(runtime.teardown)
+        self.conf = self.make_conf(sql_timing=False)
+        self.calls = []
+        self.middleware = paste.InstrumentMiddleware(self.app,
+                                                     conf=self.conf)
+
+    def app(self, environ, start_response):
+        self.calls.append(environ['PATH_INFO'])
+        environ['nova.context'] = Ctx()
+        error = environ.get('test.error')
+        if error is not None:
+            raise error
+        start_response('200 OK', [('Content-Type', 'application/json')])
+        return environ['test.body']
+
+    def request(self, error=None):
+        """(what the middleware returned or raised, start_response
+        calls)."""
+        body = [b'{"flavors": []}']
+        started = []
+        environ = {'REQUEST_METHOD': 'GET', 'SCRIPT_NAME': '/v2.1',
+                   'PATH_INFO': '/flavors', 'test.body': body,
+                   'test.error': error,
+                   'openstack.request_id': 'req-h'}
+        try:
+            out = self.middleware(environ, lambda s, h, e=None:
+                                  started.append((s, h)))
+        except Exception as exc:
+            out = exc
+        return out, body, started
+
+    def spans(self):
+        runtime.teardown()
+        files = base.read_span_files(os.path.join(self.tmp, 'spans'))
+        return [r for records in files.values() for r in records
+                if r['ev'] == 'api.request']
+
+    def assert_answered(self, n=1):
+        out, body, started = self.request()
+        self.assertIs(body, out, 'the app result must come back as is')
+        self.assertEqual([('200 OK', [('Content-Type',
+                                       'application/json')])], started)
+        self.assertEqual(n, len(self.calls), 'the app runs exactly once')
+        self.assertIsNone(tracing.current_frame())
+
+    def test_a_fault_starting_the_span_answers_unrecorded(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.tracer.Tracer.begin', _boom))
+        self.assert_answered(1)
+        self.assert_answered(2)
+        self.assertEqual(2, paste.FAULTS.count)
+        self.assertEqual(1, self.logger.output.count(
+            'fault in the paste filter'))
+        self.assertEqual([], self.spans())
+
+    def test_a_fault_queueing_the_span_answers_unrecorded(self):
+        paste.InstrumentMiddleware(lambda e, s: [], conf=self.conf)._tracer()
+        buf = runtime.active().buffer
+        buf.queue = FailingQueue()
+        self.assert_answered(1)
+        self.assertEqual(1, paste.FAULTS.count)
+        buf.queue = collections.deque()
+        self.assertEqual([], self.spans())
+
+    def test_a_fault_ending_the_span_keeps_the_answer(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.tracer.Tracer.end', _boom))
+        self.assert_answered(1)
+        self.assertEqual(1, paste.FAULTS.count)
+        [span] = self.spans()
+        self.assertEqual(('X', 'ok'), (span['ph'], span['st']))
+
+    def test_a_fault_starting_the_instrumentation_answers_unrecorded(self):
+        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.setup',
+                                             _boom))
+        self.assert_answered(1)
+        self.assert_answered(2)
+        self.assertIsNone(runtime.active())
+        self.assertEqual(1, loader.FAULTS.count)
+        self.assertEqual(1, self.logger.output.count(
+            'fault in the start of the instrumentation'))
+
+    def test_app_exceptions_pass_through_uncounted(self):
+        error = ValueError('nova failed')
+        out, _body, _started = self.request(error)
+        self.assertIs(error, out)
+        self.assertIsNone(out.__context__)
+        self.assertEqual(1, len(self.calls))
+        self.assertEqual(0, paste.FAULTS.count)
+        [span] = self.spans()
+        self.assertEqual(('error', 'ValueError'),
+                         (span['st'], span['err']['cls']))
+
+    def test_app_exceptions_pass_through_a_fault_ending_the_span(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.tracer.Tracer.end', _boom))
+        error = ValueError('nova failed')
+        out, _body, _started = self.request(error)
+        self.assertIs(error, out)
+        self.assertIsNone(out.__context__)
+        self.assertEqual(1, len(self.calls))
+        self.assertEqual(1, paste.FAULTS.count)
+        self.assertIsNone(tracing.current_frame())

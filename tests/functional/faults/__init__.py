@@ -1,0 +1,21 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The fault-injection tier (tox -e functional): real nova 34 in-process.
+
+For every kind of hook the library puts into nova a fault is injected
+into the library's own internals, and nova's answers, exceptions and
+side effects are compared with an uninstrumented run of the same
+scenario in the same cloud.  nova's functional package is imported
+first, as in ``tests.functional.nova``.
+"""
+
+import nova.tests.functional  # noqa: F401  (first, see above)

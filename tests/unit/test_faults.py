@@ -1,0 +1,99 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Fault counters, their span-log records, and a start that fails."""
+
+import importlib
+import os
+
+import fixtures
+
+from instrument import faults
+from instrument import patcher
+from instrument import runtime
+from tests.unit import base
+
+TARGET = '''
+class Manager:
+    def work(self, context):
+        return 'done'
+'''
+
+
+def _boom(*args, **kwargs):
+    raise KeyError('instrumentation bug')
+
+
+class FaultsTest(base.TestCase):
+
+    def test_counts_logs_the_first_and_disables_at_the_limit(self):
+        counter = faults.Faults('a hook', limit=3)
+        for n in range(5):
+            counter(ValueError('fault %d' % n))
+        self.assertEqual(5, counter.count)
+        self.assertFalse(counter.active)
+        log = self.logger.output
+        self.assertEqual(1, log.count('fault in a hook'))
+        self.assertIn('fault 0', log)
+        self.assertNotIn('fault 1', log)
+        self.assertEqual(1, log.count('Traceback'))
+        self.assertEqual(1, log.count('a hook disabled after 3 faults'))
+        self.assertEqual(5, faults.totals()['a hook'])
+        faults.reset()
+        self.assertEqual((0, True), (counter.count, counter.active))
+        self.assertNotIn('a hook', faults.totals())
+
+    def test_a_broken_exception_does_not_break_the_handler(self):
+        class Broken(Exception):
+            def __str__(self):
+                raise RuntimeError('no text')
+        counter = faults.Faults('a hook')
+        counter(Broken())
+        self.assertEqual(1, counter.count)
+
+
+class RuntimeFaultTest(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.addCleanup(runtime.teardown)
+        self.mod_name = self.make_module(TARGET)
+        self.mod = importlib.import_module(self.mod_name)
+        self.points = [patcher.PatchPoint(self.mod_name, 'Manager.work',
+                                          'compute.work', 'compute',
+                                          on_enter=_boom)]
+
+    def test_faults_are_counted_in_the_span_log(self):
+        conf = self.make_conf(sql_timing=False)
+        active = runtime.setup(conf, 'nova-compute', points=self.points)
+        for _ in range(3):
+            self.assertEqual('done', self.mod.Manager().work(None))
+        active.buffer.drain()
+        self.assertEqual('done', self.mod.Manager().work(None))
+        runtime.teardown()
+        [records] = base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values()
+        counts = [r['attrs'] for r in records
+                  if r['ev'] == faults.EVENT and r['ph'] == 'C']
+        name = 'point %s' % self.points[0].name
+        self.assertEqual([{name: 3}, {name: 4}], counts)
+        self.assertEqual({}, faults.totals(), 'teardown starts afresh')
+
+    def test_a_start_that_fails_half_way_is_undone(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.runtime._install_sql_timing', _boom))
+        conf = self.make_conf(sql_timing=True)
+        self.assertRaises(KeyError, runtime.setup, conf, 'nova-compute',
+                          points=self.points)
+        self.assertIsNone(runtime.active())
+        self.assertFalse(hasattr(self.mod.Manager.__dict__['work'],
+                                 '__instrument_point__'),
+                         'a failed start left nova patched')
