@@ -76,7 +76,9 @@ class FileSink(sink.Sink):
         return self._fd
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
-        data = record.encode_batch(batch, first_seq, pid)
+        data, lost = record.encode_lines(batch, first_seq, pid)
+        if lost:
+            self.dropped += lost
         try:
             fd = self._open(pid)
             view = memoryview(data)
@@ -84,7 +86,7 @@ class FileSink(sink.Sink):
                 written = self._os_write(fd, view)
                 view = view[written:]
         except OSError as exc:
-            self.dropped += len(batch)
+            self.dropped += len(batch) - lost
             self._report_failure(exc)
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 self._close_fd()

@@ -41,10 +41,13 @@ class LogSink(sink.Sink):
     name = 'log'
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
-        data = record.encode_batch(batch, first_seq, pid).decode('utf-8')
+        data, lost = record.encode_lines(batch, first_seq, pid)
+        if lost:
+            self.dropped += lost
+        data = data.decode('utf-8')
         if threads.eventlet_patched() and threads.in_os_worker():
             if not threads.defer_to_hub(_log_lines, data):
-                self.dropped += len(batch)
+                self.dropped += len(batch) - lost
             return
         _log_lines(data)
 

@@ -41,6 +41,10 @@ def quick(context):
 def hang(context):
     gate.wait(60)
     return 'released'
+
+
+def spawn(context, path):
+    raise OSError('cannot open the disk image ' + path)
 '''
 
 
@@ -59,6 +63,8 @@ class SetupTestBase(base.TestCase):
             patcher.PatchPoint(self.mod_name, 'quick', 'compute.quick',
                                'compute'),
             patcher.PatchPoint(self.mod_name, 'hang', 'compute.hang',
+                               'compute'),
+            patcher.PatchPoint(self.mod_name, 'spawn', 'compute.spawn',
                                'compute')]
         return instrument.setup(conf, 'nova-compute', points=points)
 
@@ -162,6 +168,29 @@ class FileSinkTest(SetupTestBase):
         self.assertEqual(3, drops[-1]['attrs']['file'])
         # The calls made while the disk was full are lost, and counted.
         self.assertEqual(2, len([r for r in records if r['ph'] == 'X']))
+
+    def test_spawn_failure_on_a_non_utf8_file_name_loses_nothing(self):
+        rt = self.setup_runtime()
+        mod = __import__(self.mod_name)
+        path = os.fsdecode(b'/var/lib/nova/instances/\xe9t\xe9/disk')
+        for n in range(300):
+            if n % 50 == 7:
+                self.assertRaises(OSError, mod.spawn, mod.Ctx(), path)
+            else:
+                mod.quick(mod.Ctx())
+        runtime.teardown()
+        self.assertEqual(0, rt.buffer.counts()['file'])
+        [records] = base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values()
+        spawns = [r for r in records if r['ev'] == 'compute.spawn']
+        self.assertEqual(6, len(spawns))
+        self.assertEqual(294, len([r for r in records
+                                   if r['ev'] == 'compute.quick']))
+        self.assertEqual(
+            'cannot open the disk image /var/lib/nova/instances/'
+            '\\xe9t\\xe9/disk', spawns[0]['err']['msg'])
+        self.assertEqual(list(range(1, len(records) + 1)),
+                         [r['seq'] for r in records])
 
     def test_file_name_is_safe(self):
         name = file_sink.file_name('cmp/1 x', 'nova-compute', 42, 0.0)
