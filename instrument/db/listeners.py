@@ -62,6 +62,8 @@ from instrument import tracer as tracing
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
+# Called through threads.defer only (from the statement's thread).
+_DEFERRED_LOG = logging.getLogger(__name__)
 
 EV_QUERY = 'sql.query'
 EV_TXN = 'sql.txn'
@@ -74,8 +76,10 @@ OUTCOME_ROLLBACK = 'rollback'
 MEMORY_DB = ':memory:'
 
 # Entries waiting for the writer; beyond this they are dropped and
-# counted.  The writer empties the deque every flush_interval.
-MAX_PENDING = 200000
+# counted (the first drop is logged at once).  The writer empties the
+# deque every flush_interval.  ``install`` sets it to [instrument]
+# buffer_size; this is the default of a bare ``SqlListeners``.
+MAX_PENDING = 50000
 
 # Attributes this module keeps on SQLAlchemy objects.
 ATTR_T0 = '_instrument_t0'          # ExecutionContext (or Connection)
@@ -308,7 +312,7 @@ class SqlListeners:
                             current_frame(), cursor.rowcount, executemany,
                             None, False, conn))
                 else:
-                    listeners.dropped += 1
+                    listeners.drop()
             except AttributeError:
                 # Its start was not seen (installed meanwhile): not timed.
                 pass
@@ -322,7 +326,20 @@ class SqlListeners:
         if len(self.pending) < self.max_pending:
             self.pending.append(entry)
         else:
-            self.dropped += 1
+            self.drop()
+
+    def drop(self) -> None:
+        """Count one entry lost to a full queue; the first is reported
+        at once, from here (through the hub or the watchdog thread:
+        the writer may be the one stuck)."""
+        self.dropped += 1
+        if self.dropped == 1:
+            threads.defer(
+                _DEFERRED_LOG.warning,
+                'instrument: SQL statements are being dropped: %d wait for '
+                'the writer ([instrument] buffer_size), which does not keep '
+                'up or is stuck; counted in sql.dropped records, not '
+                'logged again', self.max_pending)
 
     @staticmethod
     def _attribution() -> tuple:
@@ -611,10 +628,6 @@ class SqlListeners:
         dropped = self.dropped
         if dropped == self._reported_dropped:
             return
-        if not self._reported_dropped:
-            LOG.warning('instrument: SQL statements are being dropped (the '
-                        'writer does not keep up); counted in sql.dropped '
-                        'records')
         self._reported_dropped = dropped
         tracer = self.tracer
         tracer.emit(record.counter(EV_DROPPED, tracer.host, tracer.svc,
