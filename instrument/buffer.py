@@ -31,7 +31,10 @@ can tell what is missing.
 
 The buffer is fork-safe: in a child process it starts empty (the parent
 writes what it had), with fresh locks, a fresh writer thread and sinks
-that open their own files.  It drains once more at interpreter exit.
+that open their own files.  It drains once more at interpreter exit, and
+before ``os._exit`` (``flush_before_exit``, hooked by
+``instrument.runtime``): the way oslo.service and cotyledon end their
+workers, which skips ``atexit``.
 """
 
 import atexit
@@ -58,7 +61,7 @@ MAX_BATCH = 5000
 # Running spans whose start was written and whose end is awaited are
 # bounded by the buffer's size (``buffer_size``); beyond it the oldest
 # are forgotten (their end is then lost, and counted).
-# Longest wait at interpreter exit for a writer stuck on a hung disk.
+# Longest wait at exit for a writer stuck on a hung disk.
 EXIT_TIMEOUT = 2.0
 # A drain still running after this many seconds is reported as stuck.
 STALL_AFTER = 10.0
@@ -71,9 +74,34 @@ def _after_fork_in_child():
         buf._reset_after_fork()
 
 
+def flush_before_exit(timeout: float = EXIT_TIMEOUT) -> bool:
+    """Write what every buffer of this process holds (SQL aggregates of
+    the current interval included) and close it, before the process
+    exits.  Buffers of a process that recorded nothing are left alone.
+
+    The writing runs in a helper thread that is waited for at most
+    about ``2 * timeout`` seconds (the drain lock, then the sinks'
+    close), so a write that never returns cannot keep the process from
+    exiting.  Returns False when it did not finish in time.
+    """
+    live = [buf for buf in list(_LIVE) if not buf._closed and (
+        buf.writer is not None or buf.queue)]
+    if not live:
+        return True
+
+    def close_all():
+        for buf in live:
+            buf.close(timeout=timeout)
+
+    done = threads.run_bounded(close_all, 2 * timeout + 1.0,
+                               'instrument-exit')
+    if not threads.in_os_worker():
+        threads.run_deferred()
+    return done
+
+
 def _flush_all_at_exit():
-    for buf in list(_LIVE):
-        buf.close(timeout=EXIT_TIMEOUT)
+    flush_before_exit()
 
 
 def _watch_all():

@@ -87,6 +87,19 @@ def start_os_thread(target, name: str):
     return thread
 
 
+def run_bounded(fn, timeout: float, name: str) -> bool:
+    """Run ``fn`` in a new OS thread and wait for it at most ``timeout``
+    seconds; True when it finished.  Where no thread can be started any
+    more (interpreter shutdown) ``fn`` runs here, unbounded."""
+    try:
+        thread = start_os_thread(fn, name)
+    except RuntimeError:
+        fn()
+        return True
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
 def in_os_worker() -> bool:
     """True in a thread started by ``start_os_thread``."""
     return bool(_WORKERS) and _real_ident() in _WORKERS

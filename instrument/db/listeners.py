@@ -156,6 +156,18 @@ def database_name(url) -> str:
 NO_FRAME = (None, None, None, None, None, None, None)
 
 
+class _NoBuffer:
+    """Stands in for a tracer without a buffer: no writer to start."""
+
+    writer = 'none'
+
+    def start(self) -> None:
+        pass
+
+
+_NO_BUFFER = _NoBuffer()
+
+
 class _Faults:
     """Counts faults of the listeners; logs the first one."""
 
@@ -287,6 +299,9 @@ class SqlListeners:
         pending = self.pending
         append = pending.append
         max_pending = self.max_pending
+        # Queuing starts the writer: a forked child that only runs SQL
+        # has no other event that would.
+        buf = self._buffer()
         current_frame = tracing.current_frame
         perf_ns = _perf_ns
         faults = self.faults
@@ -311,6 +326,8 @@ class SqlListeners:
                             t1, statement, getattr(conn, ATTR_TXN, None),
                             current_frame(), cursor.rowcount, executemany,
                             None, False, conn))
+                    if buf.writer is None:
+                        buf.start()
                 else:
                     listeners.drop()
             except AttributeError:
@@ -325,8 +342,17 @@ class SqlListeners:
     def _queue(self, entry: tuple) -> None:
         if len(self.pending) < self.max_pending:
             self.pending.append(entry)
+            buf = self._buffer()
+            if buf.writer is None:
+                buf.start()
         else:
             self.drop()
+
+    def _buffer(self):
+        """The tracer's buffer (what ``start()``s the writer)."""
+        buf = getattr(self.tracer, 'buffer', None)
+        return buf if getattr(buf, 'start', None) is not None \
+            else _NO_BUFFER
 
     def drop(self) -> None:
         """Count one entry lost to a full queue; the first is reported
