@@ -13,9 +13,14 @@
 rotation and partial writes of the file sink."""
 
 import errno
+import grp
+import gzip
 import json
 import os
+import pwd
 import shutil
+import subprocess
+import textwrap
 import threading
 import time
 
@@ -437,3 +442,67 @@ class PartialWriteTest(_SinkTestBase):
         self.assertEqual(3, len(lines))
         self.assertEqual(5, json.loads(lines[2])['attrs']['n'])
 
+
+def _readme_logrotate() -> str:
+    """The logrotate snippet of README.rst ("Losses and rotation")."""
+    readme = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                          'README.rst')
+    with open(readme) as f:
+        text = f.read()
+    start = text.index('    # /etc/logrotate.d/nova-instrument\n')
+    block = text[start:text.index('\n\n', start)]
+    return textwrap.dedent(block) + '\n'
+
+
+class LogrotateTest(_SinkTestBase):
+    """The README's logrotate configuration, run by logrotate itself."""
+
+    def setUp(self):
+        super().setUp()
+        self.logrotate = shutil.which('logrotate') or next(
+            (p for p in ('/usr/sbin/logrotate', '/sbin/logrotate')
+             if os.path.exists(p)), None)
+        if self.logrotate is None:
+            if os.environ.get('CI') == 'true':
+                self.fail('logrotate is not installed')
+            self.skipTest('logrotate is not installed')
+        user = pwd.getpwuid(os.getuid()).pw_name
+        group = grp.getgrgid(os.getgid()).gr_name
+        conf = _readme_logrotate().replace(
+            '/var/log/nova/instrument', self.out).replace(
+            ' nova nova', ' %s %s' % (user, group))
+        self.conf_path = os.path.join(self.tmp, 'logrotate.conf')
+        with open(self.conf_path, 'w') as f:
+            f.write(conf)
+        os.chmod(self.conf_path, 0o644)
+
+    def rotate(self) -> None:
+        proc = subprocess.run(
+            [self.logrotate, '-f', '-s', os.path.join(self.tmp, 'state'),
+             self.conf_path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        time.sleep(1.1)  # the rotated names have a one-second stamp
+
+    def test_readme_configuration_loses_nothing(self):
+        self.write(3)
+        self.rotate()
+        self.write(2)
+        self.rotate()
+        self.write(1)
+        self.assertEqual(0, self.sink.dropped)
+        rotated = os.path.join(self.out, 'rotated')
+        names = sorted(os.listdir(rotated))
+        self.assertEqual(2, len(names), names)
+        self.assertTrue(names[0].endswith('.jsonl.gz'), names)
+        self.assertTrue(names[1].endswith('.jsonl'), names)
+        with gzip.open(os.path.join(rotated, names[0])) as f:
+            self.assertEqual([1, 2, 3], [json.loads(line)['attrs']['n']
+                                         for line in f])
+        self.assertEqual([4, 5], self.numbers(os.path.join(rotated,
+                                                           names[1])))
+        self.assertEqual([6], self.numbers(self.sink.path))
+        # instrument-report finds all three.
+        from instrument.analysis import load
+        files, problems = load.discover([self.out])
+        self.assertEqual([], problems)
+        self.assertEqual(3, len(files))
