@@ -21,11 +21,20 @@ under eventlet, see ``instrument.threads``) drains the deque every
 ``flush_interval`` seconds and hands each batch to the sinks.  When the
 deque is full new events are dropped and counted, never waited for.
 
+Nothing is lost silently, even when the writer is stuck in a write that
+never returns: the first event dropped is reported by the side that
+drops it (through ``threads.defer``, never blocking the caller), and a
+drain that has not finished after ``STALL_AFTER`` seconds is reported by
+the watchdog thread (``threads.watch``).  Drop counts are written as
+``sink.drops`` counter records whenever they change, so the analyser
+can tell what is missing.
+
 The buffer is fork-safe: in a child process it starts empty (the parent
 writes what it had), with fresh locks, a fresh writer thread and sinks
-that open their own files.  It drains once more at interpreter exit.
-Drop counts are written as ``sink.drops`` counter records whenever they
-change, so the analyser can tell what is missing.
+that open their own files.  It drains once more at interpreter exit, and
+before ``os._exit`` (``flush_before_exit``, hooked by
+``instrument.runtime``): the way oslo.service and cotyledon end their
+workers, which skips ``atexit``.
 """
 
 import atexit
@@ -44,14 +53,18 @@ PH_BEGIN = schema.PH_BEGIN
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
+# Called through threads.defer only (from the emitting side).
+_DEFERRED_LOG = logging.getLogger(__name__)
 
 # Records written per sink call; bounds the memory of one encoded batch.
 MAX_BATCH = 5000
-# Running spans whose start was written and whose end is awaited; beyond
-# this the oldest are forgotten (their end is then lost, and counted).
-MAX_OPEN = 100000
-# Longest wait at interpreter exit for a writer stuck on a hung disk.
+# Running spans whose start was written and whose end is awaited are
+# bounded by the buffer's size (``buffer_size``); beyond it the oldest
+# are forgotten (their end is then lost, and counted).
+# Longest wait at exit for a writer stuck on a hung disk.
 EXIT_TIMEOUT = 2.0
+# A drain still running after this many seconds is reported as stuck.
+STALL_AFTER = 10.0
 
 _LIVE = weakref.WeakSet()
 
@@ -61,9 +74,40 @@ def _after_fork_in_child():
         buf._reset_after_fork()
 
 
+def flush_before_exit(timeout: float = EXIT_TIMEOUT) -> bool:
+    """Write what every buffer of this process holds (SQL aggregates of
+    the current interval included) and close it, before the process
+    exits.  Buffers of a process that recorded nothing are left alone.
+
+    The writing runs in a helper thread that is waited for at most
+    about ``2 * timeout`` seconds (the drain lock, then the sinks'
+    close), so a write that never returns cannot keep the process from
+    exiting.  Returns False when it did not finish in time.
+    """
+    live = [buf for buf in list(_LIVE) if not buf._closed and (
+        buf.writer is not None or buf.queue)]
+    if not live:
+        return True
+
+    def close_all():
+        for buf in live:
+            buf.close(timeout=timeout)
+
+    done = threads.run_bounded(close_all, 2 * timeout + 1.0,
+                               'instrument-exit')
+    if not threads.in_os_worker():
+        threads.run_deferred()
+    return done
+
+
 def _flush_all_at_exit():
+    flush_before_exit()
+
+
+def _watch_all():
+    now = time.monotonic()
     for buf in list(_LIVE):
-        buf.close(timeout=EXIT_TIMEOUT)
+        buf._check_stall(now)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -84,7 +128,9 @@ class EventBuffer:
         self.sinks = list(sinks)
         self.identity = identity
         self.max_records = max_records
+        self.max_open = max_records
         self.flush_interval = flush_interval
+        self.stall_after = STALL_AFTER
         self._header = header
         self._closed = False
         self._periodic = []
@@ -105,6 +151,12 @@ class EventBuffer:
         self._open = collections.deque()
         self._reported = None
         self._warned = False
+        # Writer progress, read by the watchdog: monotonic start of the
+        # drain under way (None between drains), the sink it is in, and
+        # whether the drain was reported as stuck.
+        self._busy_since = None
+        self._busy_in = None
+        self._stalled = False
         self._generation = getattr(self, '_generation', 0) + 1
 
     # -- hot path ----------------------------------------------------------
@@ -123,9 +175,31 @@ class EventBuffer:
             self.drop()
 
     def drop(self) -> None:
-        """Count one event lost to a full buffer."""
+        """Count one event lost to a full buffer; the first one is
+        reported at once, from here (the writer may be the one stuck)."""
         with self._drop_lock:
             self.dropped_full += 1
+            first = self.dropped_full == 1
+        if first:
+            self._report_first_drop()
+
+    def _report_first_drop(self) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        # Never logged from here: a log call can block nova's thread on
+        # a slow disk; the hub or the watchdog thread logs it.
+        self._warned = threads.defer(
+            _DEFERRED_LOG.warning,
+            'instrument: events are being dropped: the buffer of %d events '
+            '([instrument] buffer_size) is full, the writer does not keep '
+            'up or is stuck writing to %s.  Further drops are counted in '
+            'sink.drops records, not logged again.', self.max_records,
+            ', '.join(self._sink_names()))
+
+    def _sink_names(self) -> list:
+        return [getattr(sink, 'path', None) or sink.name
+                for sink in self.sinks]
 
     # -- writer ------------------------------------------------------------
 
@@ -138,16 +212,39 @@ class EventBuffer:
             generation = self._generation
             self.writer = threads.start_os_thread(
                 lambda: self._run(generation), 'instrument-writer')
+        threads.watch(_watch_all)
 
     def _run(self, generation: int) -> None:
         wake = self._wake
+        failed = False
         while generation == self._generation:
             wake.wait(self.flush_interval)
             if generation != self._generation:
                 return
-            self.drain()
+            try:
+                self.drain()
+            except Exception:  # the writer must outlive any bug
+                if not failed:
+                    failed = True
+                    LOG.exception('instrument: the writer failed; it '
+                                  'keeps running')
             if self._closed:
                 return
+
+    def _check_stall(self, now: float) -> None:
+        """From the watchdog: report a drain that does not finish."""
+        since = self._busy_since
+        if since is None or self._stalled or \
+                now - since < self.stall_after:
+            return
+        self._stalled = True
+        sink = self._busy_in
+        LOG.warning('instrument: the writer has been stuck for %.0f s '
+                    'writing to %s; events wait in memory up to '
+                    '[instrument] buffer_size (%d), then are dropped and '
+                    'counted', now - since,
+                    (getattr(sink, 'path', None) or sink.name)
+                    if sink is not None else 'its sinks', self.max_records)
 
     def add_periodic(self, fn) -> None:
         """Run ``fn(final)`` in the writer before each drain (``final``
@@ -191,6 +288,7 @@ class EventBuffer:
         drain lock could not be had within ``timeout`` seconds."""
         if not self._drain_lock.acquire(timeout=timeout):
             return False
+        self._busy_since = time.monotonic()
         try:
             pid = os.getpid()
             if not self._headed:
@@ -215,6 +313,13 @@ class EventBuffer:
             self._report_drops(pid)
             return True
         finally:
+            since = self._busy_since
+            self._busy_since = None
+            self._busy_in = None
+            if self._stalled and since is not None:
+                self._stalled = False
+                LOG.warning('instrument: the writer is writing again after '
+                            '%.0f s', time.monotonic() - since)
             self._drain_lock.release()
 
     def _split_running(self, batch: list) -> list:
@@ -226,7 +331,7 @@ class EventBuffer:
                 if out is batch:
                     out = list(batch)
                 out[n] = record.begin_snapshot(rec)
-                if len(self._open) >= MAX_OPEN:
+                if len(self._open) >= self.max_open:
                     self._open.popleft()
                     self.dropped_open += 1
                 self._open.append(rec)
@@ -248,6 +353,7 @@ class EventBuffer:
         first = self._seq
         self._seq += len(batch)
         for sink in self.sinks:
+            self._busy_in = sink
             try:
                 sink.write(batch, first, pid)
             except Exception:  # a sink must never kill the writer

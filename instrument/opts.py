@@ -63,12 +63,23 @@ _opts = [
         help='Directory for span files of the "file" sink.  One file per '
              'process, named <host>_<service>_<pid>_<start time>.jsonl. '
              'If it cannot be written the service keeps running and the '
-             'lost events are counted and reported in the service log.'),
+             'lost events are counted and reported in the service log.  '
+             'A span file that is renamed or deleted (logrotate), or '
+             'whose directory is deleted, is opened again at its path at '
+             'the next write (the directory created again); '
+             'copytruncate is safe too.'),
     cfg.IntOpt(
         'buffer_size', default=50000, min=16, max=10000000,
         help='Maximum number of events held in memory before they are '
              'written.  When the buffer is full new events are dropped '
-             'and counted, never waited for.'),
+             'and counted, never waited for.  The same number bounds '
+             'every other queue of the instrumentation: SQL statements '
+             'waiting to become records (counted in sql.dropped '
+             'records), running spans whose end is awaited, and lines of '
+             'the "log" sink waiting for the eventlet hub.  The first '
+             'drop is logged at once in the service log, even when the '
+             'writer is stuck; a writer stuck in one write for more than '
+             '10 seconds (a hung NFS mount) is logged too.'),
     cfg.FloatOpt(
         'flush_interval', default=0.5, min=0.01, max=60.0,
         help='Seconds between two writes of the buffer.  Also the longest '

@@ -14,11 +14,13 @@
 On the hot path an event is a plain tuple (no formatting, no dict), or
 for spans a list that the span's end completes in place: the positions
 are the ``I_*`` constants below.  The writer thread turns them into
-schema-v1 dicts (``to_dict``) and JSON lines (``encode_batch``, with
+schema-v1 dicts (``to_dict``) and JSON lines (``encode_lines``, with
 orjson when it is installed, else the standard library), off the
-calling thread.
+calling thread.  Records are encoded one by one: a record that cannot
+be encoded never costs the rest of its batch.
 """
 
+import codecs
 import json
 
 try:  # orjson encodes a record in a third of json's time
@@ -90,6 +92,46 @@ def to_dict(rec: tuple, seq: int, pid: int) -> dict:
     return out
 
 
+# Lone surrogates (a non-UTF-8 file name through ``os.fsdecode``, say)
+# cannot be UTF-8 encoded, and orjson refuses them.  They are written
+# out the way Python shows them: ``\xff`` for a byte that
+# ``surrogateescape`` decoded, ``\udXXX`` for any other lone surrogate.
+# In JSON output (a surrogate can only be inside a string) the backslash
+# is itself escaped, so the line is valid UTF-8 and valid JSON for every
+# parser (orjson and msgspec reject a lone ``\udXXX`` escape).
+SURROGATE_ERRORS = 'instrument-escape-surrogates'
+_JSON_SURROGATE_ERRORS = 'instrument-json-escape-surrogates'
+
+
+def _written_out(exc: UnicodeEncodeError, backslash: str) -> tuple:
+    out = []
+    for char in exc.object[exc.start:exc.end]:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append('%sx%02x' % (backslash, code - 0xDC00))
+        else:
+            out.append('%su%04x' % (backslash, code))
+    return ''.join(out), exc.end
+
+
+codecs.register_error(SURROGATE_ERRORS,
+                      lambda exc: _written_out(exc, '\\'))
+codecs.register_error(_JSON_SURROGATE_ERRORS,
+                      lambda exc: _written_out(exc, '\\\\'))
+
+
+def safe_text(text: str) -> str:
+    """``text`` with lone surrogates written out (for encoders that
+    reject them, e.g. protobuf's)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError:
+        return text.encode('utf-8', SURROGATE_ERRORS).decode('utf-8')
+    return text
+
+
 def _encode(d: dict) -> bytes:
     if orjson is not None:
         try:
@@ -99,27 +141,53 @@ def _encode(d: dict) -> bytes:
         try:  # odd attrs: non-str keys, objects (slower options)
             return orjson.dumps(d, default=str,
                                 option=orjson.OPT_NON_STR_KEYS)
-        except TypeError:  # e.g. an int beyond 64 bits: json copes
+        except TypeError:  # an int beyond 64 bits, a lone surrogate
             pass
-    return _dumps(d).encode('utf-8')
+    return _dumps(d).encode('utf-8', _JSON_SURROGATE_ERRORS)
+
+
+def encode_lines(batch, first_seq: int, pid: int) -> tuple:
+    """``(data, lost)``: JSON lines (UTF-8, newline terminated) for
+    ``batch``, numbered from ``first_seq``, and how many records could
+    not be written at all.
+
+    Each record is encoded on its own: a record that cannot be encoded
+    as it is is written with the reason in its attrs instead, and one
+    that cannot be encoded even so is left out (its ``seq`` is missing)
+    and counted in ``lost``; never the rest of the batch.
+    """
+    lines = []
+    lost = 0
+    seq = first_seq
+    for rec in batch:
+        try:
+            lines.append(_encode(to_dict(rec, seq, pid)))
+        except Exception as exc:  # noqa: BLE001 - one record, not the batch
+            line = _salvage(rec, seq, pid, exc)
+            if line is None:
+                lost += 1
+            else:
+                lines.append(line)
+        seq += 1
+    lines.append(b'')
+    return b'\n'.join(lines), lost
+
+
+def _salvage(rec, seq: int, pid: int, exc: Exception):
+    """The line of a record that failed to encode, with the reason in
+    its attrs; None when even that fails."""
+    try:
+        d = to_dict(rec, seq, pid)
+        d['attrs'] = {'unencodable': repr(exc)[:200]}
+        return _encode(d)
+    except Exception:  # noqa: BLE001 - counted by the caller
+        return None
 
 
 def encode_batch(batch, first_seq: int, pid: int) -> bytes:
-    """JSON lines (UTF-8, newline terminated) for ``batch``, numbered
-    from ``first_seq``.  A record that cannot be encoded is written with
-    the reason in its attrs rather than lost."""
-    lines = []
-    seq = first_seq
-    for rec in batch:
-        d = to_dict(rec, seq, pid)
-        try:
-            lines.append(_encode(d))
-        except (TypeError, ValueError) as exc:
-            d['attrs'] = {'unencodable': repr(exc)[:200]}
-            lines.append(_encode(d))
-        seq += 1
-    lines.append(b'')
-    return b'\n'.join(lines)
+    """JSON lines for ``batch`` (see ``encode_lines``; records that
+    could not be encoded at all are left out)."""
+    return encode_lines(batch, first_seq, pid)[0]
 
 
 def begin_snapshot(rec) -> tuple:

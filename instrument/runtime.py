@@ -17,6 +17,11 @@ of every ``instrument.targets`` entry point, applies them, and (when
 ``sql_timing`` is on) attaches the SQL listeners.  It is idempotent: the
 first successful call in a process wins and later calls return the same
 runtime.  ``teardown()`` undoes all of it.
+
+Besides the targets' points the runtime always hooks ``os._exit``: the
+way oslo.service (both backends) and cotyledon end a worker process,
+skipping ``atexit``.  The hook writes what is buffered, the current SQL
+aggregates included, before the process goes (``EXIT_POINTS``).
 """
 
 import inspect
@@ -62,6 +67,20 @@ def _host(conf: cfg.ConfigOpts) -> str:
     except (cfg.NoSuchOptError, AttributeError):
         host = None
     return host or socket.gethostname()
+
+
+def _flush_before_exit(instance, args, kwargs) -> None:
+    """HOOK on ``os._exit``: write everything before the process ends."""
+    buffer_mod.flush_before_exit()
+
+
+# Always applied, whatever the targets: nothing a worker measured is lost
+# when it ends through os._exit().
+EXIT_POINTS = (
+    patcher_mod.PatchPoint('os', '_exit', 'process.exit', None,
+                           context=None, kind=patcher_mod.HOOK,
+                           on_enter=_flush_before_exit),
+)
 
 
 def load_points(services) -> list:
@@ -162,7 +181,8 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
             # Patched before the tracer exists (the wrappers pass calls
             # through until then): the tracer starts the writer, whose
             # first drain writes the header, which names the points.
-            patcher = patcher_mod.Patcher(points, None)
+            patcher = patcher_mod.Patcher(
+                list(points) + list(EXIT_POINTS), None)
             runtime = Runtime(conf, identity, buf, None, patcher)
             patcher.apply()
             patcher.log_banner()

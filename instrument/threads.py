@@ -23,6 +23,14 @@ logging handler has one: a log call from it can deadlock the hub (seen:
 ``logging.shutdown`` waiting forever for a handler lock).  Code that
 runs in these threads logs through ``safe_logger``, which under eventlet
 hands the call to a greenthread on the hub (``defer_to_hub``).
+
+The calling side of the instrumentation (nova's own threads) must not
+log either: a log call can block on a slow disk in the middle of a nova
+call.  It hands a call to ``defer``, which only appends to a deque: the
+hub runs it under eventlet, the watchdog thread otherwise.  The watchdog
+is a second OS thread per process (``watch``), never the one that
+writes, so it can still report when the writer is stuck in a write that
+does not return (a hard-mounted NFS server that stopped answering).
 """
 
 import collections
@@ -79,6 +87,19 @@ def start_os_thread(target, name: str):
     return thread
 
 
+def run_bounded(fn, timeout: float, name: str) -> bool:
+    """Run ``fn`` in a new OS thread and wait for it at most ``timeout``
+    seconds; True when it finished.  Where no thread can be started any
+    more (interpreter shutdown) ``fn`` runs here, unbounded."""
+    try:
+        thread = start_os_thread(fn, name)
+    except RuntimeError:
+        fn()
+        return True
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
 def in_os_worker() -> bool:
     """True in a thread started by ``start_os_thread``."""
     return bool(_WORKERS) and _real_ident() in _WORKERS
@@ -112,6 +133,24 @@ def run_deferred() -> None:
             fn(*args, **kwargs)
         except Exception:  # a failed log call must not stop the pump
             pass
+
+
+def defer(fn, *args, **kwargs) -> bool:
+    """Run ``fn`` soon, never in the calling thread and never blocking
+    it: on the hub under eventlet, else in the watchdog thread.  False
+    when too much is already waiting (the call is then dropped)."""
+    if eventlet_patched():
+        if not in_os_worker():
+            _ensure_hub_pump()
+        return defer_to_hub(fn, *args, **kwargs)
+    if len(_DEFERRED) >= MAX_DEFERRED:
+        return False
+    _DEFERRED.append((fn, args, kwargs))
+    _ensure_watchdog()
+    wake = _watchdog_wake
+    if wake is not None:
+        wake.set()
+    return True
 
 
 def _ensure_hub_pump() -> None:
@@ -162,6 +201,65 @@ class SafeLogger:
         self._log('exception', msg, args, kwargs)
 
 
+# -- the watchdog: a second OS thread, never the one stuck in a write --------
+
+WATCH_INTERVAL = 1.0
+_WATCHES = []
+_watchdog_pid = None
+_watchdog_wake = None
+_watchdog_lock = None  # a real lock: see the end of this module
+
+
+def watch(fn) -> None:
+    """Call ``fn()`` about every ``WATCH_INTERVAL`` seconds from the
+    watchdog thread of this process (started now if need be; once per
+    process, again in a forked child).  ``fn`` must not block."""
+    if fn not in _WATCHES:
+        _WATCHES.append(fn)
+    _ensure_watchdog()
+
+
+def _ensure_watchdog() -> None:
+    global _watchdog_pid, _watchdog_wake
+    pid = os.getpid()
+    if _watchdog_pid == pid:
+        return
+    with _watchdog_lock:
+        if _watchdog_pid == pid:
+            return
+        wake = _watchdog_wake = os_event()
+        _watchdog_pid = pid
+        try:
+            start_os_thread(lambda: _watchdog(pid, wake),
+                            'instrument-watchdog')
+        except RuntimeError:  # interpreter shutdown: no thread any more
+            _watchdog_pid = None
+
+
+def _watchdog(pid: int, wake) -> None:
+    while _watchdog_pid == pid:
+        wake.wait(WATCH_INTERVAL)
+        wake.clear()
+        for fn in list(_WATCHES):
+            try:
+                fn()
+            except Exception:  # a check must never stop the watchdog
+                pass
+        if not eventlet_patched():
+            run_deferred()
+
+
+def _after_fork_in_child() -> None:
+    global _watchdog_lock
+    # What the parent deferred is the parent's to run; the watchdog
+    # thread did not survive the fork (started again when needed).
+    _DEFERRED.clear()
+    _watchdog_lock = os_lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def safe_logger(logger) -> SafeLogger:
     return SafeLogger(logger)
 
@@ -176,3 +274,6 @@ def os_lock():
     """A lock that is a real OS lock, even under eventlet."""
     real_threading, _ = _originals()
     return real_threading.Lock()
+
+
+_watchdog_lock = os_lock()

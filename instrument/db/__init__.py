@@ -35,12 +35,14 @@ class SqlTiming:
     """The installed SQL instrumentation of a process."""
 
     def __init__(self, tracer, slow_query_threshold_ms: float = 0.0,
-                 aggregate_interval_s: float = 10.0) -> None:
+                 aggregate_interval_s: float = 10.0,
+                 max_pending: int = listeners_mod.MAX_PENDING) -> None:
         self.tracer = tracer
         self.memo = fingerprint.Memo()
         self.aggregator = aggregate.Aggregator(tracer, aggregate_interval_s)
         self.listeners = listeners_mod.SqlListeners(
-            tracer, self.aggregator, self.memo, slow_query_threshold_ms)
+            tracer, self.aggregator, self.memo, slow_query_threshold_ms,
+            max_pending)
         self.retries = retries.RetryRecorder(
             tracer, self.listeners._attribution)
         self._buffer = getattr(tracer, 'buffer', None)
@@ -83,5 +85,7 @@ def install(tracer, conf) -> SqlTiming:
     """Attach SQL timing as configured in ``conf.instrument``; returns the
     handle (``remove()``)."""
     group = conf.instrument
+    # The statements waiting for the writer are bounded like the buffer.
     return SqlTiming(tracer, group.slow_query_threshold,
-                     group.sql_aggregate_interval).install()
+                     group.sql_aggregate_interval,
+                     group.buffer_size).install()

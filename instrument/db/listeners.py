@@ -62,6 +62,8 @@ from instrument import tracer as tracing
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
+# Called through threads.defer only (from the statement's thread).
+_DEFERRED_LOG = logging.getLogger(__name__)
 
 EV_QUERY = 'sql.query'
 EV_TXN = 'sql.txn'
@@ -74,8 +76,10 @@ OUTCOME_ROLLBACK = 'rollback'
 MEMORY_DB = ':memory:'
 
 # Entries waiting for the writer; beyond this they are dropped and
-# counted.  The writer empties the deque every flush_interval.
-MAX_PENDING = 200000
+# counted (the first drop is logged at once).  The writer empties the
+# deque every flush_interval.  ``install`` sets it to [instrument]
+# buffer_size; this is the default of a bare ``SqlListeners``.
+MAX_PENDING = 50000
 
 # Attributes this module keeps on SQLAlchemy objects.
 ATTR_T0 = '_instrument_t0'          # ExecutionContext (or Connection)
@@ -150,6 +154,18 @@ def database_name(url) -> str:
 # request inherit a stale one, which would charge their SQL to a request
 # that ended long ago.
 NO_FRAME = (None, None, None, None, None, None, None)
+
+
+class _NoBuffer:
+    """Stands in for a tracer without a buffer: no writer to start."""
+
+    writer = 'none'
+
+    def start(self) -> None:
+        pass
+
+
+_NO_BUFFER = _NoBuffer()
 
 
 class _Faults:
@@ -283,6 +299,9 @@ class SqlListeners:
         pending = self.pending
         append = pending.append
         max_pending = self.max_pending
+        # Queuing starts the writer: a forked child that only runs SQL
+        # has no other event that would.
+        buf = self._buffer()
         current_frame = tracing.current_frame
         perf_ns = _perf_ns
         faults = self.faults
@@ -307,8 +326,10 @@ class SqlListeners:
                             t1, statement, getattr(conn, ATTR_TXN, None),
                             current_frame(), cursor.rowcount, executemany,
                             None, False, conn))
+                    if buf.writer is None:
+                        buf.start()
                 else:
-                    listeners.dropped += 1
+                    listeners.drop()
             except AttributeError:
                 # Its start was not seen (installed meanwhile): not timed.
                 pass
@@ -321,8 +342,30 @@ class SqlListeners:
     def _queue(self, entry: tuple) -> None:
         if len(self.pending) < self.max_pending:
             self.pending.append(entry)
+            buf = self._buffer()
+            if buf.writer is None:
+                buf.start()
         else:
-            self.dropped += 1
+            self.drop()
+
+    def _buffer(self):
+        """The tracer's buffer (what ``start()``s the writer)."""
+        buf = getattr(self.tracer, 'buffer', None)
+        return buf if getattr(buf, 'start', None) is not None \
+            else _NO_BUFFER
+
+    def drop(self) -> None:
+        """Count one entry lost to a full queue; the first is reported
+        at once, from here (through the hub or the watchdog thread:
+        the writer may be the one stuck)."""
+        self.dropped += 1
+        if self.dropped == 1:
+            threads.defer(
+                _DEFERRED_LOG.warning,
+                'instrument: SQL statements are being dropped: %d wait for '
+                'the writer ([instrument] buffer_size), which does not keep '
+                'up or is stuck; counted in sql.dropped records, not '
+                'logged again', self.max_pending)
 
     @staticmethod
     def _attribution() -> tuple:
@@ -611,10 +654,6 @@ class SqlListeners:
         dropped = self.dropped
         if dropped == self._reported_dropped:
             return
-        if not self._reported_dropped:
-            LOG.warning('instrument: SQL statements are being dropped (the '
-                        'writer does not keep up); counted in sql.dropped '
-                        'records')
         self._reported_dropped = dropped
         tracer = self.tracer
         tracer.emit(record.counter(EV_DROPPED, tracer.host, tracer.svc,

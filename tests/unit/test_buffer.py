@@ -20,6 +20,7 @@ from instrument import buffer
 from instrument import process
 from instrument import record
 from instrument import schema
+from instrument import threads
 from tests.unit import base
 
 
@@ -73,10 +74,13 @@ class BufferTest(base.TestCase):
         self.assertEqual(1, len(drops))
         self.assertEqual(84, drops[0]['attrs']['buffer_full'])
         self.assertEqual('C', drops[0]['ph'])
-        # Logged once, not once per drop or per drain.
+        # Logged once (by the watchdog thread, see below), not once per
+        # drop or per drain.
+        self.wait_for(lambda: 'being dropped' in self.logger.output)
         for n in range(100):
             buf.emit(_event(n))
         buf.drain()
+        time.sleep(2 * threads.WATCH_INTERVAL)
         self.assertEqual(1, self.logger.output.count('being dropped'))
         drops = [r for r in sink.records if r['ev'] == 'sink.drops']
         self.assertEqual(168, drops[-1]['attrs']['buffer_full'])
@@ -102,6 +106,80 @@ class BufferTest(base.TestCase):
         self.assertEqual(900, buf.dropped_full)
         self.assertLess(elapsed, 5.0)
         release.set()
+
+    def wait_for(self, predicate, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                self.fail('condition not met within %ss' % timeout)
+            time.sleep(0.02)
+
+    def stuck_buffer(self, max_records=100):
+        """A buffer whose sink blocks in write() until released, the way
+        a write to a hard-mounted NFS server that stopped answering does.
+        """
+        release = threading.Event()
+        entered = threading.Event()
+
+        class StuckSink(base.MemorySink):
+            name = 'nfs'
+            path = '/mnt/nfs/spans/h1_nova-compute.jsonl'
+
+            def write(self, batch, first_seq, pid):
+                entered.set()
+                release.wait(30)
+                super().write(batch, first_seq, pid)
+
+        sink = StuckSink()
+        buf = buffer.EventBuffer([sink], max_records, 0.01)
+        self.addCleanup(buf.close, 0.1)
+        self.addCleanup(release.set)
+        buf.emit(_event(0))
+        self.assertTrue(entered.wait(10))  # the writer is now stuck
+        return buf, sink, release
+
+    def test_first_drop_is_logged_while_the_writer_is_stuck(self):
+        buf, sink, release = self.stuck_buffer()
+        for n in range(150):
+            buf.emit(_event(n))
+        self.assertEqual(50, buf.dropped_full)
+        # Not from the writer, which is still stuck, and not from the
+        # emitting thread either (it only hands the call over).
+        self.wait_for(lambda: 'events are being dropped' in
+                      self.logger.output)
+        self.assertIn('/mnt/nfs/spans/h1_nova-compute.jsonl',
+                      self.logger.output)
+        self.assertTrue(buf.writer.is_alive())
+        self.assertIsNotNone(buf._busy_since)
+        release.set()
+        self.wait_for(lambda: any(r['ev'] == 'sink.drops'
+                                  for r in sink.records))
+
+    def test_stuck_writer_is_reported_then_its_recovery(self):
+        buf, sink, release = self.stuck_buffer()
+        buf.stall_after = 0.3
+        self.wait_for(lambda: 'writer has been stuck' in self.logger.output)
+        self.assertIn('writing to /mnt/nfs/spans/h1_nova-compute.jsonl',
+                      self.logger.output)
+        self.assertEqual(0, buf.dropped_full)  # nothing lost yet
+        release.set()
+        self.wait_for(lambda: 'writer is writing again' in
+                      self.logger.output)
+        self.assertEqual(1, self.logger.output.count('has been stuck'))
+
+    def test_running_spans_are_bounded_by_the_buffer_size(self):
+        buf, sink = self.make_buffer(max_records=16)
+        for n in range(20):
+            rec = list(_event(n)) + [None, None]
+            rec[record.I_PH] = schema.PH_BEGIN
+            buf.emit(rec)
+            if n % 10 == 9:
+                buf.drain()
+        # 20 starts written; the 4 oldest are no longer followed.
+        self.assertEqual(20, len([r for r in sink.records
+                                  if r['ph'] == 'B']))
+        self.assertEqual(4, buf.counts()['open_untracked'])
+        self.assertEqual(16, len(buf._open))
 
     def test_background_writer_flushes_on_its_own(self):
         buf, sink = self.make_buffer(interval=0.02)

@@ -41,6 +41,7 @@ class FifoSink(sink.Sink):
 
 
 buf = buffer.EventBuffer([FifoSink(None, None)], 1000, 0.01)
+buf.stall_after = 0.2
 ticks = [0]
 
 
@@ -61,11 +62,14 @@ for n in range(5000):
     worst = max(worst, time.perf_counter() - start)
     if n % 500 == 0:
         eventlet.sleep(0)
-eventlet.sleep(0.5)
+eventlet.sleep(1.5)
 print(json.dumps({'ticks': ticks[0] - before, 'worst_emit_s': worst,
                   'dropped': buf.dropped_full,
                   'writer_alive': buf.writer.is_alive()}))
 sys.stdout.flush()
+# What was logged so far was logged while the writer was stuck.
+sys.stderr.write('END OF RUN\\n')
+sys.stderr.flush()
 '''
 
 GREEN_SERVICE = '''
@@ -143,6 +147,53 @@ for round_ in range(30):
     eventlet.sleep(0.02)
 '''
 
+LOG_SINK_WITH_A_BUSY_HUB = '''
+import eventlet
+eventlet.monkey_patch()
+
+import json
+import logging
+import sys
+import time
+
+from oslo_config import cfg
+
+from instrument import buffer
+from instrument import opts
+from instrument import record
+from instrument.sink import log as log_sink
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                    format='%(name)s %(message)s')
+conf = cfg.ConfigOpts()
+conf([], project='t')
+opts.register_opts(conf)
+conf.set_override('buffer_size', 50, 'instrument')
+sink = log_sink.LogSink(conf, None)
+buf = buffer.EventBuffer([sink], 50, 0.01)
+
+
+def busy(seconds, until=lambda: True):
+    # Never yields: the hub cannot log what the writer hands it.
+    end = time.monotonic() + seconds
+    while time.monotonic() < end or not until():
+        if time.monotonic() > end + 30:
+            sys.exit('the writer did not drain')
+
+
+most = 0
+for round_ in range(4):
+    for n in range(50):
+        buf.emit(record.counter('test.line', 'h', 's', n, {}))
+    # The writer takes them all, then hands them to the log sink.
+    busy(0.1, lambda: buf.pending() == 0)
+    busy(0.1)
+    most = max(most, sink.waiting())
+eventlet.sleep(1.0)  # the hub runs again and logs
+print(json.dumps({'dropped': sink.dropped, 'most_waiting': most}))
+sys.stdout.flush()
+'''
+
 GREEN_WORKER = '''
 import eventlet
 
@@ -181,6 +232,12 @@ class EventletTest(base.TestCase):
         # Callers never wait: the buffer fills and the rest is counted.
         self.assertEqual(5000 - 1000, result['dropped'])
         self.assertLess(result['worst_emit_s'], 0.05, result)
+        # Both reported from the hub while the writer was stuck: the
+        # first drop (handed over by the emitting greenthread) and the
+        # stuck drain (seen by the watchdog thread).
+        during = proc.stderr.split('END OF RUN')[0]
+        self.assertIn('events are being dropped', during)
+        self.assertIn('writer has been stuck', during)
         # Exit gives up on the stuck writer after a bounded wait.
         self.assertLess(elapsed, 30)
 
@@ -195,6 +252,17 @@ class EventletTest(base.TestCase):
         self.assertIn('events are being dropped', err)
         [records] = base.read_span_files(out).values()
         self.assertTrue(any(r['ev'] == 'sink.drops' for r in records))
+
+    def test_log_sink_lines_waiting_for_the_hub_are_bounded(self):
+        proc = self._run(LOG_SINK_WITH_A_BUSY_HUB)
+        self.assertEqual(0, proc.returncode, proc.stderr[-2000:])
+        result = json.loads(proc.stdout)
+        logged = proc.stderr.count('"ev":"test.line"')
+        # buffer_size (50) lines waited for the hub; the rest of the 200
+        # were dropped and counted, none lost silently.
+        self.assertEqual(50, result['most_waiting'])
+        self.assertEqual(50, logged)
+        self.assertEqual(150, result['dropped'])
 
     def test_spans_of_greenthreads(self):
         out = os.path.join(self.tmp, 'spans')

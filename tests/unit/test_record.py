@@ -13,8 +13,11 @@
 
 import datetime
 import json
+import os
 
 import fixtures
+import msgspec
+import orjson
 import testtools
 
 from instrument import record
@@ -72,3 +75,70 @@ class EncodeTest(testtools.TestCase):
         slow = record.encode_batch(batch, 1, 9)
         self.assertEqual([json.loads(x) for x in fast.splitlines()],
                          [json.loads(x) for x in slow.splitlines()])
+
+
+class UnencodableRecordTest(testtools.TestCase):
+    """One record that cannot be UTF-8 encoded never costs its batch."""
+
+    # A spawn failure on a file name that is not UTF-8: os.fsdecode
+    # turns the byte into a lone surrogate, which UTF-8 cannot encode.
+    NAME = os.fsdecode(b'/var/lib/nova/instances/\xff-disk')
+
+    def _batch(self) -> list:
+        batch = [_span(I_ATTRS={'n': n}) for n in range(1000)]
+        batch[500] = _span(I_ST='error', I_ATTRS={'n': 500},
+                           I_ERR=('OSError', 'No such file: ' + self.NAME))
+        # One more lone surrogate, outside the surrogateescape range,
+        # in attrs (a key and a value).
+        batch[700] = _span(I_ATTRS={'n': 700, 'path\ud800': '\udbff'})
+        return batch
+
+    def _check(self, data: bytes, lost: int) -> None:
+        self.assertEqual(0, lost)
+        data.decode('utf-8')  # strict: every line is valid UTF-8
+        lines = data.splitlines()
+        self.assertEqual(1000, len(lines))
+        for raw in lines:
+            # The strict parsers the analyser uses accept every line.
+            self.assertEqual(json.loads(raw), orjson.loads(raw))
+            msgspec.json.decode(raw)
+        recs = [json.loads(raw) for raw in lines]
+        self.assertEqual(list(range(1, 1001)), [r['seq'] for r in recs])
+        self.assertEqual(list(range(1000)), [r['attrs']['n'] for r in recs])
+        # Written out the way Python shows the string, nothing lost.
+        self.assertEqual('No such file: /var/lib/nova/instances/\\xff-disk',
+                         recs[500]['err']['msg'])
+        self.assertEqual('error', recs[500]['st'])
+        self.assertEqual('\\udbff', recs[700]['attrs']['path\\ud800'])
+
+    def test_lone_surrogate_costs_nothing_with_orjson(self):
+        self.assertIsNotNone(record.orjson)
+        self._check(*record.encode_lines(self._batch(), 1, 42))
+
+    def test_lone_surrogate_costs_nothing_without_orjson(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.record.orjson', None))
+        self._check(*record.encode_lines(self._batch(), 1, 42))
+
+    def test_a_record_beyond_saving_is_left_out_and_counted(self):
+        batch = [_span(I_ATTRS={'n': n}) for n in range(5)]
+        batch[2] = _span(I_INST=5)  # not a list of uuids: to_dict fails
+
+        class Unprintable:
+            def __str__(self):
+                raise RuntimeError('no text')
+
+        batch[3] = _span(I_ATTRS={'n': 3, 'obj': Unprintable()})
+        data, lost = record.encode_lines(batch, 1, 42)
+        self.assertEqual(1, lost)
+        recs = [json.loads(raw) for raw in data.splitlines()]
+        # The seq of the record left out is missing: a gap the analyser
+        # counts; the unprintable one is kept with the reason.
+        self.assertEqual([1, 2, 4, 5], [r['seq'] for r in recs])
+        self.assertIn('unencodable', recs[2]['attrs'])
+
+    def test_safe_text_for_other_encoders(self):
+        self.assertEqual('a\\xffb\\ud800', record.safe_text(
+            os.fsdecode(b'a\xffb') + '\ud800'))
+        same = 'nova.exception.Foo: é'
+        self.assertIs(same, record.safe_text(same))

@@ -97,20 +97,27 @@ def trace_int(req: str) -> int:
     return int(tracer.trace_id_hex(req), 16)
 
 
+# Lone surrogates (a non-UTF-8 file name in an error message) would make
+# protobuf refuse the whole export request: written out instead.
+_text = record.safe_text
+
+
 def _value(value):
     """An OTLP attribute value, or None to leave the key out."""
     if value is None:
         return None
-    if isinstance(value, (str, bool, int, float)):
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(v, str) for v in value):
-            return tuple(value)
+            return tuple(_text(v) for v in value)
         if value and all(isinstance(v, (int, float)) and
                          not isinstance(v, bool) for v in value):
             return tuple(value)
-        return record._dumps(value)
-    return record._dumps(value)
+        return _text(record._dumps(value))
+    return _text(record._dumps(value))
 
 
 def flatten(attrs, prefix: str, out: dict) -> dict:
@@ -307,7 +314,7 @@ class SpanBuilder:
             out[ATTR_PREFIX + 'greq'] = rec[_R.I_GREQ]
         inst = rec[_R.I_INST]
         if inst:
-            out[ATTR_PREFIX + 'inst'] = tuple(str(i) for i in inst)
+            out[ATTR_PREFIX + 'inst'] = tuple(_text(str(i)) for i in inst)
         if rec[_R.I_TID] is not None:
             out['thread.id'] = rec[_R.I_TID]
         attrs = rec[_R.I_ATTRS]
@@ -338,7 +345,7 @@ class SpanBuilder:
                 trace, parent, (parent >> 32) != (span >> 32), _SAMPLED)
         err = rec[_R.I_ERR]
         if rec[_R.I_ST] == schema.ST_ERROR or err is not None:
-            desc = '%s: %s' % (err[0], err[1]) if err else None
+            desc = _text('%s: %s' % (err[0], err[1])) if err else None
             status = trace_api.Status(trace_api.StatusCode.ERROR, desc)
         else:
             status = trace_api.Status(trace_api.StatusCode.UNSET)

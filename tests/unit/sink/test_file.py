@@ -9,16 +9,25 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Tests of the file and log sinks, through ``instrument.setup``."""
+"""Tests of the file and log sinks: through ``instrument.setup``, and
+rotation and partial writes of the file sink."""
 
 import errno
+import grp
+import gzip
 import json
 import os
+import pwd
+import shutil
+import subprocess
+import textwrap
 import threading
 import time
 
 import instrument
 from instrument import patcher
+from instrument import process
+from instrument import record
 from instrument import runtime
 from instrument.sink import file as file_sink
 from tests.unit import base
@@ -41,6 +50,10 @@ def quick(context):
 def hang(context):
     gate.wait(60)
     return 'released'
+
+
+def spawn(context, path):
+    raise OSError('cannot open the disk image ' + path)
 '''
 
 
@@ -59,6 +72,8 @@ class SetupTestBase(base.TestCase):
             patcher.PatchPoint(self.mod_name, 'quick', 'compute.quick',
                                'compute'),
             patcher.PatchPoint(self.mod_name, 'hang', 'compute.hang',
+                               'compute'),
+            patcher.PatchPoint(self.mod_name, 'spawn', 'compute.spawn',
                                'compute')]
         return instrument.setup(conf, 'nova-compute', points=points)
 
@@ -163,6 +178,29 @@ class FileSinkTest(SetupTestBase):
         # The calls made while the disk was full are lost, and counted.
         self.assertEqual(2, len([r for r in records if r['ph'] == 'X']))
 
+    def test_spawn_failure_on_a_non_utf8_file_name_loses_nothing(self):
+        rt = self.setup_runtime()
+        mod = __import__(self.mod_name)
+        path = os.fsdecode(b'/var/lib/nova/instances/\xe9t\xe9/disk')
+        for n in range(300):
+            if n % 50 == 7:
+                self.assertRaises(OSError, mod.spawn, mod.Ctx(), path)
+            else:
+                mod.quick(mod.Ctx())
+        runtime.teardown()
+        self.assertEqual(0, rt.buffer.counts()['file'])
+        [records] = base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values()
+        spawns = [r for r in records if r['ev'] == 'compute.spawn']
+        self.assertEqual(6, len(spawns))
+        self.assertEqual(294, len([r for r in records
+                                   if r['ev'] == 'compute.quick']))
+        self.assertEqual(
+            'cannot open the disk image /var/lib/nova/instances/'
+            '\\xe9t\\xe9/disk', spawns[0]['err']['msg'])
+        self.assertEqual(list(range(1, len(records) + 1)),
+                         [r['seq'] for r in records])
+
     def test_file_name_is_safe(self):
         name = file_sink.file_name('cmp/1 x', 'nova-compute', 42, 0.0)
         self.assertEqual('cmp-1-x_nova-compute_42_19700101T000000.jsonl',
@@ -221,3 +259,250 @@ class SetupTest(SetupTestBase):
                                 'nova-compute')
         self.assertEqual('sinks', exc.option)
         self.assertIsNone(runtime.active())
+
+
+def _events(first: int, count: int) -> list:
+    return [record.counter('test.event', 'h1', 'compute', 1700000000000000,
+                           {'n': n}) for n in range(first, first + count)]
+
+
+class _SinkTestBase(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.out = os.path.join(self.tmp, 'spans')
+        self.conf = self.make_conf(output_dir=self.out)
+        self.sink = file_sink.FileSink(
+            self.conf, process.ProcessIdentity.create('nova-compute', 'h1'))
+        self.addCleanup(self.sink.close)
+        self.seq = 1
+
+    def write(self, count: int) -> None:
+        self.sink.write(_events(self.seq, count), self.seq, os.getpid())
+        self.seq += count
+
+    def numbers(self, path: str) -> list:
+        with open(path, 'rb') as f:
+            return [json.loads(line)['attrs']['n'] for line in f]
+
+
+class RotationTest(_SinkTestBase):
+    """Like logging.handlers.WatchedFileHandler: checked at each write."""
+
+    def test_renamed_file_is_opened_again_at_its_path(self):
+        self.write(3)
+        path = self.sink.path
+        os.rename(path, path + '.1')
+        self.write(2)
+        self.assertEqual([1, 2, 3], self.numbers(path + '.1'))
+        self.assertEqual([4, 5], self.numbers(path))
+        self.assertEqual(0, self.sink.dropped)
+        self.assertIn('was moved or deleted', self.logger.output)
+
+    def test_deleted_file_is_created_again(self):
+        self.write(3)
+        os.unlink(self.sink.path)
+        self.write(2)
+        self.assertEqual([4, 5], self.numbers(self.sink.path))
+
+    def test_deleted_directory_is_created_again(self):
+        self.write(3)
+        path = self.sink.path
+        shutil.rmtree(self.out)
+        self.write(2)
+        self.assertEqual([4, 5], self.numbers(path))
+        self.assertIn('was deleted; creating it again', self.logger.output)
+
+    def test_file_replaced_by_logrotate_create_is_used(self):
+        self.write(3)
+        path = self.sink.path
+        os.rename(path, path + '.1')
+        with open(path, 'w'):  # logrotate's "create"
+            pass
+        self.write(2)
+        self.assertEqual([4, 5], self.numbers(path))
+
+    def test_copytruncate_is_safe(self):
+        self.write(3)
+        path = self.sink.path
+        shutil.copyfile(path, path + '.1')
+        os.truncate(path, 0)
+        self.write(2)
+        with open(path, 'rb') as f:
+            data = f.read()
+        # O_APPEND: the next lines land at the start of the truncated
+        # file, not after a hole of NUL bytes.
+        self.assertNotIn(b'\0', data)
+        self.assertEqual([4, 5], self.numbers(path))
+        self.assertEqual([1, 2, 3], self.numbers(path + '.1'))
+
+    def test_rotation_through_the_writer(self):
+        rt = self.setup_runtime()
+        mod = __import__(self.mod_name)
+        mod.quick(mod.Ctx())
+        rt.buffer.drain()
+        [sink] = rt.buffer.sinks
+        os.rename(sink.path, sink.path + '.1')
+        mod.quick(mod.Ctx())
+        rt.buffer.drain()
+        runtime.teardown()
+        with open(sink.path) as f:
+            [rec] = [json.loads(line) for line in f]
+        self.assertEqual('compute.quick', rec['ev'])
+
+    def setup_runtime(self):
+        self.mod_name = self.make_module(SERVICE)
+        self.addCleanup(runtime.teardown)
+        conf = self.make_conf(output_dir=self.out, sql_timing=False,
+                              flush_interval=60.0)
+        return instrument.setup(conf, 'nova-compute', points=[
+            patcher.PatchPoint(self.mod_name, 'quick', 'compute.quick',
+                               'compute')])
+
+
+class PartialWriteTest(_SinkTestBase):
+    """A disk that fills up in the middle of a batch."""
+
+    def _fail_after(self, nbytes: int, error=errno.ENOSPC) -> None:
+        """The next writes take ``nbytes`` bytes in all, then fail."""
+        budget = [nbytes]
+
+        def short_write(fd, data):
+            if budget[0] <= 0:
+                raise OSError(error, os.strerror(error))
+            n = min(len(data), budget[0], 100)  # short writes, too
+            budget[0] -= n
+            return os.write(fd, data[:n])
+
+        self.sink._os_write = short_write
+
+    def test_only_what_was_not_written_is_counted(self):
+        self.write(2)
+        with open(self.sink.path, 'rb') as f:
+            line = len(f.readline())
+        # Room for 3 lines and a half of the next batch of 10.
+        self._fail_after(3 * line + line // 2)
+        self.write(10)
+        # 3 records written whole; 7 lost, the cut one among them.
+        self.assertEqual(7, self.sink.dropped)
+        del self.sink._os_write  # space again
+        self.write(5)
+        with open(self.sink.path, 'rb') as f:
+            lines = f.read().split(b'\n')
+        self.assertEqual(b'', lines.pop())
+        good = []
+        bad = []
+        for raw in lines:
+            try:
+                good.append(json.loads(raw)['attrs']['n'])
+            except ValueError:
+                bad.append(raw)
+        # The cut record is the only malformed line: the next batch
+        # starts on a line of its own.
+        self.assertEqual(1, len(bad))
+        self.assertEqual([1, 2, 3, 4, 5, 13, 14, 15, 16, 17], good)
+        self.assertEqual(17 - self.sink.dropped, len(good))
+
+    def test_cut_at_a_line_end_needs_no_newline(self):
+        self.write(1)
+        with open(self.sink.path, 'rb') as f:
+            line = len(f.read())
+        self._fail_after(2 * line)
+        self.write(4)
+        self.assertEqual(2, self.sink.dropped)
+        del self.sink._os_write
+        self.write(1)
+        self.assertEqual([1, 2, 3, 6], self.numbers(self.sink.path))
+
+    def test_failure_before_the_newline_keeps_it_owed(self):
+        self.write(1)
+        with open(self.sink.path, 'rb') as f:
+            line = len(f.read())
+        self._fail_after(line // 2)
+        self.write(1)   # cut in the middle
+        self._fail_after(0)
+        self.write(1)   # nothing written, not even the newline owed
+        self.assertEqual(2, self.sink.dropped)
+        del self.sink._os_write
+        self.write(1)
+        with open(self.sink.path, 'rb') as f:
+            lines = f.read().splitlines()
+        self.assertEqual(3, len(lines))
+        self.assertEqual(4, json.loads(lines[2])['attrs']['n'])
+
+    def test_other_errors_count_the_same(self):
+        self.write(1)
+        self._fail_after(10, errno.EIO)
+        self.write(3)
+        self.assertEqual(3, self.sink.dropped)
+        del self.sink._os_write
+        self.write(1)
+        with open(self.sink.path, 'rb') as f:
+            lines = f.read().splitlines()
+        self.assertEqual(3, len(lines))
+        self.assertEqual(5, json.loads(lines[2])['attrs']['n'])
+
+
+def _readme_logrotate() -> str:
+    """The logrotate snippet of README.rst ("Losses and rotation")."""
+    readme = os.path.join(os.path.dirname(__file__), '..', '..', '..',
+                          'README.rst')
+    with open(readme) as f:
+        text = f.read()
+    start = text.index('    # /etc/logrotate.d/nova-instrument\n')
+    block = text[start:text.index('\n\n', start)]
+    return textwrap.dedent(block) + '\n'
+
+
+class LogrotateTest(_SinkTestBase):
+    """The README's logrotate configuration, run by logrotate itself."""
+
+    def setUp(self):
+        super().setUp()
+        self.logrotate = shutil.which('logrotate') or next(
+            (p for p in ('/usr/sbin/logrotate', '/sbin/logrotate')
+             if os.path.exists(p)), None)
+        if self.logrotate is None:
+            if os.environ.get('CI') == 'true':
+                self.fail('logrotate is not installed')
+            self.skipTest('logrotate is not installed')
+        user = pwd.getpwuid(os.getuid()).pw_name
+        group = grp.getgrgid(os.getgid()).gr_name
+        conf = _readme_logrotate().replace(
+            '/var/log/nova/instrument', self.out).replace(
+            ' nova nova', ' %s %s' % (user, group))
+        self.conf_path = os.path.join(self.tmp, 'logrotate.conf')
+        with open(self.conf_path, 'w') as f:
+            f.write(conf)
+        os.chmod(self.conf_path, 0o644)
+
+    def rotate(self) -> None:
+        proc = subprocess.run(
+            [self.logrotate, '-f', '-s', os.path.join(self.tmp, 'state'),
+             self.conf_path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        time.sleep(1.1)  # the rotated names have a one-second stamp
+
+    def test_readme_configuration_loses_nothing(self):
+        self.write(3)
+        self.rotate()
+        self.write(2)
+        self.rotate()
+        self.write(1)
+        self.assertEqual(0, self.sink.dropped)
+        rotated = os.path.join(self.out, 'rotated')
+        names = sorted(os.listdir(rotated))
+        self.assertEqual(2, len(names), names)
+        self.assertTrue(names[0].endswith('.jsonl.gz'), names)
+        self.assertTrue(names[1].endswith('.jsonl'), names)
+        with gzip.open(os.path.join(rotated, names[0])) as f:
+            self.assertEqual([1, 2, 3], [json.loads(line)['attrs']['n']
+                                         for line in f])
+        self.assertEqual([4, 5], self.numbers(os.path.join(rotated,
+                                                           names[1])))
+        self.assertEqual([6], self.numbers(self.sink.path))
+        # instrument-report finds all three.
+        from instrument.analysis import load
+        files, problems = load.discover([self.out])
+        self.assertEqual([], problems)
+        self.assertEqual(3, len(files))

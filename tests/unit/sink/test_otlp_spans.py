@@ -12,7 +12,10 @@
 """Event records -> OTLP spans: ids, traces without request ids,
 instants, attributes (``instrument.sink.otlp.spans``)."""
 
+import os
+
 import fixtures
+from opentelemetry.exporter.otlp.proto.common import trace_encoder
 from opentelemetry import trace as trace_api
 import testtools
 
@@ -160,6 +163,25 @@ class SpanBuilderTest(testtools.TestCase):
                          'found.', span.status.description)
         self.assertEqual('nova.exception.NoValidHost',
                          span.attributes['error.type'])
+
+    def test_a_non_utf8_file_name_does_not_fail_the_export(self):
+        name = os.fsdecode(b'/var/lib/nova/instances/\xff/disk')
+        records = [rec('X', LOCAL | n, req='r', attrs={'n': n})
+                   for n in range(1, 6)]
+        records[2] = rec('X', LOCAL | 3, req='r', st='error',
+                         err=('OSError', 'cannot open ' + name),
+                         inst=[name], attrs={'path': name, 'paths': [name]})
+        out = self.add(*records)
+        # protobuf refuses lone surrogates: one such span would fail
+        # the whole export request.
+        data = trace_encoder.encode_spans(out).SerializeToString()
+        self.assertIn(b'cannot open /var/lib/nova/instances/\\xff/disk',
+                      data)
+        span = out[2]
+        self.assertEqual('/var/lib/nova/instances/\\xff/disk',
+                         span.attributes['instrument.attrs.path'])
+        self.assertEqual(('/var/lib/nova/instances/\\xff/disk',),
+                         span.attributes['instrument.inst'])
 
     def test_attributes_are_flattened_to_otlp_values(self):
         [span] = self.add(rec('X', LOCAL | 1, req='r', ev='api.request',
