@@ -101,8 +101,9 @@ _VALUE_TEMPLATES = tuple((re.compile(pattern, re.DOTALL), repl) for
 ))
 # Any other quoted literal ('...', "...", x'..', N'..', _utf8'..') is a
 # value unless a word that names an object precedes it (MySQL quotes
-# key and column names, PostgreSQL relations and constraints).
-# Backquoted names are never touched.
+# key and column names, PostgreSQL relations and constraints; both the
+# server a connection failed to reach).  Backquoted names are never
+# touched.
 _QUOTED = re.compile(
     r"""(?<!\w)(?:[xXbBnN]|_[A-Za-z0-9]+)?"""
     r"""(?:'(?:[^'\\]|\\.|'')*(?:'|$)|"(?:[^"\\]|\\.|"")*(?:"|$))""",
@@ -110,7 +111,7 @@ _QUOTED = re.compile(
 _NAME_BEFORE = re.compile(
     r'\b(?:key|column|constraint|relation|table|index|sequence|schema|'
     r'database|encoding|type|view|trigger|function|collation|savepoint|'
-    r'role|user)\s+$', re.IGNORECASE)
+    r'role|user|server on|server at)\s+$', re.IGNORECASE)
 _HEX = re.compile(r'\b0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*')
 # PyMySQL's and mysqlclient's ``(1062, "Duplicate entry ...")``: the
 # server's message as a Python string literal.

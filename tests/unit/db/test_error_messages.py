@@ -84,6 +84,11 @@ MARIADB = [
               'transaction'),
      "(pymysql.err.OperationalError) (1213, 'Deadlock found when trying "
      "to get lock; try restarting transaction')", []),
+    (_pymysql('OperationalError', 2003,
+              "Can't connect to MySQL server on '192.0.2.7' ([Errno 111] "
+              "Connection refused)"),
+     '(pymysql.err.OperationalError) (2003, "Can\'t connect to MySQL '
+     'server on \'192.0.2.7\' ([Errno 111] Connection refused)")', []),
     ("(pymysql.err.ProgrammingError) (1146, \"Table 'nova.foo' doesn't "
      "exist\")",
      "(pymysql.err.ProgrammingError) (1146, \"Table 'nova.foo' doesn't "
@@ -109,6 +114,12 @@ POSTGRESQL = [
      'for encoding "UTF8": 0xf0 0x9f 0x98\n',
      '(psycopg2.errors.CharacterNotInRepertoire) invalid byte sequence '
      'for encoding "UTF8": ?', ['0xf0', '0x9f']),
+    ('(psycopg2.OperationalError) connection to server at "192.0.2.7", '
+     'port 5432 failed: FATAL:  password authentication failed for user '
+     '"nova"\n',
+     '(psycopg2.OperationalError) connection to server at "192.0.2.7", '
+     'port 5432 failed: FATAL:  password authentication failed for user '
+     '"nova"', []),
     ('(psycopg2.errors.ForeignKeyViolation) insert or update on table '
      '"child" violates foreign key constraint "child_pid_fkey"\n',
      '(psycopg2.errors.ForeignKeyViolation) insert or update on table '
