@@ -22,10 +22,12 @@ Everything here runs on the hot path: it builds tuples and hands them to
 message on the error path.
 """
 
+import ast
 import contextvars
 import hashlib
 import itertools
 import os
+import re
 import threading
 import time
 import zlib
@@ -76,6 +78,45 @@ MAX_MESSAGE = 200
 # oslo.db / SQLAlchemy messages carry the statement and its bound
 # parameters after these markers; they never reach a span file.
 _SECRET_MARKERS = ('[SQL:', '[parameters:', '(Background on this error')
+
+# Drivers put bound values in their own messages too (MySQL's
+# "Duplicate entry 'x' for key 'k'", PostgreSQL's "Key (k)=(x)"):
+# ``scrub_message`` turns them into ``?``.  First the message templates
+# whose value may hold quotes of its own (the server does not escape
+# it): the value runs to the template's fixed tail.
+_VALUE_TEMPLATES = tuple((re.compile(pattern, re.DOTALL), repl) for
+                         pattern, repl in (
+    # MySQL/MariaDB
+    (r"(Duplicate entry )'.*'( for key '[^']*')$", r'\1?\2'),
+    (r"(value: )'.*'( for column .*? at row \d+)$", r'\1?\2'),
+    (r"( near )'.*'( at line \d+)$", r'\1?\2'),
+    (r"(Cannot convert string )'.*'( from \S+ to \S+)$", r'\1?\2'),
+    (r"(to the value of )'.*'$", r'\1?'),
+    # MySQL "value: '...'", PostgreSQL 'for type integer: "..."'
+    (r"(: )'.*'$", r'\1?'),
+    (r'(: )".*"$', r'\1?'),
+    # PostgreSQL DETAIL lines
+    (r'(\bKey \(.*?\)=)\(.*\)', r'\1(?)'),
+    (r'(\bFailing row contains )\(.*\)', r'\1(?)'),
+))
+# Any other quoted literal ('...', "...", x'..', N'..', _utf8'..') is a
+# value unless a word that names an object precedes it (MySQL quotes
+# key and column names, PostgreSQL relations and constraints; both the
+# server a connection failed to reach).  Backquoted names are never
+# touched.
+_QUOTED = re.compile(
+    r"""(?<!\w)(?:[xXbBnN]|_[A-Za-z0-9]+)?"""
+    r"""(?:'(?:[^'\\]|\\.|'')*(?:'|$)|"(?:[^"\\]|\\.|"")*(?:"|$))""",
+    re.DOTALL)
+_NAME_BEFORE = re.compile(
+    r'\b(?:key|column|constraint|relation|table|index|sequence|schema|'
+    r'database|encoding|type|view|trigger|function|collation|savepoint|'
+    r'role|user|server on|server at)\s+$', re.IGNORECASE)
+_HEX = re.compile(r'\b0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*')
+# PyMySQL's and mysqlclient's ``(1062, "Duplicate entry ...")``: the
+# server's message as a Python string literal.
+_DRIVER_TUPLE = re.compile(
+    r"""\((\d+), ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\)""")
 
 _time_ns = time.time_ns
 _perf_ns = time.perf_counter_ns
@@ -154,8 +195,52 @@ def error_class(exc: BaseException) -> str:
     return module + '.' + cls.__qualname__
 
 
+def _keep_name(match) -> str:
+    text = match.string
+    start = match.start()
+    if _NAME_BEFORE.search(text, max(0, start - 24), start):
+        return match.group(0)
+    return '?'
+
+
+def _scrub_plain(text: str) -> str:
+    for pattern, repl in _VALUE_TEMPLATES:
+        text = pattern.sub(repl, text)
+    if "'" in text or '"' in text:
+        text = _QUOTED.sub(_keep_name, text)
+    return _HEX.sub('?', text)
+
+
+def _driver_message(match) -> str:
+    try:
+        message = ast.literal_eval(match.group(2))
+    except (ValueError, SyntaxError):
+        return '(%s, ?)' % match.group(1)
+    return '(%s, %r)' % (match.group(1), _scrub_plain(str(message)))
+
+
+def scrub_message(text: str) -> str:
+    """``text`` with the values a statement or its parameters may have
+    put in it replaced by ``?``: quoted literals (but the names of keys,
+    columns, constraints... and backquoted names), hex literals,
+    PostgreSQL's ``Key (name)=(value)``; error codes stay.
+
+    ``(1062, "Duplicate entry 'a@b.org' for key 'name'")`` becomes
+    ``(1062, "Duplicate entry ? for key 'name'")``.
+    """
+    out = []
+    pos = 0
+    for match in _DRIVER_TUPLE.finditer(text):
+        out.append(_scrub_plain(text[pos:match.start()]))
+        out.append(_driver_message(match))
+        pos = match.end()
+    out.append(_scrub_plain(text[pos:]))
+    return ''.join(out)
+
+
 def short_message(exc: BaseException) -> str:
-    """First line of the message, without SQL or its parameters, capped.
+    """First line of the message, without SQL, its parameters or any
+    value the driver quoted in it (``scrub_message``), capped.
 
     Only called on the error path.
     """
@@ -168,6 +253,10 @@ def short_message(exc: BaseException) -> str:
         if cut >= 0:
             text = text[:cut]
     text = text.strip().split('\n', 1)[0]
+    try:
+        text = scrub_message(text)
+    except Exception:  # never let the scrubbing break the call
+        return '?'
     if len(text) > MAX_MESSAGE:
         text = text[:MAX_MESSAGE - 3] + '...'
     return text

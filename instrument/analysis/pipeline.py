@@ -264,7 +264,7 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
                     error = rec.st == 'error'
                     digest_add(ts, dur, attrs.get('fp'), rec.svc,
                                attrs.get('db'), attrs.get('call'),
-                               attrs.get('rows'), error)
+                               attrs.get('rows'), error, attrs.get('kind'))
                     req = rec.req
                     if req is not None:
                         add_sql(req, rec.parent, dur, ts + dur, rec, error)

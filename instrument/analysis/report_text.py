@@ -286,6 +286,10 @@ def _sql(report: dict, out: list, blocks: int) -> None:
         out.extend(class_block(r, sql['group_by']))
 
 
+# Statements sent for the pool or a new connection, not by a caller.
+SIDE_KINDS = {'POOL_RESET', 'CONNECT'}
+
+
 def class_block(r: dict, group_by: str) -> list:
     """One pt-query-digest style block for a class."""
     lines = ['# Query %d: ID %s (%s %s)' % (
@@ -293,6 +297,11 @@ def class_block(r: dict, group_by: str) -> list:
     lines.append('# services %s; databases %s; called from %s' % (
         ', '.join(r['services']) or '-', ', '.join(r['databases']) or '-',
         ', '.join(r['calls_from'][:4]) or '-'))
+    kinds = r.get('kinds') or {}
+    if len(kinds) > 1 or set(kinds) & SIDE_KINDS:
+        # e.g. ROLLBACKs of transactions and of the pool's resets
+        lines.append('# kinds %s' % ', '.join(
+            '%s %d' % item for item in kinds.items()))
     lines.append('# Attribute    pct   total     min     max     avg     '
                  '95%  stddev  median')
     lines.append('# ============ === ======= ======= ======= ======= '

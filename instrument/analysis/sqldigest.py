@@ -12,8 +12,13 @@
 """A pt-query-digest style profile of the SQL statements.
 
 Statements are kept as statistics per fine class ``(query id, service,
-database, enclosing call)``; ``--group-by`` merges fine classes at
-report time, so any grouping costs nothing more while reading.  A class
+database, enclosing call, kind)``; ``--group-by`` merges fine classes at
+report time, so any grouping costs nothing more while reading.  The
+kind tells why a statement was sent: its verb (``SELECT``...), or
+``POOL_RESET`` (the pool's reset-on-return ROLLBACK) and ``CONNECT``
+(a new connection's set-up): a class counts every statement of its
+fingerprint, as the server's slow log does, and its ``kinds`` say how
+many were which; ``--group-by kind`` shows them apart.  A class
 holds count, total, sum of squares (standard deviation), min, max, rows,
 errors, first/last time and a log-scale histogram of 50 buckets per
 decade (4.7 % wide, like pt-query-digest's 5 % buckets) from which the
@@ -34,7 +39,7 @@ import re
 PER_DECADE = 50
 # pt-query-digest's distribution rows: 1us 10us 100us 1ms 10ms 100ms 1s 10s+
 DECADES = ('1us', '10us', '100us', '1ms', '10ms', '100ms', '1s', '10s+')
-GROUPS = ('fingerprint', 'service', 'database', 'call')
+GROUPS = ('fingerprint', 'service', 'database', 'call', 'kind')
 ORDERS = ('sum', 'count', 'max', 'avg', 'p95', 'rows', 'errors')
 _ORDER_ALIASES = {'query_time:sum': 'sum', 'query_time:max': 'max',
                   'query_time:avg': 'avg', 'query_time:cnt': 'count',
@@ -84,12 +89,12 @@ class SqlDigest:
     # -- ingest (hot) ------------------------------------------------------
 
     def add(self, ts: int, dur: int, fp, svc, db, call, rows,
-            error: bool) -> None:
+            error: bool, kind=None) -> None:
         if self.since is not None and ts < self.since or \
                 self.until is not None and ts >= self.until:
             self.filtered += 1
             return
-        key = (fp, svc, db, call)
+        key = (fp, svc, db, call, kind)
         s = self.classes.get(key)
         if s is None:
             s = self.classes[key] = _new(ts)
@@ -124,7 +129,8 @@ class SqlDigest:
         count = int(attrs.get('count') or 0)
         if count <= 0:
             return
-        key = (attrs.get('fp'), svc, attrs.get('db'), attrs.get('call'))
+        key = (attrs.get('fp'), svc, attrs.get('db'), attrs.get('call'),
+               attrs.get('kind'))
         s = self.classes.get(key)
         if s is None:
             s = self.classes[key] = _new(ts)
@@ -228,9 +234,17 @@ class SqlDigest:
         var = max(s[C_SUMSQ] / n - mean * mean, 0.0) if n else 0.0
         std = math.sqrt(var)
         fps = sorted({k[0] for k in keys if k[0]})
+        kinds = {}
+        for k in keys:
+            kind = k[4] or '?'
+            kinds[kind] = kinds.get(kind, 0) + self.classes[k][C_COUNT]
         if group_by == 'fingerprint':
             text = self.texts.get(g)
             item = _item(self.kinds.get(g), text)
+        elif group_by == 'kind':
+            text = None
+            item = '%s, %d quer%s' % (g or '?', len(fps),
+                                      'y' if len(fps) == 1 else 'ies')
         else:
             text = None
             item = '%d quer%s' % (len(fps), 'y' if len(fps) == 1 else
@@ -244,6 +258,7 @@ class SqlDigest:
             'services': sorted({k[1] for k in keys if k[1]}),
             'databases': sorted({k[2] for k in keys if k[2]}),
             'calls_from': sorted({k[3] for k in keys if k[3]}),
+            'kinds': dict(sorted(kinds.items())),
             'min_us': s[C_MIN] if n else 0, 'max_us': s[C_MAX],
             'avg_us': mean, 'p95_us': percentile(s, 95),
             'median_us': percentile(s, 50), 'stddev_us': std,

@@ -16,7 +16,10 @@ fingerprint, adapted to the already-parameterised SQL that SQLAlchemy
 sends: comments are stripped; bind markers of every DBAPI paramstyle
 (``?``, ``%s``, ``%(name)s``, ``:name``, ``$1``) and literals (strings,
 numbers, ``NULL``) all become ``?``; identifier quotes are dropped (so
-the same statement on MySQL and sqlite has the same class); whitespace
+the same statement on MySQL and sqlite has the same class); on MySQL
+(``double_quoted_strings``: ``"x"`` is a string there unless the server
+runs with ``ANSI_QUOTES``) double-quoted strings are literals and become
+``?`` as in pt-fingerprint, elsewhere they are identifiers; whitespace
 and case are normalised; ``IN`` lists and (multi-row) ``VALUES`` lists
 collapse to ``(?+)``; ``LIMIT``/``OFFSET`` become ``limit ?``; repeated
 ``UNION`` arms collapse; ``ASC`` after ``ORDER BY`` goes.
@@ -39,6 +42,11 @@ KIND_BEGIN = 'BEGIN'
 KIND_COMMIT = 'COMMIT'
 KIND_ROLLBACK = 'ROLLBACK'
 KIND_OTHER = 'OTHER'
+# Not verbs: why the statement was sent.  The pool's reset-on-return
+# ROLLBACK (COMMIT), and what a new connection sends before it is used
+# (SET NAMES, SET AUTOCOMMIT, sql_mode, the dialect's start-up queries).
+KIND_POOL_RESET = 'POOL_RESET'
+KIND_CONNECT = 'CONNECT'
 
 _KIND_OF_VERB = {
     'select': KIND_SELECT,
@@ -59,6 +67,7 @@ _BLOCK_COMMENT = re.compile(r'/\*.*?\*/', re.DOTALL)
 _LINE_COMMENT = re.compile(r'(?:--|#)[^\'"\r\n]*(?=[\r\n]|$)')
 # Literals and bind markers.
 _STRING = re.compile(r"[nb]?'(?:[^'\\]|\\.|'')*'", _FLAGS)
+_DQ_STRING = re.compile(r'"(?:[^"\\]|\\.|"")*"', re.DOTALL)
 _PYFORMAT = re.compile(r'%\(\w+\)s')
 _FORMAT = re.compile(r'%s')
 _NAMED = re.compile(r'(?<![:\w]):[a-z_]\w*', re.IGNORECASE)
@@ -99,10 +108,13 @@ def strip_comments(sql: str) -> str:
     return sql
 
 
-def fingerprint(sql: str) -> str:
-    """The normalised text of ``sql``'s query class (see module doc)."""
+def fingerprint(sql: str, double_quoted_strings: bool = False) -> str:
+    """The normalised text of ``sql``'s query class (see module doc);
+    ``double_quoted_strings`` for MySQL's default quoting."""
     text = strip_comments(sql)
     text = _STRING.sub('?', text)
+    if double_quoted_strings and '"' in text:
+        text = _DQ_STRING.sub('?', text)
     text = _POSTCOMPILE.sub('(?)', text)
     text = _PYFORMAT.sub('?', text)
     text = _FORMAT.sub('?', text)
@@ -158,10 +170,18 @@ def query_id(fp: str) -> str:
 QueryClass = collections.namedtuple('QueryClass', 'qid kind text')
 
 
-def classify(sql: str) -> QueryClass:
+def classify(sql: str, double_quoted_strings: bool = False) -> QueryClass:
     """Query id, kind and fingerprint of one statement text."""
-    fp = fingerprint(sql)
+    fp = fingerprint(sql, double_quoted_strings)
     return QueryClass(query_id(fp), statement_kind(sql), fp)
+
+
+def memo_key(sql: str, double_quoted_strings: bool = False):
+    """The ``Memo`` key of ``sql``: the text itself, unless MySQL's
+    quoting gives it another class than elsewhere."""
+    if double_quoted_strings and '"' in sql:
+        return (sql, True)
+    return sql
 
 
 class Memo:
@@ -188,19 +208,21 @@ class Memo:
     def __len__(self) -> int:
         return len(self._known)
 
-    def learn(self, sql: str) -> tuple:
-        """``(QueryClass, new_id)`` for ``sql``; remembers it."""
+    def learn(self, sql: str, double_quoted_strings: bool = False) -> tuple:
+        """``(QueryClass, new_id)`` for ``sql``; remembers it under
+        ``memo_key(sql, double_quoted_strings)``."""
         known = self._known
-        qclass = known.get(sql)
+        key = memo_key(sql, double_quoted_strings)
+        qclass = known.get(key)
         if qclass is not None:
             return qclass, False
-        qclass = classify(sql)
+        qclass = classify(sql, double_quoted_strings)
         while len(known) >= self.max_statements:
             try:
                 del known[next(iter(known))]
             except (KeyError, RuntimeError, StopIteration):
                 break
-        known[sql] = qclass
+        known[key] = qclass
         ids = self._ids
         if qclass.qid in ids:
             return qclass, False

@@ -13,8 +13,8 @@
 
 Listeners are attached at class level (``event.listen(Engine, ...)``), so
 every engine of the process is covered whenever it was created, before
-or after ``install``.  The first transaction seen on an engine "adopts"
-its dialect, once:
+or after ``install``.  The first Connection (or transaction) seen on an
+engine "adopts" its dialect, once:
 
 * its database name is read from the engine URL and cached;
 * a ``handle_error`` listener is appended to the dialect *after*
@@ -30,8 +30,13 @@ its dialect, once:
   ``SETTLE_NS`` for it;
 * ``do_commit``/``do_rollback`` are wrapped on that dialect instance to
   time the COMMIT/ROLLBACK round trip of a transaction that the
-  ``commit``/``rollback`` events announced (pool reset rollbacks pass
-  through untimed).
+  ``commit``/``rollback`` events announced, and the pool's
+  reset-on-return ROLLBACK that its ``reset`` event announced (a
+  statement of kind ``POOL_RESET``, outside any transaction).
+
+What a new connection sends before the pool hands it out (kind
+``CONNECT``) is seen by the taps of ``instrument.db.connect``, which the
+pool's ``first_connect``/``connect``/``checkout`` events drive.
 
 The calling thread does as little as a bare timing listener: the start
 goes on the execution context, and the end appends one tuple of
@@ -48,12 +53,15 @@ import contextvars
 import os
 import threading
 import time
+import traceback
 import weakref
 
 from oslo_log import log as logging
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.pool import Pool
 
+from instrument.db import connect as connect_mod
 from instrument.db import fingerprint
 from instrument import record
 from instrument import schema
@@ -100,6 +108,9 @@ A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 K_STMT = 0
 K_END = 1       # COMMIT/ROLLBACK round trip, then the transaction
 K_TXN = 2       # the transaction only (no round trip happened)
+# A statement outside the engine's events: the pool's reset-on-return,
+# a connection's set-up; its last item is (kind, dialect or database).
+K_SIDE = 3
 
 PH_X = schema.PH_COMPLETE
 ST_OK = schema.ST_OK
@@ -112,6 +123,10 @@ _time_ns = time.time_ns
 # about to reach the dialect: (dbapi connection, Connection, txn state,
 # outcome, perf_ns of the event).
 _ENDING = contextvars.ContextVar('instrument_sql_ending', default=None)
+# The DBAPI connection the pool is about to reset (its ``reset`` event
+# came, the dialect's do_rollback/do_commit follows).
+_RESETTING = contextvars.ContextVar('instrument_sql_resetting',
+                                    default=None)
 
 # The error of a queued failure is a list, [error tuple, disconnect,
 # settled], that the handle_error listeners complete; it is also on the
@@ -148,6 +163,15 @@ def database_name(url) -> str:
     return database or ''
 
 
+def double_quoted_strings(dialect) -> bool:
+    """Is ``"x"`` a string literal on this dialect (MySQL/MariaDB unless
+    the server runs with ANSI_QUOTES, which the dialect detected)?"""
+    if getattr(dialect, 'name', None) not in ('mysql', 'mariadb'):
+        return False
+    preparer = getattr(dialect, 'identifier_preparer', None)
+    return getattr(preparer, 'initial_quote', '`') != '"'
+
+
 # Attribution outside any instrumented call: no request.  oslo.context's
 # thread-local "current" context is not used here: nova's periodic tasks
 # (admin contexts do not update the store) and threads spawned from a
@@ -177,10 +201,17 @@ class _Faults:
     def __call__(self, exc: BaseException) -> None:
         self.count += 1
         if self.count == 1:
-            LOG.warning('instrument: fault in the SQL listeners (%s: %s); '
-                        'the statement is unaffected, further faults are '
-                        'counted, not logged', exc.__class__.__name__, exc,
-                        exc_info=(type(exc), exc, exc.__traceback__))
+            # The frames only: a chained exception (the statement's
+            # own error) would print its message, bound values and all.
+            try:
+                LOG.warning('instrument: fault in the SQL listeners (%s: '
+                            '%s); the statement is unaffected, further '
+                            'faults are counted, not logged\n%s',
+                            exc.__class__.__name__,
+                            tracing.short_message(exc),
+                            ''.join(traceback.format_tb(exc.__traceback__)))
+            except Exception:  # pragma: no cover - a broken log handler
+                pass
 
 
 class SqlListeners:
@@ -199,7 +230,12 @@ class SqlListeners:
         self._reported_dropped = 0
         self.faults = _Faults()
         self._adopted = weakref.WeakKeyDictionary()
+        # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
+        self._dq_strings = weakref.WeakKeyDictionary()
         self._adopt_lock = threading.Lock()
+        self.connect_taps = connect_mod.ConnectTaps(self._queue_setup,
+                                                    self.faults)
+        self._pool_events = []
         self._process_lock = threading.Lock()
         self._events = []
         self._installed = False
@@ -214,6 +250,7 @@ class SqlListeners:
         self._reported_dropped = 0
         self._process_lock = threading.Lock()
         self.memo.clear()
+        self.connect_taps.reset()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -226,6 +263,7 @@ class SqlListeners:
             ('before_cursor_execute', self.before_cursor_execute,
              {'retval': True}),
             ('after_cursor_execute', self.after_cursor_execute, {}),
+            ('engine_connect', self.on_engine_connect, {}),
             ('begin', self.on_begin, {}),
             ('commit', self.on_commit, {}),
             ('rollback', self.on_rollback, {}),
@@ -233,18 +271,34 @@ class SqlListeners:
         ]
         for name, fn, kwargs in self._events:
             event.listen(Engine, name, fn, **kwargs)
+        taps = self.connect_taps
+        # Class-level pool listeners run before those of the engine's
+        # pool (the dialect's on-connect, oslo.db's): insert=True puts
+        # them before other class-level ones too.
+        self._pool_events = [
+            ('first_connect', taps.on_connect, {'insert': True}),
+            ('connect', taps.on_connect, {'insert': True}),
+            ('checkout', taps.on_checkout, {'insert': True}),
+            ('reset', self.on_pool_reset, {}),
+        ]
+        for name, fn, kwargs in self._pool_events:
+            event.listen(Pool, name, fn, **kwargs)
+        taps.install(self)
 
     def remove(self) -> None:
         """Detach everything this object attached (idempotent)."""
         if not self._installed:
             return
         self._installed = False
-        for name, fn, _kwargs in self._events:
-            try:
-                event.remove(Engine, name, fn)
-            except Exception as exc:
-                LOG.warning('instrument: could not remove SQL listener %s: '
-                            '%s', name, exc)
+        for target, events in ((Engine, self._events),
+                               (Pool, self._pool_events)):
+            for name, fn, _kwargs in events:
+                try:
+                    event.remove(target, name, fn)
+                except Exception as exc:
+                    LOG.warning('instrument: could not remove SQL listener '
+                                '%s: %s', name, exc)
+        self.connect_taps.remove(self)
         with self._adopt_lock:
             for dialect in list(self._adopted.keys()):
                 self._release(dialect)
@@ -265,12 +319,14 @@ class SqlListeners:
             if db is not None:
                 return db
             db = database_name(conn.engine.url)
+            self._dq_strings[dialect] = double_quoted_strings(dialect)
             setattr(dialect, ATTR_DB, (self, db))
             event.listen(dialect, 'handle_error', self.handle_error)
             for name, outcome in (('do_commit', OUTCOME_COMMIT),
                                   ('do_rollback', OUTCOME_ROLLBACK)):
                 original = getattr(dialect, name)
-                setattr(dialect, name, self._timed_end(original, outcome))
+                setattr(dialect, name,
+                        self._timed_end(original, outcome, dialect))
             self._adopted[dialect] = db
             return db
 
@@ -307,18 +363,23 @@ class SqlListeners:
         faults = self.faults
         listeners = self
 
+        # Both are guarded from their first line: whatever fails in
+        # them, the statement runs and its result is the caller's.
         def before_cursor_execute(conn, cursor, statement, parameters,
                                   context, executemany):
-            if context is not None:
-                context._instrument_t0 = perf_ns()
-            else:
-                conn._instrument_t0 = perf_ns()
+            try:
+                if context is not None:
+                    context._instrument_t0 = perf_ns()
+                else:
+                    conn._instrument_t0 = perf_ns()
+            except Exception as exc:
+                faults(exc)
             return statement, parameters
 
         def after_cursor_execute(conn, cursor, statement, parameters,
                                  context, executemany):
-            t1 = perf_ns()
             try:
+                t1 = perf_ns()
                 if len(pending) < max_pending:
                     append((K_STMT,
                             context._instrument_t0 if context is not None
@@ -366,6 +427,12 @@ class SqlListeners:
                 'the writer ([instrument] buffer_size), which does not keep '
                 'up or is stuck; counted in sql.dropped records, not '
                 'logged again', self.max_pending)
+
+    def _queue_setup(self, t0: int, t1: int, statement, frame, error,
+                     db: str) -> None:
+        """A connection's set-up statement (from its tap)."""
+        self._queue((K_SIDE, t0, t1, statement, None, frame, None, False,
+                     error, False, (fingerprint.KIND_CONNECT, db)))
 
     @staticmethod
     def _attribution() -> tuple:
@@ -430,6 +497,15 @@ class SqlListeners:
             self.faults(fault)
         return None
 
+    def on_engine_connect(self, conn) -> None:
+        """A Connection is made: adopt its engine now, so that the pool
+        reset of a Connection that never began a transaction is timed
+        too."""
+        try:
+            self._db_of(conn)
+        except Exception as exc:
+            self.faults(exc)
+
     # -- transactions ------------------------------------------------------
 
     def on_begin(self, conn) -> None:
@@ -480,28 +556,95 @@ class SqlListeners:
         self._queue((K_END, t0, t1, None, txn, None, None, False, error,
                      False, outcome))
 
-    def _timed_end(self, original, outcome: str):
+    def on_pool_reset(self, dbapi_connection, connection_record,
+                      reset_state=None) -> None:
+        """Pool ``reset``: a connection goes back to its pool; unless
+        its transaction was already ended, the dialect's do_rollback
+        (do_commit with ``reset_on_return='commit'``) follows."""
+        try:
+            if reset_state is not None and (
+                    reset_state.transaction_was_reset or
+                    not reset_state.asyncio_safe):
+                return
+            _RESETTING.set(dbapi_connection)
+        except Exception as exc:
+            self.faults(exc)
+
+    def _timed_reset(self, original, dbapi_connection, args, kwargs,
+                     statement: str, dialect):
+        """The pool's reset-on-return round trip: a ``POOL_RESET``
+        statement of its own."""
+        try:
+            frame = tracing.current_frame()
+            t0 = _perf_ns()
+        except Exception as fault:
+            self.faults(fault)
+            return original(dbapi_connection, *args, **kwargs)
+        try:
+            result = original(dbapi_connection, *args, **kwargs)
+        except BaseException as exc:
+            try:
+                t1 = _perf_ns()
+                self._queue((K_SIDE, t0, t1, statement, None, frame, None,
+                             False, [tracing.error_of(exc), False, True],
+                             False, (fingerprint.KIND_POOL_RESET, dialect)))
+            except Exception as fault:
+                self.faults(fault)
+            raise
+        try:
+            t1 = _perf_ns()
+            self._queue((K_SIDE, t0, t1, statement, None, frame, None, False,
+                         None, False, (fingerprint.KIND_POOL_RESET, dialect)))
+        except Exception as fault:
+            self.faults(fault)
+        return result
+
+    def _timed_end(self, original, outcome: str, dialect=None):
         listeners = self
+        reset_statement = 'COMMIT' if outcome == OUTCOME_COMMIT \
+            else 'ROLLBACK'
 
         def timed(dbapi_connection, *args, **kwargs):
-            ending = _ENDING.get()
-            if ending is None or ending[0] is not dbapi_connection:
+            reset = False
+            try:
+                ending = _ENDING.get()
+                if ending is not None and ending[0] is dbapi_connection:
+                    _ENDING.set(None)
+                else:
+                    ending = None
+                    resetting = _RESETTING.get()
+                    # The pool passes its proxy of the DBAPI connection.
+                    if resetting is not None and resetting is getattr(
+                            dbapi_connection, 'dbapi_connection', None):
+                        _RESETTING.set(None)
+                        reset = True
+            except Exception as fault:
+                listeners.faults(fault)
+                ending = None
+            if reset:
+                return listeners._timed_reset(
+                    original, dbapi_connection, args, kwargs,
+                    reset_statement, dialect)
+            if ending is None:
                 return original(dbapi_connection, *args, **kwargs)
-            _ENDING.set(None)
-            t0 = _perf_ns()
+            try:
+                t0 = _perf_ns()
+            except Exception as fault:
+                listeners.faults(fault)
+                return original(dbapi_connection, *args, **kwargs)
             try:
                 result = original(dbapi_connection, *args, **kwargs)
             except BaseException as exc:
-                t1 = _perf_ns()
                 try:
+                    t1 = _perf_ns()
                     error = [tracing.error_of(exc), False, False]
                     ending[1]._instrument_error = error
                     listeners._queue_end(ending, t0, t1, error)
                 except Exception as fault:
                     listeners.faults(fault)
                 raise
-            t1 = _perf_ns()
             try:
+                t1 = _perf_ns()
                 listeners._queue_end(ending, t0, t1, None)
             except Exception as fault:
                 listeners.faults(fault)
@@ -513,11 +656,11 @@ class SqlListeners:
 
     # -- the writer side -----------------------------------------------------
 
-    def _query_class(self, statement: str):
+    def _query_class(self, statement: str, dq_strings: bool = False):
         """Memoised class of a statement; announces a new one."""
-        qclass = self.memo.get(statement)
+        qclass = self.memo.get(fingerprint.memo_key(statement, dq_strings))
         if qclass is None:
-            qclass, new = self.memo.learn(statement)
+            qclass, new = self.memo.learn(statement, dq_strings)
             if new:
                 tracer = self.tracer
                 tracer.emit(record.meta(
@@ -550,8 +693,11 @@ class SqlListeners:
                     pending.appendleft(entry)
                     break
                 try:
-                    if entry[0] == K_STMT:
+                    kind = entry[0]
+                    if kind == K_STMT:
                         self._statement(entry, offset)
+                    elif kind == K_SIDE:
+                        self._side_statement(entry, offset)
                     else:
                         self._transaction_end(entry, offset)
                 except Exception as exc:
@@ -580,7 +726,8 @@ class SqlListeners:
         if t0 is None:      # failed before it reached the cursor
             t0 = t1
         dur_ns = t1 - t0
-        qclass = self._query_class(statement)
+        qclass = self._query_class(
+            statement, self._dq_strings.get(conn.dialect, False))
         if txn is not None:
             txn[T_COUNT] += 1
             db = txn[T_DB]
@@ -610,6 +757,39 @@ class SqlListeners:
             svc or tracer.svc, None, EV_QUERY, tracing.new_span_id(),
             parent, req, greq, inst, ST_OK if err is None else ST_ERROR,
             err, attrs))
+
+    def _side_statement(self, entry: tuple, offset: int) -> None:
+        """A pool reset or a connection's set-up statement: a statement
+        of its own kind, outside any transaction, aggregated or written
+        like the others."""
+        (_k, t0, t1, statement, _txn, frame, _r, _m, error, _d,
+         (kind, source)) = entry
+        err = None
+        if error is not None:
+            err = error[E_ERR]
+        if isinstance(statement, bytes):
+            statement = statement.decode('utf-8', 'replace')
+        if isinstance(source, str):
+            db = source
+        else:
+            db = self._adopted.get(source) or ''
+        qclass = self._query_class(
+            statement, kind == fingerprint.KIND_CONNECT)
+        parent, req, greq, inst, svc, host, call = \
+            frame if frame is not None else NO_FRAME
+        dur_ns = t1 - t0
+        dur = dur_ns // 1000
+        if not self._detail(dur_ns, req, err):
+            self.aggregator.add(qclass.qid, db, kind, call, dur, None,
+                                False)
+            return
+        tracer = self.tracer
+        tracer.emit((
+            PH_X, (t0 + offset) // 1000, dur, host or tracer.host,
+            svc or tracer.svc, None, EV_QUERY, tracing.new_span_id(),
+            parent, req, greq, inst, ST_OK if err is None else ST_ERROR,
+            err, {'fp': qclass.qid, 'db': db, 'kind': kind, 'rows': None,
+                  'many': False, 'txn': None, 'call': call}))
 
     def _transaction_end(self, entry: tuple, offset: int) -> None:
         (kind, t0, t1, _s, txn, _f, _r, _m, error, _d, outcome) = entry

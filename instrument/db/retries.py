@@ -156,7 +156,8 @@ class RetryRecorder:
                 self.faults += 1
                 if self.faults == 1:
                     LOG.warning('instrument: fault recording a DB retry '
-                                '(%s: %s)', exc.__class__.__name__, exc)
+                                '(%s: %s)', exc.__class__.__name__,
+                                tracing.short_message(exc))
         return expected
 
     def _record(self, decorator, exc, frame) -> None:

@@ -10,7 +10,9 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 """SQL timing through PyMySQL on a real MariaDB: records, a real InnoDB
-deadlock, a killed connection.
+deadlock, a killed connection, MySQL's double-quoted strings, and every
+statement PyMySQL sends (pool resets and connection set-up included)
+found in the span file and in the analyser's digest.
 
 MariaDB: ``INSTRUMENT_TEST_MYSQL_URL`` or
 ``mysql+pymysql://root@127.0.0.1:3306/test``.  When it cannot be reached
@@ -18,17 +20,27 @@ the tests skip with the reason, except under ``CI=true`` where they fail:
 CI must not pass without having run them.
 """
 
+import collections
+import json
 import os
 import threading
 import time
 import uuid
 
+import fixtures
+from oslo_config import cfg
 from oslo_context import context as oslo_context
 from oslo_db import exception as db_exc
+from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import engines
 import sqlalchemy as sa
 import testtools
 
+import instrument
+from instrument.analysis import pipeline
+from instrument.db import fingerprint
+from instrument import opts
+from instrument import runtime
 from tests.unit.db import fixtures as db_fixtures
 
 URL = os.environ.get('INSTRUMENT_TEST_MYSQL_URL',
@@ -39,6 +51,22 @@ def _in_ci() -> bool:
     return os.environ.get('CI', '').strip().lower() in ('true', '1', 'yes')
 
 
+def _reachable_or_skip(test) -> None:
+    try:
+        probe = sa.create_engine(URL)
+        with probe.connect() as conn:
+            conn.exec_driver_sql('SELECT 1')
+        probe.dispose()
+    except Exception as exc:
+        reason = ('MariaDB not reachable at %s (%s: %s); start it, e.g. '
+                  'start-stop-daemon --start --oknodo --background '
+                  '--exec /usr/sbin/mariadbd' % (
+                      URL, exc.__class__.__name__, str(exc)[:200]))
+        if _in_ci():
+            test.fail('CI=true: ' + reason)
+        test.skipTest(reason)
+
+
 class MariaDBTestCase(testtools.TestCase):
     """Skips (outside CI) or fails (CI=true) when MariaDB is unreachable."""
 
@@ -46,19 +74,7 @@ class MariaDBTestCase(testtools.TestCase):
         super().setUp()
         self.addCleanup(setattr, oslo_context._request_store, 'context',
                         None)
-        try:
-            probe = sa.create_engine(URL)
-            with probe.connect() as conn:
-                conn.exec_driver_sql('SELECT 1')
-            probe.dispose()
-        except Exception as exc:
-            reason = ('MariaDB not reachable at %s (%s: %s); start it, e.g. '
-                      'start-stop-daemon --start --oknodo --background '
-                      '--exec /usr/sbin/mariadbd' % (
-                          URL, exc.__class__.__name__, str(exc)[:200]))
-            if _in_ci():
-                self.fail('CI=true: ' + reason)
-            self.skipTest(reason)
+        _reachable_or_skip(self)
         self.table = sa.Table(
             'instrument_ft_%s' % uuid.uuid4().hex[:8], sa.MetaData(),
             sa.Column('id', sa.Integer, primary_key=True,
@@ -172,3 +188,164 @@ class TestMariaDB(MariaDBTestCase):
                          failed[0]['err']['cls'])
         self.assertIs(True, failed[0]['attrs']['disconnect'])
         self.assertEqual('req-gone', failed[0]['req'])
+
+    def test_double_quoted_strings_are_literals(self):
+        # MySQL reads "x" as a string: one class, as pt-fingerprint.
+        with self.engine.connect() as conn:
+            for value in ('dq-x1', 'dq-y2'):
+                conn.exec_driver_sql(
+                    'SELECT host FROM %s WHERE host = "%s"'  # noqa: S608
+                    % (self.table.name, value)).fetchall()
+        selects = [q for q in self.timing.records('sql.query')
+                   if q['attrs']['kind'] == 'SELECT']
+        self.assertEqual(2, len(selects))
+        self.assertEqual(1, len({q['attrs']['fp'] for q in selects}))
+        text, = [m['attrs']['text']
+                 for m in self.timing.records('sql.fingerprint')
+                 if m['attrs']['fp'] == selects[0]['attrs']['fp']]
+        self.assertEqual(
+            'select host from %s where host = ?'  # noqa: S608
+            % self.table.name, text)
+        self.assertNotIn('dq-', repr(self.timing.records()))
+
+
+@enginefacade.transaction_context_provider
+class Context(oslo_context.RequestContext):
+    """A nova-like request context that enginefacade can use."""
+
+
+class TestEveryStatement(testtools.TestCase):
+    """Every query PyMySQL sends is in the span file and the digest.
+
+    What the driver sent is counted at PyMySQL's ``_execute_command``
+    (every COM_QUERY: cursor statements, COMMIT, ROLLBACK, SET NAMES,
+    SET AUTOCOMMIT), per query class, for oslo.db enginefacade writer
+    and reader sessions on a new engine: its first connection (the
+    dialect's start-up queries, oslo.db's sql_mode), a second one, the
+    pool's reset-on-return ROLLBACKs, a failed transaction.
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.addCleanup(setattr, oslo_context._request_store, 'context',
+                        None)
+        _reachable_or_skip(self)
+        import pymysql.connections
+
+        self.sent = collections.Counter()
+        real = pymysql.connections.Connection._execute_command
+
+        def counting(conn, command, sql):
+            if command == 3:    # COM_QUERY
+                text = sql.decode() if isinstance(sql, bytes) else sql
+                self.sent[fingerprint.classify(text, True).text] += 1
+            return real(conn, command, sql)
+
+        self.tmp = self.useFixture(fixtures.TempDir()).path
+        self.spans = os.path.join(self.tmp, 'spans')
+        conf = cfg.ConfigOpts()
+        conf([], project='instrument-test')
+        opts.register_opts(conf)
+        # Aggregated, as fast statements are in production.
+        for key, value in dict(enabled=True, sinks=['file'],
+                               output_dir=self.spans,
+                               slow_query_threshold=60000.0).items():
+            conf.set_override(key, value, opts.GROUP)
+        self.runtime = instrument.setup(conf, 'nova-conductor', points=[])
+        self.addCleanup(runtime.teardown)
+        self.useFixture(fixtures.MonkeyPatch(
+            'pymysql.connections.Connection._execute_command', counting))
+        self.table = 'instrument_every_%s' % uuid.uuid4().hex[:8]
+
+    def sessions(self):
+        manager = enginefacade.transaction_context()
+        manager.configure(connection=URL)
+        ctx = Context(request_id='req-every')
+        other = Context(request_id='req-other')
+        insert = sa.text(
+            'INSERT INTO %s (id, name) VALUES (:i, :n)'  # noqa: S608
+            % self.table)
+        select = sa.text(
+            'SELECT name FROM %s WHERE id > :i' % self.table)  # noqa: S608
+        tracer = self.runtime.tracer
+        with tracer.span('conductor.build_instances', ctx=ctx):
+            with manager.writer.using(ctx) as session:
+                session.execute(sa.text(
+                    'CREATE TABLE %s (id INTEGER PRIMARY KEY, '
+                    'name VARCHAR(32))' % self.table))
+            for i in range(5):
+                with manager.writer.using(ctx) as session:
+                    session.execute(insert, {'i': i, 'n': 'n%d' % i})
+                with manager.reader.using(ctx) as session:
+                    session.execute(select, {'i': i}).fetchall()
+            try:
+                with manager.writer.using(ctx) as session:
+                    session.execute(insert, {'i': 1, 'n': 'again'})
+            except db_exc.DBDuplicateEntry:
+                pass
+            # Two connections at once: the pool makes a second one.
+            with manager.writer.using(ctx) as session:
+                session.execute(select, {'i': 0}).fetchall()
+                with manager.reader.using(other) as inner:
+                    inner.execute(select, {'i': 1}).fetchall()
+            with manager.writer.using(ctx) as session:
+                session.execute(sa.text('DROP TABLE %s' % self.table))
+        manager.writer.get_engine().dispose()
+
+    def test_every_statement_pymysql_sent_is_recorded(self):
+        self.sessions()
+        self.runtime.db.process()
+        runtime.teardown()      # the last aggregates, the file closed
+        sent = dict(self.sent)
+        records = []
+        for name in os.listdir(self.spans):
+            with open(os.path.join(self.spans, name)) as f:
+                records.extend(json.loads(line) for line in f)
+        texts = {r['attrs']['fp']: r['attrs']['text'] for r in records
+                 if r['ev'] == 'sql.fingerprint'}
+        recorded = collections.Counter()
+        kinds = collections.defaultdict(collections.Counter)
+        for rec in records:
+            attrs = rec.get('attrs') or {}
+            if rec['ev'] == 'sql.query':
+                count = 1
+            elif rec['ev'] == 'sql.agg':
+                count = attrs['count']
+            else:
+                continue
+            self.assertEqual('test', attrs['db'])
+            recorded[texts[attrs['fp']]] += count
+            kinds[texts[attrs['fp']]][attrs['kind']] += count
+        self.assertEqual(sent, dict(recorded))
+        self.assertEqual([], [r for r in records if r['ev'] == 'sql.dropped'])
+        # What was not recorded before, as kinds of its own.
+        for text in ('set names utf8', 'set autocommit = ?',
+                     'set session sql_mode = ?', 'show variables like ?',
+                     'select database()'):
+            self.assertEqual({'CONNECT'}, set(kinds[text]), text)
+        # Two connections: PyMySQL's and the dialect's SET NAMES each.
+        self.assertEqual(4, kinds['set names utf8']['CONNECT'])
+        # Every connection goes back to the pool with a ROLLBACK: those
+        # of the 15 sessions and of oslo.db's test connection when it
+        # made the engine; beside the transactions' own (6 readers, the
+        # failed writer) and the dialect's first-connect one.
+        rollbacks = kinds['rollback']
+        self.assertEqual(16, rollbacks['POOL_RESET'])
+        self.assertEqual(7, rollbacks['ROLLBACK'])
+        self.assertEqual(1, rollbacks['CONNECT'])
+        # The analyser counts them in their classes, as the server's slow
+        # log would, and tells the kinds apart.
+        report = pipeline.analyse([self.spans], pipeline.Options(limit=0))
+        rows = report['sql']['rows']
+        self.assertEqual(sent, {r['fingerprint']: r['calls'] for r in rows})
+        rollback, = [r for r in rows if r['fingerprint'] == 'rollback']
+        self.assertEqual(dict(rollbacks), rollback['kinds'])
+        by_kind = pipeline.analyse([self.spans], pipeline.Options(
+            limit=0, group_by='kind'))['sql']['rows']
+        self.assertEqual(
+            {kind: sum(k[kind] for k in kinds.values())
+             for kind in ('POOL_RESET', 'CONNECT', 'COMMIT')},
+            {r['id']: r['calls'] for r in by_kind
+             if r['id'] in ('POOL_RESET', 'CONNECT', 'COMMIT')})
+        self.assertEqual(sum(sent.values()),
+                         sum(r['calls'] for r in by_kind))

@@ -13,6 +13,7 @@
 
 import testtools
 
+from instrument.analysis import report_text
 from instrument.analysis import sqldigest
 from instrument.analysis import synthetic
 
@@ -108,3 +109,40 @@ class DigestTest(testtools.TestCase):
     def test_query_id_is_md5_of_fingerprint(self):
         self.assertEqual('d41d8cd98f00b204e9800998ecf8427e',
                          synthetic.fingerprint_id(''))
+
+
+class KindTest(testtools.TestCase):
+    """Pool resets and connection set-up count in their fingerprint's
+    class (as in the server's slow log) and can be shown apart."""
+
+    def digest(self):
+        d = sqldigest.SqlDigest()
+        for kind, n in (('ROLLBACK', 3), ('POOL_RESET', 5)):
+            for i in range(n):
+                d.add(1000 + i, 100, 'fpR', 'conductor', 'nova', 'c', None,
+                      False, kind)
+        d.add_agg(2000, 'conductor', {
+            'fp': 'fpR', 'db': 'nova', 'call': 'c', 'kind': 'POOL_RESET',
+            'count': 10, 'sum_us': 1000, 'min_us': 50, 'max_us': 200,
+            'sumsq_us': 110_000, 'hist': [0, 0, 5, 5, 0, 0, 0, 0, 0]})
+        d.add(3000, 900, 'fpN', 'conductor', 'nova', None, None, False,
+              'CONNECT')
+        d.fingerprint('fpR', 'rollback', 'ROLLBACK')
+        d.fingerprint('fpN', 'set names utf8mb4', 'OTHER')
+        return d
+
+    def test_one_class_per_fingerprint_with_its_kinds(self):
+        rows = {r['id']: r for r in self.digest().profile()['rows']}
+        self.assertEqual(18, rows['fpR']['calls'])
+        self.assertEqual({'POOL_RESET': 15, 'ROLLBACK': 3},
+                         rows['fpR']['kinds'])
+        self.assertEqual({'CONNECT': 1}, rows['fpN']['kinds'])
+        self.assertIn('# kinds POOL_RESET 15, ROLLBACK 3',
+                      report_text.class_block(rows['fpR'], 'fingerprint'))
+
+    def test_group_by_kind(self):
+        rows = {r['id']: r for r in
+                self.digest().profile(group_by='kind')['rows']}
+        self.assertEqual({'ROLLBACK': 3, 'POOL_RESET': 15, 'CONNECT': 1},
+                         {k: r['calls'] for k, r in rows.items()})
+        self.assertEqual('POOL_RESET, 1 query', rows['POOL_RESET']['item'])

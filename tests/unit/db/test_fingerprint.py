@@ -172,3 +172,36 @@ class TestMemo(testtools.TestCase):
         memo.learn('SELECT 1')
         self.assertIsNotNone(get('SELECT 1'))
         self.assertTrue(memo.learn('SELECT 3')[1] is False)
+
+
+class TestDoubleQuotes(testtools.TestCase):
+    """MySQL's "x" is a string (pt-fingerprint: ?); elsewhere a name."""
+
+    def test_mysql_double_quoted_strings_are_literals(self):
+        self.assertEqual(
+            {'select a from t where b = ? and c = ?'},
+            {fp.fingerprint(sql, double_quoted_strings=True) for sql in (
+                'SELECT a FROM t WHERE b = "x1" AND c = "y2"',
+                "SELECT a FROM t WHERE b = 'x1' AND c = \"y\\\"2\"",
+                'SELECT a FROM t WHERE b = "it""s" AND c = ?')})
+        self.assertEqual(
+            qid('SELECT a FROM t WHERE b = ?'),
+            fp.classify('SELECT a FROM t WHERE b = "x1"',
+                        double_quoted_strings=True).qid)
+
+    def test_elsewhere_they_are_identifiers(self):
+        self.assertEqual('select id from instances where a = ?',
+                         fp.fingerprint('SELECT "id" FROM "instances" '
+                                        'WHERE "a" = ?'))
+
+    def test_memo_keeps_the_two_readings_apart(self):
+        memo = fp.Memo()
+        sql = 'SELECT a FROM t WHERE b = "x1"'
+        mysql, _ = memo.learn(sql, double_quoted_strings=True)
+        other, _ = memo.learn(sql)
+        self.assertEqual('select a from t where b = ?', mysql.text)
+        self.assertEqual('select a from t where b = x1', other.text)
+        self.assertIs(mysql, memo.get(fp.memo_key(sql, True)))
+        self.assertIs(other, memo.get(fp.memo_key(sql)))
+        # Without a double quote, one key for both readings.
+        self.assertEqual('SELECT 1', fp.memo_key('SELECT 1', True))

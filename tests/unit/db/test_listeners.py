@@ -12,6 +12,7 @@
 """sql.query / sql.txn / sql.fingerprint records through oslo.db on sqlite."""
 
 import os
+import sys
 
 from oslo_context import context as oslo_context
 from oslo_db import exception as db_exc
@@ -447,6 +448,151 @@ class TestFaults(SqlTestCase):
         self.assertEqual([], timing.records('sql.query'))
         drops = timing.records('sql.dropped')
         self.assertEqual([{'count': 2}], [d['attrs'] for d in drops])
+
+
+class TestGuards(SqlTestCase):
+    """A fault in the first lines of the listeners never reaches the
+    statement (it used to become a DBError, an HTTP 500 in nova)."""
+
+    def broken_clock(self, where):
+        """The monotonic clock fails when read from function ``where``."""
+        real = listeners._perf_ns
+
+        def perf_ns():
+            if sys._getframe(1).f_code.co_name == where:
+                raise RuntimeError('clock fault')
+            return real()
+
+        # The per-statement listeners take the clock when they are
+        # built (at install).
+        self.useFixture(db_fixtures.fixtures.MonkeyPatch(
+            'instrument.db.listeners._perf_ns', perf_ns))
+
+    def check_statements_unaffected(self, timing):
+        engine = self.engine('nova.sqlite')
+        _schema(engine)
+        with engine.begin() as conn:
+            conn.execute(sa.text(INSERT), {'uuid': 'u1', 'host': 'h'})
+            rows = conn.exec_driver_sql('SELECT uuid FROM instances')
+            self.assertEqual([('u1',)], rows.fetchall())
+        with engine.connect() as conn:
+            conn.execute(sa.text(INSERT), {'uuid': 'u2', 'host': 'h'})
+            conn.commit()
+        self.assertGreater(timing.handle.listeners.faults.count, 0)
+
+    def test_fault_at_the_start_of_before_cursor_execute(self):
+        self.broken_clock('before_cursor_execute')
+        self.check_statements_unaffected(self.install())
+
+    def test_fault_at_the_start_of_after_cursor_execute(self):
+        self.broken_clock('after_cursor_execute')
+        self.check_statements_unaffected(self.install())
+
+    def test_fault_in_the_commit_and_rollback_timers(self):
+        self.broken_clock('timed')
+        self.check_statements_unaffected(self.install())
+
+    def test_fault_in_the_pool_reset_timer(self):
+        self.broken_clock('_timed_reset')
+        self.check_statements_unaffected(self.install())
+
+
+class TestPoolReset(SqlTestCase):
+    """The pool's reset-on-return ROLLBACK is a statement of its own."""
+
+    def reset_ids(self):
+        return fingerprint.classify('ROLLBACK').qid
+
+    def test_reset_after_commit_is_recorded(self):
+        timing = self.install()
+        manager = enginefacade.transaction_context()
+        manager.configure(connection='sqlite:///' +
+                          os.path.join(self.tmp, 'nova_api.sqlite'))
+        ctx = Context(request_id='req-reset')
+        with timing.tracer.span('conductor.build_instances', ctx=ctx):
+            with manager.writer.using(ctx) as session:
+                session.execute(sa.text('SELECT 1'))
+        queries = timing.records('sql.query')
+        # oslo.db's test connection when it made the engine, and the
+        # session's connection going back to the pool after COMMIT.
+        resets = [q for q in queries if q['attrs']['kind'] == 'POOL_RESET']
+        self.assertEqual(2, len(resets), queries)
+        for reset in resets:
+            self.assertEqual(self.reset_ids(), reset['attrs']['fp'])
+            self.assertEqual('req-reset', reset['req'])
+            self.assertEqual('conductor.build_instances',
+                             reset['attrs']['call'])
+            self.assertEqual('nova_api.sqlite', reset['attrs']['db'])
+            self.assertIsNone(reset['attrs']['txn'])
+            self.assertEqual('ok', reset['st'])
+        self.assertLess(resets[0]['seq'], resets[1]['seq'])
+        # The transaction's own COMMIT is still a COMMIT.
+        self.assertEqual(1, len([q for q in queries
+                                 if q['attrs']['kind'] == 'COMMIT']))
+
+    def test_connection_that_never_began(self):
+        timing = self.install()
+        # oslo.db connects once to test the engine, and closes.
+        self.engine('nova.sqlite')
+        resets = [q for q in timing.records('sql.query')
+                  if q['attrs']['kind'] == 'POOL_RESET']
+        self.assertEqual(['nova.sqlite'], [r['attrs']['db'] for r in resets])
+
+    def test_no_reset_no_record(self):
+        timing = self.install()
+        engine = sa.create_engine('sqlite://', pool_reset_on_return=None)
+        with engine.connect() as conn:
+            conn.exec_driver_sql('SELECT 1')
+            conn.commit()
+        with engine.begin() as conn:    # closed with its transaction
+            conn.exec_driver_sql('SELECT 1')
+        self.assertEqual([], [q for q in timing.records('sql.query')
+                              if q['attrs']['kind'] == 'POOL_RESET'])
+
+    def test_aggregated_as_its_own_kind(self):
+        timing = self.install(slow_query_threshold=60000.0)
+        engine = sa.create_engine('sqlite:///' + os.path.join(
+            self.tmp, 'nova.sqlite'))
+        self.addCleanup(engine.dispose)
+        for _ in range(3):
+            with engine.connect() as conn:
+                conn.exec_driver_sql('SELECT 1')
+                conn.commit()
+        timing.remove()
+        kinds = {}
+        for agg in timing.records('sql.agg'):
+            attrs = agg['attrs']
+            kinds[attrs['kind']] = kinds.get(attrs['kind'], 0) + \
+                attrs['count']
+        self.assertEqual(3, kinds['POOL_RESET'])
+        self.assertEqual(3, kinds['COMMIT'])
+        fps = {a['attrs']['fp'] for a in timing.records('sql.agg')
+               if a['attrs']['kind'] == 'POOL_RESET'}
+        self.assertEqual({self.reset_ids()}, fps)
+
+    def test_failed_reset_is_recorded_and_the_caller_unaffected(self):
+        engine = self.engine('nova.sqlite')
+        dialect = engine.dialect
+        dbapi = dialect.loaded_dbapi
+        refuse = []
+        real_rollback = dialect.do_rollback
+
+        def do_rollback(dbapi_connection):
+            if refuse:
+                raise dbapi.OperationalError('disk I/O error')
+            return real_rollback(dbapi_connection)
+
+        self.patch(dialect, 'do_rollback', do_rollback)
+        timing = self.install()
+        conn = engine.connect()
+        conn.exec_driver_sql('SELECT 1')
+        conn.commit()
+        refuse.append(True)
+        conn.close()    # the pool logs the failure and drops the connection
+        reset, = [q for q in timing.records('sql.query')
+                  if q['attrs']['kind'] == 'POOL_RESET']
+        self.assertEqual('error', reset['st'])
+        self.assertEqual('sqlite3.OperationalError', reset['err']['cls'])
 
 
 class TestTracerFrames(testtools.TestCase):

@@ -1,0 +1,287 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Connection set-up statements: what a new connection sends before
+SQLAlchemy hands it out (kind ``CONNECT``).
+
+No engine event sees them: PyMySQL sends ``SET NAMES`` and ``SET
+AUTOCOMMIT`` inside its own ``connect()``; the MySQL dialect's
+``SET NAMES``, its first-connect queries (``SHOW VARIABLES``,
+``SELECT DATABASE()``...) and oslo.db's ``SET SESSION sql_mode`` go
+through the raw DBAPI connection in the pool's ``first_connect`` and
+``connect`` events.
+
+For PyMySQL (oslo.db's MySQL driver) every query on the wire is seen:
+``pymysql.connections.Connection.connect`` is wrapped (once per process,
+a post-import hook when PyMySQL is not imported yet; undone by
+``remove``).  The wrapper puts a ``WireTap`` on the new connection: the
+connection's own ``_execute_command`` and ``_read_packet`` are shadowed
+by instance attributes, so each COM_QUERY is timed from its sending to
+the last packet of its answer.  The tap pauses when ``connect()``
+returns and resumes when the pool's ``first_connect``/``connect`` event
+claims the connection; the pool's ``checkout``, which follows the
+set-up, removes it.  From then on the connection has no instance
+attribute of ours and its statements cost nothing more; a connection
+made outside SQLAlchemy is only tapped during its ``connect()``.
+
+Other drivers: their set-up statements are not recorded (their
+connections mostly cannot take instance attributes, and a proxy in the
+connect path could change what the driver does).
+"""
+
+import contextvars
+import sys
+import threading
+import time
+import weakref
+
+from oslo_log import log as logging
+import wrapt
+
+from instrument import threads
+from instrument import tracer as tracing
+
+# Imported by the runtime's writer thread too: see threads.safe_logger.
+LOG = threads.safe_logger(logging.getLogger(__name__))
+
+MODULE = 'pymysql.connections'
+CLASS = 'Connection'
+COM_QUERY = 3   # pymysql.constants.COMMAND.COM_QUERY (MySQL protocol)
+
+_perf_ns = time.perf_counter_ns
+
+# The tap of a connection whose connect() just returned, for the pool
+# event that follows in the same thread (or greenthread).
+_CONNECTING = contextvars.ContextVar('instrument_sql_connecting',
+                                     default=None)
+
+_HOOK_LOCK = threading.Lock()
+_hooked = False
+# The SqlListeners whose wrapper is on PyMySQL's Connection.connect.
+_OWNERS = weakref.WeakSet()
+
+
+def _on_import(module) -> None:
+    # Runs inside the import of pymysql.connections: never raise.
+    for owner in list(_OWNERS):
+        try:
+            owner.connect_taps.patch(module)
+        except Exception:
+            LOG.exception('instrument: cannot wrap %s.%s.connect', MODULE,
+                          CLASS)
+
+
+def _hook() -> None:
+    global _hooked
+    with _HOOK_LOCK:
+        if _hooked:
+            return
+        _hooked = True
+    wrapt.register_post_import_hook(_on_import, MODULE)
+
+
+def _database(conn) -> str:
+    db = getattr(conn, 'db', None)
+    if isinstance(db, bytes):
+        return db.decode('utf-8', 'replace')
+    return db or ''
+
+
+class WireTap:
+    """Times the COM_QUERY commands of one PyMySQL connection."""
+
+    __slots__ = ('conn', 'queue', 'faults', 'db', 'open', 'last',
+                 '__weakref__')
+
+    def __init__(self, conn, queue, faults) -> None:
+        self.conn = conn
+        self.queue = queue
+        self.faults = faults
+        self.db = _database(conn)
+        # [perf_ns sent, statement, frame] of the command in flight.
+        self.open = None
+        self.last = None
+
+    def arm(self) -> None:
+        attrs = vars(self.conn)
+        attrs['_execute_command'] = self._execute_command
+        attrs['_read_packet'] = self._read_packet
+
+    def pause(self) -> None:
+        """The statement in flight is over; detach from the
+        connection."""
+        attrs = vars(self.conn)
+        attrs.pop('_execute_command', None)
+        attrs.pop('_read_packet', None)
+        self._close(None)
+
+    def _close(self, error) -> None:
+        sent = self.open
+        if sent is None:
+            return
+        self.open = None
+        t1 = self.last
+        if t1 is None or t1 < sent[0]:
+            t1 = _perf_ns()
+        if error is not None:
+            error = [tracing.error_of(error), False, True]
+        self.queue(sent[0], t1, sent[1], sent[2], error, self.db)
+
+    def _execute_command(self, command, sql):
+        conn = self.conn
+        try:
+            self._close(None)
+            if command == COM_QUERY:
+                self.last = None
+                self.open = [_perf_ns(), sql, tracing.current_frame()]
+        except Exception as exc:
+            self.faults(exc)
+        return type(conn)._execute_command(conn, command, sql)
+
+    def _read_packet(self, *args, **kwargs):
+        conn = self.conn
+        try:
+            packet = type(conn)._read_packet(conn, *args, **kwargs)
+        except BaseException as exc:
+            # The server refused the statement (or went away).
+            try:
+                self._close(exc)
+            except Exception as fault:
+                self.faults(fault)
+            raise
+        try:
+            self.last = _perf_ns()
+        except Exception as exc:
+            self.faults(exc)
+        return packet
+
+
+class ConnectTaps:
+    """The taps of one ``SqlListeners``: PyMySQL's patched ``connect``
+    and the connections between their set-up and their checkout."""
+
+    def __init__(self, queue, faults) -> None:
+        """``queue(t0, t1, statement, frame, error, db)`` takes a
+        finished set-up statement; ``faults(exc)`` counts a fault."""
+        self.queue = queue
+        self.faults = faults
+        self._patched = None
+        self._active = False
+        # id(DBAPI connection) -> its tap, from the pool's connect
+        # event to its checkout.  Weak: the connection holds its tap
+        # (bound methods), a connection that never reaches checkout
+        # (its set-up failed) takes its tap with it.
+        self.taps = weakref.WeakValueDictionary()
+
+    def reset(self) -> None:
+        """In a forked child: the parent's connections are not ours."""
+        self.taps = weakref.WeakValueDictionary()
+
+    # -- PyMySQL's connect ---------------------------------------------
+
+    def install(self, owner) -> None:
+        self._active = True
+        _OWNERS.add(owner)
+        module = sys.modules.get(MODULE)
+        if module is not None:
+            self.patch(module)
+        else:
+            _hook()
+
+    def remove(self, owner) -> None:
+        self._active = False
+        _OWNERS.discard(owner)
+        patched, self._patched = self._patched, None
+        if patched is not None:
+            cls, wrapper, original = patched
+            if vars(cls).get('connect') is wrapper:
+                cls.connect = original
+        for tap in list(self.taps.values()):
+            try:
+                tap.pause()
+            except Exception as exc:
+                self.faults(exc)
+        self.taps = weakref.WeakValueDictionary()
+
+    @property
+    def patched(self) -> bool:
+        return self._patched is not None
+
+    def patch(self, module) -> None:
+        if not self._active or self._patched is not None:
+            return
+        cls = getattr(module, CLASS, None)
+        original = vars(cls).get('connect') if cls is not None else None
+        if original is None or getattr(original, '_instrument_owner',
+                                       None) is not None:
+            # Another release without it, or another install has it.
+            if original is None:
+                LOG.warning('instrument: %s.%s.connect not found; the '
+                            'statements PyMySQL sends on connect are not '
+                            'recorded', MODULE, CLASS)
+            return
+        taps = self
+
+        def connect(conn, *args, **kwargs):
+            tap = None
+            if taps._active:
+                try:
+                    tap = WireTap(conn, taps.queue, taps.faults)
+                    tap.arm()
+                except Exception as exc:
+                    taps.faults(exc)
+                    tap = None
+            try:
+                return original(conn, *args, **kwargs)
+            finally:
+                if tap is not None:
+                    try:
+                        tap.pause()
+                        _CONNECTING.set(tap)
+                    except Exception as exc:
+                        taps.faults(exc)
+
+        connect.__wrapped__ = original
+        connect.__name__ = 'connect'
+        connect.__qualname__ = getattr(original, '__qualname__', 'connect')
+        connect.__doc__ = getattr(original, '__doc__', None)
+        connect._instrument_owner = self
+        cls.connect = connect
+        self._patched = (cls, connect, original)
+
+    # -- pool events ---------------------------------------------------
+
+    def on_connect(self, dbapi_connection, connection_record) -> None:
+        """Pool ``first_connect``/``connect`` (before any other
+        listener): resume the tap of the connection just made."""
+        try:
+            tap = _CONNECTING.get()
+            if tap is None:
+                return
+            _CONNECTING.set(None)
+            if tap.conn is dbapi_connection and self._active:
+                tap.arm()
+                self.taps[id(dbapi_connection)] = tap
+        except Exception as exc:
+            self.faults(exc)
+
+    def on_checkout(self, dbapi_connection, connection_record,
+                    connection_proxy) -> None:
+        """Pool ``checkout``: the set-up is over."""
+        taps = self.taps
+        if not taps:
+            return
+        try:
+            tap = taps.pop(id(dbapi_connection), None)
+            if tap is not None:
+                tap.pause()
+        except Exception as exc:
+            self.faults(exc)
