@@ -53,7 +53,6 @@ import contextvars
 import os
 import threading
 import time
-import traceback
 import weakref
 
 from oslo_log import log as logging
@@ -63,6 +62,7 @@ from sqlalchemy.pool import Pool
 
 from instrument.db import connect as connect_mod
 from instrument.db import fingerprint
+from instrument import faults as faults_mod
 from instrument import record
 from instrument import schema
 from instrument import threads
@@ -192,28 +192,6 @@ class _NoBuffer:
 _NO_BUFFER = _NoBuffer()
 
 
-class _Faults:
-    """Counts faults of the listeners; logs the first one."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, exc: BaseException) -> None:
-        self.count += 1
-        if self.count == 1:
-            # The frames only: a chained exception (the statement's
-            # own error) would print its message, bound values and all.
-            try:
-                LOG.warning('instrument: fault in the SQL listeners (%s: '
-                            '%s); the statement is unaffected, further '
-                            'faults are counted, not logged\n%s',
-                            exc.__class__.__name__,
-                            tracing.short_message(exc),
-                            ''.join(traceback.format_tb(exc.__traceback__)))
-            except Exception:  # pragma: no cover - a broken log handler
-                pass
-
-
 class SqlListeners:
     """The engine listeners of one ``install``; ``remove`` undoes them."""
 
@@ -228,7 +206,8 @@ class SqlListeners:
         self.pending = collections.deque()
         self.dropped = 0
         self._reported_dropped = 0
-        self.faults = _Faults()
+        self.faults = faults_mod.Faults(
+            'the SQL listeners', what='the statement is unaffected')
         self._adopted = weakref.WeakKeyDictionary()
         # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
         self._dq_strings = weakref.WeakKeyDictionary()

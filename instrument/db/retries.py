@@ -35,6 +35,7 @@ import weakref
 from oslo_log import log as logging
 import wrapt
 
+from instrument import faults as faults_mod
 from instrument import schema
 from instrument import tracer as tracing
 
@@ -106,7 +107,8 @@ class RetryRecorder:
         call) of the current call (svc, host None: the tracer's)."""
         self.tracer = tracer
         self.attribution = attribution
-        self.faults = 0
+        self.faults = faults_mod.Faults(
+            'the DB retry recorder', what='the retry is unaffected')
         self._installed = None
         self._active = False
         _RECORDERS.add(self)
@@ -153,11 +155,7 @@ class RetryRecorder:
                 self._record(instance, args[0] if args else None,
                              sys._getframe(1))
             except Exception as exc:
-                self.faults += 1
-                if self.faults == 1:
-                    LOG.warning('instrument: fault recording a DB retry '
-                                '(%s: %s)', exc.__class__.__name__,
-                                tracing.short_message(exc))
+                self.faults(exc)
         return expected
 
     def _record(self, decorator, exc, frame) -> None:

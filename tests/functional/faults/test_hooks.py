@@ -22,7 +22,6 @@ the same cloud.
 """
 
 import time
-import unittest
 
 import fixtures
 
@@ -170,10 +169,6 @@ class SqlListenerFaultTest(base.FaultTestCase):
     def listener_faults(self):
         return runtime.active().db.listeners.faults.count
 
-    # Issue 19 item 3 (the db/* branch): the first lines of
-    # before_cursor_execute/after_cursor_execute run outside the
-    # listeners' guard, so this fault fails nova's statements here.
-    @unittest.expectedFailure
     def test_a_fault_timing_statements_changes_no_answer(self):
         self.clock.armed = True
         self.addCleanup(setattr, self.clock, 'armed', False)
