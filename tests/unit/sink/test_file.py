@@ -444,7 +444,7 @@ class PartialWriteTest(_SinkTestBase):
 
 
 def _readme_logrotate() -> str:
-    """The logrotate snippet of README.rst ("Losses and rotation")."""
+    """The logrotate snippet of README.rst ("Log rotation")."""
     readme = os.path.join(os.path.dirname(__file__), '..', '..', '..',
                           'README.rst')
     with open(readme) as f:
