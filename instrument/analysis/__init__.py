@@ -25,7 +25,6 @@ Data flows one way through these modules:
 ``pipeline``   the two passes (clocks, then everything else), workers
 ``compare``    two runs side by side with significance tests
 ``report_*``   text, JSON and self-contained HTML writers
-``synthetic``  seeded synthetic cloud logs with their known truth
 
 The runtime half of the package never imports this one.
 """

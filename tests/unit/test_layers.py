@@ -221,6 +221,7 @@ class WheelTest(testtools.TestCase):
         self.assertEqual({'instrument'}, tops)
         self.assertIn('instrument/py.typed', names)
         self.assertIn('instrument/analysis/pipeline.py', names)
-        self.assertEqual([], [n for n in names if 'demo' in n])
+        self.assertEqual([], [n for n in names
+                              if 'demo' in n or 'synthetic' in n])
         self.assertIn('instrument-report', entry_points)
         self.assertNotIn('instrument-demo', entry_points)
