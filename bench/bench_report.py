@@ -144,8 +144,7 @@ def ceiling(logs: str, decode: str) -> str:
 
 def report_code(logs: str, jobs: int) -> str:
     return ('from instrument.analysis import pipeline, report_text\n'
-            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d, '
-            'progress=lambda d: None))\n'
+            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d))\n'
             'report_text.render(rep)\n' % (logs, jobs)) + PEAK
 
 

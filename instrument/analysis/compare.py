@@ -120,7 +120,7 @@ def render(cmp: dict, name_a: str = 'A', name_b: str = 'B') -> str:
             return '%.3f/s' % x if key.endswith('rps') else \
                 report_text.fmt_pct(x)
         rows.append((key, show(v['a']), show(v['b']), _pct(v['change'])))
-    out.extend(report_text._table(['rate', 'A', 'B', 'change'], rows))
+    out.extend(report_text.table(['rate', 'A', 'B', 'change'], rows))
     out.append('')
     out.append('Latency of successful boots (Mann-Whitney U, two-sided, '
                'alpha %.2f)' % cmp['alpha'])
@@ -131,15 +131,15 @@ def render(cmp: dict, name_a: str = 'A', name_b: str = 'B') -> str:
                      fmt_us(r['p95_a']), fmt_us(r['p95_b']),
                      '-' if r['p_value'] is None else '%.3g' % r['p_value'],
                      'yes' if r['significant'] else 'no'))
-    out.extend(report_text._table(['component', 'median A', 'median B',
-                                   'change', 'p95 A', 'p95 B', 'p',
-                                   'significant'], rows))
+    out.extend(report_text.table(['component', 'median A', 'median B',
+                                  'change', 'p95 A', 'p95 B', 'p',
+                                  'significant'], rows))
     out.append('')
     out.append('Top SQL classes')
     rows = [(r['id'], r['item'], r['calls_a'], r['calls_b'],
              fmt_us(r['r_call_a_us']), fmt_us(r['r_call_b_us']),
              _pct(r['change'])) for r in cmp['sql']]
-    out.extend(report_text._table(['Query ID', 'Item', 'calls A',
-                                   'calls B', 'R/Call A', 'R/Call B',
-                                   'change'], rows, 'llrrrrr'))
+    out.extend(report_text.table(['Query ID', 'Item', 'calls A',
+                                  'calls B', 'R/Call A', 'R/Call B',
+                                  'change'], rows, 'llrrrrr'))
     return '\n'.join(out) + '\n'
