@@ -40,6 +40,7 @@ JSON output.
 
 import array
 import collections
+import typing
 
 import numpy
 
@@ -99,6 +100,25 @@ class RequestSummary:
                  '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
                  'critical')
+
+    req: str
+    kind: str
+    state: str
+    instances: list
+    start: int
+    end: int
+    sql_us: int
+    sql_n: int
+    attempts: int
+    db_retries: int
+    errors: int
+    hosts: list
+    events: int
+    # (t_us, dur_us, host, svc, ev, st, sql_us, err, critical) per span,
+    # kept for the requests whose timeline is shown
+    lifecycle: typing.Optional[list]
+    # span ids on the critical path, until the lifecycle is made
+    critical: typing.Optional[set]
 
     @property
     def comp(self) -> dict:

@@ -25,6 +25,7 @@ row of the table.
 """
 
 import re
+import typing
 
 # Indices of a span entry (see requests.py).
 S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
@@ -67,7 +68,7 @@ class Normaliser:
 
     def __init__(self, hosts=()) -> None:
         self.hosts = set()
-        self._host_re = None
+        self._host_re: typing.Optional[typing.Pattern[str]] = None
         self.add_hosts(hosts)
 
     def add_hosts(self, hosts) -> None:
@@ -176,7 +177,7 @@ def _cause(tree: Tree, sid) -> dict:
             'ev': s[S_EV], 'host': s[S_HOST]}
 
 
-def stopped_at(tree: Tree, sids=None) -> dict:
+def stopped_at(tree: Tree, sids=None) -> typing.Optional[dict]:
     """Where a request without an outcome stopped: its deepest open span,
     else the span that ended last."""
     sids = tree.spans if sids is None else sids

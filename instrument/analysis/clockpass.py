@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import queue as queue_mod
 import traceback
+import typing
 
 from instrument.analysis import clocks
 from instrument.analysis import load
@@ -267,7 +268,7 @@ def _worker(paths: list, mine: list, fast_decode: bool, out) -> None:
         batch = []
         for f, lines, first, _heap in stream.reads(files):
             host = None
-            spans = ()
+            spans: typing.Sequence = ()
             if lines:
                 if f.index not in found:
                     host = file_host(lines)
@@ -289,12 +290,14 @@ def _split(paths: list, jobs: int) -> list:
     """File indices per worker, balanced by size (largest first)."""
     sizes = sorted(((os.path.getsize(p), i)
                     for i, p in enumerate(paths)), reverse=True)
-    groups = [[0, []] for _ in range(jobs)]
+    # per worker: [bytes, file indices]
+    loads = [0] * jobs
+    members: list[list[int]] = [[] for _ in range(jobs)]
     for size, i in sizes:
-        g = min(groups, key=lambda g: g[0])
-        g[0] += size
-        g[1].append(i)
-    return [sorted(g[1]) for g in groups if g[1]]
+        w = min(range(jobs), key=loads.__getitem__)
+        loads[w] += size
+        members[w].append(i)
+    return [sorted(m) for m in members if m]
 
 
 def _parallel_chunks(paths, jobs, fast_decode, report):

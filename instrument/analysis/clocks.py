@@ -122,6 +122,11 @@ def _relax(dist, u: int, v: int, w: float) -> None:
                   out=dist)
 
 
+def _nearest(todo: set, dist, ref: int) -> int:
+    """The host of ``todo`` with the tightest bounds against ``ref``."""
+    return min(todo, key=lambda j: (dist[ref, j] + dist[j, ref], j))
+
+
 def solve(collector: PairCollector, hosts=()) -> ClockResult:
     """Offsets for every host in ``hosts`` and in the collected pairs."""
     result = ClockResult()
@@ -183,7 +188,7 @@ def solve(collector: PairCollector, hosts=()) -> ClockResult:
             'status': 'reference', 'pairs': per_host.get(names[ref], 0)}
         todo = set(members) - {ref}
         while todo:
-            i = min(todo, key=lambda j, r=ref: (dist[r, j] + dist[j, r], j))
+            i = _nearest(todo, dist, ref)
             todo.discard(i)
             low = -dist[i, ref]
             high = dist[ref, i]

@@ -37,6 +37,7 @@ import heapq
 import multiprocessing
 import os
 import time
+import typing
 import zlib
 
 from instrument.analysis import breakdown
@@ -98,16 +99,18 @@ def clock_pass(paths: list, opts: Options, report=None,
 # -- pass 2 ----------------------------------------------------------------
 
 class Partial:
-    """The result of one worker."""
+    """The result of one worker (or of all, merged)."""
 
-    def __init__(self) -> None:
-        self.summaries = []
-        self.failures = {}
-        self.retries = collections.Counter()
-        self.digest = None
+    def __init__(self, digest: sqldigest.SqlDigest) -> None:
+        self.summaries: list = []
+        # (svc, ev, cls, message): [count, [request ids]]
+        self.failures: dict = {}
+        self.retries: collections.Counter = collections.Counter()
+        self.digest = digest
         self.issues = load.Issues()
         self.loss = load.FileLoss()
-        self.causality = {'checked': 0, 'violations': 0, 'examples': []}
+        self.causality: dict[str, typing.Any] = {
+            'checked': 0, 'violations': 0, 'examples': []}
         self.no_request = collections.Counter()
         self.processes = []
         self.records = 0
@@ -177,11 +180,10 @@ class PartReader:
         self.offsets = offsets
         self.part = part
         self.nparts = nparts
-        self.out = out = Partial()
+        self.digest = sqldigest.SqlDigest(opts.since, opts.until)
+        self.out = out = Partial(self.digest)
         self.issues = out.issues
         self.loss = out.loss
-        self.digest = out.digest = sqldigest.SqlDigest(opts.since,
-                                                       opts.until)
         self.asm = requests.Assembler(
             opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
             on_summary=_Keeper(opts.all_lifecycles))
@@ -223,7 +225,7 @@ class PartReader:
         self.lines += len(lines)
         # a file is mostly one process on one host: remember the last
         c_pid = None
-        c_seq = None
+        c_seq: list = []
         c_host = None
         c_off = 0
         for lineno, raw in enumerate(lines, first + 1):
@@ -252,7 +254,7 @@ class PartReader:
             rec = decode(raw)
             if rec is None:
                 if part == 0 or not meta:
-                    kind, reason = decoder.error
+                    kind, reason = decoder.error or ('invalid', '')
                     issues.add(kind, fname, lineno, reason)
                 continue
             pid = rec.pid
@@ -260,11 +262,12 @@ class PartReader:
             if pid != c_pid:
                 c_pid = pid
                 key = (fi, pid)
-                c_seq = seqs.get(key)
-                if c_seq is None:
+                entry = seqs.get(key)
+                if entry is None:
                     incarnations[key] = 0
-                    c_seq = seqs[key] = loss.seqs[(fname, pid, 0)] = \
+                    entry = seqs[key] = loss.seqs[(fname, pid, 0)] = \
                         [0, seq, seq]
+                c_seq = entry
             s = c_seq
             if seq <= s[2] and s[0]:
                 if seq == 1 and rec.ev == 'process.start':
@@ -413,8 +416,7 @@ def _run_part_star(args):
 
 
 def _merge(parts: list) -> Partial:
-    out = Partial()
-    out.digest = sqldigest.SqlDigest()
+    out = Partial(sqldigest.SqlDigest())
     for p in parts:
         if len(parts) > 1:  # unpickled from a worker
             for s in p.summaries:

@@ -159,7 +159,7 @@ def _clocks(report: dict, out: list) -> None:
                      '-' if info['group'] is None else info['group'],
                      info['pairs'], info['status']))
     out.extend(table(['host', 'offset', 'uncertainty', 'group', 'pairs',
-                       'status'], rows, 'lrlrrl'))
+                      'status'], rows, 'lrlrrl'))
     out.append('%d causal pairs from %d hops, %d group(s)' % (
         clk['pairs'], clk['hops']['hops'], clk['groups']))
     for d in clk['dropped']:
@@ -229,7 +229,7 @@ def _components(report: dict, out: list) -> None:
                  fmt_us(lat['p95']), fmt_us(lat['p99']),
                  fmt_us(lat['max']), fmt_us(lat['mean']), '', '100%'))
     out.extend(table(['component', 'median', 'p90', 'p95', 'p99', 'max',
-                       'mean', 'sql mean', 'crit.path'], rows))
+                      'mean', 'sql mean', 'crit.path'], rows))
     out.append('min end to end %s; %d successful boots' % (
         fmt_us(lat['min']), lat['count']))
     if s['levels']:
@@ -238,13 +238,13 @@ def _components(report: dict, out: list) -> None:
         names = [n for n in s['component_order'] if n != 'gap']
         top = sorted(names, key=lambda n: -sum(
             lv['mean_us'].get(n, 0) for lv in s['levels']))[:6]
-        rows = []
+        levels = []
         for lv in s['levels']:
-            rows.append([lv['level'], lv['requests'],
-                         fmt_us(lv['latency']['median'])] +
-                        [fmt_us(lv['mean_us'].get(n, 0)) for n in top])
+            levels.append([lv['level'], lv['requests'],
+                           fmt_us(lv['latency']['median'])] +
+                          [fmt_us(lv['mean_us'].get(n, 0)) for n in top])
         out.extend(table(['in flight', 'boots', 'median e2e'] + top,
-                          rows))
+                         levels))
 
 
 def _failures(report: dict, out: list) -> None:
@@ -256,7 +256,7 @@ def _failures(report: dict, out: list) -> None:
                  f['count'], f['message'][:70])
                 for f in report['failures']]
         out.extend(table(['component', 'event', 'error', 'count',
-                           'message'], rows, 'lllrl'))
+                          'message'], rows, 'lllrl'))
     if report['retries']:
         out.append('')
         out.append('DB retries (oslo.db wrap_db_retry):')
@@ -288,7 +288,7 @@ def _sql(report: dict, out: list, blocks: int) -> None:
                      '%.1f%%' % (100 * misc['pct']), misc['calls'], '',
                      '', '<%d ITEMS>' % misc['classes']))
     out.extend(table(['Rank', 'Query ID', 'Response time', '%', 'Calls',
-                       'R/Call', 'V/M', 'Item'], rows, 'rlrrrrrl'))
+                      'R/Call', 'V/M', 'Item'], rows, 'rlrrrrrl'))
     for r in sql['rows'][:blocks]:
         out.append('')
         out.extend(class_block(r, sql['group_by']))

@@ -27,6 +27,7 @@ Events for a request finalised shortly before are counted as ``late``
 """
 
 import collections
+import typing
 
 from instrument.analysis import breakdown
 from instrument.analysis import classify
@@ -73,9 +74,10 @@ class Assembler:
         self.retries = collections.Counter()
         self.late = 0
         self.duplicates = 0
-        self.causality = {'checked': 0, 'violations': 0, 'examples': []}
+        self.causality: dict[str, typing.Any] = {
+            'checked': 0, 'violations': 0, 'examples': []}
         self.no_request = collections.Counter()
-        self._swept = None
+        self._swept: typing.Optional[int] = None
 
     # -- ingest (hot) ------------------------------------------------------
 

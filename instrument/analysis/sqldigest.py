@@ -35,6 +35,7 @@ fingerprint (32 hex digits); the fingerprint text comes from the
 
 import math
 import re
+import typing
 
 PER_DECADE = 50
 # pt-query-digest's distribution rows: 1us 10us 100us 1ms 10ms 100ms 1s 10s+
@@ -164,7 +165,9 @@ class SqlDigest:
             b = bucket(mean) if mean >= 1 else 0
             h[b] = h.get(b, 0) + count - placed
 
-    def fingerprint(self, fp: str, text: str, kind) -> None:
+    def fingerprint(self, fp: typing.Optional[str],
+                    text: typing.Optional[str], kind) -> None:
+        """Learn the text and kind of query id ``fp`` (first seen wins)."""
         if fp and fp not in self.texts:
             self.texts[fp] = text
             self.kinds[fp] = kind
@@ -183,7 +186,7 @@ class SqlDigest:
 
     # -- report ------------------------------------------------------------
 
-    def grouped(self, group_by: str = 'fingerprint') -> dict:
+    def grouped(self, group_by: str = 'fingerprint') -> tuple:
         if group_by not in GROUPS:
             raise ValueError('unknown --group-by %r (one of %s)' % (
                 group_by, ', '.join(GROUPS)))

@@ -34,8 +34,9 @@ class ProgressLine:
         self.out = out or sys.stderr
         self.min_bytes = min_bytes
         self.interval = interval
-        self.enabled = None  # decided when the total is known
-        self.stage = None
+        # decided when the total is known
+        self.enabled: typing.Optional[bool] = None
+        self.stage: typing.Optional[str] = None
         self.started = time.monotonic()
         self.last = 0.0
 
