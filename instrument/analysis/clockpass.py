@@ -42,7 +42,8 @@ BATCH = 16
 QUEUED = 8
 
 
-def rpc_span_decoder(fast_decode: bool = True):
+def rpc_span_decoder(
+        fast_decode: bool = True) -> typing.Callable[[bytes], typing.Any]:
     """``decode(raw)``: ``(host, ev, ts, end, span, parent, req)`` of an
     ``X`` record usable for clocks, else None.
 
@@ -89,7 +90,7 @@ def rpc_span_decoder(fast_decode: bool = True):
     return lenient if msgspec_decode is None else fast
 
 
-def decode_prefixed(raw: bytes):
+def decode_prefixed(raw: bytes) -> typing.Any:
     """A line's JSON value (a service log line from its record marker
     on), or None."""
     if raw[:1] != b'{':
@@ -103,7 +104,7 @@ def decode_prefixed(raw: bytes):
         return None
 
 
-def file_host(lines: list):
+def file_host(lines: list) -> typing.Optional[str]:
     """The host of the first record in ``lines`` that names one."""
     for raw in lines:
         rec = decode_prefixed(raw)
@@ -112,7 +113,8 @@ def file_host(lines: list):
     return None
 
 
-def rpc_spans(lines: list, first: int, decode) -> list:
+def rpc_spans(lines: list, first: int,
+              decode: typing.Callable[[bytes], typing.Any]) -> list:
     """``(host, ev, ts, end, span, parent, req, lineno)`` of the complete
     RPC spans in a chunk, in line order."""
     out = []
@@ -158,7 +160,8 @@ class HopMatcher:
         # deletions)
         self.arrived = collections.deque()
 
-    def add(self, fname: str, spans: list, watermark) -> None:
+    def add(self, fname: str, spans: list,
+            watermark: typing.Optional[int]) -> None:
         """The RPC spans of one chunk; then forget what the horizon
         says is complete."""
         entries = self.entries
@@ -225,7 +228,8 @@ class HopMatcher:
 
 
 def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
-               fast_decode: bool = True, report=None) -> tuple:
+               fast_decode: bool = True,
+               report: typing.Optional[stream.Progress] = None) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``."""
     matcher = HopMatcher(horizon_us)
     hosts_of_files = {}

@@ -47,6 +47,7 @@ host pairs, not by the input.  ``solve``:
 """
 
 import bisect
+import typing
 
 import numpy
 
@@ -63,7 +64,7 @@ class PairCollector:
         self.pairs = 0
         self.per_host = {}
 
-    def add(self, a: str, b: str, w: int, origin) -> None:
+    def add(self, a: str, b: str, w: int, origin: typing.Any) -> None:
         lst = self.bounds.get((a, b))
         if lst is None:
             self.bounds[(a, b)] = [(w, origin)]
@@ -74,8 +75,10 @@ class PairCollector:
             lst.pop()
         bisect.insort(lst, (w, origin), key=lambda item: item[0])
 
-    def add_hop(self, p_host: str, p_start: int, p_end, c_host: str,
-                c_start: int, c_end, sync: bool, origin) -> None:
+    def add_hop(self, p_host: str, p_start: int,
+                p_end: typing.Optional[int], c_host: str, c_start: int,
+                c_end: typing.Optional[int], sync: bool,
+                origin: typing.Any) -> None:
         """One parent/child pair on two hosts (ends may be ``None``)."""
         if p_host == c_host:
             return
@@ -127,7 +130,8 @@ def _nearest(todo: set, dist, ref: int) -> int:
     return min(todo, key=lambda j: (dist[ref, j] + dist[j, ref], j))
 
 
-def solve(collector: PairCollector, hosts=()) -> ClockResult:
+def solve(collector: PairCollector,
+          hosts: typing.Iterable[str] = ()) -> ClockResult:
     """Offsets for every host in ``hosts`` and in the collected pairs."""
     result = ClockResult()
     result.pairs = collector.pairs

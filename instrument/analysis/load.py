@@ -286,7 +286,7 @@ def decode_error(raw: bytes, at_eof: bool) -> tuple:
     return check_error(rec)
 
 
-def check_error(rec) -> tuple:
+def check_error(rec: typing.Any) -> tuple:
     """``(kind, reason)`` for a decoded value that is not a valid record,
     ``(None, None)`` when it is valid."""
     if not isinstance(rec, dict):
@@ -313,7 +313,7 @@ class Validator:
     def __init__(self) -> None:
         self._good = set()
 
-    def ok(self, rec) -> bool:
+    def ok(self, rec: typing.Any) -> bool:
         if rec.__class__ is not dict:
             return False
         try:
@@ -416,7 +416,7 @@ class RecordDecoder:
             return rec
         return decode
 
-    def slow(self, raw: bytes):
+    def slow(self, raw: bytes) -> typing.Optional['SlowRecord']:
         """The reference path: ``loads`` and the schema's validator."""
         try:
             rec = loads(raw)

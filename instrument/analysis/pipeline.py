@@ -43,6 +43,7 @@ import zlib
 from instrument.analysis import breakdown
 from instrument.analysis import classify
 from instrument.analysis import clockpass
+from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import requests
 from instrument.analysis import sqldigest
@@ -67,9 +68,13 @@ class Options:
 
     def __init__(self, jobs: int = 1, idle_s: float = 30.0,
                  hung_s: float = 600.0, clock_horizon_s: float = 600.0,
-                 since=None, until=None, group_by: str = 'fingerprint',
+                 since: typing.Union[None, int, str] = None,
+                 until: typing.Union[None, int, str] = None,
+                 group_by: str = 'fingerprint',
                  order_by: str = 'sum', limit: int = 20,
-                 all_lifecycles: bool = False, progress=None,
+                 all_lifecycles: bool = False,
+                 progress: typing.Optional[
+                     typing.Callable[[str, int, int], None]] = None,
                  fast_decode: bool = True) -> None:
         self.jobs = jobs
         self.idle_us = int(idle_s * 1e6)
@@ -88,7 +93,8 @@ class Options:
 
 # -- pass 1 ----------------------------------------------------------------
 
-def clock_pass(paths: list, opts: Options, report=None,
+def clock_pass(paths: list, opts: Options,
+               report: typing.Optional[stream.Progress] = None,
                jobs: int = 1) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``; see
     ``clockpass``."""
@@ -176,11 +182,14 @@ class PartReader:
     """
 
     def __init__(self, offsets: dict, part: int, nparts: int,
-                 opts: Options, hosts=()) -> None:
+                 opts: Options, hosts: typing.Iterable[str] = ()) -> None:
         self.offsets = offsets
         self.part = part
         self.nparts = nparts
-        self.digest = sqldigest.SqlDigest(opts.since, opts.until)
+        # analyse() resolved --since/--until to microseconds
+        self.digest = sqldigest.SqlDigest(
+            typing.cast(typing.Optional[int], opts.since),
+            typing.cast(typing.Optional[int], opts.until))
         self.out = out = Partial(self.digest)
         self.issues = out.issues
         self.loss = out.loss
@@ -194,7 +203,8 @@ class PartReader:
         self.incarnations = {}
         self.lines = 0
 
-    def read(self, files: list, progress=None) -> Partial:
+    def read(self, files: list,
+             progress: typing.Optional[stream.Progress] = None) -> Partial:
         """Consume every chunk of ``files``; ``progress(bytes_done)``
         after each."""
         sweep = self.asm.sweep
@@ -204,7 +214,7 @@ class PartReader:
                 sweep(watermark)
         return self.finish(files)
 
-    def chunk(self, f, lines: list, first: int) -> None:
+    def chunk(self, f: load.SpanFile, lines: list, first: int) -> None:
         """The lines ``first + 1``... of the span file ``f``."""
         part = self.part
         nparts = self.nparts
@@ -306,7 +316,7 @@ class PartReader:
             else:
                 self.metadata(rec, host, fname)
 
-    def complete(self, rec, ts: int) -> None:
+    def complete(self, rec: typing.Any, ts: int) -> None:
         """An ``X`` record: a statement, a transaction or a span."""
         ev = rec.ev
         if ev == 'sql.query':
@@ -324,12 +334,12 @@ class PartReader:
         elif not self.asm.span(rec, ts, True):
             self.out.duplicate_spans += 1
 
-    def begin(self, rec, ts: int) -> None:
+    def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
         if not self.asm.span(rec, ts, False):
             self.out.duplicate_spans += 1
 
-    def counter(self, rec, ts: int, fname: str) -> None:
+    def counter(self, rec: typing.Any, ts: int, fname: str) -> None:
         """A ``C`` record: SQL aggregates or the sink's drop counts."""
         ev = rec.ev
         attrs = rec.attrs or {}
@@ -341,7 +351,7 @@ class PartReader:
                 if isinstance(n, int) and n > mine.get(sink, 0):
                     mine[sink] = n
 
-    def metadata(self, rec, host: str, fname: str) -> None:
+    def metadata(self, rec: typing.Any, host: str, fname: str) -> None:
         """An ``M`` record (or an unknown phase): SQL fingerprints,
         process starts, and the host it names."""
         ev = rec.ev
@@ -359,7 +369,7 @@ class PartReader:
                 'points': _point_counts(attrs.get('points'))})
         self.asm.normalise.add_hosts((host,))
 
-    def shared_metadata(self, rec) -> None:
+    def shared_metadata(self, rec: typing.Any) -> None:
         """Metadata another partition counts: only the fingerprints."""
         if rec.ev == 'sql.fingerprint':
             attrs = rec.attrs or {}
@@ -391,8 +401,8 @@ class PartReader:
 
 
 def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
-             nparts: int, opts: Options, hosts=(),
-             progress=None) -> Partial:
+             nparts: int, opts: Options, hosts: typing.Iterable[str] = (),
+             progress: typing.Optional[stream.Progress] = None) -> Partial:
     """Pass 2 over the requests of partition ``part``; ``progress`` is
     called with the bytes read so far (in a worker process, they are
     written to the parent's shared array instead)."""
@@ -538,8 +548,8 @@ def _run_parallel(paths, offsets, file_offsets, jobs, opts, hosts,
         return pending.get()
 
 
-def build_report(merged: Partial, clock, hops: dict, opts: Options,
-                 paths: list, total_bytes: int) -> dict:
+def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
+                 opts: Options, paths: list, total_bytes: int) -> dict:
     """The JSON-ready report of a merged pass 2."""
     summaries = merged.summaries
     agg = breakdown.aggregate(summaries)

@@ -18,6 +18,7 @@ pt-query-digest's units (``us``, ``ms``, ``s``).
 """
 
 import datetime
+import typing
 
 from instrument.analysis import sqldigest
 
@@ -25,7 +26,7 @@ STATE_ORDER = ('success', 'rescheduled_success', 'compute_failure',
                'scheduling_failure', 'api_failure', 'incomplete')
 
 
-def fmt_us(us) -> str:
+def fmt_us(us: typing.Optional[float]) -> str:
     """pt-query-digest style durations: ``850us``, ``12ms``, ``3s``."""
     if us is None:
         return '-'
@@ -39,17 +40,17 @@ def fmt_us(us) -> str:
     return ('%.2fs' % s) if abs(s) < 10 else '%.1fs' % s
 
 
-def fmt_offset(us) -> str:
+def fmt_offset(us: float) -> str:
     """A clock offset in ms with microsecond precision."""
     return '%+.3fms' % (us / 1000.0)
 
 
-def fmt_pct(value) -> str:
+def fmt_pct(value: typing.Optional[float]) -> str:
     """A share as a percentage with one decimal (``-`` for none)."""
     return '-' if value is None else '%.1f%%' % (100.0 * value)
 
 
-def fmt_time(us) -> str:
+def fmt_time(us: typing.Optional[int]) -> str:
     """Microseconds since the epoch as a UTC time to the millisecond."""
     if not us:
         return '-'
@@ -57,7 +58,8 @@ def fmt_time(us) -> str:
         us / 1e6, datetime.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]
 
 
-def table(headers: list, rows: list, aligns: str = None) -> list:
+def table(headers: list, rows: typing.Iterable[typing.Sequence],
+          aligns: typing.Optional[str] = None) -> list:
     """The lines of a plain-text table: a header line, a rule and one
     line per row.  ``aligns`` has one letter per column, ``l`` (left) or
     ``r`` (right); by default the first column is left-aligned, the

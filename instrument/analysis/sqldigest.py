@@ -57,7 +57,7 @@ def _new(ts: int) -> list:
     return [0, 0, 0, float('inf'), 0, 0, 0, {}, ts, ts, 0]
 
 
-def bucket(us) -> int:
+def bucket(us: float) -> int:
     return int(_log10(us) * PER_DECADE) if us >= 1 else 0
 
 
@@ -78,7 +78,8 @@ def normalise_order(order: str) -> str:
 class SqlDigest:
     """Statistics per statement class."""
 
-    def __init__(self, since=None, until=None) -> None:
+    def __init__(self, since: typing.Optional[int] = None,
+                 until: typing.Optional[int] = None) -> None:
         self.since = since
         self.until = until
         self.classes = {}
@@ -89,8 +90,11 @@ class SqlDigest:
 
     # -- ingest (hot) ------------------------------------------------------
 
-    def add(self, ts: int, dur: int, fp, svc, db, call, rows,
-            error: bool, kind=None) -> None:
+    def add(self, ts: int, dur: int, fp: typing.Optional[str], svc: str,
+            db: typing.Optional[str], call: typing.Optional[str],
+            rows: typing.Optional[int], error: bool,
+            kind: typing.Optional[str] = None) -> None:
+        """Count one statement of ``dur`` us that started at ``ts``."""
         if self.since is not None and ts < self.since or \
                 self.until is not None and ts >= self.until:
             self.filtered += 1
@@ -166,7 +170,8 @@ class SqlDigest:
             h[b] = h.get(b, 0) + count - placed
 
     def fingerprint(self, fp: typing.Optional[str],
-                    text: typing.Optional[str], kind) -> None:
+                    text: typing.Optional[str],
+                    kind: typing.Optional[str]) -> None:
         """Learn the text and kind of query id ``fp`` (first seen wins)."""
         if fp and fp not in self.texts:
             self.texts[fp] = text
