@@ -49,8 +49,8 @@ def _child(variant: str, servers: int, concurrency: int) -> dict:
         os.environ.pop(name, None)
     import unittest
 
-    from instrument.demo import boots
-    from instrument.demo import cloud
+    from instrument_demo import boots
+    from instrument_demo import cloud
 
     if variant == 'osprofiler':  # after nova's test package chose its mode
         _trace_across_rpc()
@@ -130,7 +130,7 @@ class _TracingClient:
 
 
 def cloud_key() -> str:
-    from instrument.demo import cloud
+    from instrument_demo import cloud
     return cloud.OSPROFILER_KEY
 
 

@@ -12,8 +12,8 @@
 """Speed and memory of a full ``instrument-report`` on a large log.
 
 Generates (once, cached under the temp directory) a seeded synthetic
-cloud of about 1,000,000 events (``instrument.analysis.synthetic``: 40
-computes, skewed clocks, failures, reschedules, hung builds, SQL), then
+cloud of about 1,000,000 events (``tests/synthetic`` of this repository:
+40 computes, skewed clocks, failures, reschedules, hung builds, SQL), then
 measures, each in a fresh subprocess:
 
 * ``decode floor``: reading every line and ``json.loads`` on it, nothing
@@ -50,7 +50,10 @@ TARGET_EVENTS_PER_S = 300_000
 
 
 def generate(events: int) -> tuple:
-    from instrument.analysis import synthetic
+    # The generator is test code of this repository, not shipped.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    from tests import synthetic
     requests = max(50, events // 67)
     base = os.path.join(tempfile.gettempdir(),
                         'instrument-bench-report-%d' % requests)
@@ -141,8 +144,7 @@ def ceiling(logs: str, decode: str) -> str:
 
 def report_code(logs: str, jobs: int) -> str:
     return ('from instrument.analysis import pipeline, report_text\n'
-            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d, '
-            'progress=lambda d: None))\n'
+            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d))\n'
             'report_text.render(rep)\n' % (logs, jobs)) + PEAK
 
 

@@ -25,7 +25,10 @@ Data flows one way through these modules:
 ``pipeline``   the two passes (clocks, then everything else), workers
 ``compare``    two runs side by side with significance tests
 ``report_*``   text, JSON and self-contained HTML writers
-``synthetic``  seeded synthetic cloud logs with their known truth
 
-The runtime half of the package never imports this one.
+Where to start reading: ``pipeline.analyse(inputs, pipeline.Options())``
+returns the report dict (JSON-ready) that every writer renders;
+``instrument.cmd.report`` is the command around it.  Its libraries
+(NumPy, SciPy, orjson, msgspec) are the ``report`` extra.  The runtime
+half of the package never imports this one (``tests/unit/test_layers``).
 """

@@ -40,11 +40,15 @@ JSON output.
 
 import array
 import collections
+import typing
 
 import numpy
 
 from instrument.analysis import classify
 from instrument import schema
+
+if typing.TYPE_CHECKING:  # requests imports this module
+    from instrument.analysis import requests
 
 S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
     S_ATTRS, S_INST = range(11)
@@ -99,6 +103,25 @@ class RequestSummary:
                  '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
                  'critical')
+
+    req: str
+    kind: str
+    state: str
+    instances: list
+    start: int
+    end: int
+    sql_us: int
+    sql_n: int
+    attempts: int
+    db_retries: int
+    errors: int
+    hosts: list
+    events: int
+    # (t_us, dur_us, host, svc, ev, st, sql_us, err, critical) per span,
+    # kept for the requests whose timeline is shown
+    lifecycle: typing.Optional[list]
+    # span ids on the critical path, until the lifecycle is made
+    critical: typing.Optional[set]
 
     @property
     def comp(self) -> dict:
@@ -172,7 +195,8 @@ def _union(intervals: list) -> int:
     return total + hi - lo
 
 
-def summarise(r, tree, keep_lifecycle: bool = True) -> RequestSummary:
+def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
+              keep_lifecycle: bool = True) -> RequestSummary:
     """Reduce a finished ``requests.OpenRequest`` to its summary.
 
     ``summary.critical`` holds the span ids on the critical path;
@@ -302,7 +326,8 @@ def summarise(r, tree, keep_lifecycle: bool = True) -> RequestSummary:
     return out
 
 
-def add_lifecycle(summary: RequestSummary, r) -> None:
+def add_lifecycle(summary: RequestSummary,
+                  r: 'requests.OpenRequest') -> None:
     """Give ``summary`` the lifecycle of its request ``r`` (whose spans
     ``summarise`` reduced without one)."""
     spans = r.spans
@@ -314,7 +339,7 @@ def add_lifecycle(summary: RequestSummary, r) -> None:
 
 
 def lifecycle(spans: dict, ends: dict, sql: dict, req_start: int,
-              critical=frozenset()) -> list:
+              critical: typing.AbstractSet = frozenset()) -> list:
     """The request's spans in start order: ``(t, dur, host, svc, ev, st,
     sql_us, err_cls, on_critical_path)``; ``dur`` None for open spans."""
     out = []
@@ -335,8 +360,8 @@ def _by_end(kids: list, eff: dict) -> list:
     return sorted(kids, key=eff.__getitem__, reverse=True)
 
 
-def critical_path(tree, ends: dict, req_start: int, req_end: int,
-                  names: dict = None) -> tuple:
+def critical_path(tree: classify.Tree, ends: dict, req_start: int,
+                  req_end: int, names: dict = None) -> tuple:
     """``({component: us}, {span ids on the path})``."""
     if names is None:
         names = {sid: component_of(s[S_EV], s[S_SVC])
@@ -429,7 +454,7 @@ def critical_path(tree, ends: dict, req_start: int, req_end: int,
 
 # -- over a run ------------------------------------------------------------
 
-def stats(values) -> dict:
+def stats(values: typing.Iterable[float]) -> dict:
     """min/median/p90/p95/p99/max/mean/sum/count of ``values`` (us)."""
     arr = numpy.asarray(values, dtype=float)
     if arr.size == 0:
@@ -451,11 +476,12 @@ def _components(summaries) -> list:
     return known + sorted(names - set(known))
 
 
-def concurrency(starts, ends, points: int = 400) -> dict:
+def concurrency(start_times: typing.Iterable[int],
+                end_times: typing.Iterable[int], points: int = 400) -> dict:
     """Requests in flight: a sampled series and the level seen by each
     request when it started."""
-    starts = numpy.asarray(starts, dtype=numpy.int64)
-    ends = numpy.asarray(ends, dtype=numpy.int64)
+    starts = numpy.asarray(start_times, dtype=numpy.int64)
+    ends = numpy.asarray(end_times, dtype=numpy.int64)
     if starts.size == 0:
         return {'series': [], 'at_start': numpy.zeros(0, dtype=int),
                 'max': 0, 'mean': 0.0}

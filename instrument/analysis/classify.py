@@ -25,6 +25,7 @@ row of the table.
 """
 
 import re
+import typing
 
 # Indices of a span entry (see requests.py).
 S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
@@ -65,12 +66,12 @@ _NUM = re.compile(r'(?<![\w<.])[-+]?\d+(?:\.\d+)?(?![\w>])')
 class Normaliser:
     """Replaces the variable parts of error messages."""
 
-    def __init__(self, hosts=()) -> None:
+    def __init__(self, hosts: typing.Iterable[str] = ()) -> None:
         self.hosts = set()
-        self._host_re = None
+        self._host_re: typing.Optional[typing.Pattern[str]] = None
         self.add_hosts(hosts)
 
-    def add_hosts(self, hosts) -> None:
+    def add_hosts(self, hosts: typing.Iterable[str]) -> None:
         new = {h for h in hosts if h and len(h) > 1} - self.hosts
         if not new:
             return
@@ -79,7 +80,7 @@ class Normaliser:
         self._host_re = re.compile(
             r'(?<![\w.-])(?:%s)(?![\w-])' % '|'.join(map(re.escape, names)))
 
-    def __call__(self, msg) -> str:
+    def __call__(self, msg: typing.Optional[str]) -> str:
         if not msg:
             return ''
         msg = _UUID.sub('<uuid>', msg)
@@ -94,7 +95,7 @@ class Normaliser:
 class Tree:
     """The spans of one request, linked parent to children."""
 
-    def __init__(self, spans: dict, sql_errors=()) -> None:
+    def __init__(self, spans: dict, sql_errors: typing.Iterable = ()) -> None:
         self.spans = spans
         self.children = children = {}
         self.roots = roots = []
@@ -112,7 +113,7 @@ class Tree:
         self.sql_failed = {e[0] for e in sql_errors}
         self._depth = {}
 
-    def depth(self, sid) -> int:
+    def depth(self, sid: int) -> int:
         d = self._depth.get(sid)
         if d is None:
             d = 0
@@ -125,7 +126,7 @@ class Tree:
             self._depth[sid] = d
         return d
 
-    def subtree(self, sid):
+    def subtree(self, sid: int) -> typing.Iterator[int]:
         stack = [sid]
         seen = set()
         while stack:
@@ -136,7 +137,7 @@ class Tree:
             yield cur
             stack.extend(self.children.get(cur, ()))
 
-    def deepest_error(self, sid):
+    def deepest_error(self, sid: int) -> typing.Optional[int]:
         """The error span deepest under ``sid`` (``sid`` included)."""
         best = None
         for cur in self.subtree(sid):
@@ -148,7 +149,7 @@ class Tree:
                 best = (key, cur)
         return None if best is None else best[1]
 
-    def origins(self):
+    def origins(self) -> typing.Iterator[int]:
         """Error spans none of whose children failed."""
         for sid, s in self.spans.items():
             if s[S_ST] != 'error' and s[S_ERR] is None:
@@ -176,7 +177,8 @@ def _cause(tree: Tree, sid) -> dict:
             'ev': s[S_EV], 'host': s[S_HOST]}
 
 
-def stopped_at(tree: Tree, sids=None) -> dict:
+def stopped_at(tree: Tree, sids: typing.Optional[typing.Iterable[int]] = None
+               ) -> typing.Optional[dict]:
     """Where a request without an outcome stopped: its deepest open span,
     else the span that ended last."""
     sids = tree.spans if sids is None else sids

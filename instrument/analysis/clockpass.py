@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import queue as queue_mod
 import traceback
+import typing
 
 from instrument.analysis import clocks
 from instrument.analysis import load
@@ -41,7 +42,8 @@ BATCH = 16
 QUEUED = 8
 
 
-def rpc_span_decoder(fast_decode: bool = True):
+def rpc_span_decoder(
+        fast_decode: bool = True) -> typing.Callable[[bytes], typing.Any]:
     """``decode(raw)``: ``(host, ev, ts, end, span, parent, req)`` of an
     ``X`` record usable for clocks, else None.
 
@@ -88,7 +90,7 @@ def rpc_span_decoder(fast_decode: bool = True):
     return lenient if msgspec_decode is None else fast
 
 
-def decode_prefixed(raw: bytes):
+def decode_prefixed(raw: bytes) -> typing.Any:
     """A line's JSON value (a service log line from its record marker
     on), or None."""
     if raw[:1] != b'{':
@@ -102,7 +104,7 @@ def decode_prefixed(raw: bytes):
         return None
 
 
-def file_host(lines: list):
+def file_host(lines: list) -> typing.Optional[str]:
     """The host of the first record in ``lines`` that names one."""
     for raw in lines:
         rec = decode_prefixed(raw)
@@ -111,7 +113,8 @@ def file_host(lines: list):
     return None
 
 
-def rpc_spans(lines: list, first: int, decode) -> list:
+def rpc_spans(lines: list, first: int,
+              decode: typing.Callable[[bytes], typing.Any]) -> list:
     """``(host, ev, ts, end, span, parent, req, lineno)`` of the complete
     RPC spans in a chunk, in line order."""
     out = []
@@ -157,7 +160,8 @@ class HopMatcher:
         # deletions)
         self.arrived = collections.deque()
 
-    def add(self, fname: str, spans: list, watermark) -> None:
+    def add(self, fname: str, spans: list,
+            watermark: typing.Optional[int]) -> None:
         """The RPC spans of one chunk; then forget what the horizon
         says is complete."""
         entries = self.entries
@@ -224,7 +228,8 @@ class HopMatcher:
 
 
 def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
-               fast_decode: bool = True, report=None) -> tuple:
+               fast_decode: bool = True,
+               report: typing.Optional[stream.Progress] = None) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``."""
     matcher = HopMatcher(horizon_us)
     hosts_of_files = {}
@@ -267,7 +272,7 @@ def _worker(paths: list, mine: list, fast_decode: bool, out) -> None:
         batch = []
         for f, lines, first, _heap in stream.reads(files):
             host = None
-            spans = ()
+            spans: typing.Sequence = ()
             if lines:
                 if f.index not in found:
                     host = file_host(lines)
@@ -289,12 +294,14 @@ def _split(paths: list, jobs: int) -> list:
     """File indices per worker, balanced by size (largest first)."""
     sizes = sorted(((os.path.getsize(p), i)
                     for i, p in enumerate(paths)), reverse=True)
-    groups = [[0, []] for _ in range(jobs)]
+    # per worker: [bytes, file indices]
+    loads = [0] * jobs
+    members: list[list[int]] = [[] for _ in range(jobs)]
     for size, i in sizes:
-        g = min(groups, key=lambda g: g[0])
-        g[0] += size
-        g[1].append(i)
-    return [sorted(g[1]) for g in groups if g[1]]
+        w = min(range(jobs), key=loads.__getitem__)
+        loads[w] += size
+        members[w].append(i)
+    return [sorted(m) for m in members if m]
 
 
 def _parallel_chunks(paths, jobs, fast_decode, report):

@@ -47,6 +47,7 @@ host pairs, not by the input.  ``solve``:
 """
 
 import bisect
+import typing
 
 import numpy
 
@@ -63,7 +64,7 @@ class PairCollector:
         self.pairs = 0
         self.per_host = {}
 
-    def add(self, a: str, b: str, w: int, origin) -> None:
+    def add(self, a: str, b: str, w: int, origin: typing.Any) -> None:
         lst = self.bounds.get((a, b))
         if lst is None:
             self.bounds[(a, b)] = [(w, origin)]
@@ -74,8 +75,10 @@ class PairCollector:
             lst.pop()
         bisect.insort(lst, (w, origin), key=lambda item: item[0])
 
-    def add_hop(self, p_host: str, p_start: int, p_end, c_host: str,
-                c_start: int, c_end, sync: bool, origin) -> None:
+    def add_hop(self, p_host: str, p_start: int,
+                p_end: typing.Optional[int], c_host: str, c_start: int,
+                c_end: typing.Optional[int], sync: bool,
+                origin: typing.Any) -> None:
         """One parent/child pair on two hosts (ends may be ``None``)."""
         if p_host == c_host:
             return
@@ -122,7 +125,13 @@ def _relax(dist, u: int, v: int, w: float) -> None:
                   out=dist)
 
 
-def solve(collector: PairCollector, hosts=()) -> ClockResult:
+def _nearest(todo: set, dist, ref: int) -> int:
+    """The host of ``todo`` with the tightest bounds against ``ref``."""
+    return min(todo, key=lambda j: (dist[ref, j] + dist[j, ref], j))
+
+
+def solve(collector: PairCollector,
+          hosts: typing.Iterable[str] = ()) -> ClockResult:
     """Offsets for every host in ``hosts`` and in the collected pairs."""
     result = ClockResult()
     result.pairs = collector.pairs
@@ -183,7 +192,7 @@ def solve(collector: PairCollector, hosts=()) -> ClockResult:
             'status': 'reference', 'pairs': per_host.get(names[ref], 0)}
         todo = set(members) - {ref}
         while todo:
-            i = min(todo, key=lambda j, r=ref: (dist[r, j] + dist[j, r], j))
+            i = _nearest(todo, dist, ref)
             todo.discard(i)
             low = -dist[i, ref]
             high = dist[ref, i]

@@ -18,6 +18,8 @@ change is called significant only when p < ``alpha``); and the top SQL
 classes (calls and time per call) in either run.
 """
 
+import typing
+
 import numpy
 from scipy import stats as sstats
 
@@ -31,7 +33,7 @@ def _good(report: dict) -> list:
             r['state'] in ('success', 'rescheduled_success')]
 
 
-def _test(a: list, b: list) -> float:
+def _test(a: list, b: list) -> typing.Optional[float]:
     if len(a) < 2 or len(b) < 2:
         return None
     if numpy.ptp(a + b) == 0:
@@ -88,8 +90,9 @@ def compare(a: dict, b: dict, alpha: float = 0.05, top: int = 10) -> dict:
     sql = []
     for qid in ids:
         ra, rb = rows_a.get(qid), rows_b.get(qid)
+        item = (ra if ra is not None else rows_b[qid])['item']
         sql.append({
-            'id': qid, 'item': (ra or rb)['item'],
+            'id': qid, 'item': item,
             'calls_a': ra['calls'] if ra else 0,
             'calls_b': rb['calls'] if rb else 0,
             'r_call_a_us': ra['r_call_us'] if ra else None,
@@ -112,34 +115,35 @@ def render(cmp: dict, name_a: str = 'A', name_b: str = 'B') -> str:
            cmp['runs']['a'],
            '# B: %(boots)d boots, %(successful)d successful' %
            cmp['runs']['b'], '']
-    rows = []
+    rates = []
     for key, v in cmp['rates'].items():
         def show(x, key=key):
             if x is None:
                 return '-'
             return '%.3f/s' % x if key.endswith('rps') else \
                 report_text.fmt_pct(x)
-        rows.append((key, show(v['a']), show(v['b']), _pct(v['change'])))
-    out.extend(report_text._table(['rate', 'A', 'B', 'change'], rows))
+        rates.append((key, show(v['a']), show(v['b']),
+                      _pct(v['change'])))
+    out.extend(report_text.table(['rate', 'A', 'B', 'change'], rates))
     out.append('')
     out.append('Latency of successful boots (Mann-Whitney U, two-sided, '
                'alpha %.2f)' % cmp['alpha'])
-    rows = []
+    latency = []
     for r in cmp['latency']:
-        rows.append((r['component'], fmt_us(r['median_a']),
+        latency.append((r['component'], fmt_us(r['median_a']),
                      fmt_us(r['median_b']), _pct(r['change']),
                      fmt_us(r['p95_a']), fmt_us(r['p95_b']),
                      '-' if r['p_value'] is None else '%.3g' % r['p_value'],
                      'yes' if r['significant'] else 'no'))
-    out.extend(report_text._table(['component', 'median A', 'median B',
-                                   'change', 'p95 A', 'p95 B', 'p',
-                                   'significant'], rows))
+    out.extend(report_text.table(['component', 'median A', 'median B',
+                                  'change', 'p95 A', 'p95 B', 'p',
+                                  'significant'], latency))
     out.append('')
     out.append('Top SQL classes')
-    rows = [(r['id'], r['item'], r['calls_a'], r['calls_b'],
+    sql = [(r['id'], r['item'], r['calls_a'], r['calls_b'],
              fmt_us(r['r_call_a_us']), fmt_us(r['r_call_b_us']),
              _pct(r['change'])) for r in cmp['sql']]
-    out.extend(report_text._table(['Query ID', 'Item', 'calls A',
-                                   'calls B', 'R/Call A', 'R/Call B',
-                                   'change'], rows, 'llrrrrr'))
+    out.extend(report_text.table(['Query ID', 'Item', 'calls A',
+                                  'calls B', 'R/Call A', 'R/Call B',
+                                  'change'], sql, 'llrrrrr'))
     return '\n'.join(out) + '\n'

@@ -46,6 +46,7 @@ import typing
 
 from instrument import schema
 
+loads: typing.Callable[[bytes], typing.Any]
 try:  # an optional accelerator (the ``report`` extra installs it)
     import orjson
     loads = orjson.loads
@@ -55,7 +56,7 @@ except ImportError:  # pragma: no cover - exercised without orjson
 try:  # decodes and type-checks a record in one go (``report`` extra)
     import msgspec
 except ImportError:  # pragma: no cover - exercised without msgspec
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 SPAN_SUFFIXES = ('.jsonl', '.json', '.log', '.txt')
 KINDS = ('malformed', 'truncated', 'unknown_version', 'invalid',
@@ -140,12 +141,16 @@ class SpanFile:
         self.offset = offset
         self.size = os.path.getsize(path)
         self.lineno = 0
-        self.time = None
+        # the latest (corrected) time seen, None before the first
+        self.time: typing.Optional[int] = None
         self.done = False
-        self.error = None
+        # why the rest of the file could not be read
+        self.error: typing.Optional[str] = None
         self._raw = open(path, 'rb')
+        self._f: typing.BinaryIO
         if path.endswith('.gz'):
-            self._f = gzip.GzipFile(fileobj=self._raw, mode='rb')
+            self._f = typing.cast(typing.BinaryIO, gzip.GzipFile(
+                fileobj=self._raw, mode='rb'))
         else:
             self._f = self._raw
 
@@ -281,7 +286,7 @@ def decode_error(raw: bytes, at_eof: bool) -> tuple:
     return check_error(rec)
 
 
-def check_error(rec) -> tuple:
+def check_error(rec: typing.Any) -> tuple:
     """``(kind, reason)`` for a decoded value that is not a valid record,
     ``(None, None)`` when it is valid."""
     if not isinstance(rec, dict):
@@ -308,7 +313,7 @@ class Validator:
     def __init__(self) -> None:
         self._good = set()
 
-    def ok(self, rec) -> bool:
+    def ok(self, rec: typing.Any) -> bool:
         if rec.__class__ is not dict:
             return False
         try:
@@ -381,7 +386,7 @@ class RecordDecoder:
 
     def __init__(self, fast: bool = True) -> None:
         self.validator = Validator()
-        self.error = None
+        self.error: typing.Optional[tuple[str, str]] = None
         if fast and msgspec is not None:
             self.decode = self._fast_decoder()
         else:
@@ -411,7 +416,7 @@ class RecordDecoder:
             return rec
         return decode
 
-    def slow(self, raw: bytes):
+    def slow(self, raw: bytes) -> typing.Optional['SlowRecord']:
         """The reference path: ``loads`` and the schema's validator."""
         try:
             rec = loads(raw)

@@ -16,9 +16,10 @@ Pass 1 (``clock_pass``, module ``clockpass``) reads only the RPC lines
 its send on another host within a horizon, and solves the clock
 offsets; with ``jobs`` > 1 its workers split the files.
 
-Pass 2 (``run_part``) reads everything on corrected clocks: validates
-each line, tracks ``seq`` per process, feeds the request assembler and
-the SQL digest.  With ``jobs`` > 1 the requests are partitioned by a
+Pass 2 (``run_part``, a ``PartReader`` per worker) reads everything on
+corrected clocks: validates each line, tracks ``seq`` per process, and
+hands each record by phase to the request assembler and the SQL
+digest.  With ``jobs`` > 1 the requests are partitioned by a
 hash of their request id: every worker reads all files but decodes only
 its own lines (lines without a request id, and process metadata, go to
 worker 0; metadata is seen by all), so the partial results add up.
@@ -35,13 +36,14 @@ import gc
 import heapq
 import multiprocessing
 import os
-import sys
 import time
+import typing
 import zlib
 
 from instrument.analysis import breakdown
 from instrument.analysis import classify
 from instrument.analysis import clockpass
+from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import requests
 from instrument.analysis import sqldigest
@@ -54,13 +56,25 @@ KEEP_PER_STATE = 40
 
 
 class Options:
-    """What the command line chose; plain values, picklable."""
+    """What the command line chose; plain values, picklable.
+
+    ``progress`` is None (nothing reported) or a callable
+    ``progress(stage, bytes_done, bytes_total)``, called as the passes
+    read: stage ``'clocks'`` (pass 1), ``'spans'`` (pass 2), then once
+    ``'done'``.  The command line draws its progress line with it
+    (``instrument.cmd.progress``); the analysis itself never writes to
+    a terminal.
+    """
 
     def __init__(self, jobs: int = 1, idle_s: float = 30.0,
                  hung_s: float = 600.0, clock_horizon_s: float = 600.0,
-                 since=None, until=None, group_by: str = 'fingerprint',
+                 since: typing.Union[None, int, str] = None,
+                 until: typing.Union[None, int, str] = None,
+                 group_by: str = 'fingerprint',
                  order_by: str = 'sum', limit: int = 20,
-                 all_lifecycles: bool = False, progress=None,
+                 all_lifecycles: bool = False,
+                 progress: typing.Optional[
+                     typing.Callable[[str, int, int], None]] = None,
                  fast_decode: bool = True) -> None:
         self.jobs = jobs
         self.idle_us = int(idle_s * 1e6)
@@ -79,7 +93,8 @@ class Options:
 
 # -- pass 1 ----------------------------------------------------------------
 
-def clock_pass(paths: list, opts: Options, report=None,
+def clock_pass(paths: list, opts: Options,
+               report: typing.Optional[stream.Progress] = None,
                jobs: int = 1) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``; see
     ``clockpass``."""
@@ -90,16 +105,18 @@ def clock_pass(paths: list, opts: Options, report=None,
 # -- pass 2 ----------------------------------------------------------------
 
 class Partial:
-    """The result of one worker."""
+    """The result of one worker (or of all, merged)."""
 
-    def __init__(self) -> None:
-        self.summaries = []
-        self.failures = {}
-        self.retries = collections.Counter()
-        self.digest = None
+    def __init__(self, digest: sqldigest.SqlDigest) -> None:
+        self.summaries: list = []
+        # (svc, ev, cls, message): [count, [request ids]]
+        self.failures: dict = {}
+        self.retries: collections.Counter = collections.Counter()
+        self.digest = digest
         self.issues = load.Issues()
         self.loss = load.FileLoss()
-        self.causality = {'checked': 0, 'violations': 0, 'examples': []}
+        self.causality: dict[str, typing.Any] = {
+            'checked': 0, 'violations': 0, 'examples': []}
         self.no_request = collections.Counter()
         self.processes = []
         self.records = 0
@@ -148,43 +165,77 @@ class _Keeper:
         return False
 
 
-def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
-             nparts: int, opts: Options, hosts=()) -> Partial:
-    """Pass 2 over the requests of partition ``part``."""
-    out = Partial()
-    issues = out.issues
-    loss = out.loss
-    digest = out.digest = sqldigest.SqlDigest(opts.since, opts.until)
-    keeper = _Keeper(opts.all_lifecycles)
-    asm = requests.Assembler(opts.idle_us, opts.hung_us,
-                             classify.Normaliser(hosts), on_summary=keeper)
-    decoder = load.RecordDecoder(opts.fast_decode)
-    decode = decoder.decode
-    crc32 = zlib.crc32
-    marker = load.LOG_MARKER
-    seqs = {}
-    incarnations = {}
-    files = stream.open_files(paths, file_offsets)
-    progress = None
-    if _PROGRESS is not None:
-        shared = _PROGRESS
+class PartReader:
+    """Pass 2 of one partition of the requests: a consumer of lines.
 
-        def progress(done):
-            shared[part] = done
-    elif opts.progress is not None and nparts == 1:
-        progress = opts.progress
-    get_offset = offsets.get
-    span = asm.span
-    add_sql = asm.sql
-    digest_add = digest.add
-    lines_seen = 0
-    for f, lines, first, watermark in stream.chunks(files, progress):
+    ``read`` feeds it the chunks of every file (``stream.chunks``);
+    ``chunk`` keeps the lines of this partition, decodes them, follows
+    each process's ``seq`` (duplicates, restarts, gaps) and hands each
+    record by phase to ``complete`` (``X``), ``begin`` (``B``), the
+    assembler (``I``), ``counter`` (``C``) and ``metadata`` (``M``).
+    ``finish`` returns the ``Partial`` of this worker.
+
+    With ``nparts`` > 1 a line belongs to partition ``crc32(request id)
+    % nparts``; lines without a request id belong to partition 0, and
+    process metadata is read by every partition (the SQL fingerprints
+    each needs) but counted by partition 0 only.
+    """
+
+    def __init__(self, offsets: dict, part: int, nparts: int,
+                 opts: Options, hosts: typing.Iterable[str] = ()) -> None:
+        self.offsets = offsets
+        self.part = part
+        self.nparts = nparts
+        # analyse() resolved --since/--until to microseconds
+        self.digest = sqldigest.SqlDigest(
+            typing.cast(typing.Optional[int], opts.since),
+            typing.cast(typing.Optional[int], opts.until))
+        self.out = out = Partial(self.digest)
+        self.issues = out.issues
+        self.loss = out.loss
+        self.asm = requests.Assembler(
+            opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
+            on_summary=_Keeper(opts.all_lifecycles))
+        self.decoder = load.RecordDecoder(opts.fast_decode)
+        # (file index, pid): [records, lowest seq, highest seq] of the
+        # process's current incarnation, and how many it had
+        self.seqs = {}
+        self.incarnations = {}
+        self.lines = 0
+
+    def read(self, files: list,
+             progress: typing.Optional[stream.Progress] = None) -> Partial:
+        """Consume every chunk of ``files``; ``progress(bytes_done)``
+        after each."""
+        sweep = self.asm.sweep
+        for f, lines, first, watermark in stream.chunks(files, progress):
+            self.chunk(f, lines, first)
+            if watermark is not None:
+                sweep(watermark)
+        return self.finish(files)
+
+    def chunk(self, f: load.SpanFile, lines: list, first: int) -> None:
+        """The lines ``first + 1``... of the span file ``f``."""
+        part = self.part
+        nparts = self.nparts
+        issues = self.issues
+        loss = self.loss
+        decoder = self.decoder
+        decode = decoder.decode
+        seqs = self.seqs
+        incarnations = self.incarnations
+        get_offset = self.offsets.get
+        crc32 = zlib.crc32
+        marker = load.LOG_MARKER
+        complete = self.complete
+        begin = self.begin
+        instant = self.asm.instant
         fi = f.index
         fname = f.name
-        lines_seen += len(lines)
+        self.lines += len(lines)
         # a file is mostly one process on one host: remember the last
         c_pid = None
-        c_seq = None
+        c_seq: list = []
         c_host = None
         c_off = 0
         for lineno, raw in enumerate(lines, first + 1):
@@ -213,7 +264,7 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             rec = decode(raw)
             if rec is None:
                 if part == 0 or not meta:
-                    kind, reason = decoder.error
+                    kind, reason = decoder.error or ('invalid', '')
                     issues.add(kind, fname, lineno, reason)
                 continue
             pid = rec.pid
@@ -221,11 +272,12 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             if pid != c_pid:
                 c_pid = pid
                 key = (fi, pid)
-                c_seq = seqs.get(key)
-                if c_seq is None:
+                entry = seqs.get(key)
+                if entry is None:
                     incarnations[key] = 0
-                    c_seq = seqs[key] = loss.seqs[(fname, pid, 0)] = \
+                    entry = seqs[key] = loss.seqs[(fname, pid, 0)] = \
                         [0, seq, seq]
+                c_seq = entry
             s = c_seq
             if seq <= s[2] and s[0]:
                 if seq == 1 and rec.ev == 'process.start':
@@ -240,10 +292,7 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             if meta and part != 0:
                 # metadata is read by every worker, counted by worker 0
                 s[2] = seq if seq > s[2] else s[2]
-                if rec.ev == 'sql.fingerprint':
-                    attrs = rec.attrs or {}
-                    digest.fingerprint(attrs.get('fp'), attrs.get('text'),
-                                       attrs.get('kind'))
+                self.shared_metadata(rec)
                 continue
             s[0] += 1
             if seq > s[2]:
@@ -257,70 +306,113 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
             ts = rec.ts + c_off
             ph = rec.ph
             if ph == 'X':
-                ev = rec.ev
-                if ev == 'sql.query':
-                    attrs = rec.attrs or {}
-                    dur = rec.dur_us
-                    error = rec.st == 'error'
-                    digest_add(ts, dur, attrs.get('fp'), rec.svc,
-                               attrs.get('db'), attrs.get('call'),
-                               attrs.get('rows'), error, attrs.get('kind'))
-                    req = rec.req
-                    if req is not None:
-                        add_sql(req, rec.parent, dur, ts + dur, rec, error)
-                elif ev == 'sql.txn':
-                    out.txns += 1
-                elif not span(rec, ts, True):
-                    out.duplicate_spans += 1
+                complete(rec, ts)
             elif ph == 'B':
-                if not span(rec, ts, False):
-                    out.duplicate_spans += 1
+                begin(rec, ts)
             elif ph == 'I':
-                asm.instant(rec, ts)
+                instant(rec, ts)
             elif ph == 'C':
-                ev = rec.ev
-                attrs = rec.attrs or {}
-                if ev == 'sql.agg':
-                    digest.add_agg(ts, rec.svc, attrs)
-                elif ev == 'sink.drops':
-                    mine = loss.drops.setdefault((fname, pid), {})
-                    for sink, n in attrs.items():
-                        if isinstance(n, int) and n > mine.get(sink, 0):
-                            mine[sink] = n
+                self.counter(rec, ts, fname)
             else:
-                ev = rec.ev
-                attrs = rec.attrs or {}
-                if ev == 'sql.fingerprint':
-                    digest.fingerprint(attrs.get('fp'), attrs.get('text'),
-                                       attrs.get('kind'))
-                elif ev == 'process.start':
-                    out.processes.append({
-                        'file': fname, 'host': host,
-                        'svc': rec.svc, 'pid': pid,
-                        'service': attrs.get('service'),
-                        'version': attrs.get('version'),
-                        'mode': attrs.get('mode'),
-                        'points': _point_counts(attrs.get('points'))})
-                asm.normalise.add_hosts((host,))
-        if watermark is not None:
-            asm.sweep(watermark)
-    for f in files:
-        if f.error and part == 0:
-            issues.problems.append('%s: %s (the rest of the file is '
-                                   'unreadable)' % (f.name, f.error))
-    asm.finish()
-    if asm.late:
-        issues.counts['late'] += asm.late
-    out.summaries = asm.summaries
-    out.failures = asm.failures
-    out.retries = asm.retries
-    out.causality = asm.causality
-    out.no_request = asm.no_request
-    # every record counted is counted once in its process's seq entry
-    out.records = sum(n for n, _lo, _hi in loss.seqs.values())
-    out.lines = lines_seen if part == 0 else 0
-    out.duplicate_spans += asm.duplicates
-    return out
+                self.metadata(rec, host, fname)
+
+    def complete(self, rec: typing.Any, ts: int) -> None:
+        """An ``X`` record: a statement, a transaction or a span."""
+        ev = rec.ev
+        if ev == 'sql.query':
+            attrs = rec.attrs or {}
+            dur = rec.dur_us
+            error = rec.st == 'error'
+            self.digest.add(ts, dur, attrs.get('fp'), rec.svc,
+                            attrs.get('db'), attrs.get('call'),
+                            attrs.get('rows'), error, attrs.get('kind'))
+            req = rec.req
+            if req is not None:
+                self.asm.sql(req, rec.parent, dur, ts + dur, rec, error)
+        elif ev == 'sql.txn':
+            self.out.txns += 1
+        elif not self.asm.span(rec, ts, True):
+            self.out.duplicate_spans += 1
+
+    def begin(self, rec: typing.Any, ts: int) -> None:
+        """A ``B`` record: a span started."""
+        if not self.asm.span(rec, ts, False):
+            self.out.duplicate_spans += 1
+
+    def counter(self, rec: typing.Any, ts: int, fname: str) -> None:
+        """A ``C`` record: SQL aggregates or the sink's drop counts."""
+        ev = rec.ev
+        attrs = rec.attrs or {}
+        if ev == 'sql.agg':
+            self.digest.add_agg(ts, rec.svc, attrs)
+        elif ev == 'sink.drops':
+            mine = self.loss.drops.setdefault((fname, rec.pid), {})
+            for sink, n in attrs.items():
+                if isinstance(n, int) and n > mine.get(sink, 0):
+                    mine[sink] = n
+
+    def metadata(self, rec: typing.Any, host: str, fname: str) -> None:
+        """An ``M`` record (or an unknown phase): SQL fingerprints,
+        process starts, and the host it names."""
+        ev = rec.ev
+        attrs = rec.attrs or {}
+        if ev == 'sql.fingerprint':
+            self.digest.fingerprint(attrs.get('fp'), attrs.get('text'),
+                                    attrs.get('kind'))
+        elif ev == 'process.start':
+            self.out.processes.append({
+                'file': fname, 'host': host,
+                'svc': rec.svc, 'pid': rec.pid,
+                'service': attrs.get('service'),
+                'version': attrs.get('version'),
+                'mode': attrs.get('mode'),
+                'points': _point_counts(attrs.get('points'))})
+        self.asm.normalise.add_hosts((host,))
+
+    def shared_metadata(self, rec: typing.Any) -> None:
+        """Metadata another partition counts: only the fingerprints."""
+        if rec.ev == 'sql.fingerprint':
+            attrs = rec.attrs or {}
+            self.digest.fingerprint(attrs.get('fp'), attrs.get('text'),
+                                    attrs.get('kind'))
+
+    def finish(self, files: list) -> Partial:
+        """Finalise the open requests; the result of this partition."""
+        out = self.out
+        issues = self.issues
+        asm = self.asm
+        for f in files:
+            if f.error and self.part == 0:
+                issues.problems.append('%s: %s (the rest of the file is '
+                                       'unreadable)' % (f.name, f.error))
+        asm.finish()
+        if asm.late:
+            issues.counts['late'] += asm.late
+        out.summaries = asm.summaries
+        out.failures = asm.failures
+        out.retries = asm.retries
+        out.causality = asm.causality
+        out.no_request = asm.no_request
+        # every record counted is counted once in its process's seq entry
+        out.records = sum(n for n, _lo, _hi in self.loss.seqs.values())
+        out.lines = self.lines if self.part == 0 else 0
+        out.duplicate_spans += asm.duplicates
+        return out
+
+
+def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
+             nparts: int, opts: Options, hosts: typing.Iterable[str] = (),
+             progress: typing.Optional[stream.Progress] = None) -> Partial:
+    """Pass 2 over the requests of partition ``part``; ``progress`` is
+    called with the bytes read so far (in a worker process, they are
+    written to the parent's shared array instead)."""
+    if _PROGRESS is not None:
+        shared = _PROGRESS
+
+        def progress(done):
+            shared[part] = done
+    reader = PartReader(offsets, part, nparts, opts, hosts)
+    return reader.read(stream.open_files(paths, file_offsets), progress)
 
 
 def _point_counts(points) -> dict:
@@ -334,8 +426,7 @@ def _run_part_star(args):
 
 
 def _merge(parts: list) -> Partial:
-    out = Partial()
-    out.digest = sqldigest.SqlDigest()
+    out = Partial(sqldigest.SqlDigest())
     for p in parts:
         if len(parts) > 1:  # unpickled from a worker
             for s in p.summaries:
@@ -366,39 +457,6 @@ def _merge(parts: list) -> Partial:
     return out
 
 
-class Progress:
-    """A one-line progress display on stderr for long inputs."""
-
-    def __init__(self, total: int, stream_=None, min_bytes: int = 20 << 20):
-        self.total = max(total, 1)
-        self.out = stream_ or sys.stderr
-        self.enabled = total >= min_bytes and self.out.isatty()
-        self.started = time.monotonic()
-        self.last = 0.0
-        self.label = ''
-
-    def show(self, done: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.last < 0.5:
-            return
-        self.last = now
-        pct = min(100.0, 100.0 * done / self.total)
-        rate = done / max(now - self.started, 1e-6) / 1e6
-        self.out.write('\r%s %5.1f%%  %.1f MB/s ' % (self.label, pct, rate))
-        self.out.flush()
-
-    def start(self, label: str) -> None:
-        self.label = label
-        self.started = time.monotonic()
-
-    def done(self) -> None:
-        if self.enabled:
-            self.out.write('\r' + ' ' * 60 + '\r')
-            self.out.flush()
-
-
 def default_jobs(total_bytes: int) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(
         os, 'sched_getaffinity') else (os.cpu_count() or 1)
@@ -427,12 +485,9 @@ def _analyse(inputs: list, opts: Options) -> dict:
         raise load.InputError('no span files to read: ' +
                               '; '.join(problems or ['no input given']))
     total = sum(os.path.getsize(p) for p in paths)
-    progress = Progress(total) if opts.progress is None else None
-    show = progress.show if progress else opts.progress
     jobs = opts.jobs or default_jobs(total)
-    if progress:
-        progress.start('clocks ')
-    clock, file_host, first_ts, hops = clock_pass(paths, opts, show, jobs)
+    clock, file_host, first_ts, hops = clock_pass(
+        paths, opts, _stage(opts.progress, 'clocks', total), jobs)
     offsets = clock.offsets()
     file_offsets = {i: offsets.get(h, 0) for i, h in file_host.items()}
     if first_ts is not None:
@@ -448,19 +503,17 @@ def _analyse(inputs: list, opts: Options) -> dict:
                         fast_decode=opts.fast_decode)
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
-    part_opts.progress = show
+    show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)
-    if progress:
-        progress.start('spans  ')
     if jobs <= 1:
         parts = [run_part(paths, offsets, file_offsets, 0, 1, part_opts,
-                          hosts)]
+                          hosts, show)]
     else:
         parts = _run_parallel(paths, offsets, file_offsets, jobs,
                               part_opts, hosts, show)
-    if progress:
-        progress.done()
+    if opts.progress is not None:
+        opts.progress('done', total, total)
     merged = _merge(parts)
     merged.issues.problems[:0] = problems
     report = build_report(merged, clock, hops, opts, paths, total)
@@ -469,11 +522,20 @@ def _analyse(inputs: list, opts: Options) -> dict:
     return report
 
 
+def _stage(progress, stage: str, total: int):
+    """``progress(stage, bytes_done, total)`` as a ``f(bytes_done)``."""
+    if progress is None:
+        return None
+
+    def report(done: int) -> None:
+        progress(stage, done, total)
+    return report
+
+
 def _run_parallel(paths, offsets, file_offsets, jobs, opts, hosts,
                   show) -> list:
     ctx = multiprocessing.get_context('fork')
     shared = ctx.Array('q', jobs, lock=False)
-    opts.progress = None
     with ctx.Pool(jobs, initializer=_set_progress,
                   initargs=(shared,)) as pool:
         pending = pool.map_async(_run_part_star, [
@@ -486,8 +548,8 @@ def _run_parallel(paths, offsets, file_offsets, jobs, opts, hosts,
         return pending.get()
 
 
-def build_report(merged: Partial, clock, hops: dict, opts: Options,
-                 paths: list, total_bytes: int) -> dict:
+def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
+                 opts: Options, paths: list, total_bytes: int) -> dict:
     """The JSON-ready report of a merged pass 2."""
     summaries = merged.summaries
     agg = breakdown.aggregate(summaries)

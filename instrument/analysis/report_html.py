@@ -22,6 +22,7 @@ and request ids, error messages, SQL text) goes through ``esc``.
 """
 
 import html
+import typing
 
 from instrument.analysis import report_text
 
@@ -50,7 +51,7 @@ pre{background:#f8f8f8;padding:8px;font-size:11px;overflow-x:auto}
 """
 
 
-def esc(value) -> str:
+def esc(value: typing.Any) -> str:
     return html.escape('' if value is None else str(value), quote=True)
 
 

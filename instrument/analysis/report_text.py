@@ -18,6 +18,7 @@ pt-query-digest's units (``us``, ``ms``, ``s``).
 """
 
 import datetime
+import typing
 
 from instrument.analysis import sqldigest
 
@@ -25,7 +26,7 @@ STATE_ORDER = ('success', 'rescheduled_success', 'compute_failure',
                'scheduling_failure', 'api_failure', 'incomplete')
 
 
-def fmt_us(us) -> str:
+def fmt_us(us: typing.Optional[float]) -> str:
     """pt-query-digest style durations: ``850us``, ``12ms``, ``3s``."""
     if us is None:
         return '-'
@@ -39,23 +40,30 @@ def fmt_us(us) -> str:
     return ('%.2fs' % s) if abs(s) < 10 else '%.1fs' % s
 
 
-def fmt_offset(us) -> str:
+def fmt_offset(us: float) -> str:
     """A clock offset in ms with microsecond precision."""
     return '%+.3fms' % (us / 1000.0)
 
 
-def fmt_pct(value) -> str:
+def fmt_pct(value: typing.Optional[float]) -> str:
+    """A share as a percentage with one decimal (``-`` for none)."""
     return '-' if value is None else '%.1f%%' % (100.0 * value)
 
 
-def fmt_time(us) -> str:
+def fmt_time(us: typing.Optional[int]) -> str:
+    """Microseconds since the epoch as a UTC time to the millisecond."""
     if not us:
         return '-'
     return datetime.datetime.fromtimestamp(
         us / 1e6, datetime.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]
 
 
-def _table(headers: list, rows: list, aligns: str = None) -> list:
+def table(headers: list, rows: typing.Iterable[typing.Sequence],
+          aligns: typing.Optional[str] = None) -> list:
+    """The lines of a plain-text table: a header line, a rule and one
+    line per row.  ``aligns`` has one letter per column, ``l`` (left) or
+    ``r`` (right); by default the first column is left-aligned, the
+    others right-aligned (numbers)."""
     cells = [[str(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
@@ -74,6 +82,8 @@ def _table(headers: list, rows: list, aligns: str = None) -> list:
 
 
 def render(report: dict, sql_blocks: int = 5) -> str:
+    """The text report of ``report`` (``pipeline.analyse``), with the
+    ``sql_blocks`` costliest SQL classes in detail."""
     out = []
     _inputs(report, out)
     _load(report, out)
@@ -121,7 +131,7 @@ def _load(report: dict, out: list) -> None:
                                                  reason))
     if ld['loss']:
         out.append('data loss per process (seq gaps, sink.drops):')
-        out.extend('  ' + line for line in _table(
+        out.extend('  ' + line for line in table(
             ['file', 'pid', 'records', 'missing', 'dropped'],
             [(r['file'], r['pid'], r['records'], r['missing'],
               r['dropped']) for r in ld['loss']]))
@@ -150,8 +160,8 @@ def _clocks(report: dict, out: list) -> None:
         rows.append((host, fmt_offset(info['offset_us']), spread,
                      '-' if info['group'] is None else info['group'],
                      info['pairs'], info['status']))
-    out.extend(_table(['host', 'offset', 'uncertainty', 'group', 'pairs',
-                       'status'], rows, 'lrlrrl'))
+    out.extend(table(['host', 'offset', 'uncertainty', 'group', 'pairs',
+                      'status'], rows, 'lrlrrl'))
     out.append('%d causal pairs from %d hops, %d group(s)' % (
         clk['pairs'], clk['hops']['hops'], clk['groups']))
     for d in clk['dropped']:
@@ -174,7 +184,7 @@ def _states(report: dict, out: list) -> None:
     rows = [(state, s['states'].get(state, 0),
              fmt_pct(s['states'].get(state, 0) / total))
             for state in STATE_ORDER]
-    out.extend(_table(['final state', 'instances', 'share'], rows))
+    out.extend(table(['final state', 'instances', 'share'], rows))
     out.append('success rate %s, reschedule rate %s, requests with DB '
                'retries %s' % (fmt_pct(s['success_rate']),
                                fmt_pct(s['reschedule_rate']),
@@ -220,8 +230,8 @@ def _components(report: dict, out: list) -> None:
     rows.append(('end to end', fmt_us(lat['median']), fmt_us(lat['p90']),
                  fmt_us(lat['p95']), fmt_us(lat['p99']),
                  fmt_us(lat['max']), fmt_us(lat['mean']), '', '100%'))
-    out.extend(_table(['component', 'median', 'p90', 'p95', 'p99', 'max',
-                       'mean', 'sql mean', 'crit.path'], rows))
+    out.extend(table(['component', 'median', 'p90', 'p95', 'p99', 'max',
+                      'mean', 'sql mean', 'crit.path'], rows))
     out.append('min end to end %s; %d successful boots' % (
         fmt_us(lat['min']), lat['count']))
     if s['levels']:
@@ -230,13 +240,13 @@ def _components(report: dict, out: list) -> None:
         names = [n for n in s['component_order'] if n != 'gap']
         top = sorted(names, key=lambda n: -sum(
             lv['mean_us'].get(n, 0) for lv in s['levels']))[:6]
-        rows = []
+        levels = []
         for lv in s['levels']:
-            rows.append([lv['level'], lv['requests'],
-                         fmt_us(lv['latency']['median'])] +
-                        [fmt_us(lv['mean_us'].get(n, 0)) for n in top])
-        out.extend(_table(['in flight', 'boots', 'median e2e'] + top,
-                          rows))
+            levels.append([lv['level'], lv['requests'],
+                           fmt_us(lv['latency']['median'])] +
+                          [fmt_us(lv['mean_us'].get(n, 0)) for n in top])
+        out.extend(table(['in flight', 'boots', 'median e2e'] + top,
+                         levels))
 
 
 def _failures(report: dict, out: list) -> None:
@@ -247,12 +257,12 @@ def _failures(report: dict, out: list) -> None:
         rows = [(f['component'], f['ev'], f['cls'].rsplit('.', 1)[-1],
                  f['count'], f['message'][:70])
                 for f in report['failures']]
-        out.extend(_table(['component', 'event', 'error', 'count',
-                           'message'], rows, 'lllrl'))
+        out.extend(table(['component', 'event', 'error', 'count',
+                          'message'], rows, 'lllrl'))
     if report['retries']:
         out.append('')
         out.append('DB retries (oslo.db wrap_db_retry):')
-        out.extend(_table(['function', 'cause', 'count'], [
+        out.extend(table(['function', 'cause', 'count'], [
             (r['func'], r['cls'], r['count']) for r in report['retries']],
             'llr'))
 
@@ -279,8 +289,8 @@ def _sql(report: dict, out: list, blocks: int) -> None:
         rows.append(('MISC', '0xMISC', '%.4f' % (misc['total_us'] / 1e6),
                      '%.1f%%' % (100 * misc['pct']), misc['calls'], '',
                      '', '<%d ITEMS>' % misc['classes']))
-    out.extend(_table(['Rank', 'Query ID', 'Response time', '%', 'Calls',
-                       'R/Call', 'V/M', 'Item'], rows, 'rlrrrrrl'))
+    out.extend(table(['Rank', 'Query ID', 'Response time', '%', 'Calls',
+                      'R/Call', 'V/M', 'Item'], rows, 'rlrrrrrl'))
     for r in sql['rows'][:blocks]:
         out.append('')
         out.extend(class_block(r, sql['group_by']))

@@ -27,6 +27,7 @@ Events for a request finalised shortly before are counted as ``late``
 """
 
 import collections
+import typing
 
 from instrument.analysis import breakdown
 from instrument.analysis import classify
@@ -56,8 +57,12 @@ class Assembler:
     """Open requests, keyed by request id."""
 
     def __init__(self, idle_us: int = 30_000_000,
-                 hung_us: int = 600_000_000, normaliser=None,
-                 on_summary=None, keep_lifecycles: bool = True) -> None:
+                 hung_us: int = 600_000_000,
+                 normaliser: typing.Optional[classify.Normaliser] = None,
+                 on_summary: typing.Optional[typing.Callable[
+                     [breakdown.RequestSummary, 'OpenRequest',
+                      classify.Tree], bool]] = None,
+                 keep_lifecycles: bool = True) -> None:
         # on_summary(summary, request, tree) -> keep its lifecycle?
         self.idle_us = idle_us
         self.hung_us = hung_us
@@ -73,9 +78,10 @@ class Assembler:
         self.retries = collections.Counter()
         self.late = 0
         self.duplicates = 0
-        self.causality = {'checked': 0, 'violations': 0, 'examples': []}
+        self.causality: dict[str, typing.Any] = {
+            'checked': 0, 'violations': 0, 'examples': []}
         self.no_request = collections.Counter()
-        self._swept = None
+        self._swept: typing.Optional[int] = None
 
     # -- ingest (hot) ------------------------------------------------------
 
@@ -88,7 +94,7 @@ class Assembler:
             r = self.open[req] = OpenRequest(req)
         return r
 
-    def span(self, rec, ts: int, complete: bool) -> bool:
+    def span(self, rec: typing.Any, ts: int, complete: bool) -> bool:
         """Add a ``B`` or ``X`` record (``load.RecordDecoder``); False
         for a duplicate."""
         req = rec.req
@@ -133,8 +139,8 @@ class Assembler:
                 r.last = ts
         return True
 
-    def sql(self, req: str, parent, dur: int, end: int, rec,
-            error: bool) -> None:
+    def sql(self, req: str, parent: typing.Optional[str], dur: int,
+            end: int, rec: typing.Any, error: bool) -> None:
         r = self.open.get(req)
         if r is None:
             r = self._get(req)
@@ -154,7 +160,7 @@ class Assembler:
             r.sql_errors.append((parent, err.get('cls'), err.get('msg'),
                                  rec.svc, rec.host))
 
-    def instant(self, rec, ts: int) -> None:
+    def instant(self, rec: typing.Any, ts: int) -> None:
         ev = rec.ev
         if ev == 'db.retry':
             attrs = rec.attrs or {}

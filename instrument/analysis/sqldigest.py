@@ -35,6 +35,7 @@ fingerprint (32 hex digits); the fingerprint text comes from the
 
 import math
 import re
+import typing
 
 PER_DECADE = 50
 # pt-query-digest's distribution rows: 1us 10us 100us 1ms 10ms 100ms 1s 10s+
@@ -56,7 +57,7 @@ def _new(ts: int) -> list:
     return [0, 0, 0, float('inf'), 0, 0, 0, {}, ts, ts, 0]
 
 
-def bucket(us) -> int:
+def bucket(us: float) -> int:
     return int(_log10(us) * PER_DECADE) if us >= 1 else 0
 
 
@@ -77,7 +78,8 @@ def normalise_order(order: str) -> str:
 class SqlDigest:
     """Statistics per statement class."""
 
-    def __init__(self, since=None, until=None) -> None:
+    def __init__(self, since: typing.Optional[int] = None,
+                 until: typing.Optional[int] = None) -> None:
         self.since = since
         self.until = until
         self.classes = {}
@@ -88,8 +90,11 @@ class SqlDigest:
 
     # -- ingest (hot) ------------------------------------------------------
 
-    def add(self, ts: int, dur: int, fp, svc, db, call, rows,
-            error: bool, kind=None) -> None:
+    def add(self, ts: int, dur: int, fp: typing.Optional[str], svc: str,
+            db: typing.Optional[str], call: typing.Optional[str],
+            rows: typing.Optional[int], error: bool,
+            kind: typing.Optional[str] = None) -> None:
+        """Count one statement of ``dur`` us that started at ``ts``."""
         if self.since is not None and ts < self.since or \
                 self.until is not None and ts >= self.until:
             self.filtered += 1
@@ -164,7 +169,10 @@ class SqlDigest:
             b = bucket(mean) if mean >= 1 else 0
             h[b] = h.get(b, 0) + count - placed
 
-    def fingerprint(self, fp: str, text: str, kind) -> None:
+    def fingerprint(self, fp: typing.Optional[str],
+                    text: typing.Optional[str],
+                    kind: typing.Optional[str]) -> None:
+        """Learn the text and kind of query id ``fp`` (first seen wins)."""
         if fp and fp not in self.texts:
             self.texts[fp] = text
             self.kinds[fp] = kind
@@ -183,7 +191,7 @@ class SqlDigest:
 
     # -- report ------------------------------------------------------------
 
-    def grouped(self, group_by: str = 'fingerprint') -> dict:
+    def grouped(self, group_by: str = 'fingerprint') -> tuple:
         if group_by not in GROUPS:
             raise ValueError('unknown --group-by %r (one of %s)' % (
                 group_by, ', '.join(GROUPS)))

@@ -24,13 +24,18 @@ the horizon.
 """
 
 import heapq
+import typing
 
 from instrument.analysis import load
 
 CHUNK_BYTES = 1 << 18
 
+# progress(bytes read so far), called after each chunk
+Progress = typing.Callable[[int], None]
 
-def reads(files: list, hint: int = None):
+
+def reads(files: list, hint: typing.Optional[int] = None
+          ) -> typing.Iterator[tuple]:
     """Yield ``(span_file, lines, first_lineno, heap)`` for every read,
     in the order ``chunks`` reads: the file that has progressed least
     first.  The last read of each file yields no lines.  ``heap`` holds
@@ -56,7 +61,8 @@ def reads(files: list, hint: int = None):
         yield f, lines, first, heap
 
 
-def chunks(files: list, progress=None, hint: int = None):
+def chunks(files: list, progress: typing.Optional[Progress] = None,
+           hint: typing.Optional[int] = None) -> typing.Iterator[tuple]:
     """Yield ``(span_file, lines, first_lineno, watermark)``.
 
     ``first_lineno`` is the number of the line before the chunk's first
@@ -75,7 +81,9 @@ def chunks(files: list, progress=None, hint: int = None):
             yield f, lines, first, watermark
 
 
-def order(indices, next_read):
+def order(indices: typing.Iterable[int],
+          next_read: typing.Callable[[int], tuple]
+          ) -> typing.Iterator[tuple]:
     """Rebuild the order of ``reads`` over files read elsewhere.
 
     ``next_read(index)`` returns ``(lines read, time)`` of the next read

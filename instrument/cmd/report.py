@@ -29,6 +29,7 @@ import os
 import sys
 
 from instrument.analysis import sqldigest
+from instrument.cmd import progress
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +119,7 @@ def _options(args, all_lifecycles: bool = False):
         since=args.since, until=args.until, group_by=args.group_by,
         order_by=args.order_by, limit=args.limit,
         all_lifecycles=all_lifecycles,
-        progress=(lambda done: None) if args.no_progress else None)
+        progress=None if args.no_progress else progress.ProgressLine())
 
 
 def _analyse(inputs: list, opts) -> dict:

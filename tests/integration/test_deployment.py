@@ -156,7 +156,7 @@ def run_scenario() -> Scenario:
     out.timings.update(the_cloud.timings)
     t = time.monotonic()
     out.report = pipeline.analyse([the_cloud.span_dir], pipeline.Options(
-        jobs=1, all_lifecycles=True, progress=lambda done: None))
+        jobs=1, all_lifecycles=True))
     out.timings['analyse_s'] = round(time.monotonic() - t, 1)
     out.timings['total_s'] = round(time.monotonic() - started, 1)
     report_json.write(out.report, os.path.join(out.work_dir,

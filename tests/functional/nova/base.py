@@ -11,7 +11,7 @@
 # under the License.
 """The instrumented in-process nova cloud, and reading its span files.
 
-The cloud is ``instrument.demo.cloud.InstrumentedCloud`` (the demo's):
+The cloud is ``instrument_demo.cloud.InstrumentedCloud`` (the demo's):
 nova's ``_IntegratedTestBase`` with asynchronous casts, switched on the
 way an operator does it (``[instrument]`` options, the notifier driver,
 the paste filter in api-paste.ini).
@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from instrument.demo import cloud
+from instrument_demo import cloud
 from instrument import runtime
 from instrument import schema
 

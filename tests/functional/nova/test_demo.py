@@ -20,7 +20,7 @@ import sys
 import fixtures
 import testtools
 
-from instrument.demo import faults
+from instrument_demo import faults
 
 
 class _HTMLCheck(html.parser.HTMLParser):
@@ -40,7 +40,7 @@ class DemoTest(testtools.TestCase):
         env = dict(os.environ)
         env.pop('OS_NOVA_DISABLE_EVENTLET_PATCHING', None)
         proc = subprocess.run(
-            [sys.executable, '-m', 'instrument.cmd.demo', '--output', out,
+            [sys.executable, '-m', 'instrument_demo', '--output', out,
              '--mode', self.mode] + list(args),
             capture_output=True, text=True, timeout=600, env=env)
         self.assertEqual(0, proc.returncode,
@@ -113,7 +113,7 @@ class DemoTest(testtools.TestCase):
 
     def test_bad_options_get_a_clear_message(self):
         proc = subprocess.run(
-            [sys.executable, '-m', 'instrument.cmd.demo', '--fail', '1.5'],
+            [sys.executable, '-m', 'instrument_demo', '--fail', '1.5'],
             capture_output=True, text=True, timeout=60)
         self.assertEqual(1, proc.returncode)
         self.assertIn('--fail must be between 0 and 1', proc.stderr)

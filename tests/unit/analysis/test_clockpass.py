@@ -17,7 +17,7 @@ import testtools
 from instrument.analysis import clockpass
 from instrument.analysis import load
 from instrument.analysis import stream
-from instrument.analysis import synthetic
+from tests import synthetic
 
 
 class ParallelClockPassTest(testtools.TestCase):

@@ -15,7 +15,7 @@ import testtools
 
 from instrument.analysis import report_text
 from instrument.analysis import sqldigest
-from instrument.analysis import synthetic
+from tests import synthetic
 
 
 def digest():

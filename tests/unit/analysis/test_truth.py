@@ -26,7 +26,7 @@ import fixtures
 import testtools
 
 from instrument.analysis import pipeline
-from instrument.analysis import synthetic
+from tests import synthetic
 
 
 class TruthTest(testtools.TestCase):

@@ -18,8 +18,8 @@ import os
 import fixtures
 import testtools
 
-from instrument.analysis import synthetic
 from instrument.cmd import report
+from tests import synthetic
 
 
 class CommandTest(testtools.TestCase):

@@ -133,9 +133,9 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> list:
     """Boot the servers; returns the API's view of each."""
     import unittest
 
-    from instrument.demo import boots
-    from instrument.demo import cloud
-    from instrument.demo import faults
+    from instrument_demo import boots
+    from instrument_demo import cloud
+    from instrument_demo import faults
 
     faults.configure(args.fail, args.reschedule, args.servers, args.seed)
     settings = cloud.Settings(

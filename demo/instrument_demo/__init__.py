@@ -11,10 +11,16 @@
 # under the License.
 """The one-command demo: an instrumented in-process nova 34 cloud.
 
+A distribution of its own (``openstack-instrument-demo``, in ``demo/``
+of the repository), installed by ``tox -e demo`` and by the functional
+tests, never by ``pip install openstack-instrument``: it is built on
+nova's functional test fixtures, which a nova host does not have.
+
 ``cloud`` builds the cloud on nova's own functional fixtures, ``faults``
 is the fake virt driver that injects spawn failures and reschedules,
-``boots`` drives concurrent boots through the API.  The command is
-``instrument-demo`` (``instrument.cmd.demo``).  Importing ``cloud``
-imports nova's test package, which monkey-patches with eventlet unless
-``OS_NOVA_DISABLE_EVENTLET_PATCHING=1`` was set first.
+``boots`` drives concurrent boots through the API, ``cmd`` is the
+``instrument-demo`` command (also ``python -m instrument_demo``).
+Importing ``cloud`` imports nova's test package, which monkey-patches
+with eventlet unless ``OS_NOVA_DISABLE_EVENTLET_PATCHING=1`` was set
+first.
 """

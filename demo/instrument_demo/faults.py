@@ -27,7 +27,7 @@ import threading
 from nova import exception
 from nova.virt import fake
 
-from instrument.demo import boots
+from instrument_demo import boots
 
 _PLAN = {}
 _RESCHEDULED = set()

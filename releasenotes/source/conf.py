@@ -1,0 +1,34 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Sphinx configuration of the release notes (tox -e releasenotes)."""
+
+extensions = [
+    'openstackdocstheme',
+    'reno.sphinxext',
+]
+
+# openstackdocstheme options
+openstackdocs_repo_name = 'openstack/openstack-instrument'
+openstackdocs_auto_name = False
+openstackdocs_bug_project = 'openstack-instrument'
+openstackdocs_bug_tag = ''
+
+project = 'openstack-instrument Release Notes'
+copyright = '2026, openstack-instrument developers'
+master_doc = 'index'
+source_suffix = '.rst'
+exclude_patterns = []
+pygments_style = 'native'
+html_theme = 'openstackdocs'
+# Release notes span versions: none in the title.
+version = ''
+release = ''
