@@ -27,7 +27,6 @@ aggregates included, before the process goes (``EXIT_POINTS``).
 import inspect
 import socket
 import threading
-import time
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -38,7 +37,7 @@ from instrument import faults
 from instrument import opts
 from instrument import patcher as patcher_mod
 from instrument import process
-from instrument import record
+from instrument import recorder as recorder_mod
 from instrument import sink
 from instrument import threads
 from instrument import tracer as tracer_mod
@@ -104,10 +103,12 @@ def load_points(services) -> list:
 class Runtime:
     """Everything one process runs for instrumentation."""
 
-    def __init__(self, conf, identity, buffer, tracer, patcher) -> None:
+    def __init__(self, conf, identity, buffer, recorder, tracer,
+                 patcher) -> None:
         self.conf = conf
         self.identity = identity
         self.buffer = buffer
+        self.recorder = recorder
         self.tracer = tracer
         self.patcher = patcher
         self.db = None
@@ -134,9 +135,7 @@ class Runtime:
         totals = faults.totals()
         if totals and totals != self._faults_reported:
             self._faults_reported = totals
-            self.tracer.emit(record.counter(
-                faults.EVENT, self.identity.host, self.identity.svc,
-                time.time_ns() // 1000, totals))
+            self.recorder.counter(faults.EVENT, totals)
 
     def close(self) -> None:
         # Write first, so the start record still shows what was patched.
@@ -145,7 +144,6 @@ class Runtime:
         if self.db is not None:
             self.db.remove()
             self.db = None
-        self.patcher.tracer = None
         self.buffer.close()
 
 
@@ -175,23 +173,25 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
             sinks, group.buffer_size, group.flush_interval, identity,
             header=lambda: runtime.header())
         patcher = None
+        # The writer starts once everything is set up: its first drain
+        # writes the header, which names the points.
+        buf.hold()
         try:
             if points is None:
                 points = load_points(group.services)
-            # Patched before the tracer exists (the wrappers pass calls
-            # through until then): the tracer starts the writer, whose
-            # first drain writes the header, which names the points.
+            recorder = recorder_mod.Recorder(buf, identity,
+                                             group.detail_sample_rate)
+            tracer = tracer_mod.Tracer(recorder)
             patcher = patcher_mod.Patcher(
-                list(points) + list(EXIT_POINTS), None)
-            runtime = Runtime(conf, identity, buf, None, patcher)
+                list(points) + list(EXIT_POINTS), recorder)
+            runtime = Runtime(conf, identity, buf, recorder, tracer,
+                              patcher)
             patcher.apply()
             patcher.log_banner()
-            tracer = tracer_mod.Tracer(buf, identity,
-                                       group.detail_sample_rate)
-            runtime.tracer = patcher.tracer = tracer
             if group.sql_timing:
-                runtime.db = _install_sql_timing(tracer, conf)
+                runtime.db = _install_sql_timing(recorder, conf)
             buf.add_periodic(runtime.report_faults)
+            buf.release()
         except BaseException:
             # Half a start is worse than none: undo what was done.
             _undo(patcher, runtime, buf)
@@ -212,14 +212,14 @@ def _undo(patcher, runtime, buf) -> None:
                 LOG.exception('instrument: undoing a failed start')
 
 
-def _install_sql_timing(tracer, conf):
+def _install_sql_timing(recorder, conf):
     try:
         from instrument import db
     except ImportError as exc:
         LOG.warning('instrument: [instrument] sql_timing needs SQLAlchemy '
                     '(%s); SQL statements are not timed', exc)
         return None
-    return db.install(tracer, conf)
+    return db.install(recorder, conf)
 
 
 def active():

@@ -26,7 +26,6 @@ import threading
 import time
 import weakref
 
-from instrument import record
 from instrument import schema
 
 EV_AGG = schema.EV_SQL_AGG
@@ -58,8 +57,8 @@ def bucket(dur_us: int) -> int:
 class Aggregator:
     """Folds statement timings into ``sql.agg`` records per interval."""
 
-    def __init__(self, tracer, interval_s: float) -> None:
-        self.tracer = tracer
+    def __init__(self, recorder, interval_s: float) -> None:
+        self.recorder = recorder
         self.interval_us = max(1, int(interval_s * 1000000))
         self.reset()
         _LIVE.add(self)
@@ -92,12 +91,9 @@ class Aggregator:
         agg[_HIST][bisect.bisect_right(HIST_BOUNDS, dur)] += 1
 
     def _emit(self, start_us: int, interval_s: float) -> None:
-        tracer = self.tracer
-        host = tracer.host
-        svc = tracer.svc
-        emit = tracer.emit
+        counter = self.recorder.counter
         for (qid, db, kind, call), agg in self._classes.items():
-            emit(record.counter(EV_AGG, host, svc, start_us, {
+            counter(EV_AGG, {
                 schema.ATTR_FP: qid, schema.ATTR_DB: db,
                 schema.ATTR_KIND: kind, schema.ATTR_CALL: call,
                 schema.ATTR_COUNT: agg[_COUNT],
@@ -108,7 +104,7 @@ class Aggregator:
                 schema.ATTR_SUMSQ_US: agg[_SUMSQ],
                 schema.ATTR_ROWS: agg[_ROWS], schema.ATTR_HIST: agg[_HIST],
                 schema.ATTR_INTERVAL_S: interval_s,
-            }))
+            }, start_us)
         self._classes = {}
 
     def rollover(self, final: bool = False) -> None:

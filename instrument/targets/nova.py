@@ -38,6 +38,7 @@ from oslo_log import log as logging
 
 from instrument import faults
 from instrument import patcher
+from instrument import recorder as recorder_mod
 from instrument import tracer as tracing
 
 LOG = logging.getLogger(__name__)
@@ -75,16 +76,16 @@ def _rpc_attrs(instance, args, kwargs):
 
 def _inject_traceparent(instance, args, kwargs):
     """Hook on ``Transport._send``: name the sending span in the context."""
-    frame = tracing.current_frame()
-    if frame is None or frame[tracing.F_EV] not in _RPC_EVENTS:
+    frame = recorder_mod.current_frame()
+    if frame is None or frame[recorder_mod.F_EV] not in _RPC_EVENTS:
         return None
     ctxt = kwargs.get('ctxt', args[1] if len(args) > 1 else None)
     if isinstance(ctxt, dict):
-        req = frame[tracing.F_REQ]
-        trace = tracing.trace_id_hex(req) if req else \
-            tracing.trace_id_hex('%016x' % frame[tracing.F_SPAN])
+        req = frame[recorder_mod.F_REQ]
+        trace = recorder_mod.trace_id_hex(req) if req else \
+            recorder_mod.trace_id_hex('%016x' % frame[recorder_mod.F_SPAN])
         ctxt[TRACEPARENT_KEY] = '00-%s-%016x-01' % (trace,
-                                                   frame[tracing.F_SPAN])
+                                                   frame[recorder_mod.F_SPAN])
     return None
 
 
@@ -127,7 +128,7 @@ _THREAD_FAULTS = faults.Faults('the span carried into a thread',
 
 def _enter(frame):
     try:
-        return tracing.set_frame(frame)
+        return recorder_mod.set_frame(frame)
     except Exception as exc:
         _THREAD_FAULTS(exc)
         return None
@@ -135,7 +136,7 @@ def _enter(frame):
 
 def _leave(token) -> None:
     try:
-        tracing.reset_frame(token)
+        recorder_mod.reset_frame(token)
     except Exception as exc:
         _THREAD_FAULTS(exc)
 
@@ -157,7 +158,7 @@ def _run_in_frame(frame, func):
 def _carry_span(instance, args, kwargs):
     """Hook on ``spawn_on(executor_type, func, ...)``: the new thread
     runs ``func`` inside the span that spawned it."""
-    frame = tracing.current_frame()
+    frame = recorder_mod.current_frame()
     if frame is None:
         return None
     if 'func' in kwargs:

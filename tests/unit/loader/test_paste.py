@@ -19,8 +19,8 @@ import fixtures
 
 from instrument import loader
 from instrument.loader import paste
+from instrument import recorder as recorder_mod
 from instrument import runtime
-from instrument import tracer as tracing
 from tests.unit import base
 
 NOVA_PIPELINE = '''[composite:openstack_compute_api_v21]
@@ -180,7 +180,7 @@ class PasteFaultTest(base.TestCase):
         self.assertEqual([('200 OK', [('Content-Type',
                                        'application/json')])], started)
         self.assertEqual(n, len(self.calls), 'the app runs exactly once')
-        self.assertIsNone(tracing.current_frame())
+        self.assertIsNone(recorder_mod.current_frame())
 
     def test_a_fault_starting_the_span_answers_unrecorded(self):
         self.useFixture(fixtures.MonkeyPatch(
@@ -239,4 +239,4 @@ class PasteFaultTest(base.TestCase):
         self.assertIsNone(out.__context__)
         self.assertEqual(1, len(self.calls))
         self.assertEqual(1, paste.FAULTS.count)
-        self.assertIsNone(tracing.current_frame())
+        self.assertIsNone(recorder_mod.current_frame())
