@@ -135,11 +135,15 @@ class EventBuffer:
         self._closed = False
         self._held = False
         self._periodic = []
+        # One deque for the life of the buffer (a forked child empties
+        # it): ``emit`` closes over it.
+        self.queue = collections.deque()
         self._init_process_state()
+        self.emit = self._enqueue()
         _LIVE.add(self)
 
     def _init_process_state(self) -> None:
-        self.queue = collections.deque()
+        self.queue.clear()
         self._drop_lock = threads.os_lock()
         self._start_lock = threads.os_lock()
         self._drain_lock = threads.os_lock()
@@ -162,22 +166,31 @@ class EventBuffer:
 
     # -- hot path ----------------------------------------------------------
 
-    def emit(self, rec) -> None:
-        """Queue one event (a tuple, or a span's list); never blocks,
-        drops and counts when full.  The one enqueue of the library
-        (``instrument.recorder`` binds it).
-
-        The writer is started before the append: an event that is
-        queued is never given up, so a failure to start (no thread
-        left) raises before anything is queued.
-        """
+    def _enqueue(self):
+        """Make ``emit``, a closure over the deque and its bound (it is
+        on every recorded call's path: attribute lookups would cost a
+        tenth of it)."""
         queue = self.queue
-        if len(queue) < self.max_records:
-            if self.writer is None:
-                self.start()
-            queue.append(rec)
-        else:
-            self.drop()
+        append = queue.append
+        limit = self.max_records
+        buf = self
+
+        def emit(rec) -> None:
+            """Queue one event (a tuple, or a span's list); never
+            blocks, drops and counts when full.  The one enqueue of the
+            library (``instrument.recorder`` binds it).
+
+            The writer is started before the append: an event that is
+            queued is never given up, so a failure to start (no thread
+            left) raises before anything is queued.
+            """
+            if len(queue) < limit:
+                if buf.writer is None:
+                    buf.start()
+                append(rec)
+            else:
+                buf.drop()
+        return emit
 
     def drop(self) -> None:
         """Count one event lost to a full buffer; the first one is

@@ -227,7 +227,7 @@ class Recorder:
     ``host`` and ``svc`` (from the process identity) fill in what a call
     does not name.  Nothing here formats a value or takes a lock held
     across I/O; the only Python calls on a span's path are ``begin``,
-    the buffer's ``emit`` and ``end``.
+    the buffer's ``emit`` and ``end`` (see ``_span_functions``).
     """
 
     def __init__(self, buffer, identity,
@@ -244,6 +244,9 @@ class Recorder:
         self.svc = identity.svc
         self.detail_sample_rate = detail_sample_rate
         self._sample_cut = int(detail_sample_rate * 10000)
+        # The hot path: begin(ev, svc, host, ctx, inst, remote_parent,
+        # attrs) -> record, and end(record, t1, st, err, attrs, req, inst).
+        self.begin, self.end = self._span_functions()
         add_periodic = getattr(buffer, 'add_periodic', None)
         if add_periodic is not None:
             add_periodic(refresh_wall_clock)
@@ -268,101 +271,118 @@ class Recorder:
 
     # -- spans ----------------------------------------------------------------
 
-    def begin(self, ev: str, svc, host, ctx, inst, remote_parent,
-              attrs) -> list:
-        """Start a span and queue it; returns its record for ``end``.
+    def _span_functions(self) -> tuple:
+        """``begin`` and ``end``, made once per recorder as closures over
+        what they use (an attribute lookup per use would cost a tenth of
+        the per-call budget)."""
+        emit = self.emit
+        get_ident = self.get_ident
+        clock = self.clock
+        process_host = self.host
+        process_svc = self.svc
+        get_frame = _CURRENT.get
+        set_frame_ = _CURRENT.set
+        reset_frame_ = _CURRENT.reset
+        oslo_request = current_request
 
-        ``ctx`` is the call's request context (an object, a serialised
-        dict or None).  What is None is inherited from the enclosing
-        span (request, instance, service, host; it becomes the parent
-        unless ``remote_parent`` names one), then the request from
-        oslo.context's current context, service and host from the
-        process.
+        def begin(ev: str, svc, host, ctx, inst, remote_parent,
+                  attrs) -> list:
+            """Start a span and queue it; returns its record for ``end``.
 
-        The record is queued at once, as a list in phase ``B``; ``end``
-        fills in duration and status and flips it to ``X`` in place.
-        The writer writes it once as ``X`` if it has ended by then, or
-        as a ``B`` now and an ``X`` later if it is still running (see
-        ``instrument.buffer``): one queue entry per call, and a start on
-        disk for every call that outlives a flush interval.  When the
-        enqueue fails the span is given up (its frame released) and the
-        exception raised.
-        """
-        frame = _CURRENT.get()
-        req = greq = None
-        if ctx is not None:
-            if ctx.__class__ is dict:  # a serialised context (RPC)
-                req = ctx.get('request_id')
-                greq = ctx.get('global_request_id')
+            ``ctx`` is the call's request context (an object, a
+            serialised dict or None).  What is None is inherited from
+            the enclosing span (request, instance, service, host; it
+            becomes the parent unless ``remote_parent`` names one), then
+            the request from oslo.context's current context, service and
+            host from the process.
+
+            The record is queued at once, as a list in phase ``B``;
+            ``end`` fills in duration and status and flips it to ``X``
+            in place.  The writer writes it once as ``X`` if it has ended
+            by then, or as a ``B`` now and an ``X`` later if it is still
+            running (see ``instrument.buffer``): one queue entry per
+            call, and a start on disk for every call that outlives a
+            flush interval.  When the enqueue fails the span is given up
+            (its frame released) and the exception raised.
+            """
+            frame = get_frame()
+            req = greq = None
+            if ctx is not None:
+                if ctx.__class__ is dict:  # a serialised context (RPC)
+                    req = ctx.get('request_id')
+                    greq = ctx.get('global_request_id')
+                else:
+                    req = getattr(ctx, 'request_id', None)
+                    greq = getattr(ctx, 'global_request_id', None)
+            if frame is not None:
+                if req is None:
+                    req = frame[F_REQ]
+                    greq = frame[F_GREQ]
+                if inst is None:
+                    inst = frame[F_INST]
+                if svc is None:
+                    svc = frame[F_SVC]
+                if host is None:
+                    host = frame[F_HOST]
+                parent = frame[F_SPAN] if remote_parent is None \
+                    else remote_parent
             else:
-                req = getattr(ctx, 'request_id', None)
-                greq = getattr(ctx, 'global_request_id', None)
-        if frame is not None:
-            if req is None:
-                req = frame[F_REQ]
-                greq = frame[F_GREQ]
-            if inst is None:
-                inst = frame[F_INST]
+                parent = remote_parent
+                if req is None:
+                    req, greq = oslo_request()
             if svc is None:
-                svc = frame[F_SVC]
+                svc = process_svc
             if host is None:
-                host = frame[F_HOST]
-            parent = frame[F_SPAN] if remote_parent is None \
-                else remote_parent
-        else:
-            parent = remote_parent
-            if req is None:
-                req, greq = current_request()
-        if svc is None:
-            svc = self.svc
-        if host is None:
-            host = self.host
-        # Module attributes, read per call: a fork renews the span id
-        # prefix, the writer the wall clock anchor.
-        span = _prefix | (next(_ids) & 0xFFFFFFFF)
-        t0 = self.clock()
-        # The layout of instrument.record (I_*), plus I_T0 and I_TOKEN;
-        # the frame is set last (a fault before leaves none).
-        rec = [PH_B, (t0 + _wall_offset_ns) // 1000, None, host, svc,
-               self.get_ident(), ev, span, parent, req, greq, inst, None,
-               None, attrs, t0,
-               _CURRENT.set((span, req, greq, inst, svc, host, ev))]
-        try:
-            self.emit(rec)
-        except BaseException:
-            release(rec)  # not queued: the caller runs unrecorded
-            raise
-        return rec
-
-    def end(self, rec: list, t1: int, st: str = ST_OK, err=None,
-            attrs=None, req=None, inst=None) -> None:
-        """Finish the span ``begin`` returned, at monotonic time ``t1``
-        (``self.clock()``): ``attrs`` are merged into the start's,
-        ``req`` and ``inst`` correct what was known at the start."""
-        token = rec[I_TOKEN]
-        rec[I_TOKEN] = None
-        if token is not None:
+                host = process_host
+            # Module attributes, read per call: a fork renews the span id
+            # prefix, the writer the wall clock anchor.
+            span = _prefix | (next(_ids) & 0xFFFFFFFF)
+            t0 = clock()
+            # The layout of instrument.record (I_*, then I_T0 and
+            # I_TOKEN); the frame is set last (a fault before leaves
+            # none).
+            rec = [PH_B, (t0 + _wall_offset_ns) // 1000, None, host, svc,
+                   get_ident(), ev, span, parent, req, greq, inst, None,
+                   None, attrs, t0,
+                   set_frame_((span, req, greq, inst, svc, host, ev))]
             try:
-                _CURRENT.reset(token)
-            except ValueError:
-                # Ended in another context than it began (rare; e.g. a
-                # generator finished elsewhere): leave that one alone.
-                pass
-        if attrs:
-            battrs = rec[I_ATTRS]
-            if battrs:
-                battrs = dict(battrs)
-                battrs.update(attrs)
-                attrs = battrs
-            rec[I_ATTRS] = attrs
-        if req is not None:
-            rec[I_REQ] = req
-        if inst is not None:
-            rec[I_INST] = inst
-        rec[I_DUR] = (t1 - rec[I_T0]) // 1000
-        rec[I_ST] = st
-        rec[I_ERR] = err
-        rec[I_PH] = PH_X  # last: the writer may read the record any time
+                emit(rec)
+            except BaseException:
+                release(rec)  # not queued: the caller runs unrecorded
+                raise
+            return rec
+
+        def end(rec: list, t1: int, st: str = ST_OK, err=None, attrs=None,
+                req=None, inst=None) -> None:
+            """Finish the span ``begin`` returned, at monotonic time
+            ``t1`` (``clock()``): ``attrs`` are merged into the start's,
+            ``req`` and ``inst`` correct what was known at the start."""
+            token = rec[I_TOKEN]
+            rec[I_TOKEN] = None
+            if token is not None:
+                try:
+                    reset_frame_(token)
+                except ValueError:
+                    # Ended in another context than it began (rare; a
+                    # generator finished elsewhere): leave that alone.
+                    pass
+            if attrs:
+                battrs = rec[I_ATTRS]
+                if battrs:
+                    battrs = dict(battrs)
+                    battrs.update(attrs)
+                    attrs = battrs
+                rec[I_ATTRS] = attrs
+            if req is not None:
+                rec[I_REQ] = req
+            if inst is not None:
+                rec[I_INST] = inst
+            rec[I_DUR] = (t1 - rec[I_T0]) // 1000
+            rec[I_ST] = st
+            rec[I_ERR] = err
+            rec[I_PH] = PH_X  # last: the writer may read it any time
+
+        return begin, end
 
     # -- other events ---------------------------------------------------------
 

@@ -74,11 +74,8 @@ def _boom(*args):
     raise KeyError('instrumentation bug')
 
 
-class FailingQueue(list):
-    """A buffer queue whose append fails (the enqueue of a span)."""
-
-    def append(self, item):
-        raise MemoryError('queue append')
+def _no_memory(rec):
+    raise MemoryError('queue append')
 
 
 class FaultyBuffer(buffer_mod.EventBuffer):
@@ -87,7 +84,7 @@ class FaultyBuffer(buffer_mod.EventBuffer):
     def __init__(self, append=False, start=False):
         super().__init__([base.MemorySink()], 1000, 60.0)
         if append:
-            self.queue = FailingQueue()
+            self.emit = _no_memory
         self.fail_start = start
 
     def add_periodic(self, fn):

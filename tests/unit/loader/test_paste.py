@@ -11,7 +11,6 @@
 # under the License.
 """Tests of the nova-api paste filter (a plain WSGI app stands in)."""
 
-import collections
 import io
 import os
 
@@ -127,9 +126,8 @@ def _boom(*args, **kwargs):
     raise KeyError('instrumentation bug')
 
 
-class FailingQueue(collections.deque):
-    def append(self, item):
-        raise MemoryError('queue append')
+def _no_thread(*args):
+    raise RuntimeError("can't start new thread")
 
 
 class PasteFaultTest(base.TestCase):
@@ -194,11 +192,14 @@ class PasteFaultTest(base.TestCase):
 
     def test_a_fault_queueing_the_span_answers_unrecorded(self):
         paste.InstrumentMiddleware(lambda e, s: [], conf=self.conf)._tracer()
+        # The enqueue cannot start the writer (no thread left).
         buf = runtime.active().buffer
-        buf.queue = FailingQueue()
+        writer, buf.writer = buf.writer, None
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.buffer.EventBuffer.start', _no_thread))
         self.assert_answered(1)
         self.assertEqual(1, paste.FAULTS.count)
-        buf.queue = collections.deque()
+        buf.writer = writer
         self.assertEqual([], self.spans())
 
     def test_a_fault_ending_the_span_keeps_the_answer(self):
