@@ -193,9 +193,11 @@ class Runtime:
     def point_state(self, name: str):
         """The state (fault count, active) of point ``name``."""
         for target in self.targets:
-            patcher = target.patcher
-            if patcher is not None and name in patcher._states:
-                return patcher.state(name)
+            if target.patcher is not None:
+                try:
+                    return target.patcher.state(name)
+                except KeyError:
+                    pass
         raise KeyError(name)
 
     def log_banner(self) -> None:

@@ -67,10 +67,6 @@ class Context:
         self.patcher = patcher
         self.targets = tuple(targets)
 
-    @property
-    def services(self) -> list:
-        return list(self.conf.instrument.services)
-
     def wanted(self, point) -> bool:
         """Is ``point`` for a nova component this process records
         (``[instrument] services``)?  Points of no component are."""
