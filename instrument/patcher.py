@@ -83,7 +83,8 @@ class _PointState(faults_mod.Faults):
         reference kept somewhere) passes calls through; a point that
         its faults disabled stays disabled."""
         self.applied = applied
-        self.active = applied and self.count < self.limit
+        self.active = applied and (self.limit is None or
+                                   self.count < self.limit)
 
     def reset(self) -> None:
         """Count afresh (``faults.reset``, at teardown)."""

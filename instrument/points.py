@@ -120,7 +120,7 @@ def _uuid_list(attr: str):
             return out or None
         value = getattr(value, attr, None)
         return [value] if value is not None else None
-    convert.attr = attr
+    convert.attr = attr  # type: ignore[attr-defined]
     return convert
 
 

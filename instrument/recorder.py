@@ -64,7 +64,8 @@ I_TOKEN = record.I_TOKEN
 # threads, per greenthread under eventlet (greenlet gives each greenlet
 # its own context).
 F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
-_CURRENT = contextvars.ContextVar('instrument_frame', default=None)
+_CURRENT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
+    'instrument_frame', default=None)
 current_frame = _CURRENT.get
 # Make a frame current (a span carried into another thread); returns the
 # token for ``reset_frame``.  The ContextVar's own method: no Python call.

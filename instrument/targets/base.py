@@ -83,12 +83,12 @@ class Target:
     """
 
     #: Entry point name; set from the entry point when left None.
-    name = None
+    name: str | None = None
     #: Distributions needed: {name: version specifier ('' for any)}.
-    requires = {}
+    requires: dict[str, str] = {}
     #: Versions the points were surveyed on: {distribution: versions};
     #: another installed version runs, with a warning.
-    surveyed = {}
+    surveyed: dict[str, tuple] = {}
     #: True for a target that taps the process as a whole (every SQL
     #: engine, the exit) rather than given calls of a library: it runs
     #: even when ``setup()`` is given points of its own.

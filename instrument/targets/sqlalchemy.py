@@ -19,7 +19,12 @@ They tap every engine of the process, whatever the points given to
 ``setup()``.  SQLAlchemy is imported at install, not before.
 """
 
+import typing
+
 from instrument.targets import base
+
+if typing.TYPE_CHECKING:  # imported at install only
+    from instrument import db
 
 
 class SqlAlchemyTarget(base.Target):
@@ -31,7 +36,7 @@ class SqlAlchemyTarget(base.Target):
 
     def __init__(self) -> None:
         super().__init__()
-        self.timing = None
+        self.timing: db.SqlTiming | None = None
 
     def check(self, conf) -> str | None:
         if not conf.instrument.sql_timing:
