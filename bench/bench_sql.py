@@ -52,8 +52,8 @@ from instrument import buffer as buffer_mod
 from instrument import db as instrument_db
 from instrument import opts
 from instrument import process
+from instrument import recorder as recorder_mod
 from instrument import sink as sink_mod
-from instrument import tracer as tracer_mod
 from instrument.sink import file as file_sink
 
 MYSQL_URL = os.environ.get('INSTRUMENT_BENCH_MYSQL_URL',
@@ -107,11 +107,11 @@ class Instrument:
         self.buffer = buffer_mod.EventBuffer(
             [sink], self.conf.instrument.buffer_size,
             self.conf.instrument.flush_interval, identity)
-        self.tracer = tracer_mod.Tracer(self.buffer, identity)
+        self.recorder = recorder_mod.Recorder(self.buffer, identity)
         self.handle = None
 
     def on(self) -> None:
-        self.handle = instrument_db.install(self.tracer, self.conf)
+        self.handle = instrument_db.install(self.recorder, self.conf)
 
     def settle(self) -> None:
         """Inside the timed section: the writer's share of the work

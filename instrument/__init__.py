@@ -17,10 +17,10 @@ runs inside nova.  Entry points: ``setup(conf, service_name)`` and
 """
 
 
-def setup(conf, service_name=None, points=None):
+def setup(conf, service_name=None, points=None, targets=None):
     """Start instrumenting this process; see ``instrument.runtime``."""
     from instrument import runtime
-    return runtime.setup(conf, service_name, points)
+    return runtime.setup(conf, service_name, points, targets)
 
 
 def teardown():

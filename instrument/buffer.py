@@ -133,12 +133,17 @@ class EventBuffer:
         self.stall_after = STALL_AFTER
         self._header = header
         self._closed = False
+        self._held = False
         self._periodic = []
+        # One deque for the life of the buffer (a forked child empties
+        # it): ``emit`` closes over it.
+        self.queue = collections.deque()
         self._init_process_state()
+        self.emit = self._enqueue()
         _LIVE.add(self)
 
     def _init_process_state(self) -> None:
-        self.queue = collections.deque()
+        self.queue.clear()
         self._drop_lock = threads.os_lock()
         self._start_lock = threads.os_lock()
         self._drain_lock = threads.os_lock()
@@ -161,18 +166,31 @@ class EventBuffer:
 
     # -- hot path ----------------------------------------------------------
 
-    def emit(self, rec: tuple) -> None:
-        """Queue one event tuple; never blocks, drops when full.
-
-        (``Tracer.begin`` inlines this body; keep the two alike.)
-        """
+    def _enqueue(self):
+        """Make ``emit``, a closure over the deque and its bound (it is
+        on every recorded call's path: attribute lookups would cost a
+        tenth of it)."""
         queue = self.queue
-        if len(queue) < self.max_records:
-            queue.append(rec)
-            if self.writer is None:
-                self.start()
-        else:
-            self.drop()
+        append = queue.append
+        limit = self.max_records
+        buf = self
+
+        def emit(rec) -> None:
+            """Queue one event (a tuple, or a span's list); never
+            blocks, drops and counts when full.  The one enqueue of the
+            library (``instrument.recorder`` binds it).
+
+            The writer is started before the append: an event that is
+            queued is never given up, so a failure to start (no thread
+            left) raises before anything is queued.
+            """
+            if len(queue) < limit:
+                if buf.writer is None:
+                    buf.start()
+                append(rec)
+            else:
+                buf.drop()
+        return emit
 
     def drop(self) -> None:
         """Count one event lost to a full buffer; the first one is
@@ -203,10 +221,23 @@ class EventBuffer:
 
     # -- writer ------------------------------------------------------------
 
+    def hold(self) -> None:
+        """Keep the writer from starting until ``release`` (the runtime
+        holds it while it sets up, so that the first drain, which writes
+        the header, sees every point applied).  Events queue meanwhile.
+        """
+        self._held = True
+
+    def release(self) -> None:
+        """Undo ``hold``; starts the writer if anything is waiting."""
+        self._held = False
+        if self.writer is None and (self.queue or self._periodic):
+            self.start()
+
     def start(self) -> None:
         """Start the writer thread (once per process)."""
         with self._start_lock:
-            if self.writer is not None or self._closed:
+            if self.writer is not None or self._closed or self._held:
                 return
             self._wake = threads.os_event()
             generation = self._generation
@@ -379,7 +410,7 @@ class EventBuffer:
         ident = self.identity
         host = ident.host if ident is not None else ''
         svc = ident.svc if ident is not None else ''
-        rec = record.counter('sink.drops', host, svc,
+        rec = record.counter(schema.EV_SINK_DROPS, host, svc,
                              time.time_ns() // 1000, dict(counts))
         # Losing the drop report itself is not a lost event; a report
         # that could not be written is tried again at the next drain.

@@ -30,13 +30,14 @@ import weakref
 
 from oslo_log import log as logging
 
+from instrument import schema
 from instrument import threads
 from instrument import tracer as tracing
 
 # A fault may be counted in an OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
 
-EVENT = 'instrument.faults'
+EVENT = schema.EV_FAULTS
 
 _LIVE = weakref.WeakSet()
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 from instrument import record
+from instrument import schema
 
 
 def short_service(service_name: str) -> str:
@@ -65,8 +66,9 @@ class ProcessIdentity:
 
     def start_record(self, attrs: dict) -> tuple:
         """The ``process.start`` metadata event of this process."""
-        data = {'service': self.service, 'argv0': os.path.basename(
-            sys.argv[0]) if sys.argv else '', 'ppid': os.getppid()}
+        data = {schema.ATTR_SERVICE: self.service,
+                schema.ATTR_ARGV0: os.path.basename(sys.argv[0])
+                if sys.argv else '', schema.ATTR_PPID: os.getppid()}
         data.update(attrs)
-        return record.meta('process.start', self.host, self.svc,
+        return record.meta(schema.EV_PROCESS_START, self.host, self.svc,
                            time.time_ns() // 1000, data)

@@ -13,11 +13,14 @@
 
 On the hot path an event is a plain tuple (no formatting, no dict), or
 for spans a list that the span's end completes in place: the positions
-are the ``I_*`` constants below.  The writer thread turns them into
-schema-v1 dicts (``to_dict``) and JSON lines (``encode_lines``, with
-orjson when it is installed, else the standard library), off the
-calling thread.  Records are encoded one by one: a record that cannot
-be encoded never costs the rest of its batch.
+are the ``I_*`` constants below, the only layout there is.  The
+builders here (``instant``, ``complete``, ``meta``, ``counter``,
+``begin_snapshot``) make every event tuple; span lists are made by
+``instrument.recorder.Recorder.begin`` alone.  The writer thread turns
+them into schema-v1 dicts (``to_dict``) and JSON lines
+(``encode_lines``, with orjson when it is installed, else the standard
+library), off the calling thread.  Records are encoded one by one: a
+record that cannot be encoded never costs the rest of its batch.
 """
 
 import codecs
@@ -47,6 +50,11 @@ I_ST = 12
 I_ERR = 13
 I_ATTRS = 14
 SIZE = 15
+# A span record (a list) has two more, in memory only: the monotonic
+# start (perf_counter_ns) and the token that resets the current span.
+I_T0 = 15
+I_TOKEN = 16
+SPAN_SIZE = 17
 
 _dumps = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False,
                           default=str).encode
@@ -195,6 +203,21 @@ def begin_snapshot(rec) -> tuple:
     return (schema.PH_BEGIN, rec[I_TS], None, rec[I_HOST], rec[I_SVC],
             rec[I_TID], rec[I_EV], rec[I_SPAN], rec[I_PARENT], rec[I_REQ],
             rec[I_GREQ], rec[I_INST], None, None, rec[I_ATTRS])
+
+
+def instant(ts: int, host: str, svc: str, tid, ev: str, parent, req, greq,
+            inst, attrs) -> tuple:
+    """A point-in-time (``I``) event tuple inside span ``parent``."""
+    return (schema.PH_INSTANT, ts, None, host, svc, tid, ev, None, parent,
+            req, greq, inst, None, None, attrs)
+
+
+def complete(ts: int, dur: int, host: str, svc: str, ev: str, span, parent,
+             req, greq, inst, st: str, err, attrs) -> tuple:
+    """A complete span (``X``) event tuple, for a span measured outside
+    ``Recorder.begin``/``end`` (no thread id)."""
+    return (schema.PH_COMPLETE, ts, dur, host, svc, None, ev, span, parent,
+            req, greq, inst, st, err, attrs)
 
 
 def meta(ev: str, host: str, svc: str, ts: int, attrs: dict) -> tuple:

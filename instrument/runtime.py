@@ -12,22 +12,22 @@
 """The running instrumentation of this process: set up and torn down.
 
 ``setup(conf, service_name)`` reads the ``[instrument]`` group, builds
-the sinks, the buffer, the tracer and the patcher with the patch points
-of every ``instrument.targets`` entry point, applies them, and (when
-``sql_timing`` is on) attaches the SQL listeners.  It is idempotent: the
-first successful call in a process wins and later calls return the same
-runtime.  ``teardown()`` undoes all of it.
+the sinks, the buffer, the recorder and the tracer, and runs the
+lifecycle of every target (``instrument.targets`` entry points, see
+``instrument.targets.base``): each is checked, then installed with its
+own patcher, under fault isolation (a target whose install fails is
+reported and undone, the others run).  The start-up banner names every
+point by status and every target that did not run, and why.  ``setup``
+is idempotent: the first successful call in a process wins and later
+calls return the same runtime.  ``teardown()`` removes the targets in
+reverse order and writes what is buffered.
 
-Besides the targets' points the runtime always hooks ``os._exit``: the
-way oslo.service (both backends) and cotyledon end a worker process,
-skipping ``atexit``.  The hook writes what is buffered, the current SQL
-aggregates included, before the process goes (``EXIT_POINTS``).
+The writer is held until set-up is done, so the header it writes first
+(``process.start``) names every point applied.
 """
 
-import inspect
 import socket
 import threading
-import time
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -38,8 +38,10 @@ from instrument import faults
 from instrument import opts
 from instrument import patcher as patcher_mod
 from instrument import process
-from instrument import record
+from instrument import recorder as recorder_mod
+from instrument import schema
 from instrument import sink
+from instrument.targets import base as targets_base
 from instrument import threads
 from instrument import tracer as tracer_mod
 
@@ -69,57 +71,152 @@ def _host(conf: cfg.ConfigOpts) -> str:
     return host or socket.gethostname()
 
 
-def _flush_before_exit(instance, args, kwargs) -> None:
-    """HOOK on ``os._exit``: write everything before the process ends."""
-    buffer_mod.flush_before_exit()
+def load_targets() -> tuple:
+    """``(targets, failures)``: an instance of every installed target,
+    by name, and ``{name: reason}`` of those that could not be loaded.
+    Loading imports the target modules only (never the library)."""
+    failures = {}
 
+    def failed(_manager, entrypoint, exc):
+        LOG.error('instrument: cannot load target %s: %s', entrypoint.name,
+                  exc)
+        failures[entrypoint.name] = 'cannot load: %s' % exc
 
-# Always applied, whatever the targets: nothing a worker measured is lost
-# when it ends through os._exit().
-EXIT_POINTS = (
-    patcher_mod.PatchPoint('os', '_exit', 'process.exit', None,
-                           context=None, kind=patcher_mod.HOOK,
-                           on_enter=_flush_before_exit),
-)
-
-
-def load_points(services) -> list:
-    """Patch points of every installed target, for ``services``."""
-    points = []
     mgr = extension.ExtensionManager(
-        TARGETS_NAMESPACE, invoke_on_load=False,
-        on_load_failure_callback=lambda _m, ep, exc: LOG.error(
-            'instrument: cannot load targets %s: %s', ep.name, exc))
+        TARGETS_NAMESPACE, invoke_on_load=True,
+        on_load_failure_callback=failed)
+    loaded = []
     for ext in mgr:
-        check = getattr(inspect.getmodule(ext.plugin), 'check_release', None)
-        if check is not None:
-            check()
-        for point in ext.plugin():
-            if (point.service is None or point.service not in opts.SERVICES
-                    or point.service in services):
-                points.append(point)
-    return points
+        target = ext.obj
+        if not isinstance(target, targets_base.Target):
+            # The first form of the entry point: a function returning
+            # patch points.
+            target = targets_base.PointsTarget(target)
+            target.name = ext.name
+        elif target.name is None:
+            target.name = ext.name
+        loaded.append(target)
+    return sorted(loaded, key=lambda t: t.name), failures
+
+
+def _targets(points=None, targets=None) -> tuple:
+    """The targets of a set-up: ``targets`` when given; else the
+    installed ones, where ``points`` (when given) replace those that
+    record a library's calls (``process_wide`` ones stay)."""
+    if targets is not None:
+        return list(targets), {}
+    loaded, failures = load_targets()
+    if points is not None:
+        loaded = [targets_base.PointsTarget(points)] + [
+            t for t in loaded if t.process_wide]
+    return loaded, failures
 
 
 class Runtime:
     """Everything one process runs for instrumentation."""
 
-    def __init__(self, conf, identity, buffer, tracer, patcher) -> None:
+    def __init__(self, conf, identity, buffer, recorder, tracer) -> None:
         self.conf = conf
         self.identity = identity
         self.buffer = buffer
+        self.recorder = recorder
         self.tracer = tracer
-        self.patcher = patcher
-        self.db = None
+        # Installed targets, in order of install; the status of every
+        # target of the set-up by name.
+        self.targets = []
+        self.status = {}
+        self._install_faults = {}
         self._faults_reported = None
+
+    # -- targets --------------------------------------------------------------
+
+    def install(self, targets, failures=None) -> None:
+        """Check and install ``targets`` in turn; a failure of one is
+        counted, logged, undone and reported, and the next one runs."""
+        for name, reason in (failures or {}).items():
+            self.status[name] = '%s: %s' % (targets_base.FAILED, reason)
+        targets = list(targets)
+        for target in targets:
+            name = target.name
+            try:
+                reason = target.check(self.conf)
+            except Exception as exc:
+                self._fault(name, exc)
+                continue
+            if reason:
+                self.status[name] = '%s: %s' % (targets_base.SKIPPED, reason)
+                LOG.info('instrument: target %s not installed: %s', name,
+                         reason)
+                continue
+            ctx = targets_base.Context(
+                self.conf, self.recorder, self.tracer,
+                patcher_mod.Patcher([], self.recorder, target.release),
+                targets)
+            # Listed first: a set-up that stops half-way removes it too.
+            self.targets.append(target)
+            try:
+                target.install(ctx)
+            except Exception as exc:
+                self.targets.remove(target)
+                self._fault(name, exc)
+                try:
+                    target.remove()
+                except Exception:
+                    LOG.exception('instrument: undoing target %s', name)
+                continue
+            self.status[name] = targets_base.INSTALLED
+
+    def _fault(self, name: str, exc: Exception) -> None:
+        counter = self._install_faults.get(name)
+        if counter is None:
+            counter = self._install_faults[name] = faults.Faults(
+                'target %s' % name, what='it is not installed, the other '
+                'targets are')
+        counter(exc)
+        self.status[name] = '%s: %s: %s' % (
+            targets_base.FAILED, tracer_mod.error_class(exc),
+            tracer_mod.short_message(exc))
+
+    def target(self, name: str):
+        """The installed target ``name``, or None."""
+        for target in self.targets:
+            if target.name == name:
+                return target
+        return None
+
+    def banner(self) -> dict:
+        """Every installed point by status (see ``Patcher.banner``)."""
+        return patcher_mod.merge_banners(
+            banner for banner in (t.banner() for t in self.targets)
+            if banner is not None)
+
+    def point_state(self, name: str):
+        """The state (fault count, active) of point ``name``."""
+        for target in self.targets:
+            if target.patcher is not None:
+                try:
+                    return target.patcher.state(name)
+                except KeyError:
+                    pass
+        raise KeyError(name)
+
+    def log_banner(self) -> None:
+        patcher_mod.log_totals(self.banner())
+        for target in self.targets:
+            if target.patcher is not None:
+                target.patcher.log_banner(totals=False)
+
+    # -- the span log --------------------------------------------------------
 
     def header(self) -> list:
         group = self.conf.instrument
         return [self.identity.start_record({
-            'version': version(),
-            'mode': 'eventlet' if threads.eventlet_patched() else 'threads',
-            'points': self.patcher.banner(),
-            'options': {
+            schema.ATTR_VERSION: version(),
+            schema.ATTR_MODE: 'eventlet' if threads.eventlet_patched()
+            else 'threads',
+            schema.ATTR_POINTS: self.banner(),
+            schema.ATTR_TARGETS: dict(self.status),
+            schema.ATTR_OPTIONS: {
                 'services': list(group.services),
                 'sinks': list(group.sinks),
                 'sql_timing': group.sql_timing,
@@ -134,30 +231,36 @@ class Runtime:
         totals = faults.totals()
         if totals and totals != self._faults_reported:
             self._faults_reported = totals
-            self.tracer.emit(record.counter(
-                faults.EVENT, self.identity.host, self.identity.svc,
-                time.time_ns() // 1000, totals))
+            self.recorder.counter(faults.EVENT, totals)
 
     def close(self) -> None:
         # Write first, so the start record still shows what was patched.
         self.buffer.drain(timeout=buffer_mod.EXIT_TIMEOUT)
-        self.patcher.remove()
-        if self.db is not None:
-            self.db.remove()
-            self.db = None
-        self.patcher.tracer = None
+        self.remove_targets()
         self.buffer.close()
+
+    def remove_targets(self) -> None:
+        """Remove every installed target, the last installed first."""
+        while self.targets:
+            target = self.targets.pop()
+            try:
+                target.remove()
+            except Exception:
+                LOG.exception('instrument: removing target %s', target.name)
 
 
 def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
-          points=None):
+          points=None, targets=None):
     """Start instrumenting this process as configured in ``conf``.
 
     ``service_name`` is the program (``nova-compute``); it names the span
-    file.  ``points`` overrides the installed targets (tests, other
-    projects).  Returns the ``Runtime``, or None when ``[instrument]
-    enabled`` is False.  Raises ``opts.InvalidOption`` naming the option
-    when a value cannot be used.
+    file.  ``points`` replace the patch points of the installed targets
+    (tests, other projects; the process-wide targets, SQL timing and the
+    flush at exit, still run); ``targets`` (``Target`` instances)
+    replace the installed targets altogether.  Returns the ``Runtime``,
+    or None when ``[instrument] enabled`` is False.  Raises
+    ``opts.InvalidOption`` naming the option when a value cannot be
+    used.
     """
     global _ACTIVE
     opts.register_opts(conf)
@@ -174,27 +277,21 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
         buf = buffer_mod.EventBuffer(
             sinks, group.buffer_size, group.flush_interval, identity,
             header=lambda: runtime.header())
-        patcher = None
+        # The writer starts once everything is set up: its first drain
+        # writes the header, which names the points.
+        buf.hold()
         try:
-            if points is None:
-                points = load_points(group.services)
-            # Patched before the tracer exists (the wrappers pass calls
-            # through until then): the tracer starts the writer, whose
-            # first drain writes the header, which names the points.
-            patcher = patcher_mod.Patcher(
-                list(points) + list(EXIT_POINTS), None)
-            runtime = Runtime(conf, identity, buf, None, patcher)
-            patcher.apply()
-            patcher.log_banner()
-            tracer = tracer_mod.Tracer(buf, identity,
-                                       group.detail_sample_rate)
-            runtime.tracer = patcher.tracer = tracer
-            if group.sql_timing:
-                runtime.db = _install_sql_timing(tracer, conf)
+            recorder = recorder_mod.Recorder(buf, identity,
+                                             group.detail_sample_rate)
+            runtime = Runtime(conf, identity, buf, recorder,
+                              tracer_mod.Tracer(recorder))
+            runtime.install(*_targets(points, targets))
+            runtime.log_banner()
             buf.add_periodic(runtime.report_faults)
+            buf.release()
         except BaseException:
             # Half a start is worse than none: undo what was done.
-            _undo(patcher, runtime, buf)
+            _undo(runtime, buf)
             raise
         _ACTIVE = runtime
         LOG.info('instrument: recording %s on %s to %s', identity.service,
@@ -202,24 +299,13 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
         return runtime
 
 
-def _undo(patcher, runtime, buf) -> None:
-    for step in (patcher and patcher.remove,
-                 runtime and runtime.db and runtime.db.remove, buf.close):
+def _undo(runtime, buf) -> None:
+    for step in (runtime and runtime.remove_targets, buf.close):
         if step:
             try:
                 step()
             except Exception:
                 LOG.exception('instrument: undoing a failed start')
-
-
-def _install_sql_timing(tracer, conf):
-    try:
-        from instrument import db
-    except ImportError as exc:
-        LOG.warning('instrument: [instrument] sql_timing needs SQLAlchemy '
-                    '(%s); SQL statements are not timed', exc)
-        return None
-    return db.install(tracer, conf)
 
 
 def active():
@@ -228,7 +314,7 @@ def active():
 
 
 def teardown() -> None:
-    """Remove every patch and listener and write what is buffered."""
+    """Remove every target and write what is buffered."""
     global _ACTIVE
     with _LOCK:
         runtime, _ACTIVE = _ACTIVE, None

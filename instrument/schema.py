@@ -12,10 +12,13 @@
 """The span event schema (version 1), shared by the runtime and analyser.
 
 One event is one JSON object on one line.  This module owns the field
-names, the phases, the vocabulary of event names and a validator.  It is
-imported by the runtime (``instrument.record``) and by the analyser
-(``instrument.analysis.load``); it imports nothing but the standard
-library so that both halves can depend on it.
+names, the phases, the vocabulary of event names, the attribute keys
+and histogram bounds that the runtime writes and the analyser reads,
+and a validator.  Both halves import it (the runtime through
+``instrument.record`` and the writers of each event, the analyser
+through ``instrument.analysis.load``, ``sqldigest``...); it imports
+nothing but the standard library so that both can depend on it.  A key
+or bound changed here changes on both sides at once.
 
 Fields (``?`` marks fields that may be ``null`` or absent):
 
@@ -79,6 +82,20 @@ FIELDS = ('v', 'ph', 'seq', 'ts', 'dur_us', 'host', 'svc', 'pid', 'tid',
 
 REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
 
+# Event names written by the library itself (the events of nova's and
+# oslo.messaging's calls are named by their patch points).
+EV_PROCESS_START = 'process.start'
+EV_PROCESS_POINTS = 'process.points'
+EV_SINK_DROPS = 'sink.drops'
+EV_FAULTS = 'instrument.faults'
+EV_API_REQUEST = 'api.request'
+EV_SQL_FINGERPRINT = 'sql.fingerprint'
+EV_SQL_AGG = 'sql.agg'
+EV_SQL_QUERY = 'sql.query'
+EV_SQL_TXN = 'sql.txn'
+EV_SQL_DROPPED = 'sql.dropped'
+EV_DB_RETRY = 'db.retry'
+
 # Event vocabulary (doc/source/events.rst says what each one's attrs
 # hold).  The value is the component the analyser charges the event's
 # exclusive time to.  Unknown names are legal; the analyser charges them
@@ -90,6 +107,7 @@ EVENTS = {
     'sink.drops': None,
     'instrument.faults': None,
     'sql.fingerprint': None,
+    'sql.dropped': None,
     'sql.agg': 'sql',
     # nova-api
     'api.request': 'api',
@@ -127,6 +145,76 @@ EVENTS = {
 
 # Spans whose caller waits for the remote side to finish (see module doc).
 SYNC_EVENTS = frozenset(('rpc.call',))
+
+# -- attribute keys ----------------------------------------------------------
+# Keys of ``attrs`` that the runtime writes and the analyser reads
+# (doc/source/events.rst lists them per event).
+
+# process.start
+ATTR_SERVICE = 'service'        # program name (nova-compute)
+ATTR_VERSION = 'version'        # of this library
+ATTR_MODE = 'mode'              # threads / eventlet
+ATTR_POINTS = 'points'          # {"patched": [...], "pending": ...}
+ATTR_TARGETS = 'targets'        # {target name: its status}
+ATTR_OPTIONS = 'options'
+ATTR_ARGV0 = 'argv0'
+ATTR_PPID = 'ppid'
+
+# api.request
+ATTR_METHOD = 'method'          # HTTP method; the RPC method of rpc.*
+ATTR_ROUTE = 'route'            # path, ids replaced by {id}
+ATTR_STATUS = 'status'          # HTTP status code
+
+# rpc.call / rpc.cast
+ATTR_TOPIC = 'topic'
+ATTR_SERVER = 'server'
+ATTR_FANOUT = 'fanout'
+
+# nova's lifecycle spans
+ATTR_COUNT = 'count'            # instances, hosts, candidates ...
+ATTR_ATTEMPT = 'attempt'        # build attempt, 1 on the first
+ATTR_RESCHEDULE = 'reschedule'  # a conductor build that reschedules
+ATTR_SELECTED = 'selected'      # hosts the scheduler selected
+ATTR_OUTCOME = 'outcome'        # compute.build's result; sql.txn's end
+ATTR_CLAIMED = 'claimed'        # scheduler.claim succeeded
+ATTR_REASON = 'reason'          # exception class that buried a build
+ATTR_MSG = 'msg'                # its short message
+
+# SQL: sql.query, sql.txn, sql.fingerprint, sql.agg, sql.dropped
+ATTR_FP = 'fp'                  # query id: MD5 of the fingerprint
+ATTR_TEXT = 'text'              # the fingerprint (sql.fingerprint)
+ATTR_KIND = 'kind'              # SELECT ..., POOL_RESET, CONNECT
+ATTR_DB = 'db'                  # database name
+ATTR_CALL = 'call'              # enclosing span's event
+ATTR_ROWS = 'rows'
+ATTR_MANY = 'many'              # executemany
+ATTR_TXN = 'txn'                # span id of the enclosing sql.txn
+ATTR_DISCONNECT = 'disconnect'  # the error lost the connection
+ATTR_STATEMENTS = 'statements'  # statements of a transaction
+ATTR_ERRORS = 'errors'
+ATTR_SUM_US = 'sum_us'
+ATTR_MIN_US = 'min_us'
+ATTR_MAX_US = 'max_us'
+ATTR_SUMSQ_US = 'sumsq_us'
+ATTR_HIST = 'hist'              # counts per SQL_HIST_BOUNDS_US bucket
+ATTR_INTERVAL_S = 'interval_s'
+
+# db.retry
+ATTR_CLS = 'cls'                # exception class that made the retry
+ATTR_FUNC = 'func'              # the retried function
+ATTR_EXHAUSTED = 'exhausted'    # no retry left
+
+# -- histogram bounds --------------------------------------------------------
+# ``sql.agg`` ``hist``: statements per duration bucket.  Bucket 0 holds
+# [0, 1 us), bucket i [SQL_HIST_BOUNDS_US[i-1], SQL_HIST_BOUNDS_US[i]),
+# the last everything from 10 s on: one bucket per decade.
+SQL_HIST_BOUNDS_US = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000)
+SQL_HIST_SIZE = len(SQL_HIST_BOUNDS_US) + 1
+# The analyser's distribution rows (pt-query-digest's): one per decade
+# from SQL_HIST_BOUNDS_US[0]; the first also holds [0, 1 us), the last is
+# open.
+SQL_DECADE_LABELS = ('1us', '10us', '100us', '1ms', '10ms', '100ms', '1s',
+                     '10s+')
 
 _TYPES = {
     'v': int, 'ph': str, 'seq': int, 'ts': int, 'dur_us': int,

@@ -9,70 +9,27 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Spans: ids, the current span of a thread or greenthread, begin/end.
+"""Spans by hand, and how an exception is described in a record.
 
-The current span lives in a ``contextvars.ContextVar`` holding a small
-"frame" tuple, so it is per thread under native threads and per
-greenthread under eventlet (greenlet gives each greenlet its own
-context).  Nested spans, and SQL statements, inherit the request id,
-instance, service and host of the enclosing frame.
+``Tracer`` is the keyword API for code that records spans itself (the
+nova-api paste filter, other launchers, tests): ``begin``/``end``,
+``instant`` and ``with tracer.span(...)``.  It binds the process's
+``instrument.recorder.Recorder``, which owns ids, clock, current span,
+record layout and enqueue; patch point wrappers bind the recorder
+directly.
 
-Everything here runs on the hot path: it builds tuples and hands them to
-``EventBuffer.emit``; nothing is formatted except an exception's short
-message on the error path.
+``error_of`` describes an exception as ``(class, short message)``: the
+message's first line, without SQL, its parameters or any value a driver
+quoted in it (``scrub_message``).  Only ever called on the error path.
 """
 
 import ast
-import contextvars
-import hashlib
-import itertools
-import os
 import re
-import threading
-import time
-import zlib
 
-from instrument import record
 from instrument import schema
 
-PH_B = schema.PH_BEGIN
-PH_X = schema.PH_COMPLETE
-PH_I = schema.PH_INSTANT
 ST_OK = schema.ST_OK
 ST_ERROR = schema.ST_ERROR
-
-# Positions in a span record (a list; see ``begin``); 0-14 are
-# ``instrument.record``'s, 15-16 only live in memory.
-I_PH = record.I_PH
-I_DUR = record.I_DUR
-I_REQ = record.I_REQ
-I_INST = record.I_INST
-I_ST = record.I_ST
-I_ERR = record.I_ERR
-I_ATTRS = record.I_ATTRS
-I_T0 = record.SIZE
-I_TOKEN = record.SIZE + 1
-
-# Frame: (span, req, greq, inst, svc, host, ev)
-F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
-_CURRENT = contextvars.ContextVar('instrument_frame', default=None)
-current_frame = _CURRENT.get
-
-
-# Make a frame current (a span carried into another thread); returns the
-# token for ``reset_frame``.  The ContextVar's own method: no Python call.
-set_frame = _CURRENT.set
-# The ContextVar's reset, for the wrappers that inline Tracer.end.
-reset_frame_strict = _CURRENT.reset
-
-
-def reset_frame(token) -> None:
-    """Undo ``set_frame``; a token of another context is ignored (a
-    span ended elsewhere than it began)."""
-    try:
-        _CURRENT.reset(token)
-    except ValueError:
-        pass
 
 MAX_MESSAGE = 200
 # oslo.db / SQLAlchemy messages carry the statement and its bound
@@ -117,73 +74,6 @@ _HEX = re.compile(r'\b0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*')
 # server's message as a Python string literal.
 _DRIVER_TUPLE = re.compile(
     r"""\((\d+), ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\)""")
-
-_time_ns = time.time_ns
-_perf_ns = time.perf_counter_ns
-
-
-def _wall_minus_perf() -> tuple:
-    """``(wall clock minus monotonic clock, uncertainty)`` in ns, from
-    the tightest of a few paired reads."""
-    best_gap = best = None
-    for _ in range(5):
-        p0 = _perf_ns()
-        wall = _time_ns()
-        p1 = _perf_ns()
-        if best_gap is None or p1 - p0 < best_gap:
-            best_gap = p1 - p0
-            best = wall - (p0 + p1) // 2
-    return best, best_gap
-
-
-# A span's ts is derived from the same monotonic reading as its duration:
-# two separate reads can be a preemption (or a GIL switch) apart, and a
-# span whose ts is early by that much seems to end before its remote
-# child does.  Refreshed by the buffer's writer (wall clock steps).
-_wall_offset_ns = _wall_minus_perf()[0]
-# A refresh whose paired reads were all stalled longer than this keeps
-# the previous anchor (the next flush tries again).
-_MAX_ANCHOR_GAP_NS = 100_000
-
-
-def refresh_wall_clock(final: bool = False) -> None:
-    """Re-anchor span timestamps to the wall clock (a buffer periodic:
-    ``final`` is set at close)."""
-    global _wall_offset_ns
-    offset, gap = _wall_minus_perf()
-    if gap <= _MAX_ANCHOR_GAP_NS:
-        _wall_offset_ns = offset
-
-
-def _new_prefix() -> int:
-    return (int.from_bytes(os.urandom(4), 'big') | 1) << 32
-
-
-_prefix = _new_prefix()
-_ids = itertools.count(1)
-
-
-def _reseed_after_fork() -> None:
-    global _prefix, _ids
-    _prefix = _new_prefix()
-    _ids = itertools.count(1)
-
-
-os.register_at_fork(after_in_child=_reseed_after_fork)
-
-
-def new_span_id() -> int:
-    """A 64-bit span id: random per-process prefix + counter."""
-    return _prefix | (next(_ids) & 0xFFFFFFFF)
-
-
-def trace_id_hex(req: str) -> str:
-    """The trace id of a request: MD5 of its request id, 32 hex digits.
-
-    Derived, not carried, so every host computes the same id.
-    """
-    return hashlib.md5(req.encode('utf-8'),
-                       usedforsecurity=False).hexdigest()
 
 
 def error_class(exc: BaseException) -> str:
@@ -272,185 +162,37 @@ def error_of(exc: BaseException) -> tuple:
     return (error_class(exc), short_message(exc))
 
 
-def _current_oslo_context():
-    try:
-        from oslo_context import context
-    except ImportError:  # pragma: no cover - oslo.context is a dependency
-        return None
-    return context.get_current()
-
-
-def current_request() -> tuple:
-    """(req, greq) of oslo.context's current context, or (None, None):
-    the fallback of a call that has no context argument and no enclosing
-    span."""
-    octx = _current_oslo_context()
-    if octx is None:
-        return None, None
-    return (getattr(octx, 'request_id', None),
-            getattr(octx, 'global_request_id', None))
-
-
-def release(rec: list) -> None:
-    """Make the frame a span record set current no longer current
-    (a span given up before it was queued).  Never raises."""
-    try:
-        token, rec[I_TOKEN] = rec[I_TOKEN], None
-        if token is not None:
-            reset_frame(token)
-    except Exception:  # noqa: S110 - only ever called on a fault
-        pass
-
-
-def abandon(rec: list, st: str = ST_OK, t1: int | None = None) -> None:
-    """End a span whose end failed half-way (a fault in an ``on_exit``,
-    say): its frame released, its duration and status set, so that the
-    writer does not wait for it forever.  Never raises."""
-    release(rec)
-    try:
-        if rec[I_PH] == PH_B:
-            rec[I_DUR] = ((_perf_ns() if t1 is None else t1) -
-                          rec[I_T0]) // 1000
-            rec[I_ST] = st
-            rec[I_PH] = PH_X
-    except Exception:  # noqa: S110 - only ever called on a fault
-        pass
-
-
 class Tracer:
-    """Builds span events for one process and hands them to the buffer."""
+    """Records spans around arbitrary code, through a ``Recorder``."""
 
-    def __init__(self, buffer, identity, detail_sample_rate: float = 1.0):
-        self.buffer = buffer
-        self.emit = buffer.emit
-        # Looked up now, after eventlet (if any) has patched threading.
-        self.get_ident = threading.get_ident
-        self.host = identity.host
-        self.svc = identity.svc
-        self.detail_sample_rate = detail_sample_rate
-        self._sample_cut = int(detail_sample_rate * 10000)
-        add_periodic = getattr(buffer, 'add_periodic', None)
-        if add_periodic is not None:
-            add_periodic(refresh_wall_clock)
-
-    def sampled(self, req) -> bool:
-        """Full detail for this request?  Same answer on every host."""
-        cut = self._sample_cut
-        if cut >= 10000:
-            return True
-        if cut <= 0 or req is None:
-            return cut > 0
-        return zlib.crc32(req.encode()) % 10000 < cut
+    def __init__(self, recorder) -> None:
+        self.recorder = recorder
+        self._begin = recorder.begin
+        self._end = recorder.end
+        self._clock = recorder.clock
+        self.host = recorder.host
+        self.svc = recorder.svc
 
     def begin(self, ev: str, svc=None, host=None, ctx=None, inst=None,
               attrs=None, remote_parent=None) -> list:
         """Start a span; returns its record, which ``end`` completes.
 
-        The record is queued at once, as a list in phase ``B``; ``end``
-        fills in duration and status and flips it to ``X`` in place.  The
-        writer writes it once as ``X`` if it has ended by then, or as a
-        ``B`` now and an ``X`` later if it is still running (see
-        ``instrument.buffer``): one queue entry per call, and a start on
-        disk for every call that outlives a flush interval.
+        What is not given is inherited from the enclosing span (see
+        ``Recorder.begin``).  Raises when the span cannot be queued; the
+        caller then runs unrecorded.
         """
-        frame = _CURRENT.get()
-        req = greq = None
-        if ctx is not None:
-            if ctx.__class__ is dict:  # a serialised context (RPC)
-                req = ctx.get('request_id')
-                greq = ctx.get('global_request_id')
-            else:
-                req = getattr(ctx, 'request_id', None)
-                greq = getattr(ctx, 'global_request_id', None)
-        if frame is not None:
-            if req is None:
-                req = frame[F_REQ]
-                greq = frame[F_GREQ]
-            if inst is None:
-                inst = frame[F_INST]
-            if svc is None:
-                svc = frame[F_SVC]
-            if host is None:
-                host = frame[F_HOST]
-            parent = frame[F_SPAN] if remote_parent is None \
-                else remote_parent
-        else:
-            parent = remote_parent
-            if req is None:
-                octx = _current_oslo_context()
-                if octx is not None:
-                    req = getattr(octx, 'request_id', None)
-                    greq = getattr(octx, 'global_request_id', None)
-        if svc is None:
-            svc = self.svc
-        if host is None:
-            host = self.host
-        span = _prefix | (next(_ids) & 0xFFFFFFFF)
-        t0 = _perf_ns()
-        rec = [PH_B, (t0 + _wall_offset_ns) // 1000, None, host, svc,
-               self.get_ident(), ev, span, parent, req, greq, inst, None,
-               None, attrs, t0,
-               _CURRENT.set((span, req, greq, inst, svc, host, ev))]
-        try:
-            # EventBuffer.emit, inlined, with the writer started before
-            # the append: a span that is queued is never given up.
-            buf = self.buffer
-            queue = buf.queue
-            if len(queue) < buf.max_records:
-                if buf.writer is None:
-                    buf.start()
-                queue.append(rec)
-            else:
-                buf.drop()
-        except BaseException:
-            release(rec)  # not queued: the caller runs unrecorded
-            raise
-        return rec
+        return self._begin(ev, svc, host, ctx, inst, remote_parent, attrs)
 
     def end(self, rec: list, st: str = ST_OK, err=None, attrs=None,
             req=None, inst=None) -> None:
         """Finish the span ``begin`` returned (``req`` and ``inst`` may
         correct what was known at the start)."""
-        t1 = _perf_ns()
-        token = rec[I_TOKEN]
-        rec[I_TOKEN] = None
-        try:
-            _CURRENT.reset(token)
-        except ValueError:
-            # Ended in another context than it began (rare; e.g. a
-            # generator finished elsewhere): leave that context alone.
-            pass
-        if attrs:
-            battrs = rec[I_ATTRS]
-            if battrs:
-                battrs = dict(battrs)
-                battrs.update(attrs)
-                attrs = battrs
-            rec[I_ATTRS] = attrs
-        if req is not None:
-            rec[I_REQ] = req
-        if inst is not None:
-            rec[I_INST] = inst
-        rec[I_DUR] = (t1 - rec[I_T0]) // 1000
-        rec[I_ST] = st
-        rec[I_ERR] = err
-        rec[I_PH] = PH_X  # last: the writer may read the record any time
+        self._end(rec, self._clock(), st, err, attrs, req, inst)
 
     def instant(self, ev: str, attrs=None, svc=None, host=None,
                 req=None, inst=None) -> None:
         """A point-in-time event inside the current span."""
-        frame = _CURRENT.get()
-        parent = greq = None
-        if frame is not None:
-            parent = frame[F_SPAN]
-            req = req or frame[F_REQ]
-            greq = frame[F_GREQ]
-            inst = inst or frame[F_INST]
-            svc = svc or frame[F_SVC]
-            host = host or frame[F_HOST]
-        self.emit((PH_I, _time_ns() // 1000, None, host or self.host,
-                   svc or self.svc, threading.get_ident(), ev, None, parent,
-                   req, greq, inst, None, None, attrs))
+        self.recorder.instant(ev, attrs, svc, host, req, inst)
 
     def span(self, ev: str, **kwargs) -> 'Span':
         """A context manager for a span around arbitrary code."""

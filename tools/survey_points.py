@@ -12,7 +12,8 @@
 """Survey the patch points against the nova installed in this venv.
 
 ``survey`` (run with a tox env's python) imports every module that
-``instrument.targets.nova.points()`` names, resolves each point and its
+``instrument.targets.oslo_messaging.points()`` and
+``instrument.targets.nova.points()`` name, resolves each point and its
 ``alternatives``, and writes JSON: found or not, the parameters of what
 was found, and whether the argument names and hard-coded positions the
 point relies on are still where the point expects them.  ``table``
@@ -158,14 +159,15 @@ def _version(dist):
 
 def survey() -> dict:
     os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
-    from instrument.targets import nova as targets
+    from instrument.targets import nova
+    from instrument.targets import oslo_messaging
     out = {'versions': {d: _version(d) for d in (
         'nova', 'oslo.messaging', 'oslo.db', 'oslo.service', 'eventlet',
         'SQLAlchemy', 'openstack-placement')}, 'points': [], 'extra': []}
     fixed = {}
     for name, arg, pos in FIXED:
         fixed.setdefault(name, []).append((arg, pos))
-    for point in targets.points():
+    for point in oslo_messaging.points() + nova.points():
         entry = {'name': point.name, 'event': point.event,
                  'candidates': []}
         places = point.candidates()

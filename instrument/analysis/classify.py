@@ -27,6 +27,8 @@ row of the table.
 import re
 import typing
 
+from instrument import schema
+
 # Indices of a span entry (see requests.py).
 S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
     S_ATTRS, S_INST = range(11)
@@ -222,7 +224,7 @@ def final_states(tree: Tree) -> list:
                     insts.append(inst)
         ev = s[S_EV]
         if ev == 'api.request':
-            status = (s[S_ATTRS] or {}).get('status')
+            status = (s[S_ATTRS] or {}).get(schema.ATTR_STATUS)
             if isinstance(status, int) and status >= 400 or \
                     s[S_ST] == 'error':
                 api_error = api_error or sid
@@ -271,7 +273,8 @@ def _instance_state(tree: Tree, inst, api_error, conductor_work) -> dict:
             if deepest is not None:
                 row['cause'] = _cause(tree, deepest)
             else:
-                status = (spans[api_error][S_ATTRS] or {}).get('status')
+                status = (spans[api_error][S_ATTRS] or {}).get(
+                    schema.ATTR_STATUS)
                 row['cause'] = {'cls': 'HTTP %s' % status, 'msg': '',
                                 'ev': spans[api_error][S_EV],
                                 'host': spans[api_error][S_HOST]}
@@ -283,7 +286,7 @@ def _instance_state(tree: Tree, inst, api_error, conductor_work) -> dict:
     _end_t, _start, what, sid = outcomes[-1]
     s = spans[sid]
     if what == 'build':
-        outcome = (s[S_ATTRS] or {}).get('outcome')
+        outcome = (s[S_ATTRS] or {}).get(schema.ATTR_OUTCOME)
         if s[S_DUR] is None:
             row['stopped'] = stopped_at(tree, list(tree.subtree(sid)))
         elif outcome == 'active':
@@ -305,7 +308,8 @@ def _instance_state(tree: Tree, inst, api_error, conductor_work) -> dict:
         deepest = tree.deepest_error(failing[-1])
         row['cause'] = _cause(tree, deepest or failing[-1])
     else:
-        reason = (s[S_ATTRS] or {}).get('reason') or 'buried in cell0'
+        reason = (s[S_ATTRS] or {}).get(schema.ATTR_REASON) or \
+            'buried in cell0'
         row['cause'] = {'cls': reason, 'msg': '', 'ev': s[S_EV],
                         'host': s[S_HOST]}
     return row

@@ -31,6 +31,7 @@ import typing
 
 from instrument.analysis import breakdown
 from instrument.analysis import classify
+from instrument import schema
 
 RECENT = 100_000
 
@@ -164,8 +165,8 @@ class Assembler:
         ev = rec.ev
         if ev == 'db.retry':
             attrs = rec.attrs or {}
-            self.retries[(attrs.get('func') or '?',
-                          attrs.get('cls') or '?')] += 1
+            self.retries[(attrs.get(schema.ATTR_FUNC) or '?',
+                          attrs.get(schema.ATTR_CLS) or '?')] += 1
         req = rec.req
         if req is None:
             return
@@ -288,7 +289,8 @@ def _terminal(r: OpenRequest) -> bool:
                 return True
         elif ev == 'compute.build' and s[5] is not None:
             boot = True
-            if (s[9] or {}).get('outcome') in ('active', 'failed'):
+            if (s[9] or {}).get(schema.ATTR_OUTCOME) in ('active',
+                                                         'failed'):
                 done.update(s[10] or ())
         elif ev == 'conductor.bury_in_cell0' and s[5] is not None:
             boot = True

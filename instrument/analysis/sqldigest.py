@@ -37,9 +37,11 @@ import math
 import re
 import typing
 
+from instrument import schema
+
 PER_DECADE = 50
 # pt-query-digest's distribution rows: 1us 10us 100us 1ms 10ms 100ms 1s 10s+
-DECADES = ('1us', '10us', '100us', '1ms', '10ms', '100ms', '1s', '10s+')
+DECADES = schema.SQL_DECADE_LABELS
 GROUPS = ('fingerprint', 'service', 'database', 'call', 'kind')
 ORDERS = ('sum', 'count', 'max', 'avg', 'p95', 'rows', 'errors')
 _ORDER_ALIASES = {'query_time:sum': 'sum', 'query_time:max': 'max',
@@ -64,6 +66,19 @@ def bucket(us: float) -> int:
 # bucket(us) of durations below 32 ms, looked up instead of computed
 _BUCKETS = [bucket(us) for us in range(1 << 15)]
 _NBUCKETS = len(_BUCKETS)
+
+# Where the statements of each bucket of a sql.agg histogram are put:
+# bucket 0 ([0, 1 us)) at 0, bucket i at the middle (log scale) of the
+# decade that starts at its lower bound.
+_AGG_BUCKETS = (0,) + tuple(bucket(lower) + PER_DECADE // 2
+                            for lower in schema.SQL_HIST_BOUNDS_US)
+
+
+def _agg_bucket(i: int) -> int:
+    if i < len(_AGG_BUCKETS):
+        return _AGG_BUCKETS[i]
+    # a longer histogram (a newer runtime): decades go on
+    return _AGG_BUCKETS[-1] + (i - len(_AGG_BUCKETS) + 1) * PER_DECADE
 
 
 def normalise_order(order: str) -> str:
@@ -131,27 +146,27 @@ class SqlDigest:
                 self.until is not None and ts >= self.until:
             self.filtered += 1
             return
-        count = int(attrs.get('count') or 0)
+        count = int(attrs.get(schema.ATTR_COUNT) or 0)
         if count <= 0:
             return
-        key = (attrs.get('fp'), svc, attrs.get('db'), attrs.get('call'),
-               attrs.get('kind'))
+        key = (attrs.get(schema.ATTR_FP), svc, attrs.get(schema.ATTR_DB),
+               attrs.get(schema.ATTR_CALL), attrs.get(schema.ATTR_KIND))
         s = self.classes.get(key)
         if s is None:
             s = self.classes[key] = _new(ts)
-        lo = int(attrs.get('min_us') or 0)
-        hi = int(attrs.get('max_us') or 0)
+        lo = int(attrs.get(schema.ATTR_MIN_US) or 0)
+        hi = int(attrs.get(schema.ATTR_MAX_US) or 0)
         s[0] += count
-        s[1] += int(attrs.get('sum_us') or 0)
-        s[2] += int(attrs.get('sumsq_us') or 0)
+        s[1] += int(attrs.get(schema.ATTR_SUM_US) or 0)
+        s[2] += int(attrs.get(schema.ATTR_SUMSQ_US) or 0)
         s[3] = min(s[3], lo)
         s[4] = max(s[4], hi)
-        s[5] += int(attrs.get('rows') or 0)
-        s[6] += int(attrs.get('errors') or 0)
+        s[5] += int(attrs.get(schema.ATTR_ROWS) or 0)
+        s[6] += int(attrs.get(schema.ATTR_ERRORS) or 0)
         s[8] = min(s[8], ts)
         s[9] = max(s[9], ts)
         s[10] += count
-        hist = attrs.get('hist') or []
+        hist = attrs.get(schema.ATTR_HIST) or []
         lo_b = bucket(lo) if lo else 0
         hi_b = bucket(hi) if hi else lo_b
         h = s[7]
@@ -159,13 +174,11 @@ class SqlDigest:
         for i, n in enumerate(hist):
             if not n:
                 continue
-            # decade i holds [10^(i-1), 10^i) us; 0 holds [0, 1)
-            b = 0 if i == 0 else (i - 1) * PER_DECADE + PER_DECADE // 2
-            b = min(max(b, lo_b), hi_b)
+            b = min(max(_agg_bucket(i), lo_b), hi_b)
             h[b] = h.get(b, 0) + n
             placed += n
         if placed < count:
-            mean = int(attrs.get('sum_us') or 0) / count
+            mean = int(attrs.get(schema.ATTR_SUM_US) or 0) / count
             b = bucket(mean) if mean >= 1 else 0
             h[b] = h.get(b, 0) + count - placed
 

@@ -11,7 +11,7 @@
 # under the License.
 """SQL timing: what ``[instrument] sql_timing`` switches on.
 
-``install(tracer, conf)`` attaches the SQLAlchemy engine listeners
+``install(recorder, conf)`` attaches the SQLAlchemy engine listeners
 (``listeners``; their queue is processed by the buffer's writer thread
 before each drain), the per-interval aggregator of the statements not
 written one by one (``aggregate``) and the ``wrap_db_retry`` recorder
@@ -34,18 +34,18 @@ LOG = threads.safe_logger(logging.getLogger(__name__))
 class SqlTiming:
     """The installed SQL instrumentation of a process."""
 
-    def __init__(self, tracer, slow_query_threshold_ms: float = 0.0,
+    def __init__(self, recorder, slow_query_threshold_ms: float = 0.0,
                  aggregate_interval_s: float = 10.0,
                  max_pending: int = listeners_mod.MAX_PENDING) -> None:
-        self.tracer = tracer
+        self.recorder = recorder
         self.memo = fingerprint.Memo()
-        self.aggregator = aggregate.Aggregator(tracer, aggregate_interval_s)
+        self.aggregator = aggregate.Aggregator(recorder,
+                                               aggregate_interval_s)
         self.listeners = listeners_mod.SqlListeners(
-            tracer, self.aggregator, self.memo, slow_query_threshold_ms,
+            recorder, self.aggregator, self.memo, slow_query_threshold_ms,
             max_pending)
-        self.retries = retries.RetryRecorder(
-            tracer, self.listeners._attribution)
-        self._buffer = getattr(tracer, 'buffer', None)
+        self.retries = retries.RetryRecorder(recorder)
+        self._buffer = getattr(recorder, 'buffer', None)
         self._installed = False
 
     def install(self) -> 'SqlTiming':
@@ -81,11 +81,12 @@ class SqlTiming:
             LOG.exception('instrument: writing the last SQL records')
 
 
-def install(tracer, conf) -> SqlTiming:
-    """Attach SQL timing as configured in ``conf.instrument``; returns the
+def install(recorder, conf) -> SqlTiming:
+    """Attach SQL timing as configured in ``conf.instrument``, recording
+    through ``recorder`` (``instrument.recorder.Recorder``); returns the
     handle (``remove()``)."""
     group = conf.instrument
     # The statements waiting for the writer are bounded like the buffer.
-    return SqlTiming(tracer, group.slow_query_threshold,
+    return SqlTiming(recorder, group.slow_query_threshold,
                      group.sql_aggregate_interval,
                      group.buffer_size).install()

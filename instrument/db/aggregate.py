@@ -26,15 +26,14 @@ import threading
 import time
 import weakref
 
-from instrument import record
+from instrument import schema
 
-EV_AGG = 'sql.agg'
+EV_AGG = schema.EV_SQL_AGG
 
-# Upper bounds (exclusive) of the histogram buckets, microseconds:
-# [0,1us) [1,10us) [10,100us) [100us,1ms) [1,10ms) [10,100ms) [100ms,1s)
-# [1s,10s) [10s,inf).
-HIST_BOUNDS = (1, 10, 100, 1000, 10000, 100000, 1000000, 10000000)
-HIST_SIZE = len(HIST_BOUNDS) + 1
+# Upper bounds (exclusive) of the histogram buckets, microseconds, as
+# the analyser reads them: [0,1us) [1,10us) ... [1s,10s) [10s,inf).
+HIST_BOUNDS = schema.SQL_HIST_BOUNDS_US
+HIST_SIZE = schema.SQL_HIST_SIZE
 
 # Per-class statistics list: positions.
 _COUNT, _ERRORS, _SUM, _MIN, _MAX, _SUMSQ, _ROWS, _HIST = range(8)
@@ -58,8 +57,8 @@ def bucket(dur_us: int) -> int:
 class Aggregator:
     """Folds statement timings into ``sql.agg`` records per interval."""
 
-    def __init__(self, tracer, interval_s: float) -> None:
-        self.tracer = tracer
+    def __init__(self, recorder, interval_s: float) -> None:
+        self.recorder = recorder
         self.interval_us = max(1, int(interval_s * 1000000))
         self.reset()
         _LIVE.add(self)
@@ -92,19 +91,20 @@ class Aggregator:
         agg[_HIST][bisect.bisect_right(HIST_BOUNDS, dur)] += 1
 
     def _emit(self, start_us: int, interval_s: float) -> None:
-        tracer = self.tracer
-        host = tracer.host
-        svc = tracer.svc
-        emit = tracer.emit
+        counter = self.recorder.counter
         for (qid, db, kind, call), agg in self._classes.items():
-            emit(record.counter(EV_AGG, host, svc, start_us, {
-                'fp': qid, 'db': db, 'kind': kind, 'call': call,
-                'count': agg[_COUNT], 'errors': agg[_ERRORS],
-                'sum_us': agg[_SUM], 'min_us': agg[_MIN],
-                'max_us': agg[_MAX], 'sumsq_us': agg[_SUMSQ],
-                'rows': agg[_ROWS], 'hist': agg[_HIST],
-                'interval_s': interval_s,
-            }))
+            counter(EV_AGG, {
+                schema.ATTR_FP: qid, schema.ATTR_DB: db,
+                schema.ATTR_KIND: kind, schema.ATTR_CALL: call,
+                schema.ATTR_COUNT: agg[_COUNT],
+                schema.ATTR_ERRORS: agg[_ERRORS],
+                schema.ATTR_SUM_US: agg[_SUM],
+                schema.ATTR_MIN_US: agg[_MIN],
+                schema.ATTR_MAX_US: agg[_MAX],
+                schema.ATTR_SUMSQ_US: agg[_SUMSQ],
+                schema.ATTR_ROWS: agg[_ROWS], schema.ATTR_HIST: agg[_HIST],
+                schema.ATTR_INTERVAL_S: interval_s,
+            }, start_us)
         self._classes = {}
 
     def rollover(self, final: bool = False) -> None:

@@ -46,6 +46,7 @@ import weakref
 from oslo_log import log as logging
 import wrapt
 
+from instrument import recorder as recorder_mod
 from instrument import threads
 from instrument import tracer as tracing
 
@@ -141,7 +142,8 @@ class WireTap:
             self._close(None)
             if command == COM_QUERY:
                 self.last = None
-                self.open = [_perf_ns(), sql, tracing.current_frame()]
+                self.open = [_perf_ns(), sql,
+                             recorder_mod.current_frame()]
         except Exception as exc:
             self.faults(exc)
         return type(conn)._execute_command(conn, command, sql)

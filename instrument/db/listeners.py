@@ -63,6 +63,7 @@ from sqlalchemy.pool import Pool
 from instrument.db import connect as connect_mod
 from instrument.db import fingerprint
 from instrument import faults as faults_mod
+from instrument import recorder as recorder_mod
 from instrument import record
 from instrument import schema
 from instrument import threads
@@ -73,10 +74,10 @@ LOG = threads.safe_logger(logging.getLogger(__name__))
 # Called through threads.defer only (from the statement's thread).
 _DEFERRED_LOG = logging.getLogger(__name__)
 
-EV_QUERY = 'sql.query'
-EV_TXN = 'sql.txn'
-EV_FINGERPRINT = 'sql.fingerprint'
-EV_DROPPED = 'sql.dropped'
+EV_QUERY = schema.EV_SQL_QUERY
+EV_TXN = schema.EV_SQL_TXN
+EV_FINGERPRINT = schema.EV_SQL_FINGERPRINT
+EV_DROPPED = schema.EV_SQL_DROPPED
 
 OUTCOME_COMMIT = 'commit'
 OUTCOME_ROLLBACK = 'rollback'
@@ -100,7 +101,7 @@ ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
 # greq, inst, svc, host, call), then filled in by the writer: span id,
 # statements seen.
 T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT = range(5)
-# Positions in an attribution tuple: those of a tracer frame.
+# Positions in an attribution tuple: those of the recorder's frame.
 A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 
 # Entry kinds and layout: (kind, t0, t1, statement, txn, frame, rows,
@@ -112,12 +113,10 @@ K_TXN = 2       # the transaction only (no round trip happened)
 # a connection's set-up; its last item is (kind, dialect or database).
 K_SIDE = 3
 
-PH_X = schema.PH_COMPLETE
 ST_OK = schema.ST_OK
 ST_ERROR = schema.ST_ERROR
 
 _perf_ns = time.perf_counter_ns
-_time_ns = time.time_ns
 
 # A transaction whose COMMIT/ROLLBACK was announced by the event and is
 # about to reach the dialect: (dbapi connection, Connection, txn state,
@@ -181,7 +180,7 @@ NO_FRAME = (None, None, None, None, None, None, None)
 
 
 class _NoBuffer:
-    """Stands in for a tracer without a buffer: no writer to start."""
+    """Stands in for a buffer without a writer: none to start."""
 
     writer = 'none'
 
@@ -195,10 +194,10 @@ _NO_BUFFER = _NoBuffer()
 class SqlListeners:
     """The engine listeners of one ``install``; ``remove`` undoes them."""
 
-    def __init__(self, tracer, aggregator, memo=None,
+    def __init__(self, recorder, aggregator, memo=None,
                  slow_query_threshold_ms: float = 0.0,
                  max_pending: int = MAX_PENDING) -> None:
-        self.tracer = tracer
+        self.recorder = recorder
         self.aggregator = aggregator
         self.memo = memo if memo is not None else fingerprint.Memo()
         self.slow_ns = int(slow_query_threshold_ms * 1000000)
@@ -337,7 +336,7 @@ class SqlListeners:
         # Queuing starts the writer: a forked child that only runs SQL
         # has no other event that would.
         buf = self._buffer()
-        current_frame = tracing.current_frame
+        current_frame = recorder_mod.current_frame
         perf_ns = _perf_ns
         faults = self.faults
         listeners = self
@@ -389,8 +388,8 @@ class SqlListeners:
             self.drop()
 
     def _buffer(self):
-        """The tracer's buffer (what ``start()``s the writer)."""
-        buf = getattr(self.tracer, 'buffer', None)
+        """The recorder's buffer (what ``start()``s the writer)."""
+        buf = getattr(self.recorder, 'buffer', None)
         return buf if getattr(buf, 'start', None) is not None \
             else _NO_BUFFER
 
@@ -418,7 +417,7 @@ class SqlListeners:
         """(parent, req, greq, inst, svc, host, call) of the current
         call; all None outside any span (the writer fills in the
         process's svc and host)."""
-        frame = tracing.current_frame()
+        frame = recorder_mod.current_frame()
         return NO_FRAME if frame is None else frame
 
     def early_error(self, ctx) -> None:
@@ -449,7 +448,8 @@ class SqlListeners:
             conn._instrument_error = error
             self._queue((K_STMT, t0, t1, statement,
                          getattr(conn, ATTR_TXN, None),
-                         tracing.current_frame(), None, many, error, False,
+                         recorder_mod.current_frame(), None, many, error,
+                         False,
                          conn))
         except Exception as fault:
             self.faults(fault)
@@ -554,7 +554,7 @@ class SqlListeners:
         """The pool's reset-on-return round trip: a ``POOL_RESET``
         statement of its own."""
         try:
-            frame = tracing.current_frame()
+            frame = recorder_mod.current_frame()
             t0 = _perf_ns()
         except Exception as fault:
             self.faults(fault)
@@ -641,12 +641,10 @@ class SqlListeners:
         if qclass is None:
             qclass, new = self.memo.learn(statement, dq_strings)
             if new:
-                tracer = self.tracer
-                tracer.emit(record.meta(
-                    EV_FINGERPRINT, tracer.host, tracer.svc,
-                    _time_ns() // 1000,
-                    {'fp': qclass.qid, 'text': qclass.text,
-                     'kind': qclass.kind}))
+                self.recorder.meta(EV_FINGERPRINT, {
+                    schema.ATTR_FP: qclass.qid,
+                    schema.ATTR_TEXT: qclass.text,
+                    schema.ATTR_KIND: qclass.kind})
         return qclass
 
     def process(self, final: bool = False) -> None:
@@ -656,7 +654,6 @@ class SqlListeners:
         with self._process_lock:
             self.aggregator.rollover()
             now = _perf_ns()
-            offset = _time_ns() - now
             pending = self.pending
             popleft = pending.popleft
             for _ in range(len(pending)):
@@ -674,11 +671,11 @@ class SqlListeners:
                 try:
                     kind = entry[0]
                     if kind == K_STMT:
-                        self._statement(entry, offset)
+                        self._statement(entry)
                     elif kind == K_SIDE:
-                        self._side_statement(entry, offset)
+                        self._side_statement(entry)
                     else:
-                        self._transaction_end(entry, offset)
+                        self._transaction_end(entry)
                 except Exception as exc:
                     self.faults(exc)
             self._report_dropped()
@@ -688,15 +685,15 @@ class SqlListeners:
     def _detail(self, dur_ns: int, req, err) -> bool:
         if err is not None:
             return True
-        return dur_ns >= self.slow_ns and self.tracer.sampled(req)
+        return dur_ns >= self.slow_ns and self.recorder.sampled(req)
 
     def _txn_span(self, txn) -> tuple:
         span = txn[T_SPAN]
         if span is None:
-            span = txn[T_SPAN] = tracing.new_span_id()
+            span = txn[T_SPAN] = recorder_mod.new_span_id()
         return span
 
-    def _statement(self, entry: tuple, offset: int) -> None:
+    def _statement(self, entry: tuple) -> None:
         (_k, t0, t1, statement, txn, frame, rows, many, error, _d,
          conn) = entry
         err = disconnect = None
@@ -713,31 +710,22 @@ class SqlListeners:
             attribution = frame if frame is not None else txn[T_ATTR]
         else:
             db = self._adopted.get(conn.dialect) or ''
-            attribution = frame if frame is not None else (
-                None, None, None, None, None, None, None)
+            attribution = frame if frame is not None else NO_FRAME
         parent, req, greq, inst, svc, host, call = attribution
         if rows is not None and rows < 0:
             rows = None
-        dur = dur_ns // 1000
         if not self._detail(dur_ns, req, err):
-            self.aggregator.add(qclass.qid, db, qclass.kind, call, dur,
-                                rows, False)
+            self.aggregator.add(qclass.qid, db, qclass.kind, call,
+                                dur_ns // 1000, rows, False)
             return
-        attrs = {'fp': qclass.qid, 'db': db, 'kind': qclass.kind,
-                 'rows': rows, 'many': bool(many),
-                 'txn': record.span_hex(self._txn_span(txn))
-                 if txn is not None else None,
-                 'call': call}
-        if disconnect:
-            attrs['disconnect'] = True
-        tracer = self.tracer
-        self.tracer.emit((
-            PH_X, (t0 + offset) // 1000, dur, host or tracer.host,
-            svc or tracer.svc, None, EV_QUERY, tracing.new_span_id(),
-            parent, req, greq, inst, ST_OK if err is None else ST_ERROR,
-            err, attrs))
+        self.recorder.complete(
+            EV_QUERY, t0, t1, None, parent, req, greq, inst, svc, host,
+            ST_OK if err is None else ST_ERROR, err,
+            _query_attrs(qclass.qid, db, qclass.kind, rows, many,
+                         self._txn_span(txn) if txn is not None else None,
+                         call, disconnect))
 
-    def _side_statement(self, entry: tuple, offset: int) -> None:
+    def _side_statement(self, entry: tuple) -> None:
         """A pool reset or a connection's set-up statement: a statement
         of its own kind, outside any transaction, aggregated or written
         like the others."""
@@ -757,63 +745,62 @@ class SqlListeners:
         parent, req, greq, inst, svc, host, call = \
             frame if frame is not None else NO_FRAME
         dur_ns = t1 - t0
-        dur = dur_ns // 1000
         if not self._detail(dur_ns, req, err):
-            self.aggregator.add(qclass.qid, db, kind, call, dur, None,
-                                False)
+            self.aggregator.add(qclass.qid, db, kind, call, dur_ns // 1000,
+                                None, False)
             return
-        tracer = self.tracer
-        tracer.emit((
-            PH_X, (t0 + offset) // 1000, dur, host or tracer.host,
-            svc or tracer.svc, None, EV_QUERY, tracing.new_span_id(),
-            parent, req, greq, inst, ST_OK if err is None else ST_ERROR,
-            err, {'fp': qclass.qid, 'db': db, 'kind': kind, 'rows': None,
-                  'many': False, 'txn': None, 'call': call}))
+        self.recorder.complete(
+            EV_QUERY, t0, t1, None, parent, req, greq, inst, svc, host,
+            ST_OK if err is None else ST_ERROR, err,
+            _query_attrs(qclass.qid, db, kind, None, False, None, call,
+                         False))
 
-    def _transaction_end(self, entry: tuple, offset: int) -> None:
+    def _transaction_end(self, entry: tuple) -> None:
         (kind, t0, t1, _s, txn, _f, _r, _m, error, _d, outcome) = entry
         err = disconnect = None
         if error is not None:
             err, disconnect = error[E_ERR], error[E_DISCONNECT]
         parent, req, greq, inst, svc, host, call = txn[T_ATTR]
-        tracer = self.tracer
-        host = host or tracer.host
-        svc = svc or tracer.svc
+        recorder = self.recorder
         db = txn[T_DB]
+        st = ST_OK if err is None else ST_ERROR
         if kind == K_END:
             qclass = self._query_class(
                 'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK')
             dur_ns = t1 - t0
-            dur = dur_ns // 1000
             if self._detail(dur_ns, req, err):
-                attrs = {'fp': qclass.qid, 'db': db, 'kind': qclass.kind,
-                         'rows': None, 'many': False,
-                         'txn': record.span_hex(self._txn_span(txn)),
-                         'call': call}
-                if disconnect:
-                    attrs['disconnect'] = True
-                tracer.emit((
-                    PH_X, (t0 + offset) // 1000, dur, host, svc, None,
-                    EV_QUERY, tracing.new_span_id(), parent, req, greq,
-                    inst, ST_OK if err is None else ST_ERROR, err, attrs))
+                recorder.complete(
+                    EV_QUERY, t0, t1, None, parent, req, greq, inst, svc,
+                    host, st, err, _query_attrs(
+                        qclass.qid, db, qclass.kind, None, False,
+                        self._txn_span(txn), call, disconnect))
             else:
-                self.aggregator.add(qclass.qid, db, qclass.kind, call, dur,
-                                    None, False)
-        dur_ns = t1 - txn[T_T0]
-        if not self._detail(dur_ns, req, err):
+                self.aggregator.add(qclass.qid, db, qclass.kind, call,
+                                    dur_ns // 1000, None, False)
+        if not self._detail(t1 - txn[T_T0], req, err):
             return
-        tracer.emit((
-            PH_X, (txn[T_T0] + offset) // 1000, dur_ns // 1000, host, svc,
-            None, EV_TXN, self._txn_span(txn), parent, req, greq, inst,
-            ST_OK if err is None else ST_ERROR, err,
-            {'db': db, 'statements': txn[T_COUNT], 'outcome': outcome,
-             'call': call}))
+        recorder.complete(
+            EV_TXN, txn[T_T0], t1, self._txn_span(txn), parent, req, greq,
+            inst, svc, host, st, err,
+            {schema.ATTR_DB: db, schema.ATTR_STATEMENTS: txn[T_COUNT],
+             schema.ATTR_OUTCOME: outcome, schema.ATTR_CALL: call})
 
     def _report_dropped(self) -> None:
         dropped = self.dropped
         if dropped == self._reported_dropped:
             return
         self._reported_dropped = dropped
-        tracer = self.tracer
-        tracer.emit(record.counter(EV_DROPPED, tracer.host, tracer.svc,
-                                   _time_ns() // 1000, {'count': dropped}))
+        self.recorder.counter(EV_DROPPED, {schema.ATTR_COUNT: dropped})
+
+
+def _query_attrs(qid: str, db: str, kind: str, rows, many, txn_span, call,
+                 disconnect) -> dict:
+    """The attrs of a ``sql.query`` record."""
+    attrs = {schema.ATTR_FP: qid, schema.ATTR_DB: db, schema.ATTR_KIND: kind,
+             schema.ATTR_ROWS: rows, schema.ATTR_MANY: bool(many),
+             schema.ATTR_TXN: record.span_hex(txn_span)
+             if txn_span is not None else None,
+             schema.ATTR_CALL: call}
+    if disconnect:
+        attrs[schema.ATTR_DISCONNECT] = True
+    return attrs

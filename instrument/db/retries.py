@@ -29,7 +29,6 @@ is not imported yet; nothing of oslo.db is imported here.
 import os
 import sys
 import threading
-import time
 import weakref
 
 from oslo_log import log as logging
@@ -41,14 +40,13 @@ from instrument import tracer as tracing
 
 LOG = logging.getLogger(__name__)
 
-EV_RETRY = 'db.retry'
+EV_RETRY = schema.EV_DB_RETRY
 MODULE = 'oslo_db.api'
 CLASS = 'wrap_db_retry'
 METHOD = '_is_exception_expected'
 # How far up from the wrapper to look for oslo.db's retry loop frame.
 MAX_FRAME_DEPTH = 5
 
-PH_I = schema.PH_INSTANT
 _API_FILE = os.path.join('oslo_db', 'api.py')
 
 _RECORDERS = weakref.WeakSet()
@@ -102,11 +100,10 @@ def _retry_loop_locals(frame):
 class RetryRecorder:
     """Writes a ``db.retry`` instant for every retried DB call."""
 
-    def __init__(self, tracer, attribution) -> None:
-        """``attribution()`` returns (parent, req, greq, inst, svc, host,
-        call) of the current call (svc, host None: the tracer's)."""
-        self.tracer = tracer
-        self.attribution = attribution
+    def __init__(self, recorder) -> None:
+        """``recorder``: the ``instrument.recorder.Recorder`` whose
+        ``instant`` records the retry inside the current span."""
+        self.recorder = recorder
         self.faults = faults_mod.Faults(
             'the DB retry recorder', what='the retry is unaffected')
         self._installed = None
@@ -169,14 +166,8 @@ class RetryRecorder:
                 exhausted = remaining <= 0
             func = _callable_name(local.get('f'))
         cause = getattr(exc, 'inner_exc', None) or exc
-        parent, req, greq, inst, svc, host, _call = self.attribution()
-        tracer = self.tracer
-        tracer.emit((
-            PH_I, time.time_ns() // 1000, None, host or tracer.host,
-            svc or tracer.svc,
-            threading.get_ident(), EV_RETRY, None, parent, req, greq, inst,
-            None, None,
-            {'attempt': attempt,
-             'cls': tracing.error_class(cause) if cause is not None
-             else None,
-             'func': func, 'exhausted': exhausted}))
+        self.recorder.instant(EV_RETRY, {
+            schema.ATTR_ATTEMPT: attempt,
+            schema.ATTR_CLS: tracing.error_class(cause)
+            if cause is not None else None,
+            schema.ATTR_FUNC: func, schema.ATTR_EXHAUSTED: exhausted})

@@ -32,7 +32,9 @@ from oslo_log import log as logging
 
 from instrument import faults
 from instrument import loader
+from instrument import recorder as recorder_mod
 from instrument import runtime
+from instrument import schema
 from instrument import tracer as tracing
 
 LOG = logging.getLogger(__name__)
@@ -89,10 +91,11 @@ class InstrumentMiddleware:
                     return start_response(code, headers, exc_info)
 
                 rec = tracer.begin(
-                    'api.request', svc='api', attrs={
-                        'method': environ.get('REQUEST_METHOD'),
-                        'route': route_of(environ.get('SCRIPT_NAME', '') +
-                                          environ.get('PATH_INFO', ''))},
+                    schema.EV_API_REQUEST, svc='api', attrs={
+                        schema.ATTR_METHOD: environ.get('REQUEST_METHOD'),
+                        schema.ATTR_ROUTE: route_of(
+                            environ.get('SCRIPT_NAME', '') +
+                            environ.get('PATH_INFO', ''))},
                     ctx={'request_id': environ.get('openstack.request_id'),
                          'global_request_id': environ.get(
                              'openstack.global_request_id')})
@@ -125,15 +128,15 @@ class InstrumentMiddleware:
                 except (ValueError, IndexError):
                     code = None
                 if code is not None:
-                    attrs = {'status': code}
+                    attrs = {schema.ATTR_STATUS: code}
                     if code >= 500 and err is None:
                         st, err = (tracing.ST_ERROR,
                                    ('HTTP %d' % code, status[0][:100]))
             tracer.end(rec, st, err, attrs, req or None)
         except Exception as fault:
             FAULTS(fault)
-            tracing.abandon(rec, tracing.ST_ERROR if exc is not None
-                            else tracing.ST_OK)
+            recorder_mod.abandon(rec, tracing.ST_ERROR if exc is not None
+                                 else tracing.ST_OK)
 
 
 FILTER_SECTION = ('[filter:instrument]\n'

@@ -9,5 +9,7 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Patch point sets, one module per instrumented project (entry points
-``instrument.targets``)."""
+"""What is instrumented: one module per library, each a ``Target``
+(``instrument.targets.base``) registered as an ``instrument.targets``
+entry point in setup.cfg: ``nova``, ``oslo_messaging``, ``sqlalchemy``
+(SQL timing) and ``process`` (the flush before ``os._exit``)."""

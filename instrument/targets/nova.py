@@ -9,113 +9,53 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Patch points of nova (surveyed on nova 34.0.0) and of oslo.messaging.
+"""nova's patch points (surveyed on nova 34.0.0): ``instrument.targets``.
 
-``points()`` is the ``instrument.targets`` entry point: data only.  What
-each point records is documented in doc/source/events.rst.  Argument
+``NovaTarget`` records the lifecycle of nova's operations in api,
+conductor, scheduler and compute; its points are data (``points()``),
+what each one records is documented in doc/source/events.rst.  Argument
 positions come from each target's signature at patch time, so callers
 passing arguments by position or by keyword are both understood (nova
 does both for the same method on different hops).  Where code moved
-between releases, ``alternatives`` name the older places.
+between releases, ``alternatives`` name the older places.  The RPC hops
+between the services are ``instrument.targets.oslo_messaging``'s; this
+target names the services of nova's RPC endpoints for it.
 
-Besides spans, three hooks keep the picture connected:
+Besides spans, two hooks keep the picture connected:
 
-* ``Transport._send`` puts ``instrument_traceparent`` (W3C form) into the
-  serialised context of every RPC sent from inside an ``rpc.call`` /
-  ``rpc.cast`` span; ``RPCDispatcher._do_dispatch`` on the other side
-  takes the sender's span id from it.  Peers without the library ignore
-  the extra key (``RequestContext.from_dict`` reads only known keys).
 * ``thread_pool_factory.spawn_on`` carries the current span into nova's
   worker threads (the build thread, network allocation, cell
   scatter-gather), which do not inherit context variables.
 * ``load_compute_driver`` adds a point for the concrete driver class's
-  ``spawn`` once the driver is known.
+  ``spawn`` once the driver is known, through the target's patcher.
 """
 
 import functools
 
-from oslo_log import log as logging
-
 from instrument import faults
-from instrument import patcher
+from instrument import points as points_mod
+from instrument import recorder as recorder_mod
+from instrument import schema
+from instrument.targets import base
 from instrument import tracer as tracing
 
-LOG = logging.getLogger(__name__)
-
 TESTED_NOVA = ('34.0.0',)
+# The oldest release the points were surveyed on (doc/source/releases.rst);
+# older ones are not patched.
+NOVA_VERSIONS = '>=29.0.0'
 
-TRACEPARENT_KEY = 'instrument_traceparent'
+arg = points_mod.arg
+uuids = points_mod.uuids
+P = points_mod.PatchPoint
+SELF_HOST = points_mod.self_attr('host')
 
-arg = patcher.arg
-uuids = patcher.uuids
-P = patcher.PatchPoint
-SELF_HOST = patcher.self_attr('host')
-
-_RPC_EVENTS = ('rpc.call', 'rpc.cast')
-
-_ENDPOINT_SERVICES = {
+# The services of nova's RPC endpoints, by module of the endpoint class
+# (read by the oslo_messaging target for rpc.dispatch).
+ENDPOINT_SERVICES = {
     'nova.compute.manager': 'compute',
     'nova.conductor.manager': 'conductor',
     'nova.scheduler.manager': 'scheduler',
 }
-
-
-# -- RPC ------------------------------------------------------------------
-
-def _rpc_attrs(instance, args, kwargs):
-    target = instance.target
-    method = kwargs.get('method', args[1] if len(args) > 1 else None)
-    attrs = {'method': method, 'topic': target.topic}
-    if target.server:
-        attrs['server'] = target.server
-    if target.fanout:
-        attrs['fanout'] = True
-    return attrs
-
-
-def _inject_traceparent(instance, args, kwargs):
-    """Hook on ``Transport._send``: name the sending span in the context."""
-    frame = tracing.current_frame()
-    if frame is None or frame[tracing.F_EV] not in _RPC_EVENTS:
-        return None
-    ctxt = kwargs.get('ctxt', args[1] if len(args) > 1 else None)
-    if isinstance(ctxt, dict):
-        req = frame[tracing.F_REQ]
-        trace = tracing.trace_id_hex(req) if req else \
-            tracing.trace_id_hex('%016x' % frame[tracing.F_SPAN])
-        ctxt[TRACEPARENT_KEY] = '00-%s-%016x-01' % (trace,
-                                                   frame[tracing.F_SPAN])
-    return None
-
-
-def _remote_span(ctxt):
-    """The sender's span id out of a serialised context, or None."""
-    value = ctxt.get(TRACEPARENT_KEY) if isinstance(ctxt, dict) else None
-    if isinstance(value, str):
-        parts = value.split('-')
-        if len(parts) == 4 and len(parts[2]) == 16:
-            return parts[2]
-    return None
-
-
-def _endpoint(instance, args, kwargs):
-    endpoint = kwargs.get('endpoint', args[0] if args else None)
-    return getattr(endpoint, '_endpoint', endpoint)
-
-
-def _dispatch_service(instance, args, kwargs):
-    endpoint = _endpoint(instance, args, kwargs)
-    return _ENDPOINT_SERVICES.get(type(endpoint).__module__)
-
-
-def _dispatch_host(instance, args, kwargs):
-    host = getattr(_endpoint(instance, args, kwargs), 'host', None)
-    return host if isinstance(host, str) else None
-
-
-def _dispatch_attrs(instance, args, kwargs):
-    return {'method': kwargs.get('method', args[1] if len(args) > 1
-                                 else None)}
 
 
 # -- threads ---------------------------------------------------------------
@@ -127,7 +67,7 @@ _THREAD_FAULTS = faults.Faults('the span carried into a thread',
 
 def _enter(frame):
     try:
-        return tracing.set_frame(frame)
+        return recorder_mod.set_frame(frame)
     except Exception as exc:
         _THREAD_FAULTS(exc)
         return None
@@ -135,7 +75,7 @@ def _enter(frame):
 
 def _leave(token) -> None:
     try:
-        tracing.reset_frame(token)
+        recorder_mod.reset_frame(token)
     except Exception as exc:
         _THREAD_FAULTS(exc)
 
@@ -157,7 +97,7 @@ def _run_in_frame(frame, func):
 def _carry_span(instance, args, kwargs):
     """Hook on ``spawn_on(executor_type, func, ...)``: the new thread
     runs ``func`` inside the span that spawned it."""
-    frame = tracing.current_frame()
+    frame = recorder_mod.current_frame()
     if frame is None:
         return None
     if 'func' in kwargs:
@@ -172,11 +112,10 @@ def _carry_span(instance, args, kwargs):
 
 # -- compute driver ----------------------------------------------------------
 
-def _patch_driver_spawn(instance, args, kwargs, driver):
-    """Hook after ``load_compute_driver``: time the real driver's spawn."""
-    from instrument import runtime
-    active = runtime.active()
-    if active is None or driver is None:
+def _patch_driver_spawn(patcher, driver):
+    """After ``load_compute_driver``: time the real driver's spawn,
+    through ``patcher`` (the nova target's)."""
+    if patcher is None or driver is None:
         return
     cls = type(driver)
     if 'spawn' not in vars(cls):
@@ -184,16 +123,23 @@ def _patch_driver_spawn(instance, args, kwargs, driver):
             if 'spawn' in vars(base):
                 cls = base
                 break
-    active.patcher.add_points([P(
+    patcher.add_points([P(
         cls.__module__, cls.__qualname__ + '.spawn', 'compute.spawn',
         'compute', instances=uuids('instance'))])
+
+
+def _driver_loaded(patcher):
+    """The HOOK's ``on_exit`` on ``load_compute_driver``."""
+    def on_exit(instance, args, kwargs, driver):
+        _patch_driver_spawn(patcher, driver)
+    return on_exit
 
 
 # -- attrs ----------------------------------------------------------------
 
 def _count(instance, args, kwargs):
     value = _value(args, kwargs, 'build_requests', 1)
-    return {'count': len(value)} if isinstance(value, list) else None
+    return {schema.ATTR_COUNT: len(value)} if isinstance(value, list) else None
 
 
 def _attempt(filter_properties):
@@ -207,17 +153,17 @@ def _attempt(filter_properties):
 def _conductor_build_attrs(instance, args, kwargs):
     # build_instances(context, instances, image, filter_properties, ...)
     attempts = _attempt(_value(args, kwargs, 'filter_properties', 3))
-    attrs = {'attempt': (attempts or 0) + 1}
+    attrs = {schema.ATTR_ATTEMPT: (attempts or 0) + 1}
     if kwargs.get('host_lists') is not None:
-        attrs['reschedule'] = True
+        attrs[schema.ATTR_RESCHEDULE] = True
     return attrs
 
 
 def _compute_build_attrs(instance, args, kwargs):
     # _do_build_and_run_instance(context, instance, image, request_spec,
     #                            filter_properties, ...)
-    return {'attempt': _attempt(_value(args, kwargs, 'filter_properties',
-                                       4)) or 1}
+    attempt = _attempt(_value(args, kwargs, 'filter_properties', 4))
+    return {schema.ATTR_ATTEMPT: attempt or 1}
 
 
 def _value(args, kwargs, name, pos):
@@ -241,11 +187,11 @@ def _selected_hosts(result):
 
 
 def _selected(instance, args, kwargs, result):
-    return {'selected': _selected_hosts(result)}
+    return {schema.ATTR_SELECTED: _selected_hosts(result)}
 
 
 def _outcome(instance, args, kwargs, result):
-    return {'outcome': result} if isinstance(result, str) else None
+    return {schema.ATTR_OUTCOME: result} if isinstance(result, str) else None
 
 
 def _created(result):
@@ -255,27 +201,30 @@ def _created(result):
 
 def _created_attrs(instance, args, kwargs, result):
     instances = result[0] if isinstance(result, tuple) else None
-    return {'count': len(instances or ())}
+    return {schema.ATTR_COUNT: len(instances or ())}
 
 
 def _candidates(instance, args, kwargs, result):
     if isinstance(result, tuple) and result and result[0] is not None:
-        return {'count': len(result[0])}
-    return {'count': 0}
+        return {schema.ATTR_COUNT: len(result[0])}
+    return {schema.ATTR_COUNT: 0}
 
 
 def _host_count(instance, args, kwargs, result):
     if isinstance(result, tuple) and result and isinstance(result[0], dict):
-        return {'count': sum(len(v) for v in result[0].values())}
+        return {schema.ATTR_COUNT: sum(len(v) for v in
+                                       result[0].values())}
     return None
 
 
 def _len_result(instance, args, kwargs, result):
-    return {'count': len(result)} if isinstance(result, list) else None
+    if isinstance(result, list):
+        return {schema.ATTR_COUNT: len(result)}
+    return None
 
 
 def _claimed(instance, args, kwargs, result):
-    return {'claimed': bool(result)}
+    return {schema.ATTR_CLAIMED: bool(result)}
 
 
 def _reason(name, pos):
@@ -283,33 +232,22 @@ def _reason(name, pos):
         exc = _value(args, kwargs, name, pos)
         if isinstance(exc, BaseException):
             cls, msg = tracing.error_of(exc)
-            return {'reason': cls, 'msg': msg}
+            return {schema.ATTR_REASON: cls, schema.ATTR_MSG: msg}
         return None
     return attrs
 
 
-def points() -> list:
-    """Every patch point of nova and oslo.messaging (entry point)."""
+def points(patcher=None) -> list:
+    """Every patch point of nova; ``patcher`` (the target's) gets the
+    point of the compute driver's spawn once it is known."""
     conductor = 'nova.conductor.manager'
     scheduler = 'nova.scheduler.manager'
     hosts = 'nova.scheduler.host_manager'
     compute = 'nova.compute.manager'
     return [
-        # RPC: both sides of every hop.
-        P('oslo_messaging.rpc.client', '_BaseCallContext.cast', 'rpc.cast',
-          None, context=arg('ctxt'), on_enter=_rpc_attrs),
-        P('oslo_messaging.rpc.client', '_BaseCallContext.call', 'rpc.call',
-          None, context=arg('ctxt'), on_enter=_rpc_attrs),
-        P('oslo_messaging.transport', 'Transport._send', 'rpc.send',
-          kind=patcher.HOOK, on_enter=_inject_traceparent),
-        P('oslo_messaging.rpc.dispatcher', 'RPCDispatcher._do_dispatch',
-          'rpc.dispatch', None, context=arg('ctxt'),
-          remote_parent=patcher.Arg('ctxt', then=_remote_span),
-          service_from=_dispatch_service, host=_dispatch_host,
-          on_enter=_dispatch_attrs),
         # Threads started by nova carry the span that started them.
         P('nova.thread_pool_factory', 'spawn_on', 'thread.spawn',
-          kind=patcher.HOOK, on_enter=_carry_span,
+          kind=points_mod.HOOK, on_enter=_carry_span,
           alternatives=(('nova.utils', 'spawn'), ('nova.utils', 'spawn_n'))),
         # nova-api
         P('nova.compute.api', 'API.create', 'api.compute.create', 'api',
@@ -372,22 +310,17 @@ def points() -> list:
           'compute.block_device', 'compute', instances=uuids('instance'),
           host=SELF_HOST),
         P('nova.virt.driver', 'load_compute_driver', 'compute.driver',
-          kind=patcher.HOOK, on_exit=_patch_driver_spawn),
+          kind=points_mod.HOOK, on_exit=_driver_loaded(patcher)),
     ]
 
 
-def check_release() -> None:
-    """Warn (once, at set-up) when the installed nova was not surveyed.
+class NovaTarget(base.Target):
+    """Spans of nova's api, conductor, scheduler and compute."""
 
-    Reads package metadata only: nothing of nova is imported here.
-    """
-    try:
-        from importlib import metadata
-        version = metadata.version('nova')
-    except Exception:
-        return
-    if version not in TESTED_NOVA:
-        LOG.warning('instrument: nova %s was not surveyed (points are for '
-                    '%s); the start-up banner lists points that are '
-                    'missing in this release', version,
-                    ', '.join(TESTED_NOVA))
+    name = 'nova'
+    requires = {'nova': NOVA_VERSIONS}
+    surveyed = {'nova': TESTED_NOVA}
+    rpc_endpoint_services = ENDPOINT_SERVICES
+
+    def points(self, ctx: base.Context) -> list:
+        return points(ctx.patcher)

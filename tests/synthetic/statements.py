@@ -14,14 +14,15 @@
 ``SQL_CLASSES`` are the statement classes nova's services run here, as
 fingerprints (the form ``instrument.db.fingerprint`` gives them).  Their
 query ids are the runtime's (``fingerprint.query_id``) and the
-``sql.agg`` histograms use the runtime's bucket bounds
-(``aggregate.HIST_BOUNDS``): nothing of the wire format is copied here.
+``sql.agg`` histograms use the schema's bucket bounds
+(``schema.SQL_HIST_BOUNDS_US``): nothing of the wire format is copied
+here.
 """
 
 import bisect
 
-from instrument.db import aggregate
 from instrument.db import fingerprint
+from instrument import schema
 
 # name: (fingerprint, kind, db, median duration in us)
 SQL_CLASSES = {
@@ -68,8 +69,8 @@ DEADLOCK_NORM = ("(pymysql.err.OperationalError) (<n>, 'Deadlock found "
 
 def histogram(durations: list) -> list:
     """The ``hist`` attribute of a ``sql.agg`` record: counts per bucket
-    of ``aggregate.HIST_BOUNDS`` (upper bounds exclusive)."""
-    hist = [0] * (len(aggregate.HIST_BOUNDS) + 1)
+    of ``schema.SQL_HIST_BOUNDS_US`` (upper bounds exclusive)."""
+    hist = [0] * schema.SQL_HIST_SIZE
     for us in durations:
-        hist[bisect.bisect_right(aggregate.HIST_BOUNDS, us)] += 1
+        hist[bisect.bisect_right(schema.SQL_HIST_BOUNDS_US, us)] += 1
     return hist

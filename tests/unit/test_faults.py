@@ -13,12 +13,14 @@
 
 import importlib
 import os
+import sys
 
 import fixtures
 
 from instrument import faults
 from instrument import patcher
 from instrument import runtime
+from instrument.targets import base as targets_base
 from tests.unit import base
 
 TARGET = '''
@@ -88,8 +90,9 @@ class RuntimeFaultTest(base.TestCase):
         self.assertEqual({}, faults.totals(), 'teardown starts afresh')
 
     def test_a_start_that_fails_half_way_is_undone(self):
+        # A failure of the runtime itself, after the targets installed.
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime._install_sql_timing', _boom))
+            'instrument.runtime.Runtime.log_banner', _boom))
         conf = self.make_conf(sql_timing=True)
         self.assertRaises(KeyError, runtime.setup, conf, 'nova-compute',
                           points=self.points)
@@ -97,3 +100,43 @@ class RuntimeFaultTest(base.TestCase):
         self.assertFalse(hasattr(self.mod.Manager.__dict__['work'],
                                  '__instrument_point__'),
                          'a failed start left nova patched')
+
+    def test_a_target_that_fails_to_install_is_undone_alone(self):
+        # Its points applied, then its install fails: they are removed,
+        # the fault is counted, and the other targets record.
+        class Broken(targets_base.PointsTarget):
+            name = 'broken'
+
+            def install(self, ctx):
+                super().install(ctx)
+                raise KeyError('install bug')
+
+        other = self.make_module(TARGET)
+        broken_point = patcher.PatchPoint(other, 'Manager.work',
+                                          'compute.other', 'compute')
+        importlib.import_module(other)
+        conf = self.make_conf(sql_timing=False)
+        active = runtime.setup(conf, 'nova-compute', targets=[
+            Broken([broken_point]),
+            targets_base.PointsTarget([patcher.PatchPoint(
+                self.mod_name, 'Manager.work', 'compute.work',
+                'compute')])])
+        self.assertIsNotNone(active)
+        self.assertEqual(['points'], [t.name for t in active.targets])
+        self.assertTrue(active.status['broken'].startswith(
+            'failed: KeyError'), active.status)
+        self.assertEqual('installed', active.status['points'])
+        self.assertFalse(hasattr(
+            sys.modules[other].Manager.__dict__['work'],
+            '__instrument_point__'), 'the failed target left a patch')
+        self.assertEqual(1, faults.totals()['target broken'])
+        self.assertEqual(1, self.logger.output.count('fault in target '
+                                                     'broken'))
+        self.assertEqual('done', self.mod.Manager().work(None))
+        runtime.teardown()
+        [records] = base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values()
+        self.assertEqual(['compute.work'],
+                         [r['ev'] for r in records if r['ph'] == 'X'])
+        start = records[0]['attrs']
+        self.assertEqual({'broken', 'points'}, set(start['targets']))

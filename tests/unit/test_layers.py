@@ -128,8 +128,11 @@ class LayersTest(testtools.TestCase):
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(0, proc.returncode, proc.stderr)
         result = json.loads(proc.stdout)
-        self.assertIn('instrument.runtime', result['loaded'])
-        self.assertIn('instrument.targets.nova', result['loaded'])
+        for name in ('runtime', 'recorder', 'wrappers', 'points',
+                     'targets.base', 'targets.nova',
+                     'targets.oslo_messaging', 'targets.sqlalchemy',
+                     'targets.process'):
+            self.assertIn('instrument.' + name, result['loaded'])
         self.assertEqual([], result['analysis'])
         self.assertEqual([], result['demo'])
         self.assertEqual([], result['nova'])

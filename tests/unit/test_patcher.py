@@ -18,6 +18,7 @@ from oslo_context import context as oslo_context
 
 from instrument import patcher
 from instrument import process
+from instrument import recorder as recorder_mod
 from instrument import tracer as tracing
 from tests.unit import base
 
@@ -65,9 +66,10 @@ class PatcherTestBase(base.TestCase):
     def setUp(self):
         super().setUp()
         self.buffer = base.ListBuffer()
-        self.tracer = tracing.Tracer(
+        self.recorder = recorder_mod.Recorder(
             self.buffer, process.ProcessIdentity.create('nova-compute',
                                                         'ctl-host'))
+        self.tracer = tracing.Tracer(self.recorder)
         self.mod_name = self.make_module(FAKE_SERVICE)
 
     def points(self, **extra):
@@ -88,7 +90,7 @@ class PatcherTestBase(base.TestCase):
         ]
 
     def make_patcher(self, points=None):
-        p = patcher.Patcher(points or self.points(), self.tracer)
+        p = patcher.Patcher(points or self.points(), self.recorder)
         self.addCleanup(p.remove)
         return p
 
@@ -304,7 +306,7 @@ class WrapperTest(PatcherTestBase):
             self.mod.Ctx('r'), self.mod.Instance('u11')))
         end, = self.events('X')
         self.assertEqual('ok', end['st'])
-        self.assertIsNone(tracing.current_frame(),
+        self.assertIsNone(recorder_mod.current_frame(),
                           'a fault must not leave the span current')
 
     def test_repeated_faults_disable_the_point_and_log_once(self):
@@ -326,20 +328,27 @@ class WrapperTest(PatcherTestBase):
         self.assertEqual(1, log.count('fault in point'))
         self.assertEqual(1, log.count('disabled after'))
 
-    def test_wrapped_call_works_without_a_tracer(self):
+    def test_a_wrapper_kept_after_remove_passes_calls_through(self):
         p = self.make_patcher()
         p.apply()
-        p.tracer = None
-        self.assertEqual('spawned-u12', self.mod.Manager().spawn(
-            self.mod.Ctx('r'), self.mod.Instance('u12')))
+        kept = self.mod.Manager.spawn    # e.g. a callback nova stored
+        p.remove()
+        self.assertEqual('spawned-u12', kept(
+            self.mod.Manager(), self.mod.Ctx('r'), self.mod.Instance('u12')))
         self.assertEqual([], self.events())
+        p.apply()    # the wrapper of the new apply records again
+        self.mod.Manager.spawn(self.mod.Manager(), self.mod.Ctx('r'),
+                               self.mod.Instance('u13'))
+        self.assertEqual(['compute.spawn'],
+                         [e['ev'] for e in self.events('X')])
 
     def test_detail_points_follow_the_sample_rate(self):
-        tracer = tracing.Tracer(self.buffer, process.ProcessIdentity.create(
-            'nova-compute', 'h'), detail_sample_rate=0.5)
+        recorder = recorder_mod.Recorder(
+            self.buffer, process.ProcessIdentity.create('nova-compute', 'h'),
+            detail_sample_rate=0.5)
         point = patcher.PatchPoint(self.mod_name, 'Manager.spawn',
                                    'compute.spawn', 'compute', detail=True)
-        p = patcher.Patcher([point], tracer)
+        p = patcher.Patcher([point], recorder)
         self.addCleanup(p.remove)
         p.apply()
         reqs = ['req-%04d' % n for n in range(400)]
@@ -347,7 +356,7 @@ class WrapperTest(PatcherTestBase):
             self.mod.Manager().spawn(self.mod.Ctx(req), self.mod.Instance(
                 'u'))
         recorded = {e['req'] for e in self.events('X')}
-        expected = {r for r in reqs if tracer.sampled(r)}
+        expected = {r for r in reqs if recorder.sampled(r)}
         self.assertEqual(expected, recorded)
         self.assertGreater(len(recorded), 120)
         self.assertLess(len(recorded), 280)
@@ -468,8 +477,9 @@ class SignatureAndHookTest(PatcherTestBase):
         self.assertEqual(('LookupError', 'no valid host'), err)
 
 
-class InlinedTracerTest(PatcherTestBase):
-    """The wrapper inlines Tracer.begin/end: same records either way."""
+class PointAndTracerTest(PatcherTestBase):
+    """A point's wrapper and Tracer.span both record through the
+    Recorder: same records either way."""
 
     def test_point_and_tracer_span_agree(self):
         mod = importlib.import_module(self.mod_name)
@@ -495,4 +505,4 @@ class InlinedTracerTest(PatcherTestBase):
         self.assertEqual({k: v for k, v in manual.items() if k not in ignore},
                          {k: v for k, v in patched.items()
                           if k not in ignore})
-        self.assertIsNone(tracing.current_frame())
+        self.assertIsNone(recorder_mod.current_frame())

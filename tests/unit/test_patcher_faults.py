@@ -28,9 +28,10 @@ import importlib
 
 import fixtures
 
+from instrument import buffer as buffer_mod
 from instrument import patcher
 from instrument import process
-from instrument import tracer as tracing
+from instrument import recorder as recorder_mod
 from instrument.targets import nova as nova_targets
 from tests.unit import base
 
@@ -73,27 +74,26 @@ def _boom(*args):
     raise KeyError('instrumentation bug')
 
 
-class FailingQueue(list):
-    """A buffer queue whose append fails (the enqueue of a span)."""
-
-    def append(self, item):
-        raise MemoryError('queue append')
+def _no_memory(rec):
+    raise MemoryError('queue append')
 
 
-class FaultyBuffer(base.ListBuffer):
-    """A ListBuffer whose enqueue or writer start fails."""
+class FaultyBuffer(buffer_mod.EventBuffer):
+    """The real buffer, whose enqueue or writer start fails."""
 
     def __init__(self, append=False, start=False):
-        super().__init__()
+        super().__init__([base.MemorySink()], 1000, 60.0)
         if append:
-            self.queue = FailingQueue()
-        if start:
-            self.writer = None
+            self.emit = _no_memory
         self.fail_start = start
+
+    def add_periodic(self, fn):
+        self._periodic.append(fn)  # the first event starts the writer
 
     def start(self):
         if self.fail_start:
             raise RuntimeError("can't start new thread")
+        super().start()
 
 
 class PointFaultTest(base.TestCase):
@@ -106,14 +106,16 @@ class PointFaultTest(base.TestCase):
 
     def apply(self, buffer=None, rate=1.0, **point):
         point.setdefault('detail', False)
-        self.tracer = tracing.Tracer(
+        if buffer is not None:
+            self.addCleanup(buffer.close)
+        self.recorder = recorder_mod.Recorder(
             buffer if buffer is not None else self.buffer,
             process.ProcessIdentity.create('nova-scheduler', 'ctl-1'),
             detail_sample_rate=rate)
         self.point = patcher.PatchPoint(
             self.mod_name, 'HostManager.get_filtered_hosts',
             'scheduler.filter', 'scheduler', **point)
-        self.patcher = patcher.Patcher([self.point], self.tracer)
+        self.patcher = patcher.Patcher([self.point], self.recorder)
         self.addCleanup(self.patcher.remove)
         self.patcher.apply()
         return self.patcher.state(self.point.name)
@@ -136,7 +138,7 @@ class PointFaultTest(base.TestCase):
         if isinstance(outcome, BaseException):
             self.assertIsNone(outcome.__context__,
                               'the exception was chained to a fault')
-        self.assertIsNone(tracing.current_frame(),
+        self.assertIsNone(recorder_mod.current_frame(),
                           'a fault must not leave a span current')
         log = self.logger.output
         self.assertEqual(logged + min(faults, 1),
@@ -148,7 +150,7 @@ class PointFaultTest(base.TestCase):
         state = self.apply(rate=0.5, detail=True, context=patcher.arg(
             'context'))
         req = next('req-%d' % n for n in range(100)
-                   if not self.tracer.sampled('req-%d' % n))
+                   if not self.recorder.sampled('req-%d' % n))
         error = RuntimeError('filter exploded')
         outcome = self.call(self.mod.Ctx(req, error=error))
         self.assert_untouched(state, 0, outcome, error)
@@ -201,7 +203,7 @@ class PointFaultTest(base.TestCase):
 
     def test_sampling_fault(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.tracer.Tracer.sampled', _boom))
+            'instrument.recorder.Recorder.sampled', _boom))
         self._before_the_call(rate=0.5, detail=True)
 
     def test_enqueue_fault(self):
@@ -321,15 +323,14 @@ class HookFaultTest(base.TestCase):
         super().setUp()
         self.mod_name = self.make_module(TARGET)
         self.mod = importlib.import_module(self.mod_name)
-        tracer = tracing.Tracer(base.ListBuffer(),
-                                process.ProcessIdentity.create('nova', 'h'))
-        self.tracer = tracer
+        self.recorder = recorder_mod.Recorder(
+            base.ListBuffer(), process.ProcessIdentity.create('nova', 'h'))
 
     def apply(self, **point):
         point = patcher.PatchPoint(self.mod_name, 'spawn_on',
                                    'thread.spawn', kind=patcher.HOOK,
                                    **point)
-        p = patcher.Patcher([point], self.tracer)
+        p = patcher.Patcher([point], self.recorder)
         self.addCleanup(p.remove)
         p.apply()
         return p.state(point.name)
@@ -373,7 +374,7 @@ class HookFaultTest(base.TestCase):
 
     def test_carried_frame_fault_still_runs_the_thread_function_once(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.tracer.set_frame', _boom))
+            'instrument.recorder.set_frame', _boom))
         counter = nova_targets._THREAD_FAULTS
         before = counter.count
         ran = []
@@ -386,4 +387,4 @@ class HookFaultTest(base.TestCase):
         self.assertIs(result, run(7))
         self.assertEqual([7], ran)
         self.assertEqual(before + 1, counter.count)
-        self.assertIsNone(tracing.current_frame())
+        self.assertIsNone(recorder_mod.current_frame())

@@ -15,7 +15,7 @@ Owns the mapping of the event schema onto OTLP, and the little state it
 needs.  Runs only in the OTLP sink's exporter thread, one builder per
 process.
 
-* Trace id: ``tracer.trace_id_hex(req)`` for records with a request id,
+* Trace id: ``recorder.trace_id_hex(req)`` for records with a request id,
   so the spans of one request share a trace on every host.  Records
   without a request id (periodic tasks, service heartbeats) share the
   trace of their local root (the nearest ancestor in this process whose
@@ -48,8 +48,8 @@ from opentelemetry.sdk.trace import export as sdk_export
 from opentelemetry.sdk.util import instrumentation
 
 from instrument import record
+from instrument import recorder
 from instrument import schema
-from instrument import tracer
 
 SCOPE_NAME = 'openstack-instrument'
 ATTR_PREFIX = 'instrument.'
@@ -94,7 +94,7 @@ def span_int(value) -> int:
 
 def trace_int(req: str) -> int:
     """The 128-bit trace id of a request id."""
-    return int(tracer.trace_id_hex(req), 16)
+    return int(recorder.trace_id_hex(req), 16)
 
 
 # Lone surrogates (a non-UTF-8 file name in an error message) would make
@@ -213,7 +213,7 @@ class SpanBuilder:
         elif ph == schema.PH_INSTANT:
             # A zero-length child of the enclosing span, with an id of
             # its own (instants have none).
-            span = tracer.new_span_id()
+            span = recorder.new_span_id()
             if rec[_R.I_REQ] is not None:
                 out.append(self._span(rec, span, trace_int(rec[_R.I_REQ]),
                                       pid))

@@ -73,15 +73,16 @@ class SpanPointFaultTest(base.FaultTestCase):
 
     def inject_before_start(self):
         # The points capture their functions when they are applied.
-        for name in ('_rpc_attrs', '_selected', '_compute_build_attrs'):
+        for name in ('oslo_messaging._rpc_attrs', 'nova._selected',
+                     'nova._compute_build_attrs'):
             self.useFixture(fixtures.MonkeyPatch(
-                'instrument.targets.nova.' + name, _boom))
+                'instrument.targets.' + name, _boom))
 
     def test_faults_in_span_points_change_no_answer(self):
         faulted = self.scenario()
-        active = runtime.active().patcher
+        active = runtime.active()
         for name in (RPC_CAST, RPC_CALL, SELECT, BUILD):
-            state = active.state(name)
+            state = active.point_state(name)
             self.assertGreaterEqual(state.faults, 1, name)
             self.assertEqual(1, self.log_count('fault in point %s ' % name),
                              name)
@@ -102,7 +103,7 @@ class DetailPointTest(base.FaultTestCase):
             'nova.scheduler.filters.compute_filter.ComputeFilter.'
             'host_passes', _boom))
         faulted = self.failed_boot()
-        self.assertEqual(0, runtime.active().patcher.state(FILTER).faults)
+        self.assertEqual(0, runtime.active().point_state(FILTER).faults)
         self.assertEqual(0, self.log_count('fault in point'))
         clean = self.uninstrumented_boot()
         self.assertNotIn('No valid host', str(clean))
@@ -111,10 +112,10 @@ class DetailPointTest(base.FaultTestCase):
 
     def test_a_fault_sampling_changes_no_answer(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.tracer.Tracer.sampled', _boom))
+            'instrument.recorder.Recorder.sampled', _boom))
         faulted = self.scenario()
         self.assertGreaterEqual(
-            runtime.active().patcher.state(FILTER).faults, 1)
+            runtime.active().point_state(FILTER).faults, 1)
         self.assertEqual(1, self.log_count('fault in point %s ' % FILTER))
         self.assert_nova_unaffected(faulted)
 
@@ -136,16 +137,17 @@ class DetailPointTest(base.FaultTestCase):
 class HookPointFaultTest(base.FaultTestCase):
 
     def inject_before_start(self):
-        for name in ('_inject_traceparent', '_carry_span',
-                     '_patch_driver_spawn'):
+        for name in ('oslo_messaging._inject_traceparent',
+                     'nova._carry_span', 'nova._patch_driver_spawn'):
             self.useFixture(fixtures.MonkeyPatch(
-                'instrument.targets.nova.' + name, _boom))
+                'instrument.targets.' + name, _boom))
 
     def test_faults_in_hooks_change_no_answer(self):
         faulted = self.scenario()
-        active = runtime.active().patcher
+        active = runtime.active()
         for name in (SEND, SPAWN_ON, DRIVER):
-            self.assertGreaterEqual(active.state(name).faults, 1, name)
+            self.assertGreaterEqual(active.point_state(name).faults, 1,
+                                    name)
             self.assertEqual(1, self.log_count('fault in point %s ' % name),
                              name)
         self.assert_nova_unaffected(faulted)
@@ -167,7 +169,8 @@ class _Armed:
 class SqlListenerFaultTest(base.FaultTestCase):
 
     def listener_faults(self):
-        return runtime.active().db.listeners.faults.count
+        return runtime.active().target('sqlalchemy').timing.listeners \
+            .faults.count
 
     def test_a_fault_timing_statements_changes_no_answer(self):
         self.clock.armed = True

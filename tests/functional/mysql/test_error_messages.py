@@ -129,7 +129,7 @@ class ScrubTestCase(testtools.TestCase):
     def outputs(self):
         """Span file records, OTLP spans and log lines after a flush."""
         rt = self.runtime
-        rt.db.process(final=False)
+        rt.target('sqlalchemy').timing.process(final=False)
         rt.buffer.drain()
         otlp_sink = [s for s in rt.buffer.sinks if s.name == 'otlp'][0]
         otlp_sink.wait_idle(30)

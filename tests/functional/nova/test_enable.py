@@ -50,7 +50,8 @@ result = {
     'service': active.identity.service,
     'svc': active.identity.svc,
     'host': active.identity.host,
-    'banner': active.patcher.banner(),
+    'banner': active.banner(),
+    'targets': active.status,
     'patched_build': hasattr(manager.__dict__['_do_build_and_run_instance'],
                              '__instrument_point__'),
 }
@@ -115,6 +116,11 @@ class NotifierPathTest(testtools.TestCase):
         self.assertIn('oslo_messaging.rpc.dispatcher:RPCDispatcher.'
                       '_do_dispatch', patched)
         self.assertEqual([], result['banner']['failed'])
+        # Every target of the package runs on a nova host (real nova,
+        # oslo.messaging and SQLAlchemy; the exit flush).
+        self.assertEqual({'nova': 'installed', 'oslo_messaging': 'installed',
+                          'process': 'installed',
+                          'sqlalchemy': 'installed'}, result['targets'])
         [name] = os.listdir(spans)
         self.assertTrue(name.startswith('cmp-017_nova-compute_'), name)
         with open(os.path.join(spans, name)) as f:

@@ -9,7 +9,8 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""A real buffer and tracer with SQL timing installed, records in memory.
+"""A real buffer, recorder and tracer with SQL timing installed, records
+in memory.
 
 Shared by the unit tests of ``instrument.db`` and the MariaDB functional
 tests.
@@ -22,6 +23,7 @@ from instrument import buffer as buffer_mod
 from instrument import db as instrument_db
 from instrument import opts
 from instrument import process
+from instrument import recorder as recorder_mod
 from instrument import schema
 from instrument import tracer as tracer_mod
 from tests.unit import base
@@ -56,10 +58,11 @@ class SqlTiming(fixtures.Fixture):
         self.buffer = buffer_mod.EventBuffer(
             [self.sink], 100000, 60.0, self.identity)
         self.addCleanup(self.buffer.close, 1.0)
-        self.tracer = tracer_mod.Tracer(
+        self.recorder = recorder_mod.Recorder(
             self.buffer, self.identity,
             self.conf.instrument.detail_sample_rate)
-        self.handle = instrument_db.install(self.tracer, self.conf)
+        self.tracer = tracer_mod.Tracer(self.recorder)
+        self.handle = instrument_db.install(self.recorder, self.conf)
         self.addCleanup(self.handle.remove)
 
     def records(self, ev: str | None = None) -> list:

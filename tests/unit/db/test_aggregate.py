@@ -15,16 +15,9 @@ import fixtures
 import testtools
 
 from instrument.db import aggregate
+from instrument import process
+from instrument import recorder as recorder_mod
 from tests.unit import base
-
-
-class Tracer:
-    host = 'h'
-    svc = 'scheduler'
-
-    def __init__(self):
-        self.buffer = base.ListBuffer()
-        self.emit = self.buffer.emit
 
 
 class TestAggregator(testtools.TestCase):
@@ -35,11 +28,14 @@ class TestAggregator(testtools.TestCase):
         self.useFixture(fixtures.MonkeyPatch(
             'instrument.db.aggregate.time.time_ns',
             lambda: self.now_us * 1000))
-        self.tracer = Tracer()
-        self.agg = aggregate.Aggregator(self.tracer, 10.0)
+        self.buffer = base.ListBuffer()
+        self.recorder = recorder_mod.Recorder(
+            self.buffer, process.ProcessIdentity.create('nova-scheduler',
+                                                        'h'))
+        self.agg = aggregate.Aggregator(self.recorder, 10.0)
 
     def records(self):
-        return self.tracer.buffer.dicts()
+        return self.buffer.dicts()
 
     def test_buckets(self):
         self.assertEqual([0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 8],

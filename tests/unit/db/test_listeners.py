@@ -23,7 +23,7 @@ import testtools
 
 from instrument.db import fingerprint
 from instrument.db import listeners
-from instrument import tracer as tracer_mod
+from instrument import recorder as recorder_mod
 from tests.unit import base
 from tests.unit.db import fixtures as db_fixtures
 
@@ -603,9 +603,9 @@ class TestTracerFrames(testtools.TestCase):
             (listeners.A_PARENT, listeners.A_REQ, listeners.A_GREQ,
              listeners.A_INST, listeners.A_SVC, listeners.A_HOST,
              listeners.A_CALL),
-            (tracer_mod.F_SPAN, tracer_mod.F_REQ, tracer_mod.F_GREQ,
-             tracer_mod.F_INST, tracer_mod.F_SVC, tracer_mod.F_HOST,
-             tracer_mod.F_EV))
+            (recorder_mod.F_SPAN, recorder_mod.F_REQ, recorder_mod.F_GREQ,
+             recorder_mod.F_INST, recorder_mod.F_SVC, recorder_mod.F_HOST,
+             recorder_mod.F_EV))
 
 
 class TestInstallRace(SqlTestCase):

@@ -19,7 +19,7 @@ import sqlalchemy
 from instrument import buffer as buffer_mod
 from instrument import db as instrument_db
 from instrument import process
-from instrument import tracer as tracer_mod
+from instrument import recorder as recorder_mod
 from tests.unit import base
 
 
@@ -34,8 +34,8 @@ class SqlQueueBoundTest(base.TestCase):
         self.buffer = buffer_mod.EventBuffer([self.sink], 1000, 3600.0,
                                              ident)
         self.addCleanup(self.buffer.close, 1.0)
-        self.tracer = tracer_mod.Tracer(self.buffer, ident)
-        self.handle = instrument_db.install(self.tracer, self.conf)
+        self.recorder = recorder_mod.Recorder(self.buffer, ident)
+        self.handle = instrument_db.install(self.recorder, self.conf)
         self.addCleanup(self.handle.remove)
 
     def test_queue_bounded_by_buffer_size_and_first_drop_logged(self):

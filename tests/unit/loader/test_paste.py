@@ -11,7 +11,6 @@
 # under the License.
 """Tests of the nova-api paste filter (a plain WSGI app stands in)."""
 
-import collections
 import io
 import os
 
@@ -19,8 +18,8 @@ import fixtures
 
 from instrument import loader
 from instrument.loader import paste
+from instrument import recorder as recorder_mod
 from instrument import runtime
-from instrument import tracer as tracing
 from tests.unit import base
 
 NOVA_PIPELINE = '''[composite:openstack_compute_api_v21]
@@ -127,9 +126,8 @@ def _boom(*args, **kwargs):
     raise KeyError('instrumentation bug')
 
 
-class FailingQueue(collections.deque):
-    def append(self, item):
-        raise MemoryError('queue append')
+def _no_thread(*args):
+    raise RuntimeError("can't start new thread")
 
 
 class PasteFaultTest(base.TestCase):
@@ -180,7 +178,7 @@ class PasteFaultTest(base.TestCase):
         self.assertEqual([('200 OK', [('Content-Type',
                                        'application/json')])], started)
         self.assertEqual(n, len(self.calls), 'the app runs exactly once')
-        self.assertIsNone(tracing.current_frame())
+        self.assertIsNone(recorder_mod.current_frame())
 
     def test_a_fault_starting_the_span_answers_unrecorded(self):
         self.useFixture(fixtures.MonkeyPatch(
@@ -194,11 +192,14 @@ class PasteFaultTest(base.TestCase):
 
     def test_a_fault_queueing_the_span_answers_unrecorded(self):
         paste.InstrumentMiddleware(lambda e, s: [], conf=self.conf)._tracer()
+        # The enqueue cannot start the writer (no thread left).
         buf = runtime.active().buffer
-        buf.queue = FailingQueue()
+        writer, buf.writer = buf.writer, None
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.buffer.EventBuffer.start', _no_thread))
         self.assert_answered(1)
         self.assertEqual(1, paste.FAULTS.count)
-        buf.queue = collections.deque()
+        buf.writer = writer
         self.assertEqual([], self.spans())
 
     def test_a_fault_ending_the_span_keeps_the_answer(self):
@@ -239,4 +240,4 @@ class PasteFaultTest(base.TestCase):
         self.assertIsNone(out.__context__)
         self.assertEqual(1, len(self.calls))
         self.assertEqual(1, paste.FAULTS.count)
-        self.assertIsNone(tracing.current_frame())
+        self.assertIsNone(recorder_mod.current_frame())

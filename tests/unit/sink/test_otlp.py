@@ -19,6 +19,7 @@ from instrument import buffer
 from instrument import patcher
 from instrument import process
 from instrument import record
+from instrument import recorder
 from instrument import runtime
 from instrument import schema
 from instrument import tracer
@@ -51,7 +52,7 @@ class OtlpTestBase(base.TestCase):
         buf = buffer.EventBuffer([sink] + list(extra_sinks), 100000, 60.0,
                                  ident)
         self.addCleanup(buf.close)
-        return sink, buf, tracer.Tracer(buf, ident)
+        return sink, buf, tracer.Tracer(recorder.Recorder(buf, ident))
 
     def burst(self, tr, count, req=REQ):
         for _ in range(count):
@@ -61,16 +62,17 @@ class OtlpTestBase(base.TestCase):
 
 def emit_sql(tr, fp=FP, db='nova_cell1'):
     """What the SQL listeners emit: a fingerprint once, then the query."""
-    frame = tracer.current_frame()
-    tr.emit(record.meta('sql.fingerprint', tr.host, tr.svc, 1,
-                        {'fp': fp, 'text': FP_TEXT, 'kind': 'SELECT'}))
-    span = tracer.new_span_id()
-    tr.emit((schema.PH_COMPLETE, 1_700_000_000_000_000, 250, tr.host,
-             tr.svc, 1, 'sql.query', span, frame[tracer.F_SPAN],
-             frame[tracer.F_REQ], frame[tracer.F_GREQ], frame[tracer.F_INST],
-             schema.ST_OK, None,
-             {'fp': fp, 'db': db, 'kind': 'SELECT', 'rows': 1,
-              'call': frame[tracer.F_EV]}))
+    frame = recorder.current_frame()
+    emit = tr.recorder.emit
+    emit(record.meta('sql.fingerprint', tr.host, tr.svc, 1,
+                     {'fp': fp, 'text': FP_TEXT, 'kind': 'SELECT'}))
+    span = recorder.new_span_id()
+    emit((schema.PH_COMPLETE, 1_700_000_000_000_000, 250, tr.host,
+          tr.svc, 1, 'sql.query', span, frame[recorder.F_SPAN],
+          frame[recorder.F_REQ], frame[recorder.F_GREQ],
+          frame[recorder.F_INST], schema.ST_OK, None,
+          {'fp': fp, 'db': db, 'kind': 'SELECT', 'rows': 1,
+           'call': frame[recorder.F_EV]}))
     return span
 
 
@@ -91,7 +93,7 @@ class TraceStructureTest(OtlpTestBase):
                       inst=[INST]):
             with ctr.span('rpc.cast', attrs={'method': 'build_and_run',
                                              'topic': 'compute'}):
-                cast = tracer.current_frame()[tracer.F_SPAN]
+                cast = recorder.current_frame()[recorder.F_SPAN]
         # The compute side: its first span's parent is the sender's span.
         with mtr.span('rpc.dispatch', ctx=Ctx(), remote_parent=cast,
                       attrs={'method': 'build_and_run', 'topic': 'compute'}):
@@ -112,7 +114,7 @@ class TraceStructureTest(OtlpTestBase):
     def test_one_trace_id_per_request_across_services(self):
         spans, by_name, _, _, _ = self.run_boot()
         self.assertEqual(6, len(spans))
-        self.assertEqual({tracer.trace_id_hex(REQ)},
+        self.assertEqual({recorder.trace_id_hex(REQ)},
                          {s['trace'] for s in spans})
         self.assertEqual(
             {'conductor.schedule_and_build_instances', 'rpc.cast',
@@ -228,7 +230,7 @@ class BothSinksTest(OtlpTestBase):
         self.assertEqual(20, len(done))
         self.assertEqual(set(done), {s['span'] for s in spans})
         for span in spans:
-            self.assertEqual(tracer.trace_id_hex(done[span['span']]['req']),
+            self.assertEqual(recorder.trace_id_hex(done[span['span']]['req']),
                              span['trace'])
         # process.start feeds the resource.
         resource = spans[0]['resource']
@@ -362,7 +364,7 @@ class GrpcTest(OtlpTestBase):
         spans = {s['name']: s for s in collector.wait_spans(3)}
         self.assertEqual({'rpc.dispatch', 'compute.build', 'sql.query'},
                          set(spans))
-        self.assertEqual({tracer.trace_id_hex(REQ)},
+        self.assertEqual({recorder.trace_id_hex(REQ)},
                          {s['trace'] for s in spans.values()})
         self.assertEqual('%016x' % 0xabc, spans['rpc.dispatch']['parent'])
         self.assertEqual(spans['rpc.dispatch']['span'],

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 
-from instrument import tracer
+from instrument import recorder
 from tests.unit import base
 from tests.unit.sink import otlp_collector
 
@@ -257,7 +257,7 @@ class EventletTest(ProcessTestBase):
         for span in spans:
             by_trace.setdefault(span['trace'], {})[span['name']] = span
         self.assertEqual(
-            {tracer.trace_id_hex('req-green-%d' % n) for n in range(20)},
+            {recorder.trace_id_hex('req-green-%d' % n) for n in range(20)},
             set(by_trace))
         for trace in by_trace.values():
             self.assertEqual(trace['compute.build']['span'],

@@ -21,9 +21,9 @@ import testtools
 
 from instrument import process
 from instrument import record
+from instrument import recorder
 from instrument import schema
 from instrument.sink.otlp import spans
-from instrument import tracer
 
 PID = 4242
 HOST = 'cmp1'
@@ -56,7 +56,7 @@ class SpanBuilderTest(testtools.TestCase):
 
     def test_request_id_gives_the_trace_id(self):
         [span] = self.add(rec('X', LOCAL | 1, req='req-a'))
-        self.assertEqual(int(tracer.trace_id_hex('req-a'), 16),
+        self.assertEqual(int(recorder.trace_id_hex('req-a'), 16),
                          span.context.trace_id)
         self.assertEqual(LOCAL | 1, span.context.span_id)
         self.assertIsNone(span.parent)

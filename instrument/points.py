@@ -1,0 +1,220 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Patch points: what to instrument, described as data.
+
+A ``PatchPoint`` names a callable (module + ``Class.method``), the event
+it records, the component that owns it, and small specs that pick the
+request context, instance uuid(s), host and attributes out of a call:
+``arg('instance')`` (an argument, by keyword or position),
+``self_attr('host')`` (an attribute of the patched object), ``uuids()``
+(instance uuids from objects, lists or strings) or any
+``(instance, args, kwargs)`` callable.  ``kind`` HOOK points record
+nothing: they may change the call's arguments or look at its result.
+
+``compile_spec`` resolves a spec against the target's signature once,
+when the point is applied, into the form the wrappers
+(``instrument.wrappers``) read inline; ``pick`` reads one in a call.
+Nothing here patches or records anything (``instrument.patcher`` does).
+"""
+
+import dataclasses
+import inspect
+import typing
+
+Extractor = typing.Callable[[object, tuple, dict], object] | object
+
+
+# -- extractors ---------------------------------------------------------------
+
+class Arg:
+    """Argument ``name`` of the call, by keyword or by position.
+
+    The position (not counting ``self``) is found from the target's
+    signature when the point is applied, so callers that pass it either
+    way are both understood.  ``then`` post-processes a found value (an
+    attribute chain, uuids of objects ...).  The wrapper looks the
+    argument up inline; only ``then`` costs a call.
+    """
+
+    __slots__ = ('name', 'pos', 'then')
+
+    def __init__(self, name: str, pos: int | None = None, then=None):
+        self.name = name
+        self.pos = pos
+        self.then = then
+
+    def position(self, func) -> int | None:
+        """Index of the argument in ``func``'s positional parameters,
+        ``self``/``cls`` excluded; -1 when it can only be a keyword."""
+        if self.pos is not None:
+            return self.pos
+        try:
+            params = list(inspect.signature(func).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if params and params[0].name in ('self', 'cls'):
+            params = params[1:]
+        for n, param in enumerate(params):
+            if param.kind in (param.VAR_POSITIONAL, param.KEYWORD_ONLY,
+                              param.VAR_KEYWORD):
+                break
+            if param.name == self.name:
+                return n
+        return -1
+
+
+class SelfAttr:
+    """An attribute (chain) of the patched object, e.g. ``self.host``."""
+
+    __slots__ = ('attrs',)
+
+    def __init__(self, attrs) -> None:
+        self.attrs = tuple(attrs)
+
+
+def chain(attrs):
+    def follow(value):
+        for attr in attrs:
+            if value is None:
+                return None
+            if value.__class__ is dict:
+                value = value.get(attr)
+            else:
+                value = getattr(value, attr, None)
+        return value
+    return follow
+
+
+def arg(name: str, pos: int | None = None, *attrs: str) -> Arg:
+    """Argument ``name`` (``pos``: its index without ``self``, found from
+    the signature when omitted), then following ``attrs`` (attribute or
+    dict key)."""
+    return Arg(name, pos, chain(attrs) if attrs else None)
+
+
+def self_attr(*attrs: str) -> SelfAttr:
+    """An attribute (chain) of the patched object, e.g. ``self.host``."""
+    return SelfAttr(attrs)
+
+
+def _uuid_list(attr: str):
+    def convert(value):
+        if value.__class__ is str:
+            return [value]
+        if isinstance(value, (list, tuple)):
+            out = []
+            for item in value:
+                if item.__class__ is not str:
+                    item = getattr(item, attr, None)
+                if item is not None:
+                    out.append(item)
+            return out or None
+        value = getattr(value, attr, None)
+        return [value] if value is not None else None
+    convert.attr = attr  # type: ignore[attr-defined]
+    return convert
+
+
+def uuids(name: str, pos: int | None = None, attr: str = 'uuid') -> Arg:
+    """Instance uuid(s) from an argument holding an object, a list of
+    objects, a uuid string or a list of uuid strings."""
+    return Arg(name, pos, _uuid_list(attr))
+
+
+def compile_spec(spec, func, offset: int):
+    """(kind, name, absolute position, then-or-callable) for the wrapper:
+    kind 0 nothing, 1 argument, 2 attribute of self, 3 plain callable
+    ``(instance, args, kwargs)``."""
+    if spec is None:
+        return 0, None, -1, None
+    if isinstance(spec, Arg):
+        pos = spec.position(func) if func is not None else spec.pos
+        absolute = -1 if pos is None or pos < 0 else pos + offset
+        return 1, spec.name, absolute, spec.then
+    if isinstance(spec, SelfAttr):
+        if len(spec.attrs) == 1:
+            return 2, spec.attrs[0], -1, None
+        first, rest = spec.attrs[0], spec.attrs[1:]
+        return 2, first, -1, chain(rest)
+    return 3, None, -1, spec
+
+
+def pick(spec, instance, args, kwargs, offset: int):
+    """The value a compiled spec names in this call (see
+    ``compile_spec``).
+
+    The wrapper inlines the same lookups for the context and instances,
+    the values every point wants; the others come through here.
+    """
+    kind, name, pos, fn = spec
+    if kind == 1:
+        if name in kwargs:
+            value = kwargs[name]
+        elif -1 < pos < len(args):
+            value = args[pos]
+        else:
+            return None
+        return fn(value) if fn is not None and value is not None else value
+    if kind == 2:
+        value = getattr(instance, name, None)
+        return fn(value) if fn is not None and value is not None else value
+    if kind:
+        return fn(instance, args[offset:], kwargs)
+    return None
+
+
+CONTEXT = arg('context', 0)
+
+
+SPAN = 'span'
+HOOK = 'hook'
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchPoint:
+    """One instrumented callable, described as data.
+
+    ``kind`` SPAN (the default) records a span named ``event``:
+    ``context``, ``instances``, ``host``, ``service_from`` and
+    ``remote_parent`` pick values out of the call (``Arg``/``SelfAttr``
+    specs or ``(instance, args, kwargs)`` callables, ``args`` without
+    ``self``); ``on_enter``/``on_exit``/``on_error`` return small attrs
+    dicts; ``result_instances`` takes the instance uuids from the result.
+    ``kind`` HOOK records nothing: ``on_enter`` may return ``(args,
+    kwargs)`` to call the target with instead, ``on_exit`` sees the
+    result.  ``alternatives`` are other ``(module, target)`` places of
+    the same code in other releases.
+    """
+
+    module: str
+    target: str
+    event: str
+    service: str | None = None
+    context: Extractor | None = CONTEXT
+    instances: Extractor | None = None
+    host: Extractor | None = None
+    on_enter: typing.Callable | None = None
+    on_exit: typing.Callable | None = None
+    on_error: typing.Callable | None = None
+    remote_parent: Extractor | None = None
+    service_from: Extractor | None = None
+    result_instances: typing.Callable | None = None
+    detail: bool = False
+    alternatives: tuple = ()
+    kind: str = SPAN
+
+    @property
+    def name(self) -> str:
+        return '%s:%s' % (self.module, self.target)
+
+    def candidates(self) -> list:
+        return [(self.module, self.target)] + list(self.alternatives)

@@ -1,0 +1,130 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""oslo.messaging RPC: both sides of every hop (``instrument.targets``).
+
+* ``rpc.call`` / ``rpc.cast``: the client side, ``_BaseCallContext``;
+* ``rpc.dispatch``: the server side, ``RPCDispatcher._do_dispatch``,
+  charged to the service and host of the endpoint that handles it;
+* a hook on ``Transport._send`` puts ``instrument_traceparent`` (W3C
+  form) into the serialised context of every RPC sent from inside an
+  ``rpc.call`` / ``rpc.cast`` span, and the dispatch on the other side
+  takes the sender's span id from it as its parent.  Peers without the
+  library ignore the extra key (``RequestContext.from_dict`` reads only
+  known keys).
+
+Which service an endpoint belongs to is the application's knowledge: a
+target names the services of its endpoint modules in
+``rpc_endpoint_services`` (nova's: compute, conductor, scheduler); this
+one reads them from the other targets of the process.  What each event
+records is documented in doc/source/events.rst.
+"""
+
+from instrument import points as points_mod
+from instrument import recorder as recorder_mod
+from instrument import schema
+from instrument.targets import base
+
+TRACEPARENT_KEY = 'instrument_traceparent'
+
+_RPC_EVENTS = ('rpc.call', 'rpc.cast')
+
+P = points_mod.PatchPoint
+
+
+def _rpc_attrs(instance, args, kwargs):
+    target = instance.target
+    method = kwargs.get('method', args[1] if len(args) > 1 else None)
+    attrs = {schema.ATTR_METHOD: method, schema.ATTR_TOPIC: target.topic}
+    if target.server:
+        attrs[schema.ATTR_SERVER] = target.server
+    if target.fanout:
+        attrs[schema.ATTR_FANOUT] = True
+    return attrs
+
+
+def _inject_traceparent(instance, args, kwargs):
+    """Hook on ``Transport._send``: name the sending span in the context."""
+    frame = recorder_mod.current_frame()
+    if frame is None or frame[recorder_mod.F_EV] not in _RPC_EVENTS:
+        return None
+    ctxt = kwargs.get('ctxt', args[1] if len(args) > 1 else None)
+    if isinstance(ctxt, dict):
+        span = frame[recorder_mod.F_SPAN]
+        req = frame[recorder_mod.F_REQ]
+        trace = recorder_mod.trace_id_hex(req) if req else \
+            recorder_mod.trace_id_hex('%016x' % span)
+        ctxt[TRACEPARENT_KEY] = '00-%s-%016x-01' % (trace, span)
+    return None
+
+
+def _remote_span(ctxt):
+    """The sender's span id out of a serialised context, or None."""
+    value = ctxt.get(TRACEPARENT_KEY) if isinstance(ctxt, dict) else None
+    if isinstance(value, str):
+        parts = value.split('-')
+        if len(parts) == 4 and len(parts[2]) == 16:
+            return parts[2]
+    return None
+
+
+def _endpoint(instance, args, kwargs):
+    endpoint = kwargs.get('endpoint', args[0] if args else None)
+    return getattr(endpoint, '_endpoint', endpoint)
+
+
+def _dispatch_service(endpoint_services: dict):
+    def service(instance, args, kwargs):
+        endpoint = _endpoint(instance, args, kwargs)
+        return endpoint_services.get(type(endpoint).__module__)
+    return service
+
+
+def _dispatch_host(instance, args, kwargs):
+    host = getattr(_endpoint(instance, args, kwargs), 'host', None)
+    return host if isinstance(host, str) else None
+
+
+def _dispatch_attrs(instance, args, kwargs):
+    return {schema.ATTR_METHOD: kwargs.get(
+        'method', args[1] if len(args) > 1 else None)}
+
+
+def points(endpoint_services=None) -> list:
+    """The RPC points; ``endpoint_services`` maps the module of an
+    endpoint class to the service its dispatched calls belong to."""
+    return [
+        P('oslo_messaging.rpc.client', '_BaseCallContext.cast', 'rpc.cast',
+          None, context=points_mod.arg('ctxt'), on_enter=_rpc_attrs),
+        P('oslo_messaging.rpc.client', '_BaseCallContext.call', 'rpc.call',
+          None, context=points_mod.arg('ctxt'), on_enter=_rpc_attrs),
+        P('oslo_messaging.transport', 'Transport._send', 'rpc.send',
+          kind=points_mod.HOOK, on_enter=_inject_traceparent),
+        P('oslo_messaging.rpc.dispatcher', 'RPCDispatcher._do_dispatch',
+          'rpc.dispatch', None, context=points_mod.arg('ctxt'),
+          remote_parent=points_mod.Arg('ctxt', then=_remote_span),
+          service_from=_dispatch_service(dict(endpoint_services or {})),
+          host=_dispatch_host, on_enter=_dispatch_attrs),
+    ]
+
+
+class OsloMessagingTarget(base.Target):
+    """Spans of RPC calls, casts and dispatches."""
+
+    name = 'oslo_messaging'
+    requires = {'oslo.messaging': ''}
+
+    def points(self, ctx: base.Context) -> list:
+        services = {}
+        for target in ctx.targets:
+            services.update(getattr(target, 'rpc_endpoint_services', None)
+                            or {})
+        return points(services)
