@@ -141,7 +141,70 @@ EVENTS = {
     'sql.query': 'sql',
     'sql.txn': 'sql',
     'db.retry': 'sql',
+    # -- server actions other than create (issue 12) ----------------------
+    # nova-api: one span per compute API method the route reached; the
+    # operation of a request is read from these (OPERATIONS below).
+    'api.compute.delete': 'api',
+    'api.compute.resize': 'api',            # resize and cold migrate
+    'api.compute.confirm_resize': 'api',
+    'api.compute.revert_resize': 'api',
+    'api.compute.live_migrate': 'api',
+    'api.compute.rebuild': 'api',
+    'api.compute.evacuate': 'api',
+    'api.compute.shelve': 'api',
+    'api.compute.shelve_offload': 'api',
+    'api.compute.unshelve': 'api',
+    'api.compute.reboot': 'api',
+    'api.compute.stop': 'api',
+    'api.compute.start': 'api',
+    'api.compute.get': 'api',
+    'api.compute.get_all': 'api',
+    # nova-api across cells: the whole scatter-gather, and each cell's
+    # part of it (attrs: cell, db)
+    'api.cells.scatter_gather': 'api',
+    'api.cells.query': 'api.cells',
+    # nova-conductor
+    'conductor.migrate_server': 'conductor',
+    'conductor.cold_migrate': 'conductor',
+    'conductor.live_migrate': 'conductor',
+    'conductor.live_migrate.checks': 'conductor',
+    'conductor.rebuild_instance': 'conductor',
+    'conductor.unshelve_instance': 'conductor',
+    # nova-compute (attrs role: source / destination where two hosts
+    # take part)
+    'compute.terminate_instance': 'compute',
+    'compute.prep_resize': 'compute',
+    'compute.resize_instance': 'compute',
+    'compute.finish_resize': 'compute',
+    'compute.confirm_resize': 'compute',
+    'compute.revert_resize': 'compute',
+    'compute.finish_revert_resize': 'compute',
+    'compute.check_can_live_migrate_destination': 'compute',
+    'compute.check_can_live_migrate_source': 'compute',
+    'compute.pre_live_migration': 'compute',
+    'compute.live_migration': 'compute',
+    'compute.post_live_migration': 'compute',
+    'compute.post_live_migration_at_destination': 'compute',
+    'compute.rollback_live_migration': 'compute',
+    'compute.rollback_live_migration_at_destination': 'compute',
+    'compute.rebuild_instance': 'compute',
+    'compute.shelve_instance': 'compute',
+    'compute.shelve_offload_instance': 'compute',
+    'compute.unshelve_instance': 'compute',
+    'compute.reboot_instance': 'compute',
+    'compute.stop_instance': 'compute',
+    'compute.start_instance': 'compute',
+    # -- waits: locks, DB pool, worker pools (issue 13) --------------------
 }
+
+# Operations the analyser gives every request (from the API span that
+# the request reached; ``other`` when a route reaches none of them).
+OP_BOOT = 'boot'
+OPERATIONS = (
+    OP_BOOT, 'delete', 'resize', 'cold_migrate', 'confirm_resize',
+    'revert_resize', 'live_migrate', 'rebuild', 'evacuate', 'shelve',
+    'shelve_offload', 'unshelve', 'reboot', 'stop', 'start', 'show',
+    'list', 'other')
 
 # Spans whose caller waits for the remote side to finish (see module doc).
 SYNC_EVENTS = frozenset(('rpc.call',))
