@@ -79,6 +79,7 @@ import hashlib
 import json
 import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -814,7 +815,8 @@ def _dd_types() -> str:
 def dd_connect(memory_limit: str = None, temp: str = None):
     import duckdb
     con = duckdb.connect()
-    con.execute("SET threads = %d" % len(os.sched_getaffinity(0)))
+    con.execute("SET threads = %d" % int(os.environ.get(
+        'BENCH_ENGINES_DUCKDB_THREADS', len(os.sched_getaffinity(0)))))
     if memory_limit:
         con.execute("SET memory_limit = '%s'" % memory_limit)
     if temp:
@@ -855,20 +857,28 @@ def dd_lines_sql(paths: list, needle: str = None) -> str:
     else:
         where = "rec IS NOT NULL OR trim(text) <> ''"
     flat = ['r.%s AS %s' % (n, n) for n, _t in TOP]
-    flat += ["r.err->>'%s' AS err_%s" % (n, n) for n, _t in ERR]
-    for n, t in ATTRS:
-        if t == 'int':
-            flat.append("TRY_CAST(r.attrs->>'%s' AS BIGINT) AS a_%s" % (
-                n, n))
-        else:
-            flat.append("r.attrs->>'%s' AS a_%s" % (n, n))
     return (
         'WITH lines AS (%s), recs AS (SELECT file, line, text, %s AS rec '  # noqa: S608
         'FROM lines), typed AS (SELECT file, line, rec IS NULL AS other, '
         'try(json_transform(rec, %s)) AS r FROM recs WHERE %s) '
         'SELECT file, line, other, NOT other AND r IS NOT NULL AS ok, '
-        'r.attrs AS attrs, r.err IS NOT NULL AS has_err, %s FROM typed' % (
+        'r.attrs AS attrs, r.err AS err, %s FROM typed' % (
             lines, rec, _sql_str(_dd_types()), where, ', '.join(flat)))
+
+
+def dd_attrs_view(name: str, source: str) -> str:
+    """A view of ``source`` with the ``err_*`` and ``a_*`` columns read
+    from the JSON of ``err`` and ``attrs`` when a query uses them (after
+    its filters: the digest reads them on SQL rows only)."""
+    attrs = json.dumps({n: {'int': 'BIGINT', 'str': 'VARCHAR'}[t]
+                        for n, t in ATTRS})
+    errs = json.dumps({n: 'VARCHAR' for n, _t in ERR})
+    cols = ['e.%s AS err_%s' % (n, n) for n, _t in ERR]
+    cols += ['a.%s AS a_%s' % (n, n) for n, _t in ATTRS]
+    return ('CREATE OR REPLACE TEMP VIEW %s AS SELECT *, %s FROM (SELECT '  # noqa: S608
+            '*, json_transform(attrs, %s) AS a, json_transform(err, %s) '
+            'AS e FROM %s)' % (name, ', '.join(cols), _sql_str(attrs),
+                               _sql_str(errs), source))
 
 
 def dd_validate_sql() -> str:
@@ -879,7 +889,8 @@ def dd_validate_sql() -> str:
         'WHEN %s OR ph NOT IN %s OR (ph IN (\'B\', \'X\') AND '
         "coalesce(span, '') = '') OR (ph = 'X' AND (dur_us IS NULL OR "
         "dur_us < 0 OR st IS NULL OR st NOT IN ('ok', 'error'))) "
-        "OR (has_err AND err_cls IS NULL) THEN 'invalid' END" % (
+        "OR (err IS NOT NULL AND (err->>'cls') IS NULL) THEN 'invalid' "
+        'END' % (
             ' OR '.join('%s IS NULL' % n for n in REQUIRED),
             str(PHASES)))
 
@@ -896,9 +907,11 @@ def dd_table(con, paths: list, needle: str = None) -> Found:
 def _dd_table(con, paths, needle, tmp) -> Found:
     import duckdb
     found = Found()
+    # the value checks in the same statement as the decode
+    query = ('CREATE OR REPLACE TEMP TABLE k AS SELECT *, %s AS kind '  # noqa: S608
+             'FROM (%%s)' % dd_validate_sql())
     try:
-        con.execute('CREATE OR REPLACE TEMP TABLE raw AS ' +
-                    dd_lines_sql(paths, needle))
+        con.execute(query % dd_lines_sql(paths, needle))
     except duckdb.InvalidInputException as exc:
         if 'unicode' not in str(exc).lower():
             raise
@@ -906,15 +919,17 @@ def _dd_table(con, paths, needle, tmp) -> Found:
         # drop the line and shift the numbers): such files are copied
         # with their bad lines blanked out, and read again
         clean = _dd_sanitise(paths, tmp, found)
-        con.execute('CREATE OR REPLACE TEMP TABLE raw AS ' +
-                    dd_lines_sql(clean, needle))
-    # the seq check among the rows valid so far, in line order
+        con.execute(query % dd_lines_sql(clean, needle))
+    # seq seen again in a file and pid among the valid rows: a hash
+    # aggregate finds the few keys (a window over all rows costs 10x),
+    # then every line of such a key but its first is a duplicate
     con.execute(
-        'CREATE OR REPLACE TEMP TABLE k AS SELECT * EXCLUDE (k0), '  # noqa: S608
-        'coalesce(k0, CASE WHEN row_number() OVER (PARTITION BY file, '
-        "pid, seq, k0 IS NULL ORDER BY line) > 1 THEN 'duplicate' END) "
-        'AS kind FROM (SELECT *, %s AS k0 FROM raw)' % dd_validate_sql())
-    con.execute('DROP TABLE raw')
+        'CREATE OR REPLACE TEMP TABLE dups AS SELECT file, line FROM k '
+        'JOIN (SELECT file, pid, seq, min(line) AS first FROM k WHERE '
+        'kind IS NULL GROUP BY ALL HAVING count(*) > 1) USING (file, pid, '
+        'seq) WHERE kind IS NULL AND line > first')
+    for fi, line in con.execute('SELECT * FROM dups').fetchall():
+        found.add(fi, line, 'duplicate')
     ends = {}
     for fi, line, kind in con.execute(
             "SELECT file, line, kind FROM k WHERE kind IS NOT NULL AND "
@@ -924,8 +939,9 @@ def _dd_table(con, paths, needle, tmp) -> Found:
         found.add(fi, line, kind)
     found.other += con.execute(
         "SELECT count(*) FROM k WHERE kind = 'other'").fetchone()[0]
-    con.execute('CREATE OR REPLACE TEMP VIEW t AS SELECT * EXCLUDE (kind, '
-                'other, ok, has_err) FROM k WHERE kind IS NULL')
+    con.execute(dd_attrs_view('t', '(SELECT * EXCLUDE (kind, other, ok) '
+                              'FROM k ANTI JOIN dups USING (file, line) '
+                              'WHERE kind IS NULL)'))
     return found
 
 
@@ -1398,8 +1414,22 @@ def ndjson_ceiling(engine: str, paths: list) -> int:
     return rows
 
 
+def set_threads(engine: str, n: int) -> None:
+    """Limit the engine to ``n`` threads (before its first use)."""
+    if engine == 'polars':
+        os.environ['POLARS_MAX_THREADS'] = str(n)
+    elif engine == 'pyarrow':
+        import pyarrow as pa
+        pa.set_cpu_count(n)
+        pa.set_io_thread_count(n)
+    else:
+        os.environ['BENCH_ENGINES_DUCKDB_THREADS'] = str(n)
+
+
 def engine_kernel(engine, kernel, paths, needle, extra) -> dict:
     out = {'phases': {}}
+    if extra == '1thread':
+        set_threads(engine, 1)
     if extra == 'ndjson':
         out['events'] = ndjson_ceiling(engine, paths)
         out['rate_events'] = out['events']
@@ -1532,7 +1562,7 @@ def _dd_stream(paths, tmp, out, memory_limit) -> dict:
     out['events'] = con.execute('SELECT count(*) FROM read_parquet(%s)' %  # noqa: S608
                                 parts).fetchone()[0]
     t0 = time.monotonic()
-    con.execute('CREATE VIEW t AS SELECT * FROM read_parquet(%s)' % parts)  # noqa: S608
+    con.execute(dd_attrs_view('t', 'read_parquet(%s)' % parts))  # noqa: S608
     digest = dd_digest(con)
     out['phases']['digest'] = time.monotonic() - t0
     t0 = time.monotonic()
@@ -1659,15 +1689,18 @@ def best_of(n: int, engine, kernel, logs, extra) -> tuple:
     best = None
     load = None
     rss = 0.0
+    cpu = float('inf')
     for _ in range(max(1, n)):
         res = child(engine, kernel, logs, extra)
         if 'error' in res:
             return res, _loadavg()
         rss = max(rss, res['rss_mb'])
+        cpu = min(cpu, res['cpu_s'])
         if best is None or res['seconds'] < best['seconds']:
             best = res
             load = _loadavg()
     best['rss_mb'] = rss
+    best['cpu_s'] = cpu
     return best, load
 
 
@@ -1697,6 +1730,8 @@ def main() -> None:
         engine, kernel, logs, extra = args.child
         res = run_kernel(engine, kernel, logs, extra)
         res['rss_mb'] = _peak_mb()
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        res['cpu_s'] = use.ru_utime + use.ru_stime
         print(json.dumps(res, default=str))
         return
     engines = [e for e in args.engines.split(',') if e]
@@ -1718,9 +1753,9 @@ def main() -> None:
             os.path.getsize(p) for p in span_files(logs)) / 1e6))
     if not args.no_damaged and 'decode' in kernels:
         damaged(engines)
-    header = '%-9s %-9s %-10s %8s %11s %8s %8s  %-5s %s' % (
-        'kernel', 'engine', 'variant', 'seconds', 'per second', 'peak MB',
-        'x msgspec', 'check', 'load average / phases')
+    header = '%-9s %-8s %-8s %7s %9s %9s %7s %6s %5s %s' % (
+        'kernel', 'engine', 'variant', 'seconds', 'per s', 'per cpu s',
+        'peak MB', 'x base', 'check', 'load average | phases (s)')
     print(header)
     for kernel in kernels:
         if kernel == 'stream':
@@ -1730,6 +1765,7 @@ def main() -> None:
                                     else [])
         runs += [(e, '') for e in engines]
         if kernel == 'decode':
+            runs += [(e, '1thread') for e in engines]
             runs += [(e, 'ndjson') for e in engines]
         if kernel == 'assembly' and 'polars' in engines:
             runs.append(('polars', 'partition'))
@@ -1738,7 +1774,10 @@ def main() -> None:
                 continue
             res, load = best_of(args.repeat, engine, kernel, logs, extra)
             rows.append((engine, extra, res, load))
-        _print_rows(kernel, rows, events, statements)
+        rates = {}
+        _print_rows(kernel, rows, events, statements, rates)
+        if kernel == 'digest':
+            pt_query_digest(logs, rates)
     if 'stream' in kernels:
         if args.big_events:
             blogs, bevents, bstatements = big_set(args.big_events)
@@ -1755,7 +1794,9 @@ def main() -> None:
         _print_rows('stream', rows, bevents, bstatements)
 
 
-def _print_rows(kernel, rows, events, statements) -> None:
+def _print_rows(kernel, rows, events, statements, rates=None) -> None:
+    """One line per run; ``rates`` gets the digest's statements/s."""
+    rates = {} if rates is None else rates
     base = None
     ref = None
     for engine, _extra, res, _load in rows:
@@ -1764,18 +1805,25 @@ def _print_rows(kernel, rows, events, statements) -> None:
             ref = res.get('check')
     for engine, extra, res, load in rows:
         if 'error' in res:
-            print('%-9s %-9s %-10s failed: %s' % (kernel, engine, extra,
+            print('%-9s %-8s %-8s failed: %s' % (kernel, engine, extra,
                                                   res['error'][0][:120]))
             continue
         secs = res['seconds']
-        n = statements if kernel == 'digest' else events
+        n = events
+        if kernel == 'digest' and res.get('check'):
+            # the sql.query statements digested
+            n = sum(r[1] for r in res['check']['fingerprint'])
         n = res.get('rate_events', n)
+        if kernel == 'digest':
+            rates[engine] = n / secs
         check = res.get('check')
-        same = '-' if ref is None or engine == 'msgspec' else (
+        same = '-' if ref is None or engine in BASELINES or \
+            check is None else (
             'same' if _same(kernel, check, ref) else 'DIFF')
         phases = ' '.join('%s %.2f' % kv for kv in res['phases'].items())
-        print('%-9s %-9s %-10s %8.2f %11.0f %8.0f %8s  %-5s %s | %s' % (
-            kernel, engine, extra or '-', secs, n / secs, res['rss_mb'],
+        print('%-9s %-8s %-8s %7.2f %9.0f %9.0f %7.0f %6s %5s %s | %s' % (
+            kernel, engine, extra or '-', secs, n / secs,
+            n / max(res['cpu_s'], 1e-3), res['rss_mb'],
             '%.2f' % (base / secs) if base else '-', same, load, phases))
         if same == 'DIFF' or os.environ.get('BENCH_ENGINES_VERBOSE'):
             print('    check: %s' % json.dumps(check)[:600])
@@ -1783,10 +1831,36 @@ def _print_rows(kernel, rows, events, statements) -> None:
 
 
 def _same(kernel, check, ref) -> bool:
+    if check is None:
+        return True
     if kernel == 'decode':
         return check['lines'] == ref['lines'] and \
             check['other_lines'] == ref['other_lines']
     return json.loads(json.dumps(check)) == json.loads(json.dumps(ref))
+
+
+def pt_query_digest(logs: str, rates: dict) -> None:
+    """pt-query-digest on the same statements (a MySQL slow log written
+    by ``bench_report.slow_log``, cached beside the set), and each
+    digest's rate as a multiple of its rate (issue 17: at least 5)."""
+    digest = shutil.which('pt-query-digest')
+    if digest is None:
+        print('pt-query-digest: not installed (Debian: percona-toolkit)')
+        return
+    slow = os.path.join(os.path.dirname(logs), 'slow.log')
+    if not os.path.exists(slow):
+        _bench_report().slow_log(logs, slow + '.tmp')
+        os.rename(slow + '.tmp', slow)
+    with open(slow) as f:
+        n = sum(1 for line in f if line.startswith('# Query_time'))
+    t0 = time.monotonic()
+    subprocess.run([digest, '--limit', '20', slow], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pt = time.monotonic() - t0
+    print('pt-query-digest: %d statements in %.2f s (%.0f statements/s, '
+          'load %s); digest rate / pt-query-digest rate: %s' % (
+              n, pt, n / pt, _loadavg(), ', '.join(
+                  '%s %.1f' % (e, r / (n / pt)) for e, r in rates.items())))
 
 
 def damaged(engines) -> None:
