@@ -95,7 +95,7 @@ ENGINES = ('polars', 'duckdb', 'pyarrow')
 BASELINES = ('json', 'msgspec')
 KERNELS = ('decode', 'digest', 'clocks', 'assembly', 'stream')
 BLOCK_BYTES = 32 << 20
-BUCKETS = 8
+BUCKETS = 8  # at least; one per 100 MB of input
 PER_DECADE = 50
 KEEP_BOUNDS = 16
 PHASES = ('B', 'X', 'I', 'M', 'C')
@@ -143,7 +143,8 @@ def big_set(events: int) -> tuple:
     """About ``events`` events: ``synthetic.generate`` with ten times the
     requests of the 1M set, same seed, rate and 40 computes (the same
     cloud, ten times longer).  Cached in the temp directory."""
-    requests = max(50, events // 67)
+    # ten times the 1M set's requests (bench_report: events // 67)
+    requests = max(50, events // 10 // 67) * 10
     base = os.path.join(tempfile.gettempdir(),
                         'instrument-bench-engines-%d' % requests)
     marker = os.path.join(base, 'truth.json')
@@ -1480,21 +1481,26 @@ def engine_kernel(engine, kernel, paths, needle, extra) -> dict:
 # -- streaming, bounded memory (kernel ``stream``) -------------------------
 
 def stream_kernel(engine: str, paths: list, extra: str) -> dict:
-    """Decode block by block into Parquet parts (``file``/``line`` and
-    the columns; the export layout would add day/host partitions), the
-    digest from the parts, then the requests per hash bucket of their
-    id, each bucket sorted and handed to Python.  Memory: a block, a
-    bucket, the digest's classes."""
+    """Decode block by block into Parquet parts partitioned by a hash
+    bucket of the request id (``bucket=K/``; the export layout would
+    use day and host), the digest from all parts, then the requests one
+    bucket at a time, each sorted and handed to Python.  Memory: a
+    block, a bucket (about 100 MB of input each), the digest's classes.
+    (The seq duplicate check across blocks, a max seq per file and pid,
+    is left out here.)"""
     out = {'phases': {}}
     tmp = tempfile.mkdtemp(prefix='instrument-bench-engines-parts-')
+    size = sum(os.path.getsize(p) for p in paths)
+    buckets = max(BUCKETS, size // (100 << 20))
+    out['buckets'] = buckets
     try:
         t0 = time.monotonic()
         if engine == 'polars':
-            res = _pl_stream(paths, tmp, out)
+            res = _pl_stream(paths, tmp, out, buckets)
         elif engine == 'duckdb':
-            res = _dd_stream(paths, tmp, out, extra or '1GB')
+            res = _dd_stream(paths, tmp, out, extra or '1GB', buckets)
         else:
-            res = _pa_stream(paths, tmp, out)
+            res = _pa_stream(paths, tmp, out, buckets)
         out['check'] = res
         out['parquet_mb'] = sum(
             os.path.getsize(p) for p in glob.glob(
@@ -1506,26 +1512,35 @@ def stream_kernel(engine: str, paths: list, extra: str) -> dict:
     return out
 
 
-def _bucket_runs(cols) -> tuple:
-    return _handoff(cols['req'], cols)
+def _stream_result(requests, handed, digest) -> dict:
+    return {'requests': requests, 'handed': handed,
+            'classes': digest['classes'],
+            'statements': sum(r[1] for r in digest['fingerprint'])}
 
 
-def _pl_stream(paths, tmp, out) -> dict:
+HANDED = ('req', 'ts', 'line', 'ph', 'ev', 'host', 'span', 'parent',
+          'dur_us')
+
+
+def _pl_stream(paths, tmp, out, buckets) -> dict:
     import polars as pl
     found = Found()
     t0 = time.monotonic()
     events = 0
     for k, df in enumerate(pl_decode(paths, None, found)):
-        # the seq check needs state across blocks: kept per (file, pid)
-        # as the max seq seen (cheap), skipped here
-        df = df.with_columns(bucket=(pl.col('req').hash(7) % BUCKETS))
-        df.write_parquet(os.path.join(tmp, 'part-%05d.parquet' % k),
-                         compression='zstd')
+        df = df.with_columns(bucket=(pl.col('req').hash(7) % buckets))
+        for (b,), part in df.partition_by('bucket', as_dict=True).items():
+            where = os.path.join(tmp, 'bucket=%d' % b)
+            os.makedirs(where, exist_ok=True)
+            part.write_parquet(os.path.join(where, '%05d.parquet' % k),
+                               compression='zstd')
         events += df.height
     out['phases']['decode+write'] = time.monotonic() - t0
+    out['rss_decode_mb'] = _peak_mb()
     out['events'] = events
     t0 = time.monotonic()
-    scan = pl.scan_parquet(os.path.join(tmp, '*.parquet'))
+    scan = pl.scan_parquet(os.path.join(tmp, '*', '*.parquet'),
+                           hive_partitioning=False)
     digest = pl_digest(pl, scan.filter(
         (pl.col('ph') == 'X') & (pl.col('ev') == 'sql.query')).select(
         'ph', 'ev', 'a_fp', 'svc', 'a_db', 'a_call', 'a_kind', 'dur_us',
@@ -1533,105 +1548,115 @@ def _pl_stream(paths, tmp, out) -> dict:
     out['phases']['digest'] = time.monotonic() - t0
     t0 = time.monotonic()
     requests = handed = 0
-    for b in range(BUCKETS):
-        part = scan.filter(pl.col('bucket') == b).filter(
+    for b in range(buckets):
+        where = os.path.join(tmp, 'bucket=%d' % b)
+        if not os.path.isdir(where):
+            continue
+        part = pl.scan_parquet(os.path.join(where, '*.parquet'),
+                               hive_partitioning=False).filter(
             pl.col('req').is_not_null() & pl.col('ph').is_in(['B', 'X', 'I'])
             & ~pl.col('ev').is_in(['sql.query', 'sql.txn'])).select(
-            'req', 'ts', 'line', 'ph', 'ev', 'host', 'span', 'parent',
-            'dur_us').sort('req', 'ts', 'line').collect()
+            HANDED).sort('req', 'ts', 'line').collect()
         cols = {c: part[c].to_list() for c in part.columns}
-        r, e, _o = _bucket_runs(cols)
+        r, e, _o = _handoff(cols['req'], cols)
         requests += r
         handed += e
     out['phases']['assembly'] = time.monotonic() - t0
-    return {'requests': requests, 'handed': handed,
-            'classes': digest['classes'],
-            'statements': sum(r[1] for r in digest['fingerprint'])}
+    return _stream_result(requests, handed, digest)
 
 
-def _dd_stream(paths, tmp, out, memory_limit) -> dict:
+def _dd_stream(paths, tmp, out, memory_limit, buckets) -> dict:
+    import duckdb
     con = dd_connect(memory_limit, os.path.join(tmp, 'spill'))
     t0 = time.monotonic()
-    con.execute('COPY (SELECT * EXCLUDE (other, ok, has_err), hash(req) '  # noqa: S608
-                '%% %d AS bucket FROM (%s) WHERE ok) TO %s (FORMAT parquet, '
-                'COMPRESSION zstd, PER_THREAD_OUTPUT true)' % (
-                    BUCKETS, dd_lines_sql(paths),
-                    _sql_str(os.path.join(tmp, 'parts'))))
+    copy = ('COPY (SELECT * EXCLUDE (other, ok), mod(hash(req), %d) AS '  # noqa: S608
+            'bucket FROM (%%s) WHERE ok) TO %s (FORMAT parquet, COMPRESSION '
+            'zstd, PARTITION_BY (bucket))' % (
+                buckets, _sql_str(os.path.join(tmp, 'parts'))))
+    try:
+        con.execute(copy % dd_lines_sql(paths))
+    except duckdb.InvalidInputException as exc:
+        if 'unicode' not in str(exc).lower():
+            raise
+        shutil.rmtree(os.path.join(tmp, 'parts'), ignore_errors=True)
+        os.makedirs(os.path.join(tmp, 'utf8'))
+        con.execute(copy % dd_lines_sql(_dd_sanitise(
+            paths, os.path.join(tmp, 'utf8'), Found())))
     out['phases']['decode+write'] = time.monotonic() - t0
-    parts = _sql_str(os.path.join(tmp, 'parts', '*.parquet'))
-    out['events'] = con.execute('SELECT count(*) FROM read_parquet(%s)' %  # noqa: S608
+    out['rss_decode_mb'] = _peak_mb()
+    parts = ('read_parquet(%s, hive_partitioning = true)' %
+             _sql_str(os.path.join(tmp, 'parts', '*', '*.parquet')))
+    out['events'] = con.execute('SELECT count(*) FROM %s' %  # noqa: S608
                                 parts).fetchone()[0]
     t0 = time.monotonic()
-    con.execute(dd_attrs_view('t', 'read_parquet(%s)' % parts))  # noqa: S608
+    con.execute(dd_attrs_view('t', parts))
     digest = dd_digest(con)
     out['phases']['digest'] = time.monotonic() - t0
     t0 = time.monotonic()
     requests = handed = 0
-    for b in range(BUCKETS):
+    for b in range(buckets):
         res = con.execute(
-            'SELECT req, ts, ph, ev, host, span, parent, dur_us FROM t '  # noqa: S608
-            "WHERE bucket = %d AND req IS NOT NULL AND ph IN ('B', 'X', 'I') "
-            "AND ev NOT IN ('sql.query', 'sql.txn') ORDER BY req, ts, line"
-            % b).fetchnumpy()
+            'SELECT %s FROM t WHERE bucket = %d AND req IS NOT NULL AND '  # noqa: S608
+            "ph IN ('B', 'X', 'I') AND ev NOT IN ('sql.query', 'sql.txn') "
+            'ORDER BY req, ts, line' % (', '.join(HANDED), b)).fetchnumpy()
         cols = {k: v.tolist() for k, v in res.items()}
-        r, e, _o = _bucket_runs(cols)
+        r, e, _o = _handoff(cols['req'], cols)
         requests += r
         handed += e
     out['phases']['assembly'] = time.monotonic() - t0
-    return {'requests': requests, 'handed': handed,
-            'classes': digest['classes'],
-            'statements': sum(r[1] for r in digest['fingerprint'])}
+    return _stream_result(requests, handed, digest)
 
 
-def _pa_stream(paths, tmp, out) -> dict:
+def _pa_stream(paths, tmp, out, buckets) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
     found = Found()
+    # pyarrow has no hash kernel: the request id's first two hex digits
+    # (uniform in a uuid4) as a number, modulo ``buckets``
+    pairs = ['%02x' % i for i in range(256)]
+    of_pair = pa.array([i % buckets for i in range(256)], pa.int32())
     t0 = time.monotonic()
     events = 0
     for k, table in enumerate(pa_decode(paths, None, found)):
-        # a hash of the request id: pyarrow has none; the first bytes of
-        # the uuid's hex digits are uniform enough
-        req = pc.fill_null(table.column('req'), 'req-00000000')
-        bucket = pc.cast(pc.utf8_slice_codeunits(req, 4, 5), pa.string())
+        req = pc.fill_null(table.column('req'), 'req-00')
+        digits = pc.utf8_slice_codeunits(pc.cast(req, pa.string()), 4, 6)
+        bucket = of_pair.take(pc.fill_null(pc.index_in(
+            digits, value_set=pa.array(pairs)), 0))
         table = table.append_column('bucket', bucket)
-        pq.write_table(table, os.path.join(tmp, 'part-%05d.parquet' % k),
-                       compression='zstd')
+        pq.write_to_dataset(table, tmp, partition_cols=['bucket'],
+                            basename_template='%05d-{i}.parquet' % k,
+                            compression='zstd')
         events += table.num_rows
     out['phases']['decode+write'] = time.monotonic() - t0
+    out['rss_decode_mb'] = _peak_mb()
     out['events'] = events
-    dataset = ds.dataset(tmp, format='parquet')
     t0 = time.monotonic()
+    dataset = ds.dataset(tmp, format='parquet', partitioning='hive')
     cols = ['ph', 'ev', 'a_fp', 'svc', 'a_db', 'a_call', 'a_kind', 'dur_us',
             'a_rows', 'st', 'ts']
     sql = dataset.to_table(columns=cols, filter=(
         ds.field('ph') == 'X') & (ds.field('ev') == 'sql.query'))
     digest = pa_digest(pa, pc, sql)
+    del sql
     out['phases']['digest'] = time.monotonic() - t0
     t0 = time.monotonic()
     requests = handed = 0
-    hexdigits = '0123456789abcdef'
-    for group in range(BUCKETS):
-        mine = [hexdigits[i] for i in range(16) if i % BUCKETS == group]
+    for b in range(buckets):
         part = dataset.to_table(
-            columns=['req', 'ts', 'line', 'ph', 'ev', 'host', 'span',
-                     'parent', 'dur_us'],
-            filter=ds.field('bucket').isin(mine) &
-            ds.field('req').is_valid() &
+            columns=list(HANDED),
+            filter=(ds.field('bucket') == b) & ds.field('req').is_valid() &
             ds.field('ph').isin(['B', 'X', 'I']) &
             ~ds.field('ev').isin(['sql.query', 'sql.txn']))
         part = part.sort_by([('req', 'ascending'), ('ts', 'ascending'),
                              ('line', 'ascending')])
         cols = {c: part.column(c).to_pylist() for c in part.column_names}
-        r, e, _o = _bucket_runs(cols)
+        r, e, _o = _handoff(cols['req'], cols)
         requests += r
         handed += e
     out['phases']['assembly'] = time.monotonic() - t0
-    return {'requests': requests, 'handed': handed,
-            'classes': digest['classes'],
-            'statements': sum(r[1] for r in digest['fingerprint'])}
+    return _stream_result(requests, handed, digest)
 
 
 # -- the parent: runs children, prints the table ---------------------------
@@ -1825,6 +1850,12 @@ def _print_rows(kernel, rows, events, statements, rates=None) -> None:
             kernel, engine, extra or '-', secs, n / secs,
             n / max(res['cpu_s'], 1e-3), res['rss_mb'],
             '%.2f' % (base / secs) if base else '-', same, load, phases))
+        if kernel == 'stream':
+            print('    result: %s; %d buckets; Parquet %.0f MB; peak RSS '
+                  'after decode+write %.0f MB' % (
+                      json.dumps(check), res.get('buckets', 0),
+                      res.get('parquet_mb', 0),
+                      res.get('rss_decode_mb', 0)))
         if same == 'DIFF' or os.environ.get('BENCH_ENGINES_VERBOSE'):
             print('    check: %s' % json.dumps(check)[:600])
             print('    ref:   %s' % json.dumps(ref)[:600])
