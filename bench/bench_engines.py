@@ -312,6 +312,7 @@ class Found:
         self.coerced = 0
         self.other = 0
         self.problems = []
+        self.slow_files = None
 
     def add(self, fi: int, line: int, kind: str) -> None:
         self.bad.append((fi, line, kind))
@@ -840,7 +841,7 @@ def _dd_read_lines(fi: int, path: str) -> str:
             % (fi, _sql_str(path)))
 
 
-def dd_lines_sql(paths: list, needle: str = None) -> str:
+def dd_lines_sql(paths: list, needle: str = None, only=None) -> str:
     """One query over all files, no per-line Python: each file's lines
     numbered in file order (``read_csv`` with a separator that never
     occurs in a record, no quoting; empty lines kept), the service-log
@@ -849,7 +850,8 @@ def dd_lines_sql(paths: list, needle: str = None) -> str:
     ``attrs`` JSON.  Other lines of service logs are kept as rows with
     ``other`` set (counted), blank lines are dropped."""
     lines = ' UNION ALL '.join(_dd_read_lines(fi, path)
-                               for fi, path in enumerate(paths))
+                               for fi, path in enumerate(paths)
+                               if only is None or fi in only)
     rec = ("CASE WHEN starts_with(text, '{') THEN text WHEN "
            "strpos(text, '%s') > 0 THEN substr(text, strpos(text, '%s')) "
            "END" % (MARKER, MARKER))
@@ -905,22 +907,24 @@ def dd_table(con, paths: list, needle: str = None) -> Found:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _dd_table(con, paths, needle, tmp) -> Found:
+def _dd_table(con, paths, needle, tmp, only=None, fast=None) -> Found:
+    """``only``: the file indices to read (all); ``fast``: a query of
+    rows read by ``dd_table_fast``, added to the view."""
     import duckdb
     found = Found()
     # the value checks in the same statement as the decode
     query = ('CREATE OR REPLACE TEMP TABLE k AS SELECT *, %s AS kind '  # noqa: S608
              'FROM (%%s)' % dd_validate_sql())
     try:
-        con.execute(query % dd_lines_sql(paths, needle))
+        con.execute(query % dd_lines_sql(paths, needle, only))
     except duckdb.InvalidInputException as exc:
         if 'unicode' not in str(exc).lower():
             raise
         # read_csv refuses a file that is not UTF-8 (ignore_errors would
         # drop the line and shift the numbers): such files are copied
         # with their bad lines blanked out, and read again
-        clean = _dd_sanitise(paths, tmp, found)
-        con.execute(query % dd_lines_sql(clean, needle))
+        clean = _dd_sanitise(paths, tmp, found, only)
+        con.execute(query % dd_lines_sql(clean, needle, only))
     # seq seen again in a file and pid among the valid rows: a hash
     # aggregate finds the few keys (a window over all rows costs 10x),
     # then every line of such a key but its first is a duplicate
@@ -940,18 +944,60 @@ def _dd_table(con, paths, needle, tmp) -> Found:
         found.add(fi, line, kind)
     found.other += con.execute(
         "SELECT count(*) FROM k WHERE kind = 'other'").fetchone()[0]
-    con.execute(dd_attrs_view('t', '(SELECT * EXCLUDE (kind, other, ok) '
-                              'FROM k ANTI JOIN dups USING (file, line) '
-                              'WHERE kind IS NULL)'))
+    rows = ('SELECT * EXCLUDE (kind, other, ok) FROM k ANTI JOIN dups '
+            'USING (file, line) WHERE kind IS NULL')
+    if fast:
+        rows += ' UNION ALL BY NAME ' + fast
+    con.execute(dd_attrs_view('t', '(%s)' % rows))
     return found
 
 
-def _dd_sanitise(paths: list, tmp: str, found: Found) -> list:
+def dd_table_fast(con, paths: list) -> Found:
+    """DuckDB's parallel NDJSON reader (``read_json``) on the NDJSON
+    files, without line numbers (a record is known by file, pid and
+    seq).  A file where it finds a row it could not read or that fails
+    a check, or a repeated seq, and the service logs, are read by the
+    lines path instead (``dd_table``), for exact file:line."""
+    ndjson = [i for i, p in enumerate(paths)
+              if not p.endswith(('.log', '.log.gz'))]
+    columns = json.loads(_dd_types())
+    columns['inst'] = 'VARCHAR[]'
+    con.execute(
+        'CREATE OR REPLACE TEMP TABLE f AS SELECT n.file, NULL::BIGINT AS '  # noqa: S608
+        'line, false AS other, (j.v IS NOT NULL OR j.ph IS NOT NULL OR '
+        'j.seq IS NOT NULL OR j.ts IS NOT NULL) AS ok, j.* EXCLUDE '
+        "(filename) FROM read_json([%s], format = 'newline_delimited', "
+        'ignore_errors = true, filename = true, columns = {%s}) j JOIN '
+        '(VALUES %s) n(name, file) ON j.filename = n.name' % (
+            ', '.join(_sql_str(paths[i]) for i in ndjson),
+            ', '.join('%s: %s' % (_sql_str(k), _sql_str(v))
+                      for k, v in columns.items()),
+            ', '.join('(%s, %d)' % (_sql_str(paths[i]), i)
+                      for i in ndjson)))
+    suspects = {r[0] for r in con.execute(
+        'SELECT DISTINCT file FROM f WHERE (%s) IS NOT NULL UNION '  # noqa: S608
+        'SELECT DISTINCT file FROM f GROUP BY file, pid, seq HAVING '
+        'count(*) > 1' % dd_validate_sql()).fetchall()}
+    slow = (set(range(len(paths))) - set(ndjson)) | suspects
+    fast = ('SELECT * EXCLUDE (other, ok) FROM f WHERE file NOT IN (%s)' %  # noqa: S608
+            ', '.join(str(i) for i in sorted(slow) or [-1]))
+    tmp = tempfile.mkdtemp(prefix='instrument-bench-engines-utf8-')
+    try:
+        found = _dd_table(con, paths, None, tmp, only=slow, fast=fast)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    found.slow_files = len(slow)
+    return found
+
+
+def _dd_sanitise(paths: list, tmp: str, found: Found, only=None) -> list:
     """Copies of the files that are not UTF-8, bad lines blanked."""
     out = list(paths)
     texts = collections.defaultdict(list)
     bad = set()
-    for fi, before, text, cut in read_blocks(paths):
+    blocks = read_blocks([p if only is None or i in only else os.devnull
+                          for i, p in enumerate(paths)])
+    for fi, before, text, cut in blocks:
         if text is None:
             bad.add(fi)
             if cut == 'other':
@@ -1445,7 +1491,11 @@ def engine_kernel(engine, kernel, paths, needle, extra) -> dict:
         out['events'] = df.height
     elif engine == 'duckdb':
         con = dd_connect()
-        found = dd_table(con, paths, needle)
+        if extra == 'fast':
+            found = dd_table_fast(con, paths)
+            out['slow_files'] = found.slow_files
+        else:
+            found = dd_table(con, paths, needle)
         out['events'] = con.execute('SELECT count(*) FROM t').fetchone()[0]
     else:
         import pyarrow as pa
@@ -1795,6 +1845,8 @@ def main() -> None:
         if kernel == 'decode':
             runs += [(e, '1thread') for e in engines]
             runs += [(e, 'ndjson') for e in engines]
+            if 'duckdb' in engines:
+                runs.append(('duckdb', 'fast'))
         if kernel == 'assembly' and 'polars' in engines:
             runs.append(('polars', 'partition'))
         for engine, extra in runs:
