@@ -46,15 +46,28 @@ Kernels (``--kernels``):
               at request boundaries; Polars also ``partition_by``).
 ``stream``    the whole of ``decode`` + ``digest`` + ``assembly`` in
               bounded memory: blocks of the input decoded one at a time
-              and written as Parquet parts (the ``export --parquet``
-              layout); the digest from the parts; requests handed to
-              Python per hash bucket of the request id.  Run on the
-              10M-event set by default (``--stream-set big``).
+              and written as Parquet parts partitioned by a hash bucket
+              of the request id (one bucket per 100 MB of input; the
+              export would partition by day and host); the digest from
+              the parts; requests handed to Python one bucket at a
+              time.  Run on the 10M-event set (``--big-events 0``: on
+              the main set); DuckDB under ``--duckdb-memory``.
 
-Each row prints seconds, events (or statements) per second, peak RSS of
-the child, the ratio to the ``msgspec`` baseline of the same kernel and
-whether the kernel's result equals the baseline's (``check``).  The load
-average is printed next to each row: the machine has two shared cores.
+Variants of ``decode``: ``1thread`` (the engine limited to one
+thread), ``ndjson`` (the engine's own NDJSON reader on the files it can
+read: no line numbers, no bad-line report; a ceiling) and, for DuckDB,
+``fast`` (``read_json`` on the NDJSON files, the numbered lines path
+only for service logs and files with a bad row or a repeated seq).
+
+Each row prints seconds, events (or statements) per second of wall time
+and per CPU second of the child (less sensitive to other work on the
+shared cores), peak RSS of the child, the ratio to the ``msgspec``
+baseline of the same kernel and whether the kernel's result equals the
+baseline's (``check``); ``--repeat`` keeps the fastest of N runs.  The
+load average is printed next to each row: the machine has two shared
+cores.  With ``pt-query-digest`` installed (Debian: percona-toolkit),
+the digest's rate is also given as a multiple of its rate on the same
+statements.
 
 Data: the 1M-event set of ``bench/bench_report.py`` (cached under the
 temp directory) and a 10M-event set made by the same generator with ten
@@ -77,7 +90,6 @@ import glob
 import gzip
 import hashlib
 import json
-import math
 import os
 import resource
 import shutil
@@ -504,10 +516,6 @@ def py_assembly(recs: list) -> dict:
 
 # -- digest helpers shared by the engines ----------------------------------
 
-def bucket_of(us) -> int:
-    return int(math.log10(us) * PER_DECADE) if us >= 1 else 0
-
-
 def hist_percentile(n, lo, hi, buckets, pct) -> float:
     """``sqldigest.percentile`` from ``[(bucket, count)]`` sorted."""
     rank = pct / 100.0 * n
@@ -755,15 +763,6 @@ def _handoff(reqs, cols: dict) -> tuple:
         requests += 1
         i = j
     return requests, events, opened
-
-
-def _runs(reqs) -> list:
-    """Start offsets of each request's run in a sorted column."""
-    starts = [0]
-    for i in range(1, len(reqs)):
-        if reqs[i] != reqs[i - 1]:
-            starts.append(i)
-    return starts
 
 
 def pl_assembly(pl, df, partition: bool = False) -> tuple:
