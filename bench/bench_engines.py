@@ -145,6 +145,16 @@ def _bench_report():
     return bench_report
 
 
+def synthetic_module():
+    """The synthetic cloud generator: ``tests/synthetic`` (where it is
+    moving), else ``instrument.analysis.synthetic``."""
+    try:
+        from tests import synthetic
+    except ImportError:
+        from instrument.analysis import synthetic
+    return synthetic
+
+
 def one_million(events: int) -> tuple:
     """The set of ``bench_report.py`` (generated there, cached)."""
     base, info = _bench_report().generate(events)
@@ -163,7 +173,9 @@ def big_set(events: int) -> tuple:
     if not os.path.exists(marker):
         code = ('import json, os, sys, time\n'
                 'sys.path.insert(0, %r)\n'
-                'from instrument.analysis import synthetic\n'
+                'sys.path.insert(0, %r)\n'
+                'import bench_engines\n'
+                'synthetic = bench_engines.synthetic_module()\n'
                 't0 = time.monotonic()\n'
                 'truth = synthetic.generate(%r, seed=11, requests=%d, '
                 'rate=3.0, computes=40)\n'
@@ -171,8 +183,8 @@ def big_set(events: int) -> tuple:
                 '        "sql": sum(v[0] for v in truth.sql.values()),\n'
                 '        "generated_s": time.monotonic() - t0}\n'
                 'json.dump(info, open(%r, "w"))\n' % (
-                    ROOT, os.path.join(base, 'logs'), requests, requests,
-                    marker))
+                    ROOT, HERE, os.path.join(base, 'logs'), requests,
+                    requests, marker))
         shutil.rmtree(base, ignore_errors=True)
         subprocess.run([sys.executable, '-c', code], check=True)
     with open(marker) as f:
@@ -203,7 +215,7 @@ def damaged_set() -> str:
     logs = os.path.join(base, 'logs')
     marker = os.path.join(base, 'truth.json')
     if not os.path.exists(marker):
-        from instrument.analysis import synthetic
+        synthetic = synthetic_module()
         shutil.rmtree(base, ignore_errors=True)
         truth = synthetic.generate(logs, seed=3, requests=300, rate=3.0,
                                    computes=4, bad_input=True)
