@@ -39,7 +39,7 @@ def build_message(env: str, site_packages: pathlib.Path,
     if (site_packages / 'nova').is_dir():
         return None
     return ('%s: installing nova 34, its test requirements (about 150 '
-            'packages) and openstack-instrument: about a minute with '
+            'packages) and openstack-instrument: a minute or two with '
             'pip\'s cache, a few minutes the first time; pip\'s output '
             'is hidden (tox -v shows it)' % env)
 
