@@ -19,17 +19,33 @@ configuration only: the ``[instrument]`` group,
 starts it) and an api-paste.ini whose pipelines carry the ``instrument``
 filter.  ``Settings`` chooses computes, driver, and whether to
 instrument at all or to run osprofiler instead (for the benchmark).
+
+The databases carry the names a deployment gives them (``nova_api``,
+``nova_cell0``, ``nova_cell1``, ``placement``), so that the SQL records,
+whose database name is the engine URL's (``instrument.db.listeners``),
+say which is which: under native threads nova's fixtures put each in a
+temporary sqlite file, named here after the database
+(``LogicalDatabases``); under eventlet each is an in-memory sqlite
+database with that name.
 """
 
 import contextlib
 import os
+import sqlite3
 import sys
 import sysconfig
+import tempfile
 import threading
 
 from nova.tests.functional import integrated_helpers  # noqa: I100
 import fixtures
+from nova.db.main import api as main_db_api
+from nova import objects
+from nova.tests import fixtures as nova_fixtures
+from nova.tests.functional import fixtures as func_fixtures
+from nova import utils
 from oslo_config import cfg
+from oslo_utils.fixture import uuidsentinel
 
 from instrument import opts
 from instrument import runtime
@@ -67,6 +83,98 @@ def nova_paste_ini() -> str:
             return path
     raise RuntimeError('nova api-paste.ini not found under %s/etc/nova; is '
                        'nova installed in this environment?' % sys.prefix)
+
+
+def logical_name(label: str) -> str:
+    """The deployment's name of the database nova's fixtures call
+    ``label``: ``api``, ``placement``, ``main``, or a cell mapping's
+    ``database_connection`` (the cell's uuid in nova's test base)."""
+    names = {'api': 'nova_api', 'placement': 'placement', 'main': 'nova',
+             objects.CellMapping.CELL0_UUID: 'nova_cell0'}
+    if label in names:
+        return names[label]
+    for n in range(1, 10):
+        # nova's test base names cell N's uuid uuidsentinel.cellN
+        if label == getattr(uuidsentinel, 'cell%d' % n):
+            return 'nova_cell%d' % n
+    return 'nova_' + label.replace('/', '_').replace(':', '_')
+
+
+def memory_url(name: str) -> str:
+    """An in-memory sqlite database whose URL's database name is
+    ``name`` (a ``mode=memory`` URI: no file is written; SQLAlchemy and
+    oslo.db give it one static connection, as ``sqlite://``)."""
+    return 'sqlite:///file:/instrument-demo/%s?mode=memory&uri=true' % name
+
+
+def _sqlite_file_named(label: str) -> tuple:
+    """nova's ``_use_file_backed_sqlite_with_wal``, the file named after
+    the database: ``(url, path)``.  Under ``fixtures.NestedTempfile``,
+    as nova's, so the file goes when the test ends."""
+    directory = tempfile.mkdtemp(prefix='instrument-demo-db-')
+    path = os.path.join(directory, logical_name(label))
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute('PRAGMA journal_mode=WAL')
+    finally:
+        conn.close()
+    return 'sqlite:///%s' % path, path
+
+
+class LogicalDatabases(fixtures.Fixture):
+    """nova's and placement's test databases, named as in a deployment.
+
+    Native threads: nova's fixtures create a temporary sqlite file per
+    database (``nova-test-<label>-<random>.sqlite``); the files get the
+    logical names instead.  Eventlet: nova's fixtures use ``sqlite://``
+    for every database; each gets an in-memory URL with its name.  Both:
+    ``[database] connection`` (``sqlite://``, opened once at set-up)
+    becomes an in-memory ``nova``.
+    """
+
+    def _setUp(self) -> None:
+        # mock's patch (MockPatch), not MonkeyPatch: the attribute
+        # "nova" of nova.tests.fixtures is the nova package (a star
+        # import), not the module nova.tests.fixtures.nova
+        for module in ('nova.tests.fixtures.nova',
+                       'nova.tests.functional.fixtures'):
+            self.useFixture(fixtures.MockPatch(
+                module + '._use_file_backed_sqlite_with_wal',
+                _sqlite_file_named))
+        # [database] connection: the engine nova's set-up opens before
+        # the cells are targeted (a deployment's "nova" database)
+        groups = {'database': 'nova'}
+        if not utils.concurrency_mode_threading():
+            groups['api_database'] = 'nova_api'
+        for group, name in groups.items():
+            CONF.set_override('connection', memory_url(name), group=group)
+            self.addCleanup(CONF.clear_override, 'connection', group=group)
+        if utils.concurrency_mode_threading():
+            return
+        add_cell = nova_fixtures.CellDatabases.add_cell_database
+        create = main_db_api.create_context_manager
+
+        def add_cell_database(celldbs, connection_str, default=False):
+            url = memory_url(logical_name(connection_str))
+
+            def named(connection=None):
+                return create(connection=connection or url)
+            with fixtures.MockPatch(
+                    'nova.db.main.api.create_context_manager', named):
+                return add_cell(celldbs, connection_str, default=default)
+        self.useFixture(fixtures.MockPatch(
+            'nova.tests.fixtures.nova.CellDatabases.add_cell_database',
+            add_cell_database))
+        configure = func_fixtures.PlacementFixture._configure_placement
+
+        def configure_placement(placement, conf_fixture):
+            configure(placement, conf_fixture)
+            if placement.db:
+                conf_fixture.config(connection=memory_url('placement'),
+                                    group='placement_database')
+        self.useFixture(fixtures.MockPatch(
+            'nova.tests.functional.fixtures.PlacementFixture.'
+            '_configure_placement', configure_placement))
 
 
 class ReaderPreferringLock:
@@ -172,6 +280,7 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
         self.useFixture(fixtures.MockPatch(
             'nova.tests.fixtures.nova.ReaderWriterLock',
             ReaderPreferringLock))
+        self.useFixture(LogicalDatabases())
         super().setUp()
         if (settings.instrument and self.require_instrumentation and
                 runtime.active() is None):

@@ -22,6 +22,7 @@ Data flows one way through these modules:
 ``classify``   final states, failure causes, normalised messages
 ``breakdown``  exclusive time per component, critical path, statistics
 ``sqldigest``  pt-query-digest style SQL profile
+``window``     ``--since``/``--until``: what a limited report counts
 ``pipeline``   the two passes (clocks, then everything else), workers
 ``compare``    two runs side by side with significance tests
 ``report_*``   text, JSON and self-contained HTML writers

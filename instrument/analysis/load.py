@@ -12,7 +12,11 @@
 """Finding, opening and decoding span files; what was lost on the way.
 
 Inputs are files, directories (searched recursively) and glob patterns;
-files may be gzip-compressed.  A line is a span record when it starts
+files may be gzip-compressed.  In a directory or a glob, span files are
+recognised by name (``*.jsonl``, ``*.log`` ...) and by a span record
+near their start (anywhere in a service log); other files, such as a
+JSON report, are skipped and named in the problems (``discover``).  A
+line is a span record when it starts
 with ``{``, or, in a service log written by the ``log`` sink, when it
 contains ``{"v":`` (the record starts there).  Other lines of a service
 log are counted, not reported.
@@ -43,6 +47,7 @@ import gzip
 import os
 import re
 import typing
+import zlib
 
 from instrument import schema
 
@@ -59,10 +64,16 @@ except ImportError:  # pragma: no cover - exercised without msgspec
     msgspec = None  # type: ignore[assignment]
 
 SPAN_SUFFIXES = ('.jsonl', '.json', '.log', '.txt')
+# service logs: the ``log`` sink's records may start anywhere in them
+LOG_SUFFIXES = ('.log', '.txt')
+# how much of a file ``sniff`` reads to find a span record
+SNIFF_BYTES = 1 << 16
 KINDS = ('malformed', 'truncated', 'unknown_version', 'invalid',
          'duplicate', 'late')
 MAX_SAMPLES = 20
 LOG_MARKER = b'{"v":'
+# how a JSON report written by ``instrument-report --json`` starts
+REPORT_MARKER = b'{"report_version"'
 _TS = re.compile(rb'"ts":\s*(\d+)')
 
 
@@ -78,14 +89,108 @@ def _is_span_file(name: str) -> bool:
     return name.endswith(SPAN_SUFFIXES)
 
 
+def _is_log_name(name: str) -> bool:
+    if name.endswith('.gz'):
+        name = name[:-3]
+    return name.endswith(LOG_SUFFIXES)
+
+
+def sniff(path: str) -> str:
+    """What ``path`` holds, from its name and its first bytes.
+
+    ``'spans'``: a span record in the first ``SNIFF_BYTES`` (for a
+    service log, ``*.log`` or ``*.txt``, anywhere in the file: the
+    ``log`` sink's lines may start late in it); ``'report'``: a JSON
+    report of ``instrument-report``; ``'empty'``: nothing but
+    whitespace; ``'other'``: anything else.  A file that cannot be
+    read here counts as ``'spans'``: the reader says what is wrong.
+    """
+    opener: typing.Callable[..., typing.Any] = \
+        gzip.open if path.endswith('.gz') else open
+    try:
+        with opener(path, 'rb') as f:
+            head = f.read(SNIFF_BYTES)
+            if head.lstrip().startswith(REPORT_MARKER):
+                return 'report'
+            if LOG_MARKER in head:
+                return 'spans'
+            if not _is_log_name(os.path.basename(path)):
+                return 'empty' if not head.strip() else 'other'
+            empty = not head.strip()
+            tail = head[-len(LOG_MARKER):]
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    return 'empty' if empty else 'other'
+                if LOG_MARKER in tail + chunk:
+                    return 'spans'
+                empty = empty and not chunk.strip()
+                tail = chunk[-len(LOG_MARKER):]
+    except (OSError, EOFError, ValueError, zlib.error):
+        return 'spans'
+
+
+def _names(paths: list, limit: int = 5) -> str:
+    names = list(paths[:limit])
+    if len(paths) > limit:
+        names.append('and %d more' % (len(paths) - limit))
+    return ', '.join(names)
+
+
+def _skipped(reports: list, others: list, unnamed: list) -> list:
+    """The lines that mention the files discovery left out."""
+    out = []
+    for path in reports:
+        out.append('skipped %s: a JSON report of instrument-report, not a '
+                   'span file (compare two runs with "instrument-report '
+                   'compare RUN_A RUN_B")' % path)
+    if others:
+        out.append('skipped %d file%s holding no span record: %s' % (
+            len(others), '' if len(others) == 1 else 's', _names(others)))
+    if unnamed:
+        out.append('skipped %d file%s not named like span files (%s, or '
+                   '.gz): %s' % (
+                       len(unnamed), '' if len(unnamed) == 1 else 's',
+                       ', '.join('*' + s for s in SPAN_SUFFIXES),
+                       _names(unnamed)))
+    return out
+
+
 def discover(paths: list) -> tuple:
-    """Expand ``paths`` into a sorted list of files.
+    """Expand ``paths`` into a sorted list of span files.
 
     Returns ``(files, problems)``; ``problems`` names paths that matched
-    nothing or could not be read.
+    nothing or could not be read, and the files left out.
+
+    A file named on the command line is read unless it is a JSON report
+    (``sniff``).  Files found in a directory or by a glob are read when
+    their name is a span file's (``SPAN_SUFFIXES``, ``.gz`` too) and
+    ``sniff`` finds span records in them (or nothing at all); the others
+    (the demo's ``report.json``, ``servers.json`` and ``report.txt``,
+    a service log without span records ...) are left out and mentioned.
     """
     found = []
     problems = []
+    reports: list = []
+    others: list = []
+    unnamed: list = []
+
+    def found_file(path: str, named: bool) -> None:
+        if not named and not _is_span_file(os.path.basename(path)):
+            if not os.path.basename(path).startswith('.'):
+                unnamed.append(path)
+            return
+        if not os.access(path, os.R_OK):
+            found.append(path)  # reported as not readable below
+            return
+        kind = sniff(path)
+        if kind == 'report':
+            reports.append(path)
+        elif kind == 'other' and not named:
+            others.append(path)
+        else:
+            found.append(path)
+
     for path in paths:
         if any(c in path for c in '*?['):
             matches = sorted(glob.glob(path, recursive=True))
@@ -93,19 +198,21 @@ def discover(paths: list) -> tuple:
                 problems.append('%s: no file matches' % path)
             for match in matches:
                 if os.path.isdir(match):
-                    found.extend(_walk(match))
+                    for name in _walk(match):
+                        found_file(name, False)
                 else:
-                    found.append(match)
+                    found_file(match, False)
         elif os.path.isdir(path):
             files = _walk(path)
             if not files:
-                problems.append('%s: no span files (*.jsonl, *.log, '
-                                '... or .gz) in this directory' % path)
-            found.extend(files)
+                problems.append('%s: no files in this directory' % path)
+            for name in files:
+                found_file(name, False)
         elif os.path.isfile(path):
-            found.append(path)
+            found_file(path, True)
         else:
             problems.append('%s: no such file or directory' % path)
+    problems.extend(_skipped(reports, others, unnamed))
     unique = []
     seen = set()
     for path in found:
@@ -121,11 +228,20 @@ def discover(paths: list) -> tuple:
 
 
 def _walk(directory: str) -> list:
+    """Every file under ``directory``, hidden ones and those in hidden
+    directories left out, sorted; symbolic links to directories are
+    followed, each directory once."""
     out = []
-    for root, dirs, files in os.walk(directory):
+    seen = set()
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
         for name in sorted(files):
-            if _is_span_file(name):
+            if not name.startswith('.'):
                 out.append(os.path.join(root, name))
     return out
 

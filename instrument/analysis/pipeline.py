@@ -48,6 +48,7 @@ from instrument.analysis import load
 from instrument.analysis import requests
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
+from instrument.analysis import window
 from instrument import schema
 
 REPORT_VERSION = 1
@@ -118,6 +119,8 @@ class Partial:
         self.causality: dict[str, typing.Any] = {
             'checked': 0, 'violations': 0, 'examples': []}
         self.no_request = collections.Counter()
+        # requests left out: they started outside --since/--until
+        self.outside = 0
         self.processes = []
         self.records = 0
         self.lines = 0
@@ -193,9 +196,13 @@ class PartReader:
         self.out = out = Partial(self.digest)
         self.issues = out.issues
         self.loss = out.loss
+        span = window.Window(
+            typing.cast(typing.Optional[int], opts.since),
+            typing.cast(typing.Optional[int], opts.until))
         self.asm = requests.Assembler(
             opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
-            on_summary=_Keeper(opts.all_lifecycles))
+            on_summary=_Keeper(opts.all_lifecycles),
+            window=span if span else None)
         self.decoder = load.RecordDecoder(opts.fast_decode)
         # (file index, pid): [records, lowest seq, highest seq] of the
         # process's current incarnation, and how many it had
@@ -393,6 +400,7 @@ class PartReader:
         out.retries = asm.retries
         out.causality = asm.causality
         out.no_request = asm.no_request
+        out.outside = asm.outside
         # every record counted is counted once in its process's seq entry
         out.records = sum(n for n, _lo, _hi in self.loss.seqs.values())
         out.lines = self.lines if self.part == 0 else 0
@@ -448,6 +456,7 @@ def _merge(parts: list) -> Partial:
         out.causality['examples'].extend(
             p.causality['examples'][:10 - len(out.causality['examples'])])
         out.no_request.update(p.no_request)
+        out.outside += p.outside
         out.processes.extend(p.processes)
         out.records += p.records
         out.lines += p.lines
@@ -492,13 +501,11 @@ def _analyse(inputs: list, opts: Options) -> dict:
     file_offsets = {i: offsets.get(h, 0) for i, h in file_host.items()}
     if first_ts is not None:
         first_ts += min(offsets.values(), default=0)
-    since = opts.since
-    until = opts.until
-    if isinstance(since, str):
-        since = sqldigest.parse_time(since, first_ts)
-    if isinstance(until, str):
-        until = sqldigest.parse_time(until, first_ts)
-    part_opts = Options(jobs=opts.jobs, since=since, until=until,
+    try:
+        span = window.resolve(opts.since, opts.until, first_ts)
+    except ValueError as exc:
+        raise load.InputError(str(exc)) from None
+    part_opts = Options(jobs=opts.jobs, since=span.since, until=span.until,
                         all_lifecycles=opts.all_lifecycles,
                         fast_decode=opts.fast_decode)
     part_opts.idle_us = opts.idle_us
@@ -585,6 +592,11 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
         'sql': merged.digest.profile(opts.group_by, opts.order_by,
                                      opts.limit),
         'causality': merged.causality,
+        # --since/--until (window.py): what they left out
+        'window': {'since_us': merged.digest.since,
+                   'until_us': merged.digest.until,
+                   'requests_outside': merged.outside,
+                   'sql_outside': merged.digest.filtered},
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
     }

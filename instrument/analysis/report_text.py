@@ -105,12 +105,20 @@ def _inputs(report: dict, out: list) -> None:
     out.append('# instrument-report: %d files, %.1f MB, %d lines, %d '
                'records' % (len(inp['files']), inp['bytes'] / 1e6,
                             inp['lines'], inp['records']))
-    out.append('# run %s .. %s (%.1f s); analysed in %.1f s with %d '
-               'worker(s)' % (
+    # the run's duration: one definition, the demo's too
+    out.append('# run %s .. %s UTC: %.1f s from the first request\'s start '
+               'to the last request\'s end (corrected clocks)' % (
                    fmt_time(summary['start_us']),
-                   fmt_time(summary['end_us']), summary['duration_s'],
-                   report.get('run', {}).get('seconds', 0.0),
-                   report.get('run', {}).get('jobs', 1)))
+                   fmt_time(summary['end_us']), summary['duration_s']))
+    win = report.get('window') or {}
+    if win.get('since_us') is not None or win.get('until_us') is not None:
+        out.append('# --since/--until %s .. %s: %d requests that started '
+                   'outside and %d SQL statements outside left out' % (
+                       fmt_time(win['since_us']), fmt_time(win['until_us']),
+                       win['requests_outside'], win['sql_outside']))
+    out.append('# analysed in %.1f s with %d worker(s)' % (
+        report.get('run', {}).get('seconds', 0.0),
+        report.get('run', {}).get('jobs', 1)))
 
 
 def _load(report: dict, out: list) -> None:
@@ -300,6 +308,21 @@ def _sql(report: dict, out: list, blocks: int) -> None:
 SIDE_KINDS = {'POOL_RESET', 'CONNECT'}
 
 
+def rows_cell(r: dict) -> tuple:
+    """The rows of a SQL class and a note: ``unknown`` when no statement
+    had a row count (sqlite's driver gives none for a SELECT; BEGIN and
+    COMMIT have none), never a false zero; the note says how many had
+    none when only some had one."""
+    rows = r.get('rows')
+    if rows is None:
+        return 'unknown', ''
+    unknown = r.get('rows_unknown') or 0
+    if unknown:
+        return str(rows), '  (%d of %d statements without a row count)' % (
+            unknown, r['calls'])
+    return str(rows), ''
+
+
 def class_block(r: dict, group_by: str) -> list:
     """One pt-query-digest style block for a class."""
     lines = ['# Query %d: ID %s (%s %s)' % (
@@ -323,7 +346,7 @@ def class_block(r: dict, group_by: str) -> list:
         round(100 * r['pct']), fmt_us(r['total_us']), fmt_us(r['min_us']),
         fmt_us(r['max_us']), fmt_us(r['avg_us']), fmt_us(r['p95_us']),
         fmt_us(r['stddev_us']), fmt_us(r['median_us'])))
-    lines.append('# Rows             %7d' % r['rows'])
+    lines.append('# Rows             %7s%s' % rows_cell(r))
     lines.append('# Errors           %7d' % r['errors'])
     if r['aggregated']:
         lines.append('# (%d statements from sql.agg aggregates: their '

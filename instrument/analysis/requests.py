@@ -63,7 +63,8 @@ class Assembler:
                  on_summary: typing.Optional[typing.Callable[
                      [breakdown.RequestSummary, 'OpenRequest',
                       classify.Tree], bool]] = None,
-                 keep_lifecycles: bool = True) -> None:
+                 keep_lifecycles: bool = True,
+                 window: typing.Any = None) -> None:
         # on_summary(summary, request, tree) -> keep its lifecycle?
         self.idle_us = idle_us
         self.hung_us = hung_us
@@ -82,6 +83,10 @@ class Assembler:
         self.causality: dict[str, typing.Any] = {
             'checked': 0, 'violations': 0, 'examples': []}
         self.no_request = collections.Counter()
+        # --since/--until (a window.Window, None: everything): requests
+        # that started outside are left out, and counted
+        self.window = window
+        self.outside = 0
         self._swept: typing.Optional[int] = None
 
     # -- ingest (hot) ------------------------------------------------------
@@ -163,7 +168,8 @@ class Assembler:
 
     def instant(self, rec: typing.Any, ts: int) -> None:
         ev = rec.ev
-        if ev == 'db.retry':
+        if ev == 'db.retry' and (self.window is None or
+                                 self.window.contains(ts)):
             attrs = rec.attrs or {}
             self.retries[(attrs.get(schema.ATTR_FUNC) or '?',
                           attrs.get(schema.ATTR_CLS) or '?')] += 1
@@ -212,6 +218,10 @@ class Assembler:
             return
         tree = classify.Tree(r.spans, r.sql_errors)
         summary = breakdown.summarise(r, tree, keep_lifecycle=False)
+        if self.window is not None and not self.window.contains(
+                summary.start):
+            self.outside += 1
+            return
         self._failures(r, tree)
         self._causality(r, tree)
         self.summaries.append(summary)

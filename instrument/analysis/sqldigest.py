@@ -19,8 +19,10 @@ kind tells why a statement was sent: its verb (``SELECT``...), or
 (a new connection's set-up): a class counts every statement of its
 fingerprint, as the server's slow log does, and its ``kinds`` say how
 many were which; ``--group-by kind`` shows them apart.  A class
-holds count, total, sum of squares (standard deviation), min, max, rows,
-errors, first/last time and a log-scale histogram of 50 buckets per
+holds count, total, sum of squares (standard deviation), min, max, rows
+(and how many statements had a row count: sqlite's driver gives none
+for a SELECT, and an unknown count is never shown as zero), errors,
+first/last time and a log-scale histogram of 50 buckets per
 decade (4.7 % wide, like pt-query-digest's 5 % buckets) from which the
 median and 95th percentile are read.
 
@@ -51,12 +53,13 @@ _ITEM = re.compile(r'\b(?:from|into|update|join|table)\s+`?([\w.]+)', re.I)
 _log10 = math.log10
 
 # positions in a class's statistics list
+# (C_ROWS_N: statements whose row count is known, see ``add``)
 C_COUNT, C_SUM, C_SUMSQ, C_MIN, C_MAX, C_ROWS, C_ERRORS, C_HIST, C_FIRST, \
-    C_LAST, C_AGG = range(11)
+    C_LAST, C_AGG, C_ROWS_N = range(12)
 
 
 def _new(ts: int) -> list:
-    return [0, 0, 0, float('inf'), 0, 0, 0, {}, ts, ts, 0]
+    return [0, 0, 0, float('inf'), 0, 0, 0, {}, ts, ts, 0, 0]
 
 
 def bucket(us: float) -> int:
@@ -125,8 +128,12 @@ class SqlDigest:
             s[3] = dur
         if dur > s[4]:
             s[4] = dur
-        if rows:
-            s[5] += rows
+        if rows is not None:
+            # None: the driver did not say (sqlite's SELECTs); never
+            # counted as zero rows
+            s[11] += 1
+            if rows > 0:
+                s[5] += rows
         if error:
             s[6] += 1
         h = s[7]
@@ -142,11 +149,12 @@ class SqlDigest:
 
     def add_agg(self, ts: int, svc: str, attrs: dict) -> None:
         """One ``sql.agg`` counter record."""
+        count = int(attrs.get(schema.ATTR_COUNT) or 0)
         if self.since is not None and ts < self.since or \
                 self.until is not None and ts >= self.until:
-            self.filtered += 1
+            # statements outside --since/--until, as for ``add``
+            self.filtered += max(count, 0)
             return
-        count = int(attrs.get(schema.ATTR_COUNT) or 0)
         if count <= 0:
             return
         key = (attrs.get(schema.ATTR_FP), svc, attrs.get(schema.ATTR_DB),
@@ -161,7 +169,12 @@ class SqlDigest:
         s[2] += int(attrs.get(schema.ATTR_SUMSQ_US) or 0)
         s[3] = min(s[3], lo)
         s[4] = max(s[4], hi)
-        s[5] += int(attrs.get(schema.ATTR_ROWS) or 0)
+        rows = int(attrs.get(schema.ATTR_ROWS) or 0)
+        s[5] += rows
+        if rows > 0:
+            # an aggregate does not say how many of its statements had
+            # no row count: a sum of 0 may be "unknown", never a zero
+            s[11] += count
         s[6] += int(attrs.get(schema.ATTR_ERRORS) or 0)
         s[8] = min(s[8], ts)
         s[9] = max(s[9], ts)
@@ -198,7 +211,8 @@ class SqlDigest:
             s = self.classes.get(key)
             if s is None:
                 self.classes[key] = [o[0], o[1], o[2], o[3], o[4], o[5],
-                                     o[6], dict(o[7]), o[8], o[9], o[10]]
+                                     o[6], dict(o[7]), o[8], o[9], o[10],
+                                     o[11]]
                 continue
             _combine(s, o)
 
@@ -216,7 +230,7 @@ class SqlDigest:
             cur = out.get(g)
             if cur is None:
                 out[g] = [s[0], s[1], s[2], s[3], s[4], s[5], s[6],
-                          dict(s[7]), s[8], s[9], s[10]]
+                          dict(s[7]), s[8], s[9], s[10], s[11]]
             else:
                 _combine(cur, s)
             members.setdefault(g, set()).add(key)
@@ -283,7 +297,10 @@ class SqlDigest:
             'min_us': s[C_MIN] if n else 0, 'max_us': s[C_MAX],
             'avg_us': mean, 'p95_us': percentile(s, 95),
             'median_us': percentile(s, 50), 'stddev_us': std,
-            'rows': s[C_ROWS], 'errors': s[C_ERRORS],
+            # None when no statement of the class had a row count
+            'rows': s[C_ROWS] if s[C_ROWS_N] else None,
+            'rows_unknown': n - s[C_ROWS_N],
+            'errors': s[C_ERRORS],
             'aggregated': s[C_AGG], 'first_us': s[C_FIRST],
             'last_us': s[C_LAST], 'histogram': decades(s[C_HIST])}
 
@@ -291,7 +308,7 @@ class SqlDigest:
 def _order_value(row: dict, order: str) -> float:
     return {'sum': row['total_us'], 'count': row['calls'],
             'max': row['max_us'], 'avg': row['avg_us'],
-            'p95': row['p95_us'], 'rows': row['rows'],
+            'p95': row['p95_us'], 'rows': row['rows'] or 0,
             'errors': row['errors']}[order]
 
 
@@ -309,6 +326,7 @@ def _combine(s: list, o: list) -> None:
     s[8] = min(s[8], o[8])
     s[9] = max(s[9], o[9])
     s[10] += o[10]
+    s[11] += o[11]
 
 
 def percentile(s: list, pct: float) -> float:

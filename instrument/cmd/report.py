@@ -18,18 +18,57 @@
     instrument-report compare [options] RUN_A RUN_B
 
 The text report goes to standard output (``--quiet`` leaves it out);
-``--json FILE`` and ``--html FILE`` write the other forms.  A RUN of
+``--json FILE`` and ``--html FILE`` write the other forms, ``-`` for
+standard output (the text report is then left out).  A RUN of
 ``compare`` is a JSON report written by ``--json``, or the span files
-(a directory or glob) of the run.  Exit status: 0 done, 2 bad usage or
-nothing to read.
+(a directory or glob) of the run.  In a directory, files that are not
+span files (a JSON report, the demo's ``servers.json``) are skipped and
+named in the report's input problems.
+
+Exit status: 0 done; 1 a library of the ``report`` extra is missing
+(one line says what to install); 2 bad usage, or no usable input (no
+span record at all, a compare side with nothing to compare).
 """
 
 import argparse
+import importlib
 import os
 import sys
+import typing
 
 from instrument.analysis import sqldigest
 from instrument.cmd import progress
+
+PROG = 'instrument-report'
+# The libraries of the ``report`` extra (setup.cfg), as imported.
+EXTRA_MODULES = ('numpy', 'scipy', 'orjson', 'msgspec')
+INSTALL_HINT = "pip install 'openstack-instrument[report]'"
+EXIT_MISSING = 1
+EXIT_USAGE = 2
+STDOUT = '-'
+
+
+def fail(message: str, status: int = EXIT_USAGE) -> typing.NoReturn:
+    """One line on standard error, then exit with ``status``."""
+    sys.stderr.write('%s: error: %s\n' % (PROG, message))
+    sys.stderr.flush()
+    raise SystemExit(status)
+
+
+def analysis(*names: str) -> list:
+    """The modules ``instrument.analysis.<name>``; when a library of the
+    ``report`` extra is missing, one line says what to install and the
+    command exits with status 1 (never a traceback)."""
+    try:
+        return [importlib.import_module('instrument.analysis.' + name)
+                for name in names]
+    except ModuleNotFoundError as exc:
+        top = (exc.name or '').split('.')[0]
+        if top not in EXTRA_MODULES:
+            raise
+        fail('the analyser needs %s, which is not installed in this '
+             'Python environment (%s); install the report extra: %s' % (
+                 top, sys.executable, INSTALL_HINT), EXIT_MISSING)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -55,10 +94,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--limit', type=int, default=20,
                         help='SQL classes shown (0: all; default 20)')
     parser.add_argument('--since', metavar='TIME',
-                        help='SQL statements from TIME: ISO 8601, epoch '
-                        'seconds, or +10m after the first event')
+                        help='only what started from TIME on: requests '
+                        '(with all their spans and SQL), SQL statements '
+                        'and DB retries; ISO 8601 (UTC unless it says), '
+                        'epoch seconds, or +10m after the first RPC span')
     parser.add_argument('--until', metavar='TIME',
-                        help='SQL statements before TIME')
+                        help='only what started before TIME (as --since)')
     parser.add_argument('--no-progress', action='store_true',
                         help='no progress line on standard error')
 
@@ -73,9 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('inputs', nargs='+', metavar='INPUT',
                         help='span files, directories, globs (.gz too)')
     parser.add_argument('--json', metavar='FILE',
-                        help='write the JSON report (every request) here')
+                        help='write the JSON report (every request) here; '
+                        '"-": standard output, instead of the text report')
     parser.add_argument('--html', metavar='FILE',
-                        help='write a self-contained HTML report here')
+                        help='write a self-contained HTML report here; '
+                        '"-": standard output, instead of the text report')
     parser.add_argument('--quiet', '-q', action='store_true',
                         help='no text report on standard output')
     parser.add_argument('--blocks', type=int, default=5,
@@ -100,20 +143,19 @@ def build_compare_parser() -> argparse.ArgumentParser:
     parser.add_argument('--top', type=int, default=10,
                         help='top SQL classes of each run (default 10)')
     parser.add_argument('--json', metavar='FILE',
-                        help='write the comparison as JSON here')
+                        help='write the comparison as JSON here; "-": '
+                        'standard output, instead of the text')
     _common(parser)
     return parser
 
 
 def _options(args, all_lifecycles: bool = False):
-    from instrument.analysis import pipeline
+    pipeline, window = analysis('pipeline', 'window')
     try:
         sqldigest.normalise_order(args.order_by)
-        for value in (args.since, args.until):
-            if value and not value.startswith('+'):
-                sqldigest.parse_time(value)
+        window.check(args.since, args.until)
     except ValueError as exc:
-        raise SystemExit('instrument-report: error: %s' % exc) from None
+        fail(str(exc))
     return pipeline.Options(
         jobs=args.jobs, idle_s=args.horizon, hung_s=args.hung,
         since=args.since, until=args.until, group_by=args.group_by,
@@ -122,37 +164,118 @@ def _options(args, all_lifecycles: bool = False):
         progress=None if args.no_progress else progress.ProgressLine())
 
 
-def _analyse(inputs: list, opts) -> dict:
-    from instrument.analysis import load
-    from instrument.analysis import pipeline
+def _names(names: list, limit: int = 3) -> str:
+    shown = ', '.join(names[:limit])
+    return shown + (' and %d more' % (len(names) - limit)
+                    if len(names) > limit else '')
+
+
+def no_records(report: dict) -> typing.Optional[str]:
+    """Why ``report`` holds nothing at all (None when it holds span
+    records): its files, their lines and the first bad one."""
+    inp = report['inputs']
+    if inp['records']:
+        return None
+    load = report['load']
+    files = inp['files']
+    why = 'no span records in %d file%s (%s)' % (
+        len(files), '' if len(files) == 1 else 's', _names(files))
+    if not inp['lines']:
+        return why + ': nothing but empty lines'
+    bad = ['%s %d' % (k, v) for k, v in load['counts'].items() if v]
+    if load.get('other_lines'):
+        bad.append('not a record %d' % load['other_lines'])
+    why += ': %d line%s, %s' % (inp['lines'],
+                                '' if inp['lines'] == 1 else 's',
+                                ', '.join(bad))
+    for samples in load['samples'].values():
+        if samples:
+            fname, lineno, reason = samples[0]
+            why += '; first %s:%d: %s' % (fname, lineno, reason[:120])
+            break
+    return why
+
+
+def _analyse(inputs: list, opts, side: str = '') -> dict:
+    load, pipeline = analysis('load', 'pipeline')
     try:
-        return pipeline.analyse(inputs, opts)
+        report = pipeline.analyse(inputs, opts)
     except load.InputError as exc:
-        raise SystemExit('instrument-report: error: %s' % exc) from None
+        fail(side + str(exc))
+    problem = no_records(report)
+    if problem:
+        skipped = [p for p in report['load']['problems']
+                   if p.startswith('skipped ')]
+        fail(side + problem + ''.join('; ' + p for p in skipped))
+    return report
 
 
-def _load_run(arg: str, opts) -> dict:
-    from instrument.analysis import report_json
+def unusable(report: dict) -> typing.Optional[str]:
+    """Why a run cannot be compared (None when it can)."""
+    (pipeline,) = analysis('pipeline')
+    for key in ('report_version', 'inputs', 'summary', 'requests', 'sql'):
+        if not isinstance(report.get(key), (dict, list, int)):
+            return 'not an instrument-report JSON report (no %r)' % key
+    if report['report_version'] != pipeline.REPORT_VERSION:
+        return 'report version %r; this instrument-report reads %d' % (
+            report['report_version'], pipeline.REPORT_VERSION)
+    problem = no_records(report)
+    if problem:
+        return problem
+    if not report['requests'] and not report['sql'].get('calls'):
+        return 'no request and no SQL statement to compare'
+    return None
+
+
+def _load_run(side: str, arg: str, opts) -> dict:
+    (report_json,) = analysis('report_json')
+    where = '%s %s: ' % (side, arg)
     if os.path.isfile(arg) and report_json.is_report(arg):
         try:
-            return report_json.read(arg)
-        except ValueError as exc:
-            raise SystemExit('instrument-report: error: %s' % exc) \
-                from None
-    return _analyse([arg], opts)
+            run = report_json.read(arg)
+        except (OSError, ValueError) as exc:
+            fail(where + str(exc))
+    else:
+        run = _analyse([arg], opts, where)
+    problem = unusable(run)
+    if problem:
+        fail(where + problem)
+    return run
+
+
+def _to_stdout(args) -> bool:
+    """Does a ``--json -`` or ``--html -`` take standard output?"""
+    wanted = [name for name in ('json', 'html')
+              if getattr(args, name, None) == STDOUT]
+    if len(wanted) > 1:
+        fail('--json - and --html - cannot both write to standard output')
+    return bool(wanted)
+
+
+def _write(path: str, text: str) -> None:
+    if path == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, 'w', encoding='utf-8') as out:
+            out.write(text)
+    except OSError as exc:
+        fail('cannot write %s: %s' % (path, exc))
 
 
 def main_compare(argv: list) -> int:
-    from instrument.analysis import compare
-    from instrument.analysis import report_json
     args = build_compare_parser().parse_args(argv)
+    compare, report_json = analysis('compare', 'report_json')
+    piped = _to_stdout(args)
     opts = _options(args)
-    run_a = _load_run(args.run_a, opts)
-    run_b = _load_run(args.run_b, opts)
+    run_a = _load_run('RUN_A', args.run_a, opts)
+    run_b = _load_run('RUN_B', args.run_b, opts)
     result = compare.compare(run_a, run_b, alpha=args.alpha, top=args.top)
-    sys.stdout.write(compare.render(result, args.run_a, args.run_b))
+    if not piped:
+        sys.stdout.write(compare.render(result, args.run_a, args.run_b))
     if args.json:
-        report_json.write(result, args.json)
+        _write(args.json, report_json.dumps(result) + '\n')
     return 0
 
 
@@ -161,18 +284,17 @@ def main(argv: list = None) -> int:
     if argv and argv[0] == 'compare':
         return main_compare(argv[1:])
     args = build_parser().parse_args(argv)
+    report_html, report_json, report_text = analysis(
+        'report_html', 'report_json', 'report_text')
+    piped = _to_stdout(args)
     opts = _options(args, all_lifecycles=args.all_lifecycles)
     report = _analyse(args.inputs, opts)
-    from instrument.analysis import report_html
-    from instrument.analysis import report_json
-    from instrument.analysis import report_text
-    if not args.quiet:
+    if not args.quiet and not piped:
         sys.stdout.write(report_text.render(report, sql_blocks=args.blocks))
     if args.json:
-        report_json.write(report, args.json)
+        _write(args.json, report_json.dumps(report) + '\n')
     if args.html:
-        with open(args.html, 'w', encoding='utf-8') as out:
-            out.write(report_html.render(report))
+        _write(args.html, report_html.render(report))
     return 0
 
 

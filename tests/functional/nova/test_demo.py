@@ -22,6 +22,9 @@ import testtools
 
 from instrument_demo import faults
 
+LOGICAL_DATABASES = {'nova_api', 'nova_cell0', 'nova_cell1', 'placement',
+                     'nova'}
+
 
 class _HTMLCheck(html.parser.HTMLParser):
     def __init__(self) -> None:
@@ -68,11 +71,28 @@ class DemoTest(testtools.TestCase):
         # Span files: every service recorded its part.
         spans = os.path.join(out, 'spans')
         services = set()
+        databases = {}
         for name in os.listdir(spans):
             with open(os.path.join(spans, name)) as f:
-                services.update(json.loads(line)['svc'] for line in f)
+                for line in f:
+                    rec = json.loads(line)
+                    services.add(rec['svc'])
+                    if rec['ev'] == 'sql.query':
+                        where = (rec['attrs']['kind'],
+                                 rec['attrs']['call'])
+                        databases.setdefault(rec['attrs']['db'],
+                                             set()).add(where)
         self.assertTrue({'api', 'conductor', 'scheduler', 'compute'}
                         <= services, services)
+        # Issue 14, item 6: the databases' names are a deployment's,
+        # not nova's fixtures' temporary files
+        self.assertLessEqual(LOGICAL_DATABASES - {'nova'}, set(databases))
+        others = set(databases) - LOGICAL_DATABASES
+        # (oslo.db's provisioning probes sqlite:// once at set-up)
+        self.assertLessEqual(others, {':memory:'}, databases)
+        if others:
+            self.assertEqual({('POOL_RESET', None)},
+                             databases[':memory:'])
         # The report counts what was booted and what was injected.
         with open(os.path.join(out, 'report.json')) as f:
             report = json.load(f)
@@ -98,7 +118,26 @@ class DemoTest(testtools.TestCase):
         self.assertGreater(checker.tags.get('svg', 0), 0)
         self.assertGreater(checker.tags.get('table', 0), 0)
         with open(os.path.join(out, 'report.txt')) as f:
-            self.assertIn('Clock offsets', f.read())
+            text = f.read()
+        self.assertIn('Clock offsets', text)
+        # Issue 14, item 7: one definition of the run's time, stated in
+        # the demo's line and in the report, and the same on this run
+        with open(os.path.join(out, 'servers.json')) as f:
+            demo_s = json.load(f)['duration_s']
+        report_s = report['summary']['duration_s']
+        self.assertLess(abs(demo_s - report_s), 0.05, (demo_s, report_s))
+        self.assertIn('booted %d servers in %.1f s (from the first API '
+                      'request to the last answer)' % (servers, demo_s),
+                      proc.stdout)
+        self.assertIn('%.1f s from the first request\'s start to the last '
+                      'request\'s end' % report_s, text)
+        # Issue 14, item 4: sqlite gives no row count for a SELECT:
+        # unknown, never 0
+        selects = [r for r in report['sql']['rows']
+                   if set(r['kinds']) == {'SELECT'}]
+        self.assertGreater(len(selects), 3)
+        self.assertEqual([None] * len(selects),
+                         [r['rows'] for r in selects])
 
     def test_runs_again_in_the_same_directory(self):
         out = self.useFixture(fixtures.TempDir()).path

@@ -44,7 +44,9 @@ class DiscoverTest(testtools.TestCase):
         files, problems = load.discover([d])
         names = sorted(os.path.relpath(f, d) for f in files)
         self.assertEqual(['a.jsonl', 'sub/b.jsonl.gz', 'sub/c.log'], names)
-        self.assertEqual([], problems)
+        self.assertEqual(1, len(problems))
+        self.assertIn('not named like span files', problems[0])
+        self.assertIn('notes.md', problems[0])
         files, problems = load.discover([os.path.join(d, '*.jsonl'),
                                          os.path.join(d, 'nope'),
                                          os.path.join(d, 'x*.log')])
@@ -52,6 +54,105 @@ class DiscoverTest(testtools.TestCase):
         self.assertEqual(2, len(problems))
         self.assertIn('no such file', problems[0])
         self.assertIn('no file matches', problems[1])
+
+    def test_the_demo_output_directory(self):
+        # Issue 14, item 3: the demo writes its report next to the span
+        # files; only the span files are read, the rest is named.
+        d = self.useFixture(fixtures.TempDir()).path
+        os.makedirs(os.path.join(d, 'spans'))
+        with open(os.path.join(d, 'spans', 'h_api_7_1.jsonl'), 'w') as f:
+            f.write(json.dumps(rec()) + '\n')
+        with open(os.path.join(d, 'report.json'), 'w') as f:
+            f.write('{"report_version":1,"inputs":{}}\n')
+        with open(os.path.join(d, 'servers.json'), 'w') as f:
+            f.write('{\n "counts": {"ACTIVE": 1}}\n')
+        with open(os.path.join(d, 'report.txt'), 'w') as f:
+            f.write('# instrument-report: 1 files\n')
+        with open(os.path.join(d, 'report.html'), 'w') as f:
+            f.write('<html></html>\n')
+        files, problems = load.discover([d])
+        self.assertEqual([os.path.join(d, 'spans', 'h_api_7_1.jsonl')],
+                         files)
+        text = '\n'.join(problems)
+        self.assertIn('report.json: a JSON report', text)
+        self.assertIn('instrument-report compare', text)
+        self.assertIn('report.txt', text)
+        self.assertIn('servers.json', text)
+        self.assertIn('report.html', text)
+        report = pipeline.analyse([d])
+        self.assertEqual(0, sum(report['load']['counts'].values()),
+                         report['load'])
+        self.assertEqual(1, report['inputs']['records'])
+        self.assertEqual(problems, report['load']['problems'])
+
+    def test_a_report_named_on_the_command_line_is_left_out(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        path = os.path.join(d, 'run1.json')
+        with open(path, 'w') as f:
+            f.write('{"report_version":1}\n')
+        files, problems = load.discover([path])
+        self.assertEqual([], files)
+        self.assertIn('compare', problems[0])
+        exc = self.assertRaises(load.InputError, pipeline.analyse, [path])
+        self.assertIn('instrument-report compare', str(exc))
+
+    def test_files_named_on_the_command_line_are_read(self):
+        # whatever their name or first bytes (a bad file is then
+        # reported line by line, and no records at all is the
+        # command's error)
+        d = self.useFixture(fixtures.TempDir()).path
+        path = os.path.join(d, 'capture.bin')
+        with open(path, 'wb') as f:
+            f.write(b'\x00\x01binary\n')
+        self.assertEqual(([path], []), load.discover([path]))
+        self.assertEqual('other', load.sniff(path))
+
+    def test_service_logs_are_searched_to_the_end(self):
+        # the log sink's records may start late in a service log
+        d = self.useFixture(fixtures.TempDir()).path
+        noise = b'2024-01-01 00:00:00.000 7 INFO nova.api [-] GET /\n'
+        late = os.path.join(d, 'nova-api.log')
+        with open(late, 'wb') as f:
+            f.write(noise * (3 * load.SNIFF_BYTES // len(noise)))
+            f.write(b'2024-01-01 00:00:00.000 7 INFO instrument.spans [-] '
+                    + json.dumps(rec()).encode() + b'\n')
+        none = os.path.join(d, 'nova-compute.log.gz')
+        with gzip.open(none, 'wb') as f:
+            f.write(noise * 5000)
+        jsonl = os.path.join(d, 'other-tool.jsonl')
+        with open(jsonl, 'w') as f:
+            f.write('{"tool": "x"}\n' * (load.SNIFF_BYTES // 10))
+            f.write(json.dumps(rec()) + '\n')
+        self.assertEqual('spans', load.sniff(late))
+        self.assertEqual('other', load.sniff(none))
+        # other names: the first SNIFF_BYTES decide
+        self.assertEqual('other', load.sniff(jsonl))
+        files, problems = load.discover([d])
+        self.assertEqual([late], files)
+        self.assertIn('2 files holding no span record', problems[0])
+
+    def test_gzip_span_files_and_empty_files(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        spans = os.path.join(d, 'a.jsonl.gz')
+        with gzip.open(spans, 'wb') as f:
+            f.write(json.dumps(rec()).encode() + b'\n')
+        empty = os.path.join(d, 'b.jsonl')
+        with open(empty, 'w') as f:
+            f.write('\n')
+        self.assertEqual('spans', load.sniff(spans))
+        self.assertEqual('empty', load.sniff(empty))
+        self.assertEqual(([spans, empty], []), load.discover([d]))
+
+    def test_linked_directories_are_read_once(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        os.makedirs(os.path.join(d, 'collected'))
+        with open(os.path.join(d, 'collected', 'a.jsonl'), 'w') as f:
+            f.write(json.dumps(rec()) + '\n')
+        os.symlink(os.path.join(d, 'collected'), os.path.join(d, 'link'))
+        os.symlink(d, os.path.join(d, 'collected', 'loop'))
+        files, problems = load.discover([os.path.join(d, 'link')])
+        self.assertEqual([os.path.join(d, 'link', 'a.jsonl')], files)
+        self.assertEqual([], problems)
 
     def test_no_input_is_a_clear_error(self):
         d = self.useFixture(fixtures.TempDir()).path

@@ -146,3 +146,66 @@ class KindTest(testtools.TestCase):
         self.assertEqual({'ROLLBACK': 3, 'POOL_RESET': 15, 'CONNECT': 1},
                          {k: r['calls'] for k, r in rows.items()})
         self.assertEqual('POOL_RESET, 1 query', rows['POOL_RESET']['item'])
+
+
+class RowsTest(testtools.TestCase):
+    """Issue 14, item 4: a row count the driver did not give (sqlite's
+    SELECTs: ``"rows": null``) is unknown, never zero."""
+
+    def block(self, d, fp):
+        row = [r for r in d.profile(limit=0)['rows'] if r['id'] == fp][0]
+        rows_line = [line for line in report_text.class_block(
+            row, 'fingerprint') if line.startswith('# Rows')]
+        return row, rows_line[0]
+
+    def test_no_row_count_is_unknown(self):
+        d = sqldigest.SqlDigest()
+        for i in range(5):
+            d.add(1000 + i, 100, 'fpS', 'api', 'nova_api', 'api.request',
+                  None, False, 'SELECT')
+        row, line = self.block(d, 'fpS')
+        self.assertIsNone(row['rows'])
+        self.assertEqual(5, row['rows_unknown'])
+        self.assertEqual('# Rows             unknown', line)
+
+    def test_zero_rows_reported_are_zero(self):
+        d = sqldigest.SqlDigest()
+        d.add(1000, 100, 'fpU', 'api', 'nova', None, 0, False, 'UPDATE')
+        row, line = self.block(d, 'fpU')
+        self.assertEqual(0, row['rows'])
+        self.assertEqual('# Rows                   0', line)
+
+    def test_some_unknown_are_counted_apart(self):
+        d = sqldigest.SqlDigest()
+        d.add(1000, 100, 'fpM', 'api', 'nova', None, 4, False, 'SELECT')
+        d.add(1001, 100, 'fpM', 'api', 'nova', None, None, False, 'SELECT')
+        d.add(1002, 100, 'fpM', 'api', 'nova', None, None, False, 'SELECT')
+        row, line = self.block(d, 'fpM')
+        self.assertEqual(4, row['rows'])
+        self.assertIn('4  (2 of 3 statements without a row count)', line)
+
+    def test_aggregates_with_no_rows_are_unknown(self):
+        # an aggregate's rows sum cannot tell "0 rows" from "no count"
+        d = sqldigest.SqlDigest()
+        d.add_agg(3000, 'api', {'fp': 'fpA', 'db': 'nova', 'kind': 'SELECT',
+                                'count': 10, 'sum_us': 500, 'min_us': 10,
+                                'max_us': 90, 'rows': 0, 'hist': []})
+        d.add_agg(3000, 'api', {'fp': 'fpB', 'db': 'nova', 'kind': 'SELECT',
+                                'count': 10, 'sum_us': 500, 'min_us': 10,
+                                'max_us': 90, 'rows': 7, 'hist': []})
+        self.assertIsNone(self.block(d, 'fpA')[0]['rows'])
+        self.assertEqual(7, self.block(d, 'fpB')[0]['rows'])
+
+    def test_merge_group_and_order_by_rows(self):
+        a = sqldigest.SqlDigest()
+        b = sqldigest.SqlDigest()
+        a.add(1000, 100, 'fpS', 'api', 'nova', None, None, False, 'SELECT')
+        b.add(1000, 100, 'fpS', 'api', 'nova', None, 3, False, 'SELECT')
+        b.add(1000, 100, 'fpT', 'api', 'nova', None, None, False, 'SELECT')
+        a.merge(b)
+        prof = a.profile(order_by='rows')
+        self.assertEqual(['fpS', 'fpT'], [r['id'] for r in prof['rows']])
+        self.assertEqual([3, None], [r['rows'] for r in prof['rows']])
+        self.assertEqual([1, 1], [r['rows_unknown'] for r in prof['rows']])
+        grouped = a.profile(group_by='service')['rows'][0]
+        self.assertEqual((3, 2), (grouped['rows'], grouped['rows_unknown']))

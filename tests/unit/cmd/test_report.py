@@ -29,6 +29,8 @@ class CommandTest(testtools.TestCase):
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.stdout = self.useFixture(
             fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+        self.stderr = self.useFixture(
+            fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
 
     def run_a(self, seed=2, **kw):
         path = os.path.join(self.dir, 'run%d' % seed)
@@ -55,17 +57,60 @@ class CommandTest(testtools.TestCase):
         with open(out_html) as f:
             self.assertIn('Figure 3-1', f.read())
 
+    def fails(self, argv: list, message: str, status: int = 2) -> None:
+        """``argv`` exits with ``status`` and one line on stderr."""
+        self.stderr.seek(0)
+        self.stderr.truncate()
+        exc = self.assertRaises(SystemExit, report.main, argv)
+        self.assertEqual(status, exc.code)
+        lines = self.stderr.getvalue().splitlines()
+        self.assertEqual(1, len(lines), lines)
+        self.assertTrue(lines[0].startswith('instrument-report: error: '))
+        self.assertIn(message, lines[0])
+
     def test_bad_input_and_options(self):
-        exc = self.assertRaises(SystemExit, report.main,
-                                [os.path.join(self.dir, 'missing')])
-        self.assertIn('no span files', str(exc.code))
+        self.fails([os.path.join(self.dir, 'missing')], 'no span files')
         run = self.run_a()
-        exc = self.assertRaises(SystemExit, report.main,
-                                [run, '--order-by', 'nonsense'])
-        self.assertIn('--order-by', str(exc.code))
-        exc = self.assertRaises(SystemExit, report.main,
-                                [run, '--since', 'yesterday-ish'])
-        self.assertIn('cannot read time', str(exc.code))
+        self.fails([run, '--order-by', 'nonsense'], '--order-by')
+        self.fails([run, '--since', 'yesterday-ish'], 'cannot read time')
+        self.fails([run, '--since', '+20s', '--until', '+10s'],
+                   'window is empty')
+        self.fails([run, '--json', '-', '--html', '-'],
+                   'cannot both write to standard output')
+        self.assertEqual('', self.stdout.getvalue())
+
+    def test_json_to_standard_output(self):
+        run = self.run_a()
+        cwd = self.useFixture(fixtures.TempDir()).path
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(cwd)
+        self.assertEqual(0, report.main([run, '--json', '-',
+                                         '--no-progress']))
+        data = json.loads(self.stdout.getvalue())
+        self.assertEqual(120, len(data['requests']))
+        self.assertEqual([], os.listdir(cwd))
+
+    def test_a_compare_side_without_data(self):
+        run = self.run_a()
+        good = os.path.join(self.dir, 'good.json')
+        self.assertEqual(0, report.main([run, '-q', '--json', good]))
+        with open(good) as f:
+            data = json.load(f)
+        data['inputs']['records'] = 0
+        empty = os.path.join(self.dir, 'empty.json')
+        with open(empty, 'w') as f:
+            json.dump(data, f, separators=(',', ':'))
+        self.fails(['compare', good, empty], 'RUN_B %s: no span records'
+                   % empty)
+        other = os.path.join(self.dir, 'other-tool.json')
+        with open(other, 'w') as f:
+            f.write('{"results": [1, 2, 3]}\n')
+        self.fails(['compare', other, good], 'RUN_A %s: no span records'
+                   % other)
+        newer = dict(data, report_version=99)
+        with open(empty, 'w') as f:
+            json.dump(newer, f, separators=(',', ':'))
+        self.fails(['compare', good, empty], 'report version 99')
 
     def test_since_filters_sql(self):
         run = self.run_a()
