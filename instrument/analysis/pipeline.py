@@ -372,6 +372,7 @@ class PartReader:
                 'svc': rec.svc, 'pid': rec.pid,
                 'service': attrs.get('service'),
                 'version': attrs.get('version'),
+                'releases': attrs.get('releases') or {},
                 'mode': attrs.get('mode'),
                 'points': _point_counts(attrs.get('points'))})
         self.asm.normalise.add_hosts((host,))

@@ -1,0 +1,120 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""README.rst's support matrix is ``targets.nova.RELEASES``, whose claims
+each release's functional tier checks (tests/functional/nova/
+test_releases.py); the release-only points follow the release.
+
+``python -m tests.unit.targets.test_releases`` prints the matrix.
+"""
+
+import os
+import re
+
+import testtools
+
+from instrument.targets import nova
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+MODES = ('eventlet', 'threads')
+
+
+def support_matrix() -> str:
+    """The support matrix (an RST list-table) made from RELEASES."""
+    lines = ['.. list-table::', '   :header-rows: 1', '',
+             '   * - nova', '     - series', '     - mode',
+             '     - verified by', '     - points',
+             '     - moved code patched at']
+    for release in nova.RELEASES:
+        moved = ', '.join('``%s``' % place for place in
+                          sorted(set(release.used.values())))
+        for mode in MODES:
+            if mode in release.modes:
+                check = '``tox -e %s``' % release.tox_env
+                points = 'all patched, none missing'
+            else:
+                check = release.unverified.get(mode, 'not verified')
+                points = '-'
+            lines += ['   * - %s' % release.version,
+                      '     - %s' % release.series,
+                      '     - %s' % mode,
+                      '     - %s' % check,
+                      '     - %s' % points,
+                      '     - %s' % (moved if mode in release.modes
+                                     else '-')]
+    return '\n'.join(lines) + '\n'
+
+
+def _readme_matrix() -> str:
+    with open(os.path.join(ROOT, 'README.rst'), encoding='utf-8') as f:
+        text = f.read()
+    match = re.search(r'^\.\. support-matrix-begin\n\n(.*?)\n'
+                      r'\.\. support-matrix-end$', text, re.M | re.S)
+    assert match, 'README.rst has no support matrix'
+    return match.group(1)
+
+
+class SupportMatrixTest(testtools.TestCase):
+
+    def test_readme_matrix_is_the_releases(self):
+        expected = support_matrix()
+        self.assertEqual(
+            expected, _readme_matrix(),
+            'README.rst support matrix is stale; `python -m '
+            'tests.unit.targets.test_releases` prints it')
+
+    def test_every_release_has_its_tox_env_and_constraints(self):
+        with open(os.path.join(ROOT, 'tox.ini')) as f:
+            tox_ini = f.read()
+        for release in nova.RELEASES:
+            major = release.version.split('.')[0]
+            self.assertTrue(os.path.exists(os.path.join(
+                ROOT, 'constraints', 'nova-%s.txt' % major)), major)
+            if release.tox_env != 'functional':
+                self.assertIn('functional-nova%s' % major, tox_ini)
+        self.assertEqual(
+            tuple(r.version for r in nova.RELEASES), nova.TESTED_NOVA)
+
+    def test_modes_are_verified_or_explained(self):
+        for release in nova.RELEASES:
+            for mode in MODES:
+                self.assertTrue(mode in release.modes or
+                                release.unverified.get(mode),
+                                (release.version, mode))
+
+
+class ReleasePointsTest(testtools.TestCase):
+
+    def test_spawn_n_only_before_nova_32(self):
+        for found, expected in (('29.4.0', [nova.SPAWN_N]),
+                                ('31.3.1', [nova.SPAWN_N]),
+                                ('32.0.0', []), ('33.0.2', []),
+                                ('34.0.0', []), (None, []),
+                                ('local', [])):
+            self.assertEqual(expected, [p.name for p in
+                                        nova.release_points(found)], found)
+
+    def test_thread_hook_alternatives_name_every_used_place(self):
+        [hook] = [p for p in nova.points()
+                  if p.name == nova.THREAD_HOOK]
+        places = {'%s:%s' % c for c in hook.candidates()}
+        for release in nova.RELEASES:
+            self.assertIn(release.used[nova.THREAD_HOOK], places)
+
+    def test_release_of(self):
+        self.assertEqual('29.4.0', nova.release_of('29.2.1').version)
+        self.assertIsNone(nova.release_of('30.0.0'))
+        self.assertIsNone(nova.release_of(None))
+
+
+if __name__ == '__main__':
+    print(support_matrix(), end='')
