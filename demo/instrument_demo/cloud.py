@@ -181,6 +181,7 @@ class LogicalDatabases(fixtures.Fixture):
         configure = getattr(func_fixtures.PlacementFixture,
                             '_configure_placement', None)
         if configure is None:
+            self._name_placement_database()
             return
 
         def configure_placement(placement, conf_fixture):
@@ -191,6 +192,21 @@ class LogicalDatabases(fixtures.Fixture):
         self.useFixture(fixtures.MockPatch(
             'nova.tests.functional.fixtures.PlacementFixture.'
             '_configure_placement', configure_placement))
+
+
+    def _name_placement_database(self) -> None:
+        """Before nova 34: placement's database fixture (an oslo.db
+        ad hoc database, ``sqlite://``) gets the in-memory ``placement``.
+        """
+        from placement.tests import fixtures as placement_fixtures
+        init = placement_fixtures.Database.__init__
+
+        def named(fixture, *args, **kwargs):
+            init(fixture, *args, **kwargs)
+            fixture.url = memory_url('placement')
+            fixture.driver = 'sqlite'
+        self.useFixture(fixtures.MockPatchObject(
+            placement_fixtures.Database, '__init__', named))
 
 
 class ReaderPreferringLock:
