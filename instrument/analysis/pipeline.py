@@ -46,6 +46,7 @@ from instrument.analysis import clockpass
 from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import requests
+from instrument.analysis import releases as releases_mod
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
 from instrument.analysis import window
@@ -587,6 +588,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                  'records_without_request': dict(merged.no_request)},
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),
+        # nova release x mode of the processes (a cloud mid-upgrade)
+        'releases': releases_mod.summarise(merged.processes),
         'summary': agg,
         'failures': failures,
         'retries': retries,

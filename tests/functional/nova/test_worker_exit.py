@@ -20,7 +20,7 @@ its start and in its stop.  The launcher is stopped the way systemd does
 or in ``sql.agg`` aggregates of an interval that was still open.  The
 versions are nova 34's (``constraints/nova-34.txt``); on releases whose
 oslo.service has no threading backend (nova 29, 31) only the eventlet
-launcher runs.
+launcher runs (oslo.service 3 without ``backend``: eventlet only).
 """
 
 import importlib.util
@@ -149,10 +149,12 @@ def _threading_backend() -> bool:
     """oslo.service has its threading backend (cotyledon's), as with
     nova 33 and 34; older releases' have eventlet only."""
     try:
-        from oslo_service import backend  # noqa: F401
-    except ImportError:
+        threading = importlib.util.find_spec(
+            'oslo_service.backend.threading')
+    except ImportError:  # no oslo_service.backend
         return False
-    return importlib.util.find_spec('cotyledon') is not None
+    return (threading is not None and
+            importlib.util.find_spec('cotyledon') is not None)
 
 
 class WorkerExitTest(testtools.TestCase):
@@ -218,11 +220,11 @@ class WorkerExitTest(testtools.TestCase):
         self._check('oslo.service-eventlet')
 
     @testtools.skipUnless(_threading_backend(), 'no threading backend in '
-                          'this oslo.service (nova 29, 31: eventlet only)')
+                          'this oslo.service (nova 29, 31)')
     def test_oslo_service_threading_backend(self):
         self._check('oslo.service-threading')
 
     @testtools.skipUnless(_threading_backend(), 'no cotyledon with this '
-                          'oslo.service (nova 29, 31: eventlet only)')
+                          'oslo.service (nova 29, 31)')
     def test_cotyledon(self):
         self._check('cotyledon')
