@@ -80,7 +80,7 @@ def releases() -> dict:
     return dict(_RELEASES)
 
 
-_RELEASES = None
+_RELEASES: dict | None = None
 
 
 def _host(conf: cfg.ConfigOpts) -> str:

@@ -331,7 +331,7 @@ class NovaTarget(base.Target):
             base.distribution_version('nova'))
 
 
-# -- releases ------------------------------------------------------------------
+# -- releases ------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Release:

@@ -33,7 +33,8 @@ def _table(rows: list) -> list:
     rule = '  '.join('=' * w for w in widths)
 
     def line(row):
-        return '  '.join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+        return '  '.join(c.ljust(w) for c, w in zip(row, widths,
+                                                    strict=True)).rstrip()
     return [rule, line(rows[0]), rule] + [line(r) for r in rows[1:]] + [
         rule]
 
