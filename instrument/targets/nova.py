@@ -352,6 +352,9 @@ class Release:
     used: dict
     #: {mode: why it is not verified} for the other modes.
     unverified: dict
+    #: Points whose code this release does not have (the banner's
+    #: "missing", checked by the release's functional tier).
+    missing: tuple = ()
 
 
 THREAD_HOOK = 'nova.thread_pool_factory:spawn_on'

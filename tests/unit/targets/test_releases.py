@@ -48,7 +48,7 @@ def support_matrix() -> str:
         for mode in MODES:
             if mode in release.modes:
                 rows.append((release.version, release.series, mode,
-                             'all, 0 missing',
+                             'all, %d missing' % len(release.missing),
                              'tox -e %s' % release.tox_env))
             else:
                 rows.append((release.version, release.series, mode, '-',
@@ -56,6 +56,9 @@ def support_matrix() -> str:
         moved.append('* nova %s: %s' % (release.version, ', '.join(
             '``%s``' % place for place in sorted(set(
                 release.used.values())))))
+        if release.missing:
+            moved[-1] += '; missing: ' + ', '.join(
+                '``%s``' % name for name in sorted(release.missing))
     lines = _table(rows) + ['', 'Where the moved code (the thread hook) is '
                             'patched:', ''] + moved
     return '\n'.join(lines) + '\n'
