@@ -149,11 +149,13 @@ def _threading_backend() -> bool:
     """oslo.service has its threading backend (cotyledon's), as with
     nova 33 and 34; older releases' have eventlet only."""
     try:
-        threading = importlib.util.find_spec(
-            'oslo_service.backend.threading')
-    except ImportError:  # no oslo_service.backend
+        from oslo_service import backend
+    except ImportError:  # oslo.service 3 (nova 29): eventlet only
         return False
-    return (threading is not None and
+    # oslo.service 4.1 (nova 31) names THREADING but has no module for it
+    # (backend/eventlet only); from 4.2 on it is backend/_threading.
+    directory = os.path.dirname(backend.__file__)
+    return (os.path.isdir(os.path.join(directory, '_threading')) and
             importlib.util.find_spec('cotyledon') is not None)
 
 
