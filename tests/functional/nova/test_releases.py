@@ -50,3 +50,12 @@ class ReleaseTest(base.InstrumentedCloud):
         self.assertTrue(starts)
         for rec in starts:
             self.assertEqual(found, rec['attrs']['releases']['nova'])
+        # SQL under this release's SQLAlchemy (1.4 for nova 29): the
+        # COMMIT round trips timed, the database named, no listener
+        # fault.
+        queries = [r for r in spans.records if r['ev'] == 'sql.query']
+        self.assertIn('COMMIT', {r['attrs']['kind'] for r in queries})
+        self.assertIn('nova_cell1', {r['attrs']['db'] for r in queries})
+        for rec in spans.records:
+            if rec['ev'] == 'instrument.faults':
+                self.assertNotIn('the SQL listeners', rec['attrs'])
