@@ -28,6 +28,8 @@ import html
 import math
 import typing
 
+from instrument.analysis import report_text
+
 # The text colour of the page and the background of every chart.
 INK = '#222222'
 PAPER = '#ffffff'
@@ -182,12 +184,14 @@ def y_axis(parts: list, ticks: list, left: float, right: float,
         parts.append('<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" '
                      'stroke="%s"/>' % (left, right, y, y,
                                         '#888888' if t == 0 else '#e4e4e4'))
-        parts.append('<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
-                     'text-anchor="end">%s</text>' % (
-                         left - 6, y + 4, INK, esc(fmt_tick(t))))
+        parts.append('<text class="ytick" x="%.1f" y="%.1f" '
+                     'font-size="12" fill="%s" text-anchor="end">%s'
+                     '</text>' % (left - 6, y + 4, INK,
+                                  esc(fmt_tick(t))))
     mid = (top + bottom) / 2
-    parts.append('<text x="14" y="%.1f" font-size="12" fill="%s" '
-                 'text-anchor="middle" transform="rotate(-90 14 %.1f)">'
+    parts.append('<text class="ytitle" x="14" y="%.1f" font-size="12" '
+                 'fill="%s" text-anchor="middle" '
+                 'transform="rotate(-90 14 %.1f)">'
                  '%s</text>' % (mid, INK, mid, esc(title)))
     return to_y
 
@@ -211,11 +215,11 @@ def x_axis(parts: list, ticks: list, left: float, right: float,
                          'stroke="#e4e4e4"/>' % (x, x, grid_top, y))
         parts.append('<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" '
                      'stroke="#888888"/>' % (x, x, y, y + 4))
-        parts.append('<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
-                     'text-anchor="middle">%s</text>' % (
-                         x, y + 17, INK, esc(fmt_tick(t))))
-    parts.append('<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
-                 'text-anchor="middle">%s</text>' % (
+        parts.append('<text class="xtick" x="%.1f" y="%.1f" '
+                     'font-size="12" fill="%s" text-anchor="middle">%s'
+                     '</text>' % (x, y + 17, INK, esc(fmt_tick(t))))
+    parts.append('<text class="xtitle" x="%.1f" y="%.1f" font-size="12" '
+                 'fill="%s" text-anchor="middle">%s</text>' % (
                      (left + right) / 2, y + 34, INK, esc(title)))
     return to_x
 
@@ -252,13 +256,15 @@ def stacked_bars(groups: list, series: list, colours: dict,
                 continue
             y1, y0 = to_y((base + v) / div), to_y(base / div)
             base += v
+            if unit in ('us', 's'):
+                value = report_text.fmt_us(v * (1e6 if unit == 's' else 1))
+            else:
+                value = '%s %s' % (fmt_tick(round(v, 3)), unit or '')
             parts.append('<rect x="%.1f" y="%.1f" width="%.1f" '
-                         'height="%.1f" fill="%s"><title>%s: %s %s'
-                         '</title></rect>' % (
-                             x, y1, bw, max(y0 - y1, 0.0),
-                             colours.get(name, '#999999'), esc(name),
-                             esc(fmt_tick(round(v / div, 3))),
-                             esc(shown or '')))
+                         'height="%.1f" fill="%s"><title>%s: %s</title>'
+                         '</rect>' % (x, y1, bw, max(y0 - y1, 0.0),
+                                      colours.get(name, '#999999'),
+                                      esc(name), esc(value.strip())))
         parts.append('<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
                      'text-anchor="middle">%s</text>' % (
                          x + bw / 2, bottom + 16, INK, esc(group)))
@@ -267,8 +273,8 @@ def stacked_bars(groups: list, series: list, colours: dict,
                          'fill="%s" text-anchor="middle">%s</text>' % (
                              x + bw / 2, bottom + 30, MUTED,
                              esc(notes[i])))
-    parts.append('<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
-                 'text-anchor="middle">%s</text>' % (
+    parts.append('<text class="xtitle" x="%.1f" y="%.1f" font-size="12" '
+                 'fill="%s" text-anchor="middle">%s</text>' % (
                      (left + right) / 2, height - 8, INK, esc(x_title)))
     parts.append('</svg>')
     return ''.join(parts)

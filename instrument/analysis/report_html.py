@@ -210,8 +210,9 @@ def timeline(req: dict, extra: dict) -> str:
         label = report_text.clip_words(e['ev'], int((bw - 6) / 6.6),
                                        '._ ', '\u2026', hard=False)
         if label:
-            parts.append('<text x="%.1f" y="%d" font-size="12" fill="%s" '
-                         'data-bg="%s">%s</text>' % (
+            parts.append('<text class="barlabel" x="%.1f" y="%d" '
+                         'font-size="12" fill="%s" data-bg="%s">%s'
+                         '</text>' % (
                              x + 3, yy + 14, charts.text_on(fill), fill,
                              esc(label)))
     parts.append('</svg>')
