@@ -216,7 +216,7 @@ def timeline(req: dict, extra: dict) -> str:
                              x + 3, yy + 14, charts.text_on(fill), fill,
                              esc(label)))
     parts.append('</svg>')
-    keys = [(color(c, extra), c) for c in used]
+    keys: list = [(color(c, extra), c) for c in used]
     keys += [TIMELINE_KEYS[m][1:] for m in ('critical', 'open', 'error')
              if m in marks]
     return ''.join(parts) + charts.legend(keys)
