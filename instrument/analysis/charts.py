@@ -21,7 +21,8 @@ more (``text_on``); ``contrast`` is the WCAG 2 contrast ratio.
 
 Used by ``report_html``; the functions are meant for any section that
 plots a series: ``stacked_bars`` (components per group),
-``line_chart`` (a value over time), ``legend``.
+``line_chart`` (a value over time), ``hbars`` (a ranked list, e.g. the
+top waits), ``legend``.
 """
 
 import html
@@ -300,5 +301,47 @@ def line_chart(points: list, x_title: str, y_title: str,
                  'points="%s"/>' % (colour, ' '.join(
                      '%.1f,%.1f' % (to_x(x / xdiv), to_y(y / ydiv))
                      for x, y in points)))
+    parts.append('</svg>')
+    return ''.join(parts)
+
+
+def hbars(items: list, x_title: str, unit: typing.Optional[str] = 'us',
+          colours: typing.Optional[dict] = None, colour: str = '#4e79a7',
+          width: int = 760, label_width: int = 220) -> str:
+    """Horizontal bars, one per ``(label, value)`` item in the given
+    order (e.g. the top waits, largest first), a ticked and titled value
+    axis below; labels too long for ``label_width`` are cut after a word
+    (the whole label on hover); each bar ends with its value."""
+    if not items:
+        return ''
+    ticks, div, shown = axis(max(v for _l, v in items), unit)
+    rh = 22
+    top, left, right = 6, label_width + 8, width - 70
+    bottom = top + rh * len(items) + 4
+    parts = [svg_open(width, bottom + 44, titled(x_title, shown))]
+    to_x = x_axis(parts, ticks, left, right, bottom,
+                  titled(x_title, shown), grid_top=top)
+    for i, (label, v) in enumerate(items):
+        y = top + rh * i
+        text = str(label)
+        short = report_text.clip_words(text, int(label_width / 6.6),
+                                       '._ /', '\u2026')
+        if unit in ('us', 's'):
+            value = report_text.fmt_us(v * (1e6 if unit == 's' else 1))
+        else:
+            value = '%s %s' % (fmt_tick(round(v, 3)), unit or '')
+        fill = (colours or {}).get(text, colour)
+        parts.append('<text class="ylabel" x="%d" y="%d" font-size="12" '
+                     'fill="%s" text-anchor="end"><title>%s</title>%s'
+                     '</text>' % (left - 6, y + 15, INK, esc(text),
+                                  esc(short)))
+        x1 = to_x((v or 0) / div)
+        parts.append('<rect x="%d" y="%d" width="%.1f" height="%d" '
+                     'fill="%s"><title>%s: %s</title></rect>' % (
+                         left, y + 3, max(x1 - left, 1.0), rh - 6, fill,
+                         esc(text), esc(value.strip())))
+        parts.append('<text class="value" x="%.1f" y="%d" font-size="12" '
+                     'fill="%s">%s</text>' % (x1 + 4, y + 15, INK,
+                                              esc(value.strip())))
     parts.append('</svg>')
     return ''.join(parts)

@@ -143,3 +143,17 @@ class ChartsTest(testtools.TestCase):
         out = charts.legend([('#123456', '<b>x</b>')])
         self.assertIn('&lt;b&gt;x&lt;/b&gt;', out)
         self.assertIn('background:#123456', out)
+
+    def test_hbars(self):
+        svg = charts.hbars(
+            [('oslo_concurrency.lockutils compute_resources', 2_500_000),
+             ('db pool', 400_000)], 'time waited')
+        self.assertEqual(['0', '0.5', '1', '1.5', '2', '2.5'],
+                         re.findall(r'class="xtick"[^>]*>([^<]*)<', svg))
+        self.assertIn('>time waited (s)</text>', svg)
+        # the long label cut after a word, whole on hover
+        self.assertIn('<title>oslo_concurrency.lockutils compute_resources'
+                      '</title>oslo_concurrency.lockutils\u2026</text>', svg)
+        self.assertIn('>2.50s</text>', svg)
+        self.assertIn('>400ms</text>', svg)
+        self.assertEqual('', charts.hbars([], 'x'))
