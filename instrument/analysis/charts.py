@@ -54,19 +54,23 @@ def esc(value: typing.Any) -> str:
     return html.escape('' if value is None else str(value), quote=True)
 
 
-def nice_ticks(vmax: float, count: int = 5) -> list:
+def nice_ticks(vmax: float, count: int = 5, integer: bool = False) -> list:
     """Round ticks from 0 to at least ``vmax``: about ``count`` steps of
     1, 2, 2.5 or 5 times a power of ten (``nice_ticks(21.7)`` is
-    ``[0, 5, 10, 15, 20, 25]``)."""
+    ``[0, 5, 10, 15, 20, 25]``); whole steps only when ``integer`` (a
+    count)."""
     if not vmax or vmax <= 0 or not math.isfinite(vmax):
         return [0.0, 1.0]
     raw = vmax / max(count, 1)
     mag = 10.0 ** math.floor(math.log10(raw))
     step = mag * 10
     for m in (1.0, 2.0, 2.5, 5.0, 10.0):
-        if m * mag >= raw * (1 - 1e-9):
+        if m * mag >= raw * (1 - 1e-9) and (
+                not integer or (m * mag).is_integer()):
             step = m * mag
             break
+    if integer:
+        step = max(step, 1.0)
     n = math.ceil(vmax / step - 1e-9)
     return [round(i * step, 12) for i in range(n + 1)]
 
@@ -88,19 +92,20 @@ def time_unit(vmax_us: float) -> tuple:
 
 
 def axis(vmax: float, unit: typing.Optional[str] = None,
-         count: int = 5) -> tuple:
+         count: int = 5, integer: bool = False) -> tuple:
     """``(ticks, divisor, unit)`` of a value axis up to ``vmax``.
 
     ``unit`` ``'us'`` or ``'s'`` is a time (given in that unit), shown
     in the unit ``time_unit`` picks; any other ``unit`` is kept as
-    given (``None``: a plain count).  Ticks are in the shown unit;
-    divide a value by ``divisor`` to place it."""
+    given (``None``: no unit); ``integer``: whole ticks (a count).
+    Ticks are in the shown unit; divide a value by ``divisor`` to place
+    it."""
     if unit in ('us', 's'):
         scale = 1e6 if unit == 's' else 1.0
         div, shown = time_unit(vmax * scale)
         div = div / scale
         return nice_ticks(vmax / div, count), div, shown
-    return nice_ticks(vmax, count), 1.0, unit
+    return nice_ticks(vmax, count, integer), 1.0, unit
 
 
 def titled(title: str, unit: typing.Optional[str]) -> str:
@@ -285,13 +290,15 @@ def line_chart(points: list, x_title: str, y_title: str,
                x_unit: typing.Optional[str] = 's',
                y_unit: typing.Optional[str] = None,
                colour: str = '#4e79a7', width: int = 760,
-               height: int = 220) -> str:
+               height: int = 220, y_integer: bool = False) -> str:
     """A line through ``(x, y)`` points (x ascending, from 0) with both
-    axes ticked and titled; units as in ``axis``."""
+    axes ticked and titled; units as in ``axis`` (``y_integer``: y is
+    a count, whole ticks only)."""
     if not points:
         return ''
     xt, xdiv, xshown = axis(max(p[0] for p in points), x_unit)
-    yt, ydiv, yshown = axis(max(p[1] for p in points), y_unit, 4)
+    yt, ydiv, yshown = axis(max(p[1] for p in points), y_unit, 4,
+                            y_integer)
     left, right, top, bottom = 64, width - 16, 12, height - 44
     parts = [svg_open(width, height, titled(y_title, yshown))]
     to_y = y_axis(parts, yt, left, right, top, bottom,

@@ -116,7 +116,7 @@ def concurrency_chart(series: list) -> str:
     return charts.line_chart(
         [(t, v) for t, v in series],
         'time since the first request started',
-        'requests in flight', x_unit='s', y_unit=None)
+        'requests in flight', x_unit='s', y_unit=None, y_integer=True)
 
 
 # The keys of a timeline's drawing, after its component colours.

@@ -52,6 +52,16 @@ class NiceTicksTest(testtools.TestCase):
             for a, b in zip(ticks, ticks[1:], strict=False):
                 self.assertTrue(math.isclose(b - a, step, rel_tol=1e-6))
 
+    def test_counts_get_whole_ticks(self):
+        self.assertEqual([0, 1], charts.nice_ticks(1, 4, integer=True))
+        self.assertEqual([0, 1], charts.nice_ticks(0.25, integer=True))
+        self.assertEqual([0, 1, 2, 3], charts.nice_ticks(3, 4, integer=True))
+        self.assertEqual([0, 0.25, 0.5, 0.75, 1], charts.nice_ticks(1, 4))
+        svg = charts.line_chart([(0, 0), (0.001, 1)], 't', 'n',
+                                y_integer=True)
+        self.assertEqual(['0', '1'],
+                         re.findall(r'class="ytick"[^>]*>([^<]*)<', svg))
+
     def test_tick_labels_have_no_float_noise(self):
         labels = [charts.fmt_tick(t) for t in charts.nice_ticks(0.7)]
         self.assertEqual(['0', '0.2', '0.4', '0.6', '0.8'], labels)
