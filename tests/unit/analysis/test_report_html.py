@@ -271,9 +271,14 @@ class ReadableTest(testtools.TestCase):
         section = self.text.split('Failures (')[1].split('\n\n')[0]
         messages = {' '.join(f['message'].split())
                     for f in self.report['failures']}
+        lines = section.splitlines()
+        # the message is the last column, whatever columns come before
+        columns = len(re.split(r'\s{2,}', lines[2].strip()))
+        self.assertEqual('message', lines[2].split()[-1])
         cut = 0
-        for line in section.splitlines()[4:]:
-            shown = re.split(r'\s{2,}', line.strip(), maxsplit=4)[-1]
+        for line in lines[4:]:
+            shown = re.split(r'\s{2,}', line.strip(),
+                             maxsplit=columns - 1)[-1]
             if shown in messages:
                 continue
             cut += 1
