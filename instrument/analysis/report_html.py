@@ -92,21 +92,24 @@ def _table(headers, rows, left=(0,)) -> str:
     return ''.join(out)
 
 
-def stacked_levels(levels: list, order: list, extra: dict) -> str:
-    """Mean exclusive time per component of the successful boots,
-    stacked, one bar per concurrency level; its legend below."""
+def stacked_levels(levels: list, order: list, extra: dict,
+                   subject: str = 'boot') -> str:
+    """Mean exclusive time per component of the successful requests
+    (``subject``: what they are, e.g. ``boot`` or ``resize``), stacked,
+    one bar per concurrency level; its legend below."""
     names = [n for n in order if n != 'gap'] + ['sql']
     names = list(dict.fromkeys(names))
     if not levels:
-        return '<p class="note">no successful boot</p>'
+        return '<p class="note">no successful %s</p>' % esc(subject)
     names = [n for n in names
              if any(lv['mean_us'].get(n, 0) > 0 for lv in levels)]
     colours = {n: color(n, extra) for n in names}
     svg = charts.stacked_bars(
         [lv['level'] for lv in levels],
         [(n, [lv['mean_us'].get(n, 0) for lv in levels]) for n in names],
-        colours, 'mean time per successful boot',
-        'requests in flight when the boot started (n: boots in the group)',
+        colours, 'mean time per successful %s' % subject,
+        'requests in flight when the %s started (n: requests in the '
+        'group)' % subject,
         unit='us', notes=['n=%d' % lv['requests'] for lv in levels])
     return svg + charts.legend((colours[n], n) for n in reversed(names))
 

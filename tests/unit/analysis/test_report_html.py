@@ -201,6 +201,14 @@ class ReadableTest(testtools.TestCase):
         for name in ('compute.spawn', 'compute.network', 'sql'):
             self.assertIn('</i>%s</span>' % name, legend)
 
+    def test_component_chart_names_its_operation(self):
+        s = self.report['summary']
+        out = report_html.stacked_levels(s['levels'], s['component_order'],
+                                         {}, subject='resize')
+        titles = [t for a, t in _texts(out) if 'title' in a.get('class', '')]
+        self.assertRegex(titles[0], r'^mean time per successful resize ')
+        self.assertIn('when the resize started', titles[1])
+
     def test_in_flight_chart_axes(self):
         svg, _legend = self.charts[1]
         texts = _texts(svg)
