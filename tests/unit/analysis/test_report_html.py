@@ -264,6 +264,11 @@ class ReadableTest(testtools.TestCase):
                 self.assertGreaterEqual(charts.contrast(fg, bg), 4.5,
                                         (fg, bg, attrs))
                 checked += 1
+            # text in parts of a <text> (on the chart's white)
+            for fg in re.findall(r'<tspan[^>]* fill="(#[0-9a-fA-F]{3,6})"',
+                                 svg):
+                self.assertGreaterEqual(
+                    charts.contrast(fg, charts.PAPER), 4.5, fg)
         css = re.search(r'<style>(.*)</style>', self.page, re.S).group(1)
         colours = re.findall(r'(?<![-\w])color:(#[0-9a-fA-F]{3,6})', css)
         backgrounds = re.findall(r'background:(#[0-9a-fA-F]{3,6})', css)
