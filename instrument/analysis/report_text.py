@@ -50,6 +50,25 @@ def fmt_pct(value: typing.Optional[float]) -> str:
     return '-' if value is None else '%.1f%%' % (100.0 * value)
 
 
+def clip_words(text: str, width: int, seps: str = ' ',
+               ellipsis: str = '...', hard: bool = True) -> str:
+    """``text`` in at most ``width`` characters: whole, or cut after the
+    last complete word that fits (words end at a character of ``seps``)
+    followed by ``ellipsis``; a first word longer than the room is cut
+    short with the ellipsis (empty instead when not ``hard``).  Empty
+    when not even the ellipsis fits."""
+    text = ' '.join(str(text).split())
+    if len(text) <= width:
+        return text
+    room = width - len(ellipsis)
+    if room <= 0:
+        return ''
+    cut = max(text.rfind(sep, 0, room + 1) for sep in seps)
+    if cut <= 0:
+        return text[:room] + ellipsis if hard else ''
+    return text[:cut].rstrip() + ellipsis
+
+
 def fmt_time(us: typing.Optional[int]) -> str:
     """Microseconds since the epoch as a UTC time to the millisecond."""
     if not us:
@@ -263,7 +282,7 @@ def _failures(report: dict, out: list) -> None:
         out.append('none')
     else:
         rows = [(f['component'], f['ev'], f['cls'].rsplit('.', 1)[-1],
-                 f['count'], f['message'][:70])
+                 f['count'], clip_words(f['message'], 70))
                 for f in report['failures']]
         out.extend(table(['component', 'event', 'error', 'count',
                           'message'], rows, 'lllrl'))
