@@ -12,11 +12,12 @@
 """Two runs side by side: a tuning experiment's before and after.
 
 Throughput, success and reschedule rates; end-to-end and per-component
-latency of successful boots, and the same per operation (``operations``:
-states, success/retry rates, latency per component) (medians, p95, and a two-sided Mann-Whitney
+latency of successful boots (medians, p95, and a two-sided Mann-Whitney
 U test from ``scipy.stats`` on the per-request distributions, so a
-change is called significant only when p < ``alpha``); and the top SQL
-classes (calls and time per call) in either run.
+change is called significant only when p < ``alpha``); the same per
+operation (``operations``: states, success and retry rates, latency per
+component); and the top SQL classes (calls and time per call) in either
+run.
 """
 
 import typing
