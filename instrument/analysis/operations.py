@@ -367,8 +367,9 @@ def final_states(op: str, tree: classify.Tree) -> list:
 
 def _api_only_state(tree: classify.Tree) -> dict:
     spans = tree.spans
-    row = {'inst': None, 'state': INCOMPLETE, 'cause': None,
-           'stopped': None, 'attempts': 0}
+    row: dict[str, typing.Any] = {'inst': None, 'state': INCOMPLETE,
+                                  'cause': None, 'stopped': None,
+                                  'attempts': 0}
     err = _api_error(spans)
     api = [s for s in spans.values() if s[S_EV] == schema.EV_API_REQUEST]
     if err is not None:
@@ -417,8 +418,9 @@ def _role_state(s, state: str) -> str:
 def _instance_state(spec: Spec, tree: classify.Tree, inst, op: str) -> dict:
     spans = tree.spans
     mine = [sid for sid, s in spans.items() if classify._belongs(s, inst)]
-    row = {'inst': inst, 'state': INCOMPLETE, 'cause': None,
-           'stopped': None, 'attempts': 0}
+    row: dict[str, typing.Any] = {'inst': inst, 'state': INCOMPLETE,
+                                  'cause': None, 'stopped': None,
+                                  'attempts': 0}
     attempts = 0
     done_ok = None
     rollback = None

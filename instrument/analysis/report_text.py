@@ -426,21 +426,23 @@ def operation_section(op: str, f: dict, out: list) -> None:
                 st['count'], st['requests'][0]))
     lat = f['latency']
     if lat.get('count'):
-        rows = []
+        comp_rows: list = []
         for name in f['component_order']:
             st = f['components'].get(name, {})
             if not st.get('count') or not st['max']:
                 continue
-            rows.append((name, fmt_us(st['median']), fmt_us(st['p95']),
-                         fmt_us(st['max']), fmt_us(st['mean']),
-                         fmt_pct(f['critical_path_share'].get(name, 0))))
-        rows.append(('end to end', fmt_us(lat['median']),
-                     fmt_us(lat['p95']), fmt_us(lat['max']),
-                     fmt_us(lat['mean']), '100%'))
+            comp_rows.append((name, fmt_us(st['median']),
+                              fmt_us(st['p95']), fmt_us(st['max']),
+                              fmt_us(st['mean']),
+                              fmt_pct(f['critical_path_share'].get(name,
+                                                                   0))))
+        comp_rows.append(('end to end', fmt_us(lat['median']),
+                          fmt_us(lat['p95']), fmt_us(lat['max']),
+                          fmt_us(lat['mean']), '100%'))
         out.append('time per successful request, exclusive, per '
                    'component (%d requests):' % lat['count'])
         out.extend(table(['component', 'median', 'p95', 'max', 'mean',
-                          'crit.path'], rows))
+                          'crit.path'], comp_rows))
     if len(f['levels']) > 1:
         out.append('median end to end by %s in flight at start: %s' % (
             op, ', '.join('%s: %s (%d)' % (
