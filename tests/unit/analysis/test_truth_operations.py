@@ -24,7 +24,9 @@ import tempfile
 
 import testtools
 
+from instrument.analysis import breakdown
 from instrument.analysis import compare
+from instrument.analysis import opstats
 from instrument.analysis import pipeline
 from instrument.analysis import report_html
 from instrument.analysis import report_text
@@ -188,3 +190,39 @@ class SerialCellsTest(testtools.TestCase):
         cells = report['operations']['list']['cells']
         self.assertEqual({'serial': lists}, cells['modes'])
         self.assertEqual('cell1', cells['slow_cell'])
+
+
+def _summary(req, kind, start, end, state='success'):
+    s = breakdown.RequestSummary()
+    s.req, s.kind, s.state = req, kind, state
+    s.instances = [] if kind == 'other' else [
+        {'inst': req, 'state': state, 'cause': None, 'stopped': None,
+         'attempts': 1}]
+    s.start, s.end = start, end
+    s.comp = {'api': end - start}
+    s.sql_in = {}
+    s.cp = {'api': end - start}
+    s.sql_us = s.sql_n = s.db_retries = s.errors = s.events = 0
+    s.attempts = 1
+    s.hosts = []
+    s.lifecycle = s.critical = s.cells = None
+    return s
+
+
+class ConcurrencyLevelsTest(testtools.TestCase):
+    """Issue 13: the levels count requests of the same operation."""
+
+    def test_status_polls_do_not_count_towards_boots(self):
+        boots = [_summary('b%d' % i, 'boot', i * 10, 1000 + i * 10)
+                 for i in range(3)]
+        polls = [_summary('p%d' % i, 'show', 5 + i, 6 + i)
+                 for i in range(40)]
+        agg = breakdown.aggregate(boots + polls)
+        self.assertEqual(3, agg['concurrency']['max'])
+        self.assertEqual(['1', '2-3'], [lv['level']
+                                        for lv in agg['levels']])
+        self.assertEqual(3, sum(lv['requests'] for lv in agg['levels']))
+        ops = opstats.summarise(boots + polls, [])
+        self.assertEqual(3, ops['boot']['concurrency']['max'])
+        self.assertEqual(1, ops['show']['concurrency']['max'])
+        self.assertEqual(40, ops['show']['requests'])
