@@ -20,7 +20,9 @@ raises, so the resize errors out on the source; the destination's
 ``run_all`` runs them and the server lists ``concurrency`` at a time
 and records what the API answered: the truth the report is checked
 against (``OpResult.expected`` is the final state the report must
-give, from the API's answer, not from the plan).
+give, from the API's answer, not from the plan).  The last list waits
+until nova finished its asynchronous work on the servers (``settle``),
+so that its answer ends the run for the demo as for the report.
 """
 
 import concurrent.futures
@@ -204,6 +206,42 @@ def planned(work: dict) -> int:
             len(work['delete']) + work['list'])
 
 
+def _busy(api, server_id: str) -> bool:
+    """Has an instance action of the server an event not finished
+    (nova's compute still working on it after the API's answer)?"""
+    base = '/servers/%s/os-instance-actions' % server_id
+    for action in api.api_get(base).body['instanceActions']:
+        if action['action'] == 'create':
+            # the boot ended before (a rescheduled build's first event
+            # is never finished)
+            continue
+        detail = api.api_get('%s/%s' % (base, action['request_id'])).body
+        for event in detail['instanceAction'].get('events') or ():
+            if not event.get('finish_time'):
+                return True
+    return False
+
+
+def settle(api, server_ids: list, timeout: float = TIMEOUT_S) -> bool:
+    """Wait until nova finished its work on the servers (every event
+    of their instance actions finished, twice in a row: a cast may not
+    have started its event yet); False on time-out.  The run then ends
+    with an answer the report sees last (its definition of the run's
+    time: to the last request's end, asynchronous work included)."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while time.monotonic() < deadline:
+        try:
+            busy = any(_busy(api, sid) for sid in server_ids)
+        except Exception:  # an API that cannot say: do not wait
+            return False
+        quiet = 0 if busy else quiet + 1
+        if quiet >= 2:
+            return True
+        time.sleep(POLL_S * 2)
+    return False
+
+
 def run_all(api, work: dict, boot_results: list, flavor_id: str,
             concurrency: int, stop: threading.Event = None,
             progress: boots.Progress = None) -> list:
@@ -223,10 +261,13 @@ def run_all(api, work: dict, boot_results: list, flavor_id: str,
     for name in work['delete']:
         b = by_name[name]
         tasks.append(('delete', OpResult('delete', name, b.id, b.host)))
-    # lists spread among the actions
-    for i in range(work['list']):
-        at = (i + 1) * len(tasks) // (work['list'] + 1)
+    moved = [r.id for _kind, r in tasks]
+    # lists spread among the actions; the last one after nova settled
+    spread = max(work['list'] - 1, 0) if tasks else work['list']
+    for i in range(spread):
+        at = (i + 1) * len(tasks) // (spread + 1)
         tasks.insert(at + i, ('list', OpResult('list')))
+    last_list = work['list'] > spread
     out = []
     lock = threading.Lock()
 
@@ -255,4 +296,11 @@ def run_all(api, work: dict, boot_results: list, flavor_id: str,
                 out.extend(results)
             if progress:
                 progress.add(results[0])  # (not the confirms)
+    if moved and not stop.is_set():
+        settle(api, moved)
+    if last_list:
+        final = OpResult('list')
+        out.append(_run(server_list, final, api, final))
+        if progress:
+            progress.add(final)
     return out
