@@ -316,17 +316,20 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                     esc(inst['stopped']['ev']),
                     esc(inst['stopped']['host'])))
         out.append(timeline(req, extra))
+    # one section per operation other than boot (issue 12)
+    out.append(operations_html(report.get('operations') or {}, extra))
     # failures
     out.append('<h2>Failures: where each error was raised</h2>')
     out.append('<p class="note">One row per component, event, error '
                'class and message (numbers and ids in messages replaced '
                'by &lt;n&gt; and &lt;uuid&gt;).</p>')
     if report['failures']:
-        out.append(_table(['component', 'event', 'error', 'message',
-                           'count', 'e.g. request'], [
-            (f['component'], f['ev'], f['cls'], f['message'], f['count'],
-             (f['requests'] or [''])[0]) for f in report['failures']],
-            left=(0, 1, 2, 3, 5)))
+        out.append(_table(['operation', 'component', 'event', 'error',
+                           'message', 'count', 'e.g. request'], [
+            (f.get('operation', '-'), f['component'], f['ev'], f['cls'],
+             f['message'], f['count'], (f['requests'] or [''])[0])
+            for f in report['failures']],
+            left=(0, 1, 2, 3, 4, 6)))
     else:
         out.append('<p>none</p>')
     if report['retries']:
@@ -402,3 +405,80 @@ def _pick_timelines(timelines: list, limit: int = 8) -> list:
                   key=lambda t: -t['latency_us'])
     chosen.extend(good[:max(1, limit - len(chosen))])
     return chosen[:limit]
+
+
+def operations_html(ops: dict, extra: dict) -> str:
+    """The overview of every operation and a section per operation other
+    than boot (``report['operations']``, see ``opstats``)."""
+    if not ops:
+        return ''
+    out = ['<h2>Operations</h2>',
+           '<p class="note">Every request is named by the compute API '
+           'method it reached (else its conductor and compute steps). '
+           'In flight counts %s.</p>' % esc(next(iter(ops.values()))[
+               'concurrency']['counted'])]
+    out.append(_table(['operation', 'requests', 'instances', 'success',
+                       'retried', 'median', 'p95', 'max in flight'], [
+        (op, f['requests'], f['instances'], fmt_pct(f['success_rate']),
+         fmt_pct(f['retry_rate']), fmt_us(f['latency'].get('median')),
+         fmt_us(f['latency'].get('p95')), f['concurrency']['max'])
+        for op, f in ops.items()]))
+    for op, f in ops.items():
+        if op in ('boot', 'other'):
+            continue
+        out.append('<section id="op-%s"><h3>Operation: %s</h3>' % (
+            esc(op), esc(op)))
+        total = f['instances'] or 1
+        out.append(_table(['final state', 'count', 'share', 'e.g. request'],
+                          [(st, f['states'].get(st, 0),
+                            fmt_pct(f['states'].get(st, 0) / total),
+                            ' '.join(f['state_requests'].get(st, [])[:1]))
+                           for st in f['state_order']
+                           if f['states'].get(st)], left=(0, 3)))
+        out.append('<p>%d requests; success rate %s, retried on another '
+                   'host %s, DB retries in %s; in flight max %d.</p>' % (
+                       f['requests'], esc(fmt_pct(f['success_rate'])),
+                       esc(fmt_pct(f['retry_rate'])),
+                       esc(fmt_pct(f['db_retry_rate'])),
+                       f['concurrency']['max']))
+        if f['stopped']:
+            out.append(_table(['incomplete, stopped at', 'host', 'open',
+                               'count', 'e.g. request'], [
+                (st['ev'], st['host'], 'yes' if st['open'] else 'no',
+                 st['count'], st['requests'][0]) for st in f['stopped']],
+                left=(0, 1, 2, 4)))
+        if f['causes']:
+            out.append(_table(['state', 'cause', 'count'], [
+                (c['state'], c['cls'], c['count']) for c in f['causes']],
+                left=(0, 1)))
+        lat = f['latency']
+        if lat.get('count'):
+            rows = []
+            for name in f['component_order']:
+                st = f['components'].get(name, {})
+                if not st.get('count') or not st['max']:
+                    continue
+                rows.append((name, fmt_us(st['median']), fmt_us(st['p95']),
+                             fmt_us(st['max']),
+                             fmt_pct(f['critical_path_share'].get(name, 0))))
+            rows.append(('end to end', fmt_us(lat['median']),
+                         fmt_us(lat['p95']), fmt_us(lat['max']), '100%'))
+            out.append(_table(['component (successful)', 'median', 'p95',
+                               'max', 'critical path'], rows))
+        if len(f['levels']) > 1:
+            out.append(stacked_levels(f['levels'], f['component_order'],
+                                      extra, subject=op))
+        cells = f.get('cells')
+        if cells and cells['cells']:
+            out.append('<p>Cells queried: %s; slow cell: <b>%s</b>.</p>' % (
+                esc(', '.join('%s %d' % kv for kv in sorted(
+                    cells['modes'].items()))), esc(cells['slow_cell'])))
+            out.append(_table(['cell', 'database', 'queries', 'median',
+                               'p95', 'max', 'errors'], [
+                (name, c['db'] or '-', c['time'].get('count', 0),
+                 fmt_us(c['time'].get('median')),
+                 fmt_us(c['time'].get('p95')),
+                 fmt_us(c['time'].get('max')), c['errors'])
+                for name, c in cells['cells'].items()], left=(0, 1)))
+        out.append('</section>')
+    return ''.join(out)
