@@ -25,6 +25,7 @@ import html
 import typing
 
 from instrument.analysis import report_text
+from instrument.analysis import waits
 
 fmt_us = report_text.fmt_us
 fmt_pct = report_text.fmt_pct
@@ -286,6 +287,7 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                      fmt_us(lat['max']), '', '100%'))
     out.append(_table(['component', 'min', 'median', 'p90', 'p95', 'p99',
                        'max', 'SQL inside (mean)', 'critical path'], rows))
+    out.append(waits.html_section(report.get('waits'), _table))
     # timelines
     out.append('<h2>Request timelines (Figure 3-3)</h2>')
     out.append('<p class="note">One row per host and service; outlined: '
