@@ -60,8 +60,9 @@ class WaitRecorder:
         svc = self.recorder.svc
         get_frame = recorder_mod.current_frame
         current_request = recorder_mod.current_request
-        new_span_id = recorder_mod.new_span_id
-        wall_us = recorder_mod.wall_us
+        # module attributes read per call: a fork renews the span id
+        # prefix, the writer the wall clock anchor
+        rm = recorder_mod
         faults = self.faults
         call_key = schema.ATTR_CALL
 
@@ -75,19 +76,19 @@ class WaitRecorder:
                 return
             try:
                 frame = get_frame()
+                span = rm._prefix | (next(rm._ids) & 0xFFFFFFFF)
+                ts = (t0 + rm._wall_offset_ns) // 1000
                 if frame is not None:
                     attrs[call_key] = frame[F_EV]
-                    rec = (PH_X, wall_us(t0), (t1 - t0) // 1000,
-                           frame[F_HOST], frame[F_SVC], None, ev,
-                           new_span_id(), frame[F_SPAN], frame[F_REQ],
-                           frame[F_GREQ], frame[F_INST],
-                           ST_OK if err is None else ST_ERROR, err, attrs)
+                    emit((PH_X, ts, (t1 - t0) // 1000, frame[F_HOST],
+                          frame[F_SVC], None, ev, span, frame[F_SPAN],
+                          frame[F_REQ], frame[F_GREQ], frame[F_INST],
+                          ST_OK if err is None else ST_ERROR, err, attrs))
                 else:
                     req, greq = current_request()
-                    rec = (PH_X, wall_us(t0), (t1 - t0) // 1000, host, svc,
-                           None, ev, new_span_id(), None, req, greq, None,
-                           ST_OK if err is None else ST_ERROR, err, attrs)
-                emit(rec)
+                    emit((PH_X, ts, (t1 - t0) // 1000, host, svc, None, ev,
+                          span, None, req, greq, None,
+                          ST_OK if err is None else ST_ERROR, err, attrs))
             except Exception as exc:  # noqa: BLE001 - counted, never raised
                 faults(exc)
 

@@ -33,7 +33,6 @@ before the process imports it.  Installed when ``[instrument]
 wait_timing`` is on.
 """
 
-import contextlib
 import functools
 
 import wrapt
@@ -59,23 +58,27 @@ def timed_lock(original, record, faults):
     """The replacement of ``lockutils.lock``: ``original`` called once
     per call, its context manager wrapped in ``_Timed``."""
 
-    class _Timed(contextlib.ContextDecorator):
+    class _Timed:
         """Times one acquisition of the lock ``cm`` takes."""
 
-        __slots__ = ('cm', 'name', 'fair', 'external', 't0', 't1',
-                     'args', 'kwargs')
+        __slots__ = ('cm', 'name', 'args', 'kwargs', 't0', 't1')
 
         def __init__(self, cm, name, args, kwargs) -> None:
             self.cm = cm
             self.name = name
             self.args = args
             self.kwargs = kwargs
-            self.t0 = self.t1 = 0
 
-        def _recreate_cm(self):
-            # used as a decorator: a fresh lock context per call
-            return _Timed(original(self.name, *self.args, **self.kwargs),
-                          self.name, self.args, self.kwargs)
+        def __call__(self, func):
+            # used as a decorator (contextlib's ContextDecorator): a
+            # fresh lock context per call of ``func``
+            name, args, kwargs = self.name, self.args, self.kwargs
+
+            @functools.wraps(func)
+            def locked(*a, **kw):
+                with lock(name, *args, **kwargs):
+                    return func(*a, **kw)
+            return locked
 
         def __enter__(self):
             self.t0 = clock()
@@ -83,7 +86,7 @@ def timed_lock(original, record, faults):
                 value = self.cm.__enter__()
             except BaseException as exc:
                 t1 = clock()
-                self._record(t1, t1, exc)
+                self._record(t1, t1, waits.error_of(exc))
                 raise
             self.t1 = clock()
             return value
@@ -94,18 +97,19 @@ def timed_lock(original, record, faults):
             finally:
                 self._record(self.t1, clock(), None)
 
-        def _record(self, t1: int, t2: int, exc) -> None:
+        def _record(self, t1: int, t2: int, err) -> None:
             try:
                 attrs = {A_LOCK: self.name, A_HELD: (t2 - t1) // 1000}
                 kwargs = self.kwargs
-                if kwargs.get('fair'):
-                    attrs[A_FAIR] = True
+                if kwargs:
+                    if kwargs.get('fair'):
+                        attrs[A_FAIR] = True
+                    if kwargs.get('external'):
+                        attrs[A_EXTERNAL] = True
                 args = self.args
-                if (kwargs.get('external') or
-                        (len(args) > EXTERNAL_POS and args[EXTERNAL_POS])):
+                if len(args) > EXTERNAL_POS and args[EXTERNAL_POS]:
                     attrs[A_EXTERNAL] = True
-                record(EV, self.t0, t1, attrs,
-                       None if exc is None else waits.error_of(exc))
+                record(EV, self.t0, t1, attrs, err)
             except Exception as fault:  # noqa: BLE001 - counted
                 faults(fault)
 
