@@ -56,7 +56,7 @@ TOP = 20
 KEEP_REQUESTS = 5
 
 
-def wait_name(kind: str, attrs) -> str:
+def wait_name(kind: str, attrs: typing.Any) -> str:
     if not isinstance(attrs, dict):
         return '?'
     name = attrs.get(NAME_KEYS.get(kind, ''))
@@ -398,7 +398,8 @@ def text_lines(section: dict | None) -> list:
     return out
 
 
-def html_section(section: dict | None, table) -> str:
+def html_section(section: dict | None,
+                 table: typing.Callable[..., str]) -> str:
     """The HTML report's section for ``report['waits']``; ``table``
     (``report_html._table``) makes the tables, escaping every cell."""
     if not section or not (section.get('top') or
