@@ -14,16 +14,17 @@
 Times uncontended acquisitions of real oslo.concurrency locks -- an
 internal lock (``with lockutils.lock(name)``) and nova's way of taking
 ``compute_resources`` (a function decorated with
-``synchronized(name, 'nova-', fair=True)``) -- first uninstrumented,
-then with the ``oslo_concurrency`` target installed (one ``lock.wait``
-record per acquisition, file sink in a temp directory), in one run, in alternating rounds (the same machine load for both; the
-best round of each counts).  Prints ns per acquisition, the added ns (calling thread; the writer
-thread's share, encode and write, per acquisition), the ratio to
-the uninstrumented lock, and the added cost against a span's
-(``tracer.span`` around a no-op, measured in the same run: the budget
-is "the same as a span"; the span target is 2 us).  Run with ``python bench/bench_locks.py`` (``tox -e
-bench`` runs it too).  The eventlet figures come from a child process
-that monkey-patches first.
+``synchronized(name, 'nova-', fair=True)``) -- uninstrumented and with
+the ``oslo_concurrency`` target installed (one ``lock.wait`` record per
+acquisition, file sink in a temp directory), in one run, in alternating
+rounds (the same machine load for both; the best round of each
+counts).  Prints ns per acquisition, the ratio to the uninstrumented
+lock, the added ns on the calling thread, the writer thread's share
+(encode and write) per acquisition, and the added cost against a
+span's (``tracer.span`` around a no-op, measured in the same run: the
+budget is "the same as a span"; the span target is 2 us).  Run with
+``python bench/bench_locks.py`` (``tox -e bench`` runs it too).  The
+eventlet figures come from a child process that monkey-patches first.
 """
 
 import argparse
