@@ -114,7 +114,7 @@ def work_vs_wait(summaries: list) -> list:
     per_kind = {}
     for s in summaries:
         per_kind[s.kind] = per_kind.get(s.kind, 0) + 1
-    acc = {}
+    acc: dict[tuple, dict[str, typing.Any]] = {}
     for s in summaries:
         rows = getattr(s, 'waits', None)
         if not rows:
@@ -427,19 +427,19 @@ def html_section(section: dict | None,
                             'request'], rows, (0, 1, 8, 9, 10)))
     wvw = section.get('work_vs_wait') or []
     if wvw:
-        rows = []
+        rows2 = []
         for r in wvw:
             names = '; '.join('%s %s %s' % (w['kind'], w['name'],
                                             _fmt(w['mean_us']))
                               for w in r['waits'][:5])
-            rows.append((r['op'], r['component'], r['waited'],
-                         _fmt(r['work_mean_us']), _fmt(r['wait_mean_us']),
-                         _fmt(r['critical_work_mean_us']),
-                         _fmt(r['critical_wait_mean_us']), names))
+            rows2.append((r['op'], r['component'], r['waited'],
+                          _fmt(r['work_mean_us']), _fmt(r['wait_mean_us']),
+                          _fmt(r['critical_work_mean_us']),
+                          _fmt(r['critical_wait_mean_us']), names))
         parts.append('<h3>Work vs wait</h3><p class="note">Exclusive time '
                      'of each component that waited, mean per request of '
                      'the operation; crit. = on the critical path.</p>')
         parts.append(table(['op', 'component', 'requests that waited',
                             'work', 'wait', 'crit. work', 'crit. wait',
-                            'waits'], rows, (0, 1, 7)))
+                            'waits'], rows2, (0, 1, 7)))
     return ''.join(parts)

@@ -30,6 +30,7 @@ connection (``engine_connect``); a pool's first connections are named
 from the DBAPI connection (PyMySQL), else left empty.
 """
 
+import typing
 import weakref
 
 from sqlalchemy import event
@@ -60,7 +61,8 @@ class PoolWaits:
         self.pool_db: weakref.WeakKeyDictionary = \
             weakref.WeakKeyDictionary()
         self._original = None
-        self._events = [
+        self._events: list[tuple[typing.Any, str,
+                                 typing.Callable[..., typing.Any]]] = [
             (Engine, 'engine_connect', self.on_engine_connect),
             (Pool, 'connect', self.on_connect),
             (Pool, 'close', self.on_close),
@@ -80,7 +82,7 @@ class PoolWaits:
         original = cls.__dict__.get('_do_get')
         if original is not None and not getattr(original,
                                                 '_instrument_timed', False):
-            cls._do_get = self._timed(original)
+            cls._do_get = self._timed(original)  # type: ignore[method-assign]
             self._original = original
         return self
 
@@ -98,7 +100,7 @@ class PoolWaits:
         current = cls.__dict__.get('_do_get')
         if original is not None and \
                 getattr(current, '__wrapped__', None) is original:
-            cls._do_get = original
+            cls._do_get = original  # type: ignore[method-assign]
 
     # -- the checkout wait -------------------------------------------------
 
