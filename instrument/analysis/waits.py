@@ -26,15 +26,18 @@ says what was waited for, and where:
 * every wait record, with or without a request (``WaitTable``, fed by
   the pipeline): the "top waits" table: count, total, p50/p95/max wait
   per lock (or database, or pool), and who held the lock longest
-  (request, enclosing span, host).  Memory per thing waited for is
-  bounded: percentiles are exact up to ``EXACT_MAX`` waits, then read
-  from a histogram of 2^(1/8) buckets (within 5 %).
+  (request, enclosing span, host).  Lock names that hold an instance
+  uuid are one row (``{uuid}``, ``refresh_cache-{uuid}`` ...).  Memory
+  per thing waited for is bounded: percentiles are exact up to
+  ``EXACT_MAX`` waits, then read from a histogram of 2^(1/8) buckets
+  (within 5 %).
 
 The text, JSON and HTML writers show it with ``text_lines`` and
 ``html_section``.
 """
 
 import math
+import re
 import typing
 
 from instrument import schema
@@ -56,11 +59,23 @@ TOP = 20
 KEEP_REQUESTS = 5
 
 
+_UUID = re.compile(r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
+                   r'[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
+
+
 def wait_name(kind: str, attrs: typing.Any) -> str:
+    """What a wait record waited for; uuids in lock names become
+    ``{uuid}`` (nova's per-instance locks: ``{uuid}``,
+    ``refresh_cache-{uuid}``, ``{uuid}-events``), so that they add up
+    to one row each and the table stays bounded."""
     if not isinstance(attrs, dict):
         return '?'
     name = attrs.get(NAME_KEYS.get(kind, ''))
-    return name if isinstance(name, str) and name else '?'
+    if not isinstance(name, str) or not name:
+        return '?'
+    if len(name) >= 36:
+        name = _UUID.sub('{uuid}', name)
+    return name
 
 
 # -- per request -----------------------------------------------------------

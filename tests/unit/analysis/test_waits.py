@@ -162,6 +162,17 @@ class WaitsReportTest(testtools.TestCase):
         self.assertIn('compute_resources', page)
         self.assertIn('<h3>Work vs wait</h3>', page)
 
+    def test_instance_locks_are_one_row(self):
+        self.assertEqual('{uuid}', waits.wait_name('lock', {
+            'lock': '0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'}))
+        self.assertEqual('refresh_cache-{uuid}', waits.wait_name('lock', {
+            'lock': 'refresh_cache-0B6C3A52-3F8F-4BD9-8A53-9D3A8BBF1A77'}))
+        self.assertEqual('compute_resources', waits.wait_name(
+            'lock', {'lock': 'compute_resources'}))
+        self.assertEqual('nova_cell1', waits.wait_name(
+            'db_pool', {'db': 'nova_cell1'}))
+        self.assertEqual('?', waits.wait_name('lock', {}))
+
     def test_no_waits_no_section(self):
         self.assertEqual([], waits.text_lines({'top': [],
                                                'work_vs_wait': []}))
