@@ -15,7 +15,8 @@ A wait is recorded once, when it is over (for a lock: when the lock is
 released, so that the record also says how long it was held), as one
 complete (``X``) record measured on the waiting thread: its start and
 duration are the wait, its parent is the span that waited, and its
-request, instances, service and host are that span's.  The analyser
+request, instances, service and host are that span's (outside any
+span: no request, the process's service and host).  The analyser
 takes it out of the parent's exclusive time (``wait.*`` components).
 
 ``WaitRecorder.record`` is the one call on the hot path: no formatting,
@@ -59,7 +60,6 @@ class WaitRecorder:
         host = self.recorder.host
         svc = self.recorder.svc
         get_frame = recorder_mod.current_frame
-        current_request = recorder_mod.current_request
         # module attributes read per call: a fork renews the span id
         # prefix, the writer the wall clock anchor
         rm = recorder_mod
@@ -85,9 +85,11 @@ class WaitRecorder:
                           frame[F_REQ], frame[F_GREQ], frame[F_INST],
                           ST_OK if err is None else ST_ERROR, err, attrs))
                 else:
-                    req, greq = current_request()
+                    # no request: oslo.context's current one is stale
+                    # outside a span (nova's periodic tasks and threads
+                    # inherit an old one), as for SQL statements
                     emit((PH_X, ts, (t1 - t0) // 1000, host, svc, None, ev,
-                          span, None, req, greq, None,
+                          span, None, None, None, None,
                           ST_OK if err is None else ST_ERROR, err, attrs))
             except Exception as exc:  # noqa: BLE001 - counted, never raised
                 faults(exc)

@@ -206,13 +206,20 @@ class LockTimingTest(base.TestCase):
                 raise KeyError('boom')
             return x * 2
 
+        # a stale current context (what nova's threads inherit)
+        self.addCleanup(setattr, oslo_context._request_store, 'context',
+                        None)
+        oslo_context.RequestContext(request_id='req-stale')
         self.assertEqual(6, work(3))
         self.assertRaises(KeyError, work, None)
         records = self.waits()
         self.assertEqual(2, len(records))
         # an exception inside the held section is not the lock's failure
         self.assertEqual(['ok', 'ok'], [r['st'] for r in records])
+        # outside any span: no parent, and not the stale request
         self.assertIsNone(records[0].get('parent'))
+        self.assertIsNone(records[0].get('req'))
+        self.assertEqual('compute', records[0]['svc'])
 
     def test_remove_restores_lockutils(self):
         self.assertTrue(getattr(lockutils.lock, '_instrument_timed', False))
