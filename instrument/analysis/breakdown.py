@@ -47,6 +47,7 @@ import numpy
 
 from instrument.analysis import classify
 from instrument.analysis import operations
+from instrument.analysis import waits as waits_mod
 from instrument import schema
 
 if typing.TYPE_CHECKING:  # requests imports this module
@@ -104,7 +105,7 @@ class RequestSummary:
     __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
                  '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
-                 'critical', 'cells')
+                 'critical', 'cells', 'waits')
 
     req: str
     kind: str
@@ -126,6 +127,8 @@ class RequestSummary:
     critical: typing.Optional[set]
     # the cells a list/show queried (operations.cells), else None
     cells: typing.Optional[dict]
+    # what its spans waited for (waits.of_request rows)
+    waits: tuple
 
     @property
     def comp(self) -> dict:
@@ -178,6 +181,10 @@ class RequestSummary:
                'events': self.events}
         if self.cells is not None:
             out['cells'] = self.cells
+        if self.waits:
+            out['waits'] = [
+                {'in': w[0], 'kind': w[1], 'name': w[2], 'wait_us': w[3],
+                 'critical_us': w[4]} for w in self.waits]
         if self.lifecycle is not None:
             out['lifecycle'] = [
                 {'t_us': e[0], 'dur_us': e[1], 'host': e[2], 'svc': e[3],
@@ -320,6 +327,7 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
     out.sql_n = sql_n
     out.cp = cp
     out.critical = critical
+    out.waits = waits_mod.of_request(spans, names, cp, critical)
     out.attempts = max((row['attempts'] for row in rows), default=0)
     db_retries = 0
     for i in r.instants:

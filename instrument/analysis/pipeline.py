@@ -49,10 +49,12 @@ from instrument.analysis import opstats
 from instrument.analysis import requests
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
+from instrument.analysis import waits
 from instrument.analysis import window
 from instrument import schema
 
 REPORT_VERSION = 1
+WAIT_EVENTS = schema.WAIT_EVENTS
 KEEP_SLOWEST = 12
 KEEP_PER_STATE = 40
 
@@ -115,6 +117,8 @@ class Partial:
         self.failures: dict = {}
         self.retries: collections.Counter = collections.Counter()
         self.digest = digest
+        # lock / DB pool / worker pool waits (waits.py)
+        self.waits = waits.WaitTable(digest.since, digest.until)
         self.issues = load.Issues()
         self.loss = load.FileLoss()
         self.causality: dict[str, typing.Any] = {
@@ -320,6 +324,8 @@ class PartReader:
             elif ph == 'B':
                 begin(rec, ts)
             elif ph == 'I':
+                if rec.ev[:8] == 'db.pool.':
+                    self.out.waits.instant(rec)
                 instant(rec, ts)
             elif ph == 'C':
                 self.counter(rec, ts, fname)
@@ -343,6 +349,8 @@ class PartReader:
             self.out.txns += 1
         elif not self.asm.span(rec, ts, True):
             self.out.duplicate_spans += 1
+        elif ev in WAIT_EVENTS:
+            self.out.waits.add(rec, ts)
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
@@ -449,6 +457,7 @@ def _merge(parts: list) -> Partial:
             row[1].extend(r for r in reqs if len(row[1]) < 5)
         out.retries.update(p.retries)
         out.digest.merge(p.digest)
+        out.waits.merge(p.waits)
         out.digest.since = p.digest.since
         out.digest.until = p.digest.until
         out.issues.merge(p.issues)
@@ -604,6 +613,7 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                    'sql_outside': merged.digest.filtered},
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
+        'waits': waits.report(merged.waits, summaries),
     }
 
 

@@ -29,6 +29,7 @@ import typing
 
 from instrument.analysis import charts
 from instrument.analysis import report_text
+from instrument.analysis import waits
 
 fmt_us = report_text.fmt_us
 fmt_pct = report_text.fmt_pct
@@ -292,6 +293,7 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                      fmt_us(lat['max']), '', '100%'))
     out.append(_table(['component', 'min', 'median', 'p90', 'p95', 'p99',
                        'max', 'SQL inside (mean)', 'critical path'], rows))
+    out.append(waits.html_section(report.get('waits'), _table))
     # timelines
     out.append('<h2>Timelines of the slowest boots and of one request '
                'per kind of failure</h2>')

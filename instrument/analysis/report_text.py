@@ -23,6 +23,7 @@ import datetime
 import typing
 
 from instrument.analysis import sqldigest
+from instrument.analysis import waits
 
 STATE_ORDER = ('success', 'rescheduled_success', 'compute_failure',
                'scheduling_failure', 'api_failure', 'incomplete')
@@ -112,6 +113,7 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _states(report, out)
     _components(report, out)
     _operations(report, out)
+    out.extend(waits.text_lines(report.get('waits')))
     _failures(report, out)
     _sql(report, out, sql_blocks)
     return '\n'.join(out) + '\n'
