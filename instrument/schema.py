@@ -95,6 +95,15 @@ EV_SQL_QUERY = 'sql.query'
 EV_SQL_TXN = 'sql.txn'
 EV_SQL_DROPPED = 'sql.dropped'
 EV_DB_RETRY = 'db.retry'
+EV_LOCK_WAIT = 'lock.wait'
+EV_DB_POOL_WAIT = 'db.pool.wait'
+EV_POOL_WAIT = 'pool.wait'
+EV_DB_POOL_CONNECT = 'db.pool.connect'
+EV_DB_POOL_CLOSE = 'db.pool.close'
+EV_DB_POOL_INVALIDATE = 'db.pool.invalidate'
+# The wait events, by the kind of thing waited for.
+WAIT_EVENTS = {EV_LOCK_WAIT: 'lock', EV_DB_POOL_WAIT: 'db_pool',
+               EV_POOL_WAIT: 'pool'}
 
 # Event vocabulary (doc/source/events.rst says what each one's attrs
 # hold).  The value is the component the analyser charges the event's
@@ -195,6 +204,18 @@ EVENTS = {
     'compute.stop_instance': 'compute',
     'compute.start_instance': 'compute',
     # -- waits: locks, DB pool, worker pools (issue 13) --------------------
+    # One X record per wait, a child of the span that waited (so the
+    # analyser takes it out of that span's exclusive time): oslo.concurrency
+    # lock acquisitions (attrs lock, held_us, call, fair, external), DB
+    # connection pool checkouts that waited for a connection (attrs db,
+    # size), a task waiting for a slot of one of nova's pools (attrs pool).
+    'lock.wait': 'wait.lock',
+    'db.pool.wait': 'wait.db_pool',
+    'pool.wait': 'wait.pool',
+    # DB connections made and lost (I records, attrs db, cls)
+    'db.pool.connect': None,
+    'db.pool.close': None,
+    'db.pool.invalidate': None,
 }
 
 # Operations the analyser gives every request (from the API span that
@@ -269,6 +290,14 @@ ATTR_INTERVAL_S = 'interval_s'
 ATTR_CLS = 'cls'                # exception class that made the retry
 ATTR_FUNC = 'func'              # the retried function
 ATTR_EXHAUSTED = 'exhausted'    # no retry left
+
+# lock.wait, db.pool.wait, pool.wait (issue 13)
+ATTR_LOCK = 'lock'              # lock name
+ATTR_HELD_US = 'held_us'        # how long the lock was then held
+ATTR_FAIR = 'fair'              # a fair (FIFO) lock
+ATTR_EXTERNAL = 'external'      # also a file lock (other processes)
+ATTR_POOL = 'pool'              # name of the pool a task waited for
+ATTR_SIZE = 'size'              # pool size (connections, slots)
 
 # -- histogram bounds --------------------------------------------------------
 # ``sql.agg`` ``hist``: statements per duration bucket.  Bucket 0 holds

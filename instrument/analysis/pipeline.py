@@ -45,14 +45,17 @@ from instrument.analysis import classify
 from instrument.analysis import clockpass
 from instrument.analysis import clocks
 from instrument.analysis import load
+from instrument.analysis import opstats
 from instrument.analysis import requests
 from instrument.analysis import releases as releases_mod
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
+from instrument.analysis import waits
 from instrument.analysis import window
 from instrument import schema
 
 REPORT_VERSION = 1
+WAIT_EVENTS = schema.WAIT_EVENTS
 KEEP_SLOWEST = 12
 KEEP_PER_STATE = 40
 
@@ -111,10 +114,12 @@ class Partial:
 
     def __init__(self, digest: sqldigest.SqlDigest) -> None:
         self.summaries: list = []
-        # (svc, ev, cls, message): [count, [request ids]]
+        # (operation, svc, ev, cls, message): [count, [request ids]]
         self.failures: dict = {}
         self.retries: collections.Counter = collections.Counter()
         self.digest = digest
+        # lock / DB pool / worker pool waits (waits.py)
+        self.waits = waits.WaitTable(digest.since, digest.until)
         self.issues = load.Issues()
         self.loss = load.FileLoss()
         self.causality: dict[str, typing.Any] = {
@@ -147,7 +152,7 @@ class _Keeper:
 
     def __init__(self, keep_all: bool) -> None:
         self.keep_all = keep_all
-        self.slowest = []
+        self.slowest: dict = {}
         self.per_state = collections.Counter()
 
     def __call__(self, summary, r, tree) -> bool:
@@ -156,14 +161,16 @@ class _Keeper:
         if summary.state not in classify.GOOD_STATES:
             self.per_state[summary.state] += 1
             return self.per_state[summary.state] <= KEEP_PER_STATE
-        if summary.kind != 'boot':
+        if summary.kind == 'other':
             return False
+        # the slowest successful requests of each operation
+        slowest = self.slowest.setdefault(summary.kind, [])
         item = (summary.latency, id(summary), summary)
-        if len(self.slowest) < KEEP_SLOWEST:
-            heapq.heappush(self.slowest, item)
+        if len(slowest) < KEEP_SLOWEST:
+            heapq.heappush(slowest, item)
             return True
-        if item[0] > self.slowest[0][0]:
-            _lat, _id, dropped = heapq.heapreplace(self.slowest, item)
+        if item[0] > slowest[0][0]:
+            _lat, _id, dropped = heapq.heapreplace(slowest, item)
             dropped.lifecycle = None
             return True
         return False
@@ -318,6 +325,8 @@ class PartReader:
             elif ph == 'B':
                 begin(rec, ts)
             elif ph == 'I':
+                if rec.ev[:8] == 'db.pool.':
+                    self.out.waits.instant(rec)
                 instant(rec, ts)
             elif ph == 'C':
                 self.counter(rec, ts, fname)
@@ -341,6 +350,8 @@ class PartReader:
             self.out.txns += 1
         elif not self.asm.span(rec, ts, True):
             self.out.duplicate_spans += 1
+        elif ev in WAIT_EVENTS:
+            self.out.waits.add(rec, ts)
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
@@ -448,6 +459,7 @@ def _merge(parts: list) -> Partial:
             row[1].extend(r for r in reqs if len(row[1]) < 5)
         out.retries.update(p.retries)
         out.digest.merge(p.digest)
+        out.waits.merge(p.waits)
         out.digest.since = p.digest.since
         out.digest.until = p.digest.until
         out.issues.merge(p.issues)
@@ -563,11 +575,11 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
     summaries = merged.summaries
     agg = breakdown.aggregate(summaries)
     failures = [
-        {'component': svc, 'ev': ev, 'cls': cls, 'message': msg,
-         'count': n, 'requests': reqs}
-        for (svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
-    failures.sort(key=lambda r: (-r['count'], r['component'], r['cls'],
-                                 r['message']))
+        {'operation': op, 'component': svc, 'ev': ev, 'cls': cls,
+         'message': msg, 'count': n, 'requests': reqs}
+        for (op, svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
+    failures.sort(key=lambda r: (-r['count'], r['operation'],
+                                 r['component'], r['cls'], r['message']))
     retries = [{'func': func, 'cls': cls, 'count': n}
                for (func, cls), n in merged.retries.most_common()]
     issues = merged.issues
@@ -591,6 +603,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
         # nova release x mode of the processes (a cloud mid-upgrade)
         'releases': releases_mod.summarise(merged.processes),
         'summary': agg,
+        # per operation that occurred (opstats): states, rates, times
+        'operations': opstats.summarise(summaries, failures),
         'failures': failures,
         'retries': retries,
         'sql': merged.digest.profile(opts.group_by, opts.order_by,
@@ -603,6 +617,7 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                    'sql_outside': merged.digest.filtered},
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
+        'waits': waits.report(merged.waits, summaries),
     }
 
 
