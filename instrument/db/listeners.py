@@ -145,6 +145,18 @@ _LIVE = weakref.WeakSet()
 DIALECT_HANDLE_ERROR = not sqlalchemy.__version__.startswith('1.')
 
 
+def engine_connect_listener(fn):
+    """``fn(conn)`` as an ``engine_connect`` listener of this
+    SQLAlchemy: 1.4 passes ``(conn, branch)``, 2.0 ``(conn)`` (and warns
+    about listeners that take two)."""
+    if DIALECT_HANDLE_ERROR:
+        return fn
+
+    def engine_connect(conn, branch):
+        return fn(conn)
+    return engine_connect
+
+
 def error_target(conn):
     """Where the late ``handle_error`` listener of ``conn``'s engine
     goes: its dialect (SQLAlchemy 2.0) or its engine (1.4)."""
