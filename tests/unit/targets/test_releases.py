@@ -129,5 +129,26 @@ class ReleasePointsTest(testtools.TestCase):
         self.assertIsNone(nova.release_of(None))
 
 
+class OlderLibrariesTest(testtools.TestCase):
+    """What the older releases' libraries hand the runtime."""
+
+    def test_tuple_lock_names_are_strings(self):
+        from instrument.targets import oslo_concurrency
+        self.assertEqual('host1,node1',
+                         oslo_concurrency.lock_name(('host1', 'node1')))
+        self.assertEqual('compute_resources',
+                         oslo_concurrency.lock_name('compute_resources'))
+
+    def test_engine_connect_listener_of_this_sqlalchemy(self):
+        from instrument.db import listeners
+        seen = []
+        listener = listeners.engine_connect_listener(seen.append)
+        if listeners.DIALECT_HANDLE_ERROR:   # SQLAlchemy 2.0: (conn)
+            listener('conn')
+        else:                                # 1.4: (conn, branch)
+            listener('conn', False)
+        self.assertEqual(['conn'], seen)
+
+
 if __name__ == '__main__':
     print(support_matrix(), end='')
