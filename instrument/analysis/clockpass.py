@@ -15,6 +15,11 @@ Only complete RPC spans are read (a substring test skips every other
 line undecoded).  Each dispatch is matched with its send on another
 host within a horizon of input time, and the pairs go to
 ``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+A span whose other half has not been read when the horizon passes
+waits another horizon (up to ``MAX_WAITING`` spans, the oldest given
+up first): the files are read in step by their raw clocks, so a host
+whose clock is hours off is read hours "late", and its hops must still
+be found.
 
 With ``jobs`` > 1 the files are split between worker processes, each
 reading only its own files and sending back, per chunk, the few RPC
@@ -40,6 +45,8 @@ SENDERS = frozenset(('rpc.call', 'rpc.cast'))
 # chunks a worker sends at once, and batches waiting in its queue
 BATCH = 16
 QUEUED = 8
+# RPC spans waiting for their other half beyond the horizon, at most
+MAX_WAITING = 1 << 18
 
 
 def rpc_span_decoder(
@@ -147,8 +154,12 @@ def rpc_spans(lines: list, first: int,
 class HopMatcher:
     """Sends and dispatches matched by span id, within a horizon."""
 
-    def __init__(self, horizon_us: int) -> None:
+    def __init__(self, horizon_us: int,
+                 max_waiting: int = MAX_WAITING) -> None:
         self.horizon = horizon_us
+        # spans kept beyond the horizon while their other half is not
+        # read (memory bound; the oldest are given up first)
+        self.max_waiting = max_waiting
         self.collector = clocks.PairCollector()
         self.hosts = set()
         self.first_ts = None
@@ -205,6 +216,13 @@ class HopMatcher:
                 if e[5] >= cut:
                     break
                 arrived.popleft()
+                if (e[0] is None or not e[4]) and \
+                        len(entries) <= self.max_waiting:
+                    # its other half may be on a host whose clock is
+                    # further off than the horizon: wait another one
+                    e[5] = watermark
+                    arrival(sid)
+                    continue
                 del entries[sid]
                 self._evaluate(e)
 

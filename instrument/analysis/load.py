@@ -28,7 +28,8 @@ the first few of each kind are kept with file and line number:
 ``truncated``        the last line of a file, cut short (a killed process)
 ``unknown_version``  ``v`` is not the schema version this analyser reads
 ``invalid``          fails ``instrument.schema.validate``
-``duplicate``        the same process's ``seq`` seen again
+``duplicate``        the same process's ``seq`` seen again, in this
+                     file or any other (``FileLoss``)
 ``late``             a record of a request already finalised
 
 ``FileLoss`` adds, per file and process, the ``seq`` numbers missing and
@@ -75,6 +76,7 @@ LOG_MARKER = b'{"v":'
 # how a JSON report written by ``instrument-report --json`` starts
 REPORT_MARKER = b'{"report_version"'
 _TS = re.compile(rb'"ts":\s*(\d+)')
+_HOST = re.compile(rb'"host":\s*"([^"\\]*)"')
 
 
 class InputError(Exception):
@@ -249,12 +251,17 @@ def _walk(directory: str) -> list:
 class SpanFile:
     """One input file read in chunks of lines, with its position."""
 
-    def __init__(self, path: str, index: int, offset: int = 0) -> None:
+    def __init__(self, path: str, index: int, offset: int = 0,
+                 host_offsets: typing.Optional[dict] = None) -> None:
         self.path = path
         self.name = os.path.basename(path)
         self.index = index
-        # clock correction of the file's host, for the merge order
+        # clock correction of the file's host, for the merge order; a
+        # record of another host (a file several hosts wrote) takes
+        # that host's (``host_offsets``: host name to offset)
         self.offset = offset
+        self.host_offsets = host_offsets or {}
+        self._by_raw_host: dict = {}
         self.size = os.path.getsize(path)
         self.lineno = 0
         # the latest (corrected) time seen, None before the first
@@ -287,11 +294,32 @@ class SpanFile:
         match = _TS.search(last) if last.endswith(b'\n') else None
         if match is None and len(lines) > 1:
             match = _TS.search(lines[-2])
+            if match is not None:
+                last = lines[-2]
         if match is not None:
-            ts = int(match.group(1)) + self.offset
+            ts = int(match.group(1)) + self._offset_of(last)
             if self.time is None or ts > self.time:
                 self.time = ts
         return lines
+
+    def _offset_of(self, raw: bytes) -> int:
+        """The clock correction of the host that wrote line ``raw``."""
+        if not self.host_offsets:
+            return self.offset
+        match = _HOST.search(raw)
+        if match is None:
+            return self.offset
+        name = match.group(1)
+        off = self._by_raw_host.get(name)
+        if off is None:
+            try:
+                host = name.decode('utf-8')
+            except UnicodeDecodeError:
+                host = None
+            off = self.host_offsets.get(host, self.offset)
+            if len(self._by_raw_host) < 4096:
+                self._by_raw_host[name] = off
+        return off
 
     def position(self) -> int:
         """Bytes of the (possibly compressed) file consumed so far."""
@@ -348,47 +376,147 @@ class Issues:
         return sum(self.counts.values())
 
 
+class SeqSet:
+    """The ``seq`` numbers of one process (one incarnation: host, pid
+    and start) read so far, in any order: a bitmap in pages of 64 Ki
+    numbers, so memory follows the range of numbers, not the records.
+
+    ``count`` is the records counted (the caller decides), ``lo`` and
+    ``hi`` the lowest and highest number seen, ``first`` the
+    ``(file index, file name)`` where the process was first read.
+    """
+
+    __slots__ = ('pages', 'count', 'lo', 'hi', 'first', 'key')
+
+    def __init__(self, first: tuple) -> None:
+        self.pages: dict = {}
+        self.count = 0
+        self.lo: typing.Optional[int] = None
+        self.hi: typing.Optional[int] = None
+        self.first = first
+        self.key: tuple = ()
+
+    def add(self, seq: int) -> bool:
+        """Mark ``seq`` read; False when it was read before."""
+        page = self.pages.get(seq >> 16)
+        if page is None:
+            page = self.pages[seq >> 16] = bytearray(8192)
+        i = seq & 0xFFFF
+        bit = 1 << (i & 7)
+        byte = page[i >> 3]
+        if byte & bit:
+            return False
+        page[i >> 3] = byte | bit
+        if self.hi is None or seq > self.hi:
+            self.hi = seq
+        if self.lo is None or seq < self.lo:
+            self.lo = seq
+        return True
+
+    def __contains__(self, seq: int) -> bool:
+        page = self.pages.get(seq >> 16)
+        i = seq & 0xFFFF
+        return page is not None and bool(page[i >> 3] & (1 << (i & 7)))
+
+
+def process_label(key: tuple) -> str:
+    """``host pid N started T`` for a process key ``(host, pid, start)``."""
+    host, pid, start = key
+    if start is None:
+        return 'pid %s on %s' % (pid, host)
+    return 'pid %s on %s (started at ts %d)' % (pid, host, start)
+
+
 class FileLoss:
-    """Per file and process: ``seq`` numbers seen, and reported drops."""
+    """Per process: ``seq`` numbers read, and reported drops.
+
+    A process is ``(host, pid, start)``: the host and ``ts`` of its
+    ``process.start`` record (``start`` None for records read before
+    any, as in a file rotated away from its start), whatever file its
+    records are found in: a record of a process already read is a
+    duplicate wherever it is found (a copied file, a file holding its
+    records twice), and a process that restarts (same pid) has a new
+    ``process.start``.
+    """
 
     def __init__(self) -> None:
-        # (file, pid, incarnation): [count, min seq, max seq]
+        # process key: SeqSet (pass 2 partitions: merged as
+        # [count, lo, hi, first])
         self.seqs = {}
         # (file, pid): {sink: cumulative count}
         self.drops = {}
+        # file name: records left out as duplicates, and records read
+        self.duplicates = {}
+        self.read = {}
 
     def merge(self, other: 'FileLoss') -> None:
-        for key, (n, lo, hi) in other.seqs.items():
+        for key, s in other.seqs.items():
+            n, lo, hi, first = _seq_row(s)
             mine = self.seqs.get(key)
             if mine is None:
-                self.seqs[key] = [n, lo, hi]
-            else:
-                mine[0] += n
-                mine[1] = min(mine[1], lo)
-                mine[2] = max(mine[2], hi)
+                self.seqs[key] = [n, lo, hi, first]
+                continue
+            mine = self.seqs[key] = list(_seq_row(mine))
+            mine[0] += n
+            for i, pick in ((1, min), (2, max)):
+                vals = [v for v in (mine[i], (lo, hi)[i - 1])
+                        if v is not None]
+                mine[i] = pick(vals) if vals else None
+            mine[3] = min(mine[3], first)
         for key, counts in other.drops.items():
             mine = self.drops.setdefault(key, {})
             for sink, n in counts.items():
                 if n > mine.get(sink, 0):
                     mine[sink] = n
+        for fname, n in other.duplicates.items():
+            self.duplicates[fname] = self.duplicates.get(fname, 0) + n
+        for fname, n in other.read.items():
+            self.read[fname] = self.read.get(fname, 0) + n
+
+    def records(self) -> int:
+        return sum(_seq_row(s)[0] for s in self.seqs.values())
 
     def summary(self) -> list:
-        """Rows ``{file, pid, records, missing, dropped}`` with a loss."""
+        """Rows ``{file, host, pid, records, missing, dropped}`` of the
+        processes with a loss (``file``: where it was first read)."""
         rows = {}
-        for (fname, pid, _inc), (n, lo, hi) in self.seqs.items():
-            row = rows.setdefault((fname, pid), {
-                'file': fname, 'pid': pid, 'records': 0, 'missing': 0,
-                'dropped': 0})
+        firsts = {}
+        for key, s in self.seqs.items():
+            n, lo, hi, first = _seq_row(s)
+            host, pid, _start = key
+            row = rows.setdefault((first[1], pid, host), {
+                'file': first[1], 'host': host, 'pid': pid, 'records': 0,
+                'missing': 0, 'dropped': 0})
+            firsts.setdefault((first[1], pid), row)
             row['records'] += n
-            row['missing'] += max(0, hi - lo + 1 - n)
+            if lo is not None and hi is not None:
+                row['missing'] += max(0, hi - lo + 1 - n)
         for (fname, pid), counts in self.drops.items():
-            row = rows.setdefault((fname, pid), {
-                'file': fname, 'pid': pid, 'records': 0, 'missing': 0,
-                'dropped': 0})
+            row = firsts.get((fname, pid))
+            if row is None:
+                row = rows.setdefault((fname, pid, None), {
+                    'file': fname, 'host': None, 'pid': pid,
+                    'records': 0, 'missing': 0, 'dropped': 0})
             row['dropped'] += sum(counts.values())
         return sorted((r for r in rows.values()
                        if r['missing'] or r['dropped']),
-                      key=lambda r: (r['file'], r['pid']))
+                      key=lambda r: (r['file'], r['pid'],
+                                     r['host'] or ''))
+
+    def duplicate_files(self) -> list:
+        """Rows ``{file, duplicates, records}`` of the files holding
+        records already read (``records``: all the valid records read
+        from the file, duplicates included)."""
+        return sorted(({'file': f, 'duplicates': n,
+                        'records': self.read.get(f, n)}
+                       for f, n in self.duplicates.items() if n),
+                      key=lambda r: r['file'])
+
+
+def _seq_row(s) -> tuple:
+    if isinstance(s, SeqSet):
+        return s.count, s.lo, s.hi, s.first
+    return tuple(s)
 
 
 def decode_error(raw: bytes, at_eof: bool) -> tuple:

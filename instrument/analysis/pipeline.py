@@ -204,10 +204,9 @@ class PartReader:
             on_summary=_Keeper(opts.all_lifecycles),
             window=span if span else None)
         self.decoder = load.RecordDecoder(opts.fast_decode)
-        # (file index, pid): [records, lowest seq, highest seq] of the
-        # process's current incarnation, and how many it had
-        self.seqs = {}
-        self.incarnations = {}
+        # (file index, pid): the SeqSet of the process its records
+        # belong to there (the last process.start read in that file)
+        self.current = {}
         self.lines = 0
 
     def read(self, files: list,
@@ -229,8 +228,10 @@ class PartReader:
         loss = self.loss
         decoder = self.decoder
         decode = decoder.decode
-        seqs = self.seqs
-        incarnations = self.incarnations
+        current = self.current
+        track = self.track
+        dups = loss.duplicates
+        read = loss.read
         get_offset = self.offsets.get
         crc32 = zlib.crc32
         marker = load.LOG_MARKER
@@ -242,7 +243,7 @@ class PartReader:
         self.lines += len(lines)
         # a file is mostly one process on one host: remember the last
         c_pid = None
-        c_seq: list = []
+        c_seq: typing.Any = None
         c_host = None
         c_off = 0
         for lineno, raw in enumerate(lines, first + 1):
@@ -276,42 +277,40 @@ class PartReader:
                 continue
             pid = rec.pid
             seq = rec.seq
-            if pid != c_pid:
+            ph = rec.ph
+            if ph == 'M' and rec.ev == 'process.start':
+                # a process (a new one, or one read before: a replay)
                 c_pid = pid
-                key = (fi, pid)
-                entry = seqs.get(key)
-                if entry is None:
-                    incarnations[key] = 0
-                    entry = seqs[key] = loss.seqs[(fname, pid, 0)] = \
-                        [0, seq, seq]
-                c_seq = entry
-            s = c_seq
-            if seq <= s[2] and s[0]:
-                if seq == 1 and rec.ev == 'process.start':
-                    key = (fi, pid)
-                    inc = incarnations[key] = incarnations[key] + 1
-                    s = c_seq = seqs[key] = loss.seqs[(fname, pid, inc)] = \
-                        [0, 1, 1]
-                else:
-                    issues.add('duplicate', fname, lineno,
-                               'seq %d of pid %d seen before' % (seq, pid))
-                    continue
+                s = c_seq = current[(fi, pid)] = track(
+                    (rec.host, pid, rec.ts), fi, fname)
+            elif pid != c_pid:
+                c_pid = pid
+                s = current.get((fi, pid))
+                if s is None:
+                    # no process.start before it in this file
+                    s = current[(fi, pid)] = track(
+                        (rec.host, pid, None), fi, fname)
+                c_seq = s
+            else:
+                s = c_seq
             if meta and part != 0:
                 # metadata is read by every worker, counted by worker 0
-                s[2] = seq if seq > s[2] else s[2]
-                self.shared_metadata(rec)
+                if s.add(seq):
+                    self.shared_metadata(rec)
                 continue
-            s[0] += 1
-            if seq > s[2]:
-                s[2] = seq
-            elif seq < s[1]:
-                s[1] = seq
+            read[fname] = read.get(fname, 0) + 1
+            if not s.add(seq):
+                issues.add('duplicate', fname, lineno,
+                           'seq %d of %s read before' % (
+                               seq, load.process_label(s.key)))
+                dups[fname] = dups.get(fname, 0) + 1
+                continue
+            s.count += 1
             host = rec.host
             if host != c_host:
                 c_host = host
                 c_off = get_offset(host, 0)
             ts = rec.ts + c_off
-            ph = rec.ph
             if ph == 'X':
                 complete(rec, ts)
             elif ph == 'B':
@@ -322,6 +321,15 @@ class PartReader:
                 self.counter(rec, ts, fname)
             else:
                 self.metadata(rec, host, fname)
+
+    def track(self, key: tuple, fi: int, fname: str) -> load.SeqSet:
+        """The ``seq`` numbers of process ``key`` (host, pid, start)
+        read so far, wherever read."""
+        s = self.loss.seqs.get(key)
+        if s is None:
+            s = self.loss.seqs[key] = load.SeqSet((fi, fname))
+            s.key = key
+        return s
 
     def complete(self, rec: typing.Any, ts: int) -> None:
         """An ``X`` record: a statement, a transaction or a span."""
@@ -402,7 +410,7 @@ class PartReader:
         out.no_request = asm.no_request
         out.outside = asm.outside
         # every record counted is counted once in its process's seq entry
-        out.records = sum(n for n, _lo, _hi in self.loss.seqs.values())
+        out.records = self.loss.records()
         out.lines = self.lines if self.part == 0 else 0
         out.duplicate_spans += asm.duplicates
         return out
@@ -420,7 +428,8 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
         def progress(done):
             shared[part] = done
     reader = PartReader(offsets, part, nparts, opts, hosts)
-    return reader.read(stream.open_files(paths, file_offsets), progress)
+    return reader.read(stream.open_files(paths, file_offsets, offsets),
+                       progress)
 
 
 def _point_counts(points) -> dict:
@@ -583,6 +592,9 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                  'problems': issues.problems,
                  'loss': merged.loss.summary(),
                  'duplicate_spans': merged.duplicate_spans,
+                 # records of a process already read (another copy of
+                 # a file, a file holding them twice), per file
+                 'duplicates': merged.loss.duplicate_files(),
                  'records_without_request': dict(merged.no_request)},
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),

@@ -124,12 +124,18 @@ def _inputs(report: dict, out: list) -> None:
 def _load(report: dict, out: list) -> None:
     ld = report['load']
     bad = {k: v for k, v in ld['counts'].items() if v}
-    if not bad and not ld['loss'] and not ld['problems']:
+    if not bad and not ld['loss'] and not ld['problems'] and \
+            not ld.get('duplicate_spans'):
         out.append('# every line valid; no data loss reported')
         return
     _title(out, 'Input problems')
     for problem in ld['problems']:
         out.append('! ' + problem)
+    for row in ld.get('duplicates') or ():
+        out.append('! %s: %d of its %d records were read before (a '
+                   'copy, or records written twice); left out of every '
+                   'figure' % (row['file'], row['duplicates'],
+                               row['records']))
     if bad:
         out.append('bad lines: ' + ', '.join(
             '%s %d' % (k, v) for k, v in bad.items()))
