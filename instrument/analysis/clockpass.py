@@ -123,20 +123,28 @@ def file_host(lines: list) -> typing.Optional[str]:
 def rpc_spans(lines: list, first: int,
               decode: typing.Callable[[bytes], typing.Any]) -> list:
     """``(host, ev, ts, end, span, parent, req, lineno)`` of the complete
-    RPC spans in a chunk, in line order."""
+    RPC spans in a chunk, in line order, and of its ``process.start``
+    records (``ev`` ``process.start``, the pid in place of ``end``: pass
+    2 needs every process's start to know, wherever it reads a record,
+    which process wrote it)."""
     out = []
     marker = load.LOG_MARKER
     prefix = b'{"v":1,"ph":"'
     rpc = b'"ev":"rpc.'
+    started = b'"ev":"process.start"'
     for lineno, raw in enumerate(lines, first + 1):
         # (a B without its X adds nothing the X would not)
         if raw.startswith(prefix):  # the writer's key order
             if raw[13] != 88:  # 'X'
+                if raw[13] == 77 and started in raw:  # 'M'
+                    _add_start(out, raw, lineno)
                 continue
             if rpc not in raw:
                 continue
         else:
             if rpc not in raw:
+                if started in raw:
+                    _add_start(out, raw, lineno)
                 continue
             if raw[:1] != b'{':
                 j = raw.find(marker)
@@ -149,6 +157,20 @@ def rpc_spans(lines: list, first: int,
         if fields is not None:
             out.append(fields + (lineno,))
     return out
+
+
+def _add_start(out: list, raw: bytes, lineno: int) -> None:
+    """A ``process.start`` record, as ``(host, 'process.start', ts,
+    pid, None, None, None, lineno)`` (the shape of an RPC span)."""
+    rec = decode_prefixed(raw)
+    if rec.__class__ is not dict or rec.get('ev') != 'process.start' or \
+            rec.get('ph') != 'M':
+        return
+    host, pid, ts = rec.get('host'), rec.get('pid'), rec.get('ts')
+    if host.__class__ is str and pid.__class__ is int and \
+            ts.__class__ is int:
+        out.append((host, 'process.start', ts, pid, None, None, None,
+                    lineno))
 
 
 class HopMatcher:
@@ -164,6 +186,8 @@ class HopMatcher:
         self.hosts = set()
         self.first_ts = None
         self.counts = {'hops': 0, 'unmatched': 0}
+        # (host, pid, ts) of every process.start read
+        self.starts = set()
         # span id: [host, start, end, sync, {child span: child}, first ts]
         self.entries = {}
         # span ids in the order they entered ``entries`` (the oldest
@@ -180,7 +204,11 @@ class HopMatcher:
         hosts = self.hosts
         sync_events = schema.SYNC_EVENTS
         first_ts = self.first_ts
+        starts = self.starts
         for host, ev, ts, end, sid, parent, req, lineno in spans:
+            if ev == 'process.start':
+                starts.add((host, end, ts))  # (host, pid, ts)
+                continue
             hosts.add(host)
             if first_ts is None or ts < first_ts:
                 first_ts = ts
@@ -262,6 +290,7 @@ def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
         matcher.add(fname, spans, watermark)
     matcher.finish()
     result = clocks.solve(matcher.collector, matcher.hosts)
+    result.starts = matcher.starts
     return result, hosts_of_files, matcher.first_ts, matcher.counts
 
 

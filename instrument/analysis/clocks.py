@@ -108,6 +108,8 @@ class ClockResult:
         self.dropped = []
         self.groups = 0
         self.pairs = 0
+        # (host, pid, ts) of the process.start records pass 1 read
+        self.starts: set = set()
 
     def offsets(self) -> dict:
         return {h: info['offset_us'] for h, info in self.hosts.items()}

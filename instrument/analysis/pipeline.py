@@ -90,6 +90,8 @@ class Options:
         self.progress = progress
         # msgspec when installed (False: the reference decoder only)
         self.fast_decode = fast_decode
+        # (host, pid, ts) of every process.start (pass 1 finds them)
+        self.process_starts: typing.Collection[tuple] = ()
 
 
 # -- pass 1 ----------------------------------------------------------------
@@ -207,6 +209,11 @@ class PartReader:
         # (file index, pid): the SeqSet of the process its records
         # belong to there (the last process.start read in that file)
         self.current = {}
+        # pid: [(ts, host)] of the process.start records of pass 1
+        self.starts: dict = {}
+        for host, pid, ts in sorted(opts.process_starts):
+            self.starts.setdefault(pid, []).append((ts, host))
+        self.start_hosts = {host for host, _p, _t in opts.process_starts}
         self.lines = 0
 
     def read(self, files: list,
@@ -289,7 +296,7 @@ class PartReader:
                 if s is None:
                     # no process.start before it in this file
                     s = current[(fi, pid)] = track(
-                        (rec.host, pid, None), fi, fname)
+                        self.process_of(rec.host, pid, rec.ts), fi, fname)
                 c_seq = s
             else:
                 s = c_seq
@@ -321,6 +328,27 @@ class PartReader:
                 self.counter(rec, ts, fname)
             else:
                 self.metadata(rec, host, fname)
+
+    def process_of(self, host: str, pid: int, ts: int) -> tuple:
+        """The process ``(host, pid, start)`` that wrote a record of
+        ``host`` and ``pid`` at ``ts`` read before any ``process.start``
+        of its file (a log rotated away from its start): the latest
+        start of that pid on that host before ``ts`` (pass 1 read every
+        start); a process of another host only when it is the one
+        process of that pid and ``host`` started none (one process
+        writing for several hosts, as the demo does); else a process of
+        unknown start."""
+        starts = self.starts.get(pid)
+        if not starts:
+            return (host, pid, None)
+        mine = [t for t, h in starts if h == host]
+        if mine:
+            before = [t for t in mine if t <= ts]
+            return (host, pid, max(before) if before else min(mine))
+        if len(starts) == 1 and host not in self.start_hosts:
+            t, h = starts[0]
+            return (h, pid, t)
+        return (host, pid, None)
 
     def track(self, key: tuple, fi: int, fname: str) -> load.SeqSet:
         """The ``seq`` numbers of process ``key`` (host, pid, start)
@@ -519,6 +547,7 @@ def _analyse(inputs: list, opts: Options) -> dict:
                         fast_decode=opts.fast_decode)
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
+    part_opts.process_starts = sorted(clock.starts)
     show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)

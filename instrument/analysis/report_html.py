@@ -369,6 +369,12 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                            'dropped (sink.drops)'], [
             (r['file'], r['pid'], r['records'], r['missing'], r['dropped'])
             for r in ld['loss']]))
+    for row in ld.get('duplicates') or ():
+        out.append('<p class="bad">%s: %d of its %d records were read '
+                   'before (a copy, or records written twice); left out '
+                   'of every figure</p>' % (esc(row['file']),
+                                            row['duplicates'],
+                                            row['records']))
     for problem in ld['problems']:
         out.append('<p class="bad">%s</p>' % esc(problem))
     out.append('</body></html>')

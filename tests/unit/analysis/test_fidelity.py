@@ -1,0 +1,314 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Metamorphic tests: the report tells the same truth on the logs an
+operator really collects.
+
+The input is a real span file (``tests/data/fidelity``: the demo's
+in-process nova 34, threads, 4 boots with an injected compute failure
+and a reschedule).  Each test transforms it the way collected logs are
+transformed (a file copied beside itself, ``cat f f``, split one file
+per process, one host's clock shifted by minutes or hours inside a
+multi-host file, files reordered, gzip) and checks that the discrete
+results (states, causes, failure rows, retries, SQL counts) are those
+of the clean input, and that what was duplicated is named.  These tests
+are about the analyser's promises, not its engine: any engine must
+pass them.
+"""
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+
+import fixtures
+import testtools
+
+from instrument.analysis import pipeline
+from instrument.analysis import report_html
+from instrument.analysis import report_text
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                    'data', 'fidelity')
+THREADS = os.path.join(DATA, 'demo-threads.jsonl.gz')
+MINUTE = 60_000_000
+
+
+def read_records(path: str) -> list:
+    with gzip.open(path, 'rb') as f:
+        return [json.loads(line) for line in f]
+
+
+def write(path: str, records: list) -> str:
+    opener = gzip.open if path.endswith('.gz') else open
+    with opener(path, 'wb') as f:
+        for rec in records:
+            f.write(json.dumps(rec, separators=(',', ':')).encode() + b'\n')
+    return path
+
+
+def per_process(records: list) -> list:
+    """The records as if each host were a process of its own (as a
+    deployment writes them): a pid and a ``seq`` series per host, each
+    opened by its own ``process.start``."""
+    start = next(r for r in records if r['ev'] == 'process.start')
+    hosts = sorted({r['host'] for r in records})
+    pids = {h: 4000 + i for i, h in enumerate(hosts)}
+    seqs = dict.fromkeys(hosts, 0)
+    out = []
+    for host in hosts:  # every process opens with its start
+        seqs[host] += 1
+        out.append(dict(start, host=host, pid=pids[host], seq=1))
+    for rec in records:
+        if rec is start:
+            continue
+        seqs[rec['host']] += 1
+        out.append(dict(rec, pid=pids[rec['host']], seq=seqs[rec['host']]))
+    return out
+
+
+def shifted(records: list, host: str, delta_us: int) -> list:
+    """``host``'s clock ``delta_us`` ahead."""
+    return [dict(r, ts=r['ts'] + delta_us) if r['host'] == host else r
+            for r in records]
+
+
+def by_host(records: list) -> dict:
+    out = {}
+    for rec in records:
+        out.setdefault(rec['host'], []).append(rec)
+    return out
+
+
+def discrete(report: dict) -> dict:
+    """What must not change under any faithful transformation."""
+    sql = report['sql']
+    return {
+        'states': report['summary']['states'],
+        'boots': report['summary']['boots'],
+        'instances': report['summary']['instances'],
+        'other_requests': report['summary']['other_requests'],
+        'requests': sorted(
+            (r['req'], r['kind'],
+             tuple(sorted((i['inst'], i['state'],
+                           (i['cause'] or {}).get('cls'))
+                          for i in r['instances'])))
+            for r in report['requests']),
+        'failures': [(f['component'], f['ev'], f['cls'], f['message'],
+                      f['count']) for f in report['failures']],
+        'retries': report['retries'],
+        'sql_calls': sql['calls'],
+        'sql_total_us': sql['total_us'],
+        'sql_classes': sql['classes'],
+        'sql_rows': sorted((c['id'], c['calls'], c['errors'], c['kinds'])
+                           for c in sql['rows']),
+    }
+
+
+def timed(report: dict) -> dict:
+    """The figures computed from times (identical when no clock
+    moved)."""
+    # (which lifecycles are kept for timelines depends on the workers)
+    requests = [{k: v for k, v in r.items() if k != 'lifecycle'}
+                for r in report['requests']]
+    return {'summary': report['summary'], 'requests': requests,
+            'clocks': {h: i['offset_us'] for h, i in
+                       report['clocks']['hosts'].items()}}
+
+
+class FidelityTest(testtools.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.records = read_records(THREADS)
+        cls.hosts = sorted({r['host'] for r in cls.records})
+        cls.clean = cls.analyse_file(THREADS)
+
+    @classmethod
+    def analyse_file(cls, *paths, jobs=1):
+        return pipeline.analyse(list(paths), pipeline.Options(jobs=jobs))
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix='instrument-fidelity-')
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def analyse(self, *names, jobs=1):
+        return pipeline.analyse([self.path(n) for n in names] or
+                                [self.dir], pipeline.Options(jobs=jobs))
+
+    def assertSameTruth(self, report, exact=True, records=True):
+        self.assertEqual(discrete(self.clean), discrete(report))
+        if records:
+            # per_process adds a process.start per host
+            self.assertEqual(self.clean['inputs']['records'],
+                             report['inputs']['records'])
+        if exact:
+            self.assertEqual(timed(self.clean), timed(report))
+
+    def test_clean_input_is_what_the_demo_saw(self):
+        # the premise of every other test: failures, a reschedule, SQL
+        states = self.clean['summary']['states']
+        self.assertEqual(1, states.get('compute_failure'))
+        self.assertEqual(1, states.get('rescheduled_success'))
+        self.assertGreater(self.clean['sql']['calls'], 1000)
+        self.assertEqual([], self.clean['load']['duplicates'])
+        self.assertEqual([], self.clean['load']['loss'])
+        self.assertIn('every line valid; no data loss reported',
+                      report_text.render(self.clean))
+
+    # -- duplicates ---------------------------------------------------------
+
+    def _assert_duplicates_named(self, report, fname, count, records):
+        self.assertEqual([{'file': fname, 'duplicates': count,
+                           'records': records}],
+                         report['load']['duplicates'])
+        self.assertEqual(count, report['load']['counts']['duplicate'])
+        text = report_text.render(report)
+        self.assertNotIn('no data loss reported', text)
+        self.assertIn('%s: %d of its %d records were read before' % (
+            fname, count, records), text)
+        self.assertIn('%s: %d of its %d records were read before' % (
+            fname, count, records), report_html.render(report))
+
+    def test_copied_file_beside_the_original(self):
+        n = len(self.records)
+        shutil.copy(THREADS, self.path('a.jsonl.gz'))
+        shutil.copy(THREADS, self.path('b.jsonl.gz'))
+        for jobs in (1, 2):
+            report = self.analyse(jobs=jobs)
+            self.assertSameTruth(report)
+            self._assert_duplicates_named(report, 'b.jsonl.gz', n, n)
+
+    def test_file_holding_its_records_twice(self):
+        # cat f f: a replay of the same process, not a restart
+        n = len(self.records)
+        write(self.path('f.jsonl'), self.records + self.records)
+        for jobs in (1, 2):
+            report = self.analyse(jobs=jobs)
+            self.assertSameTruth(report)
+            self._assert_duplicates_named(report, 'f.jsonl', n, 2 * n)
+
+    def test_restart_needs_a_new_process_start(self):
+        # the same pid again after a new process.start is a new process:
+        # its records count (here: the run once more, a minute later)
+        later = [dict(r, ts=r['ts'] + 10 * MINUTE) for r in self.records]
+        write(self.path('f.jsonl'), self.records + later)
+        report = self.analyse()
+        self.assertEqual([], report['load']['duplicates'])
+        self.assertEqual(2 * len(self.records), report['inputs']['records'])
+        self.assertEqual(2 * self.clean['sql']['calls'],
+                         report['sql']['calls'])
+
+    def test_overlapping_rotated_copies(self):
+        # the second half of the file collected twice: once in the whole
+        # file, once on its own (a rotated log copied again)
+        half = len(self.records) // 2
+        write(self.path('a.jsonl'), self.records)
+        write(self.path('b.jsonl'), self.records[half:])
+        report = self.analyse()
+        self.assertSameTruth(report)
+        self.assertEqual(len(self.records) - half,
+                         report['load']['counts']['duplicate'])
+
+    # -- layout -------------------------------------------------------------
+
+    def test_one_file_or_one_file_per_process(self):
+        procs = per_process(self.records)
+        write(self.path('all.jsonl'), procs)
+        one = self.analyse('all.jsonl')
+        os.unlink(self.path('all.jsonl'))
+        for host, recs in by_host(procs).items():
+            write(self.path('%s.jsonl' % host), recs)
+        split = self.analyse()
+        self.assertSameTruth(one, records=False)
+        self.assertEqual(discrete(one), discrete(split))
+        self.assertEqual(timed(one), timed(split))
+        self.assertEqual([], split['load']['loss'])
+        self.assertEqual([], split['load']['duplicates'])
+
+    def test_file_order_and_gzip(self):
+        procs = per_process(self.records)
+        names = []
+        for i, (host, recs) in enumerate(sorted(by_host(procs).items())):
+            # names that sort in the reverse order of the hosts
+            name = '%02d-%s.jsonl' % (len(self.hosts) - i, host)
+            if i % 2:
+                name += '.gz'
+            names.append(write(self.path(name), recs))
+        forward = pipeline.analyse(names, pipeline.Options(jobs=1))
+        backward = pipeline.analyse(names[::-1], pipeline.Options(jobs=1))
+        self.assertSameTruth(forward, records=False)
+        self.assertEqual(discrete(forward), discrete(backward))
+        self.assertEqual(timed(forward), timed(backward))
+
+    # -- clocks -------------------------------------------------------------
+
+    def _assert_shift_corrected(self, report, host, delta, records=True):
+        self.assertSameTruth(report, exact=False, records=records)
+        clean = self.clean['clocks']['hosts']
+        hosts = report['clocks']['hosts']
+        info = hosts[host]
+        self.assertIn(info['status'], ('corrected', 'one-sided'))
+        # the bounds are differences of timestamps: they move with the
+        # clock, exactly, and the offset chosen lies within them
+        for end in ('low_us', 'high_us'):
+            if clean[host][end] is None:
+                self.assertIsNone(info[end])
+            else:
+                self.assertEqual(clean[host][end] - delta, info[end])
+        if info['low_us'] is not None:
+            self.assertGreaterEqual(info['offset_us'], info['low_us'])
+        if info['high_us'] is not None:
+            self.assertLessEqual(info['offset_us'], info['high_us'])
+        for other in set(hosts) - {host}:
+            self.assertEqual(clean[other]['status'],
+                             hosts[other]['status'])
+        self.assertEqual(0, report['causality']['violations'])
+
+    def _computes(self):
+        return [h for h in self.hosts if h.startswith('cmp-')]
+
+    def test_host_shifted_inside_a_multi_host_file(self):
+        # the demo's file holds every host: a compute 10 minutes ahead
+        # or behind must change no lifecycle (small chunks: many of them
+        # end on a line of the shifted host, which dates the file)
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.analysis.stream.CHUNK_BYTES', 16384))
+        for host in self._computes():
+            for delta in (10 * MINUTE, -10 * MINUTE):
+                write(self.path('f.jsonl'),
+                      shifted(self.records, host, delta))
+                report = self.analyse('f.jsonl')
+                self._assert_shift_corrected(report, host, delta)
+
+    def test_host_shifted_per_process_files(self):
+        procs = per_process(self.records)
+        host = self._computes()[0]
+        for delta in (10 * MINUTE, -10 * MINUTE):
+            for name, recs in by_host(shifted(procs, host, delta)).items():
+                write(self.path('%s.jsonl' % name), recs)
+            self._assert_shift_corrected(self.analyse(), host, delta,
+                                         records=False)
+
+    def test_clock_hours_off(self):
+        # beyond the clock pass's horizon (10 minutes), both signs
+        for delta in (60 * MINUTE, -15 * MINUTE, -3 * 60 * MINUTE):
+            for host in self._computes()[:2]:
+                write(self.path('f.jsonl'),
+                      shifted(self.records, host, delta))
+                self._assert_shift_corrected(self.analyse('f.jsonl'), host,
+                                             delta)
