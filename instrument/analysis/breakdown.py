@@ -102,7 +102,7 @@ class RequestSummary:
     __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
                  '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
-                 'critical')
+                 'critical', 'lost_ends')
 
     req: str
     kind: str
@@ -122,6 +122,10 @@ class RequestSummary:
     lifecycle: typing.Optional[list]
     # span ids on the critical path, until the lifecycle is made
     critical: typing.Optional[set]
+    # spans that never ended in a request that reached an outcome: their
+    # end was lost (an invalid record, a seq gap), so the request's
+    # times are not known and it is left out of the timing statistics
+    lost_ends: int
 
     @property
     def comp(self) -> dict:
@@ -171,7 +175,8 @@ class RequestSummary:
                'critical_path_us': self.cp,
                'attempts': self.attempts, 'db_retries': self.db_retries,
                'errors': self.errors, 'hosts': self.hosts,
-               'events': self.events}
+               'events': self.events,
+               'lost_ends': getattr(self, 'lost_ends', 0)}
         if self.lifecycle is not None:
             out['lifecycle'] = [
                 {'t_us': e[0], 'dur_us': e[1], 'host': e[2], 'svc': e[3],
@@ -321,6 +326,8 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
     out.errors = errors
     out.hosts = sorted(hosts)
     out.events = r.events
+    # a request with an outcome whose spans did not all end lost ends
+    out.lost_ends = len(open_ids) if state != classify.INCOMPLETE else 0
     out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
         if keep_lifecycle else None
     return out
@@ -513,6 +520,12 @@ def aggregate(summaries: list) -> dict:
     boots = [s for s in summaries if s.kind == 'boot']
     others = [s for s in summaries if s.kind != 'boot']
     good = [s for s in boots if s.state in classify.GOOD_STATES]
+    # requests whose times are not known (a span's end lost) count in
+    # the states, not in the times
+    degraded = [s for s in summaries if getattr(s, 'lost_ends', 0)]
+    succeeded = len(good)
+    if degraded:
+        good = [s for s in good if not getattr(s, 'lost_ends', 0)]
     states = collections.Counter()
     causes = collections.Counter()
     inst_rows = 0
@@ -577,7 +590,7 @@ def aggregate(summaries: list) -> dict:
             for (st, cls), n in causes.most_common()],
         'duration_s': duration,
         'throughput_rps': len(boots) / duration,
-        'success_throughput_rps': len(good) / duration,
+        'success_throughput_rps': succeeded / duration,
         'success_rate': (states['success'] +
                          states['rescheduled_success']) / inst_rows
         if inst_rows else None,
@@ -595,4 +608,9 @@ def aggregate(summaries: list) -> dict:
                         'mean': conc['mean']},
         'levels': level_rows,
         'start_us': t0, 'end_us': t1,
+        'degraded': {'requests': len(degraded),
+                     'boots': sum(1 for s in degraded if s.kind == 'boot'),
+                     'lost_ends': sum(s.lost_ends for s in degraded),
+                     'examples': [s.req for s in degraded[:10]]},
     }
+

@@ -381,20 +381,28 @@ class SeqSet:
     and start) read so far, in any order: a bitmap in pages of 64 Ki
     numbers, so memory follows the range of numbers, not the records.
 
-    ``count`` is the records counted (the caller decides), ``lo`` and
-    ``hi`` the lowest and highest number seen, ``first`` the
-    ``(file index, file name)`` where the process was first read.
+    ``count`` is the valid records counted (the caller decides),
+    ``invalid`` the lines of it read but rejected, ``lo`` and ``hi`` the
+    lowest and highest number seen, ``first`` the ``(file index, file
+    name)`` where the process was first read, ``key`` its ``(host, pid,
+    start)``.
     """
 
-    __slots__ = ('pages', 'count', 'lo', 'hi', 'first', 'key')
+    __slots__ = ('pages', 'count', 'invalid', 'lo', 'hi', 'first', 'key',
+                 'last', 'ended')
 
-    def __init__(self, first: tuple) -> None:
+    def __init__(self, first: tuple, key: tuple = ()) -> None:
         self.pages: dict = {}
         self.count = 0
+        self.invalid = 0
         self.lo: typing.Optional[int] = None
         self.hi: typing.Optional[int] = None
         self.first = first
-        self.key: tuple = ()
+        self.key = key
+        # (corrected) ts of the record with the highest seq; whether a
+        # process.end record was read
+        self.last = 0
+        self.ended = False
 
     def add(self, seq: int) -> bool:
         """Mark ``seq`` read; False when it was read before."""
@@ -418,9 +426,16 @@ class SeqSet:
         i = seq & 0xFFFF
         return page is not None and bool(page[i >> 3] & (1 << (i & 7)))
 
+    def row(self) -> list:
+        """``[count, lo, hi, first, invalid, last, ended]`` (what
+        ``merge`` adds)."""
+        return [self.count, self.lo, self.hi, self.first, self.invalid,
+                self.last, self.ended]
+
 
 def process_label(key: tuple) -> str:
-    """``host pid N started T`` for a process key ``(host, pid, start)``."""
+    """``pid P on H (started at ts T)`` for a process key ``(host, pid,
+    start)``."""
     host, pid, start = key
     if start is None:
         return 'pid %s on %s' % (pid, host)
@@ -428,36 +443,40 @@ def process_label(key: tuple) -> str:
 
 
 class FileLoss:
-    """Per process: ``seq`` numbers read, and reported drops.
+    """Per process: ``seq`` numbers read, and what was lost.
 
     A process is ``(host, pid, start)``: the host and ``ts`` of its
     ``process.start`` record (``start`` None for records read before
-    any, as in a file rotated away from its start), whatever file its
-    records are found in: a record of a process already read is a
-    duplicate wherever it is found (a copied file, a file holding its
-    records twice), and a process that restarts (same pid) has a new
-    ``process.start``.
+    any, as in a file rotated away from its start, when pass 1 found no
+    start of that pid), whatever file its records are found in: a
+    record of a process already read is a duplicate wherever it is
+    found (a copied file, a file holding its records twice), and a
+    process that restarts (same pid) has a new ``process.start``.
     """
 
     def __init__(self) -> None:
-        # process key: SeqSet (pass 2 partitions: merged as
-        # [count, lo, hi, first])
+        # process key: SeqSet (merged: its ``row()``)
         self.seqs = {}
-        # (file, pid): {sink: cumulative count}
+        # process key: {sink: cumulative count} (sink.drops)
         self.drops = {}
+        # process key: lines of it that were not valid records
+        self.bad = {}
         # file name: records left out as duplicates, and records read
         self.duplicates = {}
         self.read = {}
 
     def merge(self, other: 'FileLoss') -> None:
         for key, s in other.seqs.items():
-            n, lo, hi, first = _seq_row(s)
+            n, lo, hi, first, invalid, last, ended = _seq_row(s)
             mine = self.seqs.get(key)
             if mine is None:
-                self.seqs[key] = [n, lo, hi, first]
+                self.seqs[key] = _seq_row(s)
                 continue
-            mine = self.seqs[key] = list(_seq_row(mine))
+            mine = self.seqs[key] = _seq_row(mine)
             mine[0] += n
+            mine[4] += invalid
+            mine[5] = max(mine[5], last)
+            mine[6] = mine[6] or ended
             for i, pick in ((1, min), (2, max)):
                 vals = [v for v in (mine[i], (lo, hi)[i - 1])
                         if v is not None]
@@ -468,40 +487,59 @@ class FileLoss:
             for sink, n in counts.items():
                 if n > mine.get(sink, 0):
                     mine[sink] = n
-        for fname, n in other.duplicates.items():
-            self.duplicates[fname] = self.duplicates.get(fname, 0) + n
-        for fname, n in other.read.items():
-            self.read[fname] = self.read.get(fname, 0) + n
+        for attr in ('bad', 'duplicates', 'read'):
+            mine = getattr(self, attr)
+            for key, n in getattr(other, attr).items():
+                mine[key] = mine.get(key, 0) + n
 
     def records(self) -> int:
         return sum(_seq_row(s)[0] for s in self.seqs.values())
 
+    def per_process(self) -> dict:
+        """``{key: {file, host, pid, records, missing, dropped,
+        invalid, last_us, ended}}`` of every process."""
+        rows = {}
+        for key, s in self.seqs.items():
+            n, lo, hi, first, invalid, last, ended = _seq_row(s)
+            host, pid, _start = key
+            missing = 0
+            if lo is not None and hi is not None:
+                missing = max(0, hi - lo + 1 - n - invalid)
+            rows[key] = {'file': first[1], 'host': host, 'pid': pid,
+                         'records': n, 'missing': missing, 'dropped': 0,
+                         'invalid': self.bad.get(key, 0), 'last_us': last,
+                         'ended': ended}
+        for key, counts in self.drops.items():
+            row = rows.get(key)
+            if row is not None:
+                row['dropped'] += sum(counts.values())
+        return rows
+
     def summary(self) -> list:
         """Rows ``{file, host, pid, records, missing, dropped}`` of the
-        processes with a loss (``file``: where it was first read)."""
-        rows = {}
-        firsts = {}
-        for key, s in self.seqs.items():
-            n, lo, hi, first = _seq_row(s)
-            host, pid, _start = key
-            row = rows.setdefault((first[1], pid, host), {
-                'file': first[1], 'host': host, 'pid': pid, 'records': 0,
-                'missing': 0, 'dropped': 0})
-            firsts.setdefault((first[1], pid), row)
-            row['records'] += n
-            if lo is not None and hi is not None:
-                row['missing'] += max(0, hi - lo + 1 - n)
-        for (fname, pid), counts in self.drops.items():
-            row = firsts.get((fname, pid))
-            if row is None:
-                row = rows.setdefault((fname, pid, None), {
-                    'file': fname, 'host': None, 'pid': pid,
-                    'records': 0, 'missing': 0, 'dropped': 0})
-            row['dropped'] += sum(counts.values())
-        return sorted((r for r in rows.values()
+        processes that lost records (``file``: where each was first
+        read)."""
+        return sorted(({k: r[k] for k in ('file', 'host', 'pid', 'records',
+                                          'missing', 'dropped')}
+                       for r in self.per_process().values()
                        if r['missing'] or r['dropped']),
-                      key=lambda r: (r['file'], r['pid'],
-                                     r['host'] or ''))
+                      key=lambda r: (r['file'], r['pid'], r['host']))
+
+    def lossy(self) -> list:
+        """Rows of ``per_process`` with any loss (missing, dropped or
+        bad lines)."""
+        return sorted((r for r in self.per_process().values()
+                       if r['missing'] or r['dropped'] or r['invalid']),
+                      key=lambda r: (r['host'], r['pid'], r['file']))
+
+    def unended(self) -> list:
+        """Rows ``{file, host, pid, last_us}`` of the processes read
+        without a ``process.end`` record: killed (``kill -9``, the OOM
+        killer), or still running when collected."""
+        return sorted(({k: r[k] for k in ('file', 'host', 'pid', 'last_us')}
+                       for r in self.per_process().values()
+                       if not r['ended'] and r['records']),
+                      key=lambda r: (r['host'], r['pid'], r['file']))
 
     def duplicate_files(self) -> list:
         """Rows ``{file, duplicates, records}`` of the files holding
@@ -513,10 +551,10 @@ class FileLoss:
                       key=lambda r: r['file'])
 
 
-def _seq_row(s) -> tuple:
+def _seq_row(s) -> list:
     if isinstance(s, SeqSet):
-        return s.count, s.lo, s.hi, s.first
-    return tuple(s)
+        return s.row()
+    return list(s)
 
 
 def decode_error(raw: bytes, at_eof: bool) -> tuple:

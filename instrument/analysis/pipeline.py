@@ -281,6 +281,7 @@ class PartReader:
                 if part == 0 or not meta:
                     kind, reason = decoder.error or ('invalid', '')
                     issues.add(kind, fname, lineno, reason)
+                    self.bad_line(raw, fi, fname, c_seq)
                 continue
             pid = rec.pid
             seq = rec.seq
@@ -292,11 +293,12 @@ class PartReader:
                     (rec.host, pid, rec.ts), fi, fname)
             elif pid != c_pid:
                 c_pid = pid
-                s = current.get((fi, pid))
-                if s is None:
+                known = current.get((fi, pid))
+                if known is None:
                     # no process.start before it in this file
-                    s = current[(fi, pid)] = track(
+                    known = current[(fi, pid)] = track(
                         self.process_of(rec.host, pid, rec.ts), fi, fname)
+                s = known
                 c_seq = s
             else:
                 s = c_seq
@@ -318,6 +320,8 @@ class PartReader:
                 c_host = host
                 c_off = get_offset(host, 0)
             ts = rec.ts + c_off
+            if seq == s.hi:
+                s.last = ts
             if ph == 'X':
                 complete(rec, ts)
             elif ph == 'B':
@@ -325,9 +329,37 @@ class PartReader:
             elif ph == 'I':
                 instant(rec, ts)
             elif ph == 'C':
-                self.counter(rec, ts, fname)
+                self.counter(rec, ts, s.key)
             else:
+                if rec.ev == 'process.end':
+                    s.ended = True
                 self.metadata(rec, host, fname)
+
+    def bad_line(self, raw: bytes, fi: int, fname: str,
+                 near: typing.Optional[load.SeqSet]) -> None:
+        """Charge a line that is not a valid record to its process:
+        the one it names when it names one (its ``seq`` is then not
+        also reported missing), else the process of the lines around
+        it."""
+        try:
+            rec = load.loads(raw)
+        except ValueError:
+            rec = None
+        if rec.__class__ is dict:
+            host, pid, seq = rec.get('host'), rec.get('pid'), rec.get('seq')
+            if host.__class__ is str and pid.__class__ is int and \
+                    seq.__class__ is int:
+                s = self.current.get((fi, pid))
+                if s is None:
+                    s = self.current[(fi, pid)] = self.track(
+                        self.process_of(host, pid, rec.get('ts') or 0),
+                        fi, fname)
+                if s.add(seq):
+                    s.invalid += 1
+                self.loss.bad[s.key] = self.loss.bad.get(s.key, 0) + 1
+                return
+        if near is not None:
+            self.loss.bad[near.key] = self.loss.bad.get(near.key, 0) + 1
 
     def process_of(self, host: str, pid: int, ts: int) -> tuple:
         """The process ``(host, pid, start)`` that wrote a record of
@@ -355,8 +387,7 @@ class PartReader:
         read so far, wherever read."""
         s = self.loss.seqs.get(key)
         if s is None:
-            s = self.loss.seqs[key] = load.SeqSet((fi, fname))
-            s.key = key
+            s = self.loss.seqs[key] = load.SeqSet((fi, fname), key)
         return s
 
     def complete(self, rec: typing.Any, ts: int) -> None:
@@ -382,14 +413,14 @@ class PartReader:
         if not self.asm.span(rec, ts, False):
             self.out.duplicate_spans += 1
 
-    def counter(self, rec: typing.Any, ts: int, fname: str) -> None:
+    def counter(self, rec: typing.Any, ts: int, process: tuple) -> None:
         """A ``C`` record: SQL aggregates or the sink's drop counts."""
         ev = rec.ev
         attrs = rec.attrs or {}
         if ev == 'sql.agg':
             self.digest.add_agg(ts, rec.svc, attrs)
         elif ev == 'sink.drops':
-            mine = self.loss.drops.setdefault((fname, rec.pid), {})
+            mine = self.loss.drops.setdefault(process, {})
             for sink, n in attrs.items():
                 if isinstance(n, int) and n > mine.get(sink, 0):
                     mine[sink] = n
@@ -624,10 +655,13 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                  # records of a process already read (another copy of
                  # a file, a file holding them twice), per file
                  'duplicates': merged.loss.duplicate_files(),
+                 # processes without a process.end record (killed?)
+                 'unended': merged.loss.unended(),
                  'records_without_request': dict(merged.no_request)},
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),
         'summary': agg,
+        'quality': quality(merged.loss, summaries),
         'failures': failures,
         'retries': retries,
         'sql': merged.digest.profile(opts.group_by, opts.order_by,
@@ -640,6 +674,28 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                    'sql_outside': merged.digest.filtered},
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
+    }
+
+
+def quality(loss: load.FileLoss, summaries: list) -> dict:
+    """What the figures stand on: the processes that lost records
+    (seq gaps, ``sink.drops``, lines not valid), and the requests with
+    events on their hosts, whose figures may miss some of them."""
+    lossy = loss.lossy()
+    hosts = {r['host'] for r in lossy}
+    affected = [s for s in summaries if hosts.intersection(s.hosts)] \
+        if hosts else []
+    return {
+        'lost_records': sum(r['missing'] + r['dropped'] + r['invalid']
+                            for r in lossy),
+        'processes': [{k: r[k] for k in ('host', 'pid', 'file', 'records',
+                                         'missing', 'dropped', 'invalid')}
+                      for r in lossy],
+        'hosts': sorted(hosts),
+        'requests': len(summaries),
+        'requests_affected': len(affected),
+        'boots_affected': sum(1 for s in affected if s.kind == 'boot'),
+        'examples': [s.req for s in affected[:10]],
     }
 
 

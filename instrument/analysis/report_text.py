@@ -125,12 +125,18 @@ def _load(report: dict, out: list) -> None:
     ld = report['load']
     bad = {k: v for k, v in ld['counts'].items() if v}
     if not bad and not ld['loss'] and not ld['problems'] and \
-            not ld.get('duplicate_spans'):
+            not ld.get('duplicate_spans') and not ld.get('unended'):
         out.append('# every line valid; no data loss reported')
         return
     _title(out, 'Input problems')
     for problem in ld['problems']:
         out.append('! ' + problem)
+    for row in ld.get('unended') or ():
+        out.append('! no end record from pid %s on %s (%s): killed, or '
+                   'still running when collected; last record at %s; up '
+                   'to one flush interval of its events may be missing' % (
+                       row['pid'], row['host'], row['file'],
+                       fmt_time(row['last_us'])))
     for row in ld.get('duplicates') or ():
         out.append('! %s: %d of its %d records were read before (a '
                    'copy, or records written twice); left out of every '
@@ -152,6 +158,44 @@ def _load(report: dict, out: list) -> None:
     if ld.get('duplicate_spans'):
         out.append('duplicate span records ignored: %d' %
                    ld['duplicate_spans'])
+
+
+def loss_note(report: dict) -> typing.Optional[str]:
+    """The warning that goes beside every figure computed from input
+    with losses, None without losses."""
+    q = report.get('quality') or {}
+    if not q.get('lost_records'):
+        return None
+    return ('! computed from input with losses: %d records lost in %d '
+            'process(es) on %s; %d of %d requests (%s) have events there '
+            'and may be incomplete or mis-timed (see Input problems)' % (
+                q['lost_records'], len(q['processes']),
+                ', '.join(q['hosts']), q['requests_affected'],
+                q['requests'], fmt_pct(q['requests_affected'] /
+                                       (q['requests'] or 1))))
+
+
+def _loss_note(report: dict, out: list) -> None:
+    note = loss_note(report)
+    if note:
+        out.append(note)
+
+
+def degraded_note(report: dict) -> typing.Optional[str]:
+    """Requests left out of the times: a span's end was lost."""
+    deg = report['summary'].get('degraded') or {}
+    if not deg.get('requests'):
+        return None
+    return ('! %d request(s) (%d boots) left out of these times: the end '
+            'of %d span(s) was lost (e.g. %s); their states still count' % (
+                deg['requests'], deg['boots'], deg['lost_ends'],
+                deg['examples'][0]))
+
+
+def _degraded_note(report: dict, out: list) -> None:
+    note = degraded_note(report)
+    if note:
+        out.append(note)
 
 
 def _clocks(report: dict, out: list) -> None:
@@ -192,6 +236,7 @@ def _clocks(report: dict, out: list) -> None:
 def _states(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Requests')
+    _loss_note(report, out)
     out.append('%d boot requests (%d instances), %d other API requests' % (
         s['boots'], s['instances'], s['other_requests']))
     total = s['instances'] or 1
@@ -226,6 +271,8 @@ def _states(report: dict, out: list) -> None:
 def _components(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Time per successful boot, exclusive, per component')
+    _loss_note(report, out)
+    _degraded_note(report, out)
     lat = s['latency']
     if not lat.get('count'):
         out.append('no successful boot')
@@ -265,6 +312,7 @@ def _components(report: dict, out: list) -> None:
 
 def _failures(report: dict, out: list) -> None:
     _title(out, 'Failures (where raised, messages normalised)')
+    _loss_note(report, out)
     if not report['failures']:
         out.append('none')
     else:
@@ -285,6 +333,7 @@ def _sql(report: dict, out: list, blocks: int) -> None:
     sql = report['sql']
     _title(out, 'SQL profile (grouped by %s, ordered by %s)' % (
         sql['group_by'], sql['order_by']))
+    _loss_note(report, out)
     if not sql['rows']:
         out.append('no SQL statements')
         return
