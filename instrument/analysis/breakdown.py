@@ -327,7 +327,9 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
     out.hosts = sorted(hosts)
     out.events = r.events
     # a request with an outcome whose spans did not all end lost ends
-    out.lost_ends = len(open_ids) if state != classify.INCOMPLETE else 0
+    # (one whose spans all stayed open has no outcome: nothing ended)
+    out.lost_ends = len(open_ids) if state != classify.INCOMPLETE and \
+        len(open_ids) < len(spans) else 0
     out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
         if keep_lifecycle else None
     return out

@@ -33,6 +33,8 @@ import tempfile
 import fixtures
 import testtools
 
+from instrument.analysis import breakdown
+from instrument.analysis import classify
 from instrument.analysis import pipeline
 from instrument.analysis import report_html
 from instrument.analysis import report_text
@@ -312,3 +314,120 @@ class FidelityTest(testtools.TestCase):
                       shifted(self.records, host, delta))
                 self._assert_shift_corrected(self.analyse('f.jsonl'), host,
                                              delta)
+
+
+class DamageTest(testtools.TestCase):
+    """Records lost on the way: the requests they touch are marked and
+    left out of the times, never mis-timed; every figure says so."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.records = read_records(THREADS)
+        cls.clean = pipeline.analyse([THREADS], pipeline.Options(jobs=1))
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix='instrument-damage-')
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def analyse(self, records):
+        write(os.path.join(self.dir, 'f.jsonl'), records)
+        return pipeline.analyse([self.dir], pipeline.Options(jobs=1))
+
+    def _span_end_of_a_good_boot(self):
+        """A span of a successful boot whose start (B) and end (X) are
+        both in the file: the X's index."""
+        good = {r['req'] for r in self.clean['requests']
+                if r['state'] in classify.GOOD_STATES}
+        begun = {r['span'] for r in self.records if r['ph'] == 'B'}
+        for i, r in enumerate(self.records):
+            if r['ph'] == 'X' and r['span'] in begun and \
+                    r.get('req') in good and r['ev'] != 'api.request':
+                return i
+        self.fail('no begun span in a successful boot')
+
+    def _times_without(self, req):
+        """The component statistics of the clean run without ``req``."""
+        rows = [r for r in self.clean['requests']
+                if r['kind'] == 'boot' and r['req'] != req and
+                r['state'] in classify.GOOD_STATES]
+        return {name: breakdown.stats([r['components_us'].get(name, 0)
+                                       for r in rows])
+                for name in self.clean['summary']['components']}
+
+    def _assert_degraded(self, report, req):
+        self.assertEqual(discrete(self.clean)['states'],
+                         discrete(report)['states'])
+        row = {r['req']: r for r in report['requests']}[req]
+        self.assertEqual(1, row['lost_ends'])
+        deg = report['summary']['degraded']
+        self.assertEqual((1, 1, 1, [req]), (deg['requests'], deg['boots'],
+                                            deg['lost_ends'],
+                                            deg['examples']))
+        # the times are those of the other requests, exactly
+        want = self._times_without(req)
+        got = report['summary']['components']
+        for name, st in want.items():
+            self.assertEqual(st, got.get(name, st), name)
+        text = report_text.render(report)
+        self.assertIn('1 request(s) (1 boots) left out of these times',
+                      text)
+        self.assertIn('left out of these times',
+                      report_html.render(report))
+
+    def _assert_warned(self, report, lost):
+        q = report['quality']
+        self.assertEqual(lost, q['lost_records'])
+        self.assertEqual(q['requests'], len(report['requests']))
+        self.assertGreater(q['requests_affected'], 0)
+        text = report_text.render(report)
+        note = report_text.loss_note(report)
+        self.assertIn('computed from input with losses: %d records' % lost,
+                      note)
+        # beside the states, the times, the failures and the SQL
+        self.assertEqual(4, text.count(note))
+
+    def test_lost_span_end_seq_gap(self):
+        i = self._span_end_of_a_good_boot()
+        req = self.records[i]['req']
+        report = self.analyse(self.records[:i] + self.records[i + 1:])
+        self._assert_degraded(report, req)
+        self.assertEqual(1, report['load']['loss'][0]['missing'])
+        self._assert_warned(report, 1)
+
+    def test_lost_span_end_invalid_line(self):
+        i = self._span_end_of_a_good_boot()
+        req = self.records[i]['req']
+        bad = dict(self.records[i])
+        del bad['dur_us']
+        report = self.analyse(self.records[:i] + [bad] +
+                              self.records[i + 1:])
+        self._assert_degraded(report, req)
+        self.assertEqual(1, report['load']['counts']['invalid'])
+        # the invalid line is not also a missing seq
+        self.assertEqual([], report['load']['loss'])
+        self._assert_warned(report, 1)
+
+    def test_clean_input_has_no_warning(self):
+        self.assertIsNone(report_text.loss_note(self.clean))
+        self.assertEqual(0, self.clean['quality']['lost_records'])
+        self.assertEqual(0, self.clean['summary']['degraded']['requests'])
+        self.assertEqual([], self.clean['load']['unended'])
+
+    def test_killed_process_has_no_end_record(self):
+        self.assertEqual('process.end', self.records[-1]['ev'])
+        killed = self.records[:-1]
+        report = self.analyse(killed)
+        [row] = report['load']['unended']
+        last = killed[-1]
+        self.assertEqual((last['host'], last['pid'], 'f.jsonl'),
+                         (row['host'], row['pid'], row['file']))
+        offset = report['clocks']['hosts'][last['host']]['offset_us']
+        self.assertEqual(last['ts'] + offset, row['last_us'])
+        text = report_text.render(report)
+        self.assertNotIn('no data loss reported', text)
+        self.assertIn('no end record from pid %d on %s' % (
+            last['pid'], last['host']), text)
+        self.assertIn('no end record from pid %d on %s' % (
+            last['pid'], last['host']), report_html.render(report))
