@@ -431,3 +431,53 @@ class DamageTest(testtools.TestCase):
             last['pid'], last['host']), text)
         self.assertIn('no end record from pid %d on %s' % (
             last['pid'], last['host']), report_html.render(report))
+
+
+class SmallItemsTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix='instrument-small-')
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.records = read_records(THREADS)
+
+    def test_garbage_in_a_span_file_is_a_bad_line(self):
+        path = os.path.join(self.dir, 'f.jsonl')
+        write(path, self.records)
+        with open(path, 'ab') as f:
+            f.write(b'Traceback (most recent call last):\n')
+        report = pipeline.analyse([path], pipeline.Options(jobs=1))
+        self.assertEqual(1, report['load']['counts']['malformed'])
+        self.assertIn('f.jsonl:%d: malformed: not a span record' % (
+            len(self.records) + 1), report_text.render(report))
+
+    def test_service_log_lines_are_not_bad_lines(self):
+        path = os.path.join(self.dir, 'nova-compute.log')
+        with open(path, 'wb') as f:
+            for rec in self.records:
+                f.write(b'2026-01-01 INFO instrument.spans ' +
+                        json.dumps(rec, separators=(',', ':')).encode() +
+                        b'\n')
+                f.write(b'2026-01-01 INFO nova.compute.manager ok\n')
+        report = pipeline.analyse([path], pipeline.Options(jobs=1))
+        self.assertEqual(0, report['load']['counts']['malformed'])
+        self.assertEqual(len(self.records), report['load']['other_lines'])
+
+    def test_host_with_every_record_rejected_leaves_the_clock_table(self):
+        bad = [dict(r, zz=1) if r['host'] == 'cmp-03' else r
+               for r in self.records]
+        path = write(os.path.join(self.dir, 'f.jsonl'), bad)
+        report = pipeline.analyse([path], pipeline.Options(jobs=1))
+        self.assertNotIn('cmp-03', report['clocks']['hosts'])
+        self.assertIn('cmp-01', report['clocks']['hosts'])
+        self.assertIn('host cmp-03: no valid record (every one rejected), '
+                      'left out of the clock offsets',
+                      report['load']['problems'])
+
+    def test_one_job_by_default_on_two_cpus(self):
+        big = 1 << 30
+        for cpus, want in ((1, 1), (2, 1), (4, 4), (8, 4)):
+            self.useFixture(fixtures.MonkeyPatch(
+                'os.sched_getaffinity', lambda _pid, n=cpus: set(range(n))))
+            self.assertEqual(want, pipeline.default_jobs(big), cpus)
+        self.assertEqual(1, pipeline.default_jobs(1 << 20))
