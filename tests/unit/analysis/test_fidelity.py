@@ -42,6 +42,8 @@ from instrument.analysis import report_text
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                     'data', 'fidelity')
 THREADS = os.path.join(DATA, 'demo-threads.jsonl.gz')
+# the API's view of the same run (instrument-demo's servers.json)
+SERVERS = os.path.join(DATA, 'demo-threads.servers.json')
 MINUTE = 60_000_000
 
 
@@ -291,7 +293,7 @@ class FidelityTest(testtools.TestCase):
         self.useFixture(fixtures.MonkeyPatch(
             'instrument.analysis.stream.CHUNK_BYTES', 16384))
         for host in self._computes():
-            for delta in (10 * MINUTE, -10 * MINUTE):
+            for delta in (10 * MINUTE, -10 * MINUTE, 12 * MINUTE):
                 write(self.path('f.jsonl'),
                       shifted(self.records, host, delta))
                 report = self.analyse('f.jsonl')
@@ -314,6 +316,52 @@ class FidelityTest(testtools.TestCase):
                       shifted(self.records, host, delta))
                 self._assert_shift_corrected(self.analyse('f.jsonl'), host,
                                              delta)
+
+
+class GroundTruthTest(testtools.TestCase):
+    """The report against the API's own view of the same run (the
+    demo's ``servers.json``: each server's status and fault), on the
+    clean file and on the worst of the transformations at once."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(prefix='instrument-truth-')
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        with open(SERVERS) as f:
+            self.servers = {s['id']: s for s in json.load(f)['servers']}
+
+    def assertApiView(self, report):
+        seen = {}
+        for row in report['requests']:
+            for inst in row['instances']:
+                seen[inst['inst']] = inst
+        self.assertEqual(set(self.servers), set(seen))
+        for sid, server in self.servers.items():
+            inst = seen[sid]
+            if server['status'] == 'ACTIVE':
+                self.assertIn(inst['state'], classify.GOOD_STATES, sid)
+            else:
+                self.assertEqual('ERROR', server['status'])
+                self.assertIn(inst['state'], ('compute_failure',
+                                              'scheduling_failure'), sid)
+                # the fault the API shows is the cause found
+                self.assertEqual(server['fault'], inst['cause']['msg'])
+
+    def test_clean(self):
+        self.assertApiView(pipeline.analyse([THREADS],
+                                            pipeline.Options(jobs=1)))
+
+    def test_copied_replayed_and_skewed(self):
+        records = read_records(THREADS)
+        for host, delta in (('cmp-01', 60 * MINUTE),
+                            ('cmp-02', -15 * MINUTE),
+                            ('scheduler', 10 * MINUTE)):
+            records = shifted(records, host, delta)
+        write(os.path.join(self.dir, 'a.jsonl'), records + records)
+        write(os.path.join(self.dir, 'b.jsonl.gz'), records)
+        for jobs in (1, 2):
+            self.assertApiView(pipeline.analyse(
+                [self.dir], pipeline.Options(jobs=jobs)))
 
 
 class DamageTest(testtools.TestCase):
