@@ -54,6 +54,10 @@ S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
     S_ATTRS, S_INST = range(11)
 SYNC = schema.SYNC_EVENTS
 QUEUE = 'rpc.queue'
+# the receiving side of a message: under an asynchronous send it is
+# never covered by the sender, even in the sender's own process (a
+# service casting to itself, or the demo's services sharing one pid)
+DISPATCH = 'rpc.dispatch'
 GAP = 'gap'
 COMPONENT_ORDER = ('api', 'rpc', QUEUE, 'conductor', 'scheduler',
                    'scheduler.db', 'scheduler.placement', 'compute',
@@ -259,7 +263,8 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
             if len(kids) == 1:
                 c = spans[kids[0]]
                 cs = c[S_START]
-                if sync or (c[S_PID] == pid and c[S_HOST] == host):
+                if sync or (c[S_PID] == pid and c[S_HOST] == host and
+                            c[S_EV] != DISPATCH):
                     ce = ends[kids[0]]
                     lo = cs if cs > start else start
                     hi = ce if ce < end else end
@@ -272,7 +277,8 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
                 for k in kids:
                     c = spans[k]
                     cs = c[S_START]
-                    if sync or (c[S_PID] == pid and c[S_HOST] == host):
+                    if sync or (c[S_PID] == pid and c[S_HOST] == host and
+                            c[S_EV] != DISPATCH):
                         ce = ends[k]
                         lo = cs if cs > start else start
                         hi = ce if ce < end else end

@@ -222,6 +222,7 @@ def _clocks(report: dict, out: list) -> None:
                       'status'], rows, 'lrlrrl'))
     out.append('%d causal pairs from %d hops, %d group(s)' % (
         clk['pairs'], clk['hops']['hops'], clk['groups']))
+    out.extend(clock_notes(clk))
     for d in clk['dropped']:
         origin = d['origin']
         out.append('! inconsistent pair dropped: %s (%s:%s %s)' % (
@@ -231,6 +232,30 @@ def _clocks(report: dict, out: list) -> None:
         out.append('! %d of %d cross-host hops still violate causality '
                    'after correction' % (caus['violations'],
                                          caus['checked']))
+
+
+def clock_notes(clk: dict) -> list:
+    """What the offsets are and which figures depend on them."""
+    hosts = clk['hosts']
+    widths = [i['high_us'] - i['low_us'] for i in hosts.values()
+              if i['status'] == 'corrected']
+    out = ['offset: the raw clock where causality allows it, else the '
+           'centre of the feasible interval (else its one end); times '
+           'between hosts (rpc, rpc.queue, the critical path, causality '
+           'checks) depend on it' + (
+               ', each uncertain by up to the widest interval involved '
+               '(widest here %s)' % fmt_us(max(widths)) if widths else '')]
+    one = sorted(h for h, i in hosts.items() if i['status'] == 'one-sided')
+    if one:
+        out.append('! bounded on one side only: %s (a clock off in the '
+                   'other direction is not seen; times across these '
+                   'hosts may be wrong)' % ', '.join(one))
+    none = sorted(h for h, i in hosts.items()
+                  if i['status'] == 'uncorrected')
+    if none and len(none) < len(hosts):
+        out.append('! no causal pairs: %s (their raw clocks are used '
+                   'as they are)' % ', '.join(none))
+    return out
 
 
 def _states(report: dict, out: list) -> None:
