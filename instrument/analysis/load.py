@@ -389,7 +389,7 @@ class SeqSet:
     """
 
     __slots__ = ('pages', 'count', 'invalid', 'lo', 'hi', 'first', 'key',
-                 'last', 'ended')
+                 'last', 'ended', 'hosts')
 
     def __init__(self, first: tuple, key: tuple = ()) -> None:
         self.pages: dict = {}
@@ -403,6 +403,9 @@ class SeqSet:
         # process.end record was read
         self.last = 0
         self.ended = False
+        # the hosts of its records (one process may write for several:
+        # the demo's)
+        self.hosts: set = set(key[:1])
 
     def add(self, seq: int) -> bool:
         """Mark ``seq`` read; False when it was read before."""
@@ -427,10 +430,10 @@ class SeqSet:
         return page is not None and bool(page[i >> 3] & (1 << (i & 7)))
 
     def row(self) -> list:
-        """``[count, lo, hi, first, invalid, last, ended]`` (what
-        ``merge`` adds)."""
+        """``[count, lo, hi, first, invalid, last, ended, hosts]``
+        (what ``merge`` adds)."""
         return [self.count, self.lo, self.hi, self.first, self.invalid,
-                self.last, self.ended]
+                self.last, self.ended, set(self.hosts)]
 
 
 def process_label(key: tuple) -> str:
@@ -467,7 +470,7 @@ class FileLoss:
 
     def merge(self, other: 'FileLoss') -> None:
         for key, s in other.seqs.items():
-            n, lo, hi, first, invalid, last, ended = _seq_row(s)
+            n, lo, hi, first, invalid, last, ended, hosts = _seq_row(s)
             mine = self.seqs.get(key)
             if mine is None:
                 self.seqs[key] = _seq_row(s)
@@ -477,6 +480,7 @@ class FileLoss:
             mine[4] += invalid
             mine[5] = max(mine[5], last)
             mine[6] = mine[6] or ended
+            mine[7] = mine[7] | hosts
             for i, pick in ((1, min), (2, max)):
                 vals = [v for v in (mine[i], (lo, hi)[i - 1])
                         if v is not None]
@@ -497,10 +501,10 @@ class FileLoss:
 
     def per_process(self) -> dict:
         """``{key: {file, host, pid, records, missing, dropped,
-        invalid, last_us, ended}}`` of every process."""
+        invalid, last_us, ended, hosts}}`` of every process."""
         rows = {}
         for key, s in self.seqs.items():
-            n, lo, hi, first, invalid, last, ended = _seq_row(s)
+            n, lo, hi, first, invalid, last, ended, hosts = _seq_row(s)
             host, pid, _start = key
             missing = 0
             if lo is not None and hi is not None:
@@ -508,7 +512,7 @@ class FileLoss:
             rows[key] = {'file': first[1], 'host': host, 'pid': pid,
                          'records': n, 'missing': missing, 'dropped': 0,
                          'invalid': self.bad.get(key, 0), 'last_us': last,
-                         'ended': ended}
+                         'ended': ended, 'hosts': sorted(hosts)}
         for key, counts in self.drops.items():
             row = rows.get(key)
             if row is not None:

@@ -328,6 +328,7 @@ class PartReader:
                 c_host = host
                 c_off = get_offset(host, 0)
                 self.out.hosts.add(host)
+                s.hosts.add(host)
             ts = rec.ts + c_off
             if seq == s.hi:
                 s.last = ts
@@ -704,8 +705,10 @@ def quality(loss: load.FileLoss, summaries: list) -> dict:
     (seq gaps, ``sink.drops``, lines not valid), and the requests with
     events on their hosts, whose figures may miss some of them."""
     lossy = loss.lossy()
-    hosts = {r['host'] for r in lossy}
-    affected = [s for s in summaries if hosts.intersection(s.hosts)] \
+    hosts = {h for r in lossy for h in r['hosts']}
+    # (a request of SQL statements only names no host: it may be one)
+    affected = [s for s in summaries
+                if not s.hosts or hosts.intersection(s.hosts)] \
         if hosts else []
     return {
         'lost_records': sum(r['missing'] + r['dropped'] + r['invalid']

@@ -473,6 +473,22 @@ class DamageTest(testtools.TestCase):
         self.assertEqual([], report['load']['loss'])
         self._assert_warned(report, 1)
 
+    def test_buffer_overflow_is_warned_beside_every_figure(self):
+        # the runtime's own count of events it could not keep
+        last = self.records[-2]
+        drops = dict(last, ph='C', seq=last['seq'] + 1, ev='sink.drops',
+                     attrs={'buffer_full': 500, 'file': 0})
+        for key in ('dur_us', 'tid', 'span', 'parent', 'req', 'greq',
+                    'inst', 'st', 'err'):
+            drops.pop(key, None)
+        end = dict(self.records[-1], seq=last['seq'] + 2)
+        report = self.analyse(self.records[:-1] + [drops, end])
+        self.assertEqual(500, report['load']['loss'][0]['dropped'])
+        self._assert_warned(report, 500)
+        # every request of the process's host may miss events
+        self.assertEqual(report['quality']['requests'],
+                         report['quality']['requests_affected'])
+
     def test_clean_input_has_no_warning(self):
         self.assertIsNone(report_text.loss_note(self.clean))
         self.assertEqual(0, self.clean['quality']['lost_records'])
