@@ -379,32 +379,29 @@ class Issues:
 class SeqSet:
     """The ``seq`` numbers of one process (one incarnation: host, pid
     and start) read so far, in any order: a bitmap in pages of 64 Ki
-    numbers, so memory follows the range of numbers, not the records.
+    numbers (``pages``: page number to 8 KiB), so memory follows the
+    range of numbers, not the records.  The reader of pass 2 sets the
+    bits itself (its hot loop); ``add`` does the same.
 
-    ``count`` is the valid records counted (the caller decides),
-    ``invalid`` the lines of it read but rejected, ``lo`` and ``hi`` the
-    lowest and highest number seen, ``first`` the ``(file index, file
-    name)`` where the process was first read, ``key`` its ``(host, pid,
-    start)``.
+    ``invalid`` counts the numbers of lines read but rejected (their
+    bits are set: not missing, not records), ``first`` is the ``(file
+    index, file name)`` where the process was first read, ``key`` its
+    ``(host, pid, start)``, ``last`` the latest (corrected) time of its
+    records, ``ended`` whether its ``process.end`` was read, ``hosts``
+    the hosts of its records (one process may write for several: the
+    demo's).
     """
 
-    __slots__ = ('pages', 'count', 'invalid', 'lo', 'hi', 'first', 'key',
-                 'last', 'ended', 'hosts')
+    __slots__ = ('pages', 'invalid', 'first', 'key', 'last', 'ended',
+                 'hosts')
 
     def __init__(self, first: tuple, key: tuple = ()) -> None:
         self.pages: dict = {}
-        self.count = 0
         self.invalid = 0
-        self.lo: typing.Optional[int] = None
-        self.hi: typing.Optional[int] = None
         self.first = first
         self.key = key
-        # (corrected) ts of the record with the highest seq; whether a
-        # process.end record was read
         self.last = 0
         self.ended = False
-        # the hosts of its records (one process may write for several:
-        # the demo's)
         self.hosts: set = set(key[:1])
 
     def add(self, seq: int) -> bool:
@@ -418,10 +415,6 @@ class SeqSet:
         if byte & bit:
             return False
         page[i >> 3] = byte | bit
-        if self.hi is None or seq > self.hi:
-            self.hi = seq
-        if self.lo is None or seq < self.lo:
-            self.lo = seq
         return True
 
     def __contains__(self, seq: int) -> bool:
@@ -429,10 +422,27 @@ class SeqSet:
         i = seq & 0xFFFF
         return page is not None and bool(page[i >> 3] & (1 << (i & 7)))
 
+    def span(self) -> tuple:
+        """``(numbers read, lowest, highest)``; lowest and highest None
+        when none."""
+        n = 0
+        lo = hi = None
+        for pageno in sorted(self.pages):
+            value = int.from_bytes(self.pages[pageno], 'little')
+            if not value:
+                continue
+            n += value.bit_count()
+            base = pageno << 16
+            if lo is None:
+                lo = base + (value & -value).bit_length() - 1
+            hi = base + value.bit_length() - 1
+        return n, lo, hi
+
     def row(self) -> list:
         """``[count, lo, hi, first, invalid, last, ended, hosts]``
-        (what ``merge`` adds)."""
-        return [self.count, self.lo, self.hi, self.first, self.invalid,
+        (``count``: the valid records; what ``FileLoss.merge`` adds)."""
+        n, lo, hi = self.span()
+        return [n - self.invalid, lo, hi, self.first, self.invalid,
                 self.last, self.ended, set(self.hosts)]
 
 

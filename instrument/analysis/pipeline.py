@@ -252,10 +252,16 @@ class PartReader:
         log_file = load._is_log_name(fname)
         self.lines += len(lines)
         # a file is mostly one process on one host: remember the last
+        # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None
         c_seq: typing.Any = None
+        c_pages: dict = {}
+        c_pageno = -1
+        c_page = bytearray()
+        c_last = 0
         c_host = None
         c_off = 0
+        nread = 0
         for lineno, raw in enumerate(lines, first + 1):
             if raw[0] != 123:  # not '{': a service log line?
                 j = raw.find(marker)
@@ -294,44 +300,57 @@ class PartReader:
             pid = rec.pid
             seq = rec.seq
             ph = rec.ph
-            if ph == 'M' and rec.ev == 'process.start':
-                # a process (a new one, or one read before: a replay)
+            if ph == 'M' and rec.ev == 'process.start' or pid != c_pid:
+                if c_seq is not None and c_last > c_seq.last:
+                    c_seq.last = c_last
+                if ph == 'M' and rec.ev == 'process.start':
+                    # a process (a new one, or one read before: a
+                    # replay)
+                    c_seq = current[(fi, pid)] = track(
+                        (rec.host, pid, rec.ts), fi, fname)
+                else:
+                    c_seq = current.get((fi, pid))
+                    if c_seq is None:
+                        # no process.start before it in this file
+                        c_seq = current[(fi, pid)] = track(
+                            self.process_of(rec.host, pid, rec.ts), fi,
+                            fname)
                 c_pid = pid
-                s = c_seq = current[(fi, pid)] = track(
-                    (rec.host, pid, rec.ts), fi, fname)
-            elif pid != c_pid:
-                c_pid = pid
-                known = current.get((fi, pid))
-                if known is None:
-                    # no process.start before it in this file
-                    known = current[(fi, pid)] = track(
-                        self.process_of(rec.host, pid, rec.ts), fi, fname)
-                s = known
-                c_seq = s
-            else:
-                s = c_seq
+                c_pages = c_seq.pages
+                c_pageno = -1
+                c_last = c_seq.last
+                c_host = None
             if meta and part != 0:
                 # metadata is read by every worker, counted by worker 0
-                if s.add(seq):
-                    self.shared_metadata(rec)
+                self.shared_metadata(rec)
                 continue
-            read[fname] = read.get(fname, 0) + 1
-            if not s.add(seq):
+            nread += 1
+            # has this process's seq been read (here or in any file)?
+            if seq >> 16 != c_pageno:
+                c_pageno = seq >> 16
+                c_page = c_pages.get(c_pageno)
+                if c_page is None:
+                    c_page = c_pages[c_pageno] = bytearray(8192)
+            i = seq & 0xFFFF
+            j = i >> 3
+            bit = 1 << (i & 7)
+            byte = c_page[j]
+            if byte & bit:
                 issues.add('duplicate', fname, lineno,
                            'seq %d of %s read before' % (
-                               seq, load.process_label(s.key)))
+                               seq, load.process_label(c_seq.key)))
                 dups[fname] = dups.get(fname, 0) + 1
                 continue
-            s.count += 1
+            c_page[j] = byte | bit
             host = rec.host
             if host != c_host:
                 c_host = host
                 c_off = get_offset(host, 0)
                 self.out.hosts.add(host)
-                s.hosts.add(host)
+                c_seq.hosts.add(host)
             ts = rec.ts + c_off
-            if seq == s.hi:
-                s.last = ts
+            if ts > c_last:
+                c_last = ts
             if ph == 'X':
                 complete(rec, ts)
             elif ph == 'B':
@@ -339,11 +358,15 @@ class PartReader:
             elif ph == 'I':
                 instant(rec, ts)
             elif ph == 'C':
-                self.counter(rec, ts, s.key)
+                self.counter(rec, ts, c_seq.key)
             else:
                 if rec.ev == 'process.end':
-                    s.ended = True
+                    c_seq.ended = True
                 self.metadata(rec, host, fname)
+        if c_seq is not None and c_last > c_seq.last:
+            c_seq.last = c_last
+        if nread:
+            read[fname] = read.get(fname, 0) + nread
 
     def bad_line(self, raw: bytes, fi: int, fname: str,
                  near: typing.Optional[load.SeqSet]) -> None:
