@@ -257,7 +257,7 @@ class PartReader:
         c_seq: typing.Any = None
         c_pages: dict = {}
         c_pageno = -1
-        c_page = bytearray()
+        c_page: typing.Any = bytearray()
         c_last = 0
         c_host = None
         c_off = 0
