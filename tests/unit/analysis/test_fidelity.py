@@ -324,9 +324,11 @@ class FidelityTest(testtools.TestCase):
             self._assert_shift_corrected(self.analyse(), host, delta,
                                          records=False)
 
-    def test_clock_hours_off(self):
-        # beyond the clock pass's horizon (10 minutes), both signs
-        for delta in (60 * MINUTE, -15 * MINUTE, -3 * 60 * MINUTE):
+    def test_clock_off_by_milliseconds_to_hours(self):
+        # within the bounds' width, around it, and beyond the clock
+        # pass's horizon (10 minutes), both signs
+        for delta in (3_000, -3_000, 40_000, -2_000_000, 60 * MINUTE,
+                      -15 * MINUTE, -3 * 60 * MINUTE):
             for host in self._computes()[:2]:
                 write(self.path('f.jsonl'),
                       shifted(self.records, host, delta))
