@@ -451,8 +451,9 @@ class DamageTest(testtools.TestCase):
         note = report_text.loss_note(report)
         self.assertIn('computed from input with losses: %d records' % lost,
                       note)
-        # beside the states, the times, the failures and the SQL
-        self.assertEqual(4, text.count(note))
+        # beside the states, the times, the operations, the failures and
+        # the SQL
+        self.assertEqual(5, text.count(note))
 
     def test_lost_span_end_seq_gap(self):
         i = self._span_end_of_a_good_boot()
