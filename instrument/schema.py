@@ -85,6 +85,7 @@ REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
 # Event names written by the library itself (the events of nova's and
 # oslo.messaging's calls are named by their patch points).
 EV_PROCESS_START = 'process.start'
+EV_PROCESS_END = 'process.end'
 EV_PROCESS_POINTS = 'process.points'
 EV_SINK_DROPS = 'sink.drops'
 EV_FAULTS = 'instrument.faults'
@@ -112,6 +113,7 @@ WAIT_EVENTS = {EV_LOCK_WAIT: 'lock', EV_DB_POOL_WAIT: 'db_pool',
 EVENTS = {
     # process and sink metadata (ph M / C)
     'process.start': None,
+    'process.end': None,
     'process.points': None,
     'sink.drops': None,
     'instrument.faults': None,
