@@ -211,6 +211,10 @@ class PatchPoint:
     detail: bool = False
     alternatives: tuple = ()
     kind: str = SPAN
+    #: ``(exception) -> (class, short message)`` in place of
+    #: ``tracer.error_of`` (a point whose library puts URLs or other
+    #: values in its messages).
+    error: typing.Callable | None = None
 
     @property
     def name(self) -> str:

@@ -101,7 +101,7 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
     wants = recorder.wants
     clock = recorder.clock
     abandon = recorder_mod.abandon
-    error_of = tracing.error_of
+    error_of = point.error or tracing.error_of
     fault = state.fault
 
     def patched(*args, **kwargs):
