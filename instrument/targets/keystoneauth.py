@@ -47,11 +47,15 @@ from instrument.targets import base
 
 P = points_mod.PatchPoint
 
-# The attempts counter of the innermost running ``Session.request``
-# (an auth plugin's token request runs inside the call it authenticates):
-# (counter, the enclosing call's entry).
+# The innermost running ``Session.request`` (an auth plugin's token
+# request runs inside the call it authenticates): (attempts counter,
+# the enclosing call's entry, its attrs).
 _CALL: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
     'instrument_ksa_call', default=None)
+# The attrs of the call that just failed, for ``error_of`` (the wrapper
+# calls on_error, then the point's error function).
+_FAILED: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    'instrument_ksa_failed', default=None)
 
 _VERSION = re.compile(r'^v\d+(?:\.\d+)*$')
 _ROUTES: dict = {}
@@ -107,19 +111,21 @@ def _request_attrs(instance, args, kwargs) -> dict:
     url = kwargs.get('url', args[0] if args else None)
     method = kwargs.get('method', args[1] if len(args) > 1 else None)
     route = route_template(url)
-    counter = [0]
-    _CALL.set((counter, _CALL.get()))
-    return {schema.ATTR_SERVICE_TYPE: _service_type(kwargs, route),
-            schema.ATTR_METHOD: method if isinstance(method, str) else None,
-            schema.ATTR_ROUTE: route}
+    attrs = {schema.ATTR_SERVICE_TYPE: _service_type(kwargs, route),
+             schema.ATTR_METHOD: method if isinstance(method, str) else None,
+             schema.ATTR_ROUTE: route}
+    _CALL.set(([0], _CALL.get(), attrs))
+    return attrs
 
 
-def _attempts() -> int:
+def _attempts(failed: bool = False) -> int:
     """The ending call's attempts; makes the enclosing call current."""
     entry = _CALL.get()
     if entry is None:
         return 0
     _CALL.set(entry[1])
+    if failed:
+        _FAILED.set(entry[2])
     return entry[0][0]
 
 
@@ -163,18 +169,28 @@ def _request_failed(instance, args, kwargs, exc) -> dict:
     status = getattr(exc, 'http_status', None)
     return {schema.ATTR_STATUS: status if isinstance(status, int) else None,
             schema.ATTR_FAILURE: failure_class(exc),
-            schema.ATTR_ATTEMPTS: _attempts()}
+            schema.ATTR_ATTEMPTS: _attempts(failed=True)}
 
 
 def error_of(exc: BaseException) -> tuple:
-    """``(class, message)``: the message is the failure class and HTTP
-    status only (keystoneauth1's quote the URL, or the response body)."""
+    """``(class, message)``: the message names the service, method and
+    route template, then the HTTP status or the failure class, e.g.
+    ``network POST /v2.0/ports: HTTP 409`` (keystoneauth1's own
+    messages quote the URL or the response body)."""
     from instrument import tracer
     kind = failure_class(exc)
     status = getattr(exc, 'http_status', None)
     if kind == 'http' and isinstance(status, int):
-        return tracer.error_class(exc), 'HTTP %d' % status
-    return tracer.error_class(exc), kind.replace('_', ' ')
+        what = 'HTTP %d' % status
+    else:
+        what = kind.replace('_', ' ')
+    call = _FAILED.get()
+    _FAILED.set(None)
+    if call:
+        what = '%s %s %s: %s' % (
+            call.get(schema.ATTR_SERVICE_TYPE) or 'unknown service',
+            call.get(schema.ATTR_METHOD), call.get(schema.ATTR_ROUTE), what)
+    return tracer.error_class(exc), what
 
 
 KSA_POINTS = (

@@ -127,7 +127,8 @@ class KeystoneauthTest(base.TestCase):
         self.assertEqual('error', span['st'])
         self.assertEqual('keystoneauth1.exceptions.http.NotFound',
                          span['err']['cls'])
-        self.assertEqual('HTTP 404', span['err']['msg'])
+        self.assertEqual('placement GET /traits/{id}/missing: HTTP 404',
+                         span['err']['msg'])
         self.assertEqual(404, span['attrs']['status'])
         self.assertEqual('http', span['attrs']['failure'])
         self.assertEqual('/traits/{id}/missing', span['attrs']['route'])
@@ -150,7 +151,8 @@ class KeystoneauthTest(base.TestCase):
         [span] = self.spans()
         self.assertEqual('read_timeout', span['attrs']['failure'])
         self.assertEqual(2, span['attrs']['attempts'])
-        self.assertEqual('read timeout', span['err']['msg'])
+        self.assertEqual('placement GET /slow: read timeout',
+                         span['err']['msg'])
         self.assertEqual('keystoneauth1.exceptions.connection.'
                          'ConnectTimeout', span['err']['cls'])
         self.assert_nothing_secret()
