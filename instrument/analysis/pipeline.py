@@ -46,6 +46,8 @@ from instrument.analysis import clockpass
 from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import requests
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
 from instrument.analysis import window
@@ -126,6 +128,9 @@ class Partial:
         self.lines = 0
         self.duplicate_spans = 0
         self.txns = 0
+        # issue 21: calls to other services, resource samples
+        self.services = services.ServiceCalls()
+        self.samples = resources.Samples()
 
 
 _PROGRESS = None
@@ -203,6 +208,7 @@ class PartReader:
             opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
             on_summary=_Keeper(opts.all_lifecycles),
             window=span if span else None)
+        self.asm.on_summary = self.out.services.tap(self.asm.on_summary)
         self.decoder = load.RecordDecoder(opts.fast_decode)
         # (file index, pid): [records, lowest seq, highest seq] of the
         # process's current incarnation, and how many it had
@@ -338,8 +344,13 @@ class PartReader:
                 self.asm.sql(req, rec.parent, dur, ts + dur, rec, error)
         elif ev == 'sql.txn':
             self.out.txns += 1
-        elif not self.asm.span(rec, ts, True):
-            self.out.duplicate_spans += 1
+        else:
+            if ev in services.EVENTS and rec.req is None:
+                self.out.services.add_orphan(rec)
+            elif ev == schema.EV_PERIODIC_TASK:
+                self.out.samples.periodic(rec, ts)
+            if not self.asm.span(rec, ts, True):
+                self.out.duplicate_spans += 1
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
@@ -352,6 +363,8 @@ class PartReader:
         attrs = rec.attrs or {}
         if ev == 'sql.agg':
             self.digest.add_agg(ts, rec.svc, attrs)
+        elif ev == schema.EV_PROCESS_SAMPLE:
+            self.out.samples.add(rec, ts)
         elif ev == 'sink.drops':
             mine = self.loss.drops.setdefault((fname, rec.pid), {})
             for sink, n in attrs.items():
@@ -462,6 +475,8 @@ def _merge(parts: list) -> Partial:
         out.lines += p.lines
         out.duplicate_spans += p.duplicate_spans
         out.txns += p.txns
+        out.services.merge(p.services)
+        out.samples.merge(p.samples)
     out.summaries.sort(key=lambda s: (s.start, s.req))
     return out
 
@@ -599,6 +614,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                    'sql_outside': merged.digest.filtered},
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
+        'services': merged.services.report(),
+        'resources': resources.report(merged.samples, summaries),
     }
 
 

@@ -20,6 +20,8 @@ pt-query-digest's units (``us``, ``ms``, ``s``).
 import datetime
 import typing
 
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import sqldigest
 
 STATE_ORDER = ('success', 'rescheduled_success', 'compute_failure',
@@ -91,6 +93,8 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _states(report, out)
     _components(report, out)
     _failures(report, out)
+    services.text(report, out)
+    resources.text(report, out)
     _sql(report, out, sql_blocks)
     return '\n'.join(out) + '\n'
 
