@@ -18,7 +18,9 @@ point there (``ksa.request``) records every such call, under the span
 of the nova call that made it (so under its request):
 
 * ``service_type`` from the call's ``endpoint_filter`` (an adapter's),
-  ``identity`` for a token request of an auth plugin;
+  else its microversion header's service, else the endpoint (an SDK
+  proxy's ``endpoint_override``: a known path segment or default
+  port), ``identity`` for a token request of an auth plugin;
 * ``method`` and ``route``: the path only, each id-like segment
   replaced by ``{id}``; never the host, a query string, a header or a
   body;
@@ -92,18 +94,66 @@ def route_template(url) -> str:
     return route
 
 
-def _service_type(kwargs: dict, route: str):
+# Well-known service types by a path segment or the default port of
+# an endpoint (an SDK proxy names only its ``endpoint_override``).
+KNOWN_TYPES = frozenset((
+    'placement', 'compute', 'network', 'image', 'volume', 'volumev3',
+    'block-storage', 'identity', 'baremetal', 'key-manager',
+    'accelerator', 'shared-file-system', 'object-store'))
+DEFAULT_PORTS = {8778: 'placement', 9696: 'network', 9292: 'image',
+                 8776: 'block-storage', 5000: 'identity', 35357: 'identity',
+                 8774: 'compute', 6385: 'baremetal', 9311: 'key-manager'}
+_ENDPOINTS: dict = {}
+
+
+def _endpoint_type(url):
+    """A service type read from an endpoint URL, or None."""
+    if not isinstance(url, str):
+        return None
+    if url in _ENDPOINTS:
+        return _ENDPOINTS[url]
+    stype = None
+    try:
+        parts = parse.urlsplit(url)
+        for seg in parts.path.split('/'):
+            if seg in KNOWN_TYPES:
+                stype = seg
+                break
+        else:
+            stype = DEFAULT_PORTS.get(parts.port)
+    except ValueError:
+        pass
+    if len(_ENDPOINTS) >= MAX_ROUTES:
+        _ENDPOINTS.clear()
+    _ENDPOINTS[url] = stype
+    return stype
+
+
+def _service_type(kwargs: dict, url, route: str):
+    """The called service's type: the endpoint filter's (keystoneauth1
+    adapters), the microversion's (``OpenStack-API-Version: placement
+    1.36``, read for its service type only), the endpoint's (a path
+    segment or default port of ``endpoint_override`` or an absolute
+    URL), ``identity`` for a token request; else None."""
     endpoint_filter = kwargs.get('endpoint_filter')
-    if isinstance(endpoint_filter, dict):
+    if endpoint_filter:
         stype = endpoint_filter.get('service_type')
         if stype:
             return stype
     stype = kwargs.get('microversion_service_type')
     if stype:
         return stype
+    headers = kwargs.get('headers')
+    if headers:
+        version = headers.get('OpenStack-API-Version') or \
+            headers.get('openstack-api-version')
+        if isinstance(version, str) and ' ' in version:
+            return version.split(' ', 1)[0]
     if '/auth/' in route:
         return 'identity'
-    return None
+    return _endpoint_type(kwargs.get('endpoint_override')) or \
+        (_endpoint_type(url) if isinstance(url, str) and '://' in url
+         else None)
 
 
 def _request_attrs(instance, args, kwargs) -> dict:
@@ -111,7 +161,7 @@ def _request_attrs(instance, args, kwargs) -> dict:
     url = kwargs.get('url', args[0] if args else None)
     method = kwargs.get('method', args[1] if len(args) > 1 else None)
     route = route_template(url)
-    attrs = {schema.ATTR_SERVICE_TYPE: _service_type(kwargs, route),
+    attrs = {schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
              schema.ATTR_METHOD: method if isinstance(method, str) else None,
              schema.ATTR_ROUTE: route}
     _CALL.set(([0], _CALL.get(), attrs))

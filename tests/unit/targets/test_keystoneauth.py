@@ -194,6 +194,18 @@ class KeystoneauthTest(base.TestCase):
         [span] = self.spans()
         self.assertEqual('connect_timeout', span['attrs']['failure'])
 
+    def test_service_type_of_an_sdk_like_call(self):
+        # openstacksdk's proxies (nova's placement client) give no
+        # endpoint filter: the microversion header, else the endpoint.
+        self.session.get('/resource_providers', endpoint_override=(
+            'http://127.0.0.1:%d/x' % self.server.server_port),
+            headers={'OpenStack-API-Version': 'placement 1.36'})
+        self.session.get('/resource_providers',
+                         endpoint_override=self.endpoint)
+        self.assertEqual(['placement', 'placement'],
+                         [s['attrs']['service_type'] for s in self.spans()])
+        self.assert_nothing_secret()
+
     def test_under_the_calling_span_and_its_request(self):
         tracer = tracer_mod.Tracer(self.recorder)
 
