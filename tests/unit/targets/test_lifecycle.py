@@ -22,9 +22,12 @@ from stevedore import extension
 from instrument import patcher
 from instrument import runtime
 from instrument.targets import base as targets_base
+from instrument.targets import keystoneauth
 from instrument.targets import nova
 from instrument.targets import oslo_messaging
+from instrument.targets import periodic
 from instrument.targets import process
+from instrument.targets import resources
 from instrument.targets import sqlalchemy
 from tests.unit import base
 
@@ -56,7 +59,8 @@ print(json.dumps({
     'targets': [t.name for t in targets], 'failures': failures,
     'checks': checks,
     'imported': sorted(m for m in ('nova', 'oslo_messaging', 'sqlalchemy',
-                                   'oslo_db', 'pymysql')
+                                   'oslo_db', 'pymysql', 'keystoneauth1',
+                                   'keystonemiddleware', 'oslo_service')
                        if m in sys.modules)}))
 '''
 
@@ -166,7 +170,12 @@ class LifecycleTest(base.TestCase):
         active = runtime.setup(self.make_conf(), 'nova-compute')
         self.assertEqual({
             'nova': 'skipped: nova is not installed',
+            'keystoneauth': 'skipped: keystoneauth1 is not installed',
+            'keystonemiddleware':
+                'skipped: keystonemiddleware is not installed',
+            'periodic': 'skipped: oslo.service is not installed',
             'oslo_messaging': 'installed', 'process': 'installed',
+            'resources': 'installed',
             'sqlalchemy': 'installed'}, active.status)
         self.assertIn('oslo_messaging.rpc.dispatcher:RPCDispatcher.'
                       '_do_dispatch', active.banner()['patched'] +
@@ -177,8 +186,9 @@ class LifecycleTest(base.TestCase):
         proc = self.run_script(LOAD_AND_CHECK)
         self.assertEqual(0, proc.returncode, proc.stderr)
         out = json.loads(proc.stdout)
-        self.assertEqual(['nova', 'oslo_messaging', 'process', 'sqlalchemy'],
-                         out['targets'])
+        self.assertEqual(['keystoneauth', 'keystonemiddleware', 'nova',
+                          'oslo_messaging', 'periodic', 'process',
+                          'resources', 'sqlalchemy'], out['targets'])
         self.assertEqual({}, out['failures'])
         self.assertEqual('nova is not installed', out['checks']['nova'])
         self.assertEqual([], out['imported'])
@@ -190,9 +200,13 @@ class EntryPointTest(base.TestCase):
         targets, failures = runtime.load_targets()
         self.assertEqual({}, failures)
         self.assertEqual({
+            'keystoneauth': keystoneauth.KeystoneauthTarget,
+            'keystonemiddleware': keystoneauth.KeystoneMiddlewareTarget,
             'nova': nova.NovaTarget,
             'oslo_messaging': oslo_messaging.OsloMessagingTarget,
+            'periodic': periodic.PeriodicTarget,
             'process': process.ProcessTarget,
+            'resources': resources.ResourcesTarget,
             'sqlalchemy': sqlalchemy.SqlAlchemyTarget,
         }, {t.name: type(t) for t in targets})
         for target in targets:
