@@ -98,7 +98,7 @@ class ServiceCalls:
             row = self.rows[key] = _Row()
         return row
 
-    def add_request(self, summary, spans: dict) -> None:
+    def add_request(self, summary: typing.Any, spans: dict) -> None:
         """The calls of a finished request (its ``RequestSummary`` and
         spans, ``classify.S_*`` lists)."""
         critical = summary.critical or ()
@@ -129,7 +129,8 @@ class ServiceCalls:
         self._row((NO_REQUEST,) + _key(rec.ev, attrs)).add(
             rec.dur_us, rec.st, attrs, None, False)
 
-    def tap(self, on_summary):
+    def tap(self, on_summary: typing.Optional[typing.Callable]
+            ) -> typing.Callable:
         """An ``Assembler.on_summary`` that adds each finished request,
         then calls ``on_summary``."""
         def summary_hook(summary, r, tree):
