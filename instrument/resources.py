@@ -80,8 +80,8 @@ class Pools:
     """The SQLAlchemy engines of the process, by pool (weakly held)."""
 
     def __init__(self) -> None:
-        self.pools = weakref.WeakKeyDictionary()
-        self._engine_cls = None
+        self.pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._engine_cls: type | None = None
 
     def _on_connect(self, conn) -> None:
         engine = conn.engine
@@ -174,7 +174,7 @@ class Sampler:
         self.recorder = recorder
         self.buffer = recorder.buffer
         self.interval = interval
-        self.last = None
+        self.last: float | None = None
         self.pools = Pools()
         # Read here, in the thread that sets up (the hub's own).
         self.hub = _eventlet_hub()

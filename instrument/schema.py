@@ -336,7 +336,7 @@ def validate(rec: dict) -> dict:
 # (``Session.request``), keystonemiddleware's token validation in
 # nova-api, per-process resource samples and nova's periodic tasks.
 EV_KSA_REQUEST = 'ksa.request'
-EV_AUTH_TOKEN = 'api.auth_token'
+EV_AUTH_TOKEN = 'api.auth_token'  # noqa: S105 - an event name
 EV_PROCESS_SAMPLE = 'process.sample'
 EV_PERIODIC_TASK = 'periodic.task'
 EVENTS.update({
