@@ -86,10 +86,13 @@ def _points(samples: list) -> list:
     return out
 
 
-def _pool_in_use(attrs: dict) -> int:
+def _pool_in_use(attrs: dict):
+    """Connections checked out over the process's engines; None when
+    no pool counts them (sqlite's StaticPool, NullPool)."""
     pools = attrs.get(schema.ATTR_POOLS) or {}
-    return sum(v[0] for v in pools.values()
-               if isinstance(v, list) and v and isinstance(v[0], int))
+    counts = [v[0] for v in pools.values()
+              if isinstance(v, list) and v and isinstance(v[0], int)]
+    return sum(counts) if counts else None
 
 
 def _phase(ts: int, start, end) -> str:
