@@ -376,9 +376,13 @@ def html_section(report: dict) -> str:
     for svc in res['services']:
         out.append('<h3>%s</h3>' % html.escape(svc))
         out.append(_chart(res, svc))
-    head = ''.join('<th>%s</th>' % html.escape(h) for h in HEADERS)
+    def cls(i):
+        return ' class="l"' if i < 2 else ''
+    head = ''.join('<th%s>%s</th>' % (cls(i), html.escape(h))
+                   for i, h in enumerate(HEADERS))
     out.append('<table><tr>%s</tr>%s</table>' % (head, ''.join(
-        '<tr>%s</tr>' % ''.join('<td>%s</td>' % html.escape(c) for c in row)
+        '<tr>%s</tr>' % ''.join('<td%s>%s</td>' % (cls(i), html.escape(c))
+                                for i, c in enumerate(row))
         for row in _rows(res))))
     periodic = _periodic_summary(res)
     if periodic:

@@ -219,13 +219,18 @@ def html_section(report: dict) -> str:
     rows = report.get('services')
     if not rows:
         return ''
-    head = ''.join('<th>%s</th>' % html.escape(h) for h in HEADERS)
+    left = (0, 1, 2, 3, 8)  # text columns (the CSS class ``l``)
+
+    def cls(i):
+        return ' class="l"' if i in left else ''
+    head = ''.join('<th%s>%s</th>' % (cls(i), html.escape(h))
+                   for i, h in enumerate(HEADERS))
     body = []
     for r in rows:
-        cells = _cells(r)
         title = html.escape(', '.join(r['requests']))
         body.append('<tr title="%s">%s</tr>' % (title, ''.join(
-            '<td>%s</td>' % html.escape(c) for c in cells)))
+            '<td%s>%s</td>' % (cls(i), html.escape(c))
+            for i, c in enumerate(_cells(r)))))
     return ('<h2>Services called</h2>\n<p>Calls nova made through '
             'keystoneauth1 (placement, neutron, glance, cinder, keystone) '
             'and keystonemiddleware\'s token validation, per operation; '
