@@ -24,6 +24,7 @@ their median latency and the periodic tasks (``periodic.task`` spans)
 that ran; the HTML report draws it, one chart per service.
 """
 
+import bisect
 import html
 import statistics
 import typing
@@ -35,6 +36,8 @@ PHASES = ('before', 'load', 'after')
 BUCKETS = 120
 # Periodic task marks kept.
 MAX_MARKS = 2000
+# Request ids kept per periodic task run.
+KEEP_REQUESTS = 5
 
 
 class Samples:
@@ -44,7 +47,7 @@ class Samples:
     def __init__(self) -> None:
         # (host, svc, pid): [(ts, attrs)]
         self.procs: dict = {}
-        # (ts, dur, host, svc, task, st)
+        # (ts, dur, host, svc, task, st, req)
         self.marks: list = []
 
     def add(self, rec: typing.Any, ts: int) -> None:
@@ -57,7 +60,8 @@ class Samples:
         if len(self.marks) < MAX_MARKS:
             attrs = rec.attrs or {}
             self.marks.append((ts, rec.dur_us, rec.host, rec.svc,
-                               attrs.get(schema.ATTR_TASK), rec.st))
+                               attrs.get(schema.ATTR_TASK), rec.st,
+                               rec.req))
 
     def merge(self, other: 'Samples') -> None:
         for key, samples in other.procs.items():
@@ -189,7 +193,8 @@ def report(samples: Samples, summaries: list) -> dict:
             if hi > lo:
                 in_flight[b] += (hi - lo) / width
         latency[b1].append(s.end - s.start)
-    marks = sorted(samples.marks)
+    marks = sorted(samples.marks, key=lambda m: (m[0], m[2], m[4] or ''))
+    overlapped = _overlapped(marks, summaries)
     return {
         'start_us': t0, 'bucket_us': width, 'buckets': nb,
         'requests_start_us': req_start, 'requests_end_us': req_end,
@@ -198,9 +203,34 @@ def report(samples: Samples, summaries: list) -> dict:
                            for v in latency],
         'services': out_services,
         'periodic': [{'ts_us': ts, 'dur_us': dur, 'host': host,
-                      'svc': svc, 'task': task, 'st': st}
-                     for ts, dur, host, svc, task, st in marks],
+                      'svc': svc, 'task': task, 'st': st,
+                      'overlapped': n, 'requests': reqs}
+                     for (ts, dur, host, svc, task, st, _req), (n, reqs)
+                     in zip(marks, overlapped, strict=True)],
     }
+
+
+def _overlapped(marks: list, summaries: list) -> list:
+    """Per periodic task run, ``(count, ids)`` of the requests that
+    had a span on its host while it ran (its own request left out; at
+    most ``KEEP_REQUESTS`` ids)."""
+    ordered = sorted(summaries, key=lambda s: s.start)
+    starts = [s.start for s in ordered]
+    longest = max((s.end - s.start for s in ordered), default=0)
+    out = []
+    for ts, dur, host, _svc, _task, _st, req in marks:
+        end = ts + (dur or 0)
+        found = []
+        count = 0
+        lo = bisect.bisect_left(starts, ts - longest)
+        hi = bisect.bisect_right(starts, end)
+        for s in ordered[lo:hi]:
+            if s.end >= ts and s.req != req and host in s.hosts:
+                count += 1
+                if len(found) < KEEP_REQUESTS:
+                    found.append(s.req)
+        out.append((count, found))
+    return out
 
 
 def _sum_of_means(acc: dict, digits: int):
@@ -245,17 +275,26 @@ def _rows(res: dict) -> list:
     return rows
 
 
+PERIODIC_HEADERS = ['service', 'periodic task', 'runs', 'mean ms',
+                    'max ms', 'requests', 'e.g.']
+
+
 def _periodic_summary(res: dict) -> list:
     tasks: dict = {}
     for m in res.get('periodic', ()):
         key = (m['svc'], m['task'] or '?')
-        entry = tasks.setdefault(key, [0, 0, 0])
+        entry = tasks.setdefault(key, [0, 0, 0, 0, []])
         entry[0] += 1
         entry[1] += m['dur_us'] or 0
         entry[2] = max(entry[2], m['dur_us'] or 0)
+        entry[3] += m.get('overlapped') or 0
+        for req in m.get('requests') or ():
+            if len(entry[4]) < 1 and req not in entry[4]:
+                entry[4].append(req)
     return [[svc, task, str(n), '%.1f' % (total / n / 1000.0),
-             '%.1f' % (peak / 1000.0)]
-            for (svc, task), (n, total, peak) in sorted(tasks.items())]
+             '%.1f' % (peak / 1000.0), str(over), ', '.join(reqs) or '-']
+            for (svc, task), (n, total, peak, over, reqs)
+            in sorted(tasks.items())]
 
 
 def text(report: dict, out: list) -> None:
@@ -276,8 +315,9 @@ def text(report: dict, out: list) -> None:
         out.append('')
         out.append('periodic tasks:')
         out.extend('  ' + line for line in report_text.table(
-            ['service', 'task', 'runs', 'mean ms', 'max ms'], periodic,
-            aligns='llrrr'))
+            PERIODIC_HEADERS, periodic, aligns='llrrrrl'))
+        out.append('  requests: those with a span on the task\'s host '
+                   'while it ran')
 
 
 # -- HTML ---------------------------------------------------------------------
@@ -386,10 +426,11 @@ def html_section(report: dict) -> str:
         for row in _rows(res))))
     periodic = _periodic_summary(res)
     if periodic:
-        out.append('<table><tr><th>service</th><th>periodic task</th>'
-                   '<th>runs</th><th>mean ms</th><th>max ms</th></tr>%s'
-                   '</table>' % ''.join(
-                       '<tr>%s</tr>' % ''.join(
-                           '<td>%s</td>' % html.escape(c) for c in row)
-                       for row in periodic))
+        out.append('<table><tr>%s</tr>%s</table>' % (
+            ''.join('<th>%s</th>' % html.escape(h)
+                    for h in PERIODIC_HEADERS),
+            ''.join('<tr>%s</tr>' % ''.join(
+                '<td%s>%s</td>' % (' class="l"' if i in (0, 1, 6) else '',
+                                   html.escape(c))
+                for i, c in enumerate(row)) for row in periodic)))
     return '\n'.join(out)

@@ -98,9 +98,11 @@ class ServicesReportTest(testtools.TestCase):
                          attrs=_ksa('network', 'POST', '/v2.0/ports',
                                     status=None, attempts=3,
                                     failure='read_timeout'))
-        # outside any request: a periodic task's placement call
-        cmp_.span('periodic.task', 150 * MS, 30 * MS, attrs={
-            'task': 'ComputeManager.update_available_resource'})
+        # req-2's build on cmp1, while a periodic task runs there
+        cmp_.span('compute.build', 220 * MS, 60 * MS, req='req-2')
+        cmp_.span('periodic.task', 210 * MS, 30 * MS, req='req-periodic',
+                  attrs={'task': 'ComputeManager.update_available_resource'})
+        # outside any request: a placement call
         cmp_.span('ksa.request', 160 * MS, 10 * MS, attrs=_ksa(
             'placement', 'GET', '/resource_providers/{id}/inventories'))
         # compute: 0.5 then 1.0 cores busy; api idle
@@ -157,6 +159,9 @@ class ServicesReportTest(testtools.TestCase):
         [mark] = res['periodic']
         self.assertEqual('ComputeManager.update_available_resource',
                          mark['task'])
+        # req-2 ran on cmp1 meanwhile; req-1 never ran there
+        self.assertEqual(1, mark['overlapped'])
+        self.assertEqual(['req-2'], mark['requests'])
         self.assertGreater(max(res['in_flight']), 0)
 
     def test_text_and_html_carry_them(self):
