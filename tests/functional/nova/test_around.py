@@ -22,11 +22,19 @@ stub), so no neutron or glance call reaches keystoneauth1 in these
 tests.
 """
 
+from keystonemiddleware import auth_token
 from nova import context as nova_context
+import testtools
+import webob
 
 from instrument.analysis import pipeline
+from instrument import patcher as patcher_mod
+from instrument import process
+from instrument import recorder as recorder_mod
 from instrument import runtime
+from instrument.targets import keystoneauth
 from tests.functional.nova import base
+from tests.unit import base as unit_base
 
 
 class AroundTest(base.InstrumentedCloud):
@@ -94,3 +102,32 @@ class AroundTest(base.InstrumentedCloud):
         report = pipeline.analyse([self.span_dir], pipeline.Options())
         self.assertIn('ComputeManager.update_available_resource',
                       {m['task'] for m in report['resources']['periodic']})
+
+
+class KeystoneMiddlewareTest(testtools.TestCase):
+    """The api.auth_token point on the keystonemiddleware nova's
+    requirements install (nova's functional cloud runs without it)."""
+
+    def test_token_validation_is_a_span(self):
+        buf = unit_base.ListBuffer()
+        recorder = recorder_mod.Recorder(
+            buf, process.ProcessIdentity.create('nova-api', 'ctl'))
+        patcher = patcher_mod.Patcher(list(keystoneauth.AUTH_TOKEN_POINTS),
+                                      recorder, 'keystonemiddleware')
+        patcher.apply()
+        self.addCleanup(patcher.remove)
+        self.assertEqual(
+            ['keystonemiddleware.auth_token:AuthProtocol.process_request'],
+            patcher.banner()['patched'])
+
+        def app(environ, start_response):
+            start_response('200 OK', [])
+            return [b'ok']
+
+        middleware = auth_token.AuthProtocol(app, {
+            'delay_auth_decision': 'true',
+            'www_authenticate_uri': 'http://127.0.0.1:9/identity'})
+        resp = webob.Request.blank('/v2.1/servers').get_response(middleware)
+        self.assertEqual(200, resp.status_int)
+        [span] = [r for r in buf.dicts() if r['ev'] == 'api.auth_token']
+        self.assertEqual(('api', 'ok'), (span['svc'], span['st']))
