@@ -15,7 +15,9 @@ nova reaches keystone, neutron, glance, cinder, placement... through
 keystoneauth1: its own adapters, neutronclient, glanceclient,
 cinderclient and openstacksdk all end in ``Session.request``.  One
 point there (``ksa.request``) records every such call, under the span
-of the nova call that made it (so under its request):
+of the nova call that made it (so under its request; a call outside
+any span, at start-up say, has no request: oslo.context's current one
+would be stale there):
 
 * ``service_type`` from the call's ``endpoint_filter`` (an adapter's),
   else its microversion header's service, else the endpoint (an SDK
@@ -246,14 +248,15 @@ def error_of(exc: BaseException) -> tuple:
 KSA_POINTS = (
     P('keystoneauth1.session', 'Session.request', schema.EV_KSA_REQUEST,
       None, context=None, on_enter=_request_attrs, on_exit=_request_done,
-      on_error=_request_failed, error=error_of),
+      on_error=_request_failed, error=error_of, request_outside_spans=False),
     P('keystoneauth1.session', 'Session._send_request', 'ksa.send',
       kind=points_mod.HOOK, on_enter=_count_send),
 )
 
 AUTH_TOKEN_POINTS = (
     P('keystonemiddleware.auth_token', 'AuthProtocol.process_request',
-      schema.EV_AUTH_TOKEN, 'api', context=None),
+      schema.EV_AUTH_TOKEN, 'api', context=None,
+      request_outside_spans=False),
 )
 
 

@@ -18,10 +18,12 @@ the class's ``_periodic_tasks`` list, collected when the class was
 made: patching the methods would not reach them.  A hook on
 ``run_periodic_tasks`` gives the instance, for the length of the call,
 its own copy of that list with each task wrapped to record a span
-(``task``: ``Class.method``), under the periodic run's context: its SQL,
-its locks and its calls to other services (``ksa.request``) are
-children of the span, and a request slowed by it on the same host can
-be laid beside it.  The copy is removed when the call returns (and
+(``task``: ``Class.method``).  Its SQL, its locks and its calls to
+other services (``ksa.request``) are children of the span; like them,
+it has no request id (periodic work is nobody's request: nova's admin
+context of the run is not trusted, nor oslo.context's current one,
+which is stale there), and the analyser lays it beside the requests
+that ran on the same host meanwhile.  The copy is removed when the call returns (and
 replaced at the next call if an exception kept it).
 """
 
@@ -29,6 +31,7 @@ import functools
 
 from instrument import faults
 from instrument import points as points_mod
+from instrument import recorder as recorder_mod
 from instrument import schema
 from instrument.targets import base
 from instrument import tracer as tracing
@@ -47,23 +50,40 @@ def traced(recorder, owner: str, name: str, task):
 
     @functools.wraps(task)
     def run(service, context, *args, **kwargs):
-        rec = None
+        rec = outer = None
         try:
-            rec = begin(schema.EV_PERIODIC_TASK, None, None, context, None,
+            outer = recorder_mod.set_frame(recorder_mod.NO_FRAME)
+            rec = begin(schema.EV_PERIODIC_TASK, None, None, None, None,
                         None, {schema.ATTR_TASK: label})
         except Exception as exc:
             _FAULTS(exc)
         if rec is None:
+            _leave(outer)
             return task(service, context, *args, **kwargs)
         try:
             result = task(service, context, *args, **kwargs)
         except BaseException as exc:
-            end(rec, clock(), schema.ST_ERROR, tracing.error_of(exc))
+            _end(end, rec, clock(), schema.ST_ERROR, tracing.error_of(exc))
+            _leave(outer)
             raise
-        end(rec, clock(), schema.ST_OK)
+        _end(end, rec, clock(), schema.ST_OK, None)
+        _leave(outer)
         return result
     run.__instrument_task__ = task  # type: ignore[attr-defined]
     return run
+
+
+def _end(end, rec, t1, st, err) -> None:
+    try:
+        end(rec, t1, st, err)
+    except Exception as exc:
+        recorder_mod.abandon(rec, st, t1)
+        _FAULTS(exc)
+
+
+def _leave(token) -> None:
+    if token is not None:
+        recorder_mod.reset_frame(token)
 
 
 def _hooks(recorder):

@@ -276,3 +276,33 @@ class LifecycleTest(base.TestCase):
         self.assertIn('keystonemiddleware', names)
         self.assertIsNone(names['keystoneauth'].check(self.make_conf()))
         self.assertEqual({}, failures)
+
+
+class OutsideSpansTest(base.TestCase):
+    """A call outside any span takes no request from oslo.context (stale
+    there: a periodic task, start-up)."""
+
+    def test_no_stale_request(self):
+        from oslo_context import context as oslo_context
+        stale = oslo_context.RequestContext(request_id='req-stale')
+        self.assertIs(stale, oslo_context.get_current())
+        self.addCleanup(oslo_context.RequestContext, overwrite=True)
+        server = http.server.HTTPServer(('127.0.0.1', 0), Handler)
+        thread = threading.Thread(target=server.handle_request, daemon=True)
+        thread.start()
+        self.addCleanup(server.server_close)
+        buf = base.ListBuffer()
+        recorder = recorder_mod.Recorder(
+            buf, process.ProcessIdentity.create('nova-compute', 'cmp-1'))
+        patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS),
+                                      recorder, 'keystoneauth1')
+        patcher.apply()
+        self.addCleanup(patcher.remove)
+        ksa_session.Session().get('http://127.0.0.1:%d/x' %
+                                  server.server_port)
+        thread.join()
+        [span] = [r for r in buf.dicts() if r['ev'] == 'ksa.request']
+        self.assertIsNone(span.get('req'))
+        self.assertIsNone(span.get('parent'))
+        # and the thread's frame is as it was
+        self.assertIsNone(recorder_mod.current_frame())

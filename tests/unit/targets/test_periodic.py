@@ -71,7 +71,9 @@ class PeriodicTest(base.TestCase):
                           'Manager._sync_power_states'}, set(tasks))
         update = tasks['Manager.update_available_resource']
         self.assertEqual('ok', update['st'])
-        self.assertEqual('req-periodic-1', update['req'])
+        # nobody's request: not the run's admin context, not a stale one
+        self.assertIsNone(update.get('req'))
+        self.assertIsNone(update.get('parent'))
         [child] = [r for r in recs if r['ev'] == 'sql.like.child']
         self.assertEqual(update['span'], child['parent'])
         sync = tasks['Manager._sync_power_states']
