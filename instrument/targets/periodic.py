@@ -23,8 +23,8 @@ other services (``ksa.request``) are children of the span; like them,
 it has no request id (periodic work is nobody's request: nova's admin
 context of the run is not trusted, nor oslo.context's current one,
 which is stale there), and the analyser lays it beside the requests
-that ran on the same host meanwhile.  The copy is removed when the call returns (and
-replaced at the next call if an exception kept it).
+that ran on the same host meanwhile.  The copy is removed when the
+call returns (and replaced at the next call if an exception kept it).
 """
 
 import functools
