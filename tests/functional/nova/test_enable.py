@@ -117,10 +117,16 @@ class NotifierPathTest(testtools.TestCase):
                       '_do_dispatch', patched)
         self.assertEqual([], result['banner']['failed'])
         # Every target of the package runs on a nova host (real nova,
-        # oslo.messaging and SQLAlchemy; the exit flush).
+        # oslo.messaging and SQLAlchemy; the exit flush; keystoneauth1,
+        # keystonemiddleware and oslo.service, which nova requires; the
+        # resource samples).
         self.assertEqual({'nova': 'installed', 'oslo_messaging': 'installed',
                           'process': 'installed',
-                          'sqlalchemy': 'installed'}, result['targets'])
+                          'sqlalchemy': 'installed',
+                          'keystoneauth': 'installed',
+                          'keystonemiddleware': 'installed',
+                          'periodic': 'installed',
+                          'resources': 'installed'}, result['targets'])
         [name] = os.listdir(spans)
         self.assertTrue(name.startswith('cmp-017_nova-compute_'), name)
         with open(os.path.join(spans, name)) as f:
