@@ -103,13 +103,11 @@ class ServiceCalls:
         spans, ``classify.S_*`` lists)."""
         critical = summary.critical or ()
         op = summary.kind
-        found = False
         for sid, s in spans.items():
             ev = s[S_EV]
             dur = s[S_DUR]
             if ev not in EVENTS or dur is None:
                 continue
-            found = True
             attrs = s[S_ATTRS] or {}
             parent = spans.get(s[S_PARENT])
             # A token request inside the call it authenticates is on the
@@ -118,10 +116,11 @@ class ServiceCalls:
             self._row((op,) + _key(ev, attrs)).add(
                 dur, s[S_ST], attrs, summary.req,
                 sid in critical and not nested)
-        if found:
-            entry = self.ops.setdefault(op, [0, 0])
-            entry[0] += 1
-            entry[1] += max(0, summary.end - summary.start)
+        # Every request of the operation counts in the denominator of
+        # the critical-path share, with or without calls of its own.
+        entry = self.ops.setdefault(op, [0, 0])
+        entry[0] += 1
+        entry[1] += max(0, summary.end - summary.start)
 
     def add_orphan(self, rec: typing.Any) -> None:
         """A call outside any request (an ``X`` record)."""
