@@ -100,7 +100,8 @@ class ServicesReportTest(testtools.TestCase):
                                     failure='read_timeout'))
         # req-2's build on cmp1, while a periodic task runs there
         cmp_.span('compute.build', 220 * MS, 60 * MS, req='req-2')
-        cmp_.span('periodic.task', 210 * MS, 30 * MS, attrs={'task': 'ComputeManager.update_available_resource'})
+        cmp_.span('periodic.task', 210 * MS, 30 * MS, attrs={
+            'task': 'ComputeManager.update_available_resource'})
         # outside any request: a placement call
         cmp_.span('ksa.request', 160 * MS, 10 * MS, attrs=_ksa(
             'placement', 'GET', '/resource_providers/{id}/inventories'))
