@@ -34,7 +34,8 @@ Per request (``summarise``), on corrected clocks:
 Over a run (``aggregate``): min/median/p90/p95/p99/max per component
 and end to end, throughput, success and retry rates, concurrency over
 time, and mean component times per concurrency level (the study's
-Figure 3-1).  Every figure lists the request ids it came from in the
+Figure 3-1), the level counting boots in flight only (per operation:
+``opstats``).  Every figure lists the request ids it came from in the
 JSON output.
 """
 
@@ -45,6 +46,7 @@ import typing
 import numpy
 
 from instrument.analysis import classify
+from instrument.analysis import operations
 from instrument import schema
 
 if typing.TYPE_CHECKING:  # requests imports this module
@@ -102,7 +104,7 @@ class RequestSummary:
     __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
                  '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
-                 'critical')
+                 'critical', 'cells')
 
     req: str
     kind: str
@@ -122,6 +124,8 @@ class RequestSummary:
     lifecycle: typing.Optional[list]
     # span ids on the critical path, until the lifecycle is made
     critical: typing.Optional[set]
+    # the cells a list/show queried (operations.cells), else None
+    cells: typing.Optional[dict]
 
     @property
     def comp(self) -> dict:
@@ -172,6 +176,8 @@ class RequestSummary:
                'attempts': self.attempts, 'db_retries': self.db_retries,
                'errors': self.errors, 'hosts': self.hosts,
                'events': self.events}
+        if self.cells is not None:
+            out['cells'] = self.cells
         if self.lifecycle is not None:
             out['lifecycle'] = [
                 {'t_us': e[0], 'dur_us': e[1], 'host': e[2], 'svc': e[3],
@@ -292,12 +298,14 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
         if parent not in spans:
             sql_in[entry[2]] = sql_in.get(entry[2], 0) + entry[0]
     rows = []
-    kind = 'boot' if classify.is_boot(spans) else 'other'
-    if kind == 'boot':
-        rows = classify.final_states(tree)
-        state = classify.request_state(rows)
-    else:
+    # the operation (never guessed: operations.operation_of) and its
+    # own state machine; boots keep classify's
+    kind = operations.operation_of(spans)
+    if kind == operations.OTHER:
         state = classify.OTHER
+    else:
+        rows = operations.final_states(kind, tree)
+        state = operations.request_state(kind, rows)
     cp, critical = critical_path(tree, ends, req_start, req_end, names)
     out = RequestSummary()
     out.req = r.req
@@ -321,6 +329,8 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
     out.errors = errors
     out.hosts = sorted(hosts)
     out.events = r.events
+    out.cells = operations.cells(spans, req_start) \
+        if kind in ('list', 'show') else None
     out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
         if keep_lifecycle else None
     return out
@@ -544,8 +554,10 @@ def aggregate(summaries: list) -> dict:
     for s in good:
         cp_total.update(s.cp)
     lat_total = sum(s.latency for s in good) or 1
-    conc = concurrency([s.start for s in every], [s.end for s in every])
-    at_start = dict(zip((s.req for s in every), conc['at_start'],
+    # boots in flight: requests of other operations (the status polls
+    # of a boot, lists...) are not counted (issue 13)
+    conc = concurrency([s.start for s in boots], [s.end for s in boots])
+    at_start = dict(zip((s.req for s in boots), conc['at_start'],
                         strict=True))
     levels = {}
     for s, comp, sql_in in zip(good, comps, sql_ins, strict=True):
@@ -592,7 +604,10 @@ def aggregate(summaries: list) -> dict:
         'critical_path_share': {k: v / lat_total
                                 for k, v in cp_total.items()},
         'concurrency': {'series': conc['series'], 'max': conc['max'],
-                        'mean': conc['mean']},
+                        'mean': conc['mean'],
+                        'counted': 'boot requests in flight when the '
+                                   'request started (other operations, '
+                                   'e.g. status polls, not counted)'},
         'levels': level_rows,
         'start_us': t0, 'end_us': t1,
     }

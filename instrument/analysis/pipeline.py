@@ -45,6 +45,7 @@ from instrument.analysis import classify
 from instrument.analysis import clockpass
 from instrument.analysis import clocks
 from instrument.analysis import load
+from instrument.analysis import opstats
 from instrument.analysis import requests
 from instrument.analysis import resources
 from instrument.analysis import services
@@ -112,7 +113,7 @@ class Partial:
 
     def __init__(self, digest: sqldigest.SqlDigest) -> None:
         self.summaries: list = []
-        # (svc, ev, cls, message): [count, [request ids]]
+        # (operation, svc, ev, cls, message): [count, [request ids]]
         self.failures: dict = {}
         self.retries: collections.Counter = collections.Counter()
         self.digest = digest
@@ -151,7 +152,7 @@ class _Keeper:
 
     def __init__(self, keep_all: bool) -> None:
         self.keep_all = keep_all
-        self.slowest = []
+        self.slowest: dict = {}
         self.per_state = collections.Counter()
 
     def __call__(self, summary, r, tree) -> bool:
@@ -160,14 +161,16 @@ class _Keeper:
         if summary.state not in classify.GOOD_STATES:
             self.per_state[summary.state] += 1
             return self.per_state[summary.state] <= KEEP_PER_STATE
-        if summary.kind != 'boot':
+        if summary.kind == 'other':
             return False
+        # the slowest successful requests of each operation
+        slowest = self.slowest.setdefault(summary.kind, [])
         item = (summary.latency, id(summary), summary)
-        if len(self.slowest) < KEEP_SLOWEST:
-            heapq.heappush(self.slowest, item)
+        if len(slowest) < KEEP_SLOWEST:
+            heapq.heappush(slowest, item)
             return True
-        if item[0] > self.slowest[0][0]:
-            _lat, _id, dropped = heapq.heapreplace(self.slowest, item)
+        if item[0] > slowest[0][0]:
+            _lat, _id, dropped = heapq.heapreplace(slowest, item)
             dropped.lifecycle = None
             return True
         return False
@@ -576,11 +579,11 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
     summaries = merged.summaries
     agg = breakdown.aggregate(summaries)
     failures = [
-        {'component': svc, 'ev': ev, 'cls': cls, 'message': msg,
-         'count': n, 'requests': reqs}
-        for (svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
-    failures.sort(key=lambda r: (-r['count'], r['component'], r['cls'],
-                                 r['message']))
+        {'operation': op, 'component': svc, 'ev': ev, 'cls': cls,
+         'message': msg, 'count': n, 'requests': reqs}
+        for (op, svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
+    failures.sort(key=lambda r: (-r['count'], r['operation'],
+                                 r['component'], r['cls'], r['message']))
     retries = [{'func': func, 'cls': cls, 'count': n}
                for (func, cls), n in merged.retries.most_common()]
     issues = merged.issues
@@ -602,6 +605,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),
         'summary': agg,
+        # per operation that occurred (opstats): states, rates, times
+        'operations': opstats.summarise(summaries, failures),
         'failures': failures,
         'retries': retries,
         'sql': merged.digest.profile(opts.group_by, opts.order_by,

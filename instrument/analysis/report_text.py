@@ -12,7 +12,9 @@
 """The terminal report: plain text from a report dict.
 
 Sections in reading order: input and data loss, clock offsets, final
-states and rates, time per component, failures, SQL digest (the
+states and rates of boots, time per component of boots, the operations
+(an overview, then a section per operation other than boot that
+occurred: its states, rates, times, cells), failures, SQL digest (the
 pt-query-digest profile, then one block per class).  Numbers use
 pt-query-digest's units (``us``, ``ms``, ``s``).
 """
@@ -50,6 +52,25 @@ def fmt_offset(us: float) -> str:
 def fmt_pct(value: typing.Optional[float]) -> str:
     """A share as a percentage with one decimal (``-`` for none)."""
     return '-' if value is None else '%.1f%%' % (100.0 * value)
+
+
+def clip_words(text: str, width: int, seps: str = ' ',
+               ellipsis: str = '...', hard: bool = True) -> str:
+    """``text`` in at most ``width`` characters: whole, or cut after the
+    last complete word that fits (words end at a character of ``seps``)
+    followed by ``ellipsis``; a first word longer than the room is cut
+    short with the ellipsis (empty instead when not ``hard``).  Empty
+    when not even the ellipsis fits."""
+    text = ' '.join(str(text).split())
+    if len(text) <= width:
+        return text
+    room = width - len(ellipsis)
+    if room <= 0:
+        return ''
+    cut = max(text.rfind(sep, 0, room + 1) for sep in seps)
+    if cut <= 0:
+        return text[:room] + ellipsis if hard else ''
+    return text[:cut].rstrip() + ellipsis
 
 
 def fmt_time(us: typing.Optional[int]) -> str:
@@ -92,6 +113,7 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _clocks(report, out)
     _states(report, out)
     _components(report, out)
+    _operations(report, out)
     _failures(report, out)
     services.text(report, out)
     resources.text(report, out)
@@ -206,8 +228,12 @@ def _states(report: dict, out: list) -> None:
                    s['throughput_rps'], s['success_throughput_rps'],
                    s['duration_s'], s['concurrency']['max'],
                    s['concurrency']['mean']))
+    if s['concurrency'].get('counted'):
+        out.append('(concurrency counts %s)' % s['concurrency']['counted'])
     stopped = {}
     for row in report['requests']:
+        if row['kind'] != 'boot':
+            continue
         for inst in row['instances']:
             if inst['state'] == 'incomplete' and inst['stopped']:
                 key = (inst['stopped']['ev'], inst['stopped']['host'],
@@ -266,11 +292,12 @@ def _failures(report: dict, out: list) -> None:
     if not report['failures']:
         out.append('none')
     else:
-        rows = [(f['component'], f['ev'], f['cls'].rsplit('.', 1)[-1],
-                 f['count'], f['message'][:70])
+        rows = [(f.get('operation', '-'), f['component'], f['ev'],
+                 f['cls'].rsplit('.', 1)[-1], f['count'],
+                 clip_words(f['message'], 70))
                 for f in report['failures']]
-        out.extend(table(['component', 'event', 'error', 'count',
-                          'message'], rows, 'lllrl'))
+        out.extend(table(['operation', 'component', 'event', 'error',
+                          'count', 'message'], rows, 'llllrl'))
     if report['retries']:
         out.append('')
         out.append('DB retries (oslo.db wrap_db_retry):')
@@ -366,3 +393,93 @@ def class_block(r: dict, group_by: str) -> list:
     if r.get('fingerprint'):
         lines.append(r['fingerprint'] + '\\G')
     return lines
+
+
+def _operations(report: dict, out: list) -> None:
+    """The overview of every operation, then one section per operation
+    other than boot (whose sections come first)."""
+    ops = report.get('operations') or {}
+    if not ops:
+        return
+    _title(out, 'Operations (every request named by what it reached)')
+    rows = []
+    for op, f in ops.items():
+        lat = f['latency']
+        rows.append((op, f['requests'], f['instances'],
+                     fmt_pct(f['success_rate']), fmt_pct(f['retry_rate']),
+                     fmt_us(lat.get('median')), fmt_us(lat.get('p95')),
+                     f['concurrency']['max']))
+    out.extend(table(['operation', 'requests', 'instances', 'success',
+                      'retried', 'median', 'p95', 'max in flight'], rows))
+    out.append('(in flight counts %s)' % next(iter(ops.values()))[
+        'concurrency']['counted'])
+    for op, f in ops.items():
+        if op in ('boot', 'other'):
+            continue
+        operation_section(op, f, out)
+
+
+def operation_section(op: str, f: dict, out: list) -> None:
+    """The text section of one operation (``report['operations'][op]``)."""
+    _title(out, 'Operation: %s' % op)
+    out.append('%d requests (%d instances) over %.1f s, %.2f/s; success '
+               'rate %s, retried on another host %s, with DB retries %s; '
+               'in flight max %d, mean %.1f' % (
+                   f['requests'], f['instances'], f['duration_s'],
+                   f['throughput_rps'], fmt_pct(f['success_rate']),
+                   fmt_pct(f['retry_rate']), fmt_pct(f['db_retry_rate']),
+                   f['concurrency']['max'], f['concurrency']['mean']))
+    total = f['instances'] or 1
+    rows = [(state, f['states'].get(state, 0),
+             fmt_pct(f['states'].get(state, 0) / total),
+             ' '.join(f['state_requests'].get(state, [])[:1]))
+            for state in f['state_order'] if f['states'].get(state)]
+    out.extend(table(['final state', 'count', 'share', 'e.g.'], rows,
+                     'lrrl'))
+    if f['causes']:
+        out.append('causes:')
+        for c in f['causes']:
+            out.append('  %-22s %-48s %4d' % (c['state'], c['cls'],
+                                               c['count']))
+    if f['stopped']:
+        out.append('incomplete, stopped at:')
+        for st in f['stopped']:
+            out.append('  %-44s %-12s %-5s %4d  e.g. %s' % (
+                st['ev'], st['host'], 'open' if st['open'] else 'ended',
+                st['count'], st['requests'][0]))
+    lat = f['latency']
+    if lat.get('count'):
+        comp_rows: list = []
+        for name in f['component_order']:
+            st = f['components'].get(name, {})
+            if not st.get('count') or not st['max']:
+                continue
+            comp_rows.append((name, fmt_us(st['median']),
+                              fmt_us(st['p95']), fmt_us(st['max']),
+                              fmt_us(st['mean']),
+                              fmt_pct(f['critical_path_share'].get(name,
+                                                                   0))))
+        comp_rows.append(('end to end', fmt_us(lat['median']),
+                          fmt_us(lat['p95']), fmt_us(lat['max']),
+                          fmt_us(lat['mean']), '100%'))
+        out.append('time per successful request, exclusive, per '
+                   'component (%d requests):' % lat['count'])
+        out.extend(table(['component', 'median', 'p95', 'max', 'mean',
+                          'crit.path'], comp_rows))
+    if len(f['levels']) > 1:
+        out.append('median end to end by %s in flight at start: %s' % (
+            op, ', '.join('%s: %s (%d)' % (
+                lv['level'], fmt_us(lv['latency']['median']),
+                lv['requests']) for lv in f['levels'])))
+    cells = f.get('cells')
+    if cells and cells['cells']:
+        modes = ', '.join('%s %d' % kv for kv in sorted(
+            cells['modes'].items()))
+        out.append('cells queried: %s (requests); slow cell: %s' % (
+            modes, cells['slow_cell']))
+        out.extend(table(['cell', 'database', 'queries', 'median', 'p95',
+                          'max', 'errors'], [
+            (name, c['db'] or '-', c['time'].get('count', 0),
+             fmt_us(c['time'].get('median')), fmt_us(c['time'].get('p95')),
+             fmt_us(c['time'].get('max')), c['errors'])
+            for name, c in cells['cells'].items()], 'llrrrrr'))
