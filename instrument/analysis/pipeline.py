@@ -47,6 +47,8 @@ from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import opstats
 from instrument.analysis import requests
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
 from instrument.analysis import waits
@@ -135,6 +137,9 @@ class Partial:
         self.txns = 0
         # hosts of the valid records read
         self.hosts: set = set()
+        # issue 21: calls to other services, resource samples
+        self.services = services.ServiceCalls()
+        self.samples = resources.Samples()
 
 
 _PROGRESS = None
@@ -214,6 +219,7 @@ class PartReader:
             opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
             on_summary=_Keeper(opts.all_lifecycles),
             window=span if span else None)
+        self.asm.on_summary = self.out.services.tap(self.asm.on_summary)
         self.decoder = load.RecordDecoder(opts.fast_decode)
         # (file index, pid): the SeqSet of the process its records
         # belong to there (the last process.start read in that file)
@@ -447,10 +453,15 @@ class PartReader:
                 self.asm.sql(req, rec.parent, dur, ts + dur, rec, error)
         elif ev == 'sql.txn':
             self.out.txns += 1
-        elif not self.asm.span(rec, ts, True):
-            self.out.duplicate_spans += 1
-        elif ev in WAIT_EVENTS:
-            self.out.waits.add(rec, ts)
+        else:
+            if ev in services.EVENTS and rec.req is None:
+                self.out.services.add_orphan(rec)
+            elif ev == schema.EV_PERIODIC_TASK:
+                self.out.samples.periodic(rec, ts)
+            if not self.asm.span(rec, ts, True):
+                self.out.duplicate_spans += 1
+            elif ev in WAIT_EVENTS:
+                self.out.waits.add(rec, ts)
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
@@ -463,6 +474,8 @@ class PartReader:
         attrs = rec.attrs or {}
         if ev == 'sql.agg':
             self.digest.add_agg(ts, rec.svc, attrs)
+        elif ev == schema.EV_PROCESS_SAMPLE:
+            self.out.samples.add(rec, ts)
         elif ev == 'sink.drops':
             mine = self.loss.drops.setdefault(process, {})
             for sink, n in attrs.items():
@@ -576,6 +589,8 @@ def _merge(parts: list) -> Partial:
         out.duplicate_spans += p.duplicate_spans
         out.txns += p.txns
         out.hosts |= p.hosts
+        out.services.merge(p.services)
+        out.samples.merge(p.samples)
     out.summaries.sort(key=lambda s: (s.start, s.req))
     return out
 
@@ -735,6 +750,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
         'waits': waits.report(merged.waits, summaries),
+        'services': merged.services.report(),
+        'resources': resources.report(merged.samples, summaries),
     }
 
 

@@ -29,6 +29,8 @@ import typing
 
 from instrument.analysis import charts
 from instrument.analysis import report_text
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import waits
 
 fmt_us = report_text.fmt_us
@@ -339,6 +341,9 @@ def render(report: dict, title: str = 'instrument-report') -> str:
         out.append(_table(['DB retry in', 'cause', 'count'], [
             (r['func'], r['cls'], r['count']) for r in report['retries']],
             left=(0, 1)))
+    # calls to other services, resources over time (issue 21)
+    out.append(services.html_section(report))
+    out.append(resources.html_section(report))
     # SQL
     sql = report['sql']
     out.append('<h2>SQL digest (grouped by %s, ordered by %s)</h2>' % (

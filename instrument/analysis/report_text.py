@@ -22,6 +22,8 @@ pt-query-digest's units (``us``, ``ms``, ``s``).
 import datetime
 import typing
 
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import sqldigest
 from instrument.analysis import waits
 
@@ -115,6 +117,8 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _operations(report, out)
     out.extend(waits.text_lines(report.get('waits')))
     _failures(report, out)
+    services.text(report, out)
+    resources.text(report, out)
     _sql(report, out, sql_blocks)
     return '\n'.join(out) + '\n'
 
