@@ -137,6 +137,15 @@ _opts = [
         'otlp_queue_size', default=20000, min=16, max=10000000,
         help='Spans waiting for OTLP export; beyond this they are dropped '
              'and counted.'),
+    # -- around nova (issue 21) ---------------------------------------------
+    cfg.FloatOpt(
+        'resource_sample_interval', default=5.0, min=0.0, max=3600.0,
+        help='Seconds between two resource samples of the process '
+             '(process.sample records: CPU user/system seconds, RSS, '
+             'threads, greenthreads parked in the eventlet hub, open '
+             'file descriptors, SQL connection pools, the buffer\'s '
+             'fill and drops), taken by the writer thread from /proc '
+             'and the process itself.  0 switches sampling off.'),
 ]
 
 

@@ -211,6 +211,14 @@ class PatchPoint:
     detail: bool = False
     alternatives: tuple = ()
     kind: str = SPAN
+    #: False: a call outside any span (and without a context of its
+    #: own) records no request id, rather than oslo.context's current
+    #: one, which is stale in periodic tasks and at start-up.
+    request_outside_spans: bool = True
+    #: ``(exception) -> (class, short message)`` in place of
+    #: ``tracer.error_of`` (a point whose library puts URLs or other
+    #: values in its messages).
+    error: typing.Callable | None = None
 
     @property
     def name(self) -> str:

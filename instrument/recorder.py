@@ -67,6 +67,10 @@ F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
 _CURRENT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
     'instrument_frame', default=None)
 current_frame = _CURRENT.get
+# A frame of no span and no request: made current around a call that
+# must not take oslo.context's current request (see PatchPoint
+# ``request_outside_spans``); spans begun under it have no parent.
+NO_FRAME = (None, None, None, None, None, None, None)
 # Make a frame current (a span carried into another thread); returns the
 # token for ``reset_frame``.  The ContextVar's own method: no Python call.
 set_frame = _CURRENT.set

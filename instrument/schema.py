@@ -85,6 +85,7 @@ REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
 # Event names written by the library itself (the events of nova's and
 # oslo.messaging's calls are named by their patch points).
 EV_PROCESS_START = 'process.start'
+EV_PROCESS_END = 'process.end'
 EV_PROCESS_POINTS = 'process.points'
 EV_SINK_DROPS = 'sink.drops'
 EV_FAULTS = 'instrument.faults'
@@ -112,6 +113,7 @@ WAIT_EVENTS = {EV_LOCK_WAIT: 'lock', EV_DB_POOL_WAIT: 'db_pool',
 EVENTS = {
     # process and sink metadata (ph M / C)
     'process.start': None,
+    'process.end': None,
     'process.points': None,
     'sink.drops': None,
     'instrument.faults': None,
@@ -361,3 +363,43 @@ def validate(rec: dict) -> dict:
     if err is not None and not isinstance(err.get('cls'), str):
         raise SchemaError('err without a class name')
     return rec
+
+
+# -- around nova: other services, resources, periodic tasks (issue 21) -------
+# Calls nova makes to other OpenStack services through keystoneauth1
+# (``Session.request``), keystonemiddleware's token validation in
+# nova-api, per-process resource samples and nova's periodic tasks.
+EV_KSA_REQUEST = 'ksa.request'
+EV_AUTH_TOKEN = 'api.auth_token'  # noqa: S105 - an event name
+EV_PROCESS_SAMPLE = 'process.sample'
+EV_PERIODIC_TASK = 'periodic.task'
+EVENTS.update({
+    EV_KSA_REQUEST: 'service',      # the called service's time
+    EV_AUTH_TOKEN: 'api.auth',      # keystonemiddleware token validation
+    EV_PROCESS_SAMPLE: None,        # a C record, no time of its own
+    EV_PERIODIC_TASK: 'periodic',
+})
+
+# ksa.request (and ATTR_METHOD, ATTR_ROUTE, ATTR_STATUS above)
+ATTR_SERVICE_TYPE = 'service_type'  # identity, network, placement ...
+ATTR_ATTEMPTS = 'attempts'      # sends: 1 + retries + redirects
+# Why a call failed: connect_timeout, read_timeout, connect_failure,
+# ssl, connection, http (then ATTR_STATUS), other.
+ATTR_FAILURE = 'failure'
+FAILURE_CLASSES = ('connect_timeout', 'read_timeout', 'connect_failure',
+                   'ssl', 'connection', 'http', 'other')
+
+# periodic.task
+ATTR_TASK = 'task'              # ComputeManager._heal_instance_info_cache
+
+# process.sample: one C record every [instrument] resource_sample_interval
+ATTR_CPU_USER_S = 'cpu_user_s'  # cumulative CPU seconds, user
+ATTR_CPU_SYS_S = 'cpu_sys_s'    # cumulative CPU seconds, system
+ATTR_RSS_KB = 'rss_kb'          # resident set size now
+ATTR_THREADS = 'threads'        # OS threads of the process
+ATTR_GREEN = 'green'            # greenthreads parked in the eventlet hub
+ATTR_FDS = 'fds'                # open file descriptors
+ATTR_POOLS = 'pools'            # {db: [checked out, overflow, size]}
+ATTR_BUF_FILL = 'buf_fill'      # events queued in the library's buffer
+ATTR_BUF_SIZE = 'buf_size'      # its bound ([instrument] buffer_size)
+ATTR_BUF_DROPS = 'buf_drops'    # events dropped so far (buffer full)

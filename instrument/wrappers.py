@@ -101,8 +101,16 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
     wants = recorder.wants
     clock = recorder.clock
     abandon = recorder_mod.abandon
-    error_of = tracing.error_of
+    error_of = point.error or tracing.error_of
     fault = state.fault
+    # A call outside any span records no request rather than oslo.
+    # context's current one (stale in periodic tasks and at start-up):
+    # an empty frame is current while it runs.
+    unowned = not point.request_outside_spans
+    get_frame = recorder_mod.current_frame
+    set_frame = recorder_mod.set_frame
+    reset_frame = recorder_mod.reset_frame
+    no_frame = recorder_mod.NO_FRAME
 
     def patched(*args, **kwargs):
         call = original
@@ -119,6 +127,7 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
         # exactly once, below, whatever happened here, and its result
         # or exception goes back as it came.
         rec = None
+        outer = None
         try:
             ctx = None
             if c_kind == 1:
@@ -154,6 +163,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
                               offset) if r_kind else None
                 span_svc = (pick(s_spec, instance, args, kwargs,
                                  offset) or svc) if s_kind else svc
+                if unowned and ctx is None and get_frame() is None:
+                    outer = set_frame(no_frame)
                 rec = begin(ev, span_svc, host, ctx, inst, remote,
                             on_enter(instance, args[offset:], kwargs)
                             if on_enter else None)
@@ -162,6 +173,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
             rec = None
             fault(exc)
         if rec is None:  # a detail point's unsampled request, a fault
+            if outer is not None:
+                reset_frame(outer)
             return call(*args, **kwargs)
         try:
             result = call(*args, **kwargs)
@@ -174,6 +187,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
             except Exception as exc_fault:
                 abandon(rec, ST_ERROR, t1)
                 fault(exc_fault)
+            if outer is not None:
+                reset_frame(outer)
             raise
         t1 = clock()
         try:
@@ -185,6 +200,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
         except Exception as exc_fault:
             abandon(rec, ST_OK, t1)
             fault(exc_fault)
+        if outer is not None:
+            reset_frame(outer)
         return result
 
     return _finish(patched, point, original)

@@ -58,7 +58,9 @@ def summarise(summaries: list, failures: list) -> dict:
 
 
 def _one(op: str, reqs: list, failures: list) -> dict:
-    good = [s for s in reqs if s.state in operations.GOOD_STATES]
+    # (the times: a request whose span end was lost is left out)
+    good = [s for s in reqs if s.state in operations.GOOD_STATES and
+            not getattr(s, 'lost_ends', 0)]
     states = collections.Counter()
     examples: dict = {}
     causes = collections.Counter()

@@ -48,6 +48,8 @@ from instrument.analysis import load
 from instrument.analysis import opstats
 from instrument.analysis import requests
 from instrument.analysis import releases as releases_mod
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
 from instrument.analysis import waits
@@ -94,6 +96,8 @@ class Options:
         self.progress = progress
         # msgspec when installed (False: the reference decoder only)
         self.fast_decode = fast_decode
+        # (host, pid, ts) of every process.start (pass 1 finds them)
+        self.process_starts: typing.Collection[tuple] = ()
 
 
 # -- pass 1 ----------------------------------------------------------------
@@ -132,6 +136,11 @@ class Partial:
         self.lines = 0
         self.duplicate_spans = 0
         self.txns = 0
+        # hosts of the valid records read
+        self.hosts: set = set()
+        # issue 21: calls to other services, resource samples
+        self.services = services.ServiceCalls()
+        self.samples = resources.Samples()
 
 
 _PROGRESS = None
@@ -211,11 +220,16 @@ class PartReader:
             opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
             on_summary=_Keeper(opts.all_lifecycles),
             window=span if span else None)
+        self.asm.on_summary = self.out.services.tap(self.asm.on_summary)
         self.decoder = load.RecordDecoder(opts.fast_decode)
-        # (file index, pid): [records, lowest seq, highest seq] of the
-        # process's current incarnation, and how many it had
-        self.seqs = {}
-        self.incarnations = {}
+        # (file index, pid): the SeqSet of the process its records
+        # belong to there (the last process.start read in that file)
+        self.current = {}
+        # pid: [(ts, host)] of the process.start records of pass 1
+        self.starts: dict = {}
+        for host, pid, ts in sorted(opts.process_starts):
+            self.starts.setdefault(pid, []).append((ts, host))
+        self.start_hosts = {host for host, _p, _t in opts.process_starts}
         self.lines = 0
 
     def read(self, files: list,
@@ -237,8 +251,10 @@ class PartReader:
         loss = self.loss
         decoder = self.decoder
         decode = decoder.decode
-        seqs = self.seqs
-        incarnations = self.incarnations
+        current = self.current
+        track = self.track
+        dups = loss.duplicates
+        read = loss.read
         get_offset = self.offsets.get
         crc32 = zlib.crc32
         marker = load.LOG_MARKER
@@ -247,18 +263,30 @@ class PartReader:
         instant = self.asm.instant
         fi = f.index
         fname = f.name
+        log_file = load._is_log_name(fname)
         self.lines += len(lines)
         # a file is mostly one process on one host: remember the last
+        # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None
-        c_seq: list = []
+        c_seq: typing.Any = None
+        c_pages: dict = {}
+        c_pageno = -1
+        c_page: typing.Any = bytearray()
+        c_last = 0
         c_host = None
         c_off = 0
+        nread = 0
         for lineno, raw in enumerate(lines, first + 1):
             if raw[0] != 123:  # not '{': a service log line?
                 j = raw.find(marker)
                 if j < 0:
                     if part == 0 and raw.strip():
-                        issues.other_lines += 1
+                        if log_file:
+                            issues.other_lines += 1
+                        else:
+                            # garbage in a span file is a bad line
+                            issues.add('malformed', fname, lineno,
+                                       'not a span record: %r' % raw[:60])
                     continue
                 raw = raw[j:]
             meta = False
@@ -281,45 +309,62 @@ class PartReader:
                 if part == 0 or not meta:
                     kind, reason = decoder.error or ('invalid', '')
                     issues.add(kind, fname, lineno, reason)
+                    self.bad_line(raw, fi, fname, c_seq)
                 continue
             pid = rec.pid
             seq = rec.seq
-            if pid != c_pid:
-                c_pid = pid
-                key = (fi, pid)
-                entry = seqs.get(key)
-                if entry is None:
-                    incarnations[key] = 0
-                    entry = seqs[key] = loss.seqs[(fname, pid, 0)] = \
-                        [0, seq, seq]
-                c_seq = entry
-            s = c_seq
-            if seq <= s[2] and s[0]:
-                if seq == 1 and rec.ev == 'process.start':
-                    key = (fi, pid)
-                    inc = incarnations[key] = incarnations[key] + 1
-                    s = c_seq = seqs[key] = loss.seqs[(fname, pid, inc)] = \
-                        [0, 1, 1]
+            ph = rec.ph
+            if ph == 'M' and rec.ev == 'process.start' or pid != c_pid:
+                if c_seq is not None and c_last > c_seq.last:
+                    c_seq.last = c_last
+                if ph == 'M' and rec.ev == 'process.start':
+                    # a process (a new one, or one read before: a
+                    # replay)
+                    c_seq = current[(fi, pid)] = track(
+                        (rec.host, pid, rec.ts), fi, fname)
                 else:
-                    issues.add('duplicate', fname, lineno,
-                               'seq %d of pid %d seen before' % (seq, pid))
-                    continue
+                    c_seq = current.get((fi, pid))
+                    if c_seq is None:
+                        # no process.start before it in this file
+                        c_seq = current[(fi, pid)] = track(
+                            self.process_of(rec.host, pid, rec.ts), fi,
+                            fname)
+                c_pid = pid
+                c_pages = c_seq.pages
+                c_pageno = -1
+                c_last = c_seq.last
+                c_host = None
             if meta and part != 0:
                 # metadata is read by every worker, counted by worker 0
-                s[2] = seq if seq > s[2] else s[2]
                 self.shared_metadata(rec)
                 continue
-            s[0] += 1
-            if seq > s[2]:
-                s[2] = seq
-            elif seq < s[1]:
-                s[1] = seq
+            nread += 1
+            # has this process's seq been read (here or in any file)?
+            if seq >> 16 != c_pageno:
+                c_pageno = seq >> 16
+                c_page = c_pages.get(c_pageno)
+                if c_page is None:
+                    c_page = c_pages[c_pageno] = bytearray(8192)
+            i = seq & 0xFFFF
+            j = i >> 3
+            bit = 1 << (i & 7)
+            byte = c_page[j]
+            if byte & bit:
+                issues.add('duplicate', fname, lineno,
+                           'seq %d of %s read before' % (
+                               seq, load.process_label(c_seq.key)))
+                dups[fname] = dups.get(fname, 0) + 1
+                continue
+            c_page[j] = byte | bit
             host = rec.host
             if host != c_host:
                 c_host = host
                 c_off = get_offset(host, 0)
+                self.out.hosts.add(host)
+                c_seq.hosts.add(host)
             ts = rec.ts + c_off
-            ph = rec.ph
+            if ts > c_last:
+                c_last = ts
             if ph == 'X':
                 complete(rec, ts)
             elif ph == 'B':
@@ -329,9 +374,70 @@ class PartReader:
                     self.out.waits.instant(rec)
                 instant(rec, ts)
             elif ph == 'C':
-                self.counter(rec, ts, fname)
+                self.counter(rec, ts, c_seq.key)
             else:
+                if rec.ev == 'process.end':
+                    c_seq.ended = True
                 self.metadata(rec, host, fname)
+        if c_seq is not None and c_last > c_seq.last:
+            c_seq.last = c_last
+        if nread:
+            read[fname] = read.get(fname, 0) + nread
+
+    def bad_line(self, raw: bytes, fi: int, fname: str,
+                 near: typing.Optional[load.SeqSet]) -> None:
+        """Charge a line that is not a valid record to its process:
+        the one it names when it names one (its ``seq`` is then not
+        also reported missing), else the process of the lines around
+        it."""
+        try:
+            rec = load.loads(raw)
+        except ValueError:
+            rec = None
+        if rec.__class__ is dict:
+            host, pid, seq = rec.get('host'), rec.get('pid'), rec.get('seq')
+            if host.__class__ is str and pid.__class__ is int and \
+                    seq.__class__ is int:
+                s = self.current.get((fi, pid))
+                if s is None:
+                    s = self.current[(fi, pid)] = self.track(
+                        self.process_of(host, pid, rec.get('ts') or 0),
+                        fi, fname)
+                if s.add(seq):
+                    s.invalid += 1
+                self.loss.bad[s.key] = self.loss.bad.get(s.key, 0) + 1
+                return
+        if near is not None:
+            self.loss.bad[near.key] = self.loss.bad.get(near.key, 0) + 1
+
+    def process_of(self, host: str, pid: int, ts: int) -> tuple:
+        """The process ``(host, pid, start)`` that wrote a record of
+        ``host`` and ``pid`` at ``ts`` read before any ``process.start``
+        of its file (a log rotated away from its start): the latest
+        start of that pid on that host before ``ts`` (pass 1 read every
+        start); a process of another host only when it is the one
+        process of that pid and ``host`` started none (one process
+        writing for several hosts, as the demo does); else a process of
+        unknown start."""
+        starts = self.starts.get(pid)
+        if not starts:
+            return (host, pid, None)
+        mine = [t for t, h in starts if h == host]
+        if mine:
+            before = [t for t in mine if t <= ts]
+            return (host, pid, max(before) if before else min(mine))
+        if len(starts) == 1 and host not in self.start_hosts:
+            t, h = starts[0]
+            return (h, pid, t)
+        return (host, pid, None)
+
+    def track(self, key: tuple, fi: int, fname: str) -> load.SeqSet:
+        """The ``seq`` numbers of process ``key`` (host, pid, start)
+        read so far, wherever read."""
+        s = self.loss.seqs.get(key)
+        if s is None:
+            s = self.loss.seqs[key] = load.SeqSet((fi, fname), key)
+        return s
 
     def complete(self, rec: typing.Any, ts: int) -> None:
         """An ``X`` record: a statement, a transaction or a span."""
@@ -348,24 +454,31 @@ class PartReader:
                 self.asm.sql(req, rec.parent, dur, ts + dur, rec, error)
         elif ev == 'sql.txn':
             self.out.txns += 1
-        elif not self.asm.span(rec, ts, True):
-            self.out.duplicate_spans += 1
-        elif ev in WAIT_EVENTS:
-            self.out.waits.add(rec, ts)
+        else:
+            if ev in services.EVENTS and rec.req is None:
+                self.out.services.add_orphan(rec)
+            elif ev == schema.EV_PERIODIC_TASK:
+                self.out.samples.periodic(rec, ts)
+            if not self.asm.span(rec, ts, True):
+                self.out.duplicate_spans += 1
+            elif ev in WAIT_EVENTS:
+                self.out.waits.add(rec, ts)
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
         if not self.asm.span(rec, ts, False):
             self.out.duplicate_spans += 1
 
-    def counter(self, rec: typing.Any, ts: int, fname: str) -> None:
+    def counter(self, rec: typing.Any, ts: int, process: tuple) -> None:
         """A ``C`` record: SQL aggregates or the sink's drop counts."""
         ev = rec.ev
         attrs = rec.attrs or {}
         if ev == 'sql.agg':
             self.digest.add_agg(ts, rec.svc, attrs)
+        elif ev == schema.EV_PROCESS_SAMPLE:
+            self.out.samples.add(rec, ts)
         elif ev == 'sink.drops':
-            mine = self.loss.drops.setdefault((fname, rec.pid), {})
+            mine = self.loss.drops.setdefault(process, {})
             for sink, n in attrs.items():
                 if isinstance(n, int) and n > mine.get(sink, 0):
                     mine[sink] = n
@@ -415,7 +528,7 @@ class PartReader:
         out.no_request = asm.no_request
         out.outside = asm.outside
         # every record counted is counted once in its process's seq entry
-        out.records = sum(n for n, _lo, _hi in self.loss.seqs.values())
+        out.records = self.loss.records()
         out.lines = self.lines if self.part == 0 else 0
         out.duplicate_spans += asm.duplicates
         return out
@@ -433,7 +546,8 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
         def progress(done):
             shared[part] = done
     reader = PartReader(offsets, part, nparts, opts, hosts)
-    return reader.read(stream.open_files(paths, file_offsets), progress)
+    return reader.read(stream.open_files(paths, file_offsets, offsets),
+                       progress)
 
 
 def _point_counts(points) -> dict:
@@ -476,6 +590,9 @@ def _merge(parts: list) -> Partial:
         out.lines += p.lines
         out.duplicate_spans += p.duplicate_spans
         out.txns += p.txns
+        out.hosts |= p.hosts
+        out.services.merge(p.services)
+        out.samples.merge(p.samples)
     out.summaries.sort(key=lambda s: (s.start, s.req))
     return out
 
@@ -483,7 +600,9 @@ def _merge(parts: list) -> Partial:
 def default_jobs(total_bytes: int) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(
         os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    if total_bytes < (32 << 20):
+    if total_bytes < (32 << 20) or cpus <= 2:
+        # (on 2 CPUs, workers that each read every file were measured
+        # 1.1 to 1.65 times slower than one process)
         return 1
     return max(1, min(cpus, 4))
 
@@ -524,6 +643,7 @@ def _analyse(inputs: list, opts: Options) -> dict:
                         fast_decode=opts.fast_decode)
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
+    part_opts.process_starts = sorted(clock.starts)
     show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)
@@ -584,25 +704,41 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                for (func, cls), n in merged.retries.most_common()]
     issues = merged.issues
     timelines = [s.to_dict() for s in summaries if s.lifecycle is not None]
+    clock_table = clock.to_dict()
+    rejected = sorted(h for h in clock_table['hosts']
+                      if h not in merged.hosts)
+    if rejected and merged.records:
+        clock_table['hosts'] = {h: i for h, i in clock_table['hosts'].items()
+                                if h in merged.hosts}
+        issues.problems.append(
+            'host%s %s: no valid record (every one rejected), left out '
+            'of the clock offsets' % ('' if len(rejected) == 1 else 's',
+                                      ', '.join(rejected)))
     return {
         'report_version': REPORT_VERSION,
         'schema_version': schema.SCHEMA_VERSION,
         'inputs': {'files': [os.path.basename(p) for p in paths],
                    'paths': paths, 'bytes': total_bytes,
                    'lines': merged.lines, 'records': merged.records},
-        'clocks': dict(clock.to_dict(), hops=hops),
+        'clocks': dict(clock_table, hops=hops),
         'load': {'counts': issues.counts, 'samples': issues.samples,
                  'per_file': issues.per_file,
                  'other_lines': issues.other_lines,
                  'problems': issues.problems,
                  'loss': merged.loss.summary(),
                  'duplicate_spans': merged.duplicate_spans,
+                 # records of a process already read (another copy of
+                 # a file, a file holding them twice), per file
+                 'duplicates': merged.loss.duplicate_files(),
+                 # processes without a process.end record (killed?)
+                 'unended': merged.loss.unended(),
                  'records_without_request': dict(merged.no_request)},
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),
         # nova release x mode of the processes (a cloud mid-upgrade)
         'releases': releases_mod.summarise(merged.processes),
         'summary': agg,
+        'quality': quality(merged.loss, summaries),
         # per operation that occurred (opstats): states, rates, times
         'operations': opstats.summarise(summaries, failures),
         'failures': failures,
@@ -618,6 +754,32 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
         'waits': waits.report(merged.waits, summaries),
+        'services': merged.services.report(),
+        'resources': resources.report(merged.samples, summaries),
+    }
+
+
+def quality(loss: load.FileLoss, summaries: list) -> dict:
+    """What the figures stand on: the processes that lost records
+    (seq gaps, ``sink.drops``, lines not valid), and the requests with
+    events on their hosts, whose figures may miss some of them."""
+    lossy = loss.lossy()
+    hosts = {h for r in lossy for h in r['hosts']}
+    # (a request of SQL statements only names no host: it may be one)
+    affected = [s for s in summaries
+                if not s.hosts or hosts.intersection(s.hosts)] \
+        if hosts else []
+    return {
+        'lost_records': sum(r['missing'] + r['dropped'] + r['invalid']
+                            for r in lossy),
+        'processes': [{k: r[k] for k in ('host', 'pid', 'file', 'records',
+                                         'missing', 'dropped', 'invalid')}
+                      for r in lossy],
+        'hosts': sorted(hosts),
+        'requests': len(summaries),
+        'requests_affected': len(affected),
+        'boots_affected': sum(1 for s in affected if s.kind == 'boot'),
+        'examples': [s.req for s in affected[:10]],
     }
 
 

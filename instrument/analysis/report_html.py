@@ -29,6 +29,8 @@ import typing
 
 from instrument.analysis import charts
 from instrument.analysis import report_text
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import waits
 
 fmt_us = report_text.fmt_us
@@ -244,6 +246,7 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                    inp['records'], esc(report_text.fmt_time(s['start_us'])),
                    esc(report_text.fmt_time(s['end_us'])),
                    s['duration_s']))
+    out.extend(_data_quality(report))
     # summary
     out.append('<h2>Requests and final states</h2>')
     total = s['instances'] or 1
@@ -338,6 +341,9 @@ def render(report: dict, title: str = 'instrument-report') -> str:
         out.append(_table(['DB retry in', 'cause', 'count'], [
             (r['func'], r['cls'], r['count']) for r in report['retries']],
             left=(0, 1)))
+    # calls to other services, resources over time (issue 21)
+    out.append(services.html_section(report))
+    out.append(resources.html_section(report))
     # SQL
     sql = report['sql']
     out.append('<h2>SQL digest (grouped by %s, ordered by %s)</h2>' % (
@@ -386,10 +392,35 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                            'dropped (sink.drops)'], [
             (r['file'], r['pid'], r['records'], r['missing'], r['dropped'])
             for r in ld['loss']]))
+    for row in ld.get('duplicates') or ():
+        out.append('<p class="bad">%s: %d of its %d records were read '
+                   'before (a copy, or records written twice); left out '
+                   'of every figure</p>' % (esc(row['file']),
+                                            row['duplicates'],
+                                            row['records']))
     for problem in ld['problems']:
         out.append('<p class="bad">%s</p>' % esc(problem))
     out.append('</body></html>')
     return '\n'.join(out) + '\n'
+
+
+def _data_quality(report: dict) -> list:
+    """Warnings that hold for every figure below: losses, requests
+    left out of the times, duplicates, processes without an end."""
+    out = []
+    for note in (report_text.loss_note(report),
+                 report_text.degraded_note(report)):
+        if note:
+            out.append('<p class="bad">%s</p>' % esc(note.lstrip('! ')))
+    ld = report['load']
+    for row in ld.get('unended') or ():
+        out.append('<p class="bad">no end record from pid %s on %s (%s): '
+                   'killed, or still running when collected; last record '
+                   'at %s</p>' % (esc(row['pid']), esc(row['host']),
+                                  esc(row['file']), esc(
+                                      report_text.fmt_time(
+                                          row['last_us']))))
+    return out
 
 
 def _pick_timelines(timelines: list, limit: int = 8) -> list:

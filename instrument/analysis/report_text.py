@@ -23,6 +23,8 @@ import datetime
 import typing
 
 from instrument.analysis import releases as releases_mod
+from instrument.analysis import resources
+from instrument.analysis import services
 from instrument.analysis import sqldigest
 from instrument.analysis import waits
 
@@ -116,6 +118,8 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _operations(report, out)
     out.extend(waits.text_lines(report.get('waits')))
     _failures(report, out)
+    services.text(report, out)
+    resources.text(report, out)
     _sql(report, out, sql_blocks)
     return '\n'.join(out) + '\n'
 
@@ -152,12 +156,24 @@ def _inputs(report: dict, out: list) -> None:
 def _load(report: dict, out: list) -> None:
     ld = report['load']
     bad = {k: v for k, v in ld['counts'].items() if v}
-    if not bad and not ld['loss'] and not ld['problems']:
+    if not bad and not ld['loss'] and not ld['problems'] and \
+            not ld.get('duplicate_spans') and not ld.get('unended'):
         out.append('# every line valid; no data loss reported')
         return
     _title(out, 'Input problems')
     for problem in ld['problems']:
         out.append('! ' + problem)
+    for row in ld.get('unended') or ():
+        out.append('! no end record from pid %s on %s (%s): killed, or '
+                   'still running when collected; last record at %s; up '
+                   'to one flush interval of its events may be missing' % (
+                       row['pid'], row['host'], row['file'],
+                       fmt_time(row['last_us'])))
+    for row in ld.get('duplicates') or ():
+        out.append('! %s: %d of its %d records were read before (a '
+                   'copy, or records written twice); left out of every '
+                   'figure' % (row['file'], row['duplicates'],
+                               row['records']))
     if bad:
         out.append('bad lines: ' + ', '.join(
             '%s %d' % (k, v) for k, v in bad.items()))
@@ -174,6 +190,44 @@ def _load(report: dict, out: list) -> None:
     if ld.get('duplicate_spans'):
         out.append('duplicate span records ignored: %d' %
                    ld['duplicate_spans'])
+
+
+def loss_note(report: dict) -> typing.Optional[str]:
+    """The warning that goes beside every figure computed from input
+    with losses, None without losses."""
+    q = report.get('quality') or {}
+    if not q.get('lost_records'):
+        return None
+    return ('! computed from input with losses: %d records lost in %d '
+            'process(es) on %s; %d of %d requests (%s) have events there '
+            'and may be incomplete or mis-timed (see Input problems)' % (
+                q['lost_records'], len(q['processes']),
+                ', '.join(q['hosts']), q['requests_affected'],
+                q['requests'], fmt_pct(q['requests_affected'] /
+                                       (q['requests'] or 1))))
+
+
+def _loss_note(report: dict, out: list) -> None:
+    note = loss_note(report)
+    if note:
+        out.append(note)
+
+
+def degraded_note(report: dict) -> typing.Optional[str]:
+    """Requests left out of the times: a span's end was lost."""
+    deg = report['summary'].get('degraded') or {}
+    if not deg.get('requests'):
+        return None
+    return ('! %d request(s) (%d boots) left out of these times: the end '
+            'of %d span(s) was lost (e.g. %s); their states still count' % (
+                deg['requests'], deg['boots'], deg['lost_ends'],
+                deg['examples'][0]))
+
+
+def _degraded_note(report: dict, out: list) -> None:
+    note = degraded_note(report)
+    if note:
+        out.append(note)
 
 
 def _clocks(report: dict, out: list) -> None:
@@ -200,6 +254,7 @@ def _clocks(report: dict, out: list) -> None:
                       'status'], rows, 'lrlrrl'))
     out.append('%d causal pairs from %d hops, %d group(s)' % (
         clk['pairs'], clk['hops']['hops'], clk['groups']))
+    out.extend(clock_notes(clk))
     for d in clk['dropped']:
         origin = d['origin']
         out.append('! inconsistent pair dropped: %s (%s:%s %s)' % (
@@ -211,9 +266,34 @@ def _clocks(report: dict, out: list) -> None:
                                          caus['checked']))
 
 
+def clock_notes(clk: dict) -> list:
+    """What the offsets are and which figures depend on them."""
+    hosts = clk['hosts']
+    widths = [i['high_us'] - i['low_us'] for i in hosts.values()
+              if i['status'] == 'corrected']
+    out = ['offset: the raw clock where causality allows it, else the '
+           'centre of the feasible interval (else its one end); times '
+           'between hosts (rpc, rpc.queue, the critical path, causality '
+           'checks) depend on it' + (
+               ', each uncertain by up to the widest interval involved '
+               '(widest here %s)' % fmt_us(max(widths)) if widths else '')]
+    one = sorted(h for h, i in hosts.items() if i['status'] == 'one-sided')
+    if one:
+        out.append('! bounded on one side only: %s (a clock off in the '
+                   'other direction is not seen; times across these '
+                   'hosts may be wrong)' % ', '.join(one))
+    none = sorted(h for h, i in hosts.items()
+                  if i['status'] == 'uncorrected')
+    if none and len(none) < len(hosts):
+        out.append('! no causal pairs: %s (their raw clocks are used '
+                   'as they are)' % ', '.join(none))
+    return out
+
+
 def _states(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Requests')
+    _loss_note(report, out)
     out.append('%d boot requests (%d instances), %d other API requests' % (
         s['boots'], s['instances'], s['other_requests']))
     total = s['instances'] or 1
@@ -252,6 +332,8 @@ def _states(report: dict, out: list) -> None:
 def _components(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Time per successful boot, exclusive, per component')
+    _loss_note(report, out)
+    _degraded_note(report, out)
     lat = s['latency']
     if not lat.get('count'):
         out.append('no successful boot')
@@ -291,6 +373,7 @@ def _components(report: dict, out: list) -> None:
 
 def _failures(report: dict, out: list) -> None:
     _title(out, 'Failures (where raised, messages normalised)')
+    _loss_note(report, out)
     if not report['failures']:
         out.append('none')
     else:
@@ -312,6 +395,7 @@ def _sql(report: dict, out: list, blocks: int) -> None:
     sql = report['sql']
     _title(out, 'SQL profile (grouped by %s, ordered by %s)' % (
         sql['group_by'], sql['order_by']))
+    _loss_note(report, out)
     if not sql['rows']:
         out.append('no SQL statements')
         return
@@ -404,6 +488,9 @@ def _operations(report: dict, out: list) -> None:
     if not ops:
         return
     _title(out, 'Operations (every request named by what it reached)')
+    note = loss_note(report)
+    if note:
+        out.append(note)
     rows = []
     for op, f in ops.items():
         lat = f['latency']
@@ -418,12 +505,16 @@ def _operations(report: dict, out: list) -> None:
     for op, f in ops.items():
         if op in ('boot', 'other'):
             continue
-        operation_section(op, f, out)
+        operation_section(op, f, out, note)
 
 
-def operation_section(op: str, f: dict, out: list) -> None:
-    """The text section of one operation (``report['operations'][op]``)."""
+def operation_section(op: str, f: dict, out: list,
+                      note: typing.Optional[str] = None) -> None:
+    """The text section of one operation (``report['operations'][op]``);
+    ``note``: the warning of a lossy input (``loss_note``)."""
     _title(out, 'Operation: %s' % op)
+    if note:
+        out.append(note)
     out.append('%d requests (%d instances) over %.1f s, %.2f/s; success '
                'rate %s, retried on another host %s, with DB retries %s; '
                'in flight max %d, mean %.1f' % (

@@ -117,13 +117,19 @@ class NotifierPathTest(testtools.TestCase):
                       '_do_dispatch', patched)
         self.assertEqual([], result['banner']['failed'])
         # Every target of the package runs on a nova host (real nova,
-        # oslo.messaging and SQLAlchemy; the exit flush).
+        # oslo.messaging and SQLAlchemy; the exit flush; keystoneauth1,
+        # keystonemiddleware and oslo.service, which nova requires; the
+        # resource samples).
         self.assertEqual({'nova': 'installed', 'oslo_messaging': 'installed',
                           'process': 'installed',
                           'sqlalchemy': 'installed',
                           'oslo_concurrency': 'installed',
                           'db_pool': 'installed',
-                          'nova_pools': 'installed'}, result['targets'])
+                          'nova_pools': 'installed',
+                          'keystoneauth': 'installed',
+                          'keystonemiddleware': 'installed',
+                          'periodic': 'installed',
+                          'resources': 'installed'}, result['targets'])
         # the locks are timed
         self.assertIn('oslo_concurrency.lockutils:lock', patched)
         [name] = os.listdir(spans)

@@ -23,11 +23,14 @@ from instrument import patcher
 from instrument import runtime
 from instrument.targets import base as targets_base
 from instrument.targets import db_pool
+from instrument.targets import keystoneauth
 from instrument.targets import nova
 from instrument.targets import nova_pools
 from instrument.targets import oslo_concurrency
 from instrument.targets import oslo_messaging
+from instrument.targets import periodic
 from instrument.targets import process
+from instrument.targets import resources
 from instrument.targets import sqlalchemy
 from tests.unit import base
 
@@ -59,7 +62,9 @@ print(json.dumps({
     'targets': [t.name for t in targets], 'failures': failures,
     'checks': checks,
     'imported': sorted(m for m in ('nova', 'oslo_messaging', 'sqlalchemy',
-                                   'oslo_db', 'pymysql', 'oslo_concurrency')
+                                   'oslo_db', 'pymysql', 'oslo_concurrency',
+                                   'keystoneauth1', 'keystonemiddleware',
+                                   'oslo_service')
                        if m in sys.modules)}))
 '''
 
@@ -170,9 +175,14 @@ class LifecycleTest(base.TestCase):
         self.assertEqual({
             'db_pool': 'installed',
             'nova': 'skipped: nova is not installed',
+            'keystoneauth': 'skipped: keystoneauth1 is not installed',
+            'keystonemiddleware':
+                'skipped: keystonemiddleware is not installed',
             'nova_pools': 'skipped: nova is not installed',
             'oslo_concurrency': 'skipped: oslo.concurrency is not installed',
+            'periodic': 'skipped: oslo.service is not installed',
             'oslo_messaging': 'installed', 'process': 'installed',
+            'resources': 'installed',
             'sqlalchemy': 'installed'}, active.status)
         self.assertIn('oslo_messaging.rpc.dispatcher:RPCDispatcher.'
                       '_do_dispatch', active.banner()['patched'] +
@@ -183,9 +193,10 @@ class LifecycleTest(base.TestCase):
         proc = self.run_script(LOAD_AND_CHECK)
         self.assertEqual(0, proc.returncode, proc.stderr)
         out = json.loads(proc.stdout)
-        self.assertEqual(['db_pool', 'nova', 'nova_pools', 'oslo_concurrency',
-                          'oslo_messaging', 'process', 'sqlalchemy'],
-                         out['targets'])
+        self.assertEqual(['db_pool', 'keystoneauth', 'keystonemiddleware',
+                          'nova', 'nova_pools', 'oslo_concurrency',
+                          'oslo_messaging', 'periodic', 'process',
+                          'resources', 'sqlalchemy'], out['targets'])
         self.assertEqual({}, out['failures'])
         self.assertEqual('nova is not installed', out['checks']['nova'])
         self.assertEqual([], out['imported'])
@@ -198,11 +209,15 @@ class EntryPointTest(base.TestCase):
         self.assertEqual({}, failures)
         self.assertEqual({
             'db_pool': db_pool.DbPoolTarget,
+            'keystoneauth': keystoneauth.KeystoneauthTarget,
+            'keystonemiddleware': keystoneauth.KeystoneMiddlewareTarget,
             'nova': nova.NovaTarget,
             'nova_pools': nova_pools.NovaPoolsTarget,
             'oslo_concurrency': oslo_concurrency.OsloConcurrencyTarget,
             'oslo_messaging': oslo_messaging.OsloMessagingTarget,
+            'periodic': periodic.PeriodicTarget,
             'process': process.ProcessTarget,
+            'resources': resources.ResourcesTarget,
             'sqlalchemy': sqlalchemy.SqlAlchemyTarget,
         }, {t.name: type(t) for t in targets})
         for target in targets:

@@ -1,0 +1,46 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Resource samples of the process (``instrument.targets``).
+
+Runs ``instrument.resources.Sampler`` in the buffer's writer every
+``[instrument] resource_sample_interval`` seconds; skipped when that is
+0.  Like the targets of a library's calls, it is replaced by the points
+given to ``instrument.setup(points=...)``.
+"""
+
+from instrument import resources
+from instrument.targets import base
+
+
+class ResourcesTarget(base.Target):
+    """``process.sample`` records."""
+
+    name = 'resources'
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sampler: resources.Sampler | None = None
+
+    def check(self, conf) -> str | None:
+        if not conf.instrument.resource_sample_interval:
+            return '[instrument] resource_sample_interval is 0'
+        return super().check(conf)
+
+    def install(self, ctx: base.Context) -> None:
+        self.sampler = resources.Sampler(
+            ctx.recorder, ctx.conf.instrument.resource_sample_interval)
+        self.sampler.start()
+
+    def remove(self) -> None:
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.stop()

@@ -1,0 +1,177 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The analyser's services-called table, resources and periodic tasks."""
+
+import json
+import os
+
+import fixtures
+import testtools
+
+from instrument.analysis import pipeline
+from instrument.analysis import report_html
+from instrument.analysis import report_text
+
+T0 = 1_700_000_000_000_000
+MS = 1000
+S = 1_000_000
+
+
+class Writer:
+
+    def __init__(self, path: str, host: str, svc: str, pid: int) -> None:
+        self.f = open(path, 'w')
+        self.base = {'v': 1, 'host': host, 'svc': svc, 'pid': pid}
+        self.seq = 0
+        self.spans = 0
+
+    def rec(self, **kw) -> str:
+        self.seq += 1
+        rec = dict(self.base, seq=self.seq)
+        rec.update(kw)
+        self.f.write(json.dumps(rec) + '\n')
+        return rec.get('span')
+
+    def span(self, ev, start, dur, parent=None, req=None, st='ok',
+             err=None, attrs=None) -> str:
+        self.spans += 1
+        sid = '%08x%08x' % (self.base['pid'], self.spans)
+        return self.rec(ph='X', ts=T0 + start, dur_us=dur, ev=ev, span=sid,
+                        parent=parent, req=req, st=st, err=err,
+                        attrs=attrs)
+
+    def sample(self, at, user, system, rss_kb, pools=None) -> None:
+        self.rec(ph='C', ts=T0 + at, ev='process.sample', attrs={
+            'cpu_user_s': user, 'cpu_sys_s': system, 'rss_kb': rss_kb,
+            'threads': 7, 'green': None, 'fds': 20,
+            'pools': pools or {}, 'buf_fill': 3, 'buf_size': 50000,
+            'buf_drops': 0})
+
+
+def _ksa(stype, method, route, status=200, **more):
+    attrs = {'service_type': stype, 'method': method, 'route': route,
+             'status': status, 'attempts': 1}
+    attrs.update(more)
+    return attrs
+
+
+class ServicesReportTest(testtools.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        api = Writer(os.path.join(self.dir, 'api.jsonl'), 'ctl', 'api', 11)
+        cmp_ = Writer(os.path.join(self.dir, 'cmp.jsonl'), 'cmp1',
+                      'compute', 22)
+        api.rec(ph='M', ts=T0 - 20 * S, ev='process.start',
+                attrs={'service': 'nova-api'})
+        cmp_.rec(ph='M', ts=T0 - 20 * S, ev='process.start',
+                 attrs={'service': 'nova-compute'})
+        for n, req in enumerate(('req-1', 'req-2')):
+            at = n * 200 * MS
+            root = api.span('api.request', at, 100 * MS, req=req,
+                            attrs={'method': 'POST', 'route': '/servers',
+                                   'status': 202})
+            api.span('api.auth_token', at + 1 * MS, 2 * MS, parent=root,
+                     req=req)
+            create = api.span('api.compute.create', at + 5 * MS, 90 * MS,
+                              parent=root, req=req)
+            api.span('ksa.request', at + 10 * MS, 20 * MS, parent=create,
+                     req=req, attrs=_ksa('placement', 'GET',
+                                         '/allocation_candidates'))
+            if req == 'req-1':
+                api.span('ksa.request', at + 40 * MS, 50 * MS,
+                         parent=create, req=req, st='error',
+                         err={'cls': 'keystoneauth1.exceptions.connection.'
+                                     'ConnectTimeout',
+                              'msg': 'network POST /v2.0/ports: read '
+                                     'timeout'},
+                         attrs=_ksa('network', 'POST', '/v2.0/ports',
+                                    status=None, attempts=3,
+                                    failure='read_timeout'))
+        # req-2's build on cmp1, while a periodic task runs there
+        cmp_.span('compute.build', 220 * MS, 60 * MS, req='req-2')
+        cmp_.span('periodic.task', 210 * MS, 30 * MS, attrs={
+            'task': 'ComputeManager.update_available_resource'})
+        # outside any request: a placement call
+        cmp_.span('ksa.request', 160 * MS, 10 * MS, attrs=_ksa(
+            'placement', 'GET', '/resource_providers/{id}/inventories'))
+        # compute: 0.5 then 1.0 cores busy; api idle
+        for k, (user, system, rss) in enumerate(
+                ((1.0, 0.0, 100 * 1024), (1.25, 0.25, 110 * 1024),
+                 (2.0, 0.5, 120 * 1024))):
+            cmp_.sample(-2 * S + k * S // 5, user, system, rss,
+                        pools={'nova_cell1': [k, 0, 5]})
+            api.sample(-2 * S + k * S // 5, 0.5, 0.1, 80 * 1024)
+        api.f.close()
+        cmp_.f.close()
+        self.report = pipeline.analyse([self.dir], pipeline.Options())
+
+    def test_services_called(self):
+        rows = self.report['services']
+        kind = self.report['requests'][0]['kind']
+        by = {(r['operation'], r['service'], r['method'], r['route']): r
+              for r in rows}
+        placement = by[(kind, 'placement', 'GET', '/allocation_candidates')]
+        self.assertEqual(2, placement['count'])
+        self.assertEqual(20 * MS, placement['p50_us'])
+        self.assertEqual({}, placement['errors'])
+        network = by[(kind, 'network', 'POST', '/v2.0/ports')]
+        self.assertEqual({'read_timeout': 1}, network['errors'])
+        self.assertEqual(2, network['retries'])
+        self.assertEqual(['req-1'], network['requests'])
+        auth = by[(kind, 'identity', '-',
+                   'token validation (keystonemiddleware)')]
+        self.assertEqual(2, auth['count'])
+        orphan = by[('(no request)', 'placement', 'GET',
+                     '/resource_providers/{id}/inventories')]
+        self.assertEqual(1, orphan['count'])
+        self.assertIsNone(orphan['critical_share'])
+        # network on the critical path of req-1: 50 of 200 ms of the
+        # operation's two requests
+        self.assertAlmostEqual(0.25, network['critical_share'])
+
+    def test_failure_names_the_service(self):
+        msgs = [f['message'] for f in self.report['failures']
+                if f['ev'] == 'ksa.request']
+        self.assertEqual(['network POST /v2.0/ports: read timeout'], msgs)
+
+    def test_resources(self):
+        res = self.report['resources']
+        compute = res['services']['compute']
+        before = compute['phases']['before']
+        self.assertAlmostEqual(5.0, before['cpu_cores']['peak'])
+        self.assertAlmostEqual(3.75, before['cpu_cores']['mean'])
+        self.assertAlmostEqual(120.0, before['rss_mb']['peak'])
+        self.assertEqual(2, before['db_in_use_peak'])
+        self.assertEqual(7, before['threads_peak'])
+        self.assertEqual(0.0, res['services']['api']['phases']['before'][
+            'cpu_cores']['peak'])
+        [mark] = res['periodic']
+        self.assertEqual('ComputeManager.update_available_resource',
+                         mark['task'])
+        # req-2 ran on cmp1 meanwhile; req-1 never ran there
+        self.assertEqual(1, mark['overlapped'])
+        self.assertEqual(['req-2'], mark['requests'])
+        self.assertGreater(max(res['in_flight']), 0)
+
+    def test_text_and_html_carry_them(self):
+        text = report_text.render(self.report)
+        self.assertIn('Services called', text)
+        self.assertIn('/v2.0/ports', text)
+        self.assertIn('read_timeout 1', text)
+        self.assertIn('Resources per service', text)
+        self.assertIn('ComputeManager.update_available_resource', text)
+        page = report_html.render(self.report)
+        self.assertIn('<h2>Services called</h2>', page)
+        self.assertIn('<h2>Resources over time</h2>', page)
+        self.assertIn('<polyline', page)

@@ -1,0 +1,227 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""``process.sample``: figures that agree with ``/proc``, the off switch,
+SQL pools, forked children."""
+
+import json
+import os
+import threading
+import time
+
+import sqlalchemy
+from sqlalchemy import pool as sa_pool
+
+from instrument import buffer as buffer_mod
+from instrument import process
+from instrument import recorder as recorder_mod
+from instrument import resources
+from instrument import runtime
+from instrument import schema
+from instrument.targets import resources as resources_target
+from tests.unit import base
+
+
+def _status_kb(field: str) -> int:
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    raise AssertionError(field)
+
+
+class SamplerTest(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.sink = base.MemorySink()
+        self.buffer = buffer_mod.EventBuffer([self.sink], 1000, 3600.0)
+        self.addCleanup(self.buffer.close)
+        self.recorder = recorder_mod.Recorder(
+            self.buffer, process.ProcessIdentity.create('nova-api', 'ctl'))
+        self.sampler = resources.Sampler(self.recorder, 3600.0)
+        self.addCleanup(self.sampler.stop)
+
+    def samples(self) -> list:
+        return [r for r in self.sink.records
+                if r['ev'] == schema.EV_PROCESS_SAMPLE]
+
+    def test_figures_agree_with_proc(self):
+        # Work that shows: a thread that waits, CPU burnt, fds opened.
+        stop = threading.Event()
+        waiter = threading.Thread(target=stop.wait)
+        waiter.start()
+        self.addCleanup(waiter.join)
+        self.addCleanup(stop.set)
+        files = [open(os.devnull) for _ in range(5)]
+        for f in files:
+            self.addCleanup(f.close)
+        sum(i * i for i in range(200000))
+        self.sampler.start()
+        self.buffer.drain()
+        [sample] = self.samples()
+        attrs = sample['attrs']
+        self.assertEqual('C', sample['ph'])
+        rss = _status_kb('VmRSS')
+        self.assertLess(abs(attrs['rss_kb'] - rss), rss * 0.2)
+        self.assertEqual(len(os.listdir('/proc/self/task')),
+                         attrs['threads'])
+        # The listing itself opens one more fd for a moment.
+        self.assertLessEqual(abs(len(os.listdir('/proc/self/fd')) -
+                                 attrs['fds']), 1)
+        times = os.times()
+        self.assertGreater(attrs['cpu_user_s'], 0)
+        self.assertLessEqual(attrs['cpu_user_s'], times.user + 0.01)
+        self.assertLessEqual(attrs['cpu_sys_s'], times.system + 0.01)
+        self.assertIsNone(attrs['green'])  # not under eventlet
+        self.assertEqual(1000, attrs['buf_size'])
+        self.assertEqual(0, attrs['buf_drops'])
+        # On the spans' clock.
+        self.assertLess(abs(sample['ts'] - self.recorder.now_us()),
+                        60 * 10 ** 6)
+
+    def test_interval_and_final_sample(self):
+        now = [100.0]
+        self.sampler.clock = lambda: now[0]
+        self.sampler.interval = 5.0
+        self.sampler.start()
+        self.buffer.drain()
+        now[0] += 1.0
+        self.buffer.drain()
+        self.assertEqual(1, len(self.samples()))
+        now[0] += 5.0
+        self.buffer.drain()
+        self.assertEqual(2, len(self.samples()))
+        self.buffer.close()
+        self.assertEqual(3, len(self.samples()))
+
+    def test_buffer_fill_and_drops(self):
+        small = buffer_mod.EventBuffer([self.sink], 16, 3600.0)
+        self.addCleanup(small.close)
+        small.hold()  # nothing written: the queue fills
+        recorder = recorder_mod.Recorder(
+            small, process.ProcessIdentity.create('nova-api', 'ctl'))
+        for _ in range(20):
+            recorder.counter('x', {})
+        sampler = resources.Sampler(recorder, 3600.0)
+        attrs = sampler.sample()
+        self.assertEqual(16, attrs['buf_fill'])
+        self.assertEqual(4, attrs['buf_drops'])
+
+    def test_sql_pools(self):
+        engine = sqlalchemy.create_engine(
+            'sqlite:///%s' % os.path.join(self.tmp, 'nova_cell1.db'),
+            poolclass=sa_pool.QueuePool, pool_size=2, max_overflow=2)
+        self.addCleanup(engine.dispose)
+        self.sampler.start()
+        conns = [engine.connect() for _ in range(3)]
+        try:
+            pools = self.sampler.sample()['pools']
+        finally:
+            for conn in conns:
+                conn.close()
+        self.assertEqual([3, 1, 2], pools[os.path.join(self.tmp,
+                                                       'nova_cell1.db')])
+        # The overflow connection is closed on return (the pool is full).
+        self.assertEqual([0, 0, 2], self.sampler.sample()['pools'][
+            os.path.join(self.tmp, 'nova_cell1.db')])
+        self.sampler.stop()
+        engine2 = sqlalchemy.create_engine('sqlite://')
+        engine2.connect().close()
+        self.assertEqual(1, len(self.sampler.sample()['pools']))
+
+
+class OffSwitchTest(base.TestCase):
+
+    def test_zero_switches_it_off(self):
+        conf = self.make_conf(resource_sample_interval=0.0,
+                              flush_interval=0.05)
+        target = resources_target.ResourcesTarget()
+        self.assertEqual('[instrument] resource_sample_interval is 0',
+                         target.check(conf))
+        rt = runtime.setup(conf, 'nova-api', targets=[target])
+        self.addCleanup(runtime.teardown)
+        self.assertIn('skipped', rt.status['resources'])
+        time.sleep(0.2)
+        runtime.teardown()
+        records = [r for recs in base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values() for r in recs]
+        self.assertTrue(records)
+        self.assertNotIn(schema.EV_PROCESS_SAMPLE,
+                         {r['ev'] for r in records})
+
+    def test_on_by_default_in_a_runtime(self):
+        conf = self.make_conf(flush_interval=0.05)
+        self.assertEqual(5.0, conf.instrument.resource_sample_interval)
+        runtime.setup(conf, 'nova-api',
+                      targets=[resources_target.ResourcesTarget()])
+        self.addCleanup(runtime.teardown)
+        runtime.teardown()
+        records = [r for recs in base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values() for r in recs]
+        self.assertIn(schema.EV_PROCESS_SAMPLE, {r['ev'] for r in records})
+
+
+FORKED = '''
+import json
+import os
+import sys
+import time
+
+from oslo_config import cfg
+
+import instrument
+from instrument import opts
+from instrument.targets import process
+from instrument.targets import resources
+
+out = sys.argv[1]
+conf = cfg.ConfigOpts()
+conf([], project='t')
+opts.register_opts(conf)
+for key, value in (('enabled', True), ('output_dir', out),
+                   ('flush_interval', 0.05),
+                   ('resource_sample_interval', 0.1)):
+    conf.set_override(key, value, 'instrument')
+rt = instrument.setup(conf, 'nova-conductor', targets=[
+    resources.ResourcesTarget(), process.ProcessTarget()])
+time.sleep(0.3)
+pid = os.fork()
+if pid == 0:
+    rt.recorder.counter('child.hello', {})
+    blob = bytearray(64 * 1024 * 1024)  # the child's own RSS
+    blob[::4096] = b'x' * len(blob[::4096])
+    time.sleep(0.5)
+    os._exit(0)
+os.waitpid(pid, 0)
+instrument.teardown()
+print(json.dumps({'parent': os.getpid(), 'child': pid}))
+'''
+
+
+class ForkTest(base.TestCase):
+
+    def test_child_samples_itself(self):
+        out = os.path.join(self.tmp, 'spans')
+        done = self.run_script(FORKED, out)
+        self.assertEqual(0, done.returncode, done.stderr)
+        pids = json.loads(done.stdout)
+        samples = {}
+        for recs in base.read_span_files(out).values():
+            for r in recs:
+                if r['ev'] == schema.EV_PROCESS_SAMPLE:
+                    samples.setdefault(r['pid'], []).append(r['attrs'])
+        self.assertIn(pids['parent'], samples)
+        self.assertIn(pids['child'], samples)
+        self.assertGreaterEqual(len(samples[pids['child']]), 2)
+        self.assertGreater(max(s['rss_kb'] for s in samples[pids['child']]),
+                           max(s['rss_kb'] for s in samples[pids['parent']])
+                           + 32 * 1024)
