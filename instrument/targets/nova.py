@@ -456,10 +456,16 @@ def _compute_rebuild(instance, args, kwargs):
 
 
 def _live_hint(instance, args, kwargs):
-    # _live_migrate(context, instance, scheduler_hint, ...)
+    # _live_migrate(context, instance, scheduler_hint, block_migration,
+    #               disk_over_commit, request_spec): a forced host is
+    # the hint's, a host to check the request spec's destination
     hint = _value(args, kwargs, 'scheduler_hint', 2)
     host = hint.get('host') if isinstance(hint, dict) else None
-    return {schema.ATTR_DEST: host}
+    if host is None:
+        wanted = _set(_value(args, kwargs, 'request_spec', 5),
+                      'requested_destination')
+        host = _set(wanted, 'host')
+    return {schema.ATTR_DEST: host if host.__class__ is str else None}
 
 
 def _rollback_attrs(instance, args, kwargs):
@@ -583,7 +589,8 @@ def action_points() -> list:
         m('rebuild_instance', 'compute.rebuild_instance',
           _compute_rebuild),
         m('shelve_instance', 'compute.shelve_instance'),
-        m('shelve_offload_instance', 'compute.shelve_offload_instance'),
+        # offloading, asked for or right after a shelve
+        m('_shelve_offload_instance', 'compute.shelve_offload_instance'),
         m('unshelve_instance', 'compute.unshelve_instance'),
         m('reboot_instance', 'compute.reboot_instance',
           _arg_attr(schema.ATTR_REBOOT_TYPE, 'reboot_type', 3)),

@@ -206,7 +206,7 @@ class MoveOperationsTest(ActionsBase):
         with mock.patch('nova.virt.fake.FakeDriver.pre_live_migration',
                         side_effect=exception.MigrationError(
                             reason='injected')):
-            server = self._live_migrate(server, 'error', host=dst)
+            server = self._live_migrate(server, 'failed', host=dst)
         self.assertEqual(src, server['OS-EXT-SRV-ATTR:host'])
         req = self.req_of('api.compute.live_migrate', uuid)
         spans = self.wait_for('compute.rollback_live_migration', req, uuid)
@@ -215,8 +215,14 @@ class MoveOperationsTest(ActionsBase):
         rollback = self.step(spans, 'compute.rollback_live_migration', req,
                              uuid, src, 'source')
         self.assertEqual(dst, rollback['attrs']['dest'])
+        # the status the rollback gave the migration is the API's
         self.assertEqual(
-            'error', self.migration(uuid, 'live-migration')['status'])
+            self.migration(uuid, 'live-migration')['status'],
+            rollback['attrs']['migration_status'])
+        self.assertEqual('failed', rollback['attrs']['migration_status'])
+        whole = self.step(spans, 'compute.live_migration', req, uuid, src,
+                          'source', st='error')
+        self.assertEqual(whole['span'], rollback['parent'])
 
 
 class EvacuateTest(ActionsBase):
@@ -294,7 +300,7 @@ class OneHostOperationsTest(ActionsBase):
         self.api.get_server(uuid)
         req = self.req_of('api.compute.get', uuid)
         self.assertEqual([], [r for r in self.spans().records
-                              if r['req'] == req and
+                              if r.get('req') == req and
                               r['ev'].startswith('api.compute.') and
                               r['ev'] != 'api.compute.get'])
         listed = self.api.get_servers()
