@@ -94,10 +94,11 @@ def _run_in_frame(frame, func):
     return run
 
 
-def _carry_span(instance, args, kwargs):
+def _carry_span(instance, args, kwargs, recorder=None):
     """Hook on ``spawn_on(executor_type, func, ...)``: the new thread
-    runs ``func`` inside the span that spawned it."""
-    return _carry(None, args, kwargs)
+    runs ``func`` inside the span that spawned it; with ``recorder``,
+    one cell's part of an API scatter-gather is recorded too."""
+    return _carry(recorder, args, kwargs)
 
 
 def _carry_span_of(patcher):
@@ -109,7 +110,7 @@ def _carry_span_of(patcher):
         return _carry_span
 
     def carry(instance, args, kwargs):
-        return _carry(recorder, args, kwargs)
+        return _carry_span(instance, args, kwargs, recorder)
     return carry
 
 
