@@ -31,6 +31,7 @@ Besides spans, two hooks keep the picture connected:
 """
 
 import functools
+import inspect
 
 from instrument import faults
 from instrument import points as points_mod
@@ -124,7 +125,8 @@ def _carry(recorder, args, kwargs):
     for n, value in enumerate(args):
         if callable(value) and not isinstance(value, type):
             if (recorder is not None and
-                    frame[recorder_mod.F_EV] == EV_SCATTER_GATHER):
+                    frame[recorder_mod.F_EV] == EV_SCATTER_GATHER and
+                    not _lazy(args[n + 2:n + 3])):
                 # scatter_gather_cells spawns gather_result(cell_uuid,
                 # fn, cell_context, ...): one thread per cell
                 run = _cell_query(recorder, frame, value, args[n + 1:])
@@ -143,6 +145,21 @@ EV_CELL_QUERY = 'api.cells.query'
 # once per cell from its mapping); bounded.
 _CELLS: dict = {}
 _MAX_CELLS = 4096
+
+
+def _lazy(fn) -> bool:
+    """Is a cell's function (in a 0- or 1-tuple) a generator function?
+    nova's cross-cell lists (``CrossCellLister.query_wrapper``) only
+    make a generator in the cell's thread: the queries run later, in
+    the API thread, as the results are merged (``_cell_batch``)."""
+    return bool(fn) and inspect.isgeneratorfunction(fn[0])
+
+
+def _cell_batch(instance, args, kwargs):
+    # CrossCellLister.get_by_filters(ctx, filters, limit, marker, ...):
+    # one batch of one cell's rows, ctx targeted at the cell
+    uuid = getattr(_value(args, kwargs, 'ctx', 0), 'cell_uuid', None)
+    return _CELLS.get(uuid) or {schema.ATTR_CELL: uuid}
 
 
 def _in_api(instance, args, kwargs) -> bool:
@@ -543,6 +560,14 @@ def action_points() -> list:
         # nova-api across cells (api.cells.query: the thread hook above)
         P('nova.context', 'scatter_gather_cells', EV_SCATTER_GATHER, None,
           when=_in_api, on_enter=_cells_enter, on_exit=_cells_exit),
+        # cross-cell lists: each cell's batches, queried as the API
+        # thread merges the cells' results (see _lazy)
+        P('nova.compute.instance_list', 'InstanceLister.get_by_filters',
+          EV_CELL_QUERY, None, context=arg('ctx', 0), when=_in_api,
+          on_enter=_cell_batch, on_exit=_listed),
+        P('nova.compute.migration_list', 'MigrationLister.get_by_filters',
+          EV_CELL_QUERY, None, context=arg('ctx', 0), when=_in_api,
+          on_enter=_cell_batch, on_exit=_listed),
         # nova-conductor
         c('ComputeTaskManager.migrate_server', 'conductor.migrate_server',
           on_enter=_arg_attr(schema.ATTR_LIVE, 'live', 3)),

@@ -309,19 +309,41 @@ class OneHostOperationsTest(ActionsBase):
         [get_all] = spans.done('api.compute.get_all')
         self.assertEqual(len(listed), get_all['attrs']['count'])
         req = get_all['req']
+        mappings = {c.uuid for c in self.cell_mappings.values()}
+        # nova's cross-cell list makes a generator per cell in the
+        # scatter-gather's threads; the cells' queries run as the API
+        # thread merges them: one api.cells.query per batch, under
+        # api.compute.get_all, one after another, with each cell's
+        # statements on its database
+        batches = [r for r in spans.done('api.cells.query', req=req)
+                   if r['parent'] == get_all['span']]
+        self.assertEqual({'cell0', 'cell1', 'cell2'},
+                         {q['attrs']['cell_name'] for q in batches})
+        self.assertEqual(mappings, {q['attrs']['cell'] for q in batches})
+        self.assertEqual(len(listed), sum(q['attrs']['count']
+                                          for q in batches))
+        batches.sort(key=lambda q: q['ts'])
+        for q, after in zip(batches, batches[1:], strict=False):
+            self.assertEqual(get_all['tid'], q['tid'])
+            self.assertLessEqual(q['ts'] + q['dur_us'], after['ts'])
+        for q in batches:
+            dbs = {r['attrs']['db'] for r in spans.records
+                   if r['ev'] == 'sql.query' and r.get('parent') == q['span']}
+            self.assertEqual({'nova_' + q['attrs']['cell_name']}, dbs)
+        # the other scatter-gathers of the request (not lazy) query
+        # each cell in a thread of its own: one span per cell
         gathers = [r for r in spans.done('api.cells.scatter_gather', req=req)
-                   if self._ancestor(spans, r, get_all)]
+                   if any(q['parent'] == r['span'] for q in spans.done(
+                       'api.cells.query', req=req))]
         self.assertTrue(gathers)
-        gather = gathers[-1]
+        for gather in gathers:
+            self.assertEqual(gather['attrs']['count'], len([
+                q for q in spans.done('api.cells.query', req=req)
+                if q['parent'] == gather['span']]))
+        gather = max(gathers, key=lambda r: r['attrs']['count'])
         queries = [r for r in spans.done('api.cells.query', req=req)
                    if r['parent'] == gather['span']]
-        # cell0, cell1 and cell2: one span per cell, each in its own
-        # thread (greenthread), under the same request
-        self.assertEqual(gather['attrs']['count'], len(queries))
         self.assertEqual(3, len(queries))
-        self.assertEqual({'cell0', 'cell1', 'cell2'},
-                         {q['attrs']['cell_name'] for q in queries})
-        mappings = {c.uuid for c in self.cell_mappings.values()}
         self.assertEqual(mappings, {q['attrs']['cell'] for q in queries})
         self.assertEqual(0, gather['attrs']['errors'])
         self.assertEqual(0, gather['attrs']['timeouts'])
@@ -331,6 +353,9 @@ class OneHostOperationsTest(ActionsBase):
             self.assertGreaterEqual(q['ts'], gather['ts'])
             self.assertLessEqual(q['ts'] + q['dur_us'],
                                  gather['ts'] + gather['dur_us'])
+            dbs = {r['attrs']['db'] for r in spans.records
+                   if r['ev'] == 'sql.query' and r.get('parent') == q['span']}
+            self.assertLessEqual(dbs, {'nova_' + q['attrs']['cell_name']})
         # the scheduler's scatter-gathers stay inside its own spans
         self.assertEqual([], [r for r in spans.done(
             'api.cells.scatter_gather') if r['svc'] != 'api'])

@@ -44,6 +44,12 @@ class Versioned:
         raise AssertionError('lazy load of %s' % name)
 
 
+def _point_of(module, target):
+    [point] = [p for p in nova.points() if p.module == module and
+               p.target == target]
+    return point
+
+
 def _point(event):
     [point] = [p for p in nova.points() if p.event == event]
     return point
@@ -210,6 +216,24 @@ class CellQueryTest(base.TestCase):
         exits = nova._cells_exit(None, (), {}, {
             'c-1': ValueError('x'), 'c-2': object(), 'c-3': []})
         self.assertEqual({'errors': 1, 'timeouts': 1}, exits)
+
+    def test_a_lazy_cell_function_gets_no_thread_span(self):
+        # nova's cross-cell lister: the generator is made in the thread,
+        # its queries run in the API thread (InstanceLister's point)
+        def query_wrapper(cctxt):
+            yield cctxt
+
+        records, _gather = self._gather(query_wrapper)
+        self.assertEqual([], [r for r in records
+                              if r['ev'] == nova.EV_CELL_QUERY])
+        batch = _point_of('nova.compute.instance_list',
+                          'InstanceLister.get_by_filters')
+        self.assertEqual(nova.EV_CELL_QUERY, batch.event)
+        # the cells were named by the scatter-gather that preceded it
+        self.assertEqual(
+            {'cell': 'c-2', 'cell_name': 'cell2', 'db': 'nova_c2'},
+            batch.on_enter(None, (types.SimpleNamespace(cell_uuid='c-2'),
+                                  {}, 1000, None), {}))
 
     def test_other_spawns_only_carry_the_span(self):
         frame_seen = []
