@@ -432,6 +432,10 @@ class EventBuffer:
         self._closed = True
         if self._wake is not None:
             self._wake.set()
+        if self._headed or self.queue:
+            # a clean stop says so: a process whose output has no end
+            # record was killed (its last flush interval is lost)
+            self.queue.append(self._end_record())
         self.drain(timeout=timeout)
         for sink in self.sinks:
             try:
@@ -441,6 +445,14 @@ class EventBuffer:
         if not threads.in_os_worker():
             threads.run_deferred()
         _LIVE.discard(self)
+
+    def _end_record(self) -> tuple:
+        """The ``process.end`` record of a clean stop."""
+        ident = self.identity
+        return record.meta(schema.EV_PROCESS_END,
+                           ident.host if ident is not None else '',
+                           ident.svc if ident is not None else '',
+                           time.time_ns() // 1000, {})
 
     def _reset_after_fork(self) -> None:
         """In a forked child: start empty, with new locks and thread."""

@@ -87,6 +87,14 @@ _opts = [
     cfg.BoolOpt(
         'sql_timing', default=True,
         help='Time every SQL statement through SQLAlchemy engine events.'),
+    cfg.BoolOpt(
+        'wait_timing', default=True,
+        help='Record waits: every acquisition of an oslo.concurrency '
+             'lock (time waited and held, lock name), DB connection pool '
+             'checkouts that wait for a free connection, connections '
+             'made and lost, and builds waiting for a slot of nova-'
+             'compute\'s max_concurrent_builds.  Each costs about as '
+             'much as a span.'),
     cfg.FloatOpt(
         'slow_query_threshold', default=0.0, min=0.0,
         help='Milliseconds.  Statements faster than this are not written '

@@ -85,6 +85,7 @@ REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
 # Event names written by the library itself (the events of nova's and
 # oslo.messaging's calls are named by their patch points).
 EV_PROCESS_START = 'process.start'
+EV_PROCESS_END = 'process.end'
 EV_PROCESS_POINTS = 'process.points'
 EV_SINK_DROPS = 'sink.drops'
 EV_FAULTS = 'instrument.faults'
@@ -95,6 +96,15 @@ EV_SQL_QUERY = 'sql.query'
 EV_SQL_TXN = 'sql.txn'
 EV_SQL_DROPPED = 'sql.dropped'
 EV_DB_RETRY = 'db.retry'
+EV_LOCK_WAIT = 'lock.wait'
+EV_DB_POOL_WAIT = 'db.pool.wait'
+EV_POOL_WAIT = 'pool.wait'
+EV_DB_POOL_CONNECT = 'db.pool.connect'
+EV_DB_POOL_CLOSE = 'db.pool.close'
+EV_DB_POOL_INVALIDATE = 'db.pool.invalidate'
+# The wait events, by the kind of thing waited for.
+WAIT_EVENTS = {EV_LOCK_WAIT: 'lock', EV_DB_POOL_WAIT: 'db_pool',
+               EV_POOL_WAIT: 'pool'}
 
 # Event vocabulary (doc/source/events.rst says what each one's attrs
 # hold).  The value is the component the analyser charges the event's
@@ -103,6 +113,7 @@ EV_DB_RETRY = 'db.retry'
 EVENTS = {
     # process and sink metadata (ph M / C)
     'process.start': None,
+    'process.end': None,
     'process.points': None,
     'sink.drops': None,
     'instrument.faults': None,
@@ -195,6 +206,18 @@ EVENTS = {
     'compute.stop_instance': 'compute',
     'compute.start_instance': 'compute',
     # -- waits: locks, DB pool, worker pools (issue 13) --------------------
+    # One X record per wait, a child of the span that waited (so the
+    # analyser takes it out of that span's exclusive time): oslo.concurrency
+    # lock acquisitions (attrs lock, held_us, call, fair, external), DB
+    # connection pool checkouts that waited for a connection (attrs db,
+    # size), a task waiting for a slot of one of nova's pools (attrs pool).
+    'lock.wait': 'wait.lock',
+    'db.pool.wait': 'wait.db_pool',
+    'pool.wait': 'wait.pool',
+    # DB connections made and lost (I records, attrs db, cls)
+    'db.pool.connect': None,
+    'db.pool.close': None,
+    'db.pool.invalidate': None,
 }
 
 # Operations the analyser gives every request (from the API span that
@@ -266,6 +289,14 @@ ATTR_INTERVAL_S = 'interval_s'
 ATTR_CLS = 'cls'                # exception class that made the retry
 ATTR_FUNC = 'func'              # the retried function
 ATTR_EXHAUSTED = 'exhausted'    # no retry left
+
+# lock.wait, db.pool.wait, pool.wait (issue 13)
+ATTR_LOCK = 'lock'              # lock name
+ATTR_HELD_US = 'held_us'        # how long the lock was then held
+ATTR_FAIR = 'fair'              # a fair (FIFO) lock
+ATTR_EXTERNAL = 'external'      # also a file lock (other processes)
+ATTR_POOL = 'pool'              # name of the pool a task waited for
+ATTR_SIZE = 'size'              # pool size (connections, slots)
 
 # server actions other than create (issue 12; doc/source/events.rst)
 ATTR_ROLE = 'role'              # a compute span's side of a move:

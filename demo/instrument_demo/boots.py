@@ -78,8 +78,11 @@ def _boot_one(api, body_for, name: str, stop) -> BootResult:
 class Progress:
     """A single updating line on a terminal, plain lines elsewhere."""
 
-    def __init__(self, total: int, out=None) -> None:
+    def __init__(self, total: int, out=None, verb: str = 'booted',
+                 unit: str = 'boots') -> None:
         self.total = total
+        self.verb = verb
+        self.unit = unit
         self.out = out or sys.stderr
         self.started = time.monotonic()
         self.counts = {}
@@ -103,8 +106,9 @@ class Progress:
         rate = self.done / max(now - self.started, 1e-6)
         detail = ', '.join('%d %s' % (n, k)
                            for k, n in sorted(self.counts.items()))
-        line = 'booted %d/%d: %s, %.1f boots/s' % (
-            self.done, self.total, detail or 'none yet', rate)
+        line = '%s %d/%d: %s, %.1f %s/s' % (
+            self.verb, self.done, self.total, detail or 'none yet', rate,
+            self.unit)
         if tty:
             self.out.write('\r' + line.ljust(78) + ('\n' if final else ''))
         else:

@@ -9,21 +9,26 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""``instrument-demo``: boot servers on an instrumented in-process nova.
+"""``instrument-demo``: a mixed workload on an instrumented in-process nova.
 
 Starts nova 34's in-process cloud (sqlite, fake transport, fake virt
 driver on several compute hosts, in-process placement) on nova's own
 functional fixtures, switched on through ``[instrument]`` options, the
 notifier driver and the paste filter, exactly as an operator would.  It
 boots ``--servers`` servers ``--concurrency`` at a time, optionally
-injecting spawn failures and reschedules, then runs the analyser and
-writes into ``--output``::
+injecting spawn failures and reschedules; then, unless
+``--boots-only``, it runs a mixed workload on the ACTIVE servers
+(``operations``): resizes (confirmed), live migrations, deletes and
+server lists, a ``--op-fail`` share of the resizes and live migrations
+failing on purpose.  Then it runs the analyser and writes into
+``--output``::
 
     spans/          the raw span files (one per process)
     report.txt      the analyser's summary (also printed)
     report.json     the full report
     report.html     the self-contained HTML report
-    servers.json    what the API said about every server (the truth)
+    servers.json    what the API said about every server and operation
+                    (the truth)
 
 Running it again in the same directory replaces those files.  Ctrl-C
 stops new boots, lets the ones in flight finish, and still writes the
@@ -88,6 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
                              './instrument-demo-output)')
     parser.add_argument('--no-report', action='store_true',
                         help='boot and write span files only')
+    parser.add_argument('--boots-only', action='store_true',
+                        help='boots only, no mixed workload after them')
+    for name, what in (('resizes', 'resizes (each confirmed)'),
+                       ('live-migrations', 'live migrations'),
+                       ('deletes', 'deletes'), ('lists', 'server lists')):
+        parser.add_argument('--' + name, type=int, default=None,
+                            help='%s after the boots (default: one per '
+                                 'ten servers, at least one)' % what)
+    parser.add_argument('--op-fail', type=float, default=0.34,
+                        help='share of the resizes and of the live '
+                             'migrations that fail (default 0.34)')
     return parser
 
 
@@ -100,6 +116,13 @@ def _check(args) -> None:
         if not 0.0 <= value <= 1.0:
             raise SystemExit('instrument-demo: --%s must be between 0 and '
                              '1, not %s' % (name, value))
+    if not 0.0 <= args.op_fail <= 1.0:
+        raise SystemExit('instrument-demo: --op-fail must be between 0 '
+                         'and 1, not %s' % args.op_fail)
+    for name in ('resizes', 'live_migrations', 'deletes', 'lists'):
+        if (getattr(args, name) or 0) < 0:
+            raise SystemExit('instrument-demo: --%s must not be negative'
+                             % name.replace('_', '-'))
     if args.fail + args.reschedule > 1.0:
         raise SystemExit('instrument-demo: --fail + --reschedule must not '
                          'exceed 1')
@@ -178,6 +201,7 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
     from instrument_demo import boots
     from instrument_demo import cloud
     from instrument_demo import faults
+    from instrument_demo import operations
 
     faults.configure(args.fail, args.reschedule, args.servers, args.seed)
     settings = cloud.Settings(
@@ -199,6 +223,22 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             outcome['results'] = boots.boot_all(
                 self.api, body, args.servers, args.concurrency, stop,
                 progress)
+            outcome['operations'] = []
+            if args.boots_only or stop.is_set():
+                return
+            work = plan_operations(args, outcome['results'])
+            faults.configure_moves(
+                [n for n, fate in work['resize'] if fate == 'fail'],
+                [n for n, fate in work['live_migrate'] if fate == 'fail'])
+            total = operations.planned(work)
+            if not total:
+                return
+            flavors = [f['id'] for f in self.api.get_flavors()]
+            flavor = flavors[1] if len(flavors) > 1 else flavors[0]
+            outcome['operations'] = operations.run_all(
+                self.api, work, outcome['results'], flavor,
+                args.concurrency, stop,
+                boots.Progress(total, verb='operations', unit='ops'))
 
     DemoRun.settings = settings
     case = DemoRun('run_boots')
@@ -210,28 +250,50 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             sys.stderr.write(trace)
         raise SystemExit('instrument-demo: the in-process cloud failed '
                          '(see above)')
-    return outcome.get('results', []), outcome.get('first_request',
-                                                   time.time())
+    return (outcome.get('results', []), outcome.get('operations', []),
+            outcome.get('first_request', time.time()))
+
+
+def plan_operations(args, results: list) -> dict:
+    """The mixed workload on the servers that became ACTIVE."""
+    from instrument_demo import operations
+    counts = operations.default_counts(args.servers)
+    for kind, name in (('resize', 'resizes'),
+                       ('live_migrate', 'live_migrations'),
+                       ('delete', 'deletes'), ('list', 'lists')):
+        if getattr(args, name) is not None:
+            counts[kind] = getattr(args, name)
+    active = [r.name for r in results if r.status == 'ACTIVE']
+    return operations.plan(active, counts, args.op_fail, args.seed,
+                           args.computes)
 
 
 def boot_time(first_request: float, results: list) -> float:
     """Seconds from the first API request to the last answer (``TIMING``;
-    the report's run duration)."""
+    the report's run duration); ``results`` of boots and of the other
+    operations."""
     last = max((r.finished for r in results if r.finished is not None),
                default=first_request)
     return max(last - first_request, 0.0)
 
 
-def _write_truth(path: str, results: list, first_request: float) -> dict:
+def _write_truth(path: str, results: list, ops: list,
+                 first_request: float) -> dict:
     counts = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
+    op_counts: dict = {}
+    for result in ops:
+        per = op_counts.setdefault(result.op, {})
+        per[result.expected] = per.get(result.expected, 0) + 1
     with open(path, 'w') as f:
         json.dump({'counts': counts,
+                   'operation_counts': op_counts,
                    'first_request': first_request,
-                   'duration_s': boot_time(first_request, results),
+                   'duration_s': boot_time(first_request, results + ops),
                    'timing': TIMING,
-                   'servers': [r.as_dict() for r in results]}, f, indent=1)
+                   'servers': [r.as_dict() for r in results],
+                   'operations': [r.as_dict() for r in ops]}, f, indent=1)
     return counts
 
 
@@ -247,14 +309,24 @@ def main(argv: list = None) -> int:
           'mode, injected: %.0f%% spawn failures, %.0f%% reschedules' % (
               args.servers, args.concurrency, args.computes, args.mode,
               args.fail * 100, args.reschedule * 100), flush=True)
-    results, first_request = run_cloud(args, spans_dir, stop)
+    results, ops, first_request = run_cloud(args, spans_dir, stop)
     counts = _write_truth(os.path.join(args.output, 'servers.json'),
-                          results, first_request)
-    print('instrument-demo: booted %d servers in %.1f s (%s); the API '
-          'says: %s' % (
-              len(results), boot_time(first_request, results), TIMING,
+                          results, ops, first_request)
+    print('instrument-demo: booted %d servers and ran %d other operations '
+          'in %.1f s (%s); the API says: %s' % (
+              len(results), len(ops), boot_time(first_request,
+                                                results + ops), TIMING,
               ', '.join('%d %s' % (n, s) for s, n in sorted(counts.items()))),
           flush=True)
+    if ops:
+        per: dict = {}
+        for r in ops:
+            per.setdefault(r.op, {}).setdefault(r.expected, 0)
+            per[r.op][r.expected] += 1
+        print('instrument-demo: operations: %s' % '; '.join(
+            '%s %s' % (op, ', '.join('%d %s' % (n, st) for st, n in
+                                     sorted(states.items())))
+            for op, states in sorted(per.items())), flush=True)
     if args.no_report:
         print('instrument-demo: span files in %s' % spans_dir)
         return 130 if stop.is_set() else 0

@@ -9,7 +9,7 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""A fake virt driver that fails a chosen share of spawns.
+"""A fake virt driver that fails a chosen share of spawns and moves.
 
 ``FaultyDriver`` is nova's ``FakeDriver`` (room for any number of
 instances) whose ``spawn`` raises, for the servers the plan names (an
@@ -18,11 +18,18 @@ exact share of them, see ``configure``), either
 attempt only, ``ComputeResourcesUnavailable`` (nova
 reschedules to another host, as ``FakeRescheduleDriver`` does).  The
 shares are set with ``configure`` before the computes start.
+
+For the servers ``configure_moves`` names, the source's
+``migrate_disk_and_power_off`` raises ``ResizeError`` (the resize errors
+out on the source: ERROR) and the destination's ``pre_live_migration``
+raises ``MigrationError`` (nova rolls the live migration back: the
+server stays ACTIVE where it was).
 """
 
 import random
 import sys
 import threading
+import typing
 
 from nova import exception
 from nova.virt import fake
@@ -31,6 +38,8 @@ from instrument_demo import boots
 
 _PLAN = {}
 _RESCHEDULED = set()
+# server names whose resize / live migration fails
+_MOVE_FAILS = {'resize': set(), 'live_migrate': set()}
 _LOCK = threading.Lock()
 
 NAME_FORMAT = boots.NAME_FORMAT
@@ -53,6 +62,18 @@ def configure(fail: float, reschedule: float, count: int,
         _PLAN.update(plan)
         _RESCHEDULED.clear()
     return dict(plan)
+
+
+def configure_moves(resize_fails: typing.Iterable[str] = (),
+                    live_fails: typing.Iterable[str] = ()) -> None:
+    """The servers (names) whose resize or live migration fails."""
+    with _LOCK:
+        _MOVE_FAILS['resize'] = set(resize_fails)
+        _MOVE_FAILS['live_migrate'] = set(live_fails)
+
+
+def move_fails(kind: str, name: str) -> bool:
+    return name in _MOVE_FAILS.get(kind, ())
 
 
 def register() -> str:
@@ -90,3 +111,24 @@ class FaultyDriver(fake.FakeDriver):
             allocations, network_info=network_info,
             block_device_info=block_device_info, power_on=power_on,
             accel_info=accel_info)
+
+    def migrate_disk_and_power_off(self, context, instance, dest, flavor,
+                                   network_info, block_device_info=None,
+                                   timeout=0, retry_interval=0):
+        if move_fails('resize', instance.display_name):
+            raise exception.ResizeError(
+                reason='injected disk migration failure (instrument-demo)')
+        return super().migrate_disk_and_power_off(
+            context, instance, dest, flavor, network_info,
+            block_device_info=block_device_info, timeout=timeout,
+            retry_interval=retry_interval)
+
+    def pre_live_migration(self, context, instance, block_device_info,
+                           network_info, disk_info, migrate_data):
+        if move_fails('live_migrate', instance.display_name):
+            raise exception.MigrationError(
+                reason='injected pre-live-migration failure '
+                       '(instrument-demo)')
+        return super().pre_live_migration(
+            context, instance, block_device_info, network_info, disk_info,
+            migrate_data)

@@ -19,8 +19,10 @@ Data flows one way through these modules:
 ``clocks``     per-host clock offsets from causal pairs
 ``clockpass``  pass 1: the RPC hops, read by files in parallel
 ``requests``   assemble each request's spans, finalise it when done
-``classify``   final states, failure causes, normalised messages
+``classify``   final states of boots, failure causes, normalised messages
+``operations`` each request's operation, the other operations' states
 ``breakdown``  exclusive time per component, critical path, statistics
+``opstats``    run-wide figures per operation (states, rates, cells)
 ``sqldigest``  pt-query-digest style SQL profile
 ``window``     ``--since``/``--until``: what a limited report counts
 ``pipeline``   the two passes (clocks, then everything else), workers

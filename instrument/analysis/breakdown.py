@@ -34,7 +34,8 @@ Per request (``summarise``), on corrected clocks:
 Over a run (``aggregate``): min/median/p90/p95/p99/max per component
 and end to end, throughput, success and retry rates, concurrency over
 time, and mean component times per concurrency level (the study's
-Figure 3-1).  Every figure lists the request ids it came from in the
+Figure 3-1), the level counting boots in flight only (per operation:
+``opstats``).  Every figure lists the request ids it came from in the
 JSON output.
 """
 
@@ -45,6 +46,8 @@ import typing
 import numpy
 
 from instrument.analysis import classify
+from instrument.analysis import operations
+from instrument.analysis import waits as waits_mod
 from instrument import schema
 
 if typing.TYPE_CHECKING:  # requests imports this module
@@ -54,6 +57,10 @@ S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
     S_ATTRS, S_INST = range(11)
 SYNC = schema.SYNC_EVENTS
 QUEUE = 'rpc.queue'
+# the receiving side of a message: under an asynchronous send it is
+# never covered by the sender, even in the sender's own process (a
+# service casting to itself, or the demo's services sharing one pid)
+DISPATCH = 'rpc.dispatch'
 GAP = 'gap'
 COMPONENT_ORDER = ('api', 'rpc', QUEUE, 'conductor', 'scheduler',
                    'scheduler.db', 'scheduler.placement', 'compute',
@@ -102,7 +109,7 @@ class RequestSummary:
     __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
                  '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
                  'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
-                 'critical')
+                 'critical', 'lost_ends', 'cells', 'waits')
 
     req: str
     kind: str
@@ -122,6 +129,14 @@ class RequestSummary:
     lifecycle: typing.Optional[list]
     # span ids on the critical path, until the lifecycle is made
     critical: typing.Optional[set]
+    # spans that never ended in a request that reached an outcome: their
+    # end was lost (an invalid record, a seq gap), so the request's
+    # times are not known and it is left out of the timing statistics
+    lost_ends: int
+    # the cells a list/show queried (operations.cells), else None
+    cells: typing.Optional[dict]
+    # what its spans waited for (waits.of_request rows)
+    waits: tuple
 
     @property
     def comp(self) -> dict:
@@ -171,7 +186,14 @@ class RequestSummary:
                'critical_path_us': self.cp,
                'attempts': self.attempts, 'db_retries': self.db_retries,
                'errors': self.errors, 'hosts': self.hosts,
-               'events': self.events}
+               'events': self.events,
+               'lost_ends': getattr(self, 'lost_ends', 0)}
+        if self.cells is not None:
+            out['cells'] = self.cells
+        if self.waits:
+            out['waits'] = [
+                {'in': w[0], 'kind': w[1], 'name': w[2], 'wait_us': w[3],
+                 'critical_us': w[4]} for w in self.waits]
         if self.lifecycle is not None:
             out['lifecycle'] = [
                 {'t_us': e[0], 'dur_us': e[1], 'host': e[2], 'svc': e[3],
@@ -254,7 +276,8 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
             if len(kids) == 1:
                 c = spans[kids[0]]
                 cs = c[S_START]
-                if sync or (c[S_PID] == pid and c[S_HOST] == host):
+                if sync or (c[S_PID] == pid and c[S_HOST] == host and
+                            c[S_EV] != DISPATCH):
                     ce = ends[kids[0]]
                     lo = cs if cs > start else start
                     hi = ce if ce < end else end
@@ -267,7 +290,8 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
                 for k in kids:
                     c = spans[k]
                     cs = c[S_START]
-                    if sync or (c[S_PID] == pid and c[S_HOST] == host):
+                    if sync or (c[S_PID] == pid and c[S_HOST] == host and
+                            c[S_EV] != DISPATCH):
                         ce = ends[k]
                         lo = cs if cs > start else start
                         hi = ce if ce < end else end
@@ -292,12 +316,14 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
         if parent not in spans:
             sql_in[entry[2]] = sql_in.get(entry[2], 0) + entry[0]
     rows = []
-    kind = 'boot' if classify.is_boot(spans) else 'other'
-    if kind == 'boot':
-        rows = classify.final_states(tree)
-        state = classify.request_state(rows)
-    else:
+    # the operation (never guessed: operations.operation_of) and its
+    # own state machine; boots keep classify's
+    kind = operations.operation_of(spans)
+    if kind == operations.OTHER:
         state = classify.OTHER
+    else:
+        rows = operations.final_states(kind, tree)
+        state = operations.request_state(kind, rows)
     cp, critical = critical_path(tree, ends, req_start, req_end, names)
     out = RequestSummary()
     out.req = r.req
@@ -312,6 +338,7 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
     out.sql_n = sql_n
     out.cp = cp
     out.critical = critical
+    out.waits = waits_mod.of_request(spans, names, cp, critical)
     out.attempts = max((row['attempts'] for row in rows), default=0)
     db_retries = 0
     for i in r.instants:
@@ -321,6 +348,12 @@ def summarise(r: 'requests.OpenRequest', tree: classify.Tree,
     out.errors = errors
     out.hosts = sorted(hosts)
     out.events = r.events
+    # a request with an outcome whose spans did not all end lost ends
+    # (one whose spans all stayed open has no outcome: nothing ended)
+    out.lost_ends = len(open_ids) if state != classify.INCOMPLETE and \
+        len(open_ids) < len(spans) else 0
+    out.cells = operations.cells(spans, req_start) \
+        if kind in ('list', 'show') else None
     out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
         if keep_lifecycle else None
     return out
@@ -513,6 +546,12 @@ def aggregate(summaries: list) -> dict:
     boots = [s for s in summaries if s.kind == 'boot']
     others = [s for s in summaries if s.kind != 'boot']
     good = [s for s in boots if s.state in classify.GOOD_STATES]
+    # requests whose times are not known (a span's end lost) count in
+    # the states, not in the times
+    degraded = [s for s in summaries if getattr(s, 'lost_ends', 0)]
+    succeeded = len(good)
+    if degraded:
+        good = [s for s in good if not getattr(s, 'lost_ends', 0)]
     states = collections.Counter()
     causes = collections.Counter()
     inst_rows = 0
@@ -544,8 +583,10 @@ def aggregate(summaries: list) -> dict:
     for s in good:
         cp_total.update(s.cp)
     lat_total = sum(s.latency for s in good) or 1
-    conc = concurrency([s.start for s in every], [s.end for s in every])
-    at_start = dict(zip((s.req for s in every), conc['at_start'],
+    # boots in flight: requests of other operations (the status polls
+    # of a boot, lists...) are not counted (issue 13)
+    conc = concurrency([s.start for s in boots], [s.end for s in boots])
+    at_start = dict(zip((s.req for s in boots), conc['at_start'],
                         strict=True))
     levels = {}
     for s, comp, sql_in in zip(good, comps, sql_ins, strict=True):
@@ -577,7 +618,7 @@ def aggregate(summaries: list) -> dict:
             for (st, cls), n in causes.most_common()],
         'duration_s': duration,
         'throughput_rps': len(boots) / duration,
-        'success_throughput_rps': len(good) / duration,
+        'success_throughput_rps': succeeded / duration,
         'success_rate': (states['success'] +
                          states['rescheduled_success']) / inst_rows
         if inst_rows else None,
@@ -592,7 +633,15 @@ def aggregate(summaries: list) -> dict:
         'critical_path_share': {k: v / lat_total
                                 for k, v in cp_total.items()},
         'concurrency': {'series': conc['series'], 'max': conc['max'],
-                        'mean': conc['mean']},
+                        'mean': conc['mean'],
+                        'counted': 'boot requests in flight when the '
+                                   'request started (other operations, '
+                                   'e.g. status polls, not counted)'},
         'levels': level_rows,
         'start_us': t0, 'end_us': t1,
+        'degraded': {'requests': len(degraded),
+                     'boots': sum(1 for s in degraded if s.kind == 'boot'),
+                     'lost_ends': sum(s.lost_ends for s in degraded),
+                     'examples': [s.req for s in degraded[:10]]},
     }
+

@@ -15,6 +15,11 @@ Only complete RPC spans are read (a substring test skips every other
 line undecoded).  Each dispatch is matched with its send on another
 host within a horizon of input time, and the pairs go to
 ``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+A span whose other half has not been read when the horizon passes
+waits another horizon (up to ``MAX_WAITING`` spans, the oldest given
+up first): the files are read in step by their raw clocks, so a host
+whose clock is hours off is read hours "late", and its hops must still
+be found.
 
 With ``jobs`` > 1 the files are split between worker processes, each
 reading only its own files and sending back, per chunk, the few RPC
@@ -40,6 +45,8 @@ SENDERS = frozenset(('rpc.call', 'rpc.cast'))
 # chunks a worker sends at once, and batches waiting in its queue
 BATCH = 16
 QUEUED = 8
+# RPC spans waiting for their other half beyond the horizon, at most
+MAX_WAITING = 1 << 18
 
 
 def rpc_span_decoder(
@@ -116,20 +123,28 @@ def file_host(lines: list) -> typing.Optional[str]:
 def rpc_spans(lines: list, first: int,
               decode: typing.Callable[[bytes], typing.Any]) -> list:
     """``(host, ev, ts, end, span, parent, req, lineno)`` of the complete
-    RPC spans in a chunk, in line order."""
+    RPC spans in a chunk, in line order, and of its ``process.start``
+    records (``ev`` ``process.start``, the pid in place of ``end``: pass
+    2 needs every process's start to know, wherever it reads a record,
+    which process wrote it)."""
     out = []
     marker = load.LOG_MARKER
     prefix = b'{"v":1,"ph":"'
     rpc = b'"ev":"rpc.'
+    started = b'"ev":"process.start"'
     for lineno, raw in enumerate(lines, first + 1):
         # (a B without its X adds nothing the X would not)
         if raw.startswith(prefix):  # the writer's key order
             if raw[13] != 88:  # 'X'
+                if raw[13] == 77 and started in raw:  # 'M'
+                    _add_start(out, raw, lineno)
                 continue
             if rpc not in raw:
                 continue
         else:
             if rpc not in raw:
+                if started in raw:
+                    _add_start(out, raw, lineno)
                 continue
             if raw[:1] != b'{':
                 j = raw.find(marker)
@@ -144,15 +159,35 @@ def rpc_spans(lines: list, first: int,
     return out
 
 
+def _add_start(out: list, raw: bytes, lineno: int) -> None:
+    """A ``process.start`` record, as ``(host, 'process.start', ts,
+    pid, None, None, None, lineno)`` (the shape of an RPC span)."""
+    rec = decode_prefixed(raw)
+    if rec.__class__ is not dict or rec.get('ev') != 'process.start' or \
+            rec.get('ph') != 'M':
+        return
+    host, pid, ts = rec.get('host'), rec.get('pid'), rec.get('ts')
+    if host.__class__ is str and pid.__class__ is int and \
+            ts.__class__ is int:
+        out.append((host, 'process.start', ts, pid, None, None, None,
+                    lineno))
+
+
 class HopMatcher:
     """Sends and dispatches matched by span id, within a horizon."""
 
-    def __init__(self, horizon_us: int) -> None:
+    def __init__(self, horizon_us: int,
+                 max_waiting: int = MAX_WAITING) -> None:
         self.horizon = horizon_us
+        # spans kept beyond the horizon while their other half is not
+        # read (memory bound; the oldest are given up first)
+        self.max_waiting = max_waiting
         self.collector = clocks.PairCollector()
         self.hosts = set()
         self.first_ts = None
         self.counts = {'hops': 0, 'unmatched': 0}
+        # (host, pid, ts) of every process.start read
+        self.starts = set()
         # span id: [host, start, end, sync, {child span: child}, first ts]
         self.entries = {}
         # span ids in the order they entered ``entries`` (the oldest
@@ -169,7 +204,11 @@ class HopMatcher:
         hosts = self.hosts
         sync_events = schema.SYNC_EVENTS
         first_ts = self.first_ts
+        starts = self.starts
         for host, ev, ts, end, sid, parent, req, lineno in spans:
+            if ev == 'process.start':
+                starts.add((host, end, ts))  # (host, pid, ts)
+                continue
             hosts.add(host)
             if first_ts is None or ts < first_ts:
                 first_ts = ts
@@ -205,6 +244,13 @@ class HopMatcher:
                 if e[5] >= cut:
                     break
                 arrived.popleft()
+                if (e[0] is None or not e[4]) and \
+                        len(entries) <= self.max_waiting:
+                    # its other half may be on a host whose clock is
+                    # further off than the horizon: wait another one
+                    e[5] = watermark
+                    arrival(sid)
+                    continue
                 del entries[sid]
                 self._evaluate(e)
 
@@ -244,6 +290,7 @@ def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
         matcher.add(fname, spans, watermark)
     matcher.finish()
     result = clocks.solve(matcher.collector, matcher.hosts)
+    result.starts = matcher.starts
     return result, hosts_of_files, matcher.first_ts, matcher.counts
 
 

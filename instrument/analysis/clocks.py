@@ -37,10 +37,10 @@ host pairs, not by the input.  ``solve``:
    their pair, in either direction) the ones dropped;
 2. per connected group of hosts, takes the host with the most pairs as
    reference (offset 0) and fixes the other hosts one by one, the most
-   constrained first: a host keeps its raw clock (offset 0) when that is
-   feasible, else takes the centre of its feasible interval (or its one
-   finite end); each choice is added as an equality so the rest stays
-   feasible;
+   constrained first (``point_estimate``: its raw clock, offset 0, when
+   that is feasible, else the centre of its feasible interval, or its
+   one finite end, status ``one-sided``); each choice is added as an
+   equality so the rest stays feasible;
 3. reports per host the offset, the feasible interval it was chosen
    from (its remaining uncertainty), its group and number of pairs.
    Hosts without pairs are reported as uncorrected (offset 0).
@@ -108,6 +108,8 @@ class ClockResult:
         self.dropped = []
         self.groups = 0
         self.pairs = 0
+        # (host, pid, ts) of the process.start records pass 1 read
+        self.starts: set = set()
 
     def offsets(self) -> dict:
         return {h: info['offset_us'] for h, info in self.hosts.items()}
@@ -128,6 +130,35 @@ def _relax(dist, u: int, v: int, w: float) -> None:
 def _nearest(todo: set, dist, ref: int) -> int:
     """The host of ``todo`` with the tightest bounds against ``ref``."""
     return min(todo, key=lambda j: (dist[ref, j] + dist[j, ref], j))
+
+
+def point_estimate(low: float, high: float) -> int:
+    """The offset chosen in the feasible interval ``[low, high]``.
+
+    The host's raw clock (0) when causality allows it (a clock no pair
+    contradicts is kept: NTP is usually right to a millisecond);
+    otherwise, bounded on both sides, the centre (off by at most half
+    the interval's width, the least that can be promised without
+    knowing the latencies); bounded on one side only, that end (as if
+    the fastest hop had taken no time).  A host bounded on one side
+    only is reported ``one-sided``, not ``corrected``: a clock ahead in
+    the direction without a bound stays undetected.
+    """
+    if low <= 0 <= high:
+        value = 0.0
+    elif low > -INF and high < INF:
+        value = (low + high) / 2.0
+    elif low > 0:
+        value = low
+    else:
+        value = high
+    value = int(round(value))
+    if low <= high:  # rounding stays inside the interval
+        if high < INF:
+            value = min(value, int(high))
+        if low > -INF:
+            value = max(value, int(low))
+    return value
 
 
 def solve(collector: PairCollector,
@@ -196,23 +227,16 @@ def solve(collector: PairCollector,
             todo.discard(i)
             low = -dist[i, ref]
             high = dist[ref, i]
-            if low <= 0 <= high:
-                value = 0.0
-            elif low > -INF and high < INF:
-                value = (low + high) / 2.0
-            elif low > 0:
-                value = low
-            else:
-                value = high
-            value = int(round(value))
-            value = max(min(value, high), low) if low <= high else value
+            value = point_estimate(low, high)
             _relax(dist, ref, i, value)
             _relax(dist, i, ref, -value)
+            two_sided = low > -INF and high < INF
             result.hosts[names[i]] = {
                 'offset_us': value,
                 'low_us': None if low == -INF else int(low),
                 'high_us': None if high == INF else int(high),
-                'group': g, 'status': 'corrected',
+                'group': g,
+                'status': 'corrected' if two_sided else 'one-sided',
                 'pairs': per_host.get(names[i], 0)}
     for name in names:
         if name not in result.hosts:

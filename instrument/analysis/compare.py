@@ -14,8 +14,10 @@
 Throughput, success and reschedule rates; end-to-end and per-component
 latency of successful boots (medians, p95, and a two-sided Mann-Whitney
 U test from ``scipy.stats`` on the per-request distributions, so a
-change is called significant only when p < ``alpha``); and the top SQL
-classes (calls and time per call) in either run.
+change is called significant only when p < ``alpha``); the same per
+operation (``operations``: states, success and retry rates, latency per
+component); and the top SQL classes (calls and time per call) in either
+run.
 """
 
 import typing
@@ -23,6 +25,7 @@ import typing
 import numpy
 from scipy import stats as sstats
 
+from instrument.analysis import opstats
 from instrument.analysis import report_text
 
 fmt_us = report_text.fmt_us
@@ -102,6 +105,61 @@ def compare(a: dict, b: dict, alpha: float = 0.05, top: int = 10) -> dict:
             'change': _change(ra['r_call_us'] if ra else None,
                               rb['r_call_us'] if rb else None)})
     out['sql'] = sql
+    out['operations'] = compare_operations(a, b, alpha)
+    return out
+
+
+def _op_good(report: dict, op: str) -> list:
+    return [r for r in report['requests'] if r['kind'] == op and
+            r['state'] in ('success', 'rescheduled_success')]
+
+
+def _latency_rows(ga: list, gb: list, alpha: float) -> list:
+    names = []
+    for r in ga + gb:
+        for name in r['components_us']:
+            if name not in names:
+                names.append(name)
+    series = [('end to end', [r['latency_us'] for r in ga],
+               [r['latency_us'] for r in gb])]
+    series += [(name, [r['components_us'].get(name, 0) for r in ga],
+                [r['components_us'].get(name, 0) for r in gb])
+               for name in names]
+    rows = []
+    for name, va, vb in series:
+        ma = float(numpy.median(va)) if va else None
+        mb = float(numpy.median(vb)) if vb else None
+        p = _test(va, vb)
+        rows.append({'component': name, 'median_a': ma, 'median_b': mb,
+                     'change': _change(ma, mb), 'p_value': p,
+                     'significant': p is not None and p < alpha})
+    return rows
+
+
+def compare_operations(a: dict, b: dict, alpha: float = 0.05) -> list:
+    """Per operation in either run (``other`` left out): requests,
+    success and retry rates, and the latency of its successful requests
+    per component (Mann-Whitney U as for boots)."""
+    oa = a.get('operations') or {}
+    ob = b.get('operations') or {}
+    kinds = {r['kind'] for r in a['requests']} | \
+        {r['kind'] for r in b['requests']}
+    out = []
+    for op in opstats.order(kinds - {'other'}):
+        fa, fb = oa.get(op) or {}, ob.get(op) or {}
+        ga, gb = _op_good(a, op), _op_good(b, op)
+        rates = {}
+        for key in ('success_rate', 'retry_rate', 'db_retry_rate'):
+            rates[key] = {'a': fa.get(key), 'b': fb.get(key),
+                          'change': _change(fa.get(key), fb.get(key))}
+        out.append({
+            'operation': op,
+            'requests_a': sum(1 for r in a['requests'] if r['kind'] == op),
+            'requests_b': sum(1 for r in b['requests'] if r['kind'] == op),
+            'successful_a': len(ga), 'successful_b': len(gb),
+            'states_a': fa.get('states', {}),
+            'states_b': fb.get('states', {}),
+            'rates': rates, 'latency': _latency_rows(ga, gb, alpha)})
     return out
 
 
@@ -146,4 +204,31 @@ def render(cmp: dict, name_a: str = 'A', name_b: str = 'B') -> str:
     out.extend(report_text.table(['Query ID', 'Item', 'calls A',
                                   'calls B', 'R/Call A', 'R/Call B',
                                   'change'], sql, 'llrrrrr'))
+    for op in cmp.get('operations') or []:
+        if op['operation'] == 'boot':
+            continue  # the sections above
+        out.append('')
+        out.append('Operation %s: A %d requests (%d successful), B %d (%d)'
+                   % (op['operation'], op['requests_a'],
+                      op['successful_a'], op['requests_b'],
+                      op['successful_b']))
+        out.append('  states A: %s' % _states(op['states_a']))
+        out.append('  states B: %s' % _states(op['states_b']))
+        out.extend('  ' + line for line in report_text.table(
+            ['rate', 'A', 'B', 'change'], [
+                (key, report_text.fmt_pct(v['a']),
+                 report_text.fmt_pct(v['b']), _pct(v['change']))
+                for key, v in op['rates'].items()]))
+        out.extend('  ' + line for line in report_text.table(
+            ['component', 'median A', 'median B', 'change', 'p',
+             'significant'], [
+                (r['component'], fmt_us(r['median_a']),
+                 fmt_us(r['median_b']), _pct(r['change']),
+                 '-' if r['p_value'] is None else '%.3g' % r['p_value'],
+                 'yes' if r['significant'] else 'no')
+                for r in op['latency'] if r['median_a'] or r['median_b']]))
     return '\n'.join(out) + '\n'
+
+
+def _states(states: dict) -> str:
+    return ', '.join('%s %d' % kv for kv in sorted(states.items())) or '-'

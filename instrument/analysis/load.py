@@ -28,7 +28,8 @@ the first few of each kind are kept with file and line number:
 ``truncated``        the last line of a file, cut short (a killed process)
 ``unknown_version``  ``v`` is not the schema version this analyser reads
 ``invalid``          fails ``instrument.schema.validate``
-``duplicate``        the same process's ``seq`` seen again
+``duplicate``        the same process's ``seq`` seen again, in this
+                     file or any other (``FileLoss``)
 ``late``             a record of a request already finalised
 
 ``FileLoss`` adds, per file and process, the ``seq`` numbers missing and
@@ -75,6 +76,7 @@ LOG_MARKER = b'{"v":'
 # how a JSON report written by ``instrument-report --json`` starts
 REPORT_MARKER = b'{"report_version"'
 _TS = re.compile(rb'"ts":\s*(\d+)')
+_HOST = re.compile(rb'"host":\s*"([^"\\]*)"')
 
 
 class InputError(Exception):
@@ -249,12 +251,17 @@ def _walk(directory: str) -> list:
 class SpanFile:
     """One input file read in chunks of lines, with its position."""
 
-    def __init__(self, path: str, index: int, offset: int = 0) -> None:
+    def __init__(self, path: str, index: int, offset: int = 0,
+                 host_offsets: typing.Optional[dict] = None) -> None:
         self.path = path
         self.name = os.path.basename(path)
         self.index = index
-        # clock correction of the file's host, for the merge order
+        # clock correction of the file's host, for the merge order; a
+        # record of another host (a file several hosts wrote) takes
+        # that host's (``host_offsets``: host name to offset)
         self.offset = offset
+        self.host_offsets = host_offsets or {}
+        self._by_raw_host: dict = {}
         self.size = os.path.getsize(path)
         self.lineno = 0
         # the latest (corrected) time seen, None before the first
@@ -287,11 +294,32 @@ class SpanFile:
         match = _TS.search(last) if last.endswith(b'\n') else None
         if match is None and len(lines) > 1:
             match = _TS.search(lines[-2])
+            if match is not None:
+                last = lines[-2]
         if match is not None:
-            ts = int(match.group(1)) + self.offset
+            ts = int(match.group(1)) + self._offset_of(last)
             if self.time is None or ts > self.time:
                 self.time = ts
         return lines
+
+    def _offset_of(self, raw: bytes) -> int:
+        """The clock correction of the host that wrote line ``raw``."""
+        if not self.host_offsets:
+            return self.offset
+        match = _HOST.search(raw)
+        if match is None:
+            return self.offset
+        name = match.group(1)
+        off = self._by_raw_host.get(name)
+        if off is None:
+            try:
+                host = name.decode('utf-8')
+            except UnicodeDecodeError:
+                host = None
+            off = self.host_offsets.get(host, self.offset)
+            if len(self._by_raw_host) < 4096:
+                self._by_raw_host[name] = off
+        return off
 
     def position(self) -> int:
         """Bytes of the (possibly compressed) file consumed so far."""
@@ -348,47 +376,199 @@ class Issues:
         return sum(self.counts.values())
 
 
+class SeqSet:
+    """The ``seq`` numbers of one process (one incarnation: host, pid
+    and start) read so far, in any order: a bitmap in pages of 64 Ki
+    numbers (``pages``: page number to 8 KiB), so memory follows the
+    range of numbers, not the records.  The reader of pass 2 sets the
+    bits itself (its hot loop); ``add`` does the same.
+
+    ``invalid`` counts the numbers of lines read but rejected (their
+    bits are set: not missing, not records), ``first`` is the ``(file
+    index, file name)`` where the process was first read, ``key`` its
+    ``(host, pid, start)``, ``last`` the latest (corrected) time of its
+    records, ``ended`` whether its ``process.end`` was read, ``hosts``
+    the hosts of its records (one process may write for several: the
+    demo's).
+    """
+
+    __slots__ = ('pages', 'invalid', 'first', 'key', 'last', 'ended',
+                 'hosts')
+
+    def __init__(self, first: tuple, key: tuple = ()) -> None:
+        self.pages: dict = {}
+        self.invalid = 0
+        self.first = first
+        self.key = key
+        self.last = 0
+        self.ended = False
+        self.hosts: set = set(key[:1])
+
+    def add(self, seq: int) -> bool:
+        """Mark ``seq`` read; False when it was read before."""
+        page = self.pages.get(seq >> 16)
+        if page is None:
+            page = self.pages[seq >> 16] = bytearray(8192)
+        i = seq & 0xFFFF
+        bit = 1 << (i & 7)
+        byte = page[i >> 3]
+        if byte & bit:
+            return False
+        page[i >> 3] = byte | bit
+        return True
+
+    def __contains__(self, seq: int) -> bool:
+        page = self.pages.get(seq >> 16)
+        i = seq & 0xFFFF
+        return page is not None and bool(page[i >> 3] & (1 << (i & 7)))
+
+    def span(self) -> tuple:
+        """``(numbers read, lowest, highest)``; lowest and highest None
+        when none."""
+        n = 0
+        lo = hi = None
+        for pageno in sorted(self.pages):
+            value = int.from_bytes(self.pages[pageno], 'little')
+            if not value:
+                continue
+            n += value.bit_count()
+            base = pageno << 16
+            if lo is None:
+                lo = base + (value & -value).bit_length() - 1
+            hi = base + value.bit_length() - 1
+        return n, lo, hi
+
+    def row(self) -> list:
+        """``[count, lo, hi, first, invalid, last, ended, hosts]``
+        (``count``: the valid records; what ``FileLoss.merge`` adds)."""
+        n, lo, hi = self.span()
+        return [n - self.invalid, lo, hi, self.first, self.invalid,
+                self.last, self.ended, set(self.hosts)]
+
+
+def process_label(key: tuple) -> str:
+    """``pid P on H (started at ts T)`` for a process key ``(host, pid,
+    start)``."""
+    host, pid, start = key
+    if start is None:
+        return 'pid %s on %s' % (pid, host)
+    return 'pid %s on %s (started at ts %d)' % (pid, host, start)
+
+
 class FileLoss:
-    """Per file and process: ``seq`` numbers seen, and reported drops."""
+    """Per process: ``seq`` numbers read, and what was lost.
+
+    A process is ``(host, pid, start)``: the host and ``ts`` of its
+    ``process.start`` record (``start`` None for records read before
+    any, as in a file rotated away from its start, when pass 1 found no
+    start of that pid), whatever file its records are found in: a
+    record of a process already read is a duplicate wherever it is
+    found (a copied file, a file holding its records twice), and a
+    process that restarts (same pid) has a new ``process.start``.
+    """
 
     def __init__(self) -> None:
-        # (file, pid, incarnation): [count, min seq, max seq]
+        # process key: SeqSet (merged: its ``row()``)
         self.seqs = {}
-        # (file, pid): {sink: cumulative count}
+        # process key: {sink: cumulative count} (sink.drops)
         self.drops = {}
+        # process key: lines of it that were not valid records
+        self.bad = {}
+        # file name: records left out as duplicates, and records read
+        self.duplicates = {}
+        self.read = {}
 
     def merge(self, other: 'FileLoss') -> None:
-        for key, (n, lo, hi) in other.seqs.items():
+        for key, s in other.seqs.items():
+            n, lo, hi, first, invalid, last, ended, hosts = _seq_row(s)
             mine = self.seqs.get(key)
             if mine is None:
-                self.seqs[key] = [n, lo, hi]
-            else:
-                mine[0] += n
-                mine[1] = min(mine[1], lo)
-                mine[2] = max(mine[2], hi)
+                self.seqs[key] = _seq_row(s)
+                continue
+            mine = self.seqs[key] = _seq_row(mine)
+            mine[0] += n
+            mine[4] += invalid
+            mine[5] = max(mine[5], last)
+            mine[6] = mine[6] or ended
+            mine[7] = mine[7] | hosts
+            for i, pick in ((1, min), (2, max)):
+                vals = [v for v in (mine[i], (lo, hi)[i - 1])
+                        if v is not None]
+                mine[i] = pick(vals) if vals else None
+            mine[3] = min(mine[3], first)
         for key, counts in other.drops.items():
             mine = self.drops.setdefault(key, {})
             for sink, n in counts.items():
                 if n > mine.get(sink, 0):
                     mine[sink] = n
+        for attr in ('bad', 'duplicates', 'read'):
+            mine = getattr(self, attr)
+            for key, n in getattr(other, attr).items():
+                mine[key] = mine.get(key, 0) + n
+
+    def records(self) -> int:
+        return sum(_seq_row(s)[0] for s in self.seqs.values())
+
+    def per_process(self) -> dict:
+        """``{key: {file, host, pid, records, missing, dropped,
+        invalid, last_us, ended, hosts}}`` of every process."""
+        rows = {}
+        for key, s in self.seqs.items():
+            n, lo, hi, first, invalid, last, ended, hosts = _seq_row(s)
+            host, pid, _start = key
+            missing = 0
+            if lo is not None and hi is not None:
+                missing = max(0, hi - lo + 1 - n - invalid)
+            rows[key] = {'file': first[1], 'host': host, 'pid': pid,
+                         'records': n, 'missing': missing, 'dropped': 0,
+                         'invalid': self.bad.get(key, 0), 'last_us': last,
+                         'ended': ended, 'hosts': sorted(hosts)}
+        for key, counts in self.drops.items():
+            row = rows.get(key)
+            if row is not None:
+                row['dropped'] += sum(counts.values())
+        return rows
 
     def summary(self) -> list:
-        """Rows ``{file, pid, records, missing, dropped}`` with a loss."""
-        rows = {}
-        for (fname, pid, _inc), (n, lo, hi) in self.seqs.items():
-            row = rows.setdefault((fname, pid), {
-                'file': fname, 'pid': pid, 'records': 0, 'missing': 0,
-                'dropped': 0})
-            row['records'] += n
-            row['missing'] += max(0, hi - lo + 1 - n)
-        for (fname, pid), counts in self.drops.items():
-            row = rows.setdefault((fname, pid), {
-                'file': fname, 'pid': pid, 'records': 0, 'missing': 0,
-                'dropped': 0})
-            row['dropped'] += sum(counts.values())
-        return sorted((r for r in rows.values()
+        """Rows ``{file, host, pid, records, missing, dropped}`` of the
+        processes that lost records (``file``: where each was first
+        read)."""
+        return sorted(({k: r[k] for k in ('file', 'host', 'pid', 'records',
+                                          'missing', 'dropped')}
+                       for r in self.per_process().values()
                        if r['missing'] or r['dropped']),
-                      key=lambda r: (r['file'], r['pid']))
+                      key=lambda r: (r['file'], r['pid'], r['host']))
+
+    def lossy(self) -> list:
+        """Rows of ``per_process`` with any loss (missing, dropped or
+        bad lines)."""
+        return sorted((r for r in self.per_process().values()
+                       if r['missing'] or r['dropped'] or r['invalid']),
+                      key=lambda r: (r['host'], r['pid'], r['file']))
+
+    def unended(self) -> list:
+        """Rows ``{file, host, pid, last_us}`` of the processes read
+        without a ``process.end`` record: killed (``kill -9``, the OOM
+        killer), or still running when collected."""
+        return sorted(({k: r[k] for k in ('file', 'host', 'pid', 'last_us')}
+                       for r in self.per_process().values()
+                       if not r['ended'] and r['records']),
+                      key=lambda r: (r['host'], r['pid'], r['file']))
+
+    def duplicate_files(self) -> list:
+        """Rows ``{file, duplicates, records}`` of the files holding
+        records already read (``records``: all the valid records read
+        from the file, duplicates included)."""
+        return sorted(({'file': f, 'duplicates': n,
+                        'records': self.read.get(f, n)}
+                       for f, n in self.duplicates.items() if n),
+                      key=lambda r: r['file'])
+
+
+def _seq_row(s) -> list:
+    if isinstance(s, SeqSet):
+        return s.row()
+    return list(s)
 
 
 def decode_error(raw: bytes, at_eof: bool) -> tuple:

@@ -45,13 +45,16 @@ from instrument.analysis import classify
 from instrument.analysis import clockpass
 from instrument.analysis import clocks
 from instrument.analysis import load
+from instrument.analysis import opstats
 from instrument.analysis import requests
 from instrument.analysis import sqldigest
 from instrument.analysis import stream
+from instrument.analysis import waits
 from instrument.analysis import window
 from instrument import schema
 
 REPORT_VERSION = 1
+WAIT_EVENTS = schema.WAIT_EVENTS
 KEEP_SLOWEST = 12
 KEEP_PER_STATE = 40
 
@@ -90,6 +93,8 @@ class Options:
         self.progress = progress
         # msgspec when installed (False: the reference decoder only)
         self.fast_decode = fast_decode
+        # (host, pid, ts) of every process.start (pass 1 finds them)
+        self.process_starts: typing.Collection[tuple] = ()
 
 
 # -- pass 1 ----------------------------------------------------------------
@@ -110,10 +115,12 @@ class Partial:
 
     def __init__(self, digest: sqldigest.SqlDigest) -> None:
         self.summaries: list = []
-        # (svc, ev, cls, message): [count, [request ids]]
+        # (operation, svc, ev, cls, message): [count, [request ids]]
         self.failures: dict = {}
         self.retries: collections.Counter = collections.Counter()
         self.digest = digest
+        # lock / DB pool / worker pool waits (waits.py)
+        self.waits = waits.WaitTable(digest.since, digest.until)
         self.issues = load.Issues()
         self.loss = load.FileLoss()
         self.causality: dict[str, typing.Any] = {
@@ -126,6 +133,8 @@ class Partial:
         self.lines = 0
         self.duplicate_spans = 0
         self.txns = 0
+        # hosts of the valid records read
+        self.hosts: set = set()
 
 
 _PROGRESS = None
@@ -146,7 +155,7 @@ class _Keeper:
 
     def __init__(self, keep_all: bool) -> None:
         self.keep_all = keep_all
-        self.slowest = []
+        self.slowest: dict = {}
         self.per_state = collections.Counter()
 
     def __call__(self, summary, r, tree) -> bool:
@@ -155,14 +164,16 @@ class _Keeper:
         if summary.state not in classify.GOOD_STATES:
             self.per_state[summary.state] += 1
             return self.per_state[summary.state] <= KEEP_PER_STATE
-        if summary.kind != 'boot':
+        if summary.kind == 'other':
             return False
+        # the slowest successful requests of each operation
+        slowest = self.slowest.setdefault(summary.kind, [])
         item = (summary.latency, id(summary), summary)
-        if len(self.slowest) < KEEP_SLOWEST:
-            heapq.heappush(self.slowest, item)
+        if len(slowest) < KEEP_SLOWEST:
+            heapq.heappush(slowest, item)
             return True
-        if item[0] > self.slowest[0][0]:
-            _lat, _id, dropped = heapq.heapreplace(self.slowest, item)
+        if item[0] > slowest[0][0]:
+            _lat, _id, dropped = heapq.heapreplace(slowest, item)
             dropped.lifecycle = None
             return True
         return False
@@ -204,10 +215,14 @@ class PartReader:
             on_summary=_Keeper(opts.all_lifecycles),
             window=span if span else None)
         self.decoder = load.RecordDecoder(opts.fast_decode)
-        # (file index, pid): [records, lowest seq, highest seq] of the
-        # process's current incarnation, and how many it had
-        self.seqs = {}
-        self.incarnations = {}
+        # (file index, pid): the SeqSet of the process its records
+        # belong to there (the last process.start read in that file)
+        self.current = {}
+        # pid: [(ts, host)] of the process.start records of pass 1
+        self.starts: dict = {}
+        for host, pid, ts in sorted(opts.process_starts):
+            self.starts.setdefault(pid, []).append((ts, host))
+        self.start_hosts = {host for host, _p, _t in opts.process_starts}
         self.lines = 0
 
     def read(self, files: list,
@@ -229,8 +244,10 @@ class PartReader:
         loss = self.loss
         decoder = self.decoder
         decode = decoder.decode
-        seqs = self.seqs
-        incarnations = self.incarnations
+        current = self.current
+        track = self.track
+        dups = loss.duplicates
+        read = loss.read
         get_offset = self.offsets.get
         crc32 = zlib.crc32
         marker = load.LOG_MARKER
@@ -239,18 +256,30 @@ class PartReader:
         instant = self.asm.instant
         fi = f.index
         fname = f.name
+        log_file = load._is_log_name(fname)
         self.lines += len(lines)
         # a file is mostly one process on one host: remember the last
+        # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None
-        c_seq: list = []
+        c_seq: typing.Any = None
+        c_pages: dict = {}
+        c_pageno = -1
+        c_page: typing.Any = bytearray()
+        c_last = 0
         c_host = None
         c_off = 0
+        nread = 0
         for lineno, raw in enumerate(lines, first + 1):
             if raw[0] != 123:  # not '{': a service log line?
                 j = raw.find(marker)
                 if j < 0:
                     if part == 0 and raw.strip():
-                        issues.other_lines += 1
+                        if log_file:
+                            issues.other_lines += 1
+                        else:
+                            # garbage in a span file is a bad line
+                            issues.add('malformed', fname, lineno,
+                                       'not a span record: %r' % raw[:60])
                     continue
                 raw = raw[j:]
             meta = False
@@ -273,55 +302,135 @@ class PartReader:
                 if part == 0 or not meta:
                     kind, reason = decoder.error or ('invalid', '')
                     issues.add(kind, fname, lineno, reason)
+                    self.bad_line(raw, fi, fname, c_seq)
                 continue
             pid = rec.pid
             seq = rec.seq
-            if pid != c_pid:
-                c_pid = pid
-                key = (fi, pid)
-                entry = seqs.get(key)
-                if entry is None:
-                    incarnations[key] = 0
-                    entry = seqs[key] = loss.seqs[(fname, pid, 0)] = \
-                        [0, seq, seq]
-                c_seq = entry
-            s = c_seq
-            if seq <= s[2] and s[0]:
-                if seq == 1 and rec.ev == 'process.start':
-                    key = (fi, pid)
-                    inc = incarnations[key] = incarnations[key] + 1
-                    s = c_seq = seqs[key] = loss.seqs[(fname, pid, inc)] = \
-                        [0, 1, 1]
+            ph = rec.ph
+            if ph == 'M' and rec.ev == 'process.start' or pid != c_pid:
+                if c_seq is not None and c_last > c_seq.last:
+                    c_seq.last = c_last
+                if ph == 'M' and rec.ev == 'process.start':
+                    # a process (a new one, or one read before: a
+                    # replay)
+                    c_seq = current[(fi, pid)] = track(
+                        (rec.host, pid, rec.ts), fi, fname)
                 else:
-                    issues.add('duplicate', fname, lineno,
-                               'seq %d of pid %d seen before' % (seq, pid))
-                    continue
+                    c_seq = current.get((fi, pid))
+                    if c_seq is None:
+                        # no process.start before it in this file
+                        c_seq = current[(fi, pid)] = track(
+                            self.process_of(rec.host, pid, rec.ts), fi,
+                            fname)
+                c_pid = pid
+                c_pages = c_seq.pages
+                c_pageno = -1
+                c_last = c_seq.last
+                c_host = None
             if meta and part != 0:
                 # metadata is read by every worker, counted by worker 0
-                s[2] = seq if seq > s[2] else s[2]
                 self.shared_metadata(rec)
                 continue
-            s[0] += 1
-            if seq > s[2]:
-                s[2] = seq
-            elif seq < s[1]:
-                s[1] = seq
+            nread += 1
+            # has this process's seq been read (here or in any file)?
+            if seq >> 16 != c_pageno:
+                c_pageno = seq >> 16
+                c_page = c_pages.get(c_pageno)
+                if c_page is None:
+                    c_page = c_pages[c_pageno] = bytearray(8192)
+            i = seq & 0xFFFF
+            j = i >> 3
+            bit = 1 << (i & 7)
+            byte = c_page[j]
+            if byte & bit:
+                issues.add('duplicate', fname, lineno,
+                           'seq %d of %s read before' % (
+                               seq, load.process_label(c_seq.key)))
+                dups[fname] = dups.get(fname, 0) + 1
+                continue
+            c_page[j] = byte | bit
             host = rec.host
             if host != c_host:
                 c_host = host
                 c_off = get_offset(host, 0)
+                self.out.hosts.add(host)
+                c_seq.hosts.add(host)
             ts = rec.ts + c_off
-            ph = rec.ph
+            if ts > c_last:
+                c_last = ts
             if ph == 'X':
                 complete(rec, ts)
             elif ph == 'B':
                 begin(rec, ts)
             elif ph == 'I':
+                if rec.ev[:8] == 'db.pool.':
+                    self.out.waits.instant(rec)
                 instant(rec, ts)
             elif ph == 'C':
-                self.counter(rec, ts, fname)
+                self.counter(rec, ts, c_seq.key)
             else:
+                if rec.ev == 'process.end':
+                    c_seq.ended = True
                 self.metadata(rec, host, fname)
+        if c_seq is not None and c_last > c_seq.last:
+            c_seq.last = c_last
+        if nread:
+            read[fname] = read.get(fname, 0) + nread
+
+    def bad_line(self, raw: bytes, fi: int, fname: str,
+                 near: typing.Optional[load.SeqSet]) -> None:
+        """Charge a line that is not a valid record to its process:
+        the one it names when it names one (its ``seq`` is then not
+        also reported missing), else the process of the lines around
+        it."""
+        try:
+            rec = load.loads(raw)
+        except ValueError:
+            rec = None
+        if rec.__class__ is dict:
+            host, pid, seq = rec.get('host'), rec.get('pid'), rec.get('seq')
+            if host.__class__ is str and pid.__class__ is int and \
+                    seq.__class__ is int:
+                s = self.current.get((fi, pid))
+                if s is None:
+                    s = self.current[(fi, pid)] = self.track(
+                        self.process_of(host, pid, rec.get('ts') or 0),
+                        fi, fname)
+                if s.add(seq):
+                    s.invalid += 1
+                self.loss.bad[s.key] = self.loss.bad.get(s.key, 0) + 1
+                return
+        if near is not None:
+            self.loss.bad[near.key] = self.loss.bad.get(near.key, 0) + 1
+
+    def process_of(self, host: str, pid: int, ts: int) -> tuple:
+        """The process ``(host, pid, start)`` that wrote a record of
+        ``host`` and ``pid`` at ``ts`` read before any ``process.start``
+        of its file (a log rotated away from its start): the latest
+        start of that pid on that host before ``ts`` (pass 1 read every
+        start); a process of another host only when it is the one
+        process of that pid and ``host`` started none (one process
+        writing for several hosts, as the demo does); else a process of
+        unknown start."""
+        starts = self.starts.get(pid)
+        if not starts:
+            return (host, pid, None)
+        mine = [t for t, h in starts if h == host]
+        if mine:
+            before = [t for t in mine if t <= ts]
+            return (host, pid, max(before) if before else min(mine))
+        if len(starts) == 1 and host not in self.start_hosts:
+            t, h = starts[0]
+            return (h, pid, t)
+        return (host, pid, None)
+
+    def track(self, key: tuple, fi: int, fname: str) -> load.SeqSet:
+        """The ``seq`` numbers of process ``key`` (host, pid, start)
+        read so far, wherever read."""
+        s = self.loss.seqs.get(key)
+        if s is None:
+            s = self.loss.seqs[key] = load.SeqSet((fi, fname), key)
+        return s
 
     def complete(self, rec: typing.Any, ts: int) -> None:
         """An ``X`` record: a statement, a transaction or a span."""
@@ -340,20 +449,22 @@ class PartReader:
             self.out.txns += 1
         elif not self.asm.span(rec, ts, True):
             self.out.duplicate_spans += 1
+        elif ev in WAIT_EVENTS:
+            self.out.waits.add(rec, ts)
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
         if not self.asm.span(rec, ts, False):
             self.out.duplicate_spans += 1
 
-    def counter(self, rec: typing.Any, ts: int, fname: str) -> None:
+    def counter(self, rec: typing.Any, ts: int, process: tuple) -> None:
         """A ``C`` record: SQL aggregates or the sink's drop counts."""
         ev = rec.ev
         attrs = rec.attrs or {}
         if ev == 'sql.agg':
             self.digest.add_agg(ts, rec.svc, attrs)
         elif ev == 'sink.drops':
-            mine = self.loss.drops.setdefault((fname, rec.pid), {})
+            mine = self.loss.drops.setdefault(process, {})
             for sink, n in attrs.items():
                 if isinstance(n, int) and n > mine.get(sink, 0):
                     mine[sink] = n
@@ -402,7 +513,7 @@ class PartReader:
         out.no_request = asm.no_request
         out.outside = asm.outside
         # every record counted is counted once in its process's seq entry
-        out.records = sum(n for n, _lo, _hi in self.loss.seqs.values())
+        out.records = self.loss.records()
         out.lines = self.lines if self.part == 0 else 0
         out.duplicate_spans += asm.duplicates
         return out
@@ -420,7 +531,8 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
         def progress(done):
             shared[part] = done
     reader = PartReader(offsets, part, nparts, opts, hosts)
-    return reader.read(stream.open_files(paths, file_offsets), progress)
+    return reader.read(stream.open_files(paths, file_offsets, offsets),
+                       progress)
 
 
 def _point_counts(points) -> dict:
@@ -446,6 +558,7 @@ def _merge(parts: list) -> Partial:
             row[1].extend(r for r in reqs if len(row[1]) < 5)
         out.retries.update(p.retries)
         out.digest.merge(p.digest)
+        out.waits.merge(p.waits)
         out.digest.since = p.digest.since
         out.digest.until = p.digest.until
         out.issues.merge(p.issues)
@@ -462,6 +575,7 @@ def _merge(parts: list) -> Partial:
         out.lines += p.lines
         out.duplicate_spans += p.duplicate_spans
         out.txns += p.txns
+        out.hosts |= p.hosts
     out.summaries.sort(key=lambda s: (s.start, s.req))
     return out
 
@@ -469,7 +583,9 @@ def _merge(parts: list) -> Partial:
 def default_jobs(total_bytes: int) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(
         os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    if total_bytes < (32 << 20):
+    if total_bytes < (32 << 20) or cpus <= 2:
+        # (on 2 CPUs, workers that each read every file were measured
+        # 1.1 to 1.65 times slower than one process)
         return 1
     return max(1, min(cpus, 4))
 
@@ -510,6 +626,7 @@ def _analyse(inputs: list, opts: Options) -> dict:
                         fast_decode=opts.fast_decode)
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
+    part_opts.process_starts = sorted(clock.starts)
     show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)
@@ -561,32 +678,50 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
     summaries = merged.summaries
     agg = breakdown.aggregate(summaries)
     failures = [
-        {'component': svc, 'ev': ev, 'cls': cls, 'message': msg,
-         'count': n, 'requests': reqs}
-        for (svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
-    failures.sort(key=lambda r: (-r['count'], r['component'], r['cls'],
-                                 r['message']))
+        {'operation': op, 'component': svc, 'ev': ev, 'cls': cls,
+         'message': msg, 'count': n, 'requests': reqs}
+        for (op, svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
+    failures.sort(key=lambda r: (-r['count'], r['operation'],
+                                 r['component'], r['cls'], r['message']))
     retries = [{'func': func, 'cls': cls, 'count': n}
                for (func, cls), n in merged.retries.most_common()]
     issues = merged.issues
     timelines = [s.to_dict() for s in summaries if s.lifecycle is not None]
+    clock_table = clock.to_dict()
+    rejected = sorted(h for h in clock_table['hosts']
+                      if h not in merged.hosts)
+    if rejected and merged.records:
+        clock_table['hosts'] = {h: i for h, i in clock_table['hosts'].items()
+                                if h in merged.hosts}
+        issues.problems.append(
+            'host%s %s: no valid record (every one rejected), left out '
+            'of the clock offsets' % ('' if len(rejected) == 1 else 's',
+                                      ', '.join(rejected)))
     return {
         'report_version': REPORT_VERSION,
         'schema_version': schema.SCHEMA_VERSION,
         'inputs': {'files': [os.path.basename(p) for p in paths],
                    'paths': paths, 'bytes': total_bytes,
                    'lines': merged.lines, 'records': merged.records},
-        'clocks': dict(clock.to_dict(), hops=hops),
+        'clocks': dict(clock_table, hops=hops),
         'load': {'counts': issues.counts, 'samples': issues.samples,
                  'per_file': issues.per_file,
                  'other_lines': issues.other_lines,
                  'problems': issues.problems,
                  'loss': merged.loss.summary(),
                  'duplicate_spans': merged.duplicate_spans,
+                 # records of a process already read (another copy of
+                 # a file, a file holding them twice), per file
+                 'duplicates': merged.loss.duplicate_files(),
+                 # processes without a process.end record (killed?)
+                 'unended': merged.loss.unended(),
                  'records_without_request': dict(merged.no_request)},
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),
         'summary': agg,
+        'quality': quality(merged.loss, summaries),
+        # per operation that occurred (opstats): states, rates, times
+        'operations': opstats.summarise(summaries, failures),
         'failures': failures,
         'retries': retries,
         'sql': merged.digest.profile(opts.group_by, opts.order_by,
@@ -599,6 +734,31 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                    'sql_outside': merged.digest.filtered},
         'requests': [_request_row(s) for s in summaries],
         'timelines': timelines,
+        'waits': waits.report(merged.waits, summaries),
+    }
+
+
+def quality(loss: load.FileLoss, summaries: list) -> dict:
+    """What the figures stand on: the processes that lost records
+    (seq gaps, ``sink.drops``, lines not valid), and the requests with
+    events on their hosts, whose figures may miss some of them."""
+    lossy = loss.lossy()
+    hosts = {h for r in lossy for h in r['hosts']}
+    # (a request of SQL statements only names no host: it may be one)
+    affected = [s for s in summaries
+                if not s.hosts or hosts.intersection(s.hosts)] \
+        if hosts else []
+    return {
+        'lost_records': sum(r['missing'] + r['dropped'] + r['invalid']
+                            for r in lossy),
+        'processes': [{k: r[k] for k in ('host', 'pid', 'file', 'records',
+                                         'missing', 'dropped', 'invalid')}
+                      for r in lossy],
+        'hosts': sorted(hosts),
+        'requests': len(summaries),
+        'requests_affected': len(affected),
+        'boots_affected': sum(1 for s in affected if s.kind == 'boot'),
+        'examples': [s.req for s in affected[:10]],
     }
 
 

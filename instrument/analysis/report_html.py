@@ -11,20 +11,25 @@
 # under the License.
 """The self-contained HTML report: one file, inline CSS and SVG.
 
-No script and nothing fetched from the network.  Figures: mean time per
-component stacked per concurrency level (the study's Figure 3-1),
-requests in flight over time, and per-request timelines with one row per
-host and service (Figure 3-3; critical-path spans outlined, spans that
-never ended drawn open).  Tables: final states, components, failures
-(Table 1), the SQL profile and class blocks, clock offsets, input
-problems.  Every string that comes from the input (host names, instance
-and request ids, error messages, SQL text) goes through ``esc``.
+No script and nothing fetched from the network.  Figures (drawn by
+``charts``: round ticks in one stated unit, titled axes, HTML legends):
+mean time per component stacked per concurrency level, requests in
+flight over time, and per-request timelines with a group of rows per
+host and service (critical-path spans outlined, spans that never ended
+drawn open, a legend under each).  Tables: final states, components,
+failures, the SQL profile and class blocks, clock offsets, input
+problems.  Headings say what a section shows, not which figure of a
+paper it reproduces.  Every string that comes from the input (host
+names, instance and request ids, error messages, SQL text) goes through
+``esc``.
 """
 
 import html
 import typing
 
+from instrument.analysis import charts
 from instrument.analysis import report_text
+from instrument.analysis import waits
 
 fmt_us = report_text.fmt_us
 fmt_pct = report_text.fmt_pct
@@ -40,13 +45,14 @@ EXTRA = ('#9c755f', '#86bcb6', '#f1ce63', '#499894', '#d4a6c8')
 
 CSS = """
 body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}
+h3{font-size:15px}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;
 padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:right}
 th{background:#f3f3f3}td.l,th.l{text-align:left}
 pre{background:#f8f8f8;padding:8px;font-size:11px;overflow-x:auto}
-.bad{color:#b00}.note{color:#666;font-size:12px}
+.bad{color:#b00000}.note{color:#595959;font-size:13px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}
 """
 
@@ -63,6 +69,13 @@ def color(name: str, extra: dict) -> str:
     return extra[name]
 
 
+def wrap_points(value: typing.Any) -> str:
+    """``value`` escaped, with line-break opportunities after the dots
+    and underscores of dotted names (``nova.exception.QuotaError``), so
+    that a narrow column wraps between words, never inside one."""
+    return esc(value).replace('.', '.<wbr>').replace('_', '_<wbr>')
+
+
 def _table(headers, rows, left=(0,)) -> str:
     out = ['<table><tr>']
     for i, h in enumerate(headers):
@@ -73,88 +86,60 @@ def _table(headers, rows, left=(0,)) -> str:
         out.append('<tr>')
         for i, c in enumerate(row):
             out.append('<td class="%s">%s</td>' % (
-                'l' if i in left else '', esc(c)))
+                'l' if i in left else '',
+                wrap_points(c) if i in left else esc(c)))
         out.append('</tr>')
     out.append('</table>')
     return ''.join(out)
 
 
-def stacked_levels(levels: list, order: list, extra: dict) -> str:
-    """Figure 3-1: mean component time (stacked) per concurrency level."""
+def stacked_levels(levels: list, order: list, extra: dict,
+                   subject: str = 'boot') -> str:
+    """Mean exclusive time per component of the successful requests
+    (``subject``: what they are, e.g. ``boot`` or ``resize``), stacked,
+    one bar per concurrency level; its legend below."""
     names = [n for n in order if n != 'gap'] + ['sql']
     names = list(dict.fromkeys(names))
     if not levels:
-        return '<p class="note">no successful boot</p>'
-    totals = [sum(lv['mean_us'].get(n, 0) for n in names) for lv in levels]
-    top = max(totals) or 1
-    w, h, left, bottom = 760, 320, 70, 40
-    bw = min(80, (w - left - 20) / len(levels) * 0.7)
-    step = (w - left - 20) / len(levels)
-    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" '
-             'height="%d" role="img">' % (w + 220, h + bottom)]
-    for i in range(5):
-        v = top * i / 4
-        y = h - (h - 20) * i / 4
-        parts.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" '
-                     'stroke="#eee"/><text x="%d" y="%.1f" font-size="10" '
-                     'text-anchor="end">%s</text>' % (
-                         left, w, y, y, left - 4, y + 3, esc(fmt_us(v))))
-    for i, lv in enumerate(levels):
-        x = left + step * i + (step - bw) / 2
-        y = h
-        for n in names:
-            v = lv['mean_us'].get(n, 0)
-            if v <= 0:
-                continue
-            bh = (h - 20) * v / top
-            y -= bh
-            parts.append('<rect x="%.1f" y="%.1f" width="%.1f" '
-                         'height="%.1f" fill="%s"><title>%s: %s</title>'
-                         '</rect>' % (x, y, bw, bh, color(n, extra),
-                                      esc(n), esc(fmt_us(v))))
-        parts.append('<text x="%.1f" y="%d" font-size="11" '
-                     'text-anchor="middle">%s</text>' % (
-                         x + bw / 2, h + 14, esc(lv['level'])))
-        parts.append('<text x="%.1f" y="%d" font-size="9" fill="#666" '
-                     'text-anchor="middle">n=%d</text>' % (
-                         x + bw / 2, h + 26, lv['requests']))
-    parts.append('<text x="%d" y="%d" font-size="11" text-anchor="middle">'
-                 'requests in flight when the boot started</text>' % (
-                     left + (w - left) / 2, h + 38))
-    _legend(parts, names, extra, w + 10, 20)
-    parts.append('</svg>')
-    return ''.join(parts)
-
-
-def _legend(parts, names, extra, x, y) -> None:
-    for i, n in enumerate(names):
-        parts.append('<rect x="%d" y="%d" width="10" height="10" '
-                     'fill="%s"/><text x="%d" y="%d" font-size="11">%s'
-                     '</text>' % (x, y + 16 * i, color(n, extra), x + 14,
-                                  y + 16 * i + 9, esc(n)))
+        return '<p class="note">no successful %s</p>' % esc(subject)
+    names = [n for n in names
+             if any(lv['mean_us'].get(n, 0) > 0 for lv in levels)]
+    colours = {n: color(n, extra) for n in names}
+    svg = charts.stacked_bars(
+        [lv['level'] for lv in levels],
+        [(n, [lv['mean_us'].get(n, 0) for lv in levels]) for n in names],
+        colours, 'mean time per successful %s' % subject,
+        'requests in flight when the %s started (n: requests in the '
+        'group)' % subject,
+        unit='us', notes=['n=%d' % lv['requests'] for lv in levels])
+    return svg + charts.legend((colours[n], n) for n in reversed(names))
 
 
 def concurrency_chart(series: list) -> str:
-    if not series:
-        return ''
-    w, h, left = 760, 160, 50
-    tmax = series[-1][0] or 1
-    vmax = max(v for _t, v in series) or 1
-    pts = ' '.join('%.1f,%.1f' % (left + (w - left) * t / tmax,
-                                  h - (h - 10) * v / vmax)
-                   for t, v in series)
-    return ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" '
-            'height="%d" role="img"><polyline fill="none" stroke="#4e79a7" '
-            'points="%s"/><line x1="%d" x2="%d" y1="%d" y2="%d" '
-            'stroke="#999"/><text x="%d" y="14" font-size="10" '
-            'text-anchor="end">%d</text><text x="%d" y="%d" '
-            'font-size="10" text-anchor="end">%.0f s</text></svg>' % (
-                w, h + 16, pts, left, w, h, h, left - 4, vmax, w, h + 14,
-                tmax))
+    """API requests (boots and others) in flight over the run."""
+    return charts.line_chart(
+        [(t, v) for t, v in series],
+        'time since the first request started',
+        'requests in flight', x_unit='s', y_unit=None, y_integer=True)
+
+
+# The keys of a timeline's drawing, after its component colours.
+TIMELINE_KEYS = {
+    'critical': ('critical', '#ffffff', 'black outline: on the critical '
+                 'path (what set the end-to-end time); a span too short '
+                 'for the scale shows as a thin black mark',
+                 'border:2px solid #000'),
+    'open': ('open', None, 'dashed red: started, never ended',
+             'border:2px dashed #b00000'),
+    'error': ('error', '#555555', 'faded colour: ended in an error',
+              'opacity:.6'),
+}
 
 
 def timeline(req: dict, extra: dict) -> str:
-    """Figure 3-3: one request's spans, a row per host and service."""
+    """One request's spans on a time axis, a group of rows per host and
+    service (nested spans below their parents), bars labelled with
+    their event when it fits, then a legend."""
     events = [e for e in req.get('lifecycle') or []
               if not e['ev'].startswith('sql.')]
     if not events:
@@ -165,7 +150,7 @@ def timeline(req: dict, extra: dict) -> str:
         if key not in rows:
             rows.append(key)
     total = max(req['latency_us'], 1)
-    w, left, rh = 1000, 210, 22
+    w, left, right, rh = 880, 10, 864, 22
     # nesting depth within a row, so children show under parents
     lanes = {}
     placed = []
@@ -180,49 +165,65 @@ def timeline(req: dict, extra: dict) -> str:
         lanes[key] = max(lanes.get(key, 0), lane)
         placed.append((key, e['t_us'], end, lane))
     offsets = {}
-    y = 24
+    y = 8
     for key in rows:
+        y += 18                     # the group's title line
         offsets[key] = y
-        y += rh * (lanes[key] + 1) + 6
-    height = y + 24
-    parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" '
-             'height="%d" role="img">' % (w + 10, height)]
+        y += rh * (lanes[key] + 1) + 8
+    height = y + 44
+    ticks, div, unit = charts.axis(total, 'us')
+    parts = [charts.svg_open(w, height, 'timeline of %s' % req['req'])]
+    to_x = charts.x_axis(parts, ticks, left, right, y,
+                         charts.titled('time since the request started',
+                                       unit), grid_top=8)
     for key in rows:
-        parts.append('<text x="4" y="%d" font-size="11">%s / %s</text>' % (
-            offsets[key] + 14, esc(key[0]), esc(key[1])))
-        parts.append('<line x1="%d" x2="%d" y1="%d" y2="%d" '
-                     'stroke="#eee"/>' % (left, w, offsets[key] - 3,
-                                          offsets[key] - 3))
-    scale = (w - left) / total
+        parts.append('<text x="%d" y="%d" font-size="13" fill="%s" '
+                     'font-weight="bold">%s / %s</text>' % (
+                         left, offsets[key] - 5, charts.INK, esc(key[0]),
+                         esc(key[1])))
+    used = []
+    marks = set()
     for e, (key, start, end, lane) in zip(events, placed, strict=True):
-        x = left + start * scale
-        bw = max((end - start) * scale, 1.0)
+        x = to_x(start / div)
+        bw = max(to_x(end / div) - x, 2.0)
         yy = offsets[key] + lane * rh
         comp = _component(e['ev'], e['svc'])
-        style = 'fill="%s"' % color(comp, extra)
+        fill = color(comp, extra)
+        if comp not in used:
+            used.append(comp)
+        style = 'fill="%s"' % fill
         if e['dur_us'] is None:
-            style = 'fill="none" stroke="#b00" stroke-dasharray="4,2"'
+            style = 'fill="none" stroke="#b00000" stroke-dasharray="4,2"'
+            fill = charts.PAPER
+            marks.add('open')
         elif e['critical']:
-            style += ' stroke="#000" stroke-width="1.5"'
-        if e['st'] == 'error':
+            style += ' stroke="#000" stroke-width="1"'
+            marks.add('critical')
+        if e['st'] == 'error' and e['dur_us'] is not None:
             style += ' fill-opacity="0.6"'
+            fill = charts.blend(fill, 0.6)
+            marks.add('error')
         title = '%s on %s: %s%s%s' % (
             e['ev'], e['host'],
             'open' if e['dur_us'] is None else fmt_us(e['dur_us']),
             ' (SQL %s)' % fmt_us(e['sql_us']) if e['sql_us'] else '',
             ' error %s' % e['err'] if e['err'] else '')
         parts.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" %s>'
-                     '<title>%s</title></rect>' % (x, yy, bw, rh - 4,
+                     '<title>%s</title></rect>' % (x, yy, bw, rh - 3,
                                                    style, esc(title)))
-        if bw > 60:
-            parts.append('<text x="%.1f" y="%d" font-size="9" '
-                         'fill="#fff">%s</text>' % (
-                             x + 2, yy + 12, esc(e['ev'][:int(bw / 6)])))
-    parts.append('<text x="%d" y="%d" font-size="10">0</text><text x="%d" '
-                 'y="%d" font-size="10" text-anchor="end">%s</text>' % (
-                     left, height - 6, w, height - 6, esc(fmt_us(total))))
+        label = report_text.clip_words(e['ev'], int((bw - 6) / 6.6),
+                                       '._ ', '\u2026', hard=False)
+        if label:
+            parts.append('<text class="barlabel" x="%.1f" y="%d" '
+                         'font-size="12" fill="%s" data-bg="%s">%s'
+                         '</text>' % (
+                             x + 3, yy + 14, charts.text_on(fill), fill,
+                             esc(label)))
     parts.append('</svg>')
-    return ''.join(parts)
+    keys: list = [(color(c, extra), c) for c in used]
+    keys += [TIMELINE_KEYS[m][1:] for m in ('critical', 'open', 'error')
+             if m in marks]
+    return ''.join(parts) + charts.legend(keys)
 
 
 def _component(ev: str, svc: str) -> str:
@@ -236,13 +237,14 @@ def render(report: dict, title: str = 'instrument-report') -> str:
     inp = report['inputs']
     out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
            '<title>%s</title><style>%s</style></head><body>' % (
-               esc(title), CSS)]
+               esc(title), CSS + charts.CSS)]
     out.append('<h1>%s</h1><p class="note">%d files, %.1f MB, %d records; '
                'run %s .. %s (%.1f s)</p>' % (
                    esc(title), len(inp['files']), inp['bytes'] / 1e6,
                    inp['records'], esc(report_text.fmt_time(s['start_us'])),
                    esc(report_text.fmt_time(s['end_us'])),
                    s['duration_s']))
+    out.extend(_data_quality(report))
     # summary
     out.append('<h2>Requests and final states</h2>')
     total = s['instances'] or 1
@@ -259,11 +261,17 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                    esc(fmt_pct(s['db_retry_rate'])), s['throughput_rps'],
                    s['concurrency']['max']))
     # figure 3-1
-    out.append('<h2>Time per component by concurrency (Figure 3-1)</h2>')
-    out.append('<p class="note">Mean exclusive time of successful boots, '
-               'stacked; SQL time of all components in one band.</p>')
+    out.append('<h2>Where a successful boot spends its time, by load'
+               '</h2>')
+    out.append('<p class="note">Boots grouped by how many requests were '
+               'in flight when each started; per group the mean time '
+               'each component spent on a boot by itself (children '
+               'excluded), stacked; the SQL time of every component in '
+               'one band.</p>')
     out.append(stacked_levels(s['levels'], s['component_order'], extra))
-    out.append('<h3>Requests in flight over time</h3>')
+    out.append('<h3>Requests in flight over the run</h3>')
+    out.append('<p class="note">API requests (boots and others) started '
+               'and not yet ended.</p>')
     out.append(concurrency_chart(s['concurrency']['series']))
     # components
     out.append('<h2>Components (successful boots)</h2>')
@@ -286,11 +294,15 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                      fmt_us(lat['max']), '', '100%'))
     out.append(_table(['component', 'min', 'median', 'p90', 'p95', 'p99',
                        'max', 'SQL inside (mean)', 'critical path'], rows))
+    out.append(waits.html_section(report.get('waits'), _table))
     # timelines
-    out.append('<h2>Request timelines (Figure 3-3)</h2>')
-    out.append('<p class="note">One row per host and service; outlined: '
-               'on the critical path; dashed red: started, never ended. '
-               'Hover a bar for details.</p>')
+    out.append('<h2>Timelines of the slowest boots and of one request '
+               'per kind of failure</h2>')
+    out.append('<p class="note">Each span of a request on a common time '
+               'axis, grouped by host and service; a span nested in '
+               'another is drawn below it. Colours are components; the '
+               'legend under each timeline explains outlines and dashes. '
+               'Hover a bar for its event, duration and error.</p>')
     for req in _pick_timelines(report.get('timelines') or []):
         states = ', '.join(
             '%s %s' % (i['inst'] or '-', i['state'])
@@ -307,14 +319,20 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                     esc(inst['stopped']['ev']),
                     esc(inst['stopped']['host'])))
         out.append(timeline(req, extra))
+    # one section per operation other than boot (issue 12)
+    out.append(operations_html(report.get('operations') or {}, extra))
     # failures
-    out.append('<h2>Failures (Table 1)</h2>')
+    out.append('<h2>Failures: where each error was raised</h2>')
+    out.append('<p class="note">One row per component, event, error '
+               'class and message (numbers and ids in messages replaced '
+               'by &lt;n&gt; and &lt;uuid&gt;).</p>')
     if report['failures']:
-        out.append(_table(['component', 'event', 'error', 'message',
-                           'count', 'e.g. request'], [
-            (f['component'], f['ev'], f['cls'], f['message'], f['count'],
-             (f['requests'] or [''])[0]) for f in report['failures']],
-            left=(0, 1, 2, 3, 5)))
+        out.append(_table(['operation', 'component', 'event', 'error',
+                           'message', 'count', 'e.g. request'], [
+            (f.get('operation', '-'), f['component'], f['ev'], f['cls'],
+             f['message'], f['count'], (f['requests'] or [''])[0])
+            for f in report['failures']],
+            left=(0, 1, 2, 3, 4, 6)))
     else:
         out.append('<p>none</p>')
     if report['retries']:
@@ -369,10 +387,35 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                            'dropped (sink.drops)'], [
             (r['file'], r['pid'], r['records'], r['missing'], r['dropped'])
             for r in ld['loss']]))
+    for row in ld.get('duplicates') or ():
+        out.append('<p class="bad">%s: %d of its %d records were read '
+                   'before (a copy, or records written twice); left out '
+                   'of every figure</p>' % (esc(row['file']),
+                                            row['duplicates'],
+                                            row['records']))
     for problem in ld['problems']:
         out.append('<p class="bad">%s</p>' % esc(problem))
     out.append('</body></html>')
     return '\n'.join(out) + '\n'
+
+
+def _data_quality(report: dict) -> list:
+    """Warnings that hold for every figure below: losses, requests
+    left out of the times, duplicates, processes without an end."""
+    out = []
+    for note in (report_text.loss_note(report),
+                 report_text.degraded_note(report)):
+        if note:
+            out.append('<p class="bad">%s</p>' % esc(note.lstrip('! ')))
+    ld = report['load']
+    for row in ld.get('unended') or ():
+        out.append('<p class="bad">no end record from pid %s on %s (%s): '
+                   'killed, or still running when collected; last record '
+                   'at %s</p>' % (esc(row['pid']), esc(row['host']),
+                                  esc(row['file']), esc(
+                                      report_text.fmt_time(
+                                          row['last_us']))))
+    return out
 
 
 def _pick_timelines(timelines: list, limit: int = 8) -> list:
@@ -390,3 +433,80 @@ def _pick_timelines(timelines: list, limit: int = 8) -> list:
                   key=lambda t: -t['latency_us'])
     chosen.extend(good[:max(1, limit - len(chosen))])
     return chosen[:limit]
+
+
+def operations_html(ops: dict, extra: dict) -> str:
+    """The overview of every operation and a section per operation other
+    than boot (``report['operations']``, see ``opstats``)."""
+    if not ops:
+        return ''
+    out = ['<h2>Operations</h2>',
+           '<p class="note">Every request is named by the compute API '
+           'method it reached (else its conductor and compute steps). '
+           'In flight counts %s.</p>' % esc(next(iter(ops.values()))[
+               'concurrency']['counted'])]
+    out.append(_table(['operation', 'requests', 'instances', 'success',
+                       'retried', 'median', 'p95', 'max in flight'], [
+        (op, f['requests'], f['instances'], fmt_pct(f['success_rate']),
+         fmt_pct(f['retry_rate']), fmt_us(f['latency'].get('median')),
+         fmt_us(f['latency'].get('p95')), f['concurrency']['max'])
+        for op, f in ops.items()]))
+    for op, f in ops.items():
+        if op in ('boot', 'other'):
+            continue
+        out.append('<section id="op-%s"><h3>Operation: %s</h3>' % (
+            esc(op), esc(op)))
+        total = f['instances'] or 1
+        out.append(_table(['final state', 'count', 'share', 'e.g. request'],
+                          [(st, f['states'].get(st, 0),
+                            fmt_pct(f['states'].get(st, 0) / total),
+                            ' '.join(f['state_requests'].get(st, [])[:1]))
+                           for st in f['state_order']
+                           if f['states'].get(st)], left=(0, 3)))
+        out.append('<p>%d requests; success rate %s, retried on another '
+                   'host %s, DB retries in %s; in flight max %d.</p>' % (
+                       f['requests'], esc(fmt_pct(f['success_rate'])),
+                       esc(fmt_pct(f['retry_rate'])),
+                       esc(fmt_pct(f['db_retry_rate'])),
+                       f['concurrency']['max']))
+        if f['stopped']:
+            out.append(_table(['incomplete, stopped at', 'host', 'open',
+                               'count', 'e.g. request'], [
+                (st['ev'], st['host'], 'yes' if st['open'] else 'no',
+                 st['count'], st['requests'][0]) for st in f['stopped']],
+                left=(0, 1, 2, 4)))
+        if f['causes']:
+            out.append(_table(['state', 'cause', 'count'], [
+                (c['state'], c['cls'], c['count']) for c in f['causes']],
+                left=(0, 1)))
+        lat = f['latency']
+        if lat.get('count'):
+            rows = []
+            for name in f['component_order']:
+                st = f['components'].get(name, {})
+                if not st.get('count') or not st['max']:
+                    continue
+                rows.append((name, fmt_us(st['median']), fmt_us(st['p95']),
+                             fmt_us(st['max']),
+                             fmt_pct(f['critical_path_share'].get(name, 0))))
+            rows.append(('end to end', fmt_us(lat['median']),
+                         fmt_us(lat['p95']), fmt_us(lat['max']), '100%'))
+            out.append(_table(['component (successful)', 'median', 'p95',
+                               'max', 'critical path'], rows))
+        if len(f['levels']) > 1:
+            out.append(stacked_levels(f['levels'], f['component_order'],
+                                      extra, subject=op))
+        cells = f.get('cells')
+        if cells and cells['cells']:
+            out.append('<p>Cells queried: %s; slow cell: <b>%s</b>.</p>' % (
+                esc(', '.join('%s %d' % kv for kv in sorted(
+                    cells['modes'].items()))), esc(cells['slow_cell'])))
+            out.append(_table(['cell', 'database', 'queries', 'median',
+                               'p95', 'max', 'errors'], [
+                (name, c['db'] or '-', c['time'].get('count', 0),
+                 fmt_us(c['time'].get('median')),
+                 fmt_us(c['time'].get('p95')),
+                 fmt_us(c['time'].get('max')), c['errors'])
+                for name, c in cells['cells'].items()], left=(0, 1)))
+        out.append('</section>')
+    return ''.join(out)

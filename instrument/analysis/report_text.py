@@ -12,7 +12,9 @@
 """The terminal report: plain text from a report dict.
 
 Sections in reading order: input and data loss, clock offsets, final
-states and rates, time per component, failures, SQL digest (the
+states and rates of boots, time per component of boots, the operations
+(an overview, then a section per operation other than boot that
+occurred: its states, rates, times, cells), failures, SQL digest (the
 pt-query-digest profile, then one block per class).  Numbers use
 pt-query-digest's units (``us``, ``ms``, ``s``).
 """
@@ -21,6 +23,7 @@ import datetime
 import typing
 
 from instrument.analysis import sqldigest
+from instrument.analysis import waits
 
 STATE_ORDER = ('success', 'rescheduled_success', 'compute_failure',
                'scheduling_failure', 'api_failure', 'incomplete')
@@ -48,6 +51,25 @@ def fmt_offset(us: float) -> str:
 def fmt_pct(value: typing.Optional[float]) -> str:
     """A share as a percentage with one decimal (``-`` for none)."""
     return '-' if value is None else '%.1f%%' % (100.0 * value)
+
+
+def clip_words(text: str, width: int, seps: str = ' ',
+               ellipsis: str = '...', hard: bool = True) -> str:
+    """``text`` in at most ``width`` characters: whole, or cut after the
+    last complete word that fits (words end at a character of ``seps``)
+    followed by ``ellipsis``; a first word longer than the room is cut
+    short with the ellipsis (empty instead when not ``hard``).  Empty
+    when not even the ellipsis fits."""
+    text = ' '.join(str(text).split())
+    if len(text) <= width:
+        return text
+    room = width - len(ellipsis)
+    if room <= 0:
+        return ''
+    cut = max(text.rfind(sep, 0, room + 1) for sep in seps)
+    if cut <= 0:
+        return text[:room] + ellipsis if hard else ''
+    return text[:cut].rstrip() + ellipsis
 
 
 def fmt_time(us: typing.Optional[int]) -> str:
@@ -90,6 +112,8 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _clocks(report, out)
     _states(report, out)
     _components(report, out)
+    _operations(report, out)
+    out.extend(waits.text_lines(report.get('waits')))
     _failures(report, out)
     _sql(report, out, sql_blocks)
     return '\n'.join(out) + '\n'
@@ -124,12 +148,24 @@ def _inputs(report: dict, out: list) -> None:
 def _load(report: dict, out: list) -> None:
     ld = report['load']
     bad = {k: v for k, v in ld['counts'].items() if v}
-    if not bad and not ld['loss'] and not ld['problems']:
+    if not bad and not ld['loss'] and not ld['problems'] and \
+            not ld.get('duplicate_spans') and not ld.get('unended'):
         out.append('# every line valid; no data loss reported')
         return
     _title(out, 'Input problems')
     for problem in ld['problems']:
         out.append('! ' + problem)
+    for row in ld.get('unended') or ():
+        out.append('! no end record from pid %s on %s (%s): killed, or '
+                   'still running when collected; last record at %s; up '
+                   'to one flush interval of its events may be missing' % (
+                       row['pid'], row['host'], row['file'],
+                       fmt_time(row['last_us'])))
+    for row in ld.get('duplicates') or ():
+        out.append('! %s: %d of its %d records were read before (a '
+                   'copy, or records written twice); left out of every '
+                   'figure' % (row['file'], row['duplicates'],
+                               row['records']))
     if bad:
         out.append('bad lines: ' + ', '.join(
             '%s %d' % (k, v) for k, v in bad.items()))
@@ -146,6 +182,44 @@ def _load(report: dict, out: list) -> None:
     if ld.get('duplicate_spans'):
         out.append('duplicate span records ignored: %d' %
                    ld['duplicate_spans'])
+
+
+def loss_note(report: dict) -> typing.Optional[str]:
+    """The warning that goes beside every figure computed from input
+    with losses, None without losses."""
+    q = report.get('quality') or {}
+    if not q.get('lost_records'):
+        return None
+    return ('! computed from input with losses: %d records lost in %d '
+            'process(es) on %s; %d of %d requests (%s) have events there '
+            'and may be incomplete or mis-timed (see Input problems)' % (
+                q['lost_records'], len(q['processes']),
+                ', '.join(q['hosts']), q['requests_affected'],
+                q['requests'], fmt_pct(q['requests_affected'] /
+                                       (q['requests'] or 1))))
+
+
+def _loss_note(report: dict, out: list) -> None:
+    note = loss_note(report)
+    if note:
+        out.append(note)
+
+
+def degraded_note(report: dict) -> typing.Optional[str]:
+    """Requests left out of the times: a span's end was lost."""
+    deg = report['summary'].get('degraded') or {}
+    if not deg.get('requests'):
+        return None
+    return ('! %d request(s) (%d boots) left out of these times: the end '
+            'of %d span(s) was lost (e.g. %s); their states still count' % (
+                deg['requests'], deg['boots'], deg['lost_ends'],
+                deg['examples'][0]))
+
+
+def _degraded_note(report: dict, out: list) -> None:
+    note = degraded_note(report)
+    if note:
+        out.append(note)
 
 
 def _clocks(report: dict, out: list) -> None:
@@ -172,6 +246,7 @@ def _clocks(report: dict, out: list) -> None:
                       'status'], rows, 'lrlrrl'))
     out.append('%d causal pairs from %d hops, %d group(s)' % (
         clk['pairs'], clk['hops']['hops'], clk['groups']))
+    out.extend(clock_notes(clk))
     for d in clk['dropped']:
         origin = d['origin']
         out.append('! inconsistent pair dropped: %s (%s:%s %s)' % (
@@ -183,9 +258,34 @@ def _clocks(report: dict, out: list) -> None:
                                          caus['checked']))
 
 
+def clock_notes(clk: dict) -> list:
+    """What the offsets are and which figures depend on them."""
+    hosts = clk['hosts']
+    widths = [i['high_us'] - i['low_us'] for i in hosts.values()
+              if i['status'] == 'corrected']
+    out = ['offset: the raw clock where causality allows it, else the '
+           'centre of the feasible interval (else its one end); times '
+           'between hosts (rpc, rpc.queue, the critical path, causality '
+           'checks) depend on it' + (
+               ', each uncertain by up to the widest interval involved '
+               '(widest here %s)' % fmt_us(max(widths)) if widths else '')]
+    one = sorted(h for h, i in hosts.items() if i['status'] == 'one-sided')
+    if one:
+        out.append('! bounded on one side only: %s (a clock off in the '
+                   'other direction is not seen; times across these '
+                   'hosts may be wrong)' % ', '.join(one))
+    none = sorted(h for h, i in hosts.items()
+                  if i['status'] == 'uncorrected')
+    if none and len(none) < len(hosts):
+        out.append('! no causal pairs: %s (their raw clocks are used '
+                   'as they are)' % ', '.join(none))
+    return out
+
+
 def _states(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Requests')
+    _loss_note(report, out)
     out.append('%d boot requests (%d instances), %d other API requests' % (
         s['boots'], s['instances'], s['other_requests']))
     total = s['instances'] or 1
@@ -202,8 +302,12 @@ def _states(report: dict, out: list) -> None:
                    s['throughput_rps'], s['success_throughput_rps'],
                    s['duration_s'], s['concurrency']['max'],
                    s['concurrency']['mean']))
+    if s['concurrency'].get('counted'):
+        out.append('(concurrency counts %s)' % s['concurrency']['counted'])
     stopped = {}
     for row in report['requests']:
+        if row['kind'] != 'boot':
+            continue
         for inst in row['instances']:
             if inst['state'] == 'incomplete' and inst['stopped']:
                 key = (inst['stopped']['ev'], inst['stopped']['host'],
@@ -220,6 +324,8 @@ def _states(report: dict, out: list) -> None:
 def _components(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Time per successful boot, exclusive, per component')
+    _loss_note(report, out)
+    _degraded_note(report, out)
     lat = s['latency']
     if not lat.get('count'):
         out.append('no successful boot')
@@ -259,14 +365,16 @@ def _components(report: dict, out: list) -> None:
 
 def _failures(report: dict, out: list) -> None:
     _title(out, 'Failures (where raised, messages normalised)')
+    _loss_note(report, out)
     if not report['failures']:
         out.append('none')
     else:
-        rows = [(f['component'], f['ev'], f['cls'].rsplit('.', 1)[-1],
-                 f['count'], f['message'][:70])
+        rows = [(f.get('operation', '-'), f['component'], f['ev'],
+                 f['cls'].rsplit('.', 1)[-1], f['count'],
+                 clip_words(f['message'], 70))
                 for f in report['failures']]
-        out.extend(table(['component', 'event', 'error', 'count',
-                          'message'], rows, 'lllrl'))
+        out.extend(table(['operation', 'component', 'event', 'error',
+                          'count', 'message'], rows, 'llllrl'))
     if report['retries']:
         out.append('')
         out.append('DB retries (oslo.db wrap_db_retry):')
@@ -279,6 +387,7 @@ def _sql(report: dict, out: list, blocks: int) -> None:
     sql = report['sql']
     _title(out, 'SQL profile (grouped by %s, ordered by %s)' % (
         sql['group_by'], sql['order_by']))
+    _loss_note(report, out)
     if not sql['rows']:
         out.append('no SQL statements')
         return
@@ -362,3 +471,100 @@ def class_block(r: dict, group_by: str) -> list:
     if r.get('fingerprint'):
         lines.append(r['fingerprint'] + '\\G')
     return lines
+
+
+def _operations(report: dict, out: list) -> None:
+    """The overview of every operation, then one section per operation
+    other than boot (whose sections come first)."""
+    ops = report.get('operations') or {}
+    if not ops:
+        return
+    _title(out, 'Operations (every request named by what it reached)')
+    note = loss_note(report)
+    if note:
+        out.append(note)
+    rows = []
+    for op, f in ops.items():
+        lat = f['latency']
+        rows.append((op, f['requests'], f['instances'],
+                     fmt_pct(f['success_rate']), fmt_pct(f['retry_rate']),
+                     fmt_us(lat.get('median')), fmt_us(lat.get('p95')),
+                     f['concurrency']['max']))
+    out.extend(table(['operation', 'requests', 'instances', 'success',
+                      'retried', 'median', 'p95', 'max in flight'], rows))
+    out.append('(in flight counts %s)' % next(iter(ops.values()))[
+        'concurrency']['counted'])
+    for op, f in ops.items():
+        if op in ('boot', 'other'):
+            continue
+        operation_section(op, f, out, note)
+
+
+def operation_section(op: str, f: dict, out: list,
+                      note: typing.Optional[str] = None) -> None:
+    """The text section of one operation (``report['operations'][op]``);
+    ``note``: the warning of a lossy input (``loss_note``)."""
+    _title(out, 'Operation: %s' % op)
+    if note:
+        out.append(note)
+    out.append('%d requests (%d instances) over %.1f s, %.2f/s; success '
+               'rate %s, retried on another host %s, with DB retries %s; '
+               'in flight max %d, mean %.1f' % (
+                   f['requests'], f['instances'], f['duration_s'],
+                   f['throughput_rps'], fmt_pct(f['success_rate']),
+                   fmt_pct(f['retry_rate']), fmt_pct(f['db_retry_rate']),
+                   f['concurrency']['max'], f['concurrency']['mean']))
+    total = f['instances'] or 1
+    rows = [(state, f['states'].get(state, 0),
+             fmt_pct(f['states'].get(state, 0) / total),
+             ' '.join(f['state_requests'].get(state, [])[:1]))
+            for state in f['state_order'] if f['states'].get(state)]
+    out.extend(table(['final state', 'count', 'share', 'e.g.'], rows,
+                     'lrrl'))
+    if f['causes']:
+        out.append('causes:')
+        for c in f['causes']:
+            out.append('  %-22s %-48s %4d' % (c['state'], c['cls'],
+                                               c['count']))
+    if f['stopped']:
+        out.append('incomplete, stopped at:')
+        for st in f['stopped']:
+            out.append('  %-44s %-12s %-5s %4d  e.g. %s' % (
+                st['ev'], st['host'], 'open' if st['open'] else 'ended',
+                st['count'], st['requests'][0]))
+    lat = f['latency']
+    if lat.get('count'):
+        comp_rows: list = []
+        for name in f['component_order']:
+            st = f['components'].get(name, {})
+            if not st.get('count') or not st['max']:
+                continue
+            comp_rows.append((name, fmt_us(st['median']),
+                              fmt_us(st['p95']), fmt_us(st['max']),
+                              fmt_us(st['mean']),
+                              fmt_pct(f['critical_path_share'].get(name,
+                                                                   0))))
+        comp_rows.append(('end to end', fmt_us(lat['median']),
+                          fmt_us(lat['p95']), fmt_us(lat['max']),
+                          fmt_us(lat['mean']), '100%'))
+        out.append('time per successful request, exclusive, per '
+                   'component (%d requests):' % lat['count'])
+        out.extend(table(['component', 'median', 'p95', 'max', 'mean',
+                          'crit.path'], comp_rows))
+    if len(f['levels']) > 1:
+        out.append('median end to end by %s in flight at start: %s' % (
+            op, ', '.join('%s: %s (%d)' % (
+                lv['level'], fmt_us(lv['latency']['median']),
+                lv['requests']) for lv in f['levels'])))
+    cells = f.get('cells')
+    if cells and cells['cells']:
+        modes = ', '.join('%s %d' % kv for kv in sorted(
+            cells['modes'].items()))
+        out.append('cells queried: %s (requests); slow cell: %s' % (
+            modes, cells['slow_cell']))
+        out.extend(table(['cell', 'database', 'queries', 'median', 'p95',
+                          'max', 'errors'], [
+            (name, c['db'] or '-', c['time'].get('count', 0),
+             fmt_us(c['time'].get('median')), fmt_us(c['time'].get('p95')),
+             fmt_us(c['time'].get('max')), c['errors'])
+            for name, c in cells['cells'].items()], 'llrrrrr'))

@@ -31,6 +31,7 @@ import typing
 
 from instrument.analysis import breakdown
 from instrument.analysis import classify
+from instrument.analysis import operations
 from instrument import schema
 
 RECENT = 100_000
@@ -74,7 +75,8 @@ class Assembler:
         self.on_summary = on_summary
         self.keep_lifecycles = keep_lifecycles
         self.summaries = []
-        # (svc, ev, cls, normalised message): [count, [request ids]]
+        # (operation, svc, ev, cls, normalised message):
+        # [count, [request ids]]
         self.failures = {}
         # (func, cls): count
         self.retries = collections.Counter()
@@ -222,7 +224,7 @@ class Assembler:
                 summary.start):
             self.outside += 1
             return
-        self._failures(r, tree)
+        self._failures(r, tree, summary.kind)
         self._causality(r, tree)
         self.summaries.append(summary)
         keep = self.keep_lifecycles
@@ -240,17 +242,18 @@ class Assembler:
         if len(row[1]) < 5 and req not in row[1]:
             row[1].append(req)
 
-    def _failures(self, r: OpenRequest, tree) -> None:
+    def _failures(self, r: OpenRequest, tree, op: str) -> None:
+        # one row per (operation, component, event, error, message)
         norm = self.normalise
         for sid in tree.origins():
             s = r.spans[sid]
             err = s[classify.S_ERR] or {}
-            self._add_failure((s[classify.S_SVC], s[classify.S_EV],
+            self._add_failure((op, s[classify.S_SVC], s[classify.S_EV],
                                err.get('cls') or 'error',
                                norm(err.get('msg'))), r.req)
         for _parent, cls, msg, svc, _host in r.sql_errors:
-            self._add_failure((svc, 'sql.query', cls or 'error', norm(msg)),
-                              r.req)
+            self._add_failure((op, svc, 'sql.query', cls or 'error',
+                               norm(msg)), r.req)
 
     def _causality(self, r: OpenRequest, tree) -> None:
         """Check cross-host hops against the corrected clocks."""
@@ -283,6 +286,12 @@ class Assembler:
 def _terminal(r: OpenRequest) -> bool:
     """Has the request reached an outcome (no more events expected)?"""
     spans = r.spans
+    op = operations.operation_of(spans)
+    if op != operations.OP_BOOT:
+        if op == operations.OTHER:
+            return any(s[0] == 'api.request' and s[5] is not None
+                       for s in spans.values())
+        return operations.terminal(op, spans)
     boot = False
     api_done = False
     insts = set()

@@ -100,9 +100,12 @@ def order(indices: typing.Iterable[int],
         yield i, (heap[0][0] if heap else None)
 
 
-def open_files(paths: list, offsets: dict = None) -> list:
+def open_files(paths: list, offsets: dict = None,
+               host_offsets: typing.Optional[dict] = None) -> list:
     """``SpanFile`` readers; ``offsets`` maps file index to the clock
-    correction of its host."""
+    correction of its (first) host, ``host_offsets`` host name to its
+    correction (each line of a file that several hosts wrote is placed
+    with its own host's)."""
     offsets = offsets or {}
-    return [load.SpanFile(path, i, offsets.get(i, 0))
+    return [load.SpanFile(path, i, offsets.get(i, 0), host_offsets)
             for i, path in enumerate(paths)]

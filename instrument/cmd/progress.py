@@ -19,6 +19,7 @@ erased.  It draws nothing when the output is not a terminal or the
 input is small (under 20 MB it is read in seconds).
 """
 
+import math
 import sys
 import time
 import typing
@@ -38,7 +39,8 @@ class ProgressLine:
         self.enabled: typing.Optional[bool] = None
         self.stage: typing.Optional[str] = None
         self.started = time.monotonic()
-        self.last = 0.0
+        # the first call draws, whatever the monotonic clock reads
+        self.last = -math.inf
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if self.enabled is None:

@@ -25,6 +25,7 @@ import random
 
 from tests.synthetic import files
 from tests.synthetic import nova
+from tests.synthetic import operations
 from tests.synthetic import procs
 from tests.synthetic import spans
 from tests.synthetic import truth
@@ -40,11 +41,16 @@ class Cloud:
                  p_deadlock: float = 0.04, p_multi: float = 0.05,
                  p_other: float = 0.1, max_attempts: int = 3,
                  bad_input: bool = False, gzip_computes: bool = True,
-                 log_sink: bool = True) -> None:
+                 log_sink: bool = True, p_ops: float = 0.0,
+                 p_op_fail: float = 0.15,
+                 parallel_cells: bool = True) -> None:
         self.rng = random.Random(seed)
         self.p = dict(quota=p_quota, novalidhost=p_novalidhost,
                       port=p_port, resched=p_resched, hang=p_hang,
                       deadlock=p_deadlock, multi=p_multi, other=p_other)
+        # share of requests that are server actions other than create
+        # (operations.py; 0: none, and no random draw for them)
+        self.p_ops = p_ops
         self.max_attempts = max_attempts
         self.bad_input = bad_input
         self.truth = truth.Truth()
@@ -79,6 +85,9 @@ class Cloud:
         self.load = 1.0
         self.spans = spans.Spans(self)
         self.nova = nova.NovaRequests(self, self.spans)
+        self.ops = operations.OperationRequests(
+            self, self.spans, p_fail=p_op_fail,
+            parallel_cells=parallel_cells)
 
     def _proc(self, host: str, svc: str, service: str, pid: int,
               **kwargs) -> procs.Proc:
@@ -115,7 +124,9 @@ class Cloud:
                 for proc in self.computes:
                     self.nova.periodic_agg(proc, next_agg, 60)
                 next_agg += 60_000_000
-            if self.rng.random() < self.p['other']:
+            if self.p_ops and self.rng.random() < self.p_ops:
+                self.ops.any(t)
+            elif self.rng.random() < self.p['other']:
                 self.nova.other(t)
             else:
                 self.nova.boot(t)

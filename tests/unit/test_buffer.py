@@ -227,7 +227,9 @@ class BufferTest(base.TestCase):
         buf.emit(_event(1))
         buf.close()
         buf.close()
-        self.assertEqual(1, len(sink.records))
+        # the event, then one end record (a clean stop says so)
+        self.assertEqual(2, len(sink.records))
+        self.assertEqual('process.end', sink.records[-1]['ev'])
 
 
 FORK_SCRIPT = '''

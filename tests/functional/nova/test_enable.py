@@ -120,7 +120,12 @@ class NotifierPathTest(testtools.TestCase):
         # oslo.messaging and SQLAlchemy; the exit flush).
         self.assertEqual({'nova': 'installed', 'oslo_messaging': 'installed',
                           'process': 'installed',
-                          'sqlalchemy': 'installed'}, result['targets'])
+                          'sqlalchemy': 'installed',
+                          'oslo_concurrency': 'installed',
+                          'db_pool': 'installed',
+                          'nova_pools': 'installed'}, result['targets'])
+        # the locks are timed
+        self.assertIn('oslo_concurrency.lockutils:lock', patched)
         [name] = os.listdir(spans)
         self.assertTrue(name.startswith('cmp-017_nova-compute_'), name)
         with open(os.path.join(spans, name)) as f:

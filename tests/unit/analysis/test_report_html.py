@@ -11,9 +11,11 @@
 # under the License.
 """The HTML report: self-contained, every input string escaped."""
 
+import html
 import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,9 +23,13 @@ import tempfile
 import fixtures
 import testtools
 
+from instrument.analysis import charts
 from instrument.analysis import pipeline
 from instrument.analysis import report_html
+from instrument.analysis import report_text
 from instrument import record
+from tests import synthetic
+from tests.unit.analysis import test_charts
 
 EVIL = '<script>alert(1)</script>'
 EVIL_HOST = 'cmp"><img src=x onerror=alert(2)>'
@@ -116,3 +122,208 @@ class HtmlTest(testtools.TestCase):
             capture_output=True, timeout=120, check=False)
         with open(shot, 'rb') as f:
             self.assertEqual(b'\x89PNG', f.read(4))
+
+
+def _texts(svg: str) -> list:
+    """(attributes, text) of every ``<text>`` of ``svg``."""
+    out = []
+    for attrs, body in re.findall(r'<text([^>]*)>([^<]*)</text>', svg):
+        out.append((dict(re.findall(r'([\w-]+)="([^"]*)"', attrs)),
+                    html.unescape(body)))
+    return out
+
+
+def _svgs(page: str) -> list:
+    """Each ``<svg>`` of ``page`` with the HTML that follows it up to the
+    next heading or chart (where its legend is)."""
+    out = []
+    for chunk in page.split('<svg ')[1:]:
+        svg, _, after = chunk.partition('</svg>')
+        after = re.split(r'<h[1-6]|<svg ', after)[0]
+        out.append(('<svg ' + svg + '</svg>', after))
+    return out
+
+
+class ReadableTest(testtools.TestCase):
+    """Issue 14 item 8: axes, legends, contrast, words, headings."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.dir = tempfile.mkdtemp()
+        synthetic.generate(cls.dir, seed=21, requests=120)
+        cls.report = pipeline.analyse([cls.dir])
+        cls.page = report_html.render(cls.report)
+        cls.text = report_text.render(cls.report)
+        cls.charts = _svgs(cls.page)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        super().tearDownClass()
+
+    def assert_round_axis(self, labels: list) -> None:
+        self.assertGreaterEqual(len(labels), 3, labels)
+        # numbers only: the unit is in the axis title, never per tick
+        values = [float(v) for v in labels]
+        self.assertEqual(0, values[0])
+        step = values[1] - values[0]
+        self.assertTrue(test_charts.is_round_step(step), labels)
+        for a, b in zip(values, values[1:], strict=False):
+            self.assertAlmostEqual(step, b - a, places=6)
+
+    def test_no_citations_of_an_absent_document(self):
+        for out in (self.page, self.text):
+            self.assertIsNone(re.search(r'(Figure|Table) \d', out))
+
+    def test_every_axis_round_in_one_unit_with_a_title(self):
+        axes = 0
+        for svg, _after in self.charts:
+            texts = _texts(svg)
+            for kind in ('y', 'x'):
+                ticks = [t for a, t in texts if a.get('class') == kind +
+                         'tick']
+                if not ticks:
+                    continue
+                axes += 1
+                self.assert_round_axis(ticks)
+                titles = [t for a, t in texts
+                          if a.get('class') == kind + 'title']
+                self.assertEqual(1, len(titles), svg[:200])
+                self.assertTrue(titles[0].strip())
+        # the stacked bars (y), in flight (x, y), one x per timeline
+        self.assertGreaterEqual(axes, 3 + len(self.charts) - 2)
+
+    def test_component_chart_states_its_unit(self):
+        svg, legend = self.charts[0]
+        (title,) = [t for a, t in _texts(svg) if a.get('class') == 'ytitle']
+        self.assertRegex(title, r'^mean time per successful boot \((s|ms)\)$')
+        for name in ('compute.spawn', 'compute.network', 'sql'):
+            self.assertIn('</i>%s</span>' % name, legend)
+
+    def test_component_chart_names_its_operation(self):
+        s = self.report['summary']
+        out = report_html.stacked_levels(s['levels'], s['component_order'],
+                                         {}, subject='resize')
+        titles = [t for a, t in _texts(out) if 'title' in a.get('class', '')]
+        self.assertRegex(titles[0], r'^mean time per successful resize ')
+        self.assertIn('when the resize started', titles[1])
+
+    def test_in_flight_chart_axes(self):
+        svg, _legend = self.charts[1]
+        texts = _texts(svg)
+        self.assertIn(('requests in flight'), [
+            t for a, t in texts if a.get('class') == 'ytitle'])
+        (xtitle,) = [t for a, t in texts if a.get('class') == 'xtitle']
+        self.assertEqual('time since the first request started (s)', xtitle)
+        run_s = self.report['summary']['concurrency']['series'][-1][0]
+        xt = [float(t) for a, t in texts if a.get('class') == 'xtick']
+        self.assertGreaterEqual(xt[-1], run_s)
+        self.assertLess(xt[-2], run_s)
+
+    def test_timelines_have_legends_and_labels(self):
+        events = {e['ev'] for t in self.report['timelines']
+                  for e in t.get('lifecycle') or []}
+        timelines = [(s, a) for s, a in self.charts
+                     if 'aria-label="timeline of' in s]
+        self.assertGreaterEqual(len(timelines), 3)
+        labelled = 0
+        for svg, after in timelines:
+            self.assertIn('class="legend"', after)
+            fills = set(re.findall(r'<rect [^>]*fill="(#[0-9a-f]{6})"', svg))
+            for fill in fills:
+                self.assertIn('background:' + fill, after)
+            if 'stroke="#000"' in svg:
+                self.assertIn('critical path', after)
+                self.assertIn('thin black mark', after)
+            if 'stroke-dasharray' in svg:
+                self.assertIn('never ended', after)
+            if 'fill-opacity' in svg:
+                self.assertIn('ended in an error', after)
+            for attrs, label in _texts(svg):
+                if attrs.get('class') != 'barlabel':
+                    continue
+                labelled += 1
+                if label in events:
+                    continue
+                # cut at a word: the rest of the name starts at . _ or ' '
+                self.assertTrue(label.endswith('\u2026'), label)
+                stem = label[:-1]
+                self.assertTrue(any(
+                    ev.startswith(stem) and ev[len(stem)] in '._ '
+                    for ev in events), label)
+        self.assertGreater(labelled, 10)
+
+    def test_text_contrast(self):
+        """Every text colour against its background, >= 4.5:1."""
+        checked = 0
+        for svg, _after in self.charts:
+            for attrs, _t in _texts(svg):
+                fg = attrs.get('fill', '#000000')
+                bg = attrs.get('data-bg', charts.PAPER)
+                self.assertGreaterEqual(charts.contrast(fg, bg), 4.5,
+                                        (fg, bg, attrs))
+                checked += 1
+            # text in parts of a <text> (on the chart's white)
+            for fg in re.findall(r'<tspan[^>]* fill="(#[0-9a-fA-F]{3,6})"',
+                                 svg):
+                self.assertGreaterEqual(
+                    charts.contrast(fg, charts.PAPER), 4.5, fg)
+        css = re.search(r'<style>(.*)</style>', self.page, re.S).group(1)
+        colours = re.findall(r'(?<![-\w])color:(#[0-9a-fA-F]{3,6})', css)
+        backgrounds = re.findall(r'background:(#[0-9a-fA-F]{3,6})', css)
+        self.assertIn('#222', colours)
+        for fg in colours:
+            for bg in backgrounds + [charts.PAPER]:
+                self.assertGreaterEqual(charts.contrast(fg, bg), 4.5,
+                                        (fg, bg))
+                checked += 1
+        self.assertGreater(checked, 100)
+
+    def test_text_report_cuts_messages_at_a_word(self):
+        section = self.text.split('Failures (')[1].split('\n\n')[0]
+        messages = {' '.join(f['message'].split())
+                    for f in self.report['failures']}
+        # (a warning line under the title when the input lost records)
+        lines = [line for line in section.splitlines()
+                 if not line.startswith('! ')]
+        # the message is the last column, whatever columns come before
+        columns = len(re.split(r'\s{2,}', lines[2].strip()))
+        self.assertEqual('message', lines[2].split()[-1])
+        cut = 0
+        for line in lines[4:]:
+            shown = re.split(r'\s{2,}', line.strip(),
+                             maxsplit=columns - 1)[-1]
+            if shown in messages:
+                continue
+            cut += 1
+            self.assertTrue(shown.endswith('...'), shown)
+            stem = shown[:-3]
+            self.assertTrue(any(m.startswith(stem) and m[len(stem)] == ' '
+                                for m in messages), shown)
+        self.assertGreaterEqual(cut, 1)
+
+    def test_no_horizontal_scroll_in_chromium(self):
+        """At 800 and 1400 px the page needs no horizontal scrolling
+        (the charts scale down; tables wrap between words)."""
+        chromium = shutil.which('chromium')
+        if chromium is None:
+            self.skipTest('chromium is not installed')
+        page = os.path.join(self.dir, 'probe.html')
+        with open(page, 'w') as f:
+            f.write(self.page.replace(
+                '</body>', '<script>document.title = "scroll-width " + '
+                'document.documentElement.scrollWidth</script></body>'))
+        for width in (800, 1400):
+            profile = tempfile.mkdtemp(dir=self.dir)
+            dom = subprocess.run(
+                [chromium, '--headless', '--no-sandbox', '--disable-gpu',
+                 '--no-first-run', '--disable-background-networking',
+                 '--disable-component-update', '--disable-sync',
+                 '--user-data-dir=' + profile, '--dump-dom',
+                 '--window-size=%d,1000' % width, 'file://' + page],
+                capture_output=True, text=True, timeout=120,
+                check=False).stdout
+            found = re.search(r'<title>scroll-width (\d+)</title>', dom)
+            self.assertIsNotNone(found, dom[:300])
+            self.assertLessEqual(int(found.group(1)), width)

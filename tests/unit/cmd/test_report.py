@@ -55,7 +55,7 @@ class CommandTest(testtools.TestCase):
         self.assertEqual(2, len(data['sql']['rows']))
         self.assertEqual(120, len(data['requests']))
         with open(out_html) as f:
-            self.assertIn('Figure 3-1', f.read())
+            self.assertIn('Where a successful boot spends its time', f.read())
 
     def fails(self, argv: list, message: str, status: int = 2) -> None:
         """``argv`` exits with ``status`` and one line on stderr."""

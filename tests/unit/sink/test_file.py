@@ -218,8 +218,9 @@ class LogSinkTest(SetupTestBase):
                  if line.startswith('INFO instrument.spans ')]
         records = [json.loads(line.split(' ', 2)[2]) for line in lines]
         self.assertEqual(['process.start', 'process.points',
-                          'compute.quick'], [r['ev'] for r in records])
-        self.assertEqual('X', records[-1]['ph'])
+                          'compute.quick', 'process.end'],
+                         [r['ev'] for r in records])
+        self.assertEqual('X', records[-2]['ph'])
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'spans')))
 
     def test_file_and_log_at_once(self):
@@ -229,8 +230,8 @@ class LogSinkTest(SetupTestBase):
         runtime.teardown()
         [records] = base.read_span_files(
             os.path.join(self.tmp, 'spans')).values()
-        self.assertEqual(3, len(records))
-        self.assertEqual(3, self.logger.output.count('INFO instrument.spans'))
+        self.assertEqual(4, len(records))
+        self.assertEqual(4, self.logger.output.count('INFO instrument.spans'))
 
 
 class SetupTest(SetupTestBase):
@@ -347,8 +348,9 @@ class RotationTest(_SinkTestBase):
         rt.buffer.drain()
         runtime.teardown()
         with open(sink.path) as f:
-            [rec] = [json.loads(line) for line in f]
+            rec, end = [json.loads(line) for line in f]
         self.assertEqual('compute.quick', rec['ev'])
+        self.assertEqual('process.end', end['ev'])
 
     def setup_runtime(self):
         self.mod_name = self.make_module(SERVICE)

@@ -22,7 +22,10 @@ from stevedore import extension
 from instrument import patcher
 from instrument import runtime
 from instrument.targets import base as targets_base
+from instrument.targets import db_pool
 from instrument.targets import nova
+from instrument.targets import nova_pools
+from instrument.targets import oslo_concurrency
 from instrument.targets import oslo_messaging
 from instrument.targets import process
 from instrument.targets import sqlalchemy
@@ -56,7 +59,7 @@ print(json.dumps({
     'targets': [t.name for t in targets], 'failures': failures,
     'checks': checks,
     'imported': sorted(m for m in ('nova', 'oslo_messaging', 'sqlalchemy',
-                                   'oslo_db', 'pymysql')
+                                   'oslo_db', 'pymysql', 'oslo_concurrency')
                        if m in sys.modules)}))
 '''
 
@@ -165,7 +168,10 @@ class LifecycleTest(base.TestCase):
                                    'SQLAlchemy': '2.0.40'}))
         active = runtime.setup(self.make_conf(), 'nova-compute')
         self.assertEqual({
+            'db_pool': 'installed',
             'nova': 'skipped: nova is not installed',
+            'nova_pools': 'skipped: nova is not installed',
+            'oslo_concurrency': 'skipped: oslo.concurrency is not installed',
             'oslo_messaging': 'installed', 'process': 'installed',
             'sqlalchemy': 'installed'}, active.status)
         self.assertIn('oslo_messaging.rpc.dispatcher:RPCDispatcher.'
@@ -177,7 +183,8 @@ class LifecycleTest(base.TestCase):
         proc = self.run_script(LOAD_AND_CHECK)
         self.assertEqual(0, proc.returncode, proc.stderr)
         out = json.loads(proc.stdout)
-        self.assertEqual(['nova', 'oslo_messaging', 'process', 'sqlalchemy'],
+        self.assertEqual(['db_pool', 'nova', 'nova_pools', 'oslo_concurrency',
+                          'oslo_messaging', 'process', 'sqlalchemy'],
                          out['targets'])
         self.assertEqual({}, out['failures'])
         self.assertEqual('nova is not installed', out['checks']['nova'])
@@ -190,7 +197,10 @@ class EntryPointTest(base.TestCase):
         targets, failures = runtime.load_targets()
         self.assertEqual({}, failures)
         self.assertEqual({
+            'db_pool': db_pool.DbPoolTarget,
             'nova': nova.NovaTarget,
+            'nova_pools': nova_pools.NovaPoolsTarget,
+            'oslo_concurrency': oslo_concurrency.OsloConcurrencyTarget,
             'oslo_messaging': oslo_messaging.OsloMessagingTarget,
             'process': process.ProcessTarget,
             'sqlalchemy': sqlalchemy.SqlAlchemyTarget,

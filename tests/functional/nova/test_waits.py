@@ -1,0 +1,172 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Concurrent boots on one compute contend for ``compute_resources``:
+the claims' lock waits are recorded and reported by the analyser.
+
+Three instances of one request are built on the only compute at once.
+The claim that takes ``compute_resources`` first holds it (inside
+nova's ``instance_claim``) until the other two claims have been called
+and then a little longer, so each of them must wait at least that
+long: the test makes the contention, nova's own lock does the rest.
+"""
+
+import threading
+import time
+
+import fixtures
+
+from instrument.analysis import pipeline
+from instrument import threads
+from tests.functional.nova import base
+
+INSTANCES = 3
+HOLD_S = 0.3
+
+
+class ClaimContentionTest(base.InstrumentedCloud):
+
+    settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
+
+    def setUp(self):
+        super().setUp()
+        from nova.compute import resource_tracker
+        rt_cls = resource_tracker.ResourceTracker
+        arrived = []
+        all_here = threading.Event()
+        claim = rt_cls.instance_claim  # nova's, under the compute.claim span
+
+        def counting_claim(rt, *args, **kwargs):
+            arrived.append(1)
+            if len(arrived) >= INSTANCES:
+                all_here.set()
+            return claim(rt, *args, **kwargs)
+
+        set_host = rt_cls._set_instance_host_and_node
+        held = []
+
+        def slow_set_host(rt, *args, **kwargs):
+            # under compute_resources (instance_claim holds it)
+            if not held:
+                held.append(1)
+                all_here.wait(30)
+                time.sleep(HOLD_S)
+            return set_host(rt, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.compute.resource_tracker.ResourceTracker.instance_claim',
+            counting_claim))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.compute.resource_tracker.ResourceTracker.'
+            '_set_instance_host_and_node', slow_set_host))
+
+    def _boot_many(self) -> list:
+        server = self._build_server(networks='none')
+        server['min_count'] = INSTANCES
+        server['return_reservation_id'] = True
+        resv = self.api.post_server({'server': server})['reservation_id']
+        servers = self.api.get_servers(
+            detail=True, search_opts={'reservation_id': resv})
+        self.assertEqual(INSTANCES, len(servers))
+        return [self._wait_for_state_change(s, 'ACTIVE') for s in servers]
+
+    def test_claim_waits_on_compute_resources(self):
+        servers = self._boot_many()
+        uuids = {s['id'] for s in servers}
+
+        def claims_done(spans):
+            return len([r for r in spans.done('compute.claim')
+                        if set(r.get('inst') or ()) & uuids]) >= INSTANCES
+        spans = self.spans(until=claims_done)
+        claims = {r['span']: r for r in spans.done('compute.claim')
+                  if set(r.get('inst') or ()) & uuids}
+        self.assertEqual(INSTANCES, len(claims))
+        waits = [r for r in spans.done('lock.wait')
+                 if r['attrs']['lock'] == 'compute_resources' and
+                 r.get('parent') in claims]
+        # one acquisition per claim, inside it, same request
+        self.assertEqual(INSTANCES, len(waits), waits)
+        req = {c['req'] for c in claims.values()}
+        self.assertEqual(1, len(req))
+        for w in waits:
+            claim = claims[w['parent']]
+            self.assertEqual(claim['req'], w['req'])
+            self.assertEqual(claim['inst'], w['inst'])
+            self.assertEqual('compute.claim', w['attrs']['call'])
+            self.assertTrue(w['attrs']['fair'])
+            self.assertEqual('host1', w['host'])
+            # the lock is taken and released inside the claim
+            self.assertGreaterEqual(claim['dur_us'],
+                                    w['dur_us'] + w['attrs']['held_us'])
+            self.assertGreaterEqual(w['ts'], claim['ts'])
+        # two claims were called while the first held the lock, which
+        # it kept HOLD_S longer: they waited at least that
+        waited = sorted(w['dur_us'] for w in waits)
+        self.assertGreaterEqual(waited[-1], HOLD_S * 1e6)
+        self.assertGreaterEqual(waited[-2], HOLD_S * 1e6)
+        # the wait and the hold account for the waiting claims' time:
+        # what is left is nova's work outside the lock
+        for w in waits:
+            if w['dur_us'] >= HOLD_S * 1e6:
+                claim = claims[w['parent']]
+                covered = w['dur_us'] + w['attrs']['held_us']
+                self.assertGreater(covered / claim['dur_us'], 0.8,
+                                   (w, claim))
+
+        # the instance-uuid lock of each build shows up too
+        uuid_locks = [r for r in spans.done('lock.wait')
+                      if r['attrs']['lock'] in uuids]
+        self.assertEqual(uuids, {r['attrs']['lock'] for r in uuid_locks})
+        for r in uuid_locks:
+            self.assertEqual('compute.build_and_run_instance',
+                             r['attrs']['call'])
+        # eventlet: the build slot (max_concurrent_builds) is timed;
+        # under native threads nova has no semaphore there
+        slots = [r for r in spans.done('pool.wait')
+                 if set(r.get('inst') or ()) & uuids]
+        if threads.eventlet_patched():
+            self.assertEqual(INSTANCES, len(slots))
+            self.assertEqual({'max_concurrent_builds'},
+                             {r['attrs']['pool'] for r in slots})
+        else:
+            self.assertEqual([], slots)
+
+        # the analyser reports it, from the span files alone
+        report = pipeline.analyse([self.span_dir])
+        top = {(r['kind'], r['name']): r for r in report['waits']['top']}
+        lock = top[('lock', 'compute_resources')]
+        self.assertGreaterEqual(lock['count'], INSTANCES)
+        self.assertEqual(waited[-1], lock['max_us'])
+        self.assertIn(lock['longest_hold']['call'],
+                      ('compute.claim', 'compute.update_available_resource',
+                       None))
+        rows = {(r['op'], r['component']): r
+                for r in report['waits']['work_vs_wait']}
+        claim_row = rows[('boot', 'compute.claim')]
+        names = {(w['kind'], w['name']): w for w in claim_row['waits']}
+        wait_row = names[('lock', 'compute_resources')]
+        [request] = [r for r in report['requests'] if r['req'] in req]
+        in_claim = [w for w in request['waits']
+                    if w['in'] == 'compute.claim' and
+                    w['name'] == 'compute_resources']
+        # what the analyser charges is what the claims waited
+        self.assertEqual(sum(w['dur_us'] for w in waits),
+                         in_claim[0]['wait_us'])
+        self.assertEqual(in_claim[0]['wait_us'] / claim_row['requests'],
+                         wait_row['mean_us'])
+        # taken out of the claims' exclusive time, into wait.lock
+        self.assertGreaterEqual(request['components_us']['wait.lock'],
+                                in_claim[0]['wait_us'])
+        self.assertLess(request['components_us']['compute.claim'],
+                        sum(c['dur_us'] for c in claims.values()) -
+                        in_claim[0]['wait_us'] + 1)
+        # the last claim's wait is on the request's critical path
+        self.assertGreaterEqual(in_claim[0]['critical_us'], HOLD_S * 1e6)
