@@ -188,7 +188,10 @@ class PatchPoint:
     ``remote_parent`` pick values out of the call (``Arg``/``SelfAttr``
     specs or ``(instance, args, kwargs)`` callables, ``args`` without
     ``self``); ``on_enter``/``on_exit``/``on_error`` return small attrs
-    dicts; ``result_instances`` takes the instance uuids from the result.
+    dicts; ``result_instances`` takes the instance uuids from the result;
+    ``when`` (an ``(instance, args, kwargs)`` callable) returning false
+    lets a call through unrecorded (a point that matters in one service
+    only).
     ``kind`` HOOK records nothing: ``on_enter`` may return ``(args,
     kwargs)`` to call the target with instead, ``on_exit`` sees the
     result.  ``alternatives`` are other ``(module, target)`` places of
@@ -209,6 +212,7 @@ class PatchPoint:
     service_from: Extractor | None = None
     result_instances: typing.Callable | None = None
     detail: bool = False
+    when: typing.Callable | None = None
     alternatives: tuple = ()
     kind: str = SPAN
     #: False: a call outside any span (and without a context of its

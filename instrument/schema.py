@@ -301,6 +301,22 @@ ATTR_EXTERNAL = 'external'      # also a file lock (other processes)
 ATTR_POOL = 'pool'              # name of the pool a task waited for
 ATTR_SIZE = 'size'              # pool size (connections, slots)
 
+# server actions other than create (issue 12; doc/source/events.rst)
+ATTR_ROLE = 'role'              # a compute span's side of a move:
+ROLE_SOURCE = 'source'          # the host the instance leaves
+ROLE_DEST = 'destination'       # the host it goes to
+ATTR_SOURCE = 'source'          # source host (from the migration record)
+ATTR_DEST = 'dest'              # destination host, asked for or chosen
+ATTR_MIGRATION_TYPE = 'migration_type'      # resize, migration, ...
+ATTR_MIGRATION_STATUS = 'migration_status'  # a rollback's new status
+ATTR_FLAVOR_ID = 'flavor_id'    # api.compute.resize; null: cold migrate
+ATTR_LIVE = 'live'              # conductor.migrate_server
+ATTR_EVACUATE = 'evacuate'      # a rebuild that is an evacuation
+ATTR_REBOOT_TYPE = 'reboot_type'    # SOFT / HARD
+ATTR_CELL = 'cell'              # api.cells.query: the cell's uuid
+ATTR_CELL_NAME = 'cell_name'    # and its name (ATTR_DB its database)
+ATTR_TIMEOUTS = 'timeouts'      # cells that did not answer in time
+
 # -- histogram bounds --------------------------------------------------------
 # ``sql.agg`` ``hist``: statements per duration bucket.  Bucket 0 holds
 # [0, 1 us), bucket i [SQL_HIST_BOUNDS_US[i-1], SQL_HIST_BOUNDS_US[i]),

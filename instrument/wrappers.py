@@ -92,6 +92,7 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
     on_exit = point.on_exit
     on_error = point.on_error
     detail = point.detail
+    when = point.when
     # An instances converter that reads one attribute (uuids()): its
     # common case, an object with that attribute, is done inline.
     i_attr = getattr(i_fn, 'attr', None)
@@ -137,7 +138,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool):
                     ctx = args[c_pos]
             elif c_kind:
                 ctx = c_fn(instance, args[offset:], kwargs)
-            if not detail or wants(ctx):
+            if (not detail or wants(ctx)) and (
+                    when is None or when(instance, args[offset:], kwargs)):
                 inst = None
                 if i_kind == 1:
                     if i_name in kwargs:

@@ -32,6 +32,7 @@ Besides spans, two hooks keep the picture connected:
 
 import dataclasses
 import functools
+import inspect
 
 from instrument import faults
 from instrument import points as points_mod
@@ -96,9 +97,27 @@ def _run_in_frame(frame, func):
     return run
 
 
-def _carry_span(instance, args, kwargs):
+def _carry_span(instance, args, kwargs, recorder=None):
     """Hook on ``spawn_on(executor_type, func, ...)``: the new thread
-    runs ``func`` inside the span that spawned it."""
+    runs ``func`` inside the span that spawned it; with ``recorder``,
+    one cell's part of an API scatter-gather is recorded too."""
+    return _carry(recorder, args, kwargs)
+
+
+def _carry_span_of(patcher):
+    """``_carry_span`` that also records each cell's part of an API
+    scatter-gather (``api.cells.query``) through ``patcher``'s
+    recorder."""
+    recorder = getattr(patcher, 'recorder', None)
+    if recorder is None:
+        return _carry_span
+
+    def carry(instance, args, kwargs):
+        return _carry_span(instance, args, kwargs, recorder)
+    return carry
+
+
+def _carry(recorder, args, kwargs):
     frame = recorder_mod.current_frame()
     if frame is None:
         return None
@@ -107,9 +126,146 @@ def _carry_span(instance, args, kwargs):
         return args, kwargs
     for n, value in enumerate(args):
         if callable(value) and not isinstance(value, type):
-            args = args[:n] + (_run_in_frame(frame, value),) + args[n + 1:]
+            if (recorder is not None and
+                    frame[recorder_mod.F_EV] == EV_SCATTER_GATHER and
+                    not _lazy(args[n + 2:n + 3])):
+                # scatter_gather_cells spawns gather_result(cell_uuid,
+                # fn, cell_context, ...): one thread per cell
+                run = _cell_query(recorder, frame, value, args[n + 1:])
+            else:
+                run = _run_in_frame(frame, value)
+            args = args[:n] + (run,) + args[n + 1:]
             return args, kwargs
     return None
+
+
+# -- cells ------------------------------------------------------------------
+
+EV_SCATTER_GATHER = 'api.cells.scatter_gather'
+EV_CELL_QUERY = 'api.cells.query'
+# cell uuid -> attrs of its api.cells.query spans (name and database, read
+# once per cell from its mapping); bounded.
+_CELLS: dict = {}
+_MAX_CELLS = 4096
+
+
+def _lazy(fn) -> bool:
+    """Is a cell's function (in a 0- or 1-tuple) a generator function?
+    nova's cross-cell lists (``CrossCellLister.query_wrapper``) only
+    make a generator in the cell's thread: the queries run later, in
+    the API thread, as the results are merged (``_cell_batch``)."""
+    return bool(fn) and inspect.isgeneratorfunction(fn[0])
+
+
+def _cell_batch(instance, args, kwargs):
+    # CrossCellLister.get_by_filters(ctx, filters, limit, marker, ...):
+    # one batch of one cell's rows, ctx targeted at the cell
+    uuid = getattr(_value(args, kwargs, 'ctx', 0), 'cell_uuid', None)
+    return _CELLS.get(uuid) or {schema.ATTR_CELL: uuid}
+
+
+def _in_api(instance, args, kwargs) -> bool:
+    """Scatter-gathers are the API's (list, show, quotas): the scheduler
+    and conductor use them too, inside spans of their own that keep
+    their time."""
+    frame = recorder_mod.current_frame()
+    return frame is not None and frame[recorder_mod.F_SVC] == 'api'
+
+
+def _database_of(url) -> str | None:
+    try:
+        from sqlalchemy.engine import make_url
+
+        from instrument.db import listeners
+        return listeners.database_name(make_url(url)) or None
+    except Exception:  # not a URL (a test's label): no database name
+        return None
+
+
+def _remember_cell(mapping) -> None:
+    uuid = getattr(mapping, 'uuid', None)
+    if uuid is None or uuid in _CELLS or len(_CELLS) >= _MAX_CELLS:
+        return
+    try:
+        name = mapping.name
+    except Exception:
+        name = None
+    try:
+        db = _database_of(mapping.database_connection)
+    except Exception:
+        db = None
+    _CELLS[uuid] = {schema.ATTR_CELL: uuid, schema.ATTR_CELL_NAME: name,
+                    schema.ATTR_DB: db}
+
+
+def _cells_enter(instance, args, kwargs):
+    # scatter_gather_cells(context, cell_mappings, timeout, fn, ...)
+    mappings = _value(args, kwargs, 'cell_mappings', 1) or ()
+    for mapping in mappings:
+        if getattr(mapping, 'uuid', None) not in _CELLS:
+            _remember_cell(mapping)
+    return {schema.ATTR_COUNT: len(mappings)}
+
+
+def _cells_exit(instance, args, kwargs, result):
+    if not isinstance(result, dict):
+        return None
+    timeouts = errors = 0
+    for value in result.values():
+        if isinstance(value, BaseException):
+            errors += 1
+        elif value.__class__ is object:  # did_not_respond_sentinel
+            timeouts += 1
+    return {schema.ATTR_ERRORS: errors, schema.ATTR_TIMEOUTS: timeouts}
+
+
+def _cell_query(recorder, frame, func, rest):
+    """``func`` (nova's ``gather_result``) recorded as one cell's
+    ``api.cells.query`` span, child of the scatter-gather span ``frame``
+    (its request), in the thread or greenthread that runs it."""
+    uuid = rest[0] if rest else None
+    ctx = rest[2] if len(rest) > 2 else None
+    begin = recorder.begin
+    end = recorder.end
+    clock = recorder.clock
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        token = _enter(frame)
+        rec = None
+        try:
+            attrs = _CELLS.get(uuid) or {schema.ATTR_CELL: uuid}
+            rec = begin(EV_CELL_QUERY, None, None, ctx, None, None, attrs)
+        except Exception as exc:
+            _THREAD_FAULTS(exc)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            _end_cell(end, rec, clock(), exc)
+            if token is not None:
+                _leave(token)
+            raise
+        # gather_result returns a cell's exception instead of raising it
+        _end_cell(end, rec, clock(),
+                  result if isinstance(result, BaseException) else None)
+        if token is not None:
+            _leave(token)
+        return result
+    return run
+
+
+def _end_cell(end, rec, t1, exc) -> None:
+    if rec is None:
+        return
+    try:
+        if exc is None:
+            end(rec, t1)
+        else:
+            end(rec, t1, schema.ST_ERROR, tracing.error_of(exc))
+    except Exception as fault:
+        recorder_mod.abandon(rec, schema.ST_ERROR if exc else schema.ST_OK,
+                             t1)
+        _THREAD_FAULTS(fault)
 
 
 # -- compute driver ----------------------------------------------------------
@@ -239,6 +395,252 @@ def _reason(name, pos):
     return attrs
 
 
+# -- server actions other than create ---------------------------------------
+
+def _const(attrs):
+    """An ``on_enter`` that gives the same attrs to every call."""
+    def on_enter(instance, args, kwargs):
+        return attrs
+    return on_enter
+
+
+def _set(obj, field):
+    """``obj.field`` if the versioned object has it loaded (never a
+    lazy load), else None."""
+    try:
+        if obj is not None and obj.obj_attr_is_set(field):
+            return getattr(obj, field)
+    except Exception:  # noqa: S110 - a plain value: nothing to read
+        pass
+    return None
+
+
+def _move(role, pos, name='migration', other=None):
+    """``on_enter`` of a compute step of a move: its ``role`` and, from
+    the migration record (argument ``name`` at ``pos``), its type and
+    both hosts; ``other`` (name, pos) names a destination argument."""
+    base = {schema.ATTR_ROLE: role} if role else {}
+
+    def on_enter(instance, args, kwargs):
+        attrs = dict(base)
+        migration = _value(args, kwargs, name, pos) if pos is not None \
+            else None
+        if migration is not None:
+            attrs[schema.ATTR_MIGRATION_TYPE] = _set(migration,
+                                                     'migration_type')
+            attrs[schema.ATTR_SOURCE] = _set(migration, 'source_compute')
+            attrs[schema.ATTR_DEST] = _set(migration, 'dest_compute')
+        if other is not None:
+            dest = _value(args, kwargs, other[0], other[1])
+            if dest.__class__ is str:
+                attrs[schema.ATTR_DEST] = dest
+        return attrs
+    return on_enter
+
+
+def _arg_attr(key, name, pos):
+    """``on_enter``: argument ``name`` (a plain value) as ``key``."""
+    def on_enter(instance, args, kwargs):
+        value = _value(args, kwargs, name, pos)
+        if value is None or value.__class__ in (str, bool, int):
+            return {key: value}
+        return None
+    return on_enter
+
+
+def _rebuild_attrs(instance, args, kwargs):
+    # conductor's rebuild_instance(context, instance, orig_image_ref,
+    #   image_ref, injected_files, new_pass, orig_sys_metadata, bdms,
+    #   recreate, on_shared_storage, preserve_ephemeral=False, host=None,
+    #   ...): recreate is an evacuation, host the one asked for
+    attrs = {schema.ATTR_EVACUATE: bool(_value(args, kwargs, 'recreate',
+                                               8))}
+    host = _value(args, kwargs, 'host', 11)
+    if host.__class__ is str:
+        attrs[schema.ATTR_DEST] = host
+    return attrs
+
+
+_EVACUATED = _move(schema.ROLE_DEST, 11)
+
+
+def _compute_rebuild(instance, args, kwargs):
+    # compute's rebuild_instance(..., bdms, recreate, on_shared_storage,
+    #   preserve_ephemeral, migration, ...): an evacuation arrives on
+    #   its destination with its migration record
+    if _value(args, kwargs, 'recreate', 8):
+        attrs = _EVACUATED(instance, args, kwargs)
+        attrs[schema.ATTR_EVACUATE] = True
+        return attrs
+    return {schema.ATTR_EVACUATE: False}
+
+
+def _live_hint(instance, args, kwargs):
+    # _live_migrate(context, instance, scheduler_hint, block_migration,
+    #               disk_over_commit, request_spec): a forced host is
+    # the hint's, a host to check the request spec's destination
+    hint = _value(args, kwargs, 'scheduler_hint', 2)
+    host = hint.get('host') if isinstance(hint, dict) else None
+    if host is None:
+        wanted = _set(_value(args, kwargs, 'request_spec', 5),
+                      'requested_destination')
+        host = _set(wanted, 'host')
+    return {schema.ATTR_DEST: host if host.__class__ is str else None}
+
+
+def _rollback_attrs(instance, args, kwargs):
+    # _rollback_live_migration(context, instance, dest, migrate_data,
+    #                          migration_status='failed', ...)
+    status = kwargs.get('migration_status')
+    if status is None:
+        status = args[4] if len(args) > 4 else 'failed'
+    dest = _value(args, kwargs, 'dest', 2)
+    return {schema.ATTR_ROLE: schema.ROLE_SOURCE,
+            schema.ATTR_MIGRATION_STATUS: status,
+            schema.ATTR_DEST: dest if dest.__class__ is str else None}
+
+
+def _listed(instance, args, kwargs, result):
+    try:
+        return {schema.ATTR_COUNT: len(result)}
+    except TypeError:
+        return None
+
+
+SOURCE = schema.ROLE_SOURCE
+DEST = schema.ROLE_DEST
+
+
+def action_points() -> list:
+    """Points of every server action other than create (delete, resize
+    and cold migrate with confirm/revert, live migration, rebuild,
+    evacuate, shelve/unshelve, reboot, stop/start, list/show): nova-api,
+    conductor and compute (source and destination); the scheduler's
+    ``select_destinations`` is the boot's point."""
+    api = 'nova.compute.api'
+    conductor = 'nova.conductor.manager'
+    compute = 'nova.compute.manager'
+    inst = uuids('instance')
+
+    def a(method, event=None, **kw):
+        kw.setdefault('instances', inst)
+        return P(api, 'API.' + method, event or 'api.compute.' + method,
+                 'api', **kw)
+
+    def c(method, event, **kw):
+        kw.setdefault('instances', inst)
+        return P(conductor, method, event, 'conductor', host=SELF_HOST,
+                 **kw)
+
+    def m(method, event, on_enter=None, **kw):
+        kw.setdefault('instances', inst)
+        return P(compute, 'ComputeManager.' + method, event, 'compute',
+                 host=SELF_HOST, on_enter=on_enter, **kw)
+
+    ctxt = arg('ctxt', 0)
+    return [
+        # nova-api: one span per compute API method a route reached
+        a('delete'),
+        # resize(context, instance, flavor_id=None, clean_shutdown=True,
+        #        host_name=None, ...): no flavor is a cold migration
+        a('resize', on_enter=_resize_attrs),
+        a('confirm_resize'),
+        a('revert_resize'),
+        a('live_migrate', on_enter=_arg_attr(schema.ATTR_DEST,
+                                             'host_name', 4)),
+        a('rebuild'),
+        a('evacuate', on_enter=_arg_attr(schema.ATTR_DEST, 'host', 2)),
+        a('shelve'),
+        a('shelve_offload'),
+        a('unshelve'),
+        a('reboot', on_enter=_arg_attr(schema.ATTR_REBOOT_TYPE,
+                                       'reboot_type', 2)),
+        a('stop'),
+        a('start'),
+        a('get', instances=uuids('instance_id')),
+        a('get_all', instances=None, on_exit=_listed),
+        # nova-api across cells (api.cells.query: the thread hook above)
+        P('nova.context', 'scatter_gather_cells', EV_SCATTER_GATHER, None,
+          when=_in_api, on_enter=_cells_enter, on_exit=_cells_exit),
+        # cross-cell lists: each cell's batches, queried as the API
+        # thread merges the cells' results (see _lazy)
+        P('nova.compute.instance_list', 'InstanceLister.get_by_filters',
+          EV_CELL_QUERY, None, context=arg('ctx', 0), when=_in_api,
+          on_enter=_cell_batch, on_exit=_listed),
+        P('nova.compute.migration_list', 'MigrationLister.get_by_filters',
+          EV_CELL_QUERY, None, context=arg('ctx', 0), when=_in_api,
+          on_enter=_cell_batch, on_exit=_listed),
+        # nova-conductor
+        c('ComputeTaskManager.migrate_server', 'conductor.migrate_server',
+          on_enter=_arg_attr(schema.ATTR_LIVE, 'live', 3)),
+        c('ComputeTaskManager._cold_migrate', 'conductor.cold_migrate'),
+        c('ComputeTaskManager._live_migrate', 'conductor.live_migrate',
+          on_enter=_live_hint),
+        P('nova.conductor.tasks.live_migrate',
+          'LiveMigrationTask._call_livem_checks_on_host',
+          'conductor.live_migrate.checks', 'conductor', context=None,
+          on_enter=_arg_attr(schema.ATTR_DEST, 'destination', 0)),
+        c('ComputeTaskManager.rebuild_instance',
+          'conductor.rebuild_instance',
+          on_enter=_rebuild_attrs),
+        c('ComputeTaskManager.unshelve_instance',
+          'conductor.unshelve_instance'),
+        # nova-compute; role: the side of a move the host is on
+        m('terminate_instance', 'compute.terminate_instance'),
+        m('prep_resize', 'compute.prep_resize', _move(DEST, 8)),
+        m('resize_instance', 'compute.resize_instance', _move(SOURCE, 3)),
+        m('finish_resize', 'compute.finish_resize', _move(DEST, 4)),
+        m('confirm_resize', 'compute.confirm_resize', _move(SOURCE, 2)),
+        m('revert_resize', 'compute.revert_resize', _move(DEST, 2)),
+        m('finish_revert_resize', 'compute.finish_revert_resize',
+          _move(SOURCE, 2)),
+        m('check_can_live_migrate_destination',
+          'compute.check_can_live_migrate_destination', _move(DEST, 4),
+          context=ctxt),
+        m('check_can_live_migrate_source',
+          'compute.check_can_live_migrate_source', _const(_SOURCE),
+          context=ctxt),
+        m('pre_live_migration', 'compute.pre_live_migration',
+          _const(_DEST)),
+        # the whole migration on the source, in nova's live-migration
+        # thread (live_migration itself only queues it)
+        m('_do_live_migration', 'compute.live_migration',
+          _move(SOURCE, 4, other=('dest', 1))),
+        m('_post_live_migration', 'compute.post_live_migration',
+          _move(SOURCE, None, other=('dest', 2)), context=ctxt),
+        m('post_live_migration_at_destination',
+          'compute.post_live_migration_at_destination', _const(_DEST)),
+        m('_rollback_live_migration', 'compute.rollback_live_migration',
+          _rollback_attrs),
+        m('rollback_live_migration_at_destination',
+          'compute.rollback_live_migration_at_destination', _const(_DEST)),
+        m('rebuild_instance', 'compute.rebuild_instance',
+          _compute_rebuild),
+        m('shelve_instance', 'compute.shelve_instance'),
+        # offloading, asked for or right after a shelve
+        m('_shelve_offload_instance', 'compute.shelve_offload_instance'),
+        m('unshelve_instance', 'compute.unshelve_instance'),
+        m('reboot_instance', 'compute.reboot_instance',
+          _arg_attr(schema.ATTR_REBOOT_TYPE, 'reboot_type', 3)),
+        m('stop_instance', 'compute.stop_instance'),
+        m('start_instance', 'compute.start_instance'),
+    ]
+
+
+_SOURCE = {schema.ATTR_ROLE: schema.ROLE_SOURCE}
+_DEST = {schema.ATTR_ROLE: schema.ROLE_DEST}
+
+
+def _resize_attrs(instance, args, kwargs):
+    # resize(context, instance, flavor_id=None, clean_shutdown=True,
+    #        host_name=None, ...): no flavor is a cold migration
+    flavor = _value(args, kwargs, 'flavor_id', 2)
+    host = _value(args, kwargs, 'host_name', 4)
+    return {schema.ATTR_FLAVOR_ID: flavor if flavor is None or
+            flavor.__class__ in (str, int) else str(flavor),
+            schema.ATTR_DEST: host if host.__class__ is str else None}
+
+
 def points(patcher=None) -> list:
     """Every patch point of nova; ``patcher`` (the target's) gets the
     point of the compute driver's spawn once it is known."""
@@ -251,7 +653,7 @@ def points(patcher=None) -> list:
         # nova 32-33: nova.utils.spawn_on (spawn calls it); 29-31:
         # nova.utils.spawn, and spawn_n (release_points).  See RELEASES.
         P('nova.thread_pool_factory', 'spawn_on', 'thread.spawn',
-          kind=points_mod.HOOK, on_enter=_carry_span,
+          kind=points_mod.HOOK, on_enter=_carry_span_of(patcher),
           alternatives=(('nova.utils', 'spawn_on'), ('nova.utils', 'spawn'))),
         # nova-api
         P('nova.compute.api', 'API.create', 'api.compute.create', 'api',
@@ -315,7 +717,7 @@ def points(patcher=None) -> list:
           host=SELF_HOST),
         P('nova.virt.driver', 'load_compute_driver', 'compute.driver',
           kind=points_mod.HOOK, on_exit=_driver_loaded(patcher)),
-    ]
+    ] + action_points()
 
 
 class NovaTarget(base.Target):

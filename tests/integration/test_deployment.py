@@ -49,6 +49,7 @@ from instrument.analysis import report_text
 from tests.integration import backends
 from tests.integration import cloud
 from tests.integration import load
+from tests.integration import moves as moves_mod
 
 COMPUTES = [
     cloud.Compute('compute-1', 'fake.FakeDriver', 0.350),
@@ -65,6 +66,9 @@ SETTLE_TIMEOUT_S = 240
 MISSING_IMAGE = '0c8a2c1e-0000-4000-8000-00000000dead'
 
 GOOD = ('success', 'rescheduled_success')
+# the plain computes, between which a server is live migrated and
+# another cold migrated after the boots
+MOVE_HOSTS = ('compute-1', 'compute-2')
 
 
 def _in_ci() -> bool:
@@ -124,6 +128,10 @@ class Scenario:
         self.unknown = []
         # what the back ends still held of the run after teardown
         self.leftovers = []
+        # the moves after the boots (moves.Move), or why they failed
+        self.moves = []
+        self.move_error = None
+        self.span_dir = None
 
 
 def run_scenario() -> Scenario:
@@ -145,6 +153,12 @@ def run_scenario() -> Scenario:
         for boot in out.boots:
             if boot.server_id:
                 boot.build_hosts = api.build_hosts(boot)
+        t = time.monotonic()
+        try:
+            out.moves = moves_mod.run(api, out.boots, MOVE_HOSTS)
+        except load.ApiError as exc:
+            out.move_error = str(exc)
+        out.timings['moves_s'] = round(time.monotonic() - t, 1)
         for standin in the_cloud.standins:
             out.unknown.extend('%s: %s' % (standin.name, u)
                                for u in standin.unknown)
@@ -153,6 +167,7 @@ def run_scenario() -> Scenario:
         out.problems.extend(the_cloud.stop())
         out.timings['stop_s'] = round(time.monotonic() - t, 1)
     out.leftovers = the_cloud.leftovers()
+    out.span_dir = the_cloud.span_dir
     out.timings.update(the_cloud.timings)
     t = time.monotonic()
     out.report = pipeline.analyse([the_cloud.span_dir], pipeline.Options(
@@ -331,3 +346,18 @@ class DeploymentTest(testtools.TestCase):
             self.assertIn(state, states)
         self.assertTrue({'compute_failure', 'rescheduled_success'} &
                         states, states)
+
+    def test_moves_recorded_as_the_api_says(self):
+        # a live migration and a confirmed cold migration between the
+        # plain computes: every step under the API call's request id, on
+        # the host (source or destination) the API reports
+        self.assertIsNone(self.scenario.move_error)
+        self.assertEqual(['live-migration', 'migration'],
+                         [m.kind for m in self.scenario.moves])
+        self.assertEqual(['completed', 'confirmed'],
+                         [m.migration_status for m in self.scenario.moves])
+        spans = moves_mod.read_spans(self.scenario.span_dir)
+        problems = []
+        for move in self.scenario.moves:
+            problems.extend(moves_mod.mismatches(move, spans))
+        self.assertEqual([], problems)

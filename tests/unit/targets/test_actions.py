@@ -1,0 +1,292 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The points of server actions and of the API's per-cell queries
+(issue 12), without nova: their attrs, the ``when`` of a point, the
+cell spans in the threads nova runs them in."""
+
+import importlib
+import os
+import threading
+import types
+
+from instrument import patcher as patcher_mod
+from instrument import points as points_mod
+from instrument import process
+from instrument import record
+from instrument import recorder as recorder_mod
+from instrument import schema
+from instrument.targets import nova
+from tests.unit import base
+
+DOC = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'doc',
+                   'source', 'events.rst')
+
+
+class Versioned:
+    """A versioned object with some fields loaded."""
+
+    def __init__(self, **fields) -> None:
+        self.__dict__.update(fields)
+
+    def obj_attr_is_set(self, name) -> bool:
+        return name in self.__dict__
+
+    def __getattr__(self, name):
+        raise AssertionError('lazy load of %s' % name)
+
+
+def _point_of(module, target):
+    [point] = [p for p in nova.points() if p.module == module and
+               p.target == target]
+    return point
+
+
+def _point(event):
+    [point] = [p for p in nova.points() if p.event == event]
+    return point
+
+
+class ActionPointsTest(base.TestCase):
+
+    def test_every_event_is_in_the_schema_and_documented(self):
+        with open(DOC) as f:
+            doc = f.read()
+        for point in nova.points():
+            if point.kind != points_mod.SPAN:
+                continue
+            self.assertIn(point.event, schema.EVENTS, point.name)
+            self.assertIn('``%s``' % point.event, doc, point.name)
+        self.assertIn('``%s``' % nova.EV_CELL_QUERY, doc)
+        self.assertIn(nova.EV_CELL_QUERY, schema.EVENTS)
+
+    def test_each_operation_has_api_and_compute_points(self):
+        events = {p.event for p in nova.points()}
+        for name in ('delete', 'resize', 'confirm_resize', 'revert_resize',
+                     'live_migrate', 'rebuild', 'evacuate', 'shelve',
+                     'unshelve', 'reboot', 'stop', 'start', 'get',
+                     'get_all'):
+            self.assertIn('api.compute.' + name, events)
+        for ev in ('compute.prep_resize', 'compute.resize_instance',
+                   'compute.finish_resize', 'compute.pre_live_migration',
+                   'compute.rollback_live_migration',
+                   'conductor.live_migrate.checks',
+                   'api.cells.scatter_gather'):
+            self.assertIn(ev, events)
+
+    def test_move_steps_have_role_type_and_hosts(self):
+        migration = Versioned(migration_type='resize',
+                              source_compute='cmp-1', dest_compute='cmp-2')
+        # prep_resize(context, image, instance, flavor, request_spec,
+        #             filter_properties, node, clean_shutdown, migration,
+        #             host_list), by keyword (RPC) and by position
+        prep = _point('compute.prep_resize').on_enter
+        expected = {'role': 'destination', 'migration_type': 'resize',
+                    'source': 'cmp-1', 'dest': 'cmp-2'}
+        self.assertEqual(expected, prep(None, ('ctx',),
+                                        {'migration': migration}))
+        self.assertEqual(expected, prep(None, (None,) * 8 + (migration,),
+                                        {}))
+        # a migration without its fields loaded is never lazy-loaded
+        bare = Versioned()
+        self.assertEqual({'role': 'destination', 'migration_type': None,
+                          'source': None, 'dest': None},
+                         prep(None, (), {'migration': bare}))
+        resize = _point('compute.resize_instance').on_enter
+        self.assertEqual('source', resize(None, (), {
+            'migration': migration})['role'])
+
+    def test_rollback_says_the_migration_status(self):
+        rollback = _point('compute.rollback_live_migration').on_enter
+        self.assertEqual(
+            {'role': 'source', 'migration_status': 'failed',
+             'dest': 'cmp-2'},
+            rollback(None, ('ctx', 'inst', 'cmp-2', None), {}))
+        self.assertEqual(
+            'cancelled',
+            rollback(None, ('ctx', 'inst', 'cmp-2', None),
+                     {'migration_status': 'cancelled'})['migration_status'])
+
+    def test_api_attrs(self):
+        resize = _point('api.compute.resize').on_enter
+        self.assertEqual({'flavor_id': None, 'dest': None},
+                         resize(None, ('ctx', 'inst'), {}))
+        self.assertEqual({'flavor_id': '42', 'dest': 'cmp-2'},
+                         resize(None, ('ctx', 'inst', '42', True, 'cmp-2'),
+                                {}))
+        live = _point('conductor.live_migrate').on_enter
+        spec = Versioned(requested_destination=Versioned(host='cmp-3'))
+        self.assertEqual({'dest': 'cmp-3'}, live(
+            None, ('ctx', 'inst', {'host': None}, False, False, spec), {}))
+        self.assertEqual({'dest': 'cmp-4'}, live(
+            None, ('ctx', 'inst', {'host': 'cmp-4'}), {}))
+        rebuild = _point('conductor.rebuild_instance').on_enter
+        self.assertEqual({'evacuate': True, 'dest': 'cmp-5'}, rebuild(
+            None, ('ctx',), {'recreate': True, 'host': 'cmp-5'}))
+
+    def test_cell_database_name_never_carries_credentials(self):
+        self.assertEqual('nova_cell1', nova._database_of(
+            'mysql+pymysql://nova:s3cret@db1/nova_cell1?charset=utf8'))
+        self.assertEqual('nova_cell2', nova._database_of(
+            'sqlite:////var/lib/nova/nova_cell2'))
+        self.assertIsNone(nova._database_of('not a url'))
+
+
+class CellQueryTest(base.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.buffer = base.ListBuffer()
+        self.recorder = recorder_mod.Recorder(
+            self.buffer, process.ProcessIdentity.create('nova-api', 'ctl-1'))
+        self.carry = nova._carry_span_of(
+            types.SimpleNamespace(recorder=self.recorder))
+        nova._CELLS.clear()
+        self.addCleanup(nova._CELLS.clear)
+
+    def _gather(self, fn):
+        """nova's scatter_gather_cells, two cells, each in a thread,
+        inside an api span and the scatter-gather span."""
+        mappings = [Versioned(uuid='c-1', name='cell1',
+                              database_connection='mysql://u:p@h/nova_c1'),
+                    Versioned(uuid='c-2', name='cell2',
+                              database_connection='mysql://u:p@h/nova_c2')]
+        ctx = types.SimpleNamespace(request_id='req-1',
+                                    global_request_id=None)
+        api = self.recorder.begin('api.request', 'api', None, ctx, None,
+                                  None, None)
+        gather = self.recorder.begin(
+            nova.EV_SCATTER_GATHER, None, None, ctx, None, None,
+            nova._cells_enter(None, (ctx, mappings, 60, fn), {}))
+
+        def gather_result(cell_uuid, fn, cctxt):
+            try:
+                return fn(cctxt)
+            except Exception as exc:
+                return exc
+        threads = []
+        for mapping in mappings:
+            cctxt = types.SimpleNamespace(request_id='req-1',
+                                          global_request_id=None)
+            args, kwargs = self.carry(None, ('SCATTER_GATHER', gather_result,
+                                             mapping.uuid, fn, cctxt), {})
+            thread = threading.Thread(target=args[1], args=args[2:])
+            threads.append(thread)
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.recorder.end(gather, self.recorder.clock())
+        self.recorder.end(api, self.recorder.clock())
+        return self.buffer.dicts(), gather
+
+    def test_one_span_per_cell_under_the_scatter_gather(self):
+        records, gather = self._gather(lambda cctxt: ['row'])
+        cells = [r for r in records if r['ev'] == nova.EV_CELL_QUERY]
+        self.assertEqual(2, len(cells))
+        [sg] = [r for r in records if r['ev'] == nova.EV_SCATTER_GATHER]
+        self.assertEqual(2, sg['attrs']['count'])
+        for rec in cells:
+            self.assertEqual(sg['span'], rec['parent'])
+            self.assertEqual('req-1', rec['req'])
+            self.assertEqual('api', rec['svc'])
+            self.assertEqual('ok', rec['st'])
+            self.assertNotEqual(sg['tid'], rec['tid'])
+        self.assertEqual(
+            [{'cell': 'c-1', 'cell_name': 'cell1', 'db': 'nova_c1'},
+             {'cell': 'c-2', 'cell_name': 'cell2', 'db': 'nova_c2'}],
+            sorted((r['attrs'] for r in cells), key=lambda a: a['cell']))
+        # the spawning thread's frame is untouched
+        self.assertIsNone(recorder_mod.current_frame())
+
+    def test_a_cell_that_raised_is_an_error_span(self):
+        def fn(cctxt):
+            raise ValueError('cell down')
+        records, _gather = self._gather(fn)
+        cells = [r for r in records if r['ev'] == nova.EV_CELL_QUERY]
+        self.assertEqual(['error', 'error'], [r['st'] for r in cells])
+        self.assertEqual('ValueError', cells[0]['err']['cls'])
+        exits = nova._cells_exit(None, (), {}, {
+            'c-1': ValueError('x'), 'c-2': object(), 'c-3': []})
+        self.assertEqual({'errors': 1, 'timeouts': 1}, exits)
+
+    def test_a_lazy_cell_function_gets_no_thread_span(self):
+        # nova's cross-cell lister: the generator is made in the thread,
+        # its queries run in the API thread (InstanceLister's point)
+        def query_wrapper(cctxt):
+            yield cctxt
+
+        records, _gather = self._gather(query_wrapper)
+        self.assertEqual([], [r for r in records
+                              if r['ev'] == nova.EV_CELL_QUERY])
+        batch = _point_of('nova.compute.instance_list',
+                          'InstanceLister.get_by_filters')
+        self.assertEqual(nova.EV_CELL_QUERY, batch.event)
+        # the cells were named by the scatter-gather that preceded it
+        self.assertEqual(
+            {'cell': 'c-2', 'cell_name': 'cell2', 'db': 'nova_c2'},
+            batch.on_enter(None, (types.SimpleNamespace(cell_uuid='c-2'),
+                                  {}, 1000, None), {}))
+
+    def test_other_spawns_only_carry_the_span(self):
+        frame_seen = []
+        rec = self.recorder.begin('api.request', 'api', None, None, None,
+                                  None, None)
+        args, _kwargs = self.carry(None, (
+            'DEFAULT', lambda: frame_seen.append(
+                recorder_mod.current_frame())), {})
+        thread = threading.Thread(target=args[1])
+        thread.start()
+        thread.join()
+        self.recorder.end(rec, self.recorder.clock())
+        self.assertEqual(rec[record.I_SPAN], frame_seen[0][0])
+        self.assertEqual(['api.request'],
+                         [r['ev'] for r in self.buffer.dicts()])
+
+
+SOURCE = '''
+calls = []
+
+
+def scatter(context, value):
+    calls.append(value)
+    return value
+'''
+
+
+class WhenTest(base.TestCase):
+
+    def test_a_point_records_only_when_its_when_says_so(self):
+        buffer = base.ListBuffer()
+        recorder = recorder_mod.Recorder(
+            buffer, process.ProcessIdentity.create('nova-api', 'ctl-1'))
+        mod = importlib.import_module(self.make_module(SOURCE))
+        point = points_mod.PatchPoint(
+            mod.__name__, 'scatter', 'api.cells.scatter_gather', None,
+            when=lambda instance, args, kwargs: args[1] == 'yes')
+        patcher = patcher_mod.Patcher([point], recorder, 'nova')
+        self.addCleanup(patcher.remove)
+        patcher.apply()
+        self.assertEqual('no', mod.scatter(None, 'no'))
+        self.assertEqual('yes', mod.scatter(None, 'yes'))
+        self.assertEqual(['no', 'yes'], mod.calls)
+        self.assertEqual(['api.cells.scatter_gather'],
+                         [r['ev'] for r in buffer.dicts()])
+
+    def test_scatter_gather_is_recorded_in_the_api_only(self):
+        point = _point(nova.EV_SCATTER_GATHER)
+        buffer = base.ListBuffer()
+        recorder = recorder_mod.Recorder(
+            buffer, process.ProcessIdentity.create('nova-api', 'ctl-1'))
+        self.assertFalse(point.when(None, (), {}))
+        for svc, expected in (('api', True), ('scheduler', False)):
+            rec = recorder.begin('x', svc, None, None, None, None, None)
+            self.assertEqual(expected, point.when(None, (), {}), svc)
+            recorder.end(rec, recorder.clock())
