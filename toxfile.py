@@ -20,6 +20,7 @@ only while nova is not installed in it yet.
 """
 
 import pathlib
+import re
 import sys
 import typing
 
@@ -34,14 +35,18 @@ def build_message(env: str, site_packages: pathlib.Path,
                   deps: typing.Iterable[str]) -> typing.Optional[str]:
     """What to say before installing ``deps`` into the environment
     ``env``; None when the install is not nova's or nova is there."""
-    if not any('nova-requirements' in line for line in deps):
+    lines = [line for line in deps if 'nova-requirements' in line]
+    if not lines:
         return None
     if (site_packages / 'nova').is_dir():
         return None
-    return ('%s: installing nova 34, its test requirements (about 150 '
+    # nova-requirements-NN.txt: an older release (functional-novaNN)
+    found = re.search(r'nova-requirements-(\d+)\.txt', ' '.join(lines))
+    release = found.group(1) if found else '34'
+    return ('%s: installing nova %s, its test requirements (about 150 '
             'packages) and openstack-instrument: a minute or two with '
             'pip\'s cache, a few minutes the first time; pip\'s output '
-            'is hidden (tox -v shows it)' % env)
+            'is hidden (tox -v shows it)' % (env, release))
 
 
 def _lines(arguments: typing.Any) -> list:

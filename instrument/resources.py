@@ -97,14 +97,18 @@ class Pools:
             return
         from sqlalchemy import event
         from sqlalchemy.engine import Engine
-        event.listen(Engine, 'engine_connect', self._on_connect)
+
+        from instrument.db import listeners
+        # (SQLAlchemy 1.4, nova 29's, passes a second argument)
+        self._listener = listeners.engine_connect_listener(self._on_connect)
+        event.listen(Engine, 'engine_connect', self._listener)
         self._engine_cls = Engine
 
     def detach(self) -> None:
         engine_cls, self._engine_cls = self._engine_cls, None
         if engine_cls is not None:
             from sqlalchemy import event
-            event.remove(engine_cls, 'engine_connect', self._on_connect)
+            event.remove(engine_cls, 'engine_connect', self._listener)
 
     def sample(self) -> dict:
         """{database: [checked out, overflow in use, pool size]}; a

@@ -61,6 +61,28 @@ def version() -> str:
         return 'unknown'
 
 
+# Distributions whose versions process.start names (those installed).
+RELEASE_DISTRIBUTIONS = ('nova', 'oslo.messaging', 'oslo.db', 'SQLAlchemy',
+                         'eventlet')
+
+
+def releases() -> dict:
+    """{distribution: version} of RELEASE_DISTRIBUTIONS installed here
+    (package metadata, read once per process)."""
+    global _RELEASES
+    if _RELEASES is None:
+        found = {}
+        for dist in RELEASE_DISTRIBUTIONS:
+            found_version = targets_base.distribution_version(dist)
+            if found_version is not None:
+                found[dist] = found_version
+        _RELEASES = found
+    return dict(_RELEASES)
+
+
+_RELEASES: dict | None = None
+
+
 def _host(conf: cfg.ConfigOpts) -> str:
     if conf.instrument.host:
         return conf.instrument.host
@@ -212,6 +234,7 @@ class Runtime:
         group = self.conf.instrument
         return [self.identity.start_record({
             schema.ATTR_VERSION: version(),
+            schema.ATTR_RELEASES: releases(),
             schema.ATTR_MODE: 'eventlet' if threads.eventlet_patched()
             else 'threads',
             schema.ATTR_POINTS: self.banner(),

@@ -245,6 +245,9 @@ ATTR_TARGETS = 'targets'        # {target name: its status}
 ATTR_OPTIONS = 'options'
 ATTR_ARGV0 = 'argv0'
 ATTR_PPID = 'ppid'
+# {distribution: version} of nova and the libraries the points follow
+# (a cloud mid-upgrade runs several releases)
+ATTR_RELEASES = 'releases'
 
 # api.request
 ATTR_METHOD = 'method'          # HTTP method; the RPC method of rpc.*

@@ -121,6 +121,13 @@ def _sqlite_file_named(label: str) -> tuple:
     return 'sqlite:///%s' % path, path
 
 
+def _threading() -> bool:
+    """nova runs under native threads (never before nova 32, which has
+    no ``concurrency_mode_threading``)."""
+    mode = getattr(utils, 'concurrency_mode_threading', None)
+    return bool(mode()) if mode is not None else False
+
+
 class LogicalDatabases(fixtures.Fixture):
     """nova's and placement's test databases, named as in a deployment.
 
@@ -136,20 +143,24 @@ class LogicalDatabases(fixtures.Fixture):
         # mock's patch (MockPatch), not MonkeyPatch: the attribute
         # "nova" of nova.tests.fixtures is the nova package (a star
         # import), not the module nova.tests.fixtures.nova
+        # (nova 33 and older have neither the WAL files nor threads in
+        # their test fixtures: only the eventlet branch applies)
         for module in ('nova.tests.fixtures.nova',
                        'nova.tests.functional.fixtures'):
-            self.useFixture(fixtures.MockPatch(
-                module + '._use_file_backed_sqlite_with_wal',
-                _sqlite_file_named))
+            if hasattr(sys.modules.get(module),
+                       '_use_file_backed_sqlite_with_wal'):
+                self.useFixture(fixtures.MockPatch(
+                    module + '._use_file_backed_sqlite_with_wal',
+                    _sqlite_file_named))
         # [database] connection: the engine nova's set-up opens before
         # the cells are targeted (a deployment's "nova" database)
         groups = {'database': 'nova'}
-        if not utils.concurrency_mode_threading():
+        if not _threading():
             groups['api_database'] = 'nova_api'
         for group, name in groups.items():
             CONF.set_override('connection', memory_url(name), group=group)
             self.addCleanup(CONF.clear_override, 'connection', group=group)
-        if utils.concurrency_mode_threading():
+        if _threading():
             return
         add_cell = nova_fixtures.CellDatabases.add_cell_database
         create = main_db_api.create_context_manager
@@ -165,7 +176,13 @@ class LogicalDatabases(fixtures.Fixture):
         self.useFixture(fixtures.MockPatch(
             'nova.tests.fixtures.nova.CellDatabases.add_cell_database',
             add_cell_database))
-        configure = func_fixtures.PlacementFixture._configure_placement
+        # placement's own fixture has this hook from nova 34's on only;
+        # before, placement's database keeps its in-memory name.
+        configure = getattr(func_fixtures.PlacementFixture,
+                            '_configure_placement', None)
+        if configure is None:
+            self._name_placement_database()
+            return
 
         def configure_placement(placement, conf_fixture):
             configure(placement, conf_fixture)
@@ -175,6 +192,21 @@ class LogicalDatabases(fixtures.Fixture):
         self.useFixture(fixtures.MockPatch(
             'nova.tests.functional.fixtures.PlacementFixture.'
             '_configure_placement', configure_placement))
+
+
+    def _name_placement_database(self) -> None:
+        """Before nova 34: placement's database fixture (an oslo.db
+        ad hoc database, ``sqlite://``) gets the in-memory ``placement``.
+        """
+        from placement.tests import fixtures as placement_fixtures
+        init = placement_fixtures.Database.__init__
+
+        def named(fixture, *args, **kwargs):
+            init(fixture, *args, **kwargs)
+            fixture.url = memory_url('placement')
+            fixture.driver = 'sqlite'
+        self.useFixture(fixtures.MockPatchObject(
+            placement_fixtures.Database, '__init__', named))
 
 
 class ReaderPreferringLock:

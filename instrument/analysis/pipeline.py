@@ -47,6 +47,7 @@ from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import opstats
 from instrument.analysis import requests
+from instrument.analysis import releases as releases_mod
 from instrument.analysis import resources
 from instrument.analysis import services
 from instrument.analysis import sqldigest
@@ -496,6 +497,7 @@ class PartReader:
                 'svc': rec.svc, 'pid': rec.pid,
                 'service': attrs.get('service'),
                 'version': attrs.get('version'),
+                'releases': attrs.get('releases') or {},
                 'mode': attrs.get('mode'),
                 'points': _point_counts(attrs.get('points'))})
         self.asm.normalise.add_hosts((host,))
@@ -733,6 +735,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                  'records_without_request': dict(merged.no_request)},
         'processes': sorted(merged.processes,
                             key=lambda p: (p['host'], p['svc'], p['pid'])),
+        # nova release x mode of the processes (a cloud mid-upgrade)
+        'releases': releases_mod.summarise(merged.processes),
         'summary': agg,
         'quality': quality(merged.loss, summaries),
         # per operation that occurred (opstats): states, rates, times

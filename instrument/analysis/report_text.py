@@ -22,6 +22,7 @@ pt-query-digest's units (``us``, ``ms``, ``s``).
 import datetime
 import typing
 
+from instrument.analysis import releases as releases_mod
 from instrument.analysis import resources
 from instrument.analysis import services
 from instrument.analysis import sqldigest
@@ -144,6 +145,9 @@ def _inputs(report: dict, out: list) -> None:
                    'outside and %d SQL statements outside left out' % (
                        fmt_time(win['since_us']), fmt_time(win['until_us']),
                        win['requests_outside'], win['sql_outside']))
+    mixed = releases_mod.text(report.get('releases') or [])
+    if mixed:
+        out.append(mixed)
     out.append('# analysed in %.1f s with %d worker(s)' % (
         report.get('run', {}).get('seconds', 0.0),
         report.get('run', {}).get('jobs', 1)))

@@ -17,7 +17,8 @@ or after ``install``.  The first Connection (or transaction) seen on an
 engine "adopts" its dialect, once:
 
 * its database name is read from the engine URL and cached;
-* a ``handle_error`` listener is appended to the dialect *after*
+* a ``handle_error`` listener is appended to the dialect (to the
+  engine under SQLAlchemy 1.4, where it is an engine event) *after*
   oslo.db's exception filter (which oslo.db registers when it creates the
   engine), so it sees the translated exception (``DBDeadlock``,
   ``DBConnectionError``...) in ``ExceptionContext.chained_exception``.
@@ -56,6 +57,7 @@ import time
 import weakref
 
 from oslo_log import log as logging
+import sqlalchemy
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import Pool
@@ -136,6 +138,30 @@ SETTLE_NS = 2 * 1000 * 1000 * 1000
 
 _LIVE = weakref.WeakSet()
 
+# ``handle_error`` is a dialect event from SQLAlchemy 2.0 on; in 1.4 (the
+# SQLAlchemy of nova 29, 2024.1) it is an engine event, and oslo.db
+# registers its exception filter on the engine in both.  The late
+# listener goes where oslo.db's is, after it.
+DIALECT_HANDLE_ERROR = not sqlalchemy.__version__.startswith('1.')
+
+
+def engine_connect_listener(fn):
+    """``fn(conn)`` as an ``engine_connect`` listener of this
+    SQLAlchemy: 1.4 passes ``(conn, branch)``, 2.0 ``(conn)`` (and warns
+    about listeners that take two)."""
+    if DIALECT_HANDLE_ERROR:
+        return fn
+
+    def engine_connect(conn, branch):
+        return fn(conn)
+    return engine_connect
+
+
+def error_target(conn):
+    """Where the late ``handle_error`` listener of ``conn``'s engine
+    goes: its dialect (SQLAlchemy 2.0) or its engine (1.4)."""
+    return conn.dialect if DIALECT_HANDLE_ERROR else conn.engine
+
 
 def _after_fork_in_child() -> None:
     for listeners in list(_LIVE):
@@ -208,6 +234,9 @@ class SqlListeners:
         self.faults = faults_mod.Faults(
             'the SQL listeners', what='the statement is unaffected')
         self._adopted = weakref.WeakKeyDictionary()
+        # dialect -> weak reference to the engine its late handle_error
+        # listener is on (SQLAlchemy 1.4 only)
+        self._error_targets = weakref.WeakKeyDictionary()
         # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
         self._dq_strings = weakref.WeakKeyDictionary()
         self._adopt_lock = threading.Lock()
@@ -241,7 +270,8 @@ class SqlListeners:
             ('before_cursor_execute', self.before_cursor_execute,
              {'retval': True}),
             ('after_cursor_execute', self.after_cursor_execute, {}),
-            ('engine_connect', self.on_engine_connect, {}),
+            ('engine_connect', self.on_engine_connect
+             if DIALECT_HANDLE_ERROR else self.on_engine_connect_14, {}),
             ('begin', self.on_begin, {}),
             ('commit', self.on_commit, {}),
             ('rollback', self.on_rollback, {}),
@@ -299,7 +329,10 @@ class SqlListeners:
             db = database_name(conn.engine.url)
             self._dq_strings[dialect] = double_quoted_strings(dialect)
             setattr(dialect, ATTR_DB, (self, db))
-            event.listen(dialect, 'handle_error', self.handle_error)
+            target = error_target(conn)
+            event.listen(target, 'handle_error', self.handle_error)
+            if target is not dialect:
+                self._error_targets[dialect] = weakref.ref(target)
             for name, outcome in (('do_commit', OUTCOME_COMMIT),
                                   ('do_rollback', OUTCOME_ROLLBACK)):
                 original = getattr(dialect, name)
@@ -311,8 +344,10 @@ class SqlListeners:
     def _release(self, dialect) -> None:
         if vars(dialect).get(ATTR_DB, (None,))[0] is self:
             delattr(dialect, ATTR_DB)
+        engine = self._error_targets.pop(dialect, None)
         try:
-            event.remove(dialect, 'handle_error', self.handle_error)
+            event.remove(dialect if engine is None else engine(),
+                         'handle_error', self.handle_error)
         except Exception as exc:
             LOG.debug('instrument: removing handle_error: %s', exc)
         for name in ('do_commit', 'do_rollback'):
@@ -476,6 +511,11 @@ class SqlListeners:
             self.faults(fault)
         return None
 
+    def on_engine_connect_14(self, conn, branch) -> None:
+        """``on_engine_connect`` with SQLAlchemy 1.4's signature (2.0
+        warns about that one: nova's test fixtures make it an error)."""
+        self.on_engine_connect(conn)
+
     def on_engine_connect(self, conn) -> None:
         """A Connection is made: adopt its engine now, so that the pool
         reset of a Connection that never began a transaction is timed
@@ -592,9 +632,12 @@ class SqlListeners:
                 else:
                     ending = None
                     resetting = _RESETTING.get()
-                    # The pool passes its proxy of the DBAPI connection.
-                    if resetting is not None and resetting is getattr(
-                            dbapi_connection, 'dbapi_connection', None):
+                    # The pool passes its proxy of the DBAPI connection
+                    # (SQLAlchemy 1.4: the event got that proxy too).
+                    if resetting is not None and (
+                            resetting is dbapi_connection or
+                            resetting is getattr(dbapi_connection,
+                                                 'dbapi_connection', None)):
                         _RESETTING.set(None)
                         reset = True
             except Exception as fault:

@@ -63,7 +63,8 @@ class PoolWaits:
         self._original = None
         self._events: list[tuple[typing.Any, str,
                                  typing.Callable[..., typing.Any]]] = [
-            (Engine, 'engine_connect', self.on_engine_connect),
+            (Engine, 'engine_connect',
+             listeners_mod.engine_connect_listener(self.on_engine_connect)),
             (Pool, 'connect', self.on_connect),
             (Pool, 'close', self.on_close),
             (Pool, 'invalidate', self.on_invalidate),

@@ -9,7 +9,7 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""nova's patch points (surveyed on nova 34.0.0): ``instrument.targets``.
+"""nova's patch points (nova 29 to 34, see RELEASES): ``instrument.targets``.
 
 ``NovaTarget`` records the lifecycle of nova's operations in api,
 conductor, scheduler and compute; its points are data (``points()``),
@@ -30,6 +30,7 @@ Besides spans, two hooks keep the picture connected:
   ``spawn`` once the driver is known, through the target's patcher.
 """
 
+import dataclasses
 import functools
 import inspect
 
@@ -40,7 +41,8 @@ from instrument import schema
 from instrument.targets import base
 from instrument import tracer as tracing
 
-TESTED_NOVA = ('34.0.0',)
+# The releases of RELEASES (at the end of this module).
+TESTED_NOVA = ('34.0.0', '33.0.2', '31.3.1', '29.4.0')
 # The oldest release the points were surveyed on (doc/source/releases.rst);
 # older ones are not patched.
 NOVA_VERSIONS = '>=29.0.0'
@@ -648,9 +650,11 @@ def points(patcher=None) -> list:
     compute = 'nova.compute.manager'
     return [
         # Threads started by nova carry the span that started them.
+        # nova 32-33: nova.utils.spawn_on (spawn calls it); 29-31:
+        # nova.utils.spawn, and spawn_n (release_points).  See RELEASES.
         P('nova.thread_pool_factory', 'spawn_on', 'thread.spawn',
           kind=points_mod.HOOK, on_enter=_carry_span_of(patcher),
-          alternatives=(('nova.utils', 'spawn'), ('nova.utils', 'spawn_n'))),
+          alternatives=(('nova.utils', 'spawn_on'), ('nova.utils', 'spawn'))),
         # nova-api
         P('nova.compute.api', 'API.create', 'api.compute.create', 'api',
           result_instances=_created, on_exit=_created_attrs),
@@ -725,4 +729,87 @@ class NovaTarget(base.Target):
     rpc_endpoint_services = ENDPOINT_SERVICES
 
     def points(self, ctx: base.Context) -> list:
-        return points(ctx.patcher)
+        return points(ctx.patcher) + release_points(
+            base.distribution_version('nova'))
+
+
+# -- releases ------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """A nova release the points are verified on: its functional tier
+    (``tox_env``) boots, reschedules and fails servers on it in each of
+    ``modes`` and checks the banner (tests/functional/nova/
+    test_releases.py): no point missing or failed, and each point of
+    ``used`` patched at that place.  README.rst's support matrix is made
+    from these (tests/unit/targets/test_releases.py checks it)."""
+
+    version: str
+    series: str
+    tox_env: str
+    #: Concurrency modes verified.
+    modes: tuple
+    #: {point name: the place (module:target) patched in this release},
+    #: for the points whose code moved.
+    used: dict
+    #: {mode: why it is not verified} for the other modes.
+    unverified: dict
+    #: Points whose code this release does not have (the banner's
+    #: "missing", checked by the release's functional tier).
+    missing: tuple = ()
+
+
+THREAD_HOOK = 'nova.thread_pool_factory:spawn_on'
+SPAWN_N = 'nova.utils:spawn_n'
+_NO_THREADS = 'none: eventlet-only release'
+
+RELEASES = (
+    # Every service defaults to native threads.
+    Release('34.0.0', '2026.2', 'functional', ('eventlet', 'threads'),
+            {THREAD_HOOK: THREAD_HOOK}, {}),
+    # api and scheduler default to threads, conductor and compute to
+    # eventlet; threads start with nova.utils.spawn_on (spawn calls it).
+    Release('33.0.2', '2026.1', 'functional-nova33', ('eventlet',),
+            {THREAD_HOOK: 'nova.utils:spawn_on'},
+            # nova 33's in-process test fixtures fail under threads
+            # (doc/source/releases.rst)
+            {'threads': 'not verified (nova 33\'s fixtures)'}),
+    # eventlet only; threads start with nova.utils.spawn and (the build
+    # thread) spawn_n.
+    Release('31.3.1', '2025.1', 'functional-nova31', ('eventlet',),
+            {THREAD_HOOK: 'nova.utils:spawn', SPAWN_N: SPAWN_N},
+            {'threads': _NO_THREADS}),
+    # As 31, on SQLAlchemy 1.4 (1.4.51).
+    Release('29.4.0', '2024.1', 'functional-nova29', ('eventlet',),
+            {THREAD_HOOK: 'nova.utils:spawn', SPAWN_N: SPAWN_N},
+            {'threads': _NO_THREADS}),
+)
+
+
+def release_of(found: str | None) -> Release | None:
+    """The entry of RELEASES of the same major version as ``found``."""
+    major = (found or '').split('.', 1)[0]
+    for release in RELEASES:
+        if release.version.split('.', 1)[0] == major:
+            return release
+    return None
+
+
+def _major(found: str | None) -> int | None:
+    try:
+        return int((found or '').split('.', 1)[0])
+    except ValueError:
+        return None
+
+
+def release_points(found: str | None) -> list:
+    """Points of the nova release ``found`` only: nova 29 to 31 start
+    the build thread with ``nova.utils.spawn_n`` (removed in 32 by
+    "Replace utils.spawn_n with spawn"), the other threads with
+    ``spawn`` (the thread hook's alternative)."""
+    major = _major(found)
+    if major is not None and major < 32:
+        module, target = SPAWN_N.split(':')
+        return [P(module, target, 'thread.spawn', kind=points_mod.HOOK,
+                  on_enter=_carry_span)]
+    return []

@@ -54,6 +54,17 @@ EXTERNAL_POS = 1
 clock = waits.clock
 
 
+def lock_name(name) -> str:
+    """A lock's name as recorded: nova 29's scheduler locks a host
+    state by the tuple ``(host, nodename)``, recorded as
+    ``host,nodename``."""
+    if type(name) is str:
+        return name
+    if isinstance(name, (tuple, list)):
+        return ','.join(str(part) for part in name)
+    return str(name)
+
+
 def timed_lock(original, record, faults):
     """The replacement of ``lockutils.lock``: ``original`` called once
     per call, its context manager wrapped in ``_Timed``."""
@@ -99,7 +110,8 @@ def timed_lock(original, record, faults):
 
         def _record(self, t1: int, t2: int, err) -> None:
             try:
-                attrs = {A_LOCK: self.name, A_HELD: (t2 - t1) // 1000}
+                attrs = {A_LOCK: lock_name(self.name),
+                         A_HELD: (t2 - t1) // 1000}
                 kwargs = self.kwargs
                 if kwargs:
                     if kwargs.get('fair'):

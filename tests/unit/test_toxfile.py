@@ -74,6 +74,17 @@ class ToxfileTest(testtools.TestCase):
                                     'deps', 'deps')
         self.assertEqual('', self.out.getvalue())
 
+    def test_an_older_release_is_named(self):
+        # the deps of functional-nova29 once tox has applied its factors
+        deps = ['-c{toxinidir}/constraints/nova-29.txt',
+                '-r{toxinidir}/nova-requirements-29.txt',
+                '-r{toxinidir}/requirements.txt']
+        self.toxfile.tox_on_install(_Env('functional-nova29', self.site),
+                                    deps, 'deps', 'deps')
+        said = self.out.getvalue()
+        self.assertTrue(said.startswith(
+            'functional-nova29: installing nova 29,'), said)
+
     def test_environments_without_nova_are_left_alone(self):
         for env in ('testenv:pep8', 'testenv:mypy'):
             self.toxfile.tox_on_install(

@@ -117,8 +117,10 @@ class DemoTest(testtools.TestCase):
         # (oslo.db's provisioning probes sqlite:// once at set-up)
         self.assertLessEqual(others, {':memory:'}, databases)
         if others:
-            self.assertEqual({('POOL_RESET', None)},
-                             databases[':memory:'])
+            # (and, with nova 29's oslo.db 15, its connection ping)
+            self.assertIn(('POOL_RESET', None), databases[':memory:'])
+            self.assertLessEqual(databases[':memory:'],
+                                 {('POOL_RESET', None), ('SELECT', None)})
         # The report counts what was booted and what was injected.
         with open(os.path.join(out, 'report.json')) as f:
             report = json.load(f)

@@ -31,6 +31,18 @@ INSERT = 'INSERT INTO instances (uuid, host) VALUES (:uuid, :host)'
 
 
 @enginefacade.transaction_context_provider
+def _create_engine(*args, **kwargs):
+    """``sqlalchemy.create_engine`` with 2.0's Connection API under
+    SQLAlchemy 1.4 too (nova 29's: ``future=True``)."""
+    kwargs.setdefault('future', True)
+    return sa.create_engine(*args, **kwargs)
+
+
+def _dbapi(dialect):
+    """The dialect's DBAPI module (``dbapi`` before SQLAlchemy 2.0)."""
+    return getattr(dialect, 'loaded_dbapi', None) or dialect.dbapi
+
+
 class Context(oslo_context.RequestContext):
     """A nova-like request context that enginefacade can use."""
 
@@ -188,7 +200,7 @@ class TestStatements(SqlTestCase):
 
     def test_outside_any_span_without_context(self):
         timing = self.install()
-        engine = sa.create_engine('sqlite://')
+        engine = _create_engine('sqlite://')
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1').fetchall()
         select, = [q for q in timing.records('sql.query')
@@ -281,7 +293,7 @@ class TestErrors(SqlTestCase):
     def test_plain_engine_error_and_missing_table(self):
         timing = self.install()
         for engine, cls in (
-                (sa.create_engine('sqlite://'),
+                (_create_engine('sqlite://'),
                  'sqlalchemy.exc.OperationalError'),
                 (self.engine('nova.sqlite'),
                  'oslo_db.exception.DBNonExistentTable')):
@@ -310,7 +322,7 @@ class TestErrors(SqlTestCase):
         engine = self.engine('nova.sqlite')
         _schema(engine)
         dialect = engine.dialect
-        dbapi = dialect.loaded_dbapi
+        dbapi = _dbapi(dialect)
         refuse = []
         real_commit = dialect.do_commit
 
@@ -388,7 +400,7 @@ class TestAggregation(SqlTestCase):
 
     def test_unsampled_requests_are_aggregated(self):
         timing = self.install(detail_sample_rate=0.0)
-        engine = sa.create_engine('sqlite://')
+        engine = _create_engine('sqlite://')
         with timing.tracer.span('conductor.schedule', ctx=oslo_context
                                 .RequestContext(request_id='req-x')):
             with engine.connect() as conn:
@@ -403,7 +415,7 @@ class TestAggregation(SqlTestCase):
     def test_writer_processes_without_being_asked(self):
         # The buffer's writer runs the SQL processing before each drain.
         timing = self.install()
-        engine = sa.create_engine('sqlite://')
+        engine = _create_engine('sqlite://')
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1')
         timing.buffer.drain()
@@ -423,7 +435,7 @@ class TestFaults(SqlTestCase):
         self.useFixture(db_fixtures.fixtures.MonkeyPatch(
             'instrument.db.fingerprint.Memo.learn',
             lambda self, statement: broken(statement)))
-        engine = sa.create_engine('sqlite://')
+        engine = _create_engine('sqlite://')
         with engine.connect() as conn:
             self.assertEqual([(1,)], conn.exec_driver_sql(
                 'SELECT 1').fetchall())
@@ -439,7 +451,7 @@ class TestFaults(SqlTestCase):
         listeners_.max_pending = 0
         listeners_._build()
         listeners_.install()
-        engine = sa.create_engine('sqlite://')
+        engine = _create_engine('sqlite://')
         with engine.connect() as conn:
             self.assertEqual([(1,)], conn.exec_driver_sql(
                 'SELECT 1').fetchall())
@@ -540,7 +552,7 @@ class TestPoolReset(SqlTestCase):
 
     def test_no_reset_no_record(self):
         timing = self.install()
-        engine = sa.create_engine('sqlite://', pool_reset_on_return=None)
+        engine = _create_engine('sqlite://', pool_reset_on_return=None)
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1')
             conn.commit()
@@ -551,7 +563,7 @@ class TestPoolReset(SqlTestCase):
 
     def test_aggregated_as_its_own_kind(self):
         timing = self.install(slow_query_threshold=60000.0)
-        engine = sa.create_engine('sqlite:///' + os.path.join(
+        engine = _create_engine('sqlite:///' + os.path.join(
             self.tmp, 'nova.sqlite'))
         self.addCleanup(engine.dispose)
         for _ in range(3):
@@ -573,7 +585,7 @@ class TestPoolReset(SqlTestCase):
     def test_failed_reset_is_recorded_and_the_caller_unaffected(self):
         engine = self.engine('nova.sqlite')
         dialect = engine.dialect
-        dbapi = dialect.loaded_dbapi
+        dbapi = _dbapi(dialect)
         refuse = []
         real_rollback = dialect.do_rollback
 
@@ -611,7 +623,7 @@ class TestTracerFrames(testtools.TestCase):
 class TestInstallRace(SqlTestCase):
 
     def test_statement_started_before_install_is_not_a_fault(self):
-        engine = sa.create_engine('sqlite://')
+        engine = _create_engine('sqlite://')
         timing = []
 
         def install_now(*args):

@@ -244,12 +244,14 @@ class EntryPointTest(base.TestCase):
         self.useFixture(_Versions(fake))
         self.assertEqual('nova 28.1.0 is not supported (needs >=29.0.0)',
                          target.check(conf))
-        fake['nova'] = '29.4.0'
+        fake['nova'] = '29.2.0'
         self.assertIsNone(target.check(conf))
-        self.assertIn('nova 29.4.0 was not surveyed', self.logger.output)
-        fake['nova'] = '34.0.0'
-        self.assertIsNone(target.check(conf))
-        self.assertNotIn('nova 34.0.0 was not surveyed', self.logger.output)
+        self.assertIn('nova 29.2.0 was not surveyed', self.logger.output)
+        for surveyed in ('29.4.0', '31.3.1', '33.0.2', '34.0.0'):
+            fake['nova'] = surveyed
+            self.assertIsNone(target.check(conf))
+            self.assertNotIn('nova %s was not surveyed' % surveyed,
+                             self.logger.output)
         self.assertNotIn('nova', sys.modules)
 
 
