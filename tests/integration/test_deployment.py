@@ -58,8 +58,11 @@ COMPUTES = [
     cloud.Compute('compute-4', 'fake.FakeBuildAbortDriver', -2.250),
 ]
 # The offset the analyser must find is the opposite of the injected skew
-# (it is added to a host's timestamps); this close, in microseconds.
-OFFSET_TOLERANCE_US = 5000
+# (it is added to a host's timestamps); this close, in microseconds:
+# computes reach the database through the conductor, as in production,
+# so every compute has RPC replies and two-sided bounds (issue 20 asks
+# for 1 ms; runs here found 88..486 us).
+OFFSET_TOLERANCE_US = 1000
 SERVERS = int(os.environ.get('INSTRUMENT_IT_SERVERS', '30'))
 CONCURRENCY = int(os.environ.get('INSTRUMENT_IT_CONCURRENCY', '10'))
 SETTLE_TIMEOUT_S = 240
