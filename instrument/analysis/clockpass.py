@@ -13,9 +13,9 @@
 
 Only complete RPC spans are read (a substring test skips every other
 line undecoded), with the ``api.request`` records that pair request
-ids to rejoin (``HopMatcher._api``).  Each dispatch is matched with its send on another
-host within a horizon of input time, and the pairs go to
-``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+ids to rejoin (``HopMatcher._api``).  Each dispatch is matched with
+its send on another host within a horizon of input time, and the pairs
+go to ``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
 A span whose other half has not been read when the horizon passes
 waits another horizon (up to ``MAX_WAITING`` spans, the oldest given
 up first): the files are read in step by their raw clocks, so a host
@@ -193,8 +193,16 @@ def _add_api(out: list, raw: bytes, lineno: int) -> None:
     ph, sid, req = rec.get('ph'), rec.get('span'), rec.get('req')
     if (ph == 'B' or ph == 'X') and sid.__class__ is str and \
             req.__class__ is str:
-        out.append((rec.get('host'), API_REQUEST, rec.get('ts'), ph, sid,
-                    None, req, lineno))
+        host, ts = rec.get('host'), rec.get('ts')
+        attrs = rec.get('attrs')
+        began = attrs.get(schema.ATTR_REQ_BEGAN) \
+            if attrs.__class__ is dict else None
+        if ph == 'X' and began.__class__ is str:
+            # the end names the id it began with (instrument >= the
+            # paste filter's req_began): as if its B had been read
+            out.append((host, API_REQUEST, ts, 'B', sid, None, began,
+                        lineno))
+        out.append((host, API_REQUEST, ts, ph, sid, None, req, lineno))
 
 
 class HopMatcher:
@@ -296,7 +304,9 @@ class HopMatcher:
         and a B written while the request ran would make a request of
         its own.  A B followed by its X with another id records the
         alias; only the B records not yet ended are kept (a B always
-        precedes its X in its process's file)."""
+        precedes its X in its process's file).  An X naming the id it
+        began with (``req_began``, which also covers the SQL written
+        under that id when no B was) comes as a B and its X."""
         if ph == 'B':
             self.api_begun[sid] = req
             return

@@ -109,6 +109,31 @@ class PhantomTest(testtools.TestCase):
             self.assertEqual(fidelity.timed(want), fidelity.timed(got))
             self.assertEqual(0, got['load']['duplicate_spans'])
 
+    def test_end_naming_the_id_it_began_with(self):
+        # the paste filter's req_began: no B needed, and the SQL run
+        # before nova's context existed joins the request too
+        begun, ended = 'req-environ-4', 'req-context-1'
+
+        def boot(sql_req, began):
+            recs = _boot(ended, ended)[1:]
+            if began:
+                recs[1]['attrs']['req_began'] = began
+            recs.insert(0, _rec(
+                'X', 1, T0 + 10, 'api-1', 'api', 11, 'sql.query', 'a3',
+                sql_req, parent='a1', dur=30, attrs={
+                    'fp': '0' * 32, 'db': 'nova_api', 'kind': 'SELECT',
+                    'rows': 1, 'many': False, 'txn': None,
+                    'call': None}))
+            return recs
+        for jobs in (1, 2):
+            want = self.analyse('same%d' % jobs, boot(ended, None), jobs)
+            got = self.analyse('split%d' % jobs, boot(begun, begun), jobs)
+            self.assertEqual([ended], [r['req'] for r in got['requests']])
+            self.assertEqual(fidelity.discrete(want),
+                             fidelity.discrete(got))
+            self.assertEqual(fidelity.timed(want), fidelity.timed(got))
+            self.assertEqual(1, got['sql']['calls'])
+
     def test_demo_fixture_has_no_phantom_request(self):
         # the demo (noauth2) wrote 19 such B records in its 4-boot run
         records = fidelity.read_records(fidelity.THREADS)
@@ -156,3 +181,13 @@ class AliasTest(testtools.TestCase):
         api = [(s[3], s[4], s[6]) for s in found
                if s[1] == 'api.request']
         self.assertEqual([('B', 'a1', 'A'), ('X', 'a1', 'B')], api)
+
+    def test_an_end_naming_its_begun_id_pairs_alone(self):
+        recs = _boot('B', 'B')
+        recs[2]['attrs']['req_began'] = 'A'
+        lines = [json.dumps(r, separators=(',', ':')).encode()
+                 for r in recs[1:]]
+        m = clockpass.HopMatcher(10**6)
+        m.add('f', clockpass.rpc_spans(
+            lines, 0, clockpass.rpc_span_decoder()), None)
+        self.assertEqual({'A': 'B'}, m.aliases_of())
