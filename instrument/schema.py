@@ -253,6 +253,10 @@ ATTR_RELEASES = 'releases'
 ATTR_METHOD = 'method'          # HTTP method; the RPC method of rpc.*
 ATTR_ROUTE = 'route'            # path, ids replaced by {id}
 ATTR_STATUS = 'status'          # HTTP status code
+# the environ's request id the span began with, when nova's context
+# (the span's req) has another one (an auth middleware such as
+# noauth2 that makes its own context)
+ATTR_REQ_BEGAN = 'req_began'
 
 # rpc.call / rpc.cast
 ATTR_TOPIC = 'topic'

@@ -12,9 +12,10 @@
 """Pass 1 of the analysis: the RPC hops that date the hosts' clocks.
 
 Only complete RPC spans are read (a substring test skips every other
-line undecoded).  Each dispatch is matched with its send on another
-host within a horizon of input time, and the pairs go to
-``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+line undecoded), with the ``api.request`` records that pair request
+ids to rejoin (``HopMatcher._api``).  Each dispatch is matched with
+its send on another host within a horizon of input time, and the pairs
+go to ``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
 A span whose other half has not been read when the horizon passes
 waits another horizon (up to ``MAX_WAITING`` spans, the oldest given
 up first): the files are read in step by their raw clocks, so a host
@@ -42,6 +43,7 @@ from instrument.analysis import stream
 from instrument import schema
 
 SENDERS = frozenset(('rpc.call', 'rpc.cast'))
+API_REQUEST = schema.EV_API_REQUEST
 # chunks a worker sends at once, and batches waiting in its queue
 BATCH = 16
 QUEUED = 8
@@ -132,19 +134,27 @@ def rpc_spans(lines: list, first: int,
     prefix = b'{"v":1,"ph":"'
     rpc = b'"ev":"rpc.'
     started = b'"ev":"process.start"'
+    api = b'"ev":"api.request"'
     for lineno, raw in enumerate(lines, first + 1):
         # (a B without its X adds nothing the X would not)
         if raw.startswith(prefix):  # the writer's key order
-            if raw[13] != 88:  # 'X'
-                if raw[13] == 77 and started in raw:  # 'M'
+            ph = raw[13]
+            if ph != 88:  # 'X'
+                if ph == 77 and started in raw:  # 'M'
                     _add_start(out, raw, lineno)
+                elif ph == 66 and api in raw:  # 'B'
+                    _add_api(out, raw, lineno)
                 continue
             if rpc not in raw:
+                if api in raw:
+                    _add_api(out, raw, lineno)
                 continue
         else:
             if rpc not in raw:
                 if started in raw:
                     _add_start(out, raw, lineno)
+                elif api in raw:
+                    _add_api(out, raw, lineno)
                 continue
             if raw[:1] != b'{':
                 j = raw.find(marker)
@@ -173,6 +183,28 @@ def _add_start(out: list, raw: bytes, lineno: int) -> None:
                     lineno))
 
 
+def _add_api(out: list, raw: bytes, lineno: int) -> None:
+    """The start (``B``) or end (``X``) of an ``api.request`` span, as
+    ``(host, 'api.request', ts, ph, span, None, req, lineno)``: pass 1
+    pairs them to find the request ids to rejoin (``HopMatcher``)."""
+    rec = decode_prefixed(raw)
+    if rec.__class__ is not dict or rec.get('ev') != API_REQUEST:
+        return
+    ph, sid, req = rec.get('ph'), rec.get('span'), rec.get('req')
+    if (ph == 'B' or ph == 'X') and sid.__class__ is str and \
+            req.__class__ is str:
+        host, ts = rec.get('host'), rec.get('ts')
+        attrs = rec.get('attrs')
+        began = attrs.get(schema.ATTR_REQ_BEGAN) \
+            if attrs.__class__ is dict else None
+        if ph == 'X' and began.__class__ is str:
+            # the end names the id it began with (instrument >= the
+            # paste filter's req_began): as if its B had been read
+            out.append((host, API_REQUEST, ts, 'B', sid, None, began,
+                        lineno))
+        out.append((host, API_REQUEST, ts, ph, sid, None, req, lineno))
+
+
 class HopMatcher:
     """Sends and dispatches matched by span id, within a horizon."""
 
@@ -188,6 +220,11 @@ class HopMatcher:
         self.counts = {'hops': 0, 'unmatched': 0}
         # (host, pid, ts) of every process.start read
         self.starts = set()
+        # api.request spans begun (B read, X not yet): span id: req
+        self.api_begun: dict = {}
+        # request ids to rejoin: the id an api.request span began with
+        # -> the id it ended with, where they differ (see ``aliases``)
+        self.aliases: dict = {}
         # span id: [host, start, end, sync, {child span: child}, first ts]
         self.entries = {}
         # span ids in the order they entered ``entries`` (the oldest
@@ -208,6 +245,9 @@ class HopMatcher:
         for host, ev, ts, end, sid, parent, req, lineno in spans:
             if ev == 'process.start':
                 starts.add((host, end, ts))  # (host, pid, ts)
+                continue
+            if ev == API_REQUEST:
+                self._api(end, sid, req)
                 continue
             hosts.add(host)
             if first_ts is None or ts < first_ts:
@@ -254,7 +294,41 @@ class HopMatcher:
                 del entries[sid]
                 self._evaluate(e)
 
+    def _api(self, ph: str, sid: str, req: str) -> None:
+        """An ``api.request`` B or X record.
+
+        The paste filter begins the span with the request id of the
+        WSGI environ and ends it with the id of nova's context, which
+        the downstream spans carry; behind an auth middleware that
+        makes a context of its own (nova's ``noauth2``) they differ,
+        and a B written while the request ran would make a request of
+        its own.  A B followed by its X with another id records the
+        alias; only the B records not yet ended are kept (a B always
+        precedes its X in its process's file).  An X naming the id it
+        began with (``req_began``, which also covers the SQL written
+        under that id when no B was) comes as a B and its X."""
+        if ph == 'B':
+            self.api_begun[sid] = req
+            return
+        began = self.api_begun.pop(sid, None)
+        if began is not None and began != req:
+            self.aliases[began] = req
+
+    def aliases_of(self) -> dict:
+        """``{request id: request id}``: the ids under which pass 2 reads
+        records of another request's id (chains resolved)."""
+        out = {}
+        for a, b in self.aliases.items():
+            seen = {a}
+            while b in self.aliases and b not in seen:
+                seen.add(b)
+                b = self.aliases[b]
+            if a != b:
+                out[a] = b
+        return out
+
     def finish(self) -> None:
+        self.api_begun.clear()
         for e in self.entries.values():
             self._evaluate(e)
         self.entries.clear()
@@ -291,6 +365,7 @@ def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
     matcher.finish()
     result = clocks.solve(matcher.collector, matcher.hosts)
     result.starts = matcher.starts
+    result.aliases = matcher.aliases_of()
     return result, hosts_of_files, matcher.first_ts, matcher.counts
 
 

@@ -110,6 +110,9 @@ class ClockResult:
         self.pairs = 0
         # (host, pid, ts) of the process.start records pass 1 read
         self.starts: set = set()
+        # request ids rejoined: {id an api.request began with: the id
+        # it ended with} (clockpass.HopMatcher._api)
+        self.aliases: dict = {}
 
     def offsets(self) -> dict:
         return {h: info['offset_us'] for h, info in self.hosts.items()}

@@ -98,6 +98,10 @@ class Options:
         self.fast_decode = fast_decode
         # (host, pid, ts) of every process.start (pass 1 finds them)
         self.process_starts: typing.Collection[tuple] = ()
+        # {request id: the id its records are read under} (pass 1's
+        # ClockResult.aliases: api.request spans begun with another id
+        # than they ended with)
+        self.aliases: dict = {}
 
 
 # -- pass 1 ----------------------------------------------------------------
@@ -230,6 +234,9 @@ class PartReader:
         for host, pid, ts in sorted(opts.process_starts):
             self.starts.setdefault(pid, []).append((ts, host))
         self.start_hosts = {host for host, _p, _t in opts.process_starts}
+        self.aliases = opts.aliases
+        self.raw_aliases = {a.encode(): b.encode()
+                            for a, b in opts.aliases.items()}
         self.lines = 0
 
     def read(self, files: list,
@@ -258,6 +265,8 @@ class PartReader:
         get_offset = self.offsets.get
         crc32 = zlib.crc32
         marker = load.LOG_MARKER
+        aliases = self.aliases
+        raw_aliases = self.raw_aliases
         complete = self.complete
         begin = self.begin
         instant = self.asm.instant
@@ -301,8 +310,10 @@ class PartReader:
                     # are 40 characters long)
                     i += 7
                     j = raw.find(b'"', i, i + 256)
-                    if crc32(raw[i:j if j > 0 else i + 40]) % nparts != \
-                            part:
+                    key = raw[i:j if j > 0 else i + 40]
+                    if raw_aliases:
+                        key = raw_aliases.get(key, key)
+                    if crc32(key) % nparts != part:
                         continue
             rec = decode(raw)
             if rec is None:
@@ -311,6 +322,12 @@ class PartReader:
                     issues.add(kind, fname, lineno, reason)
                     self.bad_line(raw, fi, fname, c_seq)
                 continue
+            if aliases:
+                # the start of an api.request span written with the id
+                # of the WSGI environ: read under the id it ended with
+                req = aliases.get(rec.req)
+                if req is not None:
+                    rec.req = req
             pid = rec.pid
             seq = rec.seq
             ph = rec.ph
@@ -644,6 +661,7 @@ def _analyse(inputs: list, opts: Options) -> dict:
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
     part_opts.process_starts = sorted(clock.starts)
+    part_opts.aliases = clock.aliases
     show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)

@@ -20,7 +20,11 @@ It starts the instrumentation of the API process with nova's global
 configuration (idempotent with the notifier driver) and wraps the rest
 of the pipeline.  The span's request id is the one nova's context
 carries downstream (``environ['nova.context']``), falling back to the
-``X-OpenStack-Request-ID`` of the request id middleware.  The route is
+``X-OpenStack-Request-ID`` of the request id middleware; when the two
+differ (an auth middleware such as ``noauth2`` makes a context with an
+id of its own) the span's end names the id it began with
+(``req_began``), and the analyser reads the records of that id under
+the context's.  The route is
 the path with ids replaced by ``{id}``; bodies and query strings are
 never recorded.
 """
@@ -132,6 +136,13 @@ class InstrumentMiddleware:
                     if code >= 500 and err is None:
                         st, err = (tracing.ST_ERROR,
                                    ('HTTP %d' % code, status[0][:100]))
+            began = environ.get('openstack.request_id')
+            if req and began and req != began:
+                # records written under the environ's id before the
+                # context existed (a B flushed while the request ran,
+                # its SQL) belong to the context's request: say so
+                attrs = dict(attrs or (), **{
+                    schema.ATTR_REQ_BEGAN: began})
             tracer.end(rec, st, err, attrs, req or None)
         except Exception as fault:
             FAULTS(fault)

@@ -69,10 +69,20 @@ class PasteFilterTest(base.TestCase):
         self.assertEqual('X', span['ph'])
         self.assertEqual('api', span['svc'])
         self.assertEqual('ok', span['st'])
+        # the id the span began with (its B, SQL before nova's context)
         self.assertEqual({'method': 'POST', 'route': '/v2.1/servers',
-                          'status': 202}, span['attrs'])
+                          'status': 202, 'req_began': 'req-from-header'},
+                         span['attrs'])
         # The request id nova carries downstream, not the header's.
         self.assertEqual('req-from-context', span['req'])
+
+    def test_one_request_id_is_named_once(self):
+        # keystone's context takes the environ's id: nothing to rejoin
+        self.patch(Ctx, 'request_id', 'req-from-header')
+        [span] = self.call('200 OK', 'GET')
+        self.assertEqual('req-from-header', span['req'])
+        self.assertEqual({'method': 'GET', 'route': '/v2.1/servers',
+                          'status': 200}, span['attrs'])
 
     def test_server_errors_are_errors_and_ids_leave_the_route(self):
         [span] = self.call('500 Internal Server Error', 'GET',
