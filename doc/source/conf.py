@@ -31,3 +31,15 @@ source_suffix = '.rst'
 exclude_patterns = []
 pygments_style = 'native'
 html_theme = 'openstackdocs'
+
+
+def _readme_images(app, relative_path, parent_docname, content):
+    """README.rst names its images from the repository's root (where
+    readers of the repository see it); included in readme.rst they are
+    read from doc/source."""
+    if str(relative_path).endswith('README.rst'):
+        content[0] = content[0].replace('doc/source/images/', 'images/')
+
+
+def setup(app):
+    app.connect('include-read', _readme_images)
