@@ -37,6 +37,7 @@ Each outcome is written into the request's truth as it is decided
 (``RequestTruth.kind`` is the operation).
 """
 
+from tests.synthetic import nova
 from tests.synthetic import procs
 from tests.synthetic import spans
 from tests.synthetic import truth
@@ -45,26 +46,15 @@ OPERATIONS = ('resize', 'live_migrate', 'delete', 'list')
 CELLS = ('cell0', 'cell1', 'cell2')
 
 
-class OperationRequests:
-    """Writes server actions into a ``Cloud``'s processes."""
+class OperationRequests(nova.NovaRequests):
+    """Writes server actions into a ``Cloud``'s processes (the span
+    primitives and ``work`` as for the boots)."""
 
     def __init__(self, cloud, primitives: spans.Spans,
                  p_fail: float = 0.15, parallel_cells: bool = True) -> None:
-        self.cloud = cloud
-        self.rng = cloud.rng
-        self.truth = cloud.truth
+        super().__init__(cloud, primitives)
         self.p_fail = p_fail
         self.parallel_cells = parallel_cells
-        self.span = primitives.span
-        self.sub = primitives.sub
-        self.sql = primitives.sql
-        self.call = primitives.call
-        self.cast = primitives.cast
-        self.dispatch = primitives.dispatch
-        self.caught = primitives.caught
-
-    def work(self, median: float, sigma: float = 0.25) -> int:
-        return self.cloud.work(median, sigma)
 
     def any(self, t0: int) -> None:
         """One operation, drawn evenly."""
