@@ -126,6 +126,7 @@ class PeriodicTable:
         # (lock, process, start, end, request id) of request waits
         self.waits: list = []
         self.dropped = 0
+        self._held: list | None = None
 
     def _task(self, req: str) -> _Task:
         name = TASK_OF(req) or '?'
@@ -251,7 +252,12 @@ class PeriodicTable:
     def held_up(self) -> list:
         """Per request lock wait that a periodic run's hold covered:
         ``(task, lock, request id, covered us, host)``, one per (wait,
-        run)."""
+        run); computed once, after the merge."""
+        if self._held is None:
+            self._held = self._join()
+        return self._held
+
+    def _join(self) -> list:
         by_lock: dict = {}
         for hold in self.holds:
             by_lock.setdefault((hold[0], hold[1]), []).append(hold)
@@ -279,6 +285,25 @@ class PeriodicTable:
                 i -= 1
                 steps += 1
         return out
+
+    def annotate(self, rows: list) -> list:
+        """The report's request rows, each held up by a periodic run
+        with ``held_by_periodic``: ``[{task, lock, wait_us}]`` (the
+        time of its waits on that lock the task's runs covered)."""
+        held: dict = {}
+        for task, lock, req, covered, _host in self.held_up():
+            per = held.setdefault(req, {})
+            per[(task, lock)] = per.get((task, lock), 0) + covered
+        if not held:
+            return rows
+        for row in rows:
+            per = held.get(row.get('req'))
+            if per:
+                row['held_by_periodic'] = [
+                    {'task': task, 'lock': lock, 'wait_us': us}
+                    for (task, lock), us in sorted(
+                        per.items(), key=lambda kv: -kv[1])]
+        return rows
 
     # -- the report --------------------------------------------------------
 

@@ -160,6 +160,9 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
         self.assertGreaterEqual(covered, HOLD_S * 1e6)
         self.assertEqual((1, covered), (audit['delayed_requests'],
                                         audit['delayed_wait_us']))
+        [row] = [r for r in report['requests'] if r['req'] == boot_req]
+        self.assertEqual([{'task': TASK, 'lock': LOCK, 'wait_us': covered}],
+                         row['held_by_periodic'])
         # the top waits table names the audit as the longest holder
         [top] = [r for r in report['waits']['top'] if r['name'] == LOCK]
         self.assertEqual(TASK, top['longest_hold']['periodic_task'])

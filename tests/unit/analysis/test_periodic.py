@@ -163,6 +163,8 @@ class PeriodicReportTest(testtools.TestCase):
         without = self.analyse(self.base)
         self.assertEqual(['req-a', 'req-b', 'req-c', 'req-d'],
                          sorted(r['req'] for r in report['requests']))
+        for row in report['requests']:
+            row.pop('held_by_periodic', None)
         for key in ('operations', 'summary', 'failures', 'requests'):
             self.assertEqual(without[key], report[key], key)
         self.assertEqual({}, without['periodic'])
@@ -200,6 +202,15 @@ class PeriodicReportTest(testtools.TestCase):
              'requests': 2, 'waits': 2, 'wait_us': 350 * MS,
              'max_us': 250 * MS, 'operations': {'boot': 2},
              'examples': ['req-a', 'req-b']}, row)
+        # and each request row names it
+        rows = {r['req']: r for r in report['requests']}
+        self.assertEqual([{'task': UAR, 'lock': 'compute_resources',
+                           'wait_us': 250 * MS}],
+                         rows['req-a']['held_by_periodic'])
+        self.assertEqual(100 * MS,
+                         rows['req-b']['held_by_periodic'][0]['wait_us'])
+        self.assertNotIn('held_by_periodic', rows['req-c'])
+        self.assertNotIn('held_by_periodic', rows['req-d'])
         # the top waits table names it too
         [lock] = report['waits']['top']
         hold = lock['longest_hold']
