@@ -423,9 +423,9 @@ def periodic_req(task: str, token: str) -> str:
     return '%s%s-%s' % (PERIODIC_REQ_PREFIX, task, token)
 
 
-def periodic_task_of(req) -> str | None:
+def periodic_task_of(req: object) -> str | None:
     """The task of a periodic run's request id, else None."""
-    if req.__class__ is not str or not req.startswith(PERIODIC_REQ_PREFIX):
+    if not isinstance(req, str) or not req.startswith(PERIODIC_REQ_PREFIX):
         return None
     return req[len(PERIODIC_REQ_PREFIX):].rsplit('-', 1)[0] or None
 

@@ -22,8 +22,8 @@ injecting spawn failures and reschedules; then, unless
 server lists, a ``--op-fail`` share of the resizes and live migrations
 failing on purpose.  Meanwhile the computes run their resource audit
 and power state sync every ``--periodic-interval`` seconds
-(``periodic``), as their service timers would.  Then it runs the analyser and writes into
-``--output``::
+(``periodic``), as their service timers would.  Then it runs the
+analyser and writes into ``--output``::
 
     spans/          the raw span files (one per process)
     report.txt      the analyser's summary (also printed)

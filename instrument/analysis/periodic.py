@@ -40,7 +40,6 @@ import typing
 from instrument.analysis import waits
 from instrument import schema
 
-PREFIX = schema.PERIODIC_REQ_PREFIX
 TASK_OF = schema.periodic_task_of
 EV_TASK = schema.EV_PERIODIC_TASK
 EV_LOCK = schema.EV_LOCK_WAIT
@@ -55,11 +54,6 @@ KEEP = 5
 # Runs ("periodic-..." ids) whose periodic.task start was read but not
 # yet its end, kept at most.
 MAX_OPEN = 100_000
-
-
-def is_periodic(req) -> bool:
-    """Is ``req`` the id of a periodic task run?"""
-    return req.__class__ is str and req.startswith(PREFIX)
 
 
 class _Task:
