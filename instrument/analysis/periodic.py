@@ -457,6 +457,16 @@ def text_lines(section: dict | None) -> list:
     return out
 
 
+def held_notes(req: dict, esc: typing.Callable[[typing.Any], str]) -> list:
+    """HTML notes for a request's timeline: the periodic tasks that
+    held a lock it waited for (``held_by_periodic``)."""
+    from instrument.analysis import report_text
+    return ['<p class="note">waited %s for lock %s held by periodic task '
+            '%s</p>' % (esc(report_text.fmt_us(h['wait_us'])),
+                        esc(h['lock']), esc(h['task']))
+            for h in req.get('held_by_periodic') or ()]
+
+
 def html_section(section: dict | None,
                  table: typing.Callable[..., str]) -> str:
     """The HTML report's section for ``report['periodic']``; ``table``

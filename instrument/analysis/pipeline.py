@@ -750,7 +750,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
     retries = [{'func': func, 'cls': cls, 'count': n}
                for (func, cls), n in merged.retries.most_common()]
     issues = merged.issues
-    timelines = [s.to_dict() for s in summaries if s.lifecycle is not None]
+    timelines = merged.periodic.annotate(
+        [s.to_dict() for s in summaries if s.lifecycle is not None])
     clock_table = clock.to_dict()
     rejected = sorted(h for h in clock_table['hosts']
                       if h not in merged.hosts)

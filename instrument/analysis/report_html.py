@@ -322,6 +322,7 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                 out.append('<p class="bad">stopped at %s on %s</p>' % (
                     esc(inst['stopped']['ev']),
                     esc(inst['stopped']['host'])))
+        out.extend(periodic.held_notes(req, esc))
         out.append(timeline(req, extra))
     # one section per operation other than boot (issue 12)
     out.append(operations_html(report.get('operations') or {}, extra))

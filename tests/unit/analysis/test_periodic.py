@@ -244,6 +244,9 @@ class PeriodicReportTest(testtools.TestCase):
             self.assertIn('not ended in the files (not in the figures '
                           'above): %s 1' % HEAL, out)
         self.assertIn('compute_resources 1x held 300ms', text)
+        # the held-up request's timeline says so
+        self.assertIn('waited %s for lock compute_resources held by '
+                      'periodic task %s' % (fmt(250 * MS), UAR), html)
 
 
 class HeldUpTest(testtools.TestCase):
