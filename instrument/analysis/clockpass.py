@@ -49,6 +49,9 @@ BATCH = 16
 QUEUED = 8
 # RPC spans waiting for their other half beyond the horizon, at most
 MAX_WAITING = 1 << 18
+PERIODIC = schema.PERIODIC_REQ_PREFIX
+# dispatches of periodic task runs' sends kept for pass 2, at most
+MAX_PERIODIC_HOPS = 1 << 18
 
 
 def rpc_span_decoder(
@@ -225,8 +228,14 @@ class HopMatcher:
         # request ids to rejoin: the id an api.request span began with
         # -> the id it ended with, where they differ (see ``aliases``)
         self.aliases: dict = {}
-        # span id: [host, start, end, sync, {child span: child}, first ts]
+        # span id: [host, start, end, sync, {child span: child}, first
+        # ts, request id of the send]
         self.entries = {}
+        # the dispatches of sends made by a periodic task run: span id:
+        # the run's request id; and the request id such a dispatch
+        # carried (the context nova sent): the first run that sent it
+        self.periodic_hops: dict = {}
+        self.periodic_contexts: dict = {}
         # span ids in the order they entered ``entries`` (the oldest
         # leave first; a dict's first key is slow to find after many
         # deletions)
@@ -256,20 +265,21 @@ class HopMatcher:
                 e = entries.get(sid)
                 if e is None:
                     entries[sid] = [host, ts, end, ev in sync_events,
-                                    None, ts]
+                                    None, ts, req]
                     arrival(sid)
                 else:
                     e[0] = host
                     e[1] = ts
                     e[2] = end
                     e[3] = ev in sync_events
+                    e[6] = req
             else:
                 if parent is None:
                     continue
                 e = entries.get(parent)
                 if e is None:
                     e = entries[parent] = [None, None, None, False, None,
-                                           ts]
+                                           ts, None]
                     arrival(parent)
                 if e[4] is None:
                     e[4] = {}
@@ -335,16 +345,34 @@ class HopMatcher:
         self.arrived.clear()
 
     def _evaluate(self, e) -> None:
-        p_host, p_start, p_end, sync, kids, _seen = e
+        p_host, p_start, p_end, sync, kids, _seen, p_req = e
         if not kids:
             return
         if p_host is None:
             self.counts['unmatched'] += len(kids)
             return
+        if p_req.__class__ is str and p_req.startswith(PERIODIC):
+            self._periodic(p_req, kids)
         for c_host, c_start, c_end, origin in kids.values():
             self.counts['hops'] += 1
             self.collector.add_hop(p_host, p_start, p_end, c_host,
                                    c_start, c_end, sync, origin)
+
+
+    def _periodic(self, run: str, kids: dict) -> None:
+        """The dispatches of a send of periodic run ``run``: what the
+        other side did for it is the run's (pass 2 re-keys it)."""
+        hops = self.periodic_hops
+        contexts = self.periodic_contexts
+        for sid, kid in kids.items():
+            if len(hops) >= MAX_PERIODIC_HOPS:
+                self.counts['periodic_dropped'] = \
+                    self.counts.get('periodic_dropped', 0) + 1
+                continue
+            hops[sid] = run
+            req = kid[3][2]
+            if req.__class__ is str and not req.startswith(PERIODIC):
+                contexts.setdefault(req, run)
 
 
 def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
@@ -366,6 +394,8 @@ def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
     result = clocks.solve(matcher.collector, matcher.hosts)
     result.starts = matcher.starts
     result.aliases = matcher.aliases_of()
+    result.periodic_hops = matcher.periodic_hops
+    result.periodic_contexts = matcher.periodic_contexts
     return result, hosts_of_files, matcher.first_ts, matcher.counts
 
 

@@ -104,6 +104,10 @@ class Options:
         # ClockResult.aliases: api.request spans begun with another id
         # than they ended with)
         self.aliases: dict = {}
+        # ClockResult.periodic_hops and periodic_contexts: the other
+        # side's work for periodic runs' RPC sends
+        self.periodic_hops: dict = {}
+        self.periodic_contexts: dict = {}
 
 
 # -- pass 1 ----------------------------------------------------------------
@@ -241,6 +245,11 @@ class PartReader:
         self.aliases = opts.aliases
         self.raw_aliases = {a.encode(): b.encode()
                             for a, b in opts.aliases.items()}
+        # request ids nova sent with periodic runs' RPC: their records
+        # are the runs' (``periodic_run``); span id: run, grown by the
+        # spans read under the dispatches
+        self.periodic_contexts = opts.periodic_contexts
+        self.periodic_spans = dict(opts.periodic_hops)
         self.lines = 0
 
     def read(self, files: list,
@@ -271,6 +280,7 @@ class PartReader:
         marker = load.LOG_MARKER
         aliases = self.aliases
         raw_aliases = self.raw_aliases
+        periodic_contexts = self.periodic_contexts
         complete = self.complete
         begin = self.begin
         instant = self.asm.instant
@@ -332,6 +342,8 @@ class PartReader:
                 req = aliases.get(rec.req)
                 if req is not None:
                     rec.req = req
+            if periodic_contexts and rec.req in periodic_contexts:
+                rec.req = self.periodic_run(rec)
             pid = rec.pid
             seq = rec.seq
             ph = rec.ph
@@ -404,6 +416,24 @@ class PartReader:
             c_seq.last = c_last
         if nread:
             read[fname] = read.get(fname, 0) + nread
+
+    def periodic_run(self, rec: typing.Any) -> str:
+        """The periodic run a record of a request id nova sent with a
+        periodic run's RPC belongs to: the run whose send its span, or
+        its parent's, answered (the dispatch, then what ran under it,
+        read after its parent's start), else the first run that sent
+        that id (nova's admin context of a run is shared by the tasks
+        of that run)."""
+        spans = self.periodic_spans
+        run = spans.get(rec.span)
+        if run is None:
+            run = spans.get(rec.parent)
+            if run is not None and rec.span is not None and \
+                    len(spans) < clockpass.MAX_PERIODIC_HOPS:
+                spans[rec.span] = run
+        if run is None:
+            run = self.periodic_contexts[rec.req]
+        return run
 
     def bad_line(self, raw: bytes, fi: int, fname: str,
                  near: typing.Optional[load.SeqSet]) -> None:
@@ -691,6 +721,8 @@ def _analyse(inputs: list, opts: Options) -> dict:
     part_opts.hung_us = opts.hung_us
     part_opts.process_starts = sorted(clock.starts)
     part_opts.aliases = clock.aliases
+    part_opts.periodic_hops = clock.periodic_hops
+    part_opts.periodic_contexts = clock.periodic_contexts
     show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)
