@@ -50,6 +50,8 @@ QUEUED = 8
 # RPC spans waiting for their other half beyond the horizon, at most
 MAX_WAITING = 1 << 18
 PERIODIC = schema.PERIODIC_REQ_PREFIX
+# (pass 1's tuple of a periodic run's send read from its start)
+PERIODIC_SEND = 'rpc.periodic'
 # dispatches of periodic task runs' sends kept for pass 2, at most
 MAX_PERIODIC_HOPS = 1 << 18
 
@@ -138,6 +140,7 @@ def rpc_spans(lines: list, first: int,
     rpc = b'"ev":"rpc.'
     started = b'"ev":"process.start"'
     api = b'"ev":"api.request"'
+    periodic = b'"req":"' + PERIODIC.encode()
     for lineno, raw in enumerate(lines, first + 1):
         # (a B without its X adds nothing the X would not)
         if raw.startswith(prefix):  # the writer's key order
@@ -145,8 +148,11 @@ def rpc_spans(lines: list, first: int,
             if ph != 88:  # 'X'
                 if ph == 77 and started in raw:  # 'M'
                     _add_start(out, raw, lineno)
-                elif ph == 66 and api in raw:  # 'B'
-                    _add_api(out, raw, lineno)
+                elif ph == 66:  # 'B'
+                    if api in raw:
+                        _add_api(out, raw, lineno)
+                    elif rpc in raw and periodic in raw:
+                        _add_periodic_send(out, raw, lineno)
                 continue
             if rpc not in raw:
                 if api in raw:
@@ -165,6 +171,8 @@ def rpc_spans(lines: list, first: int,
                     continue
                 raw = raw[j:]
             if raw[:15] != b'{"v":1,"ph":"X"' and b'"ph":"X"' not in raw:
+                if periodic in raw:
+                    _add_periodic_send(out, raw, lineno)
                 continue
         fields = decode(raw)
         if fields is not None:
@@ -184,6 +192,22 @@ def _add_start(out: list, raw: bytes, lineno: int) -> None:
             ts.__class__ is int:
         out.append((host, 'process.start', ts, pid, None, None, None,
                     lineno))
+
+
+def _add_periodic_send(out: list, raw: bytes, lineno: int) -> None:
+    """The start (``B``) of a periodic run's RPC send, as ``(host,
+    'rpc.periodic', ts, None, span, None, req, lineno)``: a send still
+    running when its process stopped has no end, and what the other side
+    did for it is still the run's."""
+    rec = decode_prefixed(raw)
+    if rec.__class__ is not dict or rec.get('ph') != 'B' or \
+            rec.get('ev') not in SENDERS:
+        return
+    sid, req = rec.get('span'), rec.get('req')
+    if sid.__class__ is str and req.__class__ is str and \
+            req.startswith(PERIODIC):
+        out.append((rec.get('host'), PERIODIC_SEND, rec.get('ts'), None,
+                    sid, None, req, lineno))
 
 
 def _add_api(out: list, raw: bytes, lineno: int) -> None:
@@ -236,6 +260,8 @@ class HopMatcher:
         # carried (the context nova sent): the first run that sent it
         self.periodic_hops: dict = {}
         self.periodic_contexts: dict = {}
+        # periodic runs' sends whose start was read: span id: run
+        self.periodic_begun: dict = {}
         # span ids in the order they entered ``entries`` (the oldest
         # leave first; a dict's first key is slow to find after many
         # deletions)
@@ -257,6 +283,10 @@ class HopMatcher:
                 continue
             if ev == API_REQUEST:
                 self._api(end, sid, req)
+                continue
+            if ev == PERIODIC_SEND:
+                if len(self.periodic_begun) < MAX_PERIODIC_HOPS:
+                    self.periodic_begun[sid] = req
                 continue
             hosts.add(host)
             if first_ts is None or ts < first_ts:
@@ -302,7 +332,7 @@ class HopMatcher:
                     arrival(sid)
                     continue
                 del entries[sid]
-                self._evaluate(e)
+                self._evaluate(sid, e)
 
     def _api(self, ph: str, sid: str, req: str) -> None:
         """An ``api.request`` B or X record.
@@ -339,20 +369,24 @@ class HopMatcher:
 
     def finish(self) -> None:
         self.api_begun.clear()
-        for e in self.entries.values():
-            self._evaluate(e)
+        for sid, e in self.entries.items():
+            self._evaluate(sid, e)
+        self.periodic_begun.clear()
         self.entries.clear()
         self.arrived.clear()
 
-    def _evaluate(self, e) -> None:
+    def _evaluate(self, sid, e) -> None:
         p_host, p_start, p_end, sync, kids, _seen, p_req = e
+        begun = self.periodic_begun.pop(sid, None)
         if not kids:
             return
+        if p_req is None:
+            p_req = begun
+        if p_req.__class__ is str and p_req.startswith(PERIODIC):
+            self._periodic(p_req, kids)
         if p_host is None:
             self.counts['unmatched'] += len(kids)
             return
-        if p_req.__class__ is str and p_req.startswith(PERIODIC):
-            self._periodic(p_req, kids)
         for c_host, c_start, c_end, origin in kids.values():
             self.counts['hops'] += 1
             self.collector.add_hop(p_host, p_start, p_end, c_host,

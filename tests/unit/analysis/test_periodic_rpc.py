@@ -86,12 +86,12 @@ def _run(compute, task, start, token, dur=100 * MS):
 
 
 def _send(compute, req, parent, start, dur, ctx=ADMIN,
-          method='object_class_action_versions'):
+          method='object_class_action_versions', ph='X'):
     """An RPC call of a periodic run to the conductor: the run's id,
     the context's beside it."""
     return compute.add('rpc.call', start, dur, req, parent, {
         'method': method, 'topic': 'conductor',
-        schema.ATTR_CONTEXT_REQ: ctx})
+        schema.ATTR_CONTEXT_REQ: ctx}, ph=ph)
 
 
 class ConductorWorkOfPeriodicRunsTest(testtools.TestCase):
@@ -132,12 +132,13 @@ class ConductorWorkOfPeriodicRunsTest(testtools.TestCase):
         d3 = conductor.add('rpc.dispatch', 212 * MS, 16 * MS, ADMIN, send3,
                            {'method': 'object_class_action_versions'})
         conductor.sql(213 * MS, 11 * MS, ADMIN, d3)
-        # a statement of the admin context with no span of the hops
-        # above it: the first run that sent that id
+        # a call whose end was never written (its process stopped
+        # during it), then a statement of its context with no span of
+        # the hops above it: the run that sent that id
         lone_run, lone_span = _run(compute, SYNC, 400 * MS, 'c', 90 * MS)
         self.lone = lone_run
-        send4 = _send(compute, lone_run, lone_span, 410 * MS, 20 * MS,
-                      ctx=LONE)
+        send4 = _send(compute, lone_run, lone_span, 410 * MS, None,
+                      ctx=LONE, ph='B')
         conductor.add('rpc.dispatch', 412 * MS, 16 * MS, LONE, send4,
                       {'method': 'object_action'})
         conductor.sql(413 * MS, 13 * MS, LONE, 'ffffffffffffffff')
