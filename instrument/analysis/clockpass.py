@@ -16,6 +16,10 @@ line undecoded), with the ``api.request`` records that pair request
 ids to rejoin (``HopMatcher._api``).  Each dispatch is matched with
 its send on another host within a horizon of input time, and the pairs
 go to ``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+The dispatches of sends made by a periodic task run (a ``periodic-...``
+request id; the start of such a send is read too) are noted for pass 2,
+which reads what the other side did for them as the run's
+(``HopMatcher._periodic``).
 A span whose other half has not been read when the horizon passes
 waits another horizon (up to ``MAX_WAITING`` spans, the oldest given
 up first): the files are read in step by their raw clocks, so a host
@@ -391,7 +395,6 @@ class HopMatcher:
             self.counts['hops'] += 1
             self.collector.add_hop(p_host, p_start, p_end, c_host,
                                    c_start, c_end, sync, origin)
-
 
     def _periodic(self, run: str, kids: dict) -> None:
         """The dispatches of a send of periodic run ``run``: what the

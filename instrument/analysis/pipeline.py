@@ -19,8 +19,11 @@ offsets; with ``jobs`` > 1 its workers split the files.
 Pass 2 (``run_part``, a ``PartReader`` per worker) reads everything on
 corrected clocks: validates each line, tracks ``seq`` per process, and
 hands each record by phase to the request assembler and the SQL
-digest.  With ``jobs`` > 1 the requests are partitioned by a
-hash of their request id: every worker reads all files but decodes only
+digest; the records of the other side's work for a periodic task
+run's RPC calls (pass 1 found the dispatches) are read under the run's
+id (``PartReader.periodic_run``).  With ``jobs`` > 1 the requests are
+partitioned by a hash of their request id: every worker reads all
+files but decodes only
 its own lines (lines without a request id, and process metadata, go to
 worker 0; metadata is seen by all), so the partial results add up.
 Duplicate lines hash alike, so each worker still sees its own
