@@ -12,9 +12,9 @@
 """Span files in DuckDB: normalised tables, the SQL digest, Parquet.
 
 The columnar engine of the analyser (issue 17; the choice of DuckDB is
-measured in ``doc/source/engines.rst``).  ``load`` reads span files
+measured in ``doc/source/engines.rst``).  ``load_files`` reads span files
 (plain, gzip, service logs whose lines carry a prefix before
-``{"v":``) into the table ``events``, one row per valid record, with
+``{"v":``) into ``events``, one row per valid record, with
 every bad line counted under the kinds and with the ``file:line`` and
 reason today's loader (``load``, ``pipeline.PartReader``) gives:
 
@@ -344,8 +344,8 @@ def _load(con, paths, out, work, progress, only=()) -> None:
         if progress is not None:
             progress(done)
     _classify(con, paths, copies, out)
-    _processes(con, out)
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
+    _processes(con, out)
     out.records = con.execute('SELECT count(*) FROM events').fetchone()[0]
 
 
@@ -479,13 +479,11 @@ def _processes(con, out) -> None:
     """Each valid row's process ``(p_host, pid, p_start)``; a ``seq``
     read again in a process is a duplicate (the first read, in file
     and line order, is kept); the table ``events``."""
-    cols = ', '.join(n for n, _t in COLUMNS)
-    con.execute(
-        'CREATE OR REPLACE TEMP TABLE valid AS SELECT file, line, %s FROM '  # noqa: S608
-        'staged WHERE kind IS NULL' % cols)
+    cols = ', '.join('v.' + n for n, _t in COLUMNS)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE starts AS SELECT file, line, host, "
-        "pid, ts FROM valid WHERE ph = 'M' AND ev = 'process.start'")
+        "pid, ts FROM staged WHERE kind IS NULL AND ph = 'M' AND ev = "
+        "'process.start'")
     starts: dict = {}
     start_hosts = set()
     for host, pid, ts in con.execute(
@@ -497,9 +495,10 @@ def _processes(con, out) -> None:
     # the process of the first of them (PartReader.current)
     rows = con.execute(
         'SELECT v.file, v.pid, arg_min(v.host, v.line), arg_min(v.ts, '
-        'v.line) FROM valid v WHERE NOT EXISTS (SELECT 1 FROM starts s '
-        'WHERE s.file = v.file AND s.pid = v.pid AND s.line <= v.line) '
-        'GROUP BY v.file, v.pid').fetchall()
+        'v.line) FROM staged v LEFT JOIN (SELECT file, pid, min(line) AS '
+        'first FROM starts GROUP BY ALL) f USING (file, pid) WHERE v.kind '
+        'IS NULL AND (f.first IS NULL OR v.line < f.first) GROUP BY '
+        'v.file, v.pid').fetchall()
     con.execute('CREATE OR REPLACE TEMP TABLE first_proc (file INTEGER, '
                 'pid BIGINT, p_host VARCHAR, p_start BIGINT)')
     if rows:
@@ -529,17 +528,20 @@ def _processes(con, out) -> None:
         con.executemany('INSERT INTO occupied VALUES (?, ?, ?, ?, ?, ?)',
                         taken)
     con.execute(
-        'CREATE OR REPLACE TEMP TABLE keyed AS SELECT v.*, coalesce('
-        's.host, f.p_host) AS p_host, CASE WHEN s.host IS NOT NULL THEN '
-        's.ts ELSE f.p_start END AS p_start FROM valid v ASOF LEFT JOIN '
+        'CREATE OR REPLACE TEMP TABLE events_base AS SELECT v.file, '  # noqa: S608
+        'v.line, %s, coalesce(s.host, f.p_host) AS p_host, CASE WHEN '
+        's.host IS NOT NULL THEN s.ts ELSE f.p_start END AS p_start FROM '
+        '(SELECT * FROM staged WHERE kind IS NULL) v ASOF LEFT JOIN '
         'starts s ON v.file = s.file AND v.pid = s.pid AND v.line >= '
         's.line LEFT JOIN first_proc f ON f.file = v.file AND f.pid = '
-        'v.pid')
+        'v.pid' % cols)
+    con.execute('DROP TABLE staged')
     # a seq taken twice in a process: a hash aggregate finds the few
     # (a window over every row would cost far more)
     con.execute(
         'CREATE OR REPLACE TEMP TABLE dups AS WITH taken AS (SELECT file, '
-        'line, p_host, pid, p_start, seq, true AS ok FROM keyed UNION ALL '
+        'line, p_host, pid, p_start, seq, true AS ok FROM events_base '
+        'UNION ALL '
         'SELECT *, false FROM occupied), twice AS (SELECT p_host, pid, '
         'p_start, seq, min((file, line)) AS first FROM taken GROUP BY ALL '
         'HAVING count(*) > 1) SELECT t.file, t.line, t.p_host, t.pid, '
@@ -552,26 +554,27 @@ def _processes(con, out) -> None:
         out.issues.add('duplicate', out.files[fi], line,
                        'seq %d of %s read before' % (
                            seq, load.process_label((host, pid, start))))
+    con.execute('DELETE FROM events_base WHERE (file, line) IN (SELECT '
+                '(file, line) FROM dups)')
+    set_offsets(con, {})
     con.execute(
-        'CREATE OR REPLACE TEMP TABLE events AS SELECT k.*, 0::BIGINT AS '
-        'offset_us, k.ts AS ts_corr FROM keyed k ANTI JOIN dups d USING '
-        '(file, line)')
+        'CREATE OR REPLACE TEMP VIEW events AS SELECT e.*, coalesce('
+        'o.offset_us, 0) AS offset_us, e.ts + coalesce(o.offset_us, 0) AS '
+        'ts_corr FROM events_base e LEFT JOIN host_offset o ON o.host = '
+        'e.host')
     for name, query in VIEWS.items():
         con.execute('CREATE OR REPLACE TEMP VIEW %s AS %s' % (name, query))
 
 
 def set_offsets(con, offsets: dict) -> None:
-    """Correct ``ts_corr`` by the host offsets (``{host: offset_us}``,
-    as ``clocks.ClockResult.offsets``); a host without one keeps 0, as
-    in pass 2 of today's analyser."""
+    """Correct ``ts_corr`` of the view ``events`` by the host offsets
+    (``{host: offset_us}``, as ``clocks.ClockResult.offsets``); a host
+    without one keeps 0, as in pass 2 of today's analyser."""
     con.execute('CREATE OR REPLACE TEMP TABLE host_offset (host VARCHAR, '
                 'offset_us BIGINT)')
     if offsets:
         con.executemany('INSERT INTO host_offset VALUES (?, ?)',
                         sorted(offsets.items()))
-    con.execute(
-        'UPDATE events SET offset_us = o.offset_us, ts_corr = events.ts + '
-        'o.offset_us FROM host_offset o WHERE events.host = o.host')
 
 
 # -- the SQL digest --------------------------------------------------------
@@ -823,9 +826,11 @@ def export(inputs: list, out_dir: str, opts) -> dict:
         window = report['window']
         digest = sql_digest(con, window['since_us'], window['until_us'])
         analyser_tables(con, report, digest, tmp)
+        # (tables written, shown as a share of the input's bytes)
         rows = export_parquet(
             con, loaded, out_dir, None if progress is None else
-            lambda done: progress('export', done, len(EXPORTED)))
+            lambda done: progress('export', total * done // len(EXPORTED),
+                                  total))
         if progress is not None:
             progress('done', total, total)
     finally:

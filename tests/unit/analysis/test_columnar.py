@@ -249,6 +249,23 @@ class ExportTest(testtools.TestCase):
         self.assertEqual(sorted(columnar.EXPORTED), sorted(os.listdir(out)))
 
 
+    def test_progress(self):
+        # the command's progress line is told of every stage
+        seen = []
+        out = os.path.join(self.useFixture(fixtures.TempDir()).path, 'p')
+        columnar.export([THREADS], out, pipeline.Options(
+            progress=lambda *args: seen.append(args)))
+        stages = [s for s, _d, _t in seen]
+        for stage in ('clocks', 'spans', 'load', 'export'):
+            self.assertIn(stage, stages)
+        self.assertEqual('done', stages[-1])
+        total = os.path.getsize(THREADS)
+        self.assertEqual(('export', total, total), [
+            a for a in seen if a[0] == 'export'][-1])
+        self.assertEqual(('load', total, total), [
+            a for a in seen if a[0] == 'load'][-1])
+
+
 class EngineTest(testtools.TestCase):
     """``--engine duckdb``: the report's SQL profile is the same."""
 
