@@ -70,6 +70,8 @@ from instrument import schema
 
 MARKER = '{"v":'
 BLOCK_BYTES = 32 << 20
+# input read by one statement (files in parallel)
+BATCH_BYTES = 64 << 20
 # the top-level fields, typed; ``err`` and ``attrs`` stay JSON
 _SQL_TYPES = {int: 'BIGINT', str: 'VARCHAR', list: 'VARCHAR[]',
               dict: 'JSON'}
@@ -152,7 +154,7 @@ def _struct() -> str:
 
 def _value_checks() -> str:
     """SQL true when a typed row ``r`` passes what ``schema.validate``
-    checks of the values (``_types_ok`` checks the types)."""
+    checks of the values (``shape_ok`` checks the types)."""
     required = ' AND '.join('r.%s IS NOT NULL' % n for n in schema.REQUIRED)
     return (
         "coalesce(%s AND r.v = %d AND r.ph IN (%s) AND (r.ph NOT IN ('B', "
@@ -168,58 +170,61 @@ def _value_checks() -> str:
 _WHITESPACE = ' || '.join('chr(%d)' % c for c in (32, 9, 10, 11, 12, 13))
 
 
-def _type_ok(name: str) -> str:
-    """SQL true when field ``name`` of ``j`` (the record with every
-    field kept as JSON text; NULL: absent or null) has the JSON type the
-    schema wants: ``json_transform`` itself would coerce ``1.5`` or
-    ``true`` to an integer and a number to a string."""
-    f = 'j.' + name
-    kind = schema._TYPES[name]
-    if kind is int:
-        return (f"({f} IS NULL OR (left({f}, 1) IN ('-', '0', '1', '2', "
-                f"'3', '4', '5', '6', '7', '8', '9') AND NOT contains({f}, "
-                f"'.') AND NOT contains({f}, 'e') AND NOT contains({f}, "
-                "'E')))")
-    first = {str: '"', list: '[', dict: '{'}[kind]
-    return f"({f} IS NULL OR starts_with({f}, '{first}'))"
+# JSON types (``json_type``) each schema type accepts
+_JSON_TYPES = {int: ('UBIGINT', 'BIGINT'), str: ('VARCHAR',),
+               list: ('ARRAY',), dict: ('OBJECT',)}
 
 
-def _types_ok() -> str:
-    """SQL true when a record has only the schema's fields, each of its
-    type (what ``schema.validate`` checks of the types; the values are
-    checked by ``_value_checks``)."""
-    known = ', '.join(_q(n) for n in schema.FIELDS)
-    return ' AND '.join(['list_has_all([%s], json_keys(rec))' % known] +
-                        [_type_ok(n) for n in schema.FIELDS])
+def shape_ok(shape: typing.Optional[str]) -> bool:
+    """Whether records of this shape (``_stage_sql``: the JSON type of
+    each schema field, ``-`` when absent) pass the type checks of
+    ``schema.validate``; the value checks and unknown fields are
+    checked in SQL, row by row."""
+    types = (shape or '').split(',')
+    if len(types) != len(schema.FIELDS):
+        return False
+    for name, kind in zip(schema.FIELDS, types, strict=True):
+        if kind in ('-', 'NULL'):
+            if name in schema.REQUIRED:
+                return False
+        elif kind not in _JSON_TYPES[schema._TYPES[name]]:
+            return False
+    return True
 
 
 def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
-    """The staged rows of one file: ``kind`` NULL for a valid row,
-    ``'blank'``, ``'other'`` (no record on the line) or ``'bad'`` (to
-    be classified in Python, as today); ``text`` kept only for those.
-    ``only``: keep only the records holding one of these strings (the
-    others are not decoded)."""
+    """The staged rows of one file: ``kind`` NULL for a row valid so
+    far, ``'blank'``, ``'other'`` (no record on the line) or ``'bad'``
+    (to be classified in Python, as today); ``text`` kept only for
+    those.  ``shape``: the JSON type of each schema field (one
+    ``json_type`` call; ``json_transform`` alone would coerce ``1.5``
+    or ``true`` to an integer): the type checks depend only on it, and
+    the shapes are few (``shape_ok``).  ``only``: keep only the
+    records holding one of these strings (the others are not
+    decoded)."""
     where = ''
     if only:
         where = ' WHERE rec IS NOT NULL AND (%s)' % ' OR '.join(
             'contains(rec, %s)' % _q(s) for s in only)
     cols = ', '.join('r.%s AS %s' % (n, n) for n, _t in COLUMNS)
-    as_json = json.dumps({n: 'JSON' for n in schema.FIELDS})
+    known = ', '.join(_q(n) for n in schema.FIELDS)
+    fields = ', '.join(_q('$.' + n) for n in schema.FIELDS)
     marker = _q(MARKER)
     return (
         'SELECT %d AS file, line, kind, CASE WHEN kind IN (\'bad\', '  # noqa: S608
-        "'other') THEN text END AS text, %s FROM (SELECT line, text, r, "
-        "CASE WHEN rec IS NULL AND trim(coalesce(text, ''), %s) = '' THEN "
-        "'blank' WHEN rec IS NULL THEN 'other' WHEN r IS NULL OR j IS NULL "
-        "THEN 'bad' WHEN NOT (%s) THEN 'bad' WHEN NOT coalesce(%s, false) "
-        "THEN 'bad' END AS kind FROM (SELECT line, text, rec, try("
-        'json_transform(rec, %s)) AS r, try(json_transform(rec, %s)) AS j '
-        'FROM (SELECT line, text, CASE WHEN starts_with(text, '
-        "'{') THEN text WHEN strpos(text, %s) > 0 THEN substr(text, "
-        'strpos(text, %s)) END AS rec FROM (%s))%s))' % (
-            fi, cols, _WHITESPACE, _value_checks(), _types_ok(),
-            _q(_struct()), _q(as_json), marker, marker, _read_lines(path),
-            where))
+        "'other') THEN text END AS text, CASE WHEN kind IS NULL THEN "
+        "array_to_string(list_transform(json_type(rec, [%s]), lambda t: "
+        "coalesce(t, '-')), ',') END AS shape, %s FROM (SELECT line, "
+        "text, rec, r, CASE WHEN rec IS NULL AND trim(coalesce(text, ''), "
+        "%s) = '' THEN 'blank' WHEN rec IS NULL THEN 'other' WHEN r IS "
+        "NULL THEN 'bad' WHEN NOT (%s) THEN 'bad' WHEN NOT coalesce("
+        "list_has_all([%s], json_keys(rec)), false) THEN 'bad' END AS kind "
+        'FROM (SELECT line, text, rec, try(json_transform(rec, %s)) AS r '
+        "FROM (SELECT line, text, CASE WHEN starts_with(text, '{') THEN "
+        'text WHEN strpos(text, %s) > 0 THEN substr(text, strpos(text, '
+        '%s)) END AS rec FROM (%s)%s)))' % (
+            fi, fields, cols, _WHITESPACE, _value_checks(), known,
+            _q(_struct()), marker, marker, _read_lines(path), where))
 
 
 class _Copy:
@@ -317,36 +322,72 @@ def _load(con, paths, out, work, progress, only=()) -> None:
     import duckdb
     cols = ', '.join('%s %s' % (n, t) for n, t in COLUMNS)
     con.execute('CREATE OR REPLACE TEMP TABLE staged (file INTEGER, '
-                'line BIGINT, kind VARCHAR, text VARCHAR, %s)' % cols)
+                'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR, '
+                '%s)' % cols)
     copies = {}
     done = 0
-    for fi, path in enumerate(paths):
-        copy = None
-        if load._is_log_name(os.path.basename(path)):
-            copy = copies[fi] = _Copy(fi, path, work)
-            copy.make()
-        source = copy.copy if copy else path
+    for batch in _batches(paths):
+        sources = []
+        for fi in batch:
+            if load._is_log_name(os.path.basename(paths[fi])):
+                copies[fi] = _Copy(fi, paths[fi], work)
+                copies[fi].make()
+            sources.append((fi, copies[fi].copy if fi in copies
+                            else paths[fi]))
         try:
-            con.execute('INSERT INTO staged ' + _stage_sql(fi, source, only))
+            # the files of a batch in one statement: DuckDB reads them
+            # on all its threads
+            con.execute('INSERT INTO staged ' + ' UNION ALL '.join(
+                _stage_sql(fi, source, only) for fi, source in sources))
         except duckdb.Error:
-            if copy is not None:
+            if len(batch) == 1 and batch[0] in copies:
                 raise
-            # not UTF-8, a cut gzip stream: read through a copy
-            con.execute('DELETE FROM staged WHERE file = ?', [fi])
-            copy = copies[fi] = _Copy(fi, path, work)
-            copy.make()
-            con.execute('INSERT INTO staged ' + _stage_sql(fi, copy.copy,
-                                                          only))
-        if copy is not None and copy.error:
-            out.problems.append('%s: %s (the rest of the file is '
-                                'unreadable)' % (copy.name, copy.error))
-        done += os.path.getsize(path)
+            for fi, source in sources:
+                _load_one(con, fi, paths[fi], source, copies, work, only)
+        for fi in batch:
+            copy = copies.get(fi)
+            if copy is not None and copy.error:
+                out.problems.append('%s: %s (the rest of the file is '
+                                    'unreadable)' % (copy.name, copy.error))
+            done += os.path.getsize(paths[fi])
         if progress is not None:
             progress(done)
     _classify(con, paths, copies, out)
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
     _processes(con, out)
     out.records = con.execute('SELECT count(*) FROM events').fetchone()[0]
+
+
+def _batches(paths: list) -> list:
+    """File indices in batches of about ``BATCH_BYTES`` (progress is
+    reported after each)."""
+    out: list = [[]]
+    size = 0
+    for fi, path in enumerate(paths):
+        if out[-1] and size >= BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(fi)
+        size += os.path.getsize(path)
+    return out
+
+
+def _load_one(con, fi, path, source, copies, work, only) -> None:
+    """One file of a batch that failed, alone; through a copy when
+    DuckDB cannot read it (not UTF-8, a cut gzip stream)."""
+    import duckdb
+    con.execute('DELETE FROM staged WHERE file = ?', [fi])
+    try:
+        con.execute('INSERT INTO staged ' + _stage_sql(fi, source, only))
+        return
+    except duckdb.Error:
+        if fi in copies:
+            raise
+    con.execute('DELETE FROM staged WHERE file = ?', [fi])
+    copies[fi] = _Copy(fi, path, work)
+    copies[fi].make()
+    con.execute('INSERT INTO staged ' + _stage_sql(fi, copies[fi].copy,
+                                                   only))
 
 
 def _file_ends(path: str) -> tuple:
@@ -374,6 +415,18 @@ def _classify(con, paths, copies, out) -> None:
     and the bad lines of the copies."""
     issues = out.issues
     decoder = load.RecordDecoder(fast=False)
+    bad_shapes = [(shape,) for shape, in con.execute(
+        'SELECT DISTINCT shape FROM staged WHERE kind IS NULL').fetchall()
+        if not shape_ok(shape)]
+    if bad_shapes:
+        # their lines are read again for their text (rare)
+        con.execute('CREATE OR REPLACE TEMP TABLE bad_shapes (shape '
+                    'VARCHAR)')
+        con.executemany('INSERT INTO bad_shapes VALUES (?)', bad_shapes)
+        con.execute(
+            "UPDATE staged SET kind = 'bad' WHERE kind IS NULL AND shape "
+            'IN (SELECT shape FROM bad_shapes)')
+        _fill_text(con, paths, copies)
     ends: dict = {}
     # lines blanked in the copies, and the flagged rows, in file order
     logs = ', '.join(str(fi) for fi, name in enumerate(out.files)
@@ -437,6 +490,18 @@ def _ends(ends, fi, paths, copies) -> tuple:
         else:
             ends[fi] = _file_ends(paths[fi])
     return ends[fi]
+
+
+def _fill_text(con, paths, copies) -> None:
+    """The text of the rows found bad by their shape, read again."""
+    for fi, in con.execute(
+            "SELECT DISTINCT file FROM staged WHERE kind = 'bad' AND text "
+            'IS NULL').fetchall():
+        path = copies[fi].copy if fi in copies else paths[fi]
+        con.execute(
+            'UPDATE staged SET text = l.text FROM (%s) l WHERE '  # noqa: S608
+            "staged.file = %d AND staged.line = l.line AND staged.kind = "
+            "'bad' AND staged.text IS NULL" % (_read_lines(path), fi))
 
 
 def _occupant(raw: bytes) -> typing.Optional[tuple]:
@@ -531,7 +596,8 @@ def _processes(con, out) -> None:
         'CREATE OR REPLACE TEMP TABLE events_base AS SELECT v.file, '  # noqa: S608
         'v.line, %s, coalesce(s.host, f.p_host) AS p_host, CASE WHEN '
         's.host IS NOT NULL THEN s.ts ELSE f.p_start END AS p_start FROM '
-        '(SELECT * FROM staged WHERE kind IS NULL) v ASOF LEFT JOIN '
+        '(SELECT * EXCLUDE (shape) FROM staged WHERE kind IS NULL) v ASOF '
+        'LEFT JOIN '
         'starts s ON v.file = s.file AND v.pid = s.pid AND v.line >= '
         's.line LEFT JOIN first_proc f ON f.file = v.file AND f.pid = '
         'v.pid' % cols)
