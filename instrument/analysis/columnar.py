@@ -237,7 +237,6 @@ class _Copy:
         self.fi = fi
         self.path = path
         self.name = os.path.basename(path)
-        self.log = load._is_log_name(self.name)
         self.copy = os.path.join(tmp, '%d.txt' % fi)
         # (line, raw bytes) of the lines blanked
         self.blanked: list = []
@@ -292,7 +291,6 @@ class Loaded:
         self.lines = 0
         self.records = 0
         self.problems: list = []
-        self.seconds = 0.0
 
 
 def load_files(con, paths: list,

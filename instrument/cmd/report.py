@@ -205,11 +205,13 @@ def no_records(report: dict) -> typing.Optional[str]:
 
 
 def _analyse(inputs: list, opts, side: str = '') -> dict:
-    load, pipeline = analysis('load', 'pipeline')
+    load, pipeline, columnar = analysis('load', 'pipeline', 'columnar')
     try:
         report = pipeline.analyse(inputs, opts)
     except load.InputError as exc:
         fail(side + str(exc))
+    except columnar.EngineMissing as exc:
+        fail(str(exc), EXIT_MISSING)
     problem = no_records(report)
     if problem:
         skipped = [p for p in report['load']['problems']

@@ -27,6 +27,8 @@ import json
 import os
 import re
 import shutil
+import sys
+from unittest import mock
 
 import fixtures
 import testtools
@@ -280,6 +282,25 @@ class EngineTest(testtools.TestCase):
             a = pipeline.analyse([THREADS], opts)['sql']
             opts.engine = 'duckdb'
             self.assertEqual(a, pipeline.analyse([THREADS], opts)['sql'])
+
+
+    def test_without_duckdb_the_command_says_what_to_install(self):
+        # no traceback: one line and exit status 1, as for the other
+        # libraries of the report extra
+        patch = mock.patch.dict(sys.modules, {'duckdb': None})
+        patch.start()
+        self.addCleanup(patch.stop)
+        stderr = self.useFixture(fixtures.StringStream('stderr')).stream
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', stderr))
+        for argv in (['--engine', 'duckdb', '-q', '--no-progress', THREADS],
+                     ['export', '--parquet', self.useFixture(
+                         fixtures.TempDir()).path, '--no-progress',
+                      THREADS]):
+            exc = self.assertRaises(SystemExit, report_cmd.main, argv)
+            self.assertEqual(report_cmd.EXIT_MISSING, exc.code)
+        stderr.seek(0)
+        self.assertIn("pip install 'openstack-instrument[report]'",
+                      stderr.read())
 
 
 _SqlDigest = sqldigest.SqlDigest
