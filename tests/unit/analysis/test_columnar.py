@@ -143,6 +143,24 @@ class LoadTest(testtools.TestCase):
         loaded = self.same([d])
         self.assertTrue(any('cut.jsonl.gz' in p for p in loaded.problems))
 
+    def test_carriage_returns_in_span_files(self):
+        # read_csv ends a line at a carriage return too
+        d = self.useFixture(fixtures.TempDir()).path
+        with gzip.open(THREADS, 'rb') as f:
+            lines = f.read().splitlines(keepends=True)[:200]
+        with open(os.path.join(d, 'crlf.jsonl'), 'wb') as f:
+            f.write(b''.join(line.replace(b'\n', b'\r\n')
+                             for line in lines[:100]) +
+                    b'{"v":1,"ph":"X"}\r\n{"v": 1, \r\n')
+        with gzip.open(os.path.join(d, 'mid.jsonl.gz'), 'wb') as f:
+            f.write(b''.join(lines[100:150]) + b'{"v":1,\r"ph":"X"}\n' +
+                    b'{"v":1,"ph":"X","x":"a\rb"}\n' +
+                    b''.join(lines[150:]))
+        loaded = self.same([d])
+        self.assertEqual(200, loaded.records)
+        self.assertEqual({'malformed': 2, 'invalid': 2}, {
+            k: n for k, n in loaded.issues.counts.items() if n})
+
     def test_the_decoders_corner_cases(self):
         d = self.useFixture(fixtures.TempDir()).path
         cases = test_load.RecordDecoderTest('test_fast_and_reference_'
