@@ -38,12 +38,11 @@ reason today's loader (``load``, ``pipeline.PartReader``) gives:
   "seq": 2``: DuckDB keeps the first value, Python the last) and an
   integer beyond 64 bits that Python accepts (such a record is left
   out and named in ``problems``);
-* service logs (``*.log``, ``*.txt``), files DuckDB cannot read (not
-  UTF-8, a cut gzip stream) and files with a bad or blank line that
-  hold a carriage return (``read_csv`` ends a line there too) are
-  copied by Python, block by block, with the lines DuckDB would
-  misread (not UTF-8, a carriage return) blanked and classified in
-  Python.
+* files DuckDB cannot read (not UTF-8, a cut gzip stream) and files
+  with a bad, blank or other line that hold a carriage return
+  (``read_csv`` ends a line there too) are copied by Python, block by
+  block, with the lines DuckDB would misread (not UTF-8, a carriage
+  return) blanked and classified in Python.
 
 Views over ``events`` (``VIEWS``): ``spans``, ``sql_statements``,
 ``requests_seen``.  ``sql_digest`` computes the SQL digest's classes in
@@ -338,32 +337,25 @@ def _load(con, paths, out, work, progress, only=()) -> None:
     copies = {}
     done = 0
     for batch in _batches(paths):
-        sources = []
-        for fi in batch:
-            if load._is_log_name(os.path.basename(paths[fi])):
-                copies[fi] = _Copy(fi, paths[fi], work)
-                copies[fi].make()
-            sources.append((fi, copies[fi].copy if fi in copies
-                            else paths[fi]))
+        sources = [(fi, paths[fi]) for fi in batch]
         try:
             # the files of a batch in one statement: DuckDB reads them
             # on all its threads
             con.execute('INSERT INTO staged ' + ' UNION ALL '.join(
                 _stage_sql(fi, source, only) for fi, source in sources))
         except duckdb.Error:
-            if len(batch) == 1 and batch[0] in copies:
-                raise
             for fi, source in sources:
                 _load_one(con, fi, paths[fi], source, copies, work, only)
         for fi in batch:
-            copy = copies.get(fi)
-            if copy is not None and copy.error:
-                out.problems.append('%s: %s (the rest of the file is '
-                                    'unreadable)' % (copy.name, copy.error))
             done += os.path.getsize(paths[fi])
         if progress is not None:
             progress(done)
     _carriage_returns(con, paths, copies, work, only)
+    for fi in sorted(copies):
+        if copies[fi].error:
+            out.problems.append('%s: %s (the rest of the file is '
+                                'unreadable)' % (copies[fi].name,
+                                                 copies[fi].error))
     _classify(con, paths, copies, out)
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
     _processes(con, out)
