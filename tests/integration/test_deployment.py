@@ -30,7 +30,8 @@ glance does not have (HTTP 400 from nova-api).
 Knobs (environment): ``INSTRUMENT_IT_SERVERS`` (30),
 ``INSTRUMENT_IT_CONCURRENCY`` (10), ``INSTRUMENT_IT_LOG_DIR`` (where the
 work directory ``integration/`` goes: logs, configuration, span files,
-report; tox sets it to the env's log dir).  Under ``CI=true`` a missing
+report; tox sets it to the env's log dir),
+``INSTRUMENT_IT_OFFSET_TOLERANCE_US`` (1000).  Under ``CI=true`` a missing
 MariaDB, RabbitMQ or libfaketime fails the run instead of skipping it.
 """
 
@@ -61,8 +62,11 @@ COMPUTES = [
 # (it is added to a host's timestamps); this close, in microseconds:
 # computes reach the database through the conductor, as in production,
 # so every compute has RPC replies and two-sided bounds (issue 20 asks
-# for 1 ms; runs here found 88..486 us).
-OFFSET_TOLERANCE_US = 1000
+# for 1 ms; runs here found 88..486 us).  INSTRUMENT_IT_OFFSET_TOLERANCE_US
+# widens it for a release whose RPC replies carry no timing (tox.ini,
+# integration-nova33).
+OFFSET_TOLERANCE_US = int(os.environ.get('INSTRUMENT_IT_OFFSET_TOLERANCE_US',
+                                         '1000'))
 SERVERS = int(os.environ.get('INSTRUMENT_IT_SERVERS', '30'))
 CONCURRENCY = int(os.environ.get('INSTRUMENT_IT_CONCURRENCY', '10'))
 SETTLE_TIMEOUT_S = 240
