@@ -31,7 +31,9 @@ descriptor is registered) with ``eventlet.patcher.original('time')``, a
 fresh import of ``time`` with the C ``sleep``, which oslo.service wraps
 too.  An eventlet nova-compute (nova 33 and older) then died at start-up
 with EINVAL.  The launcher hands eventlet a copy of ``time`` with the
-replaced ``sleep`` as that original module.
+replaced ``sleep`` as that original module; that ``sleep`` keeps the C
+``select`` (eventlet's monkey patching makes ``select.select`` green,
+which its hub must not call).
 """
 
 import importlib.metadata
@@ -43,12 +45,15 @@ import types
 
 # Where eventlet.patcher.original() keeps the module it re-imported.
 _EVENTLET_ORIGINAL_TIME = '__original_module_time'
+# Taken before eventlet's monkey patching makes select.select green (its
+# hub sleeps with _sleep and must block).
+_select = select.select
 
 
 def _sleep(seconds: float) -> None:
     if seconds < 0:
         raise ValueError('sleep length must be non-negative')
-    select.select([], [], [], seconds)
+    _select([], [], [], seconds)
 
 
 def install() -> None:
