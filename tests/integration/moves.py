@@ -22,6 +22,7 @@ from tests.integration import load
 # nova's instance action event of the source's confirm_resize
 CONFIRM_EVENT = 'compute_confirm_resize'
 
+
 class Move:
     """One server action and what the API said of it."""
 
@@ -108,10 +109,10 @@ def _move(api: load.Api, boot, kind: str, hosts: tuple,
     move.host = _wait(active_host, timeout, 'ACTIVE after %s' % kind)
     if move.confirm_request_id:
         # The server is ACTIVE before the source's confirm_resize has
-        # returned (its last RPC calls to the conductor are still out;
-        # nova 33's oslo.messaging hands replies over in 0.5 s polls):
-        # wait for the instance action's event to finish, or the cloud
-        # may stop under it and its span never ends.
+        # returned (it still deletes the source allocation in placement,
+        # and nova 33's RPC replies come in 0.5 s polls): wait for the
+        # instance action's event to finish, or the cloud may stop under
+        # it and its span never ends.
         _wait(lambda: _event_finished(api, server_id,
                                       move.confirm_request_id,
                                       CONFIRM_EVENT),
