@@ -33,11 +33,18 @@ fixture method becomes neutron's error response (status and
 exception: a test that makes ``self.neutron.create_port`` raise
 ``NeutronClientException(status_code=500)`` gets an HTTP 500 from
 neutron in nova's compute.
+
+``LocalServer`` serves the same application on a real local socket,
+for what wsgi-intercept cannot show: a neutron that answers too late
+for ``[neutron] timeout`` (keystoneauth1's read time-out).
 """
 
 import json
 import re
+import socketserver
+import threading
 import uuid
+from wsgiref import simple_server
 
 import fixtures
 from keystoneauth1 import noauth
@@ -180,3 +187,34 @@ class ServedNeutronFixture(nova_fixtures.NeutronFixture):
                         group='neutron')
         self.useFixture(fixtures.MonkeyPatch(
             'nova.network.neutron.get_client', real_get_client))
+
+
+class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+class LocalServer(fixtures.Fixture):
+    """``app`` on 127.0.0.1 (a free port) in a thread of its own;
+    ``url`` is its endpoint."""
+
+    def __init__(self, app) -> None:
+        super().__init__()
+        self.app = app
+
+    def _setUp(self) -> None:
+        server = simple_server.make_server(
+            '127.0.0.1', 0, self.app, server_class=_Server,
+            handler_class=_QuietHandler)
+        self.url = 'http://127.0.0.1:%d/' % server.server_port
+        thread = threading.Thread(target=server.serve_forever,
+                                  kwargs={'poll_interval': 0.05},
+                                  daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 5)
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)

@@ -246,27 +246,24 @@ class Assembler:
     def _failures(self, r: OpenRequest, tree, op: str) -> None:
         # one row per (operation, component, event, error, message)
         norm = self.normalise
-        origins = list(tree.origins())
         # A failure that came from another service is that service's
         # row (its message, the route template and status, is kept);
         # the same exception raised again elsewhere in the request (the
-        # network allocation's, in the spawn that waited for it) is not
-        # counted twice.
+        # network allocation's, in the spawn that waited for it: the
+        # same class) is not counted twice.
         from_services = set()
         rest = []
-        for sid in origins:
+        for sid in tree.origins():
             called = services.failure(tree, sid)
             if called is None:
                 rest.append(sid)
                 continue
             self._add_failure((op,) + called, r.req)
-            err = r.spans[sid][classify.S_ERR] or {}
-            from_services.add((err.get('cls'), err.get('msg')))
+            from_services.add(called[2])
         for sid in rest:
             s = r.spans[sid]
             err = s[classify.S_ERR] or {}
-            if from_services and \
-                    (err.get('cls'), err.get('msg')) in from_services:
+            if err.get('cls') in from_services:
                 continue
             self._add_failure((op, s[classify.S_SVC], s[classify.S_EV],
                                err.get('cls') or 'error',

@@ -19,7 +19,12 @@ request.  The assertions are on the analyser's report (the services
 called and the failure tables), made from the span files.
 """
 
+import os
+import threading
+
+from instrument_demo import standins
 from neutronclient.common import exceptions as neutron_exc
+from nova import service_auth
 from nova.tests import fixtures as nova_fixtures
 
 from instrument.analysis import pipeline
@@ -39,6 +44,13 @@ class ServicesCalledTest(base.InstrumentedCloud):
         [create] = spans.done('api.compute.create', inst=uuid)
         return create['req'], pipeline.analyse([self.span_dir],
                                                pipeline.Options())
+
+    def _span_text(self) -> str:
+        out = []
+        for name in sorted(os.listdir(self.span_dir)):
+            with open(os.path.join(self.span_dir, name)) as f:
+                out.append(f.read())
+        return ''.join(out)
 
     def test_boot_calls_neutron_and_placement(self):
         server = self.boot(networks=NETWORK)
@@ -101,3 +113,40 @@ class ServicesCalledTest(base.InstrumentedCloud):
                   if r['operation'] == 'boot' and
                   r['route'] == '/v2.0/ports' and r['method'] == 'POST']
         self.assertEqual({'http_500': 1}, port['errors'])
+
+    def test_port_creation_time_out_is_a_neutron_row(self):
+        # neutron on a real socket, answering the port creation later
+        # than [neutron] timeout: keystoneauth1's read time-out
+        local = self.useFixture(standins.LocalServer(
+            standins.NeutronAPI(self.neutron)))
+        self.flags(endpoint_override=local.url, timeout=1,
+                   http_retries=0, group='neutron')
+        service_auth.reset_globals()  # the session takes the time-out
+        answer = threading.Event()
+        self.addCleanup(answer.set)
+        create_port = self.neutron.create_port
+
+        def late(body=None):
+            answer.wait(10)
+            return create_port(body=body)
+        self.useFixture(base.cloud.fixtures.MockPatchObject(
+            self.neutron, 'create_port', side_effect=late))
+        server = self.boot(networks=NETWORK, expected_state='ERROR')
+        req, report = self._report(server['id'])
+        rows = [f for f in report['failures'] if req in f['requests']]
+        self.assertEqual(1, len(rows), rows)
+        [row] = rows
+        self.assertEqual(('network', 'ksa.request'),
+                         (row['component'], row['ev']))
+        self.assertEqual('keystoneauth1.exceptions.connection.'
+                         'ConnectTimeout', row['cls'])
+        self.assertEqual('network POST /v2.0/ports: read timeout',
+                         row['message'])
+        [port] = [r for r in report['services']
+                  if r['operation'] == 'boot' and
+                  r['route'] == '/v2.0/ports' and r['method'] == 'POST']
+        self.assertEqual({'read_timeout': 1}, port['errors'])
+        # nothing of the endpoint (keystoneauth1's message quotes it)
+        # in any record
+        self.assertNotIn(local.url.rstrip('/')[len('http://'):],
+                         self._span_text())
