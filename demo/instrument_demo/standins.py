@@ -112,8 +112,12 @@ class NeutronAPI:
     """A WSGI application: neutron's v2.0 REST API over a
     ``NeutronFixture``'s methods (``ROUTES``)."""
 
+    #: Distinct tokens remembered (``tokens``: which reached neutron).
+    MAX_TOKENS = 16
+
     def __init__(self, fixture) -> None:
         self.fixture = fixture
+        self.tokens: set = set()
 
     def __call__(self, environ, start_response):
         req = webob.Request(environ)
@@ -145,7 +149,10 @@ class NeutronAPI:
 
     def _call(self, req, name, kind, ids):
         method = getattr(self.fixture, name)
-        admin = req.headers.get('X-Auth-Token') == SERVICE_TOKEN
+        token = req.headers.get('X-Auth-Token')
+        if len(self.tokens) < self.MAX_TOKENS:
+            self.tokens.add(token)
+        admin = token == SERVICE_TOKEN
         body = json.loads(req.body) if req.body else None
         if kind == 'list':
             params = _params(req)
@@ -172,7 +179,7 @@ class ServedNeutronFixture(nova_fixtures.NeutronFixture):
         real_get_client = neutron_api.get_client
         super().setUp()
         self.endpoint = 'http://%s:9696/' % uuid.uuid4().hex
-        app = NeutronAPI(self)
+        self.app = app = NeutronAPI(self)
         intercept = interceptor.RequestsInterceptor(
             lambda: app, url=self.endpoint)
         intercept.install_intercept()

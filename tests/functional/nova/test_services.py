@@ -19,18 +19,32 @@ request.  The assertions are on the analyser's report (the services
 called and the failure tables), made from the span files.
 """
 
+import json
 import os
 import threading
+import uuid
 
 from instrument_demo import standins
 from neutronclient.common import exceptions as neutron_exc
 from nova import service_auth
 from nova.tests import fixtures as nova_fixtures
+import webob
 
 from instrument.analysis import pipeline
+from instrument.analysis import report_html
+from instrument.analysis import report_text
 from tests.functional.nova import base
 
 NETWORK = [{'uuid': nova_fixtures.NeutronFixture.network_1['id']}]
+
+
+def span_text(directory: str) -> str:
+    """Every span file of ``directory``, as text."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            out.append(f.read())
+    return ''.join(out)
 
 
 class ServicesCalledTest(base.InstrumentedCloud):
@@ -44,13 +58,6 @@ class ServicesCalledTest(base.InstrumentedCloud):
         [create] = spans.done('api.compute.create', inst=uuid)
         return create['req'], pipeline.analyse([self.span_dir],
                                                pipeline.Options())
-
-    def _span_text(self) -> str:
-        out = []
-        for name in sorted(os.listdir(self.span_dir)):
-            with open(os.path.join(self.span_dir, name)) as f:
-                out.append(f.read())
-        return ''.join(out)
 
     def test_boot_calls_neutron_and_placement(self):
         server = self.boot(networks=NETWORK)
@@ -149,4 +156,119 @@ class ServicesCalledTest(base.InstrumentedCloud):
         # nothing of the endpoint (keystoneauth1's message quotes it)
         # in any record
         self.assertNotIn(local.url.rstrip('/')[len('http://'):],
-                         self._span_text())
+                         span_text(self.span_dir))
+
+
+class FakeKeystone:
+    """keystone's token validation (``GET /v3/auth/tokens``) for one
+    user token: the token of a user with the admin, member and reader
+    roles in nova's test project; any other token is unknown (404)."""
+
+    def __init__(self, token: str, service_token: str) -> None:
+        self.token = token
+        self.service_token = service_token
+        self.validations = 0
+
+    def __call__(self, environ, start_response):
+        req = webob.Request(environ)
+        resp = webob.Response(status=404, json_body={'error': {
+            'code': 404, 'title': 'Not Found', 'message': 'no'}})
+        if req.path_info.rstrip('/') == '/v3/auth/tokens' and \
+                req.method == 'GET' and \
+                req.headers.get('X-Auth-Token') == self.service_token and \
+                req.headers.get('X-Subject-Token') == self.token:
+            self.validations += 1
+            resp = webob.Response(status=200, json_body={'token': {
+                'methods': ['password'],
+                'issued_at': '2026-01-01T00:00:00.000000Z',
+                'expires_at': '2099-01-01T00:00:00.000000Z',
+                'user': {'id': 'admin', 'name': 'admin',
+                         'domain': {'id': 'default', 'name': 'Default'}},
+                'project': {'id': nova_fixtures.PROJECT_ID,
+                            'name': 'project',
+                            'domain': {'id': 'default',
+                                       'name': 'Default'}},
+                'roles': [{'id': 'r%d' % n, 'name': name} for n, name in
+                          enumerate(('admin', 'member', 'reader'))],
+                'catalog': []}})
+            resp.headers['X-Subject-Token'] = self.token
+        return resp(environ, start_response)
+
+
+class TokenTest(base.InstrumentedCloud):
+    """nova-api with the real keystonemiddleware (nova's functional API
+    fixture stubs it out), validating a unique token against a keystone
+    over HTTP; the token then goes with nova's calls to neutron.  Neither
+    it, nor a query string, nor a request body is in any span file or
+    report."""
+
+    settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
+
+    def setUp(self):
+        self.token = 'tok-%s' % uuid.uuid4().hex
+        self.service_token = 'svc-%s' % uuid.uuid4().hex
+        self.keystone = FakeKeystone(self.token, self.service_token)
+        server = self.useFixture(standins.LocalServer(self.keystone))
+        # keystonemiddleware and nova's context middleware for real
+        self.useFixture(base.cloud.fixtures.MockPatch(
+            'nova.tests.fixtures.nova.OSAPIFixture._stub_keystone'))
+        from keystoneauth1 import loading as ks_loading
+        from oslo_config import cfg
+        ks_loading.register_auth_conf_options(cfg.CONF,
+                                              'keystone_authtoken')
+        cfg.CONF.register_opts(
+            ks_loading.get_auth_plugin_conf_options('admin_token'),
+            group='keystone_authtoken')
+        endpoint = server.url + 'v3'
+        for key, value in (('auth_type', 'admin_token'),
+                           ('endpoint', endpoint),
+                           ('token', self.service_token),
+                           ('www_authenticate_uri', endpoint)):
+            cfg.CONF.set_override(key, value, group='keystone_authtoken')
+            self.addCleanup(cfg.CONF.clear_override, key,
+                            group='keystone_authtoken')
+        # every API request of the test client carries the token
+        from nova.tests.functional.api import client
+        request = client.TestOpenStackClient.request
+        token = self.token
+
+        def with_token(api, url, method='GET', body=None, headers=None):
+            headers = dict(headers or {}, **{'X-Auth-Token': token})
+            return request(api, url, method=method, body=body,
+                           headers=headers)
+        self.useFixture(base.cloud.fixtures.MonkeyPatch(
+            'nova.tests.functional.api.client.TestOpenStackClient.request',
+            with_token))
+        super().setUp()
+
+    def test_nothing_of_token_query_or_body_anywhere(self):
+        body_value = 'body-%s' % uuid.uuid4().hex
+        query_value = 'query-%s' % uuid.uuid4().hex
+        server = self.boot(networks=NETWORK, name=body_value)
+        uuid_ = server['id']
+        self.api.api_get('/servers?name=%s' % query_value)
+        spans = self.spans(until=lambda s: s.done('compute.build',
+                                                  inst=uuid_))
+        # the token was validated by keystone, went to neutron
+        self.assertGreater(self.keystone.validations, 0)
+        self.assertIn(self.token, self.neutron.app.tokens)
+        [create] = spans.done('api.compute.create', inst=uuid_)
+        req = create['req']
+        [auth] = spans.done('api.auth_token', req=req)
+        self.assertEqual('ok', auth['st'])
+        calls = spans.done('ksa.request', req=req)
+        services = {c['attrs']['service_type'] for c in calls}
+        self.assertIn('network', services)
+        report = pipeline.analyse([self.span_dir], pipeline.Options())
+        self.assertIn(('boot', 'identity',
+                       'token validation (keystonemiddleware)'),
+                      {(r['operation'], r['service'], r['route'])
+                       for r in report['services']})
+        outputs = {'span files': span_text(self.span_dir),
+                   'text': report_text.render(report),
+                   'json': json.dumps(report),
+                   'html': report_html.render(report)}
+        for name, text in outputs.items():
+            for secret in (self.token, self.service_token, body_value,
+                           query_value):
+                self.assertNotIn(secret, text, name)
