@@ -15,8 +15,8 @@ nova's ``_IntegratedTestBase`` (sqlite, fake transport, in-process
 placement, glance/neutron/cinder fixtures) with asynchronous casts and
 several compute hosts.  neutron's fixture is served over HTTP to nova's
 own neutron client (``standins``), so that nova's calls to neutron go
-through keystoneauth1 as in a deployment.  The instrumentation is switched on through the
-configuration only: the ``[instrument]`` group,
+through keystoneauth1 as in a deployment.  The instrumentation is
+switched on through the configuration only: the ``[instrument]`` group,
 ``[oslo_messaging_notifications] driver = instrument`` (``rpc.init``
 starts it) and an api-paste.ini whose pipelines carry the ``instrument``
 filter.  ``Settings`` chooses computes, driver, and whether to

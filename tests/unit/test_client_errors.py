@@ -19,7 +19,8 @@ import testtools
 
 from instrument import tracer
 
-SECRET = 'tok-5e1f0c2b9a7d4e63'
+# a value that must not be written
+SECRET = 'tok-5e1f0c2b9a7d4e63'  # noqa: S105
 
 
 class ClientErrorTest(testtools.TestCase):
