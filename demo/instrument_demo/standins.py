@@ -48,10 +48,13 @@ from wsgiref import simple_server
 
 import fixtures
 from keystoneauth1 import noauth
+from oslo_log import log as logging
 from nova.network import neutron as neutron_api
 from nova.tests import fixtures as nova_fixtures
 import webob
 from wsgi_intercept import interceptor
+
+LOG = logging.getLogger(__name__)
 
 # The token of the [neutron] credentials' plugin (auth_type = none).
 SERVICE_TOKEN = noauth.NoAuth().get_token(None)
@@ -144,6 +147,9 @@ class NeutronAPI:
             return webob.Response(
                 status=201 if kind == 'create' else 200,
                 json_body=result)
+        # a call nova makes that the stand-in does not serve (yet)
+        LOG.warning('neutron stand-in: no route for %s %s', req.method,
+                    path)
         return webob.Response(status=404, json_body={'NeutronError': {
             'type': 'HTTPNotFound', 'message': 'no route', 'detail': ''}})
 
