@@ -51,10 +51,17 @@ class ServicesCalledTest(base.InstrumentedCloud):
 
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
+    def _failed_boot(self) -> str:
+        """Boot a server on the network without waiting for its status
+        (nova's helper waits 5 s, short for a time-out under load);
+        ``_report`` waits for its build to end."""
+        body = self._build_server(networks=NETWORK)
+        return self.api.post_server({'server': body})['id']
+
     def _report(self, uuid) -> tuple:
         """The boot's request id and the report, once its build ended."""
         spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid))
+                                                  inst=uuid), timeout=60)
         [create] = spans.done('api.compute.create', inst=uuid)
         return create['req'], pipeline.analyse([self.span_dir],
                                                pipeline.Options())
@@ -106,8 +113,9 @@ class ServicesCalledTest(base.InstrumentedCloud):
         self.useFixture(base.cloud.fixtures.MockPatchObject(
             self.neutron, 'create_port', side_effect=(
                 neutron_exc.NeutronClientException(status_code=500))))
-        server = self.boot(networks=NETWORK, expected_state='ERROR')
-        req, report = self._report(server['id'])
+        uuid_ = self._failed_boot()
+        req, report = self._report(uuid_)
+        self._wait_for_state_change({'id': uuid_}, 'ERROR')
         rows = [f for f in report['failures'] if req in f['requests']]
         self.assertEqual(1, len(rows), rows)
         [row] = rows
@@ -138,8 +146,9 @@ class ServicesCalledTest(base.InstrumentedCloud):
             return create_port(body=body)
         self.useFixture(base.cloud.fixtures.MockPatchObject(
             self.neutron, 'create_port', side_effect=late))
-        server = self.boot(networks=NETWORK, expected_state='ERROR')
-        req, report = self._report(server['id'])
+        uuid_ = self._failed_boot()
+        req, report = self._report(uuid_)
+        self._wait_for_state_change({'id': uuid_}, 'ERROR')
         rows = [f for f in report['failures'] if req in f['requests']]
         self.assertEqual(1, len(rows), rows)
         [row] = rows
