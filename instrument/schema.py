@@ -411,6 +411,23 @@ FAILURE_CLASSES = ('connect_timeout', 'read_timeout', 'connect_failure',
 
 # periodic.task
 ATTR_TASK = 'task'              # ComputeManager._heal_instance_info_cache
+# A periodic task run's own request id, which its SQL and lock waits
+# inherit: ``periodic-<task>-<32 hex>``; the analyser reads it as a
+# periodic run, never as a user request.
+PERIODIC_REQ_PREFIX = 'periodic-'
+
+
+def periodic_req(task: str, token: str) -> str:
+    """The request id of one run of periodic task ``task``
+    (``Class.method``; ``token`` a random hex string)."""
+    return '%s%s-%s' % (PERIODIC_REQ_PREFIX, task, token)
+
+
+def periodic_task_of(req: object) -> str | None:
+    """The task of a periodic run's request id, else None."""
+    if not isinstance(req, str) or not req.startswith(PERIODIC_REQ_PREFIX):
+        return None
+    return req[len(PERIODIC_REQ_PREFIX):].rsplit('-', 1)[0] or None
 
 # process.sample: one C record every [instrument] resource_sample_interval
 ATTR_CPU_USER_S = 'cpu_user_s'  # cumulative CPU seconds, user

@@ -20,8 +20,10 @@ injecting spawn failures and reschedules; then, unless
 ``--boots-only``, it runs a mixed workload on the ACTIVE servers
 (``operations``): resizes (confirmed), live migrations, deletes and
 server lists, a ``--op-fail`` share of the resizes and live migrations
-failing on purpose.  Then it runs the analyser and writes into
-``--output``::
+failing on purpose.  Meanwhile the computes run their resource audit
+and power state sync every ``--periodic-interval`` seconds
+(``periodic``), as their service timers would.  Then it runs the
+analyser and writes into ``--output``::
 
     spans/          the raw span files (one per process)
     report.txt      the analyser's summary (also printed)
@@ -104,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--op-fail', type=float, default=0.34,
                         help='share of the resizes and of the live '
                              'migrations that fail (default 0.34)')
+    parser.add_argument('--periodic-interval', type=float, default=5.0,
+                        help='seconds between runs of the computes\' '
+                             'periodic tasks (resource audit, power state '
+                             'sync) during the workload, the first at its '
+                             'start (default 5; 0: none)')
     return parser
 
 
@@ -116,6 +123,9 @@ def _check(args) -> None:
         if not 0.0 <= value <= 1.0:
             raise SystemExit('instrument-demo: --%s must be between 0 and '
                              '1, not %s' % (name, value))
+    if args.periodic_interval < 0:
+        raise SystemExit('instrument-demo: --periodic-interval must not be '
+                         'negative')
     if not 0.0 <= args.op_fail <= 1.0:
         raise SystemExit('instrument-demo: --op-fail must be between 0 '
                          'and 1, not %s' % args.op_fail)
@@ -202,6 +212,7 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
     from instrument_demo import cloud
     from instrument_demo import faults
     from instrument_demo import operations
+    from instrument_demo import periodic
 
     faults.configure(args.fail, args.reschedule, args.servers, args.seed)
     settings = cloud.Settings(
@@ -222,6 +233,17 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             def body(name):
                 return dict(template, name=name)
 
+            # the computes' periodic tasks, during the whole workload
+            loop = periodic.PeriodicLoop(
+                [c.manager for c in self.computes.values()],
+                args.periodic_interval)
+            loop.start()
+            try:
+                self.workload(body, outcome)
+            finally:
+                loop.stop()
+
+        def workload(self, body, outcome):
             progress = boots.Progress(args.servers)
             outcome['results'] = boots.boot_all(
                 self.api, body, args.servers, args.concurrency, stop,

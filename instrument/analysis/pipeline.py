@@ -46,6 +46,7 @@ from instrument.analysis import clockpass
 from instrument.analysis import clocks
 from instrument.analysis import load
 from instrument.analysis import opstats
+from instrument.analysis import periodic
 from instrument.analysis import requests
 from instrument.analysis import releases as releases_mod
 from instrument.analysis import resources
@@ -58,6 +59,7 @@ from instrument import schema
 
 REPORT_VERSION = 1
 WAIT_EVENTS = schema.WAIT_EVENTS
+PERIODIC = schema.PERIODIC_REQ_PREFIX
 KEEP_SLOWEST = 12
 KEEP_PER_STATE = 40
 
@@ -145,6 +147,8 @@ class Partial:
         # issue 21: calls to other services, resource samples
         self.services = services.ServiceCalls()
         self.samples = resources.Samples()
+        # periodic task runs: their own ids, never requests
+        self.periodic = periodic.PeriodicTable(digest.since, digest.until)
 
 
 _PROGRESS = None
@@ -468,9 +472,15 @@ class PartReader:
                             attrs.get('rows'), error, attrs.get('kind'))
             req = rec.req
             if req is not None:
-                self.asm.sql(req, rec.parent, dur, ts + dur, rec, error)
+                if req.startswith(PERIODIC):
+                    self.out.periodic.sql(rec, ts, dur, error)
+                else:
+                    self.asm.sql(req, rec.parent, dur, ts + dur, rec,
+                                 error)
         elif ev == 'sql.txn':
             self.out.txns += 1
+        elif rec.req is not None and rec.req.startswith(PERIODIC):
+            self.periodic_span(rec, ts, True)
         else:
             if ev in services.EVENTS and rec.req is None:
                 self.out.services.add_orphan(rec)
@@ -480,10 +490,28 @@ class PartReader:
                 self.out.duplicate_spans += 1
             elif ev in WAIT_EVENTS:
                 self.out.waits.add(rec, ts)
+                self.out.periodic.request_wait(rec, ts, self.process_of)
+
+    def periodic_span(self, rec: typing.Any, ts: int,
+                      complete: bool) -> None:
+        """A span of a periodic task run (``periodic.PeriodicTable``):
+        never a request's."""
+        ev = rec.ev
+        self.out.periodic.span(rec, ts, complete, self.process_of)
+        if not complete:
+            return
+        if ev == schema.EV_PERIODIC_TASK:
+            self.out.samples.periodic(rec, ts)
+        elif ev in WAIT_EVENTS:
+            self.out.waits.add(rec, ts)
+        elif ev in services.EVENTS:
+            self.out.services.add_orphan(rec)
 
     def begin(self, rec: typing.Any, ts: int) -> None:
         """A ``B`` record: a span started."""
-        if not self.asm.span(rec, ts, False):
+        if rec.req is not None and rec.req.startswith(PERIODIC):
+            self.periodic_span(rec, ts, False)
+        elif not self.asm.span(rec, ts, False):
             self.out.duplicate_spans += 1
 
     def counter(self, rec: typing.Any, ts: int, process: tuple) -> None:
@@ -610,6 +638,7 @@ def _merge(parts: list) -> Partial:
         out.hosts |= p.hosts
         out.services.merge(p.services)
         out.samples.merge(p.samples)
+        out.periodic.merge(p.periodic)
     out.summaries.sort(key=lambda s: (s.start, s.req))
     return out
 
@@ -721,7 +750,8 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
     retries = [{'func': func, 'cls': cls, 'count': n}
                for (func, cls), n in merged.retries.most_common()]
     issues = merged.issues
-    timelines = [s.to_dict() for s in summaries if s.lifecycle is not None]
+    timelines = merged.periodic.annotate(
+        [s.to_dict() for s in summaries if s.lifecycle is not None])
     clock_table = clock.to_dict()
     rejected = sorted(h for h in clock_table['hosts']
                       if h not in merged.hosts)
@@ -769,11 +799,13 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
                    'until_us': merged.digest.until,
                    'requests_outside': merged.outside,
                    'sql_outside': merged.digest.filtered},
-        'requests': [_request_row(s) for s in summaries],
+        'requests': merged.periodic.annotate(
+            [_request_row(s) for s in summaries]),
         'timelines': timelines,
         'waits': waits.report(merged.waits, summaries),
         'services': merged.services.report(),
         'resources': resources.report(merged.samples, summaries),
+        'periodic': merged.periodic.report(summaries),
     }
 
 

@@ -28,6 +28,7 @@ import html
 import typing
 
 from instrument.analysis import charts
+from instrument.analysis import periodic
 from instrument.analysis import report_text
 from instrument.analysis import resources
 from instrument.analysis import services
@@ -297,6 +298,7 @@ def render(report: dict, title: str = 'instrument-report') -> str:
     out.append(_table(['component', 'min', 'median', 'p90', 'p95', 'p99',
                        'max', 'SQL inside (mean)', 'critical path'], rows))
     out.append(waits.html_section(report.get('waits'), _table))
+    out.append(periodic.html_section(report.get('periodic'), _table))
     # timelines
     out.append('<h2>Timelines of the slowest boots and of one request '
                'per kind of failure</h2>')
@@ -320,6 +322,7 @@ def render(report: dict, title: str = 'instrument-report') -> str:
                 out.append('<p class="bad">stopped at %s on %s</p>' % (
                     esc(inst['stopped']['ev']),
                     esc(inst['stopped']['host'])))
+        out.extend(periodic.held_notes(req, esc))
         out.append(timeline(req, extra))
     # one section per operation other than boot (issue 12)
     out.append(operations_html(report.get('operations') or {}, extra))

@@ -22,6 +22,7 @@ pt-query-digest's units (``us``, ``ms``, ``s``).
 import datetime
 import typing
 
+from instrument.analysis import periodic
 from instrument.analysis import releases as releases_mod
 from instrument.analysis import resources
 from instrument.analysis import services
@@ -117,6 +118,7 @@ def render(report: dict, sql_blocks: int = 5) -> str:
     _components(report, out)
     _operations(report, out)
     out.extend(waits.text_lines(report.get('waits')))
+    out.extend(periodic.text_lines(report.get('periodic')))
     _failures(report, out)
     services.text(report, out)
     resources.text(report, out)

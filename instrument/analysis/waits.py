@@ -328,7 +328,9 @@ class WaitTable:
                 row['held_total_us'] = st.held_total
                 row['longest_hold'] = {
                     'held_us': st.held_max, 'request': req, 'call': call,
-                    'host': host, 'svc': svc, 'ts': ts}
+                    'host': host, 'svc': svc, 'ts': ts,
+                    # the holder named, when a periodic task's run
+                    'periodic_task': schema.periodic_task_of(req)}
             rows.append(row)
         rows.sort(key=lambda r: (-r['total_us'], r['kind'], r['name']))
         return rows[:limit]
@@ -358,6 +360,15 @@ def _fmt(us) -> str:
     return report_text.fmt_us(us)
 
 
+def _holder(hold: dict) -> str:
+    """The span a lock was held longest in: the periodic task's name
+    for a periodic run (``periodic.task ComputeManager.update_...``)."""
+    task = hold.get('periodic_task')
+    if task:
+        return 'periodic.task %s' % task
+    return hold.get('call') or '-'
+
+
 def text_lines(section: dict | None) -> list:
     """The text report's lines for ``report['waits']``."""
     from instrument.analysis import report_text
@@ -373,7 +384,7 @@ def text_lines(section: dict | None) -> list:
         for r in top:
             hold = r.get('longest_hold') or {}
             holder = '-' if not hold else '%s %s %s@%s' % (
-                fmt(hold.get('held_us')), hold.get('call') or '-',
+                fmt(hold.get('held_us')), _holder(hold),
                 hold.get('svc') or '-', hold.get('host') or '-')
             rows.append((r['kind'], r['name'], r['count'],
                          fmt(r['total_us']), fmt(r['p50_us']),
@@ -430,7 +441,7 @@ def html_section(section: dict | None,
                 r['kind'], r['name'], r['count'], _fmt(r['total_us']),
                 _fmt(r['p50_us']), _fmt(r['p95_us']), _fmt(r['max_us']),
                 _fmt(hold.get('held_us')) if hold else '-',
-                hold.get('call') or '-',
+                _holder(hold) if hold else '-',
                 '%s@%s' % (hold.get('svc'), hold.get('host')) if hold
                 else '-', hold.get('request') or '-'))
         parts.append('<h3>Top waits</h3><p class="note">Every wait '

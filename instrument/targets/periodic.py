@@ -19,15 +19,20 @@ made: patching the methods would not reach them.  A hook on
 ``run_periodic_tasks`` gives the instance, for the length of the call,
 its own copy of that list with each task wrapped to record a span
 (``task``: ``Class.method``).  Its SQL, its locks and its calls to
-other services (``ksa.request``) are children of the span; like them,
-it has no request id (periodic work is nobody's request: nova's admin
-context of the run is not trusted, nor oslo.context's current one,
-which is stale there), and the analyser lays it beside the requests
-that ran on the same host meanwhile.  The copy is removed when the
-call returns (and replaced at the next call if an exception kept it).
+other services (``ksa.request``) are children of the span.  Each run
+has a request id of its own, ``periodic-<task>-<32 hex>``
+(``schema.periodic_req``), which those children inherit through the
+current span, so the analyser can charge them to the task and name it
+as the holder of a lock a request waited for; it never counts the run
+as a user request.  Neither nova's admin context of the run (one for
+every task of the run) nor oslo.context's current one (stale there) is
+taken.  The span's host is the service's ``host`` (a compute's), else
+the process's.  The copy is removed when the call returns (and
+replaced at the next call if an exception kept it).
 """
 
 import functools
+import os
 
 from instrument import faults
 from instrument import points as points_mod
@@ -53,8 +58,13 @@ def traced(recorder, owner: str, name: str, task):
         rec = outer = None
         try:
             outer = recorder_mod.set_frame(recorder_mod.NO_FRAME)
-            rec = begin(schema.EV_PERIODIC_TASK, None, None, None, None,
-                        None, {schema.ATTR_TASK: label})
+            host = getattr(service, 'host', None)
+            # (a periodic run is rare: a fresh id costs nothing here)
+            own = {'request_id': schema.periodic_req(
+                label, os.urandom(16).hex())}
+            rec = begin(schema.EV_PERIODIC_TASK, None,
+                        host if host.__class__ is str else None, own,
+                        None, None, {schema.ATTR_TASK: label})
         except Exception as exc:
             _FAULTS(exc)
         if rec is None:

@@ -16,14 +16,15 @@ needs.  Runs only in the OTLP sink's exporter thread, one builder per
 process.
 
 * Trace id: ``recorder.trace_id_hex(req)`` for records with a request id,
-  so the spans of one request share a trace on every host.  Records
-  without a request id (periodic tasks, service heartbeats) share the
-  trace of their local root (the nearest ancestor in this process whose
-  parent is absent or remote), ``(random per-process 64 bits << 64) |
-  root span id``: one trace per periodic task run.  A span without a
-  request id that ends before its parent is exported is held until the
-  parent is seen (at most ``MAX_HELD`` spans, for as long as the sink
-  says; then it goes out as a trace of its own).
+  so the spans of one request share a trace on every host (a periodic
+  task run has an id of its own: one trace per run).  Records without
+  a request id (start-up, service heartbeats) share the trace of their
+  local root (the nearest ancestor in this process whose parent is
+  absent or remote), ``(random per-process 64 bits << 64) | root span
+  id``.  A span without a request id that ends before its parent is
+  exported is held until the parent is seen (at most ``MAX_HELD``
+  spans, for as long as the sink says; then it goes out as a trace of
+  its own).
 * Span id and parent: the event's own 64-bit ids.  A parent whose id
   carries another process's prefix is marked remote (the RPC sender).
 * ``X`` records become spans; ``I`` records become zero-length child

@@ -175,6 +175,20 @@ class DemoTest(testtools.TestCase):
         self.assertGreaterEqual(
             called.get(('network', 'POST', '/v2.0/ports'), 0), servers)
         self.assertIn('/v2.0/ports', text)
+        # Issue 21: the computes' periodic tasks ran (the first at the
+        # workload's start, on every compute) with their SQL and the
+        # lock the claims take; never as requests
+        tasks = {r['task']: r for r in report['periodic']['tasks']}
+        audit = tasks['ComputeManager.update_available_resource']
+        self.assertGreaterEqual(audit['runs'], 2)
+        self.assertGreater(audit['sql_count'], 0)
+        self.assertIn('compute_resources',
+                      {x['lock'] for x in audit['locks']})
+        self.assertFalse([r['req'] for r in report['requests']
+                          if r['req'].startswith('periodic-')])
+        self.assertIn('Periodic tasks (not requests)', text)
+        self.assertIn('ComputeManager.update_available_resource',
+                      {m['task'] for m in report['resources']['periodic']})
         # Issue 14, item 7: one definition of the run's time, stated in
         # the demo's line and in the report, and the same on this run
         with open(os.path.join(out, 'servers.json')) as f:

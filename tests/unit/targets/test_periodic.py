@@ -18,6 +18,7 @@ from oslo_service import periodic_task
 from instrument import patcher as patcher_mod
 from instrument import process
 from instrument import recorder as recorder_mod
+from instrument import schema
 from instrument.targets import periodic
 from instrument import tracer as tracer_mod
 from tests.unit import base
@@ -34,6 +35,7 @@ class Manager(periodic_task.PeriodicTasks):
         super().__init__(cfg.ConfigOpts())
         self.tracer = tracer_mod.Tracer(recorder)
         self.ran = []
+        self.host = 'node-7'
 
     @periodic_task.periodic_task(spacing=1, run_immediately=True)
     def update_available_resource(self, context):
@@ -71,14 +73,29 @@ class PeriodicTest(base.TestCase):
                           'Manager._sync_power_states'}, set(tasks))
         update = tasks['Manager.update_available_resource']
         self.assertEqual('ok', update['st'])
-        # nobody's request: not the run's admin context, not a stale one
-        self.assertIsNone(update.get('req'))
+        # a request id of its own: not the run's admin context's, not
+        # a stale one; it names the task
+        self.assertNotEqual(Ctx.request_id, update['req'])
+        self.assertTrue(update['req'].startswith(
+            'periodic-Manager.update_available_resource-'), update)
+        self.assertEqual('Manager.update_available_resource',
+                         schema.periodic_task_of(update['req']))
+        self.assertIsNone(update.get('greq'))
         self.assertIsNone(update.get('parent'))
+        # the service's host, else the process's
+        self.assertEqual('node-7', update['host'])
+        # its children are charged to it
         [child] = [r for r in recs if r['ev'] == 'sql.like.child']
         self.assertEqual(update['span'], child['parent'])
+        self.assertEqual(update['req'], child['req'])
+        self.assertEqual('node-7', child['host'])
         sync = tasks['Manager._sync_power_states']
         self.assertEqual('error', sync['st'])
         self.assertEqual('ValueError', sync['err']['cls'])
+        # one id per run of each task
+        self.assertNotEqual(update['req'], sync['req'])
+        self.assertEqual('Manager._sync_power_states',
+                         schema.periodic_task_of(sync['req']))
         # The instance's copy of the task list is gone after the call.
         self.assertNotIn(periodic.ATTR, vars(manager))
 
@@ -93,3 +110,11 @@ class PeriodicTest(base.TestCase):
         names = [r['attrs']['task'] for r in self.buffer.dicts()
                  if r['ev'] == 'periodic.task']
         self.assertGreaterEqual(len(names), 3)
+
+    def test_a_service_without_a_host_gets_the_process_host(self):
+        manager = Manager(self.recorder)
+        manager.host = None
+        manager.run_periodic_tasks(Ctx())
+        hosts = {r['host'] for r in self.buffer.dicts()
+                 if r['ev'] == 'periodic.task'}
+        self.assertEqual({'cmp-1'}, hosts)
