@@ -177,6 +177,18 @@ class NeutronAPI:
         return method(*ids)
 
 
+def reset_neutron_session() -> None:
+    """Forget nova's cached keystoneauth1 session for neutron, so the
+    next call builds one from ``[neutron]`` as it is now (a time-out
+    set by a test): ``nova.service_auth``'s (nova 34) or
+    ``nova.network.neutron``'s own (older releases)."""
+    from nova import service_auth
+    for reset in (getattr(service_auth, 'reset_globals', None),
+                  getattr(neutron_api, 'reset_state', None)):
+        if reset is not None:
+            reset()
+
+
 class ServedNeutronFixture(nova_fixtures.NeutronFixture):
     """nova's ``NeutronFixture``, reached through nova's real neutron
     client over (intercepted) HTTP; see the module's docstring."""
@@ -198,6 +210,8 @@ class ServedNeutronFixture(nova_fixtures.NeutronFixture):
             adapters.HTTPAdapter.init_poolmanager))
         self.test.flags(endpoint_override=self.endpoint, auth_type='none',
                         group='neutron')
+        reset_neutron_session()
+        self.addCleanup(reset_neutron_session)
         self.useFixture(fixtures.MonkeyPatch(
             'nova.network.neutron.get_client', real_get_client))
 

@@ -26,7 +26,6 @@ import uuid
 
 from instrument_demo import standins
 from neutronclient.common import exceptions as neutron_exc
-from nova import service_auth
 from nova.tests import fixtures as nova_fixtures
 import webob
 
@@ -136,7 +135,7 @@ class ServicesCalledTest(base.InstrumentedCloud):
             standins.NeutronAPI(self.neutron)))
         self.flags(endpoint_override=local.url, timeout=1,
                    http_retries=0, group='neutron')
-        service_auth.reset_globals()  # the session takes the time-out
+        standins.reset_neutron_session()  # the session takes the time-out
         answer = threading.Event()
         self.addCleanup(answer.set)
         create_port = self.neutron.create_port
