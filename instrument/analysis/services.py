@@ -53,7 +53,7 @@ S_START = classify.S_START
 S_ERR = classify.S_ERR
 
 
-def http_error(attrs: dict):
+def http_error(attrs: dict) -> typing.Optional[int]:
     """The HTTP error status (400 or more) of a call's attrs, or None.
     """
     status = attrs.get(schema.ATTR_STATUS)
@@ -62,7 +62,8 @@ def http_error(attrs: dict):
     return None
 
 
-def error_class(st, attrs: dict):
+def error_class(st: typing.Optional[str],
+                attrs: dict) -> typing.Optional[str]:
     """The errors-by-class key of a call: its failure class, with the
     status for HTTP errors (``http_500``), whether raised or returned;
     None for a call that did not fail."""
@@ -83,7 +84,7 @@ def _where(attrs: dict) -> tuple:
                                 attrs.get(schema.ATTR_ROUTE))
 
 
-def failure(tree: typing.Any, sid) -> typing.Optional[tuple]:
+def failure(tree: typing.Any, sid: typing.Any) -> typing.Optional[tuple]:
     """``(component, event, class, message)`` of the failure table for
     the error origin ``sid`` when another service is where it came from,
     else None.  A ``ksa.request`` that raised is its service type's row.
