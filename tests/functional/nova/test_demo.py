@@ -194,7 +194,10 @@ class DemoTest(testtools.TestCase):
         with open(os.path.join(out, 'servers.json')) as f:
             demo_s = json.load(f)['duration_s']
         report_s = report['summary']['duration_s']
-        self.assertLess(abs(demo_s - report_s), 0.05, (demo_s, report_s))
+        # (the client's clock brackets the API's spans by the in-process
+        # HTTP hop: tens of ms under a loaded machine; a different
+        # definition, e.g. counting periodic runs, differs by seconds)
+        self.assertLess(abs(demo_s - report_s), 0.25, (demo_s, report_s))
         self.assertIn('booted %d servers and ran %d other operations in '
                       '%.1f s (from the first API request to the last '
                       'answer)' % (servers, len(ops), demo_s), proc.stdout)
