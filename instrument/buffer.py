@@ -147,6 +147,7 @@ class EventBuffer:
         self._drop_lock = threads.os_lock()
         self._start_lock = threads.os_lock()
         self._drain_lock = threads.os_lock()
+        self._sinks_closed = False
         self._wake = None
         self.writer = None
         self._seq = 1
@@ -319,6 +320,9 @@ class EventBuffer:
         drain lock could not be had within ``timeout`` seconds."""
         if not self._drain_lock.acquire(timeout=timeout):
             return False
+        if self._sinks_closed:  # after close: nothing is written
+            self._drain_lock.release()
+            return False
         self._busy_since = time.monotonic()
         try:
             pid = os.getpid()
@@ -437,11 +441,21 @@ class EventBuffer:
             # record was killed (its last flush interval is lost)
             self.queue.append(self._end_record())
         self.drain(timeout=timeout)
-        for sink in self.sinks:
+        # The sinks close under the drain lock: the writer thread, woken
+        # above, may be draining still, and a file closed under its
+        # write loses the batch (EBADF).  A writer stuck longer keeps
+        # its sinks open; the process's exit closes them.
+        if self._drain_lock.acquire(timeout=timeout):
             try:
-                sink.close()
-            except Exception:
-                LOG.exception('instrument: closing sink %s', sink.name)
+                self._sinks_closed = True
+                for sink in self.sinks:
+                    try:
+                        sink.close()
+                    except Exception:
+                        LOG.exception('instrument: closing sink %s',
+                                      sink.name)
+            finally:
+                self._drain_lock.release()
         if not threads.in_os_worker():
             threads.run_deferred()
         _LIVE.discard(self)

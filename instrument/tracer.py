@@ -20,7 +20,11 @@ directly.
 
 ``error_of`` describes an exception as ``(class, short message)``: the
 message's first line, without SQL, its parameters or any value a driver
-quoted in it (``scrub_message``).  Only ever called on the error path.
+quoted in it (``scrub_message``), a URL reduced to its path (no host,
+query string or fragment).  The exceptions of OpenStack service clients
+(keystoneauth1, neutronclient, glanceclient...), whose messages quote
+the URL or the response body, keep only their HTTP status.  Only ever
+called on the error path.
 """
 
 import ast
@@ -128,6 +132,14 @@ def scrub_message(text: str) -> str:
     return ''.join(out)
 
 
+_URL = re.compile(r'\b[a-zA-Z][\w+.-]*://[^/\s\'"]*([^?#\s\'"]*)'
+                  r'[^\s\'"]*')
+
+
+def _url_path(match) -> str:
+    return match.group(1) or '/'
+
+
 def short_message(exc: BaseException) -> str:
     """First line of the message, without SQL, its parameters or any
     value the driver quoted in it (``scrub_message``), capped.
@@ -143,6 +155,8 @@ def short_message(exc: BaseException) -> str:
         if cut >= 0:
             text = text[:cut]
     text = text.strip().split('\n', 1)[0]
+    if '://' in text:
+        text = _URL.sub(_url_path, text)
     try:
         text = scrub_message(text)
     except Exception:  # never let the scrubbing break the call
@@ -152,6 +166,23 @@ def short_message(exc: BaseException) -> str:
     return text
 
 
+# Service clients: their exceptions' messages quote the URL (with its
+# query string) or the response body.
+CLIENT_PACKAGES = frozenset((
+    'keystoneauth1', 'neutronclient', 'glanceclient', 'cinderclient',
+    'novaclient', 'ironicclient', 'openstack', 'requests', 'urllib3'))
+
+
+def client_message(exc: BaseException) -> str:
+    """What is kept of a service client's exception: its HTTP status
+    (``HTTP 409``), else nothing."""
+    for name in ('http_status', 'status_code', 'code'):
+        status = getattr(exc, name, None)
+        if isinstance(status, int) and status >= 100:
+            return 'HTTP %d' % status
+    return ''
+
+
 def error_of(exc: BaseException) -> tuple:
     """``(class, short message)`` of an exception, looking through
     oslo.messaging's ExpectedException to the exception it carries."""
@@ -159,6 +190,9 @@ def error_of(exc: BaseException) -> tuple:
         info = getattr(exc, 'exc_info', None)
         if info and isinstance(info[1], BaseException):
             exc = info[1]
+    module = exc.__class__.__module__ or ''
+    if module.split('.', 1)[0] in CLIENT_PACKAGES:
+        return (error_class(exc), client_message(exc))
     return (error_class(exc), short_message(exc))
 
 

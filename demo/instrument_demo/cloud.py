@@ -13,8 +13,10 @@
 
 nova's ``_IntegratedTestBase`` (sqlite, fake transport, in-process
 placement, glance/neutron/cinder fixtures) with asynchronous casts and
-several compute hosts.  The instrumentation is switched on through the
-configuration only: the ``[instrument]`` group,
+several compute hosts.  neutron's fixture is served over HTTP to nova's
+own neutron client (``standins``), so that nova's calls to neutron go
+through keystoneauth1 as in a deployment.  The instrumentation is
+switched on through the configuration only: the ``[instrument]`` group,
 ``[oslo_messaging_notifications] driver = instrument`` (``rpc.init``
 starts it) and an api-paste.ini whose pipelines carry the ``instrument``
 filter.  ``Settings`` chooses computes, driver, and whether to
@@ -47,6 +49,7 @@ from nova import utils
 from oslo_config import cfg
 from oslo_utils.fixture import uuidsentinel
 
+from instrument_demo import standins
 from instrument import opts
 from instrument import runtime
 from instrument import threads
@@ -62,7 +65,7 @@ class Settings:
 
     def __init__(self, span_dir=None, computes=('host1',), driver=None,
                  instrument=True, osprofiler=None, flush_interval=0.2,
-                 sql_timing=True) -> None:
+                 sql_timing=True, served_neutron=True) -> None:
         self.span_dir = span_dir
         self.computes = tuple(computes)
         self.driver = driver
@@ -71,6 +74,10 @@ class Settings:
         self.osprofiler = osprofiler
         self.flush_interval = flush_interval
         self.sql_timing = sql_timing
+        # nova's neutron stand-in behind nova's own neutron client over
+        # (intercepted) HTTP (standins.ServedNeutronFixture), or called
+        # directly as nova's fixture does.
+        self.served_neutron = served_neutron
 
 
 def nova_paste_ini() -> str:
@@ -313,6 +320,10 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
             'nova.tests.fixtures.nova.ReaderWriterLock',
             ReaderPreferringLock))
         self.useFixture(LogicalDatabases())
+        if settings.served_neutron:
+            self.useFixture(fixtures.MockPatch(
+                'nova.tests.fixtures.NeutronFixture',
+                standins.ServedNeutronFixture))
         super().setUp()
         if (settings.instrument and self.require_instrumentation and
                 runtime.active() is None):

@@ -225,7 +225,10 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
         def run_boots(self):
             # the first API request (the image and flavor lists)
             outcome['first_request'] = time.time()
-            template = self._build_server(networks='none')
+            # each server gets a port on the neutron stand-in's network
+            # (nova's calls to neutron as in a deployment, see standins)
+            template = self._build_server(networks=[
+                {'uuid': self.neutron.network_1['id']}])
 
             def body(name):
                 return dict(template, name=name)

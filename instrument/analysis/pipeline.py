@@ -87,8 +87,11 @@ class Options:
                  all_lifecycles: bool = False,
                  progress: typing.Optional[
                      typing.Callable[[str, int, int], None]] = None,
-                 fast_decode: bool = True) -> None:
+                 fast_decode: bool = True, engine: str = 'python') -> None:
         self.jobs = jobs
+        # the SQL digest's engine: 'python' (pass 2) or 'duckdb'
+        # (columnar.digest_of, from the same files)
+        self.engine = engine
         self.idle_us = int(idle_s * 1e6)
         self.hung_us = int(hung_s * 1e6)
         self.clock_horizon_us = int(clock_horizon_s * 1e6)
@@ -739,6 +742,13 @@ def _analyse(inputs: list, opts: Options) -> dict:
         opts.progress('done', total, total)
     merged = _merge(parts)
     merged.issues.problems[:0] = problems
+    if opts.engine == 'duckdb':
+        from instrument.analysis import columnar
+        merged.digest = columnar.digest_of(
+            paths, offsets, span.since, span.until,
+            _stage(opts.progress, 'load', total))
+        if opts.progress is not None:
+            opts.progress('done', total, total)
     report = build_report(merged, clock, hops, opts, paths, total)
     report['run'] = {'seconds': time.monotonic() - started,
                      'clock_pass_seconds': clock_s, 'jobs': jobs}

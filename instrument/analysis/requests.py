@@ -32,6 +32,7 @@ import typing
 from instrument.analysis import breakdown
 from instrument.analysis import classify
 from instrument.analysis import operations
+from instrument.analysis import services
 from instrument import schema
 
 RECENT = 100_000
@@ -245,9 +246,25 @@ class Assembler:
     def _failures(self, r: OpenRequest, tree, op: str) -> None:
         # one row per (operation, component, event, error, message)
         norm = self.normalise
+        # A failure that came from another service is that service's
+        # row (its message, the route template and status, is kept);
+        # the same exception raised again elsewhere in the request (the
+        # network allocation's, in the spawn that waited for it: the
+        # same class) is not counted twice.
+        from_services = set()
+        rest = []
         for sid in tree.origins():
+            called = services.failure(tree, sid)
+            if called is None:
+                rest.append(sid)
+                continue
+            self._add_failure((op,) + called, r.req)
+            from_services.add(called[2])
+        for sid in rest:
             s = r.spans[sid]
             err = s[classify.S_ERR] or {}
+            if err.get('cls') in from_services:
+                continue
             self._add_failure((op, s[classify.S_SVC], s[classify.S_EV],
                                err.get('cls') or 'error',
                                norm(err.get('msg'))), r.req)

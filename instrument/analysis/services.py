@@ -20,6 +20,16 @@ the share of the operation's critical path spent in them.  Calls made
 outside any request (periodic tasks, start-up) are the operation
 ``(no request)``.  ``report`` makes the ``services`` section of the
 JSON report; ``text`` and ``html`` render it.
+
+A call answered with an HTTP error counts as an error of that status
+(``http_409``) whether keystoneauth1 raised it or, as neutronclient and
+nova's placement client ask (``raise_exc=False``), returned it for the
+client to raise.  ``failure`` names the called service in the failure
+table: a ``ksa.request`` that raised (a time-out, a refused
+connection...) is a row of its service type, and so is a nova span that
+failed right after a call answered with an HTTP error (neutronclient
+raising for a 500 of neutron's port creation is a ``network`` row with
+that status).
 """
 
 import collections
@@ -39,6 +49,76 @@ S_DUR = classify.S_DUR
 S_PARENT = classify.S_PARENT
 S_ST = classify.S_ST
 S_ATTRS = classify.S_ATTRS
+S_START = classify.S_START
+S_ERR = classify.S_ERR
+
+
+def http_error(attrs: dict) -> typing.Optional[int]:
+    """The HTTP error status (400 or more) of a call's attrs, or None.
+    """
+    status = attrs.get(schema.ATTR_STATUS)
+    if isinstance(status, int) and status >= 400:
+        return status
+    return None
+
+
+def error_class(st: typing.Optional[str],
+                attrs: dict) -> typing.Optional[str]:
+    """The errors-by-class key of a call: its failure class, with the
+    status for HTTP errors (``http_500``), whether raised or returned;
+    None for a call that did not fail."""
+    status = http_error(attrs)
+    if st == schema.ST_ERROR:
+        kind = attrs.get(schema.ATTR_FAILURE) or 'error'
+        if kind == 'http' and status is not None:
+            return 'http_%d' % status
+        return kind
+    if status is not None:
+        return 'http_%d' % status
+    return None
+
+
+def _where(attrs: dict) -> tuple:
+    stype = attrs.get(schema.ATTR_SERVICE_TYPE) or 'unknown service'
+    return stype, '%s %s %s' % (stype, attrs.get(schema.ATTR_METHOD),
+                                attrs.get(schema.ATTR_ROUTE))
+
+
+def failure(tree: typing.Any, sid: typing.Any) -> typing.Optional[tuple]:
+    """``(component, event, class, message)`` of the failure table for
+    the error origin ``sid`` when another service is where it came from,
+    else None.  A ``ksa.request`` that raised is its service type's row.
+    Another span is, when the last call under it answered with an HTTP
+    error and nothing under it but such calls (clean-ups) started
+    afterwards: the called service's row, with the class of the
+    exception nova raised and the call's status."""
+    spans = tree.spans
+    s = spans[sid]
+    err = s[S_ERR] or {}
+    cls = err.get('cls') or 'error'
+    if s[S_EV] == schema.EV_KSA_REQUEST:
+        stype, _ = _where(s[S_ATTRS] or {})
+        return stype, schema.EV_KSA_REQUEST, cls, err.get('msg') or ''
+    last = None
+    others = []
+    for cur in tree.subtree(sid):
+        c = spans[cur]
+        if cur == sid:
+            continue
+        if c[S_EV] not in EVENTS:
+            others.append(c[S_START])
+            continue
+        if c[S_DUR] is None or http_error(c[S_ATTRS] or {}) is None:
+            continue
+        end = c[S_START] + c[S_DUR]
+        if last is None or end > last[0]:
+            last = (end, c)
+    if last is None or any(start >= last[0] for start in others):
+        return None
+    attrs = last[1][S_ATTRS]
+    stype, where = _where(attrs)
+    return (stype, schema.EV_KSA_REQUEST, cls,
+            '%s: HTTP %d' % (where, http_error(attrs)))
 
 
 def _key(ev: str, attrs: dict) -> tuple:
@@ -61,8 +141,9 @@ class _Row:
 
     def add(self, dur: int, st, attrs: dict, req, critical: bool) -> None:
         self.durs.append(dur)
-        if st == schema.ST_ERROR:
-            self.errors[attrs.get(schema.ATTR_FAILURE) or 'error'] += 1
+        kind = error_class(st, attrs)
+        if kind is not None:
+            self.errors[kind] += 1
         attempts = attrs.get(schema.ATTR_ATTEMPTS)
         if isinstance(attempts, int) and attempts > 1:
             self.retries += attempts - 1

@@ -24,7 +24,8 @@ import sys
 import time
 import typing
 
-LABELS = {'clocks': 'clocks ', 'spans': 'spans  '}
+LABELS = {'clocks': 'clocks ', 'spans': 'spans  ', 'load': 'load   ',
+          'export': 'export '}
 
 
 class ProgressLine:

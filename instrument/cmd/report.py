@@ -16,12 +16,15 @@
     instrument-report [options] INPUT...        files, directories, globs,
                                                 .gz; many hosts at once
     instrument-report compare [options] RUN_A RUN_B
+    instrument-report export --parquet DIR [options] INPUT...
 
 The text report goes to standard output (``--quiet`` leaves it out);
 ``--json FILE`` and ``--html FILE`` write the other forms, ``-`` for
 standard output (the text report is then left out).  A RUN of
 ``compare`` is a JSON report written by ``--json``, or the span files
-(a directory or glob) of the run.  In a directory, files that are not
+(a directory or glob) of the run.  ``export`` writes the analysis and
+the span records as Parquet tables for DuckDB, Spark or Trino
+(doc/source/export.rst).  In a directory, files that are not
 span files (a JSON report, the demo's ``servers.json``) are skipped and
 named in the report's input problems.
 
@@ -41,7 +44,7 @@ from instrument.cmd import progress
 
 PROG = 'instrument-report'
 # The libraries of the ``report`` extra (setup.cfg), as imported.
-EXTRA_MODULES = ('numpy', 'scipy', 'orjson', 'msgspec')
+EXTRA_MODULES = ('numpy', 'scipy', 'orjson', 'msgspec', 'duckdb')
 INSTALL_HINT = "pip install 'openstack-instrument[report]'"
 EXIT_MISSING = 1
 EXIT_USAGE = 2
@@ -102,6 +105,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help='only what started before TIME (as --since)')
     parser.add_argument('--no-progress', action='store_true',
                         help='no progress line on standard error')
+    parser.add_argument('--engine', default='python',
+                        choices=('python', 'duckdb'),
+                        help='engine of the SQL digest: python (while '
+                        'reading the spans) or duckdb (columnar, from the '
+                        'same files; same results)')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,7 +168,7 @@ def _options(args, all_lifecycles: bool = False):
         jobs=args.jobs, idle_s=args.horizon, hung_s=args.hung,
         since=args.since, until=args.until, group_by=args.group_by,
         order_by=args.order_by, limit=args.limit,
-        all_lifecycles=all_lifecycles,
+        all_lifecycles=all_lifecycles, engine=args.engine,
         progress=None if args.no_progress else progress.ProgressLine())
 
 
@@ -197,11 +205,13 @@ def no_records(report: dict) -> typing.Optional[str]:
 
 
 def _analyse(inputs: list, opts, side: str = '') -> dict:
-    load, pipeline = analysis('load', 'pipeline')
+    load, pipeline, columnar = analysis('load', 'pipeline', 'columnar')
     try:
         report = pipeline.analyse(inputs, opts)
     except load.InputError as exc:
         fail(side + str(exc))
+    except columnar.EngineMissing as exc:
+        fail(str(exc), EXIT_MISSING)
     problem = no_records(report)
     if problem:
         skipped = [p for p in report['load']['problems']
@@ -279,10 +289,47 @@ def main_compare(argv: list) -> int:
     return 0
 
 
+def build_export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='instrument-report export',
+        description='Write the analysis and the span records as Parquet '
+        'tables partitioned by day and host (events, spans, SQL '
+        'statements and classes, requests and their components, host '
+        'offsets), for DuckDB, Spark or Trino.')
+    parser.add_argument('inputs', nargs='+', metavar='INPUT',
+                        help='span files, directories, globs (.gz too)')
+    parser.add_argument('--parquet', metavar='DIR', required=True,
+                        help='directory to write the tables in (one '
+                        'sub-directory per table, replaced)')
+    _common(parser)
+    return parser
+
+
+def main_export(argv: list) -> int:
+    args = build_export_parser().parse_args(argv)
+    load, columnar = analysis('load', 'columnar')
+    opts = _options(args)
+    try:
+        result = columnar.export(args.inputs, args.parquet, opts)
+    except load.InputError as exc:
+        fail(str(exc))
+    except columnar.EngineMissing as exc:
+        fail(str(exc), EXIT_MISSING)
+    counts = result['load'].issues.counts
+    sys.stdout.write('%s: %s\n' % (args.parquet, ', '.join(
+        '%s %d' % kv for kv in result['rows'].items())))
+    bad = ', '.join('%s %d' % kv for kv in counts.items() if kv[1])
+    if bad:
+        sys.stdout.write('bad lines left out: %s\n' % bad)
+    return 0
+
+
 def main(argv: list = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == 'compare':
         return main_compare(argv[1:])
+    if argv and argv[0] == 'export':
+        return main_export(argv[1:])
     args = build_parser().parse_args(argv)
     report_html, report_json, report_text = analysis(
         'report_html', 'report_json', 'report_text')

@@ -25,6 +25,15 @@ faked (issue 426: ``time.sleep`` fails with EINVAL from Python 3.11 on).
 This launcher replaces ``time.sleep`` with a ``select``-based sleep
 (relative timeout, untouched by libfaketime) before anything else is
 imported, then runs the console script's entry point.
+
+eventlet's hubs do not see that replacement: they sleep (when no file
+descriptor is registered) with ``eventlet.patcher.original('time')``, a
+fresh import of ``time`` with the C ``sleep``, which oslo.service wraps
+too.  An eventlet nova-compute (nova 33 and older) then died at start-up
+with EINVAL.  The launcher hands eventlet a copy of ``time`` with the
+replaced ``sleep`` as that original module; that ``sleep`` keeps the C
+``select`` (eventlet's monkey patching makes ``select.select`` green,
+which its hub must not call).
 """
 
 import importlib.metadata
@@ -32,12 +41,32 @@ import os
 import select
 import sys
 import time
+import types
+
+# Where eventlet.patcher.original() keeps the module it re-imported.
+_EVENTLET_ORIGINAL_TIME = '__original_module_time'
+# Taken before eventlet's monkey patching makes select.select green (its
+# hub sleeps with _sleep and must block).
+_select = select.select
 
 
 def _sleep(seconds: float) -> None:
     if seconds < 0:
         raise ValueError('sleep length must be non-negative')
-    select.select([], [], [], seconds)
+    _select([], [], [], seconds)
+
+
+def install() -> None:
+    """Replace ``time.sleep`` for this process when libfaketime is
+    preloaded, in ``time`` and in eventlet's original ``time``."""
+    if 'faketime' not in os.environ.get('LD_PRELOAD', ''):
+        return
+    time.sleep = _sleep
+    # A copy, not ``time`` itself: eventlet's monkey patching puts the
+    # green sleep into ``time``, and its hub must keep a blocking one.
+    original = types.ModuleType('time', time.__doc__)
+    original.__dict__.update(vars(time))
+    sys.modules.setdefault(_EVENTLET_ORIGINAL_TIME, original)
 
 
 def main() -> int:
@@ -45,8 +74,7 @@ def main() -> int:
         print('usage: clockskew.py CONSOLE_SCRIPT [ARGS...]',
               file=sys.stderr)
         return 2
-    if 'faketime' in os.environ.get('LD_PRELOAD', ''):
-        time.sleep = _sleep
+    install()
     name = sys.argv[1]
     entry = next((ep for ep in importlib.metadata.entry_points(
         group='console_scripts') if ep.name == name), None)

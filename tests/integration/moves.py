@@ -19,6 +19,9 @@ import time
 
 from tests.integration import load
 
+# nova's instance action event of the source's confirm_resize
+CONFIRM_EVENT = 'compute_confirm_resize'
+
 
 class Move:
     """One server action and what the API said of it."""
@@ -104,7 +107,25 @@ def _move(api: load.Api, boot, kind: str, hosts: tuple,
     move.migration_status = _wait(ended, timeout, '%s of %s' % (
         kind, server_id))
     move.host = _wait(active_host, timeout, 'ACTIVE after %s' % kind)
+    if move.confirm_request_id:
+        # The server is ACTIVE before the source's confirm_resize has
+        # returned (it still deletes the source allocation in placement,
+        # and nova 33's RPC replies come in 0.5 s polls): wait for the
+        # instance action's event to finish, or the cloud may stop under
+        # it and its span never ends.
+        _wait(lambda: _event_finished(api, server_id,
+                                      move.confirm_request_id,
+                                      CONFIRM_EVENT),
+              timeout, '%s of %s' % (CONFIRM_EVENT, server_id))
     return move
+
+
+def _event_finished(api: load.Api, server_id: str, request_id: str,
+                    event: str) -> bool:
+    action = api.call('GET', '/servers/%s/os-instance-actions/%s' % (
+        server_id, request_id)).json()['instanceAction']
+    return any(e['event'] == event and e.get('finish_time')
+               for e in action.get('events') or ())
 
 
 def read_spans(span_dir: str) -> list:

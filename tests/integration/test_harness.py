@@ -16,6 +16,10 @@ RabbitMQ are missing and the deployment test skips."""
 
 import configparser
 import os
+import subprocess
+import sys
+import time
+import unittest
 
 import fixtures
 import glanceclient
@@ -24,6 +28,8 @@ from neutronclient.common import exceptions as neutron_exc
 from neutronclient.v2_0 import client as neutron_client
 import testtools
 
+from tests.integration import backends
+from tests.integration import clockskew
 from tests.integration import cloud
 from tests.integration import config
 from tests.integration import load
@@ -176,3 +182,48 @@ class VocabularyTest(testtools.TestCase):
         self.assertTrue(any(c.offset_s > 0 for c in computes))
         self.assertTrue(any(c.offset_s < 0 for c in computes))
 
+
+# What a skewed eventlet nova-compute does with time: a native lock
+# waits with a timeout, ``time.sleep`` sleeps; after eventlet's monkey
+# patching, the hub sleeps with nothing registered (eventlet's original
+# ``time.sleep``).  Then the wall clock and the time slept.
+_SKEWED_CHILD = """
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import clockskew
+clockskew.install()
+t0 = time.monotonic()
+lock = threading.Lock()
+lock.acquire()
+lock.acquire(timeout=0.05)
+time.sleep(0.05)
+import eventlet
+eventlet.monkey_patch()
+eventlet.sleep(0.05)
+time.sleep(0.05)
+print(time.time(), time.monotonic() - t0)
+"""
+
+
+class ClockSkewTest(testtools.TestCase):
+
+    def test_an_eventlet_process_sleeps_on_a_skewed_wall_clock(self):
+        try:
+            faketime = backends.faketime_library()
+        except backends.Unavailable as exc:
+            if test_deployment._in_ci():
+                raise
+            raise unittest.SkipTest(str(exc)) from exc
+        env = dict(os.environ, LD_PRELOAD=faketime, FAKETIME='+1.500',
+                   FAKETIME_DONT_FAKE_MONOTONIC='1', FAKETIME_NO_CACHE='1')
+        proc = subprocess.run(
+            [sys.executable, '-c', _SKEWED_CHILD,
+             os.path.dirname(clockskew.__file__)],
+            capture_output=True, text=True, env=env, timeout=60)
+        now = time.time()
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        wall, slept = (float(v) for v in proc.stdout.split())
+        # the child's wall clock is 1.5 s ahead (it printed before now)
+        self.assertGreater(wall - now, 1.0)
+        self.assertLess(wall - now, 1.5 + 0.001)
+        self.assertGreaterEqual(slept, 0.2)

@@ -231,6 +231,60 @@ class BufferTest(base.TestCase):
         self.assertEqual(2, len(sink.records))
         self.assertEqual('process.end', sink.records[-1]['ev'])
 
+    def test_close_never_closes_a_sink_under_a_write(self):
+        # The exit path closes the buffer while the writer thread is
+        # still writing a batch (a nova-scheduler master lost a record
+        # with EBADF so): the sink is not closed under that write, and
+        # nothing is written after the sinks are closed.
+        entered = threading.Event()
+        release = threading.Event()
+
+        class SlowSink(base.MemorySink):
+            writing = False
+            closed_while_writing = None
+
+            def write(self, batch, first_seq, pid):
+                self.writing = True
+                entered.set()
+                release.wait(10)
+                super().write(batch, first_seq, pid)
+                self.writing = False
+
+            def close(self):
+                self.closed_while_writing = self.writing
+
+        sink = SlowSink()
+        ident = process.ProcessIdentity.create('nova-compute', 'h1')
+        buf = buffer.EventBuffer([sink], 1000, 60.0, ident)
+        buf.emit(_event(1))
+        writer = threading.Thread(target=buf.drain)
+        writer.start()
+        self.assertTrue(entered.wait(10))
+        buf.close(timeout=0.2)
+        release.set()
+        writer.join(10)
+        self.assertIsNone(sink.closed_while_writing)
+        # a writer that finishes in time: the sink closes after its write
+        entered.clear()
+        release.clear()
+        sink2 = SlowSink()
+        buf2 = buffer.EventBuffer([sink2], 1000, 60.0, ident)
+        buf2.emit(_event(2))
+        writer = threading.Thread(target=buf2.drain)
+        writer.start()
+        self.assertTrue(entered.wait(10))
+        closer = threading.Thread(target=buf2.close, kwargs={'timeout': 10})
+        closer.start()
+        time.sleep(0.1)
+        release.set()
+        closer.join(10)
+        writer.join(10)
+        self.assertIs(False, sink2.closed_while_writing)
+        written = len(sink2.records)
+        buf2.emit(_event(3))
+        self.assertFalse(buf2.drain())
+        self.assertEqual(written, len(sink2.records))
+
 
 FORK_SCRIPT = '''
 import json, os, sys

@@ -75,7 +75,7 @@ print(json.dumps({
                    if m.split('.')[0] in ('instrument_demo', 'tests')),
     'nova': sorted(m for m in sys.modules
                    if m == 'nova' or m.startswith('nova.')),
-    'heavy': sorted(m for m in ('numpy', 'scipy', 'msgspec')
+    'heavy': sorted(m for m in ('numpy', 'scipy', 'msgspec', 'duckdb')
                     if m in sys.modules)}))
 '''
 

@@ -16,10 +16,10 @@ samples.
 nova's functional PlacementFixture serves placement in-process behind
 wsgi-intercept at the requests level, so nova's report client goes
 through a real keystoneauth1 ``Session.request``: those calls are
-``ksa.request`` spans.  Its NeutronFixture and GlanceFixture replace
-the clients themselves (``nova.network.neutron.get_client`` returns a
-stub), so no neutron or glance call reaches keystoneauth1 in these
-tests.
+``ksa.request`` spans.  neutron's are too, the demo cloud serving the
+NeutronFixture to nova's own client over HTTP (test_services).
+nova's GlanceFixture replaces the image service itself, so no glance
+call reaches keystoneauth1 in these tests.
 """
 
 from keystonemiddleware import auth_token

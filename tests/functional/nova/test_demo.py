@@ -163,6 +163,18 @@ class DemoTest(testtools.TestCase):
         with open(os.path.join(out, 'report.txt')) as f:
             text = f.read()
         self.assertIn('Clock offsets', text)
+        # Issue 21: the boots' calls to placement and neutron (nova's
+        # own neutron client, the stand-in served over HTTP)
+        called = {}
+        for r in report['services']:
+            if r['operation'] == 'boot':
+                key = (r['service'], r['method'], r['route'])
+                called[key] = called.get(key, 0) + r['count']
+        self.assertIn(('placement', 'GET', '/allocation_candidates'),
+                      called)
+        self.assertGreaterEqual(
+            called.get(('network', 'POST', '/v2.0/ports'), 0), servers)
+        self.assertIn('/v2.0/ports', text)
         # Issue 21: the computes' periodic tasks ran (the first at the
         # workload's start, on every compute) with their SQL and the
         # lock the claims take; never as requests
@@ -182,7 +194,10 @@ class DemoTest(testtools.TestCase):
         with open(os.path.join(out, 'servers.json')) as f:
             demo_s = json.load(f)['duration_s']
         report_s = report['summary']['duration_s']
-        self.assertLess(abs(demo_s - report_s), 0.05, (demo_s, report_s))
+        # (the client's clock brackets the API's spans by the in-process
+        # HTTP hop: tens of ms under a loaded machine; a different
+        # definition, e.g. counting periodic runs, differs by seconds)
+        self.assertLess(abs(demo_s - report_s), 0.25, (demo_s, report_s))
         self.assertIn('booted %d servers and ran %d other operations in '
                       '%.1f s (from the first API request to the last '
                       'answer)' % (servers, len(ops), demo_s), proc.stdout)

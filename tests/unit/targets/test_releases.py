@@ -49,7 +49,7 @@ def support_matrix() -> str:
             if mode in release.modes:
                 rows.append((release.version, release.series, mode,
                              'all, %d missing' % len(release.missing),
-                             'tox -e %s' % release.tox_env))
+                             'tox -e %s' % release.env_of(mode)))
             else:
                 rows.append((release.version, release.series, mode, '-',
                              release.unverified.get(mode, 'not verified')))
@@ -94,6 +94,15 @@ class SupportMatrixTest(testtools.TestCase):
             self.assertTrue(os.path.exists(os.path.join(
                 ROOT, 'constraints', 'nova-%s.txt' % major)), major)
             self.assertIn(release.tox_env, envs)
+            for mode, env in release.mode_envs.items():
+                self.assertIn(mode, release.modes)
+                # an env of its own on that release's constraints
+                section = re.search(
+                    r'^\[testenv:%s\]\n(.*?)(?=^\[)' % re.escape(env),
+                    tox_ini, re.M | re.S)
+                self.assertIsNotNone(section, env)
+                self.assertIn('constraints/nova-%s.txt' % major,
+                              section.group(1), env)
         self.assertEqual(
             tuple(r.version for r in nova.RELEASES), nova.TESTED_NOVA)
 

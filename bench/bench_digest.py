@@ -1,0 +1,184 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""The SQL digest on DuckDB against today's and pt-query-digest.
+
+On the 1M-event set of ``bench/bench_report.py`` (generated there and
+cached under the temp directory), each in a fresh subprocess:
+
+* ``python``: today's digest path: every span file read in chunks, the
+  ``sql.`` lines (a substring test) decoded by the analyser's decoder
+  (``load.RecordDecoder``) and added to ``sqldigest.SqlDigest``, then
+  the profile;
+* ``duckdb``: ``instrument-report --engine duckdb``'s digest
+  (``columnar.digest_of``): the ``sql.`` records and process starts
+  read, typed and validated by DuckDB, duplicates left out, the classes
+  aggregated in SQL, then the same profile;
+* ``duckdb load``: ``columnar.load_files`` on every line (the decode
+  and validation of the columnar engine, bad lines counted by
+  file:line), as events per second: the per-event cost of a columnar
+  full report;
+* ``pt-query-digest`` (Percona Toolkit, when installed) on the same
+  statements written as a MySQL slow log (``bench_report.slow_log``).
+
+Prints seconds, statements (or events) per second of wall time and of
+CPU, peak RSS, whether the two digests' profiles are equal, and the
+ratios: DuckDB's digest rate over today's and over pt-query-digest's
+(issue 17's target: at least 5).  The machine's load average is printed
+with each row: the cores are shared.  Asserts nothing.  Usage::
+
+    nice -n 10 python bench/bench_digest.py [--events 1000000]
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+CHILD = r'''
+import json, resource, sys, time
+sys.path.insert(0, %(root)r)
+from instrument.analysis import load, sqldigest
+kind = %(kind)r
+logs = %(logs)r
+paths, _ = load.discover([logs])
+t0 = time.monotonic()
+out = {}
+if kind == 'python':
+    from instrument.analysis import stream
+    digest = sqldigest.SqlDigest()
+    decode = load.RecordDecoder().decode
+    n = 0
+    for f, lines, first, _w in stream.chunks(stream.open_files(paths)):
+        for raw in lines:
+            if b'"ev":"sql.' not in raw:
+                continue
+            j = raw.find(b'{"v":')
+            rec = decode(raw[j:] if j > 0 else raw)
+            if rec is None:
+                continue
+            attrs = rec.attrs or {}
+            if rec.ph == 'X' and rec.ev == 'sql.query':
+                n += 1
+                digest.add(rec.ts, rec.dur_us, attrs.get('fp'), rec.svc,
+                           attrs.get('db'), attrs.get('call'),
+                           attrs.get('rows'), rec.st == 'error',
+                           attrs.get('kind'))
+            elif rec.ph == 'C' and rec.ev == 'sql.agg':
+                digest.add_agg(rec.ts, rec.svc, attrs)
+            elif rec.ph == 'M' and rec.ev == 'sql.fingerprint':
+                digest.fingerprint(attrs.get('fp'), attrs.get('text'),
+                                   attrs.get('kind'))
+    out['profile'] = digest.profile(limit=0)
+elif kind == 'duckdb':
+    from instrument.analysis import columnar
+    digest = columnar.digest_of(paths, {}, None, None)
+    out['profile'] = digest.profile(limit=0)
+else:
+    from instrument.analysis import columnar
+    con = columnar.connect()
+    loaded = columnar.load_files(con, paths)
+    out['records'] = loaded.records
+    out['lines'] = loaded.lines
+out['seconds'] = time.monotonic() - t0
+ru = resource.getrusage(resource.RUSAGE_SELF)
+out['cpu'] = ru.ru_utime + ru.ru_stime
+out['rss_mb'] = ru.ru_maxrss / 1024
+print(json.dumps(out, default=str))
+'''
+
+
+def _loadavg() -> str:
+    with open('/proc/loadavg') as f:
+        return ' '.join(f.read().split()[:3])
+
+
+def child(kind: str, logs: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, '-c', CHILD % {'root': ROOT, 'kind': kind,
+                                        'logs': logs}],
+        capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--events', type=int, default=1_000_000)
+    parser.add_argument('--repeat', type=int, default=1,
+                        help='runs of each kind; the fastest is kept')
+    args = parser.parse_args()
+    sys.path.insert(0, HERE)
+    import bench_report
+    base, info = bench_report.generate(args.events)
+    logs = os.path.join(base, 'logs')
+    res = {}
+    for kind in ('python', 'duckdb', 'duckdb load'):
+        runs = [child(kind, logs) for _ in range(args.repeat)]
+        res[kind] = min(runs, key=lambda r: r['seconds'])
+        res[kind]['load'] = _loadavg()
+    # the statements written one by one (sql.query records; those the
+    # runtime aggregated in sql.agg counters are not in the slow log)
+    statements = sum(r['calls'] - r['aggregated']
+                     for r in res['python']['profile']['rows'])
+    print('set: %s, %d events, %d sql.query statements' % (
+        logs, info['events'], statements))
+    print('%-12s %8s %12s %12s %8s  %s' % (
+        'run', 'seconds', 'per s', 'per CPU s', 'peak MB', 'load'))
+    for kind, r in res.items():
+        n = info['events'] if kind == 'duckdb load' else statements
+        print('%-12s %8.2f %12.0f %12.0f %8.0f  %s' % (
+            kind, r['seconds'], n / r['seconds'], n / max(r['cpu'], 1e-3),
+            r['rss_mb'], r['load']))
+    same = res['python']['profile'] == res['duckdb']['profile']
+    print('profiles equal (python, duckdb): %s' % same)
+    py_rate = statements / res['python']['seconds']
+    dd_rate = statements / res['duckdb']['seconds']
+    print('duckdb digest rate / python digest rate: %.2f' % (
+        dd_rate / py_rate))
+    print('duckdb load: %.0f events/s (issue 17 full report target: '
+          '1,000,000)' % (info['events'] / res['duckdb load']['seconds']))
+    digest = shutil.which('pt-query-digest')
+    if digest is None:
+        print('pt-query-digest: not installed (Debian: percona-toolkit)')
+        return
+    slow = os.path.join(base, 'slow.log')
+    if not os.path.exists(slow):
+        bench_report.slow_log(logs, slow + '.tmp')
+        os.rename(slow + '.tmp', slow)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    subprocess.run([digest, '--limit', '20', slow], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pt = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pt_cpu = (after.ru_utime + after.ru_stime -
+              before.ru_utime - before.ru_stime)
+    pt_rate = statements / pt
+    print('pt-query-digest: %d statements in %.2f s (%.0f statements/s, '
+          '%.0f per CPU s, load %s)' % (statements, pt, pt_rate,
+                                         statements / max(pt_cpu, 1e-3),
+                                         _loadavg()))
+    print('digest rate / pt-query-digest rate: duckdb %.2f, python %.2f '
+          '(issue 17 target for the columnar digest: 5)' % (
+              dd_rate / pt_rate, py_rate / pt_rate))
+
+
+if __name__ == '__main__':
+    main()
