@@ -262,6 +262,9 @@ ATTR_REQ_BEGAN = 'req_began'
 ATTR_TOPIC = 'topic'
 ATTR_SERVER = 'server'
 ATTR_FANOUT = 'fanout'
+# a send inside a periodic task run: its req is the run's, this the id
+# of the context nova sent (the one the receiving side records)
+ATTR_CONTEXT_REQ = 'ctx_req'
 
 # nova's lifecycle spans
 ATTR_COUNT = 'count'            # instances, hosts, candidates ...

@@ -16,6 +16,10 @@ line undecoded), with the ``api.request`` records that pair request
 ids to rejoin (``HopMatcher._api``).  Each dispatch is matched with
 its send on another host within a horizon of input time, and the pairs
 go to ``clocks.PairCollector``; ``clocks.solve`` turns them into offsets.
+The dispatches of sends made by a periodic task run (a ``periodic-...``
+request id; the start of such a send is read too) are noted for pass 2,
+which reads what the other side did for them as the run's
+(``HopMatcher._periodic``).
 A span whose other half has not been read when the horizon passes
 waits another horizon (up to ``MAX_WAITING`` spans, the oldest given
 up first): the files are read in step by their raw clocks, so a host
@@ -49,6 +53,11 @@ BATCH = 16
 QUEUED = 8
 # RPC spans waiting for their other half beyond the horizon, at most
 MAX_WAITING = 1 << 18
+PERIODIC = schema.PERIODIC_REQ_PREFIX
+# (pass 1's tuple of a periodic run's send read from its start)
+PERIODIC_SEND = 'rpc.periodic'
+# dispatches of periodic task runs' sends kept for pass 2, at most
+MAX_PERIODIC_HOPS = 1 << 18
 
 
 def rpc_span_decoder(
@@ -135,6 +144,7 @@ def rpc_spans(lines: list, first: int,
     rpc = b'"ev":"rpc.'
     started = b'"ev":"process.start"'
     api = b'"ev":"api.request"'
+    periodic = b'"req":"' + PERIODIC.encode()
     for lineno, raw in enumerate(lines, first + 1):
         # (a B without its X adds nothing the X would not)
         if raw.startswith(prefix):  # the writer's key order
@@ -142,8 +152,11 @@ def rpc_spans(lines: list, first: int,
             if ph != 88:  # 'X'
                 if ph == 77 and started in raw:  # 'M'
                     _add_start(out, raw, lineno)
-                elif ph == 66 and api in raw:  # 'B'
-                    _add_api(out, raw, lineno)
+                elif ph == 66:  # 'B'
+                    if api in raw:
+                        _add_api(out, raw, lineno)
+                    elif rpc in raw and periodic in raw:
+                        _add_periodic_send(out, raw, lineno)
                 continue
             if rpc not in raw:
                 if api in raw:
@@ -162,6 +175,8 @@ def rpc_spans(lines: list, first: int,
                     continue
                 raw = raw[j:]
             if raw[:15] != b'{"v":1,"ph":"X"' and b'"ph":"X"' not in raw:
+                if periodic in raw:
+                    _add_periodic_send(out, raw, lineno)
                 continue
         fields = decode(raw)
         if fields is not None:
@@ -181,6 +196,22 @@ def _add_start(out: list, raw: bytes, lineno: int) -> None:
             ts.__class__ is int:
         out.append((host, 'process.start', ts, pid, None, None, None,
                     lineno))
+
+
+def _add_periodic_send(out: list, raw: bytes, lineno: int) -> None:
+    """The start (``B``) of a periodic run's RPC send, as ``(host,
+    'rpc.periodic', ts, None, span, None, req, lineno)``: a send still
+    running when its process stopped has no end, and what the other side
+    did for it is still the run's."""
+    rec = decode_prefixed(raw)
+    if rec.__class__ is not dict or rec.get('ph') != 'B' or \
+            rec.get('ev') not in SENDERS:
+        return
+    sid, req = rec.get('span'), rec.get('req')
+    if sid.__class__ is str and req.__class__ is str and \
+            req.startswith(PERIODIC):
+        out.append((rec.get('host'), PERIODIC_SEND, rec.get('ts'), None,
+                    sid, None, req, lineno))
 
 
 def _add_api(out: list, raw: bytes, lineno: int) -> None:
@@ -225,8 +256,16 @@ class HopMatcher:
         # request ids to rejoin: the id an api.request span began with
         # -> the id it ended with, where they differ (see ``aliases``)
         self.aliases: dict = {}
-        # span id: [host, start, end, sync, {child span: child}, first ts]
+        # span id: [host, start, end, sync, {child span: child}, first
+        # ts, request id of the send]
         self.entries = {}
+        # the dispatches of sends made by a periodic task run: span id:
+        # the run's request id; and the request id such a dispatch
+        # carried (the context nova sent): the first run that sent it
+        self.periodic_hops: dict = {}
+        self.periodic_contexts: dict = {}
+        # periodic runs' sends whose start was read: span id: run
+        self.periodic_begun: dict = {}
         # span ids in the order they entered ``entries`` (the oldest
         # leave first; a dict's first key is slow to find after many
         # deletions)
@@ -249,6 +288,10 @@ class HopMatcher:
             if ev == API_REQUEST:
                 self._api(end, sid, req)
                 continue
+            if ev == PERIODIC_SEND:
+                if len(self.periodic_begun) < MAX_PERIODIC_HOPS:
+                    self.periodic_begun[sid] = req
+                continue
             hosts.add(host)
             if first_ts is None or ts < first_ts:
                 first_ts = ts
@@ -256,20 +299,21 @@ class HopMatcher:
                 e = entries.get(sid)
                 if e is None:
                     entries[sid] = [host, ts, end, ev in sync_events,
-                                    None, ts]
+                                    None, ts, req]
                     arrival(sid)
                 else:
                     e[0] = host
                     e[1] = ts
                     e[2] = end
                     e[3] = ev in sync_events
+                    e[6] = req
             else:
                 if parent is None:
                     continue
                 e = entries.get(parent)
                 if e is None:
                     e = entries[parent] = [None, None, None, False, None,
-                                           ts]
+                                           ts, None]
                     arrival(parent)
                 if e[4] is None:
                     e[4] = {}
@@ -292,7 +336,7 @@ class HopMatcher:
                     arrival(sid)
                     continue
                 del entries[sid]
-                self._evaluate(e)
+                self._evaluate(sid, e)
 
     def _api(self, ph: str, sid: str, req: str) -> None:
         """An ``api.request`` B or X record.
@@ -329,15 +373,21 @@ class HopMatcher:
 
     def finish(self) -> None:
         self.api_begun.clear()
-        for e in self.entries.values():
-            self._evaluate(e)
+        for sid, e in self.entries.items():
+            self._evaluate(sid, e)
+        self.periodic_begun.clear()
         self.entries.clear()
         self.arrived.clear()
 
-    def _evaluate(self, e) -> None:
-        p_host, p_start, p_end, sync, kids, _seen = e
+    def _evaluate(self, sid, e) -> None:
+        p_host, p_start, p_end, sync, kids, _seen, p_req = e
+        begun = self.periodic_begun.pop(sid, None)
         if not kids:
             return
+        if p_req is None:
+            p_req = begun
+        if p_req.__class__ is str and p_req.startswith(PERIODIC):
+            self._periodic(p_req, kids)
         if p_host is None:
             self.counts['unmatched'] += len(kids)
             return
@@ -345,6 +395,21 @@ class HopMatcher:
             self.counts['hops'] += 1
             self.collector.add_hop(p_host, p_start, p_end, c_host,
                                    c_start, c_end, sync, origin)
+
+    def _periodic(self, run: str, kids: dict) -> None:
+        """The dispatches of a send of periodic run ``run``: what the
+        other side did for it is the run's (pass 2 re-keys it)."""
+        hops = self.periodic_hops
+        contexts = self.periodic_contexts
+        for sid, kid in kids.items():
+            if len(hops) >= MAX_PERIODIC_HOPS:
+                self.counts['periodic_dropped'] = \
+                    self.counts.get('periodic_dropped', 0) + 1
+                continue
+            hops[sid] = run
+            req = kid[3][2]
+            if req.__class__ is str and not req.startswith(PERIODIC):
+                contexts.setdefault(req, run)
 
 
 def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
@@ -366,6 +431,8 @@ def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
     result = clocks.solve(matcher.collector, matcher.hosts)
     result.starts = matcher.starts
     result.aliases = matcher.aliases_of()
+    result.periodic_hops = matcher.periodic_hops
+    result.periodic_contexts = matcher.periodic_contexts
     return result, hosts_of_files, matcher.first_ts, matcher.counts
 
 

@@ -113,6 +113,11 @@ class ClockResult:
         # request ids rejoined: {id an api.request began with: the id
         # it ended with} (clockpass.HopMatcher._api)
         self.aliases: dict = {}
+        # the dispatches of periodic runs' sends: {span id: run's
+        # request id}, and {request id they carried: a run's}
+        # (clockpass.HopMatcher._periodic)
+        self.periodic_hops: dict = {}
+        self.periodic_contexts: dict = {}
 
     def offsets(self) -> dict:
         return {h: info['offset_us'] for h, info in self.hosts.items()}

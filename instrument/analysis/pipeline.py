@@ -19,8 +19,11 @@ offsets; with ``jobs`` > 1 its workers split the files.
 Pass 2 (``run_part``, a ``PartReader`` per worker) reads everything on
 corrected clocks: validates each line, tracks ``seq`` per process, and
 hands each record by phase to the request assembler and the SQL
-digest.  With ``jobs`` > 1 the requests are partitioned by a
-hash of their request id: every worker reads all files but decodes only
+digest; the records of the other side's work for a periodic task
+run's RPC calls (pass 1 found the dispatches) are read under the run's
+id (``PartReader.periodic_run``).  With ``jobs`` > 1 the requests are
+partitioned by a hash of their request id: every worker reads all
+files but decodes only
 its own lines (lines without a request id, and process metadata, go to
 worker 0; metadata is seen by all), so the partial results add up.
 Duplicate lines hash alike, so each worker still sees its own
@@ -107,6 +110,10 @@ class Options:
         # ClockResult.aliases: api.request spans begun with another id
         # than they ended with)
         self.aliases: dict = {}
+        # ClockResult.periodic_hops and periodic_contexts: the other
+        # side's work for periodic runs' RPC sends
+        self.periodic_hops: dict = {}
+        self.periodic_contexts: dict = {}
 
 
 # -- pass 1 ----------------------------------------------------------------
@@ -244,6 +251,11 @@ class PartReader:
         self.aliases = opts.aliases
         self.raw_aliases = {a.encode(): b.encode()
                             for a, b in opts.aliases.items()}
+        # request ids nova sent with periodic runs' RPC: their records
+        # are the runs' (``periodic_run``); span id: run, grown by the
+        # spans read under the dispatches
+        self.periodic_contexts = opts.periodic_contexts
+        self.periodic_spans = dict(opts.periodic_hops)
         self.lines = 0
 
     def read(self, files: list,
@@ -274,6 +286,7 @@ class PartReader:
         marker = load.LOG_MARKER
         aliases = self.aliases
         raw_aliases = self.raw_aliases
+        periodic_contexts = self.periodic_contexts
         complete = self.complete
         begin = self.begin
         instant = self.asm.instant
@@ -335,6 +348,8 @@ class PartReader:
                 req = aliases.get(rec.req)
                 if req is not None:
                     rec.req = req
+            if periodic_contexts and rec.req in periodic_contexts:
+                rec.req = self.periodic_run(rec)
             pid = rec.pid
             seq = rec.seq
             ph = rec.ph
@@ -407,6 +422,24 @@ class PartReader:
             c_seq.last = c_last
         if nread:
             read[fname] = read.get(fname, 0) + nread
+
+    def periodic_run(self, rec: typing.Any) -> str:
+        """The periodic run a record of a request id nova sent with a
+        periodic run's RPC belongs to: the run whose send its span, or
+        its parent's, answered (the dispatch, then what ran under it,
+        read after its parent's start), else the first run that sent
+        that id (nova's admin context of a run is shared by the tasks
+        of that run)."""
+        spans = self.periodic_spans
+        run = spans.get(rec.span)
+        if run is None:
+            run = spans.get(rec.parent)
+            if run is not None and rec.span is not None and \
+                    len(spans) < clockpass.MAX_PERIODIC_HOPS:
+                spans[rec.span] = run
+        if run is None:
+            run = self.periodic_contexts[rec.req]
+        return run
 
     def bad_line(self, raw: bytes, fi: int, fname: str,
                  near: typing.Optional[load.SeqSet]) -> None:
@@ -694,6 +727,8 @@ def _analyse(inputs: list, opts: Options) -> dict:
     part_opts.hung_us = opts.hung_us
     part_opts.process_starts = sorted(clock.starts)
     part_opts.aliases = clock.aliases
+    part_opts.periodic_hops = clock.periodic_hops
+    part_opts.periodic_contexts = clock.periodic_contexts
     show = _stage(opts.progress, 'spans', total)
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)

@@ -21,6 +21,14 @@
   library ignore the extra key (``RequestContext.from_dict`` reads only
   known keys).
 
+Inside a periodic task run (a current span with a ``periodic-...``
+request id, ``schema.periodic_req``) a send keeps the run's id rather
+than that of the context it is given (nova's admin context of the
+run), and names the context's id in ``ctx_req``: the analyser charges
+what the other side does for it (a compute's database work through
+nova-conductor) to the run by the span ids of the hop.  Nothing nova
+sends is changed for it.
+
 Which service an endpoint belongs to is the application's knowledge: a
 target names the services of its endpoint modules in
 ``rpc_endpoint_services`` (nova's: compute, conductor, scheduler); this
@@ -36,8 +44,26 @@ from instrument.targets import base
 TRACEPARENT_KEY = 'instrument_traceparent'
 
 _RPC_EVENTS = ('rpc.call', 'rpc.cast')
+_PERIODIC = schema.PERIODIC_REQ_PREFIX
 
 P = points_mod.PatchPoint
+
+
+def _in_periodic_run() -> bool:
+    """Whether the current span is (under) a periodic task run."""
+    frame = recorder_mod.current_frame()
+    if frame is None:
+        return False
+    req = frame[recorder_mod.F_REQ]
+    return req.__class__ is str and req.startswith(_PERIODIC)
+
+
+def _rpc_context(instance, args, kwargs):
+    """The context of a send: its ``ctxt``, none inside a periodic
+    task run (the span then inherits the run's request id)."""
+    if _in_periodic_run():
+        return None
+    return kwargs.get('ctxt', args[0] if args else None)
 
 
 def _rpc_attrs(instance, args, kwargs):
@@ -48,6 +74,12 @@ def _rpc_attrs(instance, args, kwargs):
         attrs[schema.ATTR_SERVER] = target.server
     if target.fanout:
         attrs[schema.ATTR_FANOUT] = True
+    if _in_periodic_run():
+        ctxt = kwargs.get('ctxt', args[0] if args else None)
+        req = ctxt.get('request_id') if ctxt.__class__ is dict else \
+            getattr(ctxt, 'request_id', None)
+        if req.__class__ is str:
+            attrs[schema.ATTR_CONTEXT_REQ] = req
     return attrs
 
 
@@ -103,9 +135,9 @@ def points(endpoint_services=None) -> list:
     endpoint class to the service its dispatched calls belong to."""
     return [
         P('oslo_messaging.rpc.client', '_BaseCallContext.cast', 'rpc.cast',
-          None, context=points_mod.arg('ctxt'), on_enter=_rpc_attrs),
+          None, context=_rpc_context, on_enter=_rpc_attrs),
         P('oslo_messaging.rpc.client', '_BaseCallContext.call', 'rpc.call',
-          None, context=points_mod.arg('ctxt'), on_enter=_rpc_attrs),
+          None, context=_rpc_context, on_enter=_rpc_attrs),
         P('oslo_messaging.transport', 'Transport._send', 'rpc.send',
           kind=points_mod.HOOK, on_enter=_inject_traceparent),
         P('oslo_messaging.rpc.dispatcher', 'RPCDispatcher._do_dispatch',

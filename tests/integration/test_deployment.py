@@ -48,6 +48,7 @@ import testtools
 from instrument.analysis import pipeline
 from instrument.analysis import report_json
 from instrument.analysis import report_text
+from instrument import schema
 from instrument.targets import nova as nova_target
 from tests.integration import backends
 from tests.integration import cloud
@@ -433,3 +434,29 @@ class DeploymentTest(testtools.TestCase):
         for move in self.scenario.moves:
             problems.extend(moves_mod.mismatches(move, spans))
         self.assertEqual([], problems)
+
+    def test_conductor_work_of_periodic_runs_is_theirs(self):
+        # The computes reach the database only through the conductor:
+        # the SQL of their periodic runs (update_available_resource
+        # every 10 s) is the conductor's, under the id of nova's admin
+        # context the runs' calls carry, and is charged to the runs.
+        report = self.scenario.report
+        spans = moves_mod.read_spans(self.scenario.span_dir)
+        contexts = {(r.get('attrs') or {}).get(schema.ATTR_CONTEXT_REQ)
+                    for r in spans if r['ev'] in ('rpc.call', 'rpc.cast')}
+        contexts.discard(None)
+        self.assertTrue(contexts)
+        tasks = {t['task']: t for t in report['periodic']['tasks']}
+        uar = tasks['ComputeManager.update_available_resource']
+        self.assertGreater(uar['runs'], 0)
+        self.assertGreater(uar['sql_count'], 0)
+        # every statement done for a run (the conductor's, and those of
+        # the scheduler's own periodic tasks) counts in the section
+        statements = [r for r in spans if r['ev'] == 'sql.query' and (
+            r.get('req') in contexts or
+            schema.periodic_task_of(r.get('req')))]
+        self.assertEqual(len(statements),
+                         sum(t['sql_count'] for t in tasks.values()))
+        # and none of those ids is a request
+        self.assertEqual(set(), contexts & {
+            r['req'] for r in report['requests']})

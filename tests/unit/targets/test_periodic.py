@@ -12,6 +12,7 @@
 """oslo.service periodic tasks as ``periodic.task`` spans (real
 ``PeriodicTasks``)."""
 
+import fixtures
 from oslo_config import cfg
 from oslo_service import periodic_task
 
@@ -118,3 +119,79 @@ class PeriodicTest(base.TestCase):
         hosts = {r['host'] for r in self.buffer.dicts()
                  if r['ev'] == 'periodic.task'}
         self.assertEqual({'cmp-1'}, hosts)
+
+
+class _Sent:
+    """What the fake driver was given to send (the serialised
+    context), one per cast."""
+
+    def __init__(self):
+        self.contexts = []
+
+
+class RpcInPeriodicRunTest(base.TestCase):
+    """A cast a periodic task makes keeps the run's id, names the
+    context's beside it, and sends nova's context unchanged (real
+    oslo.messaging client, fake driver)."""
+
+    def setUp(self):
+        super().setUp()
+        import oslo_messaging as messaging
+        from instrument.targets import oslo_messaging as om_target
+        self.buffer = base.ListBuffer()
+        self.recorder = recorder_mod.Recorder(
+            self.buffer, process.ProcessIdentity.create('nova-compute',
+                                                        'cmp-1'))
+        for points, dist in ((periodic.points(self.recorder),
+                              'oslo.service'),
+                             (om_target.points(), 'oslo.messaging')):
+            patcher = patcher_mod.Patcher(points, self.recorder, dist)
+            patcher.apply()
+            self.addCleanup(patcher.remove)
+        conf = cfg.ConfigOpts()
+        # (oslo.messaging's tracing options are the global CONF's)
+        transport = messaging.get_rpc_transport(cfg.CONF, url='fake:/')
+        self.addCleanup(transport.cleanup)
+        self.sent = _Sent()
+        real_send = transport._driver.send
+
+        def send(target, ctxt, message, *args, **kwargs):
+            self.sent.contexts.append(dict(ctxt))
+            return real_send(target, ctxt, message, *args, **kwargs)
+
+        self.useFixture(fixtures.MockPatchObject(transport._driver, 'send',
+                                                 send))
+        client = messaging.get_rpc_client(
+            transport, messaging.Target(topic='conductor'))
+
+        class Conductor(periodic_task.PeriodicTasks):
+            host = 'node-7'
+
+            def __init__(self):
+                super().__init__(conf)
+
+            @periodic_task.periodic_task(spacing=1, run_immediately=True)
+            def update_available_resource(self, context):
+                client.cast(context, 'object_action', objmethod='save')
+
+        self.manager = Conductor()
+        self.client = client
+
+    def test_the_send_keeps_the_runs_id(self):
+        self.manager.run_periodic_tasks({'request_id': Ctx.request_id})
+        recs = self.buffer.dicts()
+        [task] = [r for r in recs if r['ev'] == 'periodic.task']
+        [cast] = [r for r in recs if r['ev'] == 'rpc.cast']
+        self.assertEqual(task['req'], cast['req'])
+        self.assertEqual(task['span'], cast['parent'])
+        self.assertEqual(Ctx.request_id,
+                         cast['attrs'][schema.ATTR_CONTEXT_REQ])
+        # nova's context goes out with its own id
+        [sent] = self.sent.contexts
+        self.assertEqual(Ctx.request_id, sent['request_id'])
+
+    def test_outside_a_run_the_context_is_the_sends(self):
+        self.client.cast({'request_id': 'req-user'}, 'object_action')
+        [cast] = [r for r in self.buffer.dicts() if r['ev'] == 'rpc.cast']
+        self.assertEqual('req-user', cast['req'])
+        self.assertNotIn(schema.ATTR_CONTEXT_REQ, cast['attrs'])
