@@ -203,6 +203,14 @@ _JSON_TYPES = {int: ('UBIGINT', 'BIGINT'), str: ('VARCHAR',),
                list: ('ARRAY',), dict: ('OBJECT',)}
 
 
+def _shape_text(shape: typing.Optional[list]) -> typing.Optional[str]:
+    """A shape as ``_stage_sql`` gives it (the list of ``json_type``s)
+    as ``shape_ok`` reads it."""
+    if shape is None:
+        return None
+    return ','.join('-' if t is None else t for t in shape)
+
+
 def shape_ok(shape: typing.Optional[str]) -> bool:
     """Whether records of this shape (``_stage_sql``: the JSON type of
     each schema field, ``-`` when absent) pass the type checks of
@@ -225,11 +233,11 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
     far, ``'blank'``, ``'other'`` (no record on the line) or ``'bad'``
     (to be classified in Python, as today); ``text`` kept only for
     those.  ``shape``: the JSON type of each schema field (one
-    ``json_type`` call; ``json_transform`` alone would coerce ``1.5``
-    or ``true`` to an integer): the type checks depend only on it, and
-    the shapes are few (``shape_ok``).  ``only``: keep only the
-    records holding one of these strings (the others are not
-    decoded)."""
+    ``json_type`` call, a list: NULL when absent; ``json_transform``
+    alone would coerce ``1.5`` or ``true`` to an integer): the type
+    checks depend only on it, and the shapes are few (``shape_ok``).
+    ``only``: keep only the records holding one of these strings (the
+    others are not decoded)."""
     where = ''
     if only:
         # on the raw line, before any other work: one regular expression
@@ -245,8 +253,7 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
     return (
         'SELECT %d AS file, line, kind, CASE WHEN kind IN (\'bad\', '  # noqa: S608
         "'other') THEN text END AS text, CASE WHEN kind IS NULL THEN "
-        "array_to_string(list_transform(json_type(rec, [%s]), lambda t: "
-        "coalesce(t, '-')), ',') END AS shape, %s FROM (SELECT line, "
+        'json_type(rec, [%s]) END AS shape, %s FROM (SELECT line, '
         "text, rec, r, CASE WHEN rec IS NULL AND trim(coalesce(text, ''), "
         "%s) = '' THEN 'blank' WHEN rec IS NULL THEN 'other' WHEN r IS "
         "NULL THEN 'bad' WHEN NOT (%s) THEN 'bad' WHEN NOT coalesce("
@@ -363,7 +370,7 @@ def _load(con, paths, out, work, progress, only=()) -> None:
     import duckdb
     cols = ', '.join('%s %s' % (n, t) for n, t in COLUMNS)
     con.execute('CREATE OR REPLACE TEMP TABLE staged (file INTEGER, '
-                'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR, '
+                'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR[], '
                 '%s)' % cols)
     copies = {}
     done = 0
@@ -486,17 +493,18 @@ def _classify(con, paths, copies, out) -> None:
     and the bad lines of the copies."""
     issues = out.issues
     decoder = load.RecordDecoder(fast=False)
-    bad_shapes = [(shape,) for shape, in con.execute(
+    bad_shapes = [(_shape_text(shape),) for shape, in con.execute(
         'SELECT DISTINCT shape FROM staged WHERE kind IS NULL').fetchall()
-        if not shape_ok(shape)]
+        if not shape_ok(_shape_text(shape))]
     if bad_shapes:
         # their lines are read again for their text (rare)
         con.execute('CREATE OR REPLACE TEMP TABLE bad_shapes (shape '
                     'VARCHAR)')
         con.executemany('INSERT INTO bad_shapes VALUES (?)', bad_shapes)
         con.execute(
-            "UPDATE staged SET kind = 'bad' WHERE kind IS NULL AND shape "
-            'IN (SELECT shape FROM bad_shapes)')
+            "UPDATE staged SET kind = 'bad' WHERE kind IS NULL AND "
+            "array_to_string(list_transform(shape, lambda t: coalesce(t, "
+            "'-')), ',') IN (SELECT shape FROM bad_shapes)")
         _fill_text(con, paths, copies)
     ends: dict = {}
     # lines blanked in the copies, and the flagged rows, in file order
