@@ -57,6 +57,7 @@ DuckDB is a library of the ``report`` extra; the runtime never imports
 this module.
 """
 
+from concurrent import futures
 import gzip
 import json
 import os
@@ -72,8 +73,6 @@ from instrument import schema
 
 MARKER = '{"v":'
 BLOCK_BYTES = 32 << 20
-# input read by one statement (files in parallel)
-BATCH_BYTES = 64 << 20
 # the top-level fields, typed; ``err`` and ``attrs`` stay JSON
 _SQL_TYPES = {int: 'BIGINT', str: 'VARCHAR', list: 'VARCHAR[]',
               dict: 'JSON'}
@@ -369,25 +368,43 @@ SQL_ONLY = ('"ev":"sql.', '"ev":"process.start"')
 def _load(con, paths, out, work, progress, only=()) -> None:
     import duckdb
     cols = ', '.join('%s %s' % (n, t) for n, t in COLUMNS)
-    con.execute('CREATE OR REPLACE TEMP TABLE staged (file INTEGER, '
+    # not a temp table: the cursors below (connections of their own)
+    # append to it
+    con.execute('CREATE OR REPLACE TABLE staged (file INTEGER, '
                 'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR[], '
                 '%s)' % cols)
     copies = {}
-    done = 0
-    for batch in _batches(paths):
-        sources = [(fi, paths[fi]) for fi in batch]
+    sizes = [os.path.getsize(p) for p in paths]
+
+    def stage(fi: int) -> bool:
+        # one statement per file, several at once: a file's lines are
+        # numbered in order (one thread per file), so the files are
+        # what runs in parallel
+        cur = con.cursor()
         try:
-            # the files of a batch in one statement: DuckDB reads them
-            # on all its threads
-            con.execute('INSERT INTO staged ' + ' UNION ALL '.join(
-                _stage_sql(fi, source, only) for fi, source in sources))
+            cur.execute('INSERT INTO staged ' + _stage_sql(
+                fi, paths[fi], only))
+            return True
         except duckdb.Error:
-            for fi, source in sources:
-                _load_one(con, fi, paths[fi], source, copies, work, only)
-        for fi in batch:
-            done += os.path.getsize(paths[fi])
-        if progress is not None:
-            progress(done)
+            return False
+        finally:
+            cur.close()
+
+    threads = int(con.execute(
+        "SELECT current_setting('threads')").fetchone()[0])
+    # the largest first
+    order = sorted(range(len(paths)), key=lambda fi: -sizes[fi])
+    failed = []
+    done = 0
+    with futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        for fi, ok in zip(order, pool.map(stage, order), strict=True):
+            if not ok:
+                failed.append(fi)
+            done += sizes[fi]
+            if progress is not None:
+                progress(done)
+    for fi in sorted(failed):
+        _load_one(con, fi, paths[fi], paths[fi], copies, work, only)
     _carriage_returns(con, paths, copies, work, only)
     for fi in sorted(copies):
         if copies[fi].error:
@@ -398,20 +415,6 @@ def _load(con, paths, out, work, progress, only=()) -> None:
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
     _processes(con, out)
     out.records = con.execute('SELECT count(*) FROM events').fetchone()[0]
-
-
-def _batches(paths: list) -> list:
-    """File indices in batches of about ``BATCH_BYTES`` (progress is
-    reported after each)."""
-    out: list = [[]]
-    size = 0
-    for fi, path in enumerate(paths):
-        if out[-1] and size >= BATCH_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(fi)
-        size += os.path.getsize(path)
-    return out
 
 
 def _has_cr(path: str) -> bool:
