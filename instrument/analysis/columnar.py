@@ -164,15 +164,23 @@ def _q(text: str) -> str:
 
 # -- reading ---------------------------------------------------------------
 
-def _read_lines(path: str) -> str:
+def _read_lines(path: str, keep: typing.Optional[str] = None) -> str:
     """Every line of ``path`` (gzip too), numbered from 1 in file order;
-    empty lines are kept (``text`` NULL)."""
-    return ('SELECT row_number() OVER () AS line, column0 AS text '  # noqa: S608
-            "FROM read_csv(%s, columns = {'column0': 'VARCHAR'}, "
+    empty lines are kept (``text`` NULL).  ``keep``: a regular
+    expression; the text of the other lines is NULL (tested before the
+    numbering, which runs on one thread: only the lines kept go
+    through it with their text)."""
+    text = 'column0'
+    if keep is not None:
+        text = 'CASE WHEN regexp_matches(column0, %s) THEN column0 END' % (
+            _q(keep))
+    return ('SELECT row_number() OVER () AS line, text FROM (SELECT %s '  # noqa: S608
+            "AS text FROM read_csv(%s, columns = {'column0': 'VARCHAR'}, "
             "delim = '\\x1e', quote = '', escape = '', header = false, "
             "auto_detect = false, strict_mode = false, new_line = '\\n', "
-            "compression = %s)" % (
-                _q(path), _q('gzip' if path.endswith('.gz') else 'none')))
+            "compression = %s))" % (
+                text, _q(path),
+                _q('gzip' if path.endswith('.gz') else 'none')))
 
 
 def _struct() -> str:
@@ -238,13 +246,14 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
     ``only``: keep only the records holding one of these strings (the
     others are not decoded)."""
     where = ''
+    keep = None
     if only:
         # on the raw line, before any other work: one regular expression
         # (RE2) costs a third of a ``contains`` per string; a line
         # holding one only before the record's ``{"v":`` is read (and
         # checked) too
-        where = ' WHERE regexp_matches(text, %s)' % _q('|'.join(
-            re.escape(s) for s in only))
+        keep = '|'.join(re.escape(s) for s in only)
+        where = ' WHERE text IS NOT NULL'
     cols = ', '.join('r.%s AS %s' % (n, n) for n, _t in COLUMNS)
     known = ', '.join(_q(n) for n in schema.FIELDS)
     fields = ', '.join(_q('$.' + n) for n in schema.FIELDS)
@@ -262,7 +271,7 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
         'text WHEN strpos(text, %s) > 0 THEN substr(text, strpos(text, '
         '%s)) END AS rec FROM (SELECT * FROM (%s)%s))))' % (
             fi, fields, cols, _WHITESPACE, _value_checks(), known,
-            _q(_struct()), marker, marker, _read_lines(path), where))
+            _q(_struct()), marker, marker, _read_lines(path, keep), where))
 
 
 class _Copy:

@@ -302,6 +302,23 @@ class EngineTest(testtools.TestCase):
             self.assertEqual(a, pipeline.analyse([THREADS], opts)['sql'])
 
 
+    def test_same_profile_on_damaged_input_and_copies(self):
+        # the digest reads only the SQL lines and process starts: bad
+        # ones and those read twice are left out as today
+        d = self.useFixture(fixtures.TempDir()).path
+        synthetic.generate(d, seed=3, requests=40, rate=3.0, computes=2,
+                           bad_input=True)
+        shutil.copy(THREADS, os.path.join(d, 'a.jsonl.gz'))
+        shutil.copy(THREADS, os.path.join(d, 'b.jsonl.gz'))
+        python = pipeline.analyse([d], pipeline.Options(limit=0))
+        duck = pipeline.analyse([d], pipeline.Options(
+            limit=0, engine='duckdb'))
+        counts = python['load']['counts']
+        self.assertGreater(counts['duplicate'], 6406)
+        self.assertGreater(counts['malformed'] + counts['truncated'], 0)
+        self.assertGreater(python['sql']['calls'], 1000)
+        self.assertEqual(python['sql'], duck['sql'])
+
     def test_memory_limit(self):
         # DuckDB within --memory-limit, spilling under the temp
         # directory (removed after); the same profile
