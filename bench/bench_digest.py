@@ -133,7 +133,8 @@ def growth(base: str, info: dict, limit: str) -> None:
     """Peak RSS (VmHWM) of ``load_files`` on every line as the input
     grows, within DuckDB's memory limit and without one."""
     import bench_engines
-    big, big_events, _sql = bench_engines.big_set(10 * info['events'])
+    # the 10M set of bench_engines.py (its default --big-events)
+    big, big_events, _sql = bench_engines.big_set(10_000_000)
     sets = ((os.path.join(base, 'half'), info['half_events']),
             (os.path.join(base, 'logs'), info['events']),
             (big, big_events))
