@@ -20,7 +20,8 @@ reason today's loader (``load``, ``pipeline.PartReader``) gives:
 
 * the per-line work is DuckDB's: each file is read by ``read_csv``
   (a separator that never occurs, no quoting: one column per line,
-  empty lines kept, numbered in file order), the service-log prefix is
+  empty lines kept, numbered in file order; one statement per file,
+  as many files at once as DuckDB has threads), the service-log prefix is
   cut at ``{"v":``, the line is typed by ``try(json_transform())``
   (the top-level fields typed, ``attrs`` and ``err`` kept as JSON),
   and the schema's value checks are made in SQL;
@@ -463,7 +464,7 @@ def _carriage_returns(con, paths, copies, work, only) -> None:
 
 
 def _load_one(con, fi, path, source, copies, work, only) -> None:
-    """One file of a batch that failed, alone; through a copy when
+    """A file whose statement failed, again alone; through a copy when
     DuckDB cannot read it (not UTF-8, a cut gzip stream)."""
     import duckdb
     con.execute('DELETE FROM staged WHERE file = ?', [fi])
