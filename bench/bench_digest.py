@@ -26,6 +26,10 @@ cached under the temp directory), each in a fresh subprocess:
   and validation of the columnar engine, bad lines counted by
   file:line), as events per second: the per-event cost of a columnar
   full report;
+* ``--growth``: the peak RSS of ``duckdb load`` as the input grows
+  (the half set, the 1M set, the 10M set of ``bench_engines.py``),
+  with DuckDB's memory limit (``--memory-limit``, 1GB as
+  ``instrument-report``) and, up to 1M events, without one;
 * ``pt-query-digest`` (Percona Toolkit, when installed) on the same
   statements written as a MySQL slow log (``bench_report.slow_log``).
 
@@ -35,7 +39,7 @@ ratios: DuckDB's digest rate over today's and over pt-query-digest's
 (issue 17's target: at least 5).  The machine's load average is printed
 with each row: the cores are shared.  Asserts nothing.  Usage::
 
-    nice -n 10 python bench/bench_digest.py [--events 1000000]
+    nice -n 10 python bench/bench_digest.py [--events 1000000] [--growth]
 """
 
 import argparse
@@ -90,15 +94,22 @@ elif kind == 'duckdb':
     digest = columnar.digest_of(paths, {}, None, None)
     out['profile'] = digest.profile(limit=0)
 else:
+    import shutil, tempfile
     from instrument.analysis import columnar
-    con = columnar.connect()
-    loaded = columnar.load_files(con, paths)
+    tmp = tempfile.mkdtemp(prefix='bench-digest-')
+    con = columnar.connect(%(limit)r, temp_directory=tmp + '/spill')
+    loaded = columnar.load_files(con, paths, tmp=tmp)
     out['records'] = loaded.records
     out['lines'] = loaded.lines
+    con.close()
+    shutil.rmtree(tmp)
 out['seconds'] = time.monotonic() - t0
 ru = resource.getrusage(resource.RUSAGE_SELF)
 out['cpu'] = ru.ru_utime + ru.ru_stime
 out['rss_mb'] = ru.ru_maxrss / 1024
+with open('/proc/self/status') as f:
+    out['rss_mb'] = max(out['rss_mb'], max(
+        int(x.split()[1]) / 1024 for x in f if x.startswith('VmHWM')))
 print(json.dumps(out, default=str))
 '''
 
@@ -108,14 +119,39 @@ def _loadavg() -> str:
         return ' '.join(f.read().split()[:3])
 
 
-def child(kind: str, logs: str) -> dict:
+def child(kind: str, logs: str, limit: str = None) -> dict:
     proc = subprocess.run(
         [sys.executable, '-c', CHILD % {'root': ROOT, 'kind': kind,
-                                        'logs': logs}],
+                                        'logs': logs, 'limit': limit}],
         capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def growth(base: str, info: dict, limit: str) -> None:
+    """Peak RSS (VmHWM) of ``load_files`` on every line as the input
+    grows, within DuckDB's memory limit and without one."""
+    import bench_engines
+    # the 10M set of bench_engines.py (its default --big-events)
+    big, big_events, _sql = bench_engines.big_set(10_000_000)
+    sets = ((os.path.join(base, 'half'), info['half_events']),
+            (os.path.join(base, 'logs'), info['events']),
+            (big, big_events))
+    print('duckdb load, every line validated (memory_limit %s)' % limit)
+    print('%12s %8s %10s %10s %8s %8s  %s' % (
+        'events', 'limit', 'seconds', 'k ev/CPU s', 'peak MB', 'MB/M ev',
+        'load'))
+    for logs, events in sets:
+        for lim in (limit, None):
+            if lim is None and events > 2 * info['events']:
+                continue
+            r = child('duckdb load', logs, lim)
+            print('%12d %8s %10.1f %10.1f %8.0f %8.0f  %s' % (
+                events, lim or 'none', r['seconds'],
+                events / max(r['cpu'], 1e-3) / 1e3, r['rss_mb'],
+                r['rss_mb'] / (events / 1e6), _loadavg()))
+            sys.stdout.flush()
 
 
 def main() -> None:
@@ -123,14 +159,26 @@ def main() -> None:
     parser.add_argument('--events', type=int, default=1_000_000)
     parser.add_argument('--repeat', type=int, default=1,
                         help='runs of each kind; the fastest is kept')
+    parser.add_argument('--memory-limit', default='1GB',
+                        help="DuckDB's memory_limit for the loads "
+                        '(default 1GB, as instrument-report)')
+    parser.add_argument('--growth', action='store_true',
+                        help='only the peak RSS of duckdb load on the '
+                        'half set, the set and the 10M set of '
+                        'bench_engines.py (generated if missing: about '
+                        '4 minutes, 3 GB)')
     args = parser.parse_args()
     sys.path.insert(0, HERE)
     import bench_report
     base, info = bench_report.generate(args.events)
     logs = os.path.join(base, 'logs')
+    if args.growth:
+        growth(base, info, args.memory_limit)
+        return
     res = {}
     for kind in ('python', 'duckdb', 'duckdb load'):
-        runs = [child(kind, logs) for _ in range(args.repeat)]
+        runs = [child(kind, logs, args.memory_limit)
+                for _ in range(args.repeat)]
         res[kind] = min(runs, key=lambda r: r['seconds'])
         res[kind]['load'] = _loadavg()
     # the statements written one by one (sql.query records; those the

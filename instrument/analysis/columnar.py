@@ -20,7 +20,8 @@ reason today's loader (``load``, ``pipeline.PartReader``) gives:
 
 * the per-line work is DuckDB's: each file is read by ``read_csv``
   (a separator that never occurs, no quoting: one column per line,
-  empty lines kept, numbered in file order), the service-log prefix is
+  empty lines kept, numbered in file order; one statement per file,
+  as many files at once as DuckDB has threads), the service-log prefix is
   cut at ``{"v":``, the line is typed by ``try(json_transform())``
   (the top-level fields typed, ``attrs`` and ``err`` kept as JSON),
   and the schema's value checks are made in SQL;
@@ -57,9 +58,11 @@ DuckDB is a library of the ``report`` extra; the runtime never imports
 this module.
 """
 
+from concurrent import futures
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 import typing
@@ -71,8 +74,6 @@ from instrument import schema
 
 MARKER = '{"v":'
 BLOCK_BYTES = 32 << 20
-# input read by one statement (files in parallel)
-BATCH_BYTES = 64 << 20
 # the top-level fields, typed; ``err`` and ``attrs`` stay JSON
 _SQL_TYPES = {int: 'BIGINT', str: 'VARCHAR', list: 'VARCHAR[]',
               dict: 'JSON'}
@@ -110,10 +111,36 @@ class EngineMissing(ImportError):
     """DuckDB is not installed (the ``report`` extra installs it)."""
 
 
+class OutOfMemory(RuntimeError):
+    """DuckDB needed more than its memory limit (``--memory-limit``)."""
+
+
+def _oom_error() -> tuple:
+    """DuckDB's out-of-memory exception (none when not installed)."""
+    try:
+        import duckdb
+    except ImportError:
+        return ()
+    return (duckdb.OutOfMemoryException,)
+
+
+def _out_of_memory(exc: Exception, limit: typing.Optional[str]):
+    return OutOfMemory(
+        'DuckDB needs more memory than --memory-limit %s allows (raise '
+        'it): %s' % (limit, str(exc).splitlines()[0]))
+
+
+# DuckDB's memory (``--memory-limit``): beyond it, tables and operators
+# spill to the temp directory
+MEMORY_LIMIT = '1GB'
+
+
 def connect(memory_limit: typing.Optional[str] = None,
             threads: typing.Optional[int] = None,
             temp_directory: typing.Optional[str] = None):
-    """An in-memory DuckDB connection."""
+    """An in-memory DuckDB connection; ``memory_limit`` (DuckDB's
+    syntax: ``1GB``, ``512MiB``) bounds its memory, what does not fit
+    is written under ``temp_directory``."""
     try:
         import duckdb
     except ImportError as exc:
@@ -138,15 +165,23 @@ def _q(text: str) -> str:
 
 # -- reading ---------------------------------------------------------------
 
-def _read_lines(path: str) -> str:
+def _read_lines(path: str, keep: typing.Optional[str] = None) -> str:
     """Every line of ``path`` (gzip too), numbered from 1 in file order;
-    empty lines are kept (``text`` NULL)."""
-    return ('SELECT row_number() OVER () AS line, column0 AS text '  # noqa: S608
-            "FROM read_csv(%s, columns = {'column0': 'VARCHAR'}, "
+    empty lines are kept (``text`` NULL).  ``keep``: a regular
+    expression; the text of the other lines is NULL (tested before the
+    numbering, which runs on one thread: only the lines kept go
+    through it with their text)."""
+    text = 'column0'
+    if keep is not None:
+        text = 'CASE WHEN regexp_matches(column0, %s) THEN column0 END' % (
+            _q(keep))
+    return ('SELECT row_number() OVER () AS line, text FROM (SELECT %s '  # noqa: S608
+            "AS text FROM read_csv(%s, columns = {'column0': 'VARCHAR'}, "
             "delim = '\\x1e', quote = '', escape = '', header = false, "
             "auto_detect = false, strict_mode = false, new_line = '\\n', "
-            "compression = %s)" % (
-                _q(path), _q('gzip' if path.endswith('.gz') else 'none')))
+            "compression = %s))" % (
+                text, _q(path),
+                _q('gzip' if path.endswith('.gz') else 'none')))
 
 
 def _struct() -> str:
@@ -176,6 +211,14 @@ _JSON_TYPES = {int: ('UBIGINT', 'BIGINT'), str: ('VARCHAR',),
                list: ('ARRAY',), dict: ('OBJECT',)}
 
 
+def _shape_text(shape: typing.Optional[list]) -> typing.Optional[str]:
+    """A shape as ``_stage_sql`` gives it (the list of ``json_type``s)
+    as ``shape_ok`` reads it."""
+    if shape is None:
+        return None
+    return ','.join('-' if t is None else t for t in shape)
+
+
 def shape_ok(shape: typing.Optional[str]) -> bool:
     """Whether records of this shape (``_stage_sql``: the JSON type of
     each schema field, ``-`` when absent) pass the type checks of
@@ -198,15 +241,20 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
     far, ``'blank'``, ``'other'`` (no record on the line) or ``'bad'``
     (to be classified in Python, as today); ``text`` kept only for
     those.  ``shape``: the JSON type of each schema field (one
-    ``json_type`` call; ``json_transform`` alone would coerce ``1.5``
-    or ``true`` to an integer): the type checks depend only on it, and
-    the shapes are few (``shape_ok``).  ``only``: keep only the
-    records holding one of these strings (the others are not
-    decoded)."""
+    ``json_type`` call, a list: NULL when absent; ``json_transform``
+    alone would coerce ``1.5`` or ``true`` to an integer): the type
+    checks depend only on it, and the shapes are few (``shape_ok``).
+    ``only``: keep only the records holding one of these strings (the
+    others are not decoded)."""
     where = ''
+    keep = None
     if only:
-        where = ' WHERE rec IS NOT NULL AND (%s)' % ' OR '.join(
-            'contains(rec, %s)' % _q(s) for s in only)
+        # on the raw line, before any other work: one regular expression
+        # (RE2) costs a third of a ``contains`` per string; a line
+        # holding one only before the record's ``{"v":`` is read (and
+        # checked) too
+        keep = '|'.join(re.escape(s) for s in only)
+        where = ' WHERE text IS NOT NULL'
     cols = ', '.join('r.%s AS %s' % (n, n) for n, _t in COLUMNS)
     known = ', '.join(_q(n) for n in schema.FIELDS)
     fields = ', '.join(_q('$.' + n) for n in schema.FIELDS)
@@ -214,8 +262,7 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
     return (
         'SELECT %d AS file, line, kind, CASE WHEN kind IN (\'bad\', '  # noqa: S608
         "'other') THEN text END AS text, CASE WHEN kind IS NULL THEN "
-        "array_to_string(list_transform(json_type(rec, [%s]), lambda t: "
-        "coalesce(t, '-')), ',') END AS shape, %s FROM (SELECT line, "
+        'json_type(rec, [%s]) END AS shape, %s FROM (SELECT line, '
         "text, rec, r, CASE WHEN rec IS NULL AND trim(coalesce(text, ''), "
         "%s) = '' THEN 'blank' WHEN rec IS NULL THEN 'other' WHEN r IS "
         "NULL THEN 'bad' WHEN NOT (%s) THEN 'bad' WHEN NOT coalesce("
@@ -223,9 +270,9 @@ def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
         'FROM (SELECT line, text, rec, try(json_transform(rec, %s)) AS r '
         "FROM (SELECT line, text, CASE WHEN starts_with(text, '{') THEN "
         'text WHEN strpos(text, %s) > 0 THEN substr(text, strpos(text, '
-        '%s)) END AS rec FROM (%s)%s)))' % (
+        '%s)) END AS rec FROM (SELECT * FROM (%s)%s))))' % (
             fi, fields, cols, _WHITESPACE, _value_checks(), known,
-            _q(_struct()), marker, marker, _read_lines(path), where))
+            _q(_struct()), marker, marker, _read_lines(path, keep), where))
 
 
 class _Copy:
@@ -331,25 +378,43 @@ SQL_ONLY = ('"ev":"sql.', '"ev":"process.start"')
 def _load(con, paths, out, work, progress, only=()) -> None:
     import duckdb
     cols = ', '.join('%s %s' % (n, t) for n, t in COLUMNS)
-    con.execute('CREATE OR REPLACE TEMP TABLE staged (file INTEGER, '
-                'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR, '
+    # not a temp table: the cursors below (connections of their own)
+    # append to it
+    con.execute('CREATE OR REPLACE TABLE staged (file INTEGER, '
+                'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR[], '
                 '%s)' % cols)
     copies = {}
-    done = 0
-    for batch in _batches(paths):
-        sources = [(fi, paths[fi]) for fi in batch]
+    sizes = [os.path.getsize(p) for p in paths]
+
+    def stage(fi: int) -> bool:
+        # one statement per file, several at once: a file's lines are
+        # numbered in order (one thread per file), so the files are
+        # what runs in parallel
+        cur = con.cursor()
         try:
-            # the files of a batch in one statement: DuckDB reads them
-            # on all its threads
-            con.execute('INSERT INTO staged ' + ' UNION ALL '.join(
-                _stage_sql(fi, source, only) for fi, source in sources))
+            cur.execute('INSERT INTO staged ' + _stage_sql(
+                fi, paths[fi], only))
+            return True
         except duckdb.Error:
-            for fi, source in sources:
-                _load_one(con, fi, paths[fi], source, copies, work, only)
-        for fi in batch:
-            done += os.path.getsize(paths[fi])
-        if progress is not None:
-            progress(done)
+            return False
+        finally:
+            cur.close()
+
+    threads = int(con.execute(
+        "SELECT current_setting('threads')").fetchone()[0])
+    # the largest first
+    order = sorted(range(len(paths)), key=lambda fi: -sizes[fi])
+    failed = []
+    done = 0
+    with futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        for fi, ok in zip(order, pool.map(stage, order), strict=True):
+            if not ok:
+                failed.append(fi)
+            done += sizes[fi]
+            if progress is not None:
+                progress(done)
+    for fi in sorted(failed):
+        _load_one(con, fi, paths[fi], paths[fi], copies, work, only)
     _carriage_returns(con, paths, copies, work, only)
     for fi in sorted(copies):
         if copies[fi].error:
@@ -360,20 +425,6 @@ def _load(con, paths, out, work, progress, only=()) -> None:
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
     _processes(con, out)
     out.records = con.execute('SELECT count(*) FROM events').fetchone()[0]
-
-
-def _batches(paths: list) -> list:
-    """File indices in batches of about ``BATCH_BYTES`` (progress is
-    reported after each)."""
-    out: list = [[]]
-    size = 0
-    for fi, path in enumerate(paths):
-        if out[-1] and size >= BATCH_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(fi)
-        size += os.path.getsize(path)
-    return out
 
 
 def _has_cr(path: str) -> bool:
@@ -413,7 +464,7 @@ def _carriage_returns(con, paths, copies, work, only) -> None:
 
 
 def _load_one(con, fi, path, source, copies, work, only) -> None:
-    """One file of a batch that failed, alone; through a copy when
+    """A file whose statement failed, again alone; through a copy when
     DuckDB cannot read it (not UTF-8, a cut gzip stream)."""
     import duckdb
     con.execute('DELETE FROM staged WHERE file = ?', [fi])
@@ -455,17 +506,18 @@ def _classify(con, paths, copies, out) -> None:
     and the bad lines of the copies."""
     issues = out.issues
     decoder = load.RecordDecoder(fast=False)
-    bad_shapes = [(shape,) for shape, in con.execute(
+    bad_shapes = [(_shape_text(shape),) for shape, in con.execute(
         'SELECT DISTINCT shape FROM staged WHERE kind IS NULL').fetchall()
-        if not shape_ok(shape)]
+        if not shape_ok(_shape_text(shape))]
     if bad_shapes:
         # their lines are read again for their text (rare)
         con.execute('CREATE OR REPLACE TEMP TABLE bad_shapes (shape '
                     'VARCHAR)')
         con.executemany('INSERT INTO bad_shapes VALUES (?)', bad_shapes)
         con.execute(
-            "UPDATE staged SET kind = 'bad' WHERE kind IS NULL AND shape "
-            'IN (SELECT shape FROM bad_shapes)')
+            "UPDATE staged SET kind = 'bad' WHERE kind IS NULL AND "
+            "array_to_string(list_transform(shape, lambda t: coalesce(t, "
+            "'-')), ',') IN (SELECT shape FROM bad_shapes)")
         _fill_text(con, paths, copies)
     ends: dict = {}
     # lines blanked in the copies, and the flagged rows, in file order
@@ -896,19 +948,28 @@ def export_parquet(con, loaded: Loaded, out_dir: str,
 def digest_of(paths: list, offsets: dict, since: typing.Optional[int],
               until: typing.Optional[int],
               progress: typing.Optional[
-                  typing.Callable[[int], None]] = None
+                  typing.Callable[[int], None]] = None,
+              memory_limit: typing.Optional[str] = MEMORY_LIMIT
               ) -> sqldigest.SqlDigest:
     """The SQL digest of span files, computed by DuckDB (``--engine
     duckdb``): the records today's pass 2 accepts, times corrected by
     ``offsets``, ``--since``/``--until`` applied; only the SQL records
-    and process starts are decoded (``SQL_ONLY``)."""
-    con = connect()
+    and process starts are decoded (``SQL_ONLY``).  DuckDB holds at
+    most ``memory_limit``, and spills the rest to a temp directory."""
+    tmp = tempfile.mkdtemp(prefix='instrument-columnar-')
+    con = None
     try:
-        load_files(con, paths, progress, only=SQL_ONLY)
+        con = connect(memory_limit,
+                      temp_directory=os.path.join(tmp, 'spill'))
+        load_files(con, paths, progress, tmp, only=SQL_ONLY)
         set_offsets(con, offsets)
         return sql_digest(con, since, until)
+    except _oom_error() as exc:
+        raise _out_of_memory(exc, memory_limit) from exc
     finally:
-        con.close()
+        if con is not None:
+            con.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def export(inputs: list, out_dir: str, opts) -> dict:
@@ -922,9 +983,11 @@ def export(inputs: list, out_dir: str, opts) -> dict:
     report = pipeline.analyse(inputs, opts)
     paths = report['inputs']['paths']
     total = report['inputs']['bytes']
-    con = connect()
     tmp = tempfile.mkdtemp(prefix='instrument-export-')
+    con = None
     try:
+        con = connect(opts.memory_limit,
+                      temp_directory=os.path.join(tmp, 'spill'))
         loaded = load_files(
             con, paths, None if progress is None else
             lambda done: progress('load', done, total), tmp)
@@ -941,7 +1004,10 @@ def export(inputs: list, out_dir: str, opts) -> dict:
                                   total))
         if progress is not None:
             progress('done', total, total)
+    except _oom_error() as exc:
+        raise _out_of_memory(exc, opts.memory_limit) from exc
     finally:
-        con.close()
+        if con is not None:
+            con.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return {'report': report, 'rows': rows, 'load': loaded}

@@ -87,11 +87,14 @@ class Options:
                  all_lifecycles: bool = False,
                  progress: typing.Optional[
                      typing.Callable[[str, int, int], None]] = None,
-                 fast_decode: bool = True, engine: str = 'python') -> None:
+                 fast_decode: bool = True, engine: str = 'python',
+                 memory_limit: str = '1GB') -> None:
         self.jobs = jobs
         # the SQL digest's engine: 'python' (pass 2) or 'duckdb'
         # (columnar.digest_of, from the same files)
         self.engine = engine
+        # DuckDB's memory limit (``columnar.connect``)
+        self.memory_limit = memory_limit
         self.idle_us = int(idle_s * 1e6)
         self.hung_us = int(hung_s * 1e6)
         self.clock_horizon_us = int(clock_horizon_s * 1e6)
@@ -746,7 +749,8 @@ def _analyse(inputs: list, opts: Options) -> dict:
         from instrument.analysis import columnar
         merged.digest = columnar.digest_of(
             paths, offsets, span.since, span.until,
-            _stage(opts.progress, 'load', total))
+            _stage(opts.progress, 'load', total),
+            opts.memory_limit)
         if opts.progress is not None:
             opts.progress('done', total, total)
     report = build_report(merged, clock, hops, opts, paths, total)

@@ -36,6 +36,7 @@ span record at all, a compare side with nothing to compare).
 import argparse
 import importlib
 import os
+import re
 import sys
 import typing
 
@@ -49,6 +50,18 @@ INSTALL_HINT = "pip install 'openstack-instrument[report]'"
 EXIT_MISSING = 1
 EXIT_USAGE = 2
 STDOUT = '-'
+
+
+# a size as DuckDB's memory_limit takes it
+_SIZE = re.compile(r'\d+(\.\d+)?\s*([KMGT]i?B|B)', re.IGNORECASE)
+
+
+def memory_size(text: str) -> str:
+    """``--memory-limit``: a size such as ``1GB``, ``512MiB``."""
+    if not _SIZE.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(
+            'not a size: %r (examples: 1GB, 512MB, 2GiB)' % text)
+    return text.strip()
 
 
 def fail(message: str, status: int = EXIT_USAGE) -> typing.NoReturn:
@@ -110,6 +123,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help='engine of the SQL digest: python (while '
                         'reading the spans) or duckdb (columnar, from the '
                         'same files; same results)')
+    parser.add_argument('--memory-limit', metavar='SIZE', default='1GB',
+                        type=memory_size,
+                        help='memory DuckDB may hold (--engine duckdb, '
+                        'export), beyond which it writes to a temp '
+                        'directory under TMPDIR; DuckDB sizes: 1GB, '
+                        '512MB (default 1GB)')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,6 +188,7 @@ def _options(args, all_lifecycles: bool = False):
         since=args.since, until=args.until, group_by=args.group_by,
         order_by=args.order_by, limit=args.limit,
         all_lifecycles=all_lifecycles, engine=args.engine,
+        memory_limit=args.memory_limit,
         progress=None if args.no_progress else progress.ProgressLine())
 
 
@@ -211,6 +231,8 @@ def _analyse(inputs: list, opts, side: str = '') -> dict:
     except load.InputError as exc:
         fail(side + str(exc))
     except columnar.EngineMissing as exc:
+        fail(str(exc), EXIT_MISSING)
+    except columnar.OutOfMemory as exc:
         fail(str(exc), EXIT_MISSING)
     problem = no_records(report)
     if problem:
@@ -314,6 +336,8 @@ def main_export(argv: list) -> int:
     except load.InputError as exc:
         fail(str(exc))
     except columnar.EngineMissing as exc:
+        fail(str(exc), EXIT_MISSING)
+    except columnar.OutOfMemory as exc:
         fail(str(exc), EXIT_MISSING)
     counts = result['load'].issues.counts
     sys.stdout.write('%s: %s\n' % (args.parquet, ', '.join(

@@ -302,6 +302,55 @@ class EngineTest(testtools.TestCase):
             self.assertEqual(a, pipeline.analyse([THREADS], opts)['sql'])
 
 
+    def test_same_profile_on_damaged_input_and_copies(self):
+        # the digest reads only the SQL lines and process starts: bad
+        # ones and those read twice are left out as today
+        d = self.useFixture(fixtures.TempDir()).path
+        synthetic.generate(d, seed=3, requests=40, rate=3.0, computes=2,
+                           bad_input=True)
+        shutil.copy(THREADS, os.path.join(d, 'a.jsonl.gz'))
+        shutil.copy(THREADS, os.path.join(d, 'b.jsonl.gz'))
+        python = pipeline.analyse([d], pipeline.Options(limit=0))
+        duck = pipeline.analyse([d], pipeline.Options(
+            limit=0, engine='duckdb'))
+        counts = python['load']['counts']
+        self.assertGreater(counts['duplicate'], 6406)
+        self.assertGreater(counts['malformed'] + counts['truncated'], 0)
+        self.assertGreater(python['sql']['calls'], 1000)
+        self.assertEqual(python['sql'], duck['sql'])
+
+    def test_memory_limit(self):
+        # DuckDB within --memory-limit, spilling under the temp
+        # directory (removed after); the same profile
+        import tempfile
+        tmp = self.useFixture(fixtures.TempDir()).path
+        self.useFixture(fixtures.MonkeyPatch('tempfile.tempdir', tmp))
+        python = pipeline.analyse([THREADS], pipeline.Options(limit=0))
+        duck = pipeline.analyse([THREADS], pipeline.Options(
+            limit=0, engine='duckdb', memory_limit='64MB'))
+        self.assertEqual(python['sql'], duck['sql'])
+        self.assertEqual([], os.listdir(tempfile.gettempdir()))
+        con = columnar.connect('16MB', temp_directory=tmp)
+        self.assertEqual('15.2 MiB', con.execute(
+            "SELECT current_setting('memory_limit')").fetchone()[0])
+
+    def test_memory_limit_too_small_or_not_a_size(self):
+        stderr = self.useFixture(fixtures.StringStream('stderr')).stream
+        self.useFixture(fixtures.MonkeyPatch('sys.stderr', stderr))
+        out = self.useFixture(fixtures.TempDir()).path
+        for argv in (['--engine', 'duckdb', '-q', '--no-progress',
+                      '--memory-limit', '1KB', THREADS],
+                     ['export', '--parquet', out, '--no-progress',
+                      '--memory-limit', '1KB', THREADS]):
+            exc = self.assertRaises(SystemExit, report_cmd.main, argv)
+            self.assertEqual(report_cmd.EXIT_MISSING, exc.code)
+        stderr.seek(0)
+        self.assertIn('more memory than --memory-limit 1KB allows',
+                      stderr.read())
+        exc = self.assertRaises(SystemExit, report_cmd.main, [
+            '--engine', 'duckdb', '--memory-limit', 'lots', THREADS])
+        self.assertEqual(report_cmd.EXIT_USAGE, exc.code)
+
     def test_without_duckdb_the_command_says_what_to_install(self):
         # no traceback: one line and exit status 1, as for the other
         # libraries of the report extra
