@@ -72,6 +72,11 @@ from instrument.analysis import load
 from instrument.analysis import sqldigest
 from instrument import schema
 
+if typing.TYPE_CHECKING:  # the report extra's engine, for annotations
+    import duckdb
+
+    from instrument.analysis import pipeline
+
 MARKER = '{"v":'
 BLOCK_BYTES = 32 << 20
 # the top-level fields, typed; ``err`` and ``attrs`` stay JSON
@@ -137,7 +142,8 @@ MEMORY_LIMIT = '1GB'
 
 def connect(memory_limit: typing.Optional[str] = None,
             threads: typing.Optional[int] = None,
-            temp_directory: typing.Optional[str] = None):
+            temp_directory: typing.Optional[str] = None
+            ) -> 'duckdb.DuckDBPyConnection':
     """An in-memory DuckDB connection; ``memory_limit`` (DuckDB's
     syntax: ``1GB``, ``512MiB``) bounds its memory, what does not fit
     is written under ``temp_directory``."""
@@ -352,7 +358,7 @@ class Loaded:
         self.problems: list = []
 
 
-def load_files(con, paths: list,
+def load_files(con: 'duckdb.DuckDBPyConnection', paths: list,
                progress: typing.Optional[typing.Callable[[int], None]] = None,
                tmp: typing.Optional[str] = None, only: tuple = ()) -> Loaded:
     """Read ``paths`` (from ``load.discover``) into the table ``events``
@@ -543,7 +549,8 @@ def _classify(con, paths, copies, out) -> None:
         log_file = load._is_log_name(fname)
         if kind != 'raw':
             last, newline = _ends(ends, fi, paths, copies)
-            raw = raw + (b'' if line == last and not newline else b'\n')
+            raw = typing.cast(bytes, raw) + (
+                b'' if line == last and not newline else b'\n')
             if fi in copies:
                 raw = copies[fi].raw_of.get(line, raw)
         if raw[:1] != b'{':
@@ -726,7 +733,15 @@ def _processes(con, out) -> None:
         con.execute('CREATE OR REPLACE TEMP VIEW %s AS %s' % (name, query))
 
 
-def set_offsets(con, offsets: dict) -> None:
+def _one(con: 'duckdb.DuckDBPyConnection', query: str) -> typing.Any:
+    """The one value of ``query``'s one row."""
+    row = con.execute(query).fetchone()
+    if row is None:
+        raise ValueError('no row: %s' % query)
+    return row[0]
+
+
+def set_offsets(con: 'duckdb.DuckDBPyConnection', offsets: dict) -> None:
     """Correct ``ts_corr`` of the view ``events`` by the host offsets
     (``{host: offset_us}``, as ``clocks.ClockResult.offsets``); a host
     without one keeps 0, as in pass 2 of today's analyser."""
@@ -739,7 +754,8 @@ def set_offsets(con, offsets: dict) -> None:
 
 # -- the SQL digest --------------------------------------------------------
 
-def sql_digest(con, since: typing.Optional[int] = None,
+def sql_digest(con: 'duckdb.DuckDBPyConnection',
+               since: typing.Optional[int] = None,
                until: typing.Optional[int] = None,
                source: str = 'events',
                digest: typing.Optional[sqldigest.SqlDigest] = None
@@ -763,9 +779,8 @@ def sql_digest(con, since: typing.Optional[int] = None,
         "attrs->>'kind' AS kind, TRY_CAST(attrs->'rows' AS BIGINT) AS "
         'rows, dur_us, ts_corr, st FROM %s WHERE ph = \'X\' AND ev = '
         "'sql.query'" % source)
-    digest.filtered = con.execute(
-        'SELECT count(*) FROM sql_fine WHERE NOT (%s)' % inside  # noqa: S608
-        ).fetchone()[0]
+    digest.filtered = _one(
+        con, 'SELECT count(*) FROM sql_fine WHERE NOT (%s)' % inside)  # noqa: S608
     hist: dict = {}
     for fp, svc, db, call, kind, b, n in con.execute(
             'SELECT fp, svc, db, call, kind, CASE WHEN dur_us >= 1 THEN '  # noqa: S608
@@ -861,7 +876,8 @@ def _day(us: typing.Optional[int]) -> typing.Optional[str]:
         us / 1e6, datetime.UTC).strftime('%Y-%m-%d')
 
 
-def analyser_tables(con, report: dict, digest: sqldigest.SqlDigest,
+def analyser_tables(con: 'duckdb.DuckDBPyConnection', report: dict,
+                    digest: sqldigest.SqlDigest,
                     tmp: str) -> None:
     """The analyser's results as tables: ``requests`` and
     ``request_components`` (its request rows: state machines in
@@ -905,7 +921,8 @@ def analyser_tables(con, report: dict, digest: sqldigest.SqlDigest,
     _rows_table(con, 'host_offsets', OFFSET_COLUMNS, offsets, tmp)
 
 
-def export_parquet(con, loaded: Loaded, out_dir: str,
+def export_parquet(con: 'duckdb.DuckDBPyConnection', loaded: Loaded,
+                   out_dir: str,
                    progress: typing.Optional[
                        typing.Callable[[int], None]] = None) -> dict:
     """Write the tables of ``EXPORTED`` under ``out_dir/<table>/`` as
@@ -937,8 +954,8 @@ def export_parquet(con, loaded: Loaded, out_dir: str,
         else:
             os.makedirs(target, exist_ok=True)
             target = os.path.join(target, 'data.parquet')
-        written[name] = con.execute(
-            'SELECT count(*) FROM (%s)' % query).fetchone()[0]  # noqa: S608
+        written[name] = _one(
+            con, 'SELECT count(*) FROM (%s)' % query)  # noqa: S608
         con.execute('COPY (%s) TO %s (%s)' % (query, _q(target), options))
         if progress is not None:
             progress(i + 1)
@@ -972,7 +989,8 @@ def digest_of(paths: list, offsets: dict, since: typing.Optional[int],
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def export(inputs: list, out_dir: str, opts) -> dict:
+def export(inputs: list, out_dir: str,
+           opts: 'pipeline.Options') -> dict:
     """``instrument-report export --parquet DIR``: the analysis of
     ``inputs`` (``pipeline.analyse`` with ``opts``: requests, states,
     components, clock offsets) and the columnar tables of the same

@@ -118,7 +118,7 @@ def failure(tree: typing.Any, sid: typing.Any) -> typing.Optional[tuple]:
     attrs = last[1][S_ATTRS]
     stype, where = _where(attrs)
     return (stype, schema.EV_KSA_REQUEST, cls,
-            '%s: HTTP %d' % (where, http_error(attrs)))
+            '%s: HTTP %s' % (where, http_error(attrs)))
 
 
 def _key(ev: str, attrs: dict) -> tuple:
