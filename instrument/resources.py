@@ -44,6 +44,7 @@ _SAMPLERS = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for sampler in list(_SAMPLERS):
         sampler.last = None
+        sampler.final_taken = False
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -179,6 +180,10 @@ class Sampler:
         self.buffer = recorder.buffer
         self.interval = interval
         self.last: float | None = None
+        # the final sample is taken once: at close both the woken writer
+        # and the closing thread drain (one after the other, under the
+        # buffer's drain lock), each with ``final``
+        self.final_taken = False
         self.pools = Pools()
         # Read here, in the thread that sets up (the hub's own).
         self.hub = _eventlet_hub()
@@ -216,8 +221,11 @@ class Sampler:
     def tick(self, final: bool = False) -> None:
         """Sample if it is time (buffer periodic)."""
         now = self.clock()
-        if not final and self.last is not None and \
-                now - self.last < self.interval:
+        if final:
+            if self.final_taken:
+                return
+            self.final_taken = True
+        elif self.last is not None and now - self.last < self.interval:
             return
         self.last = now
         self.pools.attach()

@@ -103,6 +103,18 @@ class SamplerTest(base.TestCase):
         self.buffer.close()
         self.assertEqual(3, len(self.samples()))
 
+    def test_one_final_sample_when_two_drains_are_final(self):
+        # At close the woken writer and the closing thread both drain
+        # with ``final``: the last sample is written once.
+        self.sampler.start()
+        self.buffer.drain()
+        self.buffer._closed = True  # what close sets before its drains
+        self.buffer.drain()
+        self.buffer.drain()
+        self.buffer._closed = False
+        self.buffer.close()
+        self.assertEqual(2, len(self.samples()))
+
     def test_buffer_fill_and_drops(self):
         small = buffer_mod.EventBuffer([self.sink], 16, 3600.0)
         self.addCleanup(small.close)
