@@ -731,6 +731,12 @@ def _processes(con, out, columns: tuple) -> None:
     if taken:
         con.executemany('INSERT INTO occupied VALUES (?, ?, ?, ?, ?, ?)',
                         taken)
+    full = columns == COLUMNS
+    if not full:
+        # the digest's rows stay in ``staged``: only the keys of their
+        # processes are computed (for the duplicates), not copied with
+        # them
+        cols = 'v.pid, v.seq'
     con.execute(
         'CREATE OR REPLACE TEMP TABLE events_base AS SELECT v.file, '  # noqa: S608
         'v.line, %s, coalesce(s.host, f.p_host) AS p_host, CASE WHEN '
@@ -740,7 +746,8 @@ def _processes(con, out, columns: tuple) -> None:
         'starts s ON v.file = s.file AND v.pid = s.pid AND v.line >= '
         's.line LEFT JOIN first_proc f ON f.file = v.file AND f.pid = '
         'v.pid' % cols)
-    con.execute('DROP TABLE staged')
+    if full:
+        con.execute('DROP TABLE staged')
     # a seq taken twice in a process: a hash aggregate finds the few
     # (a window over every row would cost far more)
     con.execute(
@@ -759,15 +766,21 @@ def _processes(con, out, columns: tuple) -> None:
         out.issues.add('duplicate', out.files[fi], line,
                        'seq %d of %s read before' % (
                            seq, load.process_label((host, pid, start))))
-    con.execute('DELETE FROM events_base WHERE (file, line) IN (SELECT '
-                '(file, line) FROM dups)')
+    if full:
+        con.execute('DELETE FROM events_base WHERE (file, line) IN (SELECT '
+                    '(file, line) FROM dups)')
+        base = 'events_base'
+    else:
+        con.execute('DELETE FROM staged WHERE kind IS NOT NULL OR (file, '
+                    'line) IN (SELECT (file, line) FROM dups)')
+        con.execute('DROP TABLE events_base')
+        base = '(SELECT * EXCLUDE (kind, text) FROM staged)'
     set_offsets(con, {})
     con.execute(
-        'CREATE OR REPLACE TEMP VIEW events AS SELECT e.*, coalesce('
+        'CREATE OR REPLACE TEMP VIEW events AS SELECT e.*, coalesce('  # noqa: S608
         'o.offset_us, 0) AS offset_us, e.ts + coalesce(o.offset_us, 0) AS '
-        'ts_corr FROM events_base e LEFT JOIN host_offset o ON o.host = '
-        'e.host')
-    if columns == COLUMNS:
+        'ts_corr FROM %s e LEFT JOIN host_offset o ON o.host = e.host' % base)
+    if full:
         # (the digest's columns are not enough for them)
         for name, query in VIEWS.items():
             con.execute('CREATE OR REPLACE TEMP VIEW %s AS %s' % (
@@ -822,30 +835,29 @@ def sql_digest(con: 'duckdb.DuckDBPyConnection',
             'BIGINT) AS rows')
     if extracted:
         keys = 'fp, db, call, sql_kind AS kind, rows'
-    con.execute(
-        'CREATE OR REPLACE TEMP TABLE sql_fine AS SELECT svc, %s, '  # noqa: S608
-        'dur_us, ts_corr, st FROM %s WHERE ph = \'X\' AND ev = '
-        "'sql.query'" % (keys, source))
+    statements = ('SELECT svc, %s, dur_us, ts_corr, st FROM %s WHERE '  # noqa: S608
+                  "ph = 'X' AND ev = 'sql.query'" % (keys, source))
     digest.filtered = _one(
-        con, 'SELECT count(*) FROM sql_fine WHERE NOT (%s)' % inside)  # noqa: S608
-    hist: dict = {}
-    for fp, svc, db, call, kind, b, n in con.execute(
+        con, 'SELECT count(*) FROM (%s) WHERE NOT (%s)' % (  # noqa: S608
+            statements, inside))
+    # one pass: per class and histogram bucket, the buckets of a class
+    # added up here (a class has a few)
+    for row in con.execute(
             'SELECT fp, svc, db, call, kind, CASE WHEN dur_us >= 1 THEN '  # noqa: S608
             'CAST(floor(log10(dur_us) * %d) AS BIGINT) ELSE 0 END AS b, '
-            'count(*) FROM sql_fine WHERE %s GROUP BY ALL' % (
-                sqldigest.PER_DECADE, inside)).fetchall():
-        hist.setdefault((fp, svc, db, call, kind), {})[b] = n
-    for row in con.execute(
-            'SELECT fp, svc, db, call, kind, count(*), sum(dur_us), '  # noqa: S608
-            'sum(dur_us::HUGEINT * dur_us), min(dur_us), max(dur_us), '
-            'coalesce(sum(rows) FILTER (WHERE rows > 0), 0), '
-            "count_if(st = 'error'), min(ts_corr), max(ts_corr), "
-            'count(rows) FROM sql_fine WHERE %s GROUP BY ALL' % inside
-            ).fetchall():
+            'count(*), sum(dur_us), sum(dur_us::HUGEINT * dur_us), '
+            'min(dur_us), max(dur_us), coalesce(sum(rows) FILTER (WHERE '
+            "rows > 0), 0), count_if(st = 'error'), min(ts_corr), "
+            'max(ts_corr), count(rows) FROM (%s) WHERE %s GROUP BY ALL' % (
+                sqldigest.PER_DECADE, statements, inside)).fetchall():
         key = row[:5]
-        n, total, sq, lo, hi, rows, errors, first, last, rows_n = row[5:]
-        digest.classes[key] = [n, int(total), int(sq), lo, hi, int(rows),
-                               errors, hist[key], first, last, 0, rows_n]
+        b, n, total, sq, lo, hi, rows, errors, first, last, rows_n = row[5:]
+        part = [n, int(total), int(sq), lo, hi, int(rows), errors, {b: n},
+                first, last, 0, rows_n]
+        if key in digest.classes:
+            sqldigest._combine(digest.classes[key], part)
+        else:
+            digest.classes[key] = part
     # the counters (one per process per minute) and the texts: few
     for ts, svc, attrs in con.execute(
             'SELECT ts_corr, svc, attrs FROM %s WHERE ph = \'C\' AND ev = '  # noqa: S608
