@@ -1025,17 +1025,19 @@ def digest_of(paths: list, offsets: dict, since: typing.Optional[int],
               until: typing.Optional[int],
               progress: typing.Optional[
                   typing.Callable[[int], None]] = None,
-              memory_limit: typing.Optional[str] = MEMORY_LIMIT
+              memory_limit: typing.Optional[str] = MEMORY_LIMIT,
+              threads: typing.Optional[int] = None
               ) -> sqldigest.SqlDigest:
     """The SQL digest of span files, computed by DuckDB (``--engine
     duckdb``): the records today's pass 2 accepts, times corrected by
     ``offsets``, ``--since``/``--until`` applied; only the SQL records
     and process starts are decoded (``SQL_ONLY``).  DuckDB holds at
-    most ``memory_limit``, and spills the rest to a temp directory."""
+    most ``memory_limit``, and spills the rest to a temp directory;
+    ``threads``: DuckDB's (``--jobs``; default, as many as cores)."""
     tmp = tempfile.mkdtemp(prefix='instrument-columnar-')
     con = None
     try:
-        con = connect(memory_limit,
+        con = connect(memory_limit, threads,
                       temp_directory=os.path.join(tmp, 'spill'))
         load_files(con, paths, progress, tmp, only=SQL_ONLY)
         set_offsets(con, offsets)

@@ -320,6 +320,25 @@ class EngineTest(testtools.TestCase):
             self.assertEqual(a, pipeline.analyse([THREADS], opts)['sql'])
 
 
+    def test_jobs_are_duckdbs_threads(self):
+        # -j 1: DuckDB on one thread (the staging's statements too), the
+        # same profile
+        seen = []
+        connect = columnar.connect
+
+        def spy(*args, **kwargs):
+            con = connect(*args, **kwargs)
+            seen.append(con.execute(
+                "SELECT current_setting('threads')").fetchone()[0])
+            return con
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.analysis.columnar.connect', spy))
+        python = pipeline.analyse([THREADS], pipeline.Options(limit=0))
+        duck = pipeline.analyse([THREADS], pipeline.Options(
+            limit=0, engine='duckdb', jobs=1))
+        self.assertEqual([1], seen)
+        self.assertEqual(python['sql'], duck['sql'])
+
     def test_same_profile_on_damaged_input_and_copies(self):
         # the digest reads only the SQL lines and process starts: bad
         # ones and those read twice are left out as today
