@@ -162,6 +162,9 @@ def connect(memory_limit: typing.Optional[str] = None,
     if temp_directory:
         con.execute('SET temp_directory = %s' % _q(temp_directory))
     con.execute('SET preserve_insertion_order = true')
+    # (the report draws its own progress bar; DuckDB's would print on
+    # stdout, into the report)
+    con.execute('SET enable_progress_bar = false')
     return con
 
 
