@@ -22,6 +22,8 @@ cached under the temp directory), each in a fresh subprocess:
   (``columnar.digest_of``): the ``sql.`` records and process starts
   read, typed and validated by DuckDB, duplicates left out, the classes
   aggregated in SQL, then the same profile;
+* ``duckdb -j 1``: the same on one DuckDB thread (``instrument-report
+  --engine duckdb -j 1``): the CPU that parallelism costs;
 * ``duckdb load``: ``columnar.load_files`` on every line (the decode
   and validation of the columnar engine, bad lines counted by
   file:line), as events per second: the per-event cost of a columnar
@@ -89,9 +91,10 @@ if kind == 'python':
                 digest.fingerprint(attrs.get('fp'), attrs.get('text'),
                                    attrs.get('kind'))
     out['profile'] = digest.profile(limit=0)
-elif kind == 'duckdb':
+elif kind in ('duckdb', 'duckdb -j 1'):
     from instrument.analysis import columnar
-    digest = columnar.digest_of(paths, {}, None, None)
+    digest = columnar.digest_of(paths, {}, None, None, threads=(
+        1 if kind == 'duckdb -j 1' else None))
     out['profile'] = digest.profile(limit=0)
 else:
     import shutil, tempfile
@@ -176,7 +179,7 @@ def main() -> None:
         growth(base, info, args.memory_limit)
         return
     res = {}
-    for kind in ('python', 'duckdb', 'duckdb load'):
+    for kind in ('python', 'duckdb', 'duckdb -j 1', 'duckdb load'):
         runs = [child(kind, logs, args.memory_limit)
                 for _ in range(args.repeat)]
         res[kind] = min(runs, key=lambda r: r['seconds'])
@@ -194,8 +197,9 @@ def main() -> None:
         print('%-12s %8.2f %12.0f %12.0f %8.0f  %s' % (
             kind, r['seconds'], n / r['seconds'], n / max(r['cpu'], 1e-3),
             r['rss_mb'], r['load']))
-    same = res['python']['profile'] == res['duckdb']['profile']
-    print('profiles equal (python, duckdb): %s' % same)
+    for kind in ('duckdb', 'duckdb -j 1'):
+        same = res['python']['profile'] == res[kind]['profile']
+        print('profiles equal (python, %s): %s' % (kind, same))
     py_rate = statements / res['python']['seconds']
     dd_rate = statements / res['duckdb']['seconds']
     print('duckdb digest rate / python digest rate: %.2f' % (
@@ -226,6 +230,11 @@ def main() -> None:
     print('digest rate / pt-query-digest rate: duckdb %.2f, python %.2f '
           '(issue 17 target for the columnar digest: 5)' % (
               dd_rate / pt_rate, py_rate / pt_rate))
+    pt_cpu_rate = statements / max(pt_cpu, 1e-3)
+    print('per CPU second, rate / pt-query-digest rate: %s' % ', '.join(
+        '%s %.2f' % (kind, statements / max(res[kind]['cpu'], 1e-3) /
+                     pt_cpu_rate)
+        for kind in ('duckdb', 'duckdb -j 1', 'python')))
 
 
 if __name__ == '__main__':

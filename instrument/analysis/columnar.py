@@ -21,24 +21,25 @@ reason today's loader (``load``, ``pipeline.PartReader``) gives:
 * the per-line work is DuckDB's: each file is read by ``read_csv``
   (a separator that never occurs, no quoting: one column per line,
   empty lines kept, numbered in file order; one statement per file,
-  as many files at once as DuckDB has threads), the service-log prefix is
-  cut at ``{"v":``, the line is typed by ``try(json_transform())``
-  (the top-level fields typed, ``attrs`` and ``err`` kept as JSON),
-  and the schema's value checks are made in SQL;
-* the schema's type checks are made in SQL too, on the JSON text of
+  as many files at once as DuckDB has threads) into a table of lines,
+  which one statement per batch of files decodes: the service-log
+  prefix is cut at ``{"v":``, the line is typed by
+  ``try(json_transform())`` (the top-level fields typed, ``attrs`` and
+  ``err`` kept as JSON), and the schema's value checks are made in SQL;
+* the schema's type checks are made in SQL too, on the JSON type of
   each field (``json_transform`` alone would coerce ``1.5`` or
-  ``true`` to an integer); only the few lines found bad are handed to
-  Python, which classifies them with today's reference decoder
-  (``load.RecordDecoder.slow``): same kind, same reason;
+  ``true`` to an integer), unknown fields by the number of keys; only
+  the few lines found bad are handed to Python, which classifies them
+  with today's reference decoder (``load.RecordDecoder.slow``): same
+  kind, same reason;
 * a process is ``(host, pid, start)`` as in ``load.FileLoss``: the
   ``process.start`` before a record in its file (an ``ASOF`` join),
   else ``PartReader.process_of``; a ``seq`` of a process read again
   is a duplicate, in any file;
-* two kinds of line are read differently from today, and are left out
-  of these tests: a record with a field given twice (``"seq": 1,
-  "seq": 2``: DuckDB keeps the first value, Python the last) and an
-  integer beyond 64 bits that Python accepts (such a record is left
-  out and named in ``problems``);
+* two kinds of line are read differently from today: a record with a
+  field given twice (``"seq": 1, "seq": 2``: Python keeps the last
+  value) and an integer beyond 64 bits that Python accepts (such a
+  record is left out and named in ``problems``);
 * files DuckDB cannot read (not UTF-8, a cut gzip stream) and files
   with a bad, blank or other line that hold a carriage return
   (``read_csv`` ends a line there too) are copied by Python, block by
@@ -161,6 +162,9 @@ def connect(memory_limit: typing.Optional[str] = None,
     if temp_directory:
         con.execute('SET temp_directory = %s' % _q(temp_directory))
     con.execute('SET preserve_insertion_order = true')
+    # (the report draws its own progress bar; DuckDB's would print on
+    # stdout, into the report)
+    con.execute('SET enable_progress_bar = false')
     return con
 
 
@@ -190,13 +194,9 @@ def _read_lines(path: str, keep: typing.Optional[str] = None) -> str:
                 _q('gzip' if path.endswith('.gz') else 'none')))
 
 
-def _struct() -> str:
-    return json.dumps(dict(COLUMNS))
-
-
 def _value_checks() -> str:
     """SQL true when a typed row ``r`` passes what ``schema.validate``
-    checks of the values (``shape_ok`` checks the types)."""
+    checks of the values (``_types_ok`` checks the types)."""
     required = ' AND '.join('r.%s IS NOT NULL' % n for n in schema.REQUIRED)
     return (
         "coalesce(%s AND r.v = %d AND r.ph IN (%s) AND (r.ph NOT IN ('B', "
@@ -216,69 +216,106 @@ _WHITESPACE = ' || '.join('chr(%d)' % c for c in (32, 9, 10, 11, 12, 13))
 _JSON_TYPES = {int: ('UBIGINT', 'BIGINT'), str: ('VARCHAR',),
                list: ('ARRAY',), dict: ('OBJECT',)}
 
-
-def _shape_text(shape: typing.Optional[list]) -> typing.Optional[str]:
-    """A shape as ``_stage_sql`` gives it (the list of ``json_type``s)
-    as ``shape_ok`` reads it."""
-    if shape is None:
-        return None
-    return ','.join('-' if t is None else t for t in shape)
-
-
-def shape_ok(shape: typing.Optional[str]) -> bool:
-    """Whether records of this shape (``_stage_sql``: the JSON type of
-    each schema field, ``-`` when absent) pass the type checks of
-    ``schema.validate``; the value checks and unknown fields are
-    checked in SQL, row by row."""
-    types = (shape or '').split(',')
-    if len(types) != len(schema.FIELDS):
-        return False
-    for name, kind in zip(schema.FIELDS, types, strict=True):
-        if kind in ('-', 'NULL'):
-            if name in schema.REQUIRED:
-                return False
-        elif kind not in _JSON_TYPES[schema._TYPES[name]]:
-            return False
-    return True
+# the columns ``events`` holds when only the SQL digest's records are
+# read (``load_files(only=...)``): those the digest reads, ``attrs``
+# only for the records other than ``sql.query`` (few), and the keys of
+# ``attrs`` a statement's class is made of, extracted once
+DIGEST_COLUMNS = ('ph', 'seq', 'ts', 'dur_us', 'host', 'svc', 'pid', 'ev',
+                  'st', 'attrs')
+DIGEST_ATTRS = (('fp', 'VARCHAR'), ('db', 'VARCHAR'), ('call', 'VARCHAR'),
+                ('sql_kind', 'VARCHAR'), ('rows', 'BIGINT'))
 
 
-def _stage_sql(fi: int, path: str, only: tuple = ()) -> str:
-    """The staged rows of one file: ``kind`` NULL for a row valid so
-    far, ``'blank'``, ``'other'`` (no record on the line) or ``'bad'``
-    (to be classified in Python, as today); ``text`` kept only for
-    those.  ``shape``: the JSON type of each schema field (one
-    ``json_type`` call, a list: NULL when absent; ``json_transform``
-    alone would coerce ``1.5`` or ``true`` to an integer): the type
-    checks depend only on it, and the shapes are few (``shape_ok``).
-    ``only``: keep only the records holding one of these strings (the
-    others are not decoded)."""
-    where = ''
-    keep = None
+def _types_ok(shape: str) -> str:
+    """SQL true when ``shape`` (``json_type`` of each schema field, in
+    ``schema.FIELDS`` order: NULL when absent, ``'NULL'`` for a null)
+    passes the type checks of ``schema.validate``."""
+    checks = []
+    for i, name in enumerate(schema.FIELDS, 1):
+        ok = ' OR '.join('%s[%d] = %s' % (shape, i, _q(t))
+                         for t in _JSON_TYPES[schema._TYPES[name]])
+        if name not in schema.REQUIRED:
+            ok = "%s[%d] IS NULL OR %s[%d] = 'NULL' OR %s" % (
+                shape, i, shape, i, ok)
+        checks.append('(%s)' % ok)
+    return ' AND '.join(checks)
+
+
+def _present(shape: str) -> str:
+    """SQL: how many schema fields ``shape`` holds (a record with as
+    many keys has no unknown field and no field twice)."""
+    return ' + '.join('(%s[%d] IS NOT NULL)::INTEGER' % (shape, i)
+                      for i in range(1, len(schema.FIELDS) + 1))
+
+
+def _stage_columns(only: tuple) -> tuple:
+    """``(name, SQL type)`` of the record columns ``_stage_sql`` keeps
+    (all of ``COLUMNS``, or the digest's when ``only``)."""
+    if not only:
+        return COLUMNS
+    types = dict(COLUMNS)
+    return tuple((n, types[n]) for n in DIGEST_COLUMNS) + DIGEST_ATTRS
+
+
+def _raw_sql(fi: int, path: str, only: tuple = ()) -> str:
+    """The numbered lines ``(file, line, text)`` of one file; ``only``:
+    the lines holding one of these strings (on the raw line, before any
+    other work: one regular expression, RE2, costs a third of a
+    ``contains`` per string; a line holding one only before the
+    record's ``{"v":`` is read and checked too)."""
+    if not only:
+        return 'SELECT %d AS file, * FROM (%s)' % (  # noqa: S608
+            fi, _read_lines(path))
+    keep = '|'.join(re.escape(s) for s in only)
+    return ('SELECT %d AS file, * FROM (%s) WHERE text IS NOT '  # noqa: S608
+            'NULL' % (fi, _read_lines(path, keep)))
+
+
+def _stage_sql(lines: str, only: tuple = ()) -> str:
+    """The staged rows of ``lines`` (a query of ``(file, line, text)``
+    rows: ``_raw_sql``): ``kind`` NULL for a valid row,
+    ``'blank'``, ``'other'`` (no record on the line) or ``'bad'`` (to be
+    classified in Python, as today); ``text`` kept only for those.  The
+    types are checked on ``json_type`` of each schema field (one call;
+    ``json_transform`` alone would coerce ``1.5`` or ``true`` to an
+    integer), unknown fields by the number of keys (``json_keys``):
+    a field given twice is flagged too, and Python's verdict taken.
+    ``only``: the lines are those of the digest's records
+    (``_raw_sql``), the columns those of ``_stage_columns``."""
     if only:
-        # on the raw line, before any other work: one regular expression
-        # (RE2) costs a third of a ``contains`` per string; a line
-        # holding one only before the record's ``{"v":`` is read (and
-        # checked) too
-        keep = '|'.join(re.escape(s) for s in only)
-        where = ' WHERE text IS NOT NULL'
-    cols = ', '.join('r.%s AS %s' % (n, n) for n, _t in COLUMNS)
-    known = ', '.join(_q(n) for n in schema.FIELDS)
+        cols = ', '.join('r.%s AS %s' % (n, n) for n in DIGEST_COLUMNS
+                         if n != 'attrs')
+        # the class keys of a statement typed with the record (as
+        # ``sql_digest`` reads them from ``attrs``: ``->>``, ``rows``
+        # cast from its JSON); ``attrs`` itself only for the others
+        cols += (
+            ", CASE WHEN r.ev <> 'sql.query' THEN json_extract(rec, "
+            "'$.attrs') END AS attrs, r.attrs.fp AS fp, r.attrs.db AS db, "
+            'r.attrs.call AS call, r.attrs.kind AS sql_kind, '
+            'TRY_CAST(r.attrs.rows AS BIGINT) AS rows')
+        struct = dict(COLUMNS, attrs={
+            'fp': 'VARCHAR', 'db': 'VARCHAR', 'call': 'VARCHAR',
+            'kind': 'VARCHAR', 'rows': 'JSON'})
+    else:
+        cols = ', '.join('r.%s AS %s' % (n, n) for n, _t in COLUMNS)
+        struct = dict(COLUMNS)
     fields = ', '.join(_q('$.' + n) for n in schema.FIELDS)
     marker = _q(MARKER)
     return (
-        'SELECT %d AS file, line, kind, CASE WHEN kind IN (\'bad\', '  # noqa: S608
-        "'other') THEN text END AS text, CASE WHEN kind IS NULL THEN "
-        'json_type(rec, [%s]) END AS shape, %s FROM (SELECT line, '
-        "text, rec, r, CASE WHEN rec IS NULL AND trim(coalesce(text, ''), "
+        'SELECT file, line, kind, CASE WHEN kind IN (\'bad\', '  # noqa: S608
+        "'other') THEN text END AS text, %s FROM (SELECT file, line, text, "
+        "rec, r, CASE WHEN rec IS NULL AND trim(coalesce(text, ''), "
         "%s) = '' THEN 'blank' WHEN rec IS NULL THEN 'other' WHEN r IS "
-        "NULL THEN 'bad' WHEN NOT (%s) THEN 'bad' WHEN NOT coalesce("
-        "list_has_all([%s], json_keys(rec)), false) THEN 'bad' END AS kind "
-        'FROM (SELECT line, text, rec, try(json_transform(rec, %s)) AS r '
-        "FROM (SELECT line, text, CASE WHEN starts_with(text, '{') THEN "
-        'text WHEN strpos(text, %s) > 0 THEN substr(text, strpos(text, '
-        '%s)) END AS rec FROM (SELECT * FROM (%s)%s))))' % (
-            fi, fields, cols, _WHITESPACE, _value_checks(), known,
-            _q(_struct()), marker, marker, _read_lines(path, keep), where))
+        "NULL THEN 'bad' WHEN NOT coalesce(%s, false) THEN 'bad' WHEN NOT "
+        "(%s) THEN 'bad' WHEN len(json_keys(rec)) <> %s THEN 'bad' END AS "
+        'kind FROM (SELECT *, CASE WHEN r IS NOT NULL THEN json_type(rec, '
+        '[%s]) END AS s FROM (SELECT file, line, text, rec, try('
+        "json_transform(rec, %s)) AS r FROM (SELECT file, line, text, CASE "
+        "WHEN starts_with(text, '{') THEN text WHEN strpos(text, %s) > 0 "
+        'THEN substr(text, strpos(text, %s)) END AS rec FROM (%s)))))' % (
+            cols, _WHITESPACE, _types_ok('s'), _value_checks(),
+            _present('s'), fields, _q(json.dumps(struct)), marker, marker,
+            lines))
 
 
 class _Copy:
@@ -383,23 +420,23 @@ SQL_ONLY = ('"ev":"sql.', '"ev":"process.start"')
 
 def _load(con, paths, out, work, progress, only=()) -> None:
     import duckdb
-    cols = ', '.join('%s %s' % (n, t) for n, t in COLUMNS)
+    cols = ', '.join('%s %s' % c for c in _stage_columns(only))
     # not a temp table: the cursors below (connections of their own)
     # append to it
     con.execute('CREATE OR REPLACE TABLE staged (file INTEGER, '
-                'line BIGINT, kind VARCHAR, text VARCHAR, shape VARCHAR[], '
-                '%s)' % cols)
+                'line BIGINT, kind VARCHAR, text VARCHAR, %s)' % cols)
     copies = {}
     sizes = [os.path.getsize(p) for p in paths]
+    con.execute('CREATE OR REPLACE TABLE raw (file INTEGER, line BIGINT, '
+                'text VARCHAR)')
 
-    def stage(fi: int) -> bool:
-        # one statement per file, several at once: a file's lines are
-        # numbered in order (one thread per file), so the files are
-        # what runs in parallel
+    def read(fi: int) -> bool:
+        # the lines of a file, numbered in order (one thread per file),
+        # several files at once; decoded by one statement per batch
+        # (planning it costs more than a small file's lines)
         cur = con.cursor()
         try:
-            cur.execute('INSERT INTO staged ' + _stage_sql(
-                fi, paths[fi], only))
+            cur.execute('INSERT INTO raw ' + _raw_sql(fi, paths[fi], only))
             return True
         except duckdb.Error:
             return False
@@ -408,17 +445,20 @@ def _load(con, paths, out, work, progress, only=()) -> None:
 
     threads = int(con.execute(
         "SELECT current_setting('threads')").fetchone()[0])
-    # the largest first
-    order = sorted(range(len(paths)), key=lambda fi: -sizes[fi])
     failed = []
     done = 0
     with futures.ThreadPoolExecutor(max(1, threads)) as pool:
-        for fi, ok in zip(order, pool.map(stage, order), strict=True):
-            if not ok:
-                failed.append(fi)
-            done += sizes[fi]
+        for batch in _batches(paths, sizes, only):
+            for fi, ok in zip(batch, pool.map(read, batch), strict=True):
+                if not ok:
+                    failed.append(fi)
+                done += sizes[fi]
+            con.execute('INSERT INTO staged ' + _stage_sql(  # noqa: S608
+                'SELECT * FROM raw', only))
+            con.execute('DELETE FROM raw')
             if progress is not None:
                 progress(done)
+    con.execute('DROP TABLE raw')
     for fi in sorted(failed):
         _load_one(con, fi, paths[fi], paths[fi], copies, work, only)
     _carriage_returns(con, paths, copies, work, only)
@@ -429,8 +469,32 @@ def _load(con, paths, out, work, progress, only=()) -> None:
                                                  copies[fi].error))
     _classify(con, paths, copies, out)
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
-    _processes(con, out)
+    _processes(con, out, _stage_columns(only))
     out.records = con.execute('SELECT count(*) FROM events').fetchone()[0]
+
+
+# input bytes whose lines are held at once before they are decoded
+# (all of them, or the digest's: a few in ten); a gzip file counts as
+# this many times its size
+BATCH_BYTES = 64 << 20
+DIGEST_BATCH_BYTES = 512 << 20
+GZIP_RATIO = 10
+
+
+def _batches(paths: list, sizes: list, only: tuple) -> list:
+    """The files in batches of about ``BATCH_BYTES`` of text, the
+    largest files first in each."""
+    limit = DIGEST_BATCH_BYTES if only else BATCH_BYTES
+    batches: list = [[]]
+    held = 0
+    for fi in range(len(paths)):
+        n = sizes[fi] * (GZIP_RATIO if paths[fi].endswith('.gz') else 1)
+        if batches[-1] and held + n > limit:
+            batches.append([])
+            held = 0
+        batches[-1].append(fi)
+        held += n
+    return [sorted(b, key=lambda fi: -sizes[fi]) for b in batches]
 
 
 def _has_cr(path: str) -> bool:
@@ -463,7 +527,7 @@ def _carriage_returns(con, paths, copies, work, only) -> None:
         con.execute('DELETE FROM staged WHERE file = ?', [fi])
         try:
             con.execute('INSERT INTO staged ' + _stage_sql(
-                fi, copies[fi].copy, only))
+                _raw_sql(fi, copies[fi].copy, only), only))
         except duckdb.Error:
             con.execute('DELETE FROM staged WHERE file = ?', [fi])
             raise
@@ -475,7 +539,8 @@ def _load_one(con, fi, path, source, copies, work, only) -> None:
     import duckdb
     con.execute('DELETE FROM staged WHERE file = ?', [fi])
     try:
-        con.execute('INSERT INTO staged ' + _stage_sql(fi, source, only))
+        con.execute('INSERT INTO staged ' + _stage_sql(
+            _raw_sql(fi, source, only), only))
         return
     except duckdb.Error:
         if fi in copies:
@@ -483,8 +548,8 @@ def _load_one(con, fi, path, source, copies, work, only) -> None:
     con.execute('DELETE FROM staged WHERE file = ?', [fi])
     copies[fi] = _Copy(fi, path, work)
     copies[fi].make()
-    con.execute('INSERT INTO staged ' + _stage_sql(fi, copies[fi].copy,
-                                                   only))
+    con.execute('INSERT INTO staged ' + _stage_sql(
+        _raw_sql(fi, copies[fi].copy, only), only))
 
 
 def _file_ends(path: str) -> tuple:
@@ -512,19 +577,6 @@ def _classify(con, paths, copies, out) -> None:
     and the bad lines of the copies."""
     issues = out.issues
     decoder = load.RecordDecoder(fast=False)
-    bad_shapes = [(_shape_text(shape),) for shape, in con.execute(
-        'SELECT DISTINCT shape FROM staged WHERE kind IS NULL').fetchall()
-        if not shape_ok(_shape_text(shape))]
-    if bad_shapes:
-        # their lines are read again for their text (rare)
-        con.execute('CREATE OR REPLACE TEMP TABLE bad_shapes (shape '
-                    'VARCHAR)')
-        con.executemany('INSERT INTO bad_shapes VALUES (?)', bad_shapes)
-        con.execute(
-            "UPDATE staged SET kind = 'bad' WHERE kind IS NULL AND "
-            "array_to_string(list_transform(shape, lambda t: coalesce(t, "
-            "'-')), ',') IN (SELECT shape FROM bad_shapes)")
-        _fill_text(con, paths, copies)
     ends: dict = {}
     # lines blanked in the copies, and the flagged rows, in file order
     logs = ', '.join(str(fi) for fi, name in enumerate(out.files)
@@ -593,18 +645,6 @@ def _ends(ends, fi, paths, copies) -> tuple:
     return ends[fi]
 
 
-def _fill_text(con, paths, copies) -> None:
-    """The text of the rows found bad by their shape, read again."""
-    for fi, in con.execute(
-            "SELECT DISTINCT file FROM staged WHERE kind = 'bad' AND text "
-            'IS NULL').fetchall():
-        path = copies[fi].copy if fi in copies else paths[fi]
-        con.execute(
-            'UPDATE staged SET text = l.text FROM (%s) l WHERE '  # noqa: S608
-            "staged.file = %d AND staged.line = l.line AND staged.kind = "
-            "'bad' AND staged.text IS NULL" % (_read_lines(path), fi))
-
-
 def _occupant(raw: bytes) -> typing.Optional[tuple]:
     """``(host, pid, seq, ts)`` a bad line names (today, its ``seq``
     counts as read in that process: ``PartReader.bad_line``)."""
@@ -641,11 +681,12 @@ def _process_of(starts: dict, start_hosts: set, host: str, pid: int,
     return (host, pid, None)
 
 
-def _processes(con, out) -> None:
+def _processes(con, out, columns: tuple) -> None:
     """Each valid row's process ``(p_host, pid, p_start)``; a ``seq``
     read again in a process is a duplicate (the first read, in file
-    and line order, is kept); the table ``events``."""
-    cols = ', '.join('v.' + n for n, _t in COLUMNS)
+    and line order, is kept); the table ``events`` (with ``columns``
+    of the rows)."""
+    cols = ', '.join('v.' + n for n, _t in columns)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE starts AS SELECT file, line, host, "
         "pid, ts FROM staged WHERE kind IS NULL AND ph = 'M' AND ev = "
@@ -693,16 +734,23 @@ def _processes(con, out) -> None:
     if taken:
         con.executemany('INSERT INTO occupied VALUES (?, ?, ?, ?, ?, ?)',
                         taken)
+    full = columns == COLUMNS
+    if not full:
+        # the digest's rows stay in ``staged``: only the keys of their
+        # processes are computed (for the duplicates), not copied with
+        # them
+        cols = 'v.pid, v.seq'
     con.execute(
         'CREATE OR REPLACE TEMP TABLE events_base AS SELECT v.file, '  # noqa: S608
         'v.line, %s, coalesce(s.host, f.p_host) AS p_host, CASE WHEN '
         's.host IS NOT NULL THEN s.ts ELSE f.p_start END AS p_start FROM '
-        '(SELECT * EXCLUDE (shape) FROM staged WHERE kind IS NULL) v ASOF '
+        '(SELECT * FROM staged WHERE kind IS NULL) v ASOF '
         'LEFT JOIN '
         'starts s ON v.file = s.file AND v.pid = s.pid AND v.line >= '
         's.line LEFT JOIN first_proc f ON f.file = v.file AND f.pid = '
         'v.pid' % cols)
-    con.execute('DROP TABLE staged')
+    if full:
+        con.execute('DROP TABLE staged')
     # a seq taken twice in a process: a hash aggregate finds the few
     # (a window over every row would cost far more)
     con.execute(
@@ -721,16 +769,25 @@ def _processes(con, out) -> None:
         out.issues.add('duplicate', out.files[fi], line,
                        'seq %d of %s read before' % (
                            seq, load.process_label((host, pid, start))))
-    con.execute('DELETE FROM events_base WHERE (file, line) IN (SELECT '
-                '(file, line) FROM dups)')
+    if full:
+        con.execute('DELETE FROM events_base WHERE (file, line) IN (SELECT '
+                    '(file, line) FROM dups)')
+        base = 'events_base'
+    else:
+        con.execute('DELETE FROM staged WHERE kind IS NOT NULL OR (file, '
+                    'line) IN (SELECT (file, line) FROM dups)')
+        con.execute('DROP TABLE events_base')
+        base = '(SELECT * EXCLUDE (kind, text) FROM staged)'
     set_offsets(con, {})
     con.execute(
-        'CREATE OR REPLACE TEMP VIEW events AS SELECT e.*, coalesce('
+        'CREATE OR REPLACE TEMP VIEW events AS SELECT e.*, coalesce('  # noqa: S608
         'o.offset_us, 0) AS offset_us, e.ts + coalesce(o.offset_us, 0) AS '
-        'ts_corr FROM events_base e LEFT JOIN host_offset o ON o.host = '
-        'e.host')
-    for name, query in VIEWS.items():
-        con.execute('CREATE OR REPLACE TEMP VIEW %s AS %s' % (name, query))
+        'ts_corr FROM %s e LEFT JOIN host_offset o ON o.host = e.host' % base)
+    if full:
+        # (the digest's columns are not enough for them)
+        for name, query in VIEWS.items():
+            con.execute('CREATE OR REPLACE TEMP VIEW %s AS %s' % (
+                name, query))
 
 
 def _one(con: 'duckdb.DuckDBPyConnection', query: str) -> typing.Any:
@@ -758,13 +815,16 @@ def sql_digest(con: 'duckdb.DuckDBPyConnection',
                since: typing.Optional[int] = None,
                until: typing.Optional[int] = None,
                source: str = 'events',
-               digest: typing.Optional[sqldigest.SqlDigest] = None
-               ) -> sqldigest.SqlDigest:
+               digest: typing.Optional[sqldigest.SqlDigest] = None,
+               extracted: bool = False) -> sqldigest.SqlDigest:
     """The SQL digest of the ``sql.query``, ``sql.agg`` and
     ``sql.fingerprint`` records of ``source`` (columns as ``events``;
     times ``ts_corr``), aggregated by DuckDB: the classes hold exactly
     what ``SqlDigest.add`` gives them, so profiles, groupings and
-    percentiles are today's.  ``digest``: an empty digest to fill."""
+    percentiles are today's.  ``digest``: an empty digest to fill.
+    ``extracted``: ``source`` holds the class keys of the statements
+    (``DIGEST_ATTRS``: ``load_files(only=...)``) instead of their
+    ``attrs``."""
     if digest is None:
         digest = sqldigest.SqlDigest(since, until)
     window = []
@@ -773,32 +833,34 @@ def sql_digest(con: 'duckdb.DuckDBPyConnection',
     if until is not None:
         window.append('ts_corr < %d' % int(until))
     inside = ' AND '.join(window) or 'true'
-    con.execute(
-        'CREATE OR REPLACE TEMP TABLE sql_fine AS SELECT svc, '  # noqa: S608
-        "attrs->>'fp' AS fp, attrs->>'db' AS db, attrs->>'call' AS call, "
-        "attrs->>'kind' AS kind, TRY_CAST(attrs->'rows' AS BIGINT) AS "
-        'rows, dur_us, ts_corr, st FROM %s WHERE ph = \'X\' AND ev = '
-        "'sql.query'" % source)
+    keys = ("attrs->>'fp' AS fp, attrs->>'db' AS db, attrs->>'call' AS "
+            "call, attrs->>'kind' AS kind, TRY_CAST(attrs->'rows' AS "
+            'BIGINT) AS rows')
+    if extracted:
+        keys = 'fp, db, call, sql_kind AS kind, rows'
+    statements = ('SELECT svc, %s, dur_us, ts_corr, st FROM %s WHERE '  # noqa: S608
+                  "ph = 'X' AND ev = 'sql.query'" % (keys, source))
     digest.filtered = _one(
-        con, 'SELECT count(*) FROM sql_fine WHERE NOT (%s)' % inside)  # noqa: S608
-    hist: dict = {}
-    for fp, svc, db, call, kind, b, n in con.execute(
+        con, 'SELECT count(*) FROM (%s) WHERE NOT (%s)' % (  # noqa: S608
+            statements, inside))
+    # one pass: per class and histogram bucket, the buckets of a class
+    # added up here (a class has a few)
+    for row in con.execute(
             'SELECT fp, svc, db, call, kind, CASE WHEN dur_us >= 1 THEN '  # noqa: S608
             'CAST(floor(log10(dur_us) * %d) AS BIGINT) ELSE 0 END AS b, '
-            'count(*) FROM sql_fine WHERE %s GROUP BY ALL' % (
-                sqldigest.PER_DECADE, inside)).fetchall():
-        hist.setdefault((fp, svc, db, call, kind), {})[b] = n
-    for row in con.execute(
-            'SELECT fp, svc, db, call, kind, count(*), sum(dur_us), '  # noqa: S608
-            'sum(dur_us::HUGEINT * dur_us), min(dur_us), max(dur_us), '
-            'coalesce(sum(rows) FILTER (WHERE rows > 0), 0), '
-            "count_if(st = 'error'), min(ts_corr), max(ts_corr), "
-            'count(rows) FROM sql_fine WHERE %s GROUP BY ALL' % inside
-            ).fetchall():
+            'count(*), sum(dur_us), sum(dur_us::HUGEINT * dur_us), '
+            'min(dur_us), max(dur_us), coalesce(sum(rows) FILTER (WHERE '
+            "rows > 0), 0), count_if(st = 'error'), min(ts_corr), "
+            'max(ts_corr), count(rows) FROM (%s) WHERE %s GROUP BY ALL' % (
+                sqldigest.PER_DECADE, statements, inside)).fetchall():
         key = row[:5]
-        n, total, sq, lo, hi, rows, errors, first, last, rows_n = row[5:]
-        digest.classes[key] = [n, int(total), int(sq), lo, hi, int(rows),
-                               errors, hist[key], first, last, 0, rows_n]
+        b, n, total, sq, lo, hi, rows, errors, first, last, rows_n = row[5:]
+        part = [n, int(total), int(sq), lo, hi, int(rows), errors, {b: n},
+                first, last, 0, rows_n]
+        if key in digest.classes:
+            sqldigest._combine(digest.classes[key], part)
+        else:
+            digest.classes[key] = part
     # the counters (one per process per minute) and the texts: few
     for ts, svc, attrs in con.execute(
             'SELECT ts_corr, svc, attrs FROM %s WHERE ph = \'C\' AND ev = '  # noqa: S608
@@ -966,21 +1028,23 @@ def digest_of(paths: list, offsets: dict, since: typing.Optional[int],
               until: typing.Optional[int],
               progress: typing.Optional[
                   typing.Callable[[int], None]] = None,
-              memory_limit: typing.Optional[str] = MEMORY_LIMIT
+              memory_limit: typing.Optional[str] = MEMORY_LIMIT,
+              threads: typing.Optional[int] = None
               ) -> sqldigest.SqlDigest:
     """The SQL digest of span files, computed by DuckDB (``--engine
     duckdb``): the records today's pass 2 accepts, times corrected by
     ``offsets``, ``--since``/``--until`` applied; only the SQL records
     and process starts are decoded (``SQL_ONLY``).  DuckDB holds at
-    most ``memory_limit``, and spills the rest to a temp directory."""
+    most ``memory_limit``, and spills the rest to a temp directory;
+    ``threads``: DuckDB's (``--jobs``; default, as many as cores)."""
     tmp = tempfile.mkdtemp(prefix='instrument-columnar-')
     con = None
     try:
-        con = connect(memory_limit,
+        con = connect(memory_limit, threads,
                       temp_directory=os.path.join(tmp, 'spill'))
         load_files(con, paths, progress, tmp, only=SQL_ONLY)
         set_offsets(con, offsets)
-        return sql_digest(con, since, until)
+        return sql_digest(con, since, until, extracted=True)
     except _oom_error() as exc:
         raise _out_of_memory(exc, memory_limit) from exc
     finally:

@@ -750,7 +750,7 @@ def _analyse(inputs: list, opts: Options) -> dict:
         merged.digest = columnar.digest_of(
             paths, offsets, span.since, span.until,
             _stage(opts.progress, 'load', total),
-            opts.memory_limit)
+            opts.memory_limit, opts.jobs or None)
         if opts.progress is not None:
             opts.progress('done', total, total)
     report = build_report(merged, clock, hops, opts, paths, total)

@@ -89,8 +89,9 @@ def analysis(*names: str) -> list:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--jobs', '-j', type=int, default=0,
-                        help='worker processes (default: 1 for small '
-                        'inputs, else up to 4, one per CPU)')
+                        help='worker processes, and DuckDB threads with '
+                        '--engine duckdb (default: 1 for small inputs, '
+                        'else up to 4, one per CPU; DuckDB: one per CPU)')
     parser.add_argument('--horizon', type=float, default=30.0,
                         metavar='SECONDS',
                         help='a finished request is final after this much '

@@ -121,6 +121,24 @@ class LoadTest(testtools.TestCase):
         self.assertEqual(6406, loaded.records)
         self.assertEqual(3 * 6406, loaded.issues.counts['duplicate'])
 
+    def test_a_field_given_twice_is_named_not_misread(self):
+        # Python keeps the last value; DuckDB would read the first: the
+        # record is left out and named (the key count finds it)
+        d = self.useFixture(fixtures.TempDir()).path
+        ok = (b'{"v":1,"ph":"M","seq":1,"ts":5,"host":"h","svc":"s",'
+              b'"pid":7,"ev":"x"}\n')
+        twice = ok.replace(b'"seq":1,', b'"seq":2,"seq":3,')
+        with open(os.path.join(d, 'a.jsonl'), 'wb') as f:
+            f.write(ok + twice)
+        loaded = columnar.load_files(columnar.connect(),
+                                     [os.path.join(d, 'a.jsonl')])
+        self.assertEqual(1, loaded.records)
+        self.assertEqual(['a.jsonl:2: a valid record the columnar engine '
+                          'cannot type (left out)'], loaded.problems)
+        self.assertEqual(0, sum(loaded.issues.counts.values()))
+        self.assertEqual(2, pipeline.analyse([os.path.join(
+            d, 'a.jsonl')])['inputs']['records'])
+
     def test_service_log_not_utf8_and_cut_gzip(self):
         d = self.useFixture(fixtures.TempDir()).path
         lines = [json.dumps(test_load.rec(seq=i, span='%016x' % i,
@@ -301,6 +319,25 @@ class EngineTest(testtools.TestCase):
             opts.engine = 'duckdb'
             self.assertEqual(a, pipeline.analyse([THREADS], opts)['sql'])
 
+
+    def test_jobs_are_duckdbs_threads(self):
+        # -j 1: DuckDB on one thread (the staging's statements too), the
+        # same profile
+        seen = []
+        connect = columnar.connect
+
+        def spy(*args, **kwargs):
+            con = connect(*args, **kwargs)
+            seen.append(con.execute(
+                "SELECT current_setting('threads')").fetchone()[0])
+            return con
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.analysis.columnar.connect', spy))
+        python = pipeline.analyse([THREADS], pipeline.Options(limit=0))
+        duck = pipeline.analyse([THREADS], pipeline.Options(
+            limit=0, engine='duckdb', jobs=1))
+        self.assertEqual([1], seen)
+        self.assertEqual(python['sql'], duck['sql'])
 
     def test_same_profile_on_damaged_input_and_copies(self):
         # the digest reads only the SQL lines and process starts: bad
