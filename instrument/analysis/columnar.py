@@ -608,12 +608,7 @@ def _classify(con, paths, copies, out) -> None:
         if raw[:1] != b'{':
             j = raw.find(load.LOG_MARKER)
             if j < 0:
-                if raw.strip():
-                    if log_file:
-                        issues.other_lines += 1
-                    else:
-                        issues.add('malformed', fname, line,
-                                   'not a span record: %r' % raw[:60])
+                issues.no_record(fname, line, raw, log_file)
                 continue
             raw = raw[j:]
         if decoder.slow(raw) is not None:

@@ -357,6 +357,18 @@ class Issues:
         if len(samples) < MAX_SAMPLES:
             samples.append((fname, lineno, reason[:200]))
 
+    def no_record(self, fname: str, lineno: int, raw: bytes,
+                  log_file: bool) -> None:
+        """A non-blank line without a span record: a service log's own
+        line (counted), or garbage in a span file (a bad line)."""
+        if not raw.strip():
+            return
+        if log_file:
+            self.other_lines += 1
+        else:
+            self.add('malformed', fname, lineno,
+                     'not a span record: %r' % raw[:60])
+
     def merge(self, other: 'Issues') -> None:
         for kind in KINDS:
             self.counts[kind] += other.counts[kind]

@@ -312,13 +312,8 @@ class PartReader:
             if raw[0] != 123:  # not '{': a service log line?
                 j = raw.find(marker)
                 if j < 0:
-                    if part == 0 and raw.strip():
-                        if log_file:
-                            issues.other_lines += 1
-                        else:
-                            # garbage in a span file is a bad line
-                            issues.add('malformed', fname, lineno,
-                                       'not a span record: %r' % raw[:60])
+                    if part == 0:
+                        issues.no_record(fname, lineno, raw, log_file)
                     continue
                 raw = raw[j:]
             meta = False
