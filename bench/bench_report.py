@@ -27,10 +27,24 @@ measures, each in a fresh subprocess:
   workers);
 * ``report half``: the same on the first half of the requests, to show
   how peak memory grows with the input;
+* ``report --engine duckdb``: the full report with the SQL digest
+  computed by the columnar engine (``columnar.digest_of``);
+* ``duckdb load``: the columnar engine's load of every line (typed,
+  validated, bad lines by file:line, duplicates): the per-event cost a
+  full report on the columnar engine starts from;
 * ``pt-query-digest`` (when installed): the same log's individually
   written SQL statements as a MySQL slow log, timed with the Percona
   Toolkit's digest; printed as statements/s and as a ratio to the
-  report's SQL-digest throughput.
+  report's SQL-digest throughput, and to the columnar digest's
+  (``bench_digest.py``'s ``duckdb`` child, same run).
+
+Then issue 17's targets, each as a ratio to what this run measured:
+full report >= 1,000,000 events/s (and as a multiple of today's
+analyser, ``report -j1``/``-j2``/default, the best), SQL digest >= 5x
+pt-query-digest's rate, peak RSS <= 2 GB (run with ``--events
+10000000`` for the 10M-event set; ``half -> full`` is the growth).
+CPU seconds (user + system of the child and its workers) are printed
+beside wall time: the cores may be shared.
 
 Prints numbers and ratios; asserts nothing.  Usage:
 ``python bench/bench_report.py [--events N]`` (the log is cached in
@@ -40,13 +54,18 @@ the temp directory for the next run).
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import typing
 
-TARGET_EVENTS_PER_S = 300_000
+# issue 17's targets
+TARGET_EVENTS_PER_S = 1_000_000
+TARGET_DIGEST_X_PT = 5.0
+TARGET_PEAK_MB = 2048
 
 
 def generate(events: int) -> tuple:
@@ -89,15 +108,16 @@ def generate(events: int) -> tuple:
 
 
 def measure(code: str) -> tuple:
-    """Wall seconds and peak RSS (MB) of ``python -c code``."""
+    """Wall seconds, peak RSS (MB) and CPU seconds of ``python -c
+    code``."""
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, '-c', code],
                           capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
-    peak = json.loads(proc.stdout.strip().splitlines()[-1])['rss_mb']
-    return wall, peak, proc.stdout
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return wall, out['rss_mb'], out['cpu_s']
 
 
 # VmHWM is the process's own peak (ru_maxrss survives exec from this
@@ -105,8 +125,11 @@ def measure(code: str) -> tuple:
 PEAK = ('import resource, json\n'
         'hwm = [int(l.split()[1]) for l in open("/proc/self/status") '
         'if l.startswith("VmHWM")][0]\n'
-        'c = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n'
-        'print(json.dumps({"rss_mb": max(hwm, c) / 1024}))\n')
+        's = resource.getrusage(resource.RUSAGE_SELF)\n'
+        'c = resource.getrusage(resource.RUSAGE_CHILDREN)\n'
+        'print(json.dumps({"rss_mb": max(hwm, c.ru_maxrss) / 1024,\n'
+        '                  "cpu_s": s.ru_utime + s.ru_stime + c.ru_utime'
+        ' + c.ru_stime}))\n')
 
 
 def decode_floor(logs: str) -> str:
@@ -142,10 +165,25 @@ def ceiling(logs: str, decode: str) -> str:
             '                    decode(line[i:])\n' % (decode, logs)) + PEAK
 
 
-def report_code(logs: str, jobs: int) -> str:
+def report_code(logs: str, jobs: int, engine: str = 'python') -> str:
     return ('from instrument.analysis import pipeline, report_text\n'
-            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d))\n'
-            'report_text.render(rep)\n' % (logs, jobs)) + PEAK
+            'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d, '
+            'engine=%r))\n'
+            'report_text.render(rep)\n' % (logs, jobs, engine)) + PEAK
+
+
+def columnar_load_code(logs: str) -> str:
+    """``columnar.load_files`` on every line, within DuckDB's default
+    memory limit (as ``instrument-report``)."""
+    return ('import os, shutil, tempfile\n'
+            'from instrument.analysis import columnar, load\n'
+            'paths, _ = load.discover([%r])\n'
+            'tmp = tempfile.mkdtemp(prefix="bench-report-")\n'
+            'con = columnar.connect(columnar.MEMORY_LIMIT, '
+            'temp_directory=os.path.join(tmp, "spill"))\n'
+            'columnar.load_files(con, paths, tmp=tmp)\n'
+            'con.close()\n'
+            'shutil.rmtree(tmp)\n' % logs) + PEAK
 
 
 def slow_log(logs: str, path: str) -> int:
@@ -194,11 +232,33 @@ def _loadavg() -> str:
         return '?'
 
 
+def _pt_query_digest(base: str, logs: str) -> typing.Optional[tuple]:
+    """``(wall s, CPU s)`` of pt-query-digest on the log's statements
+    (None when it is not installed)."""
+    digest = shutil.which('pt-query-digest')
+    if digest is None:
+        return None
+    slow = os.path.join(base, 'slow.log')
+    if not os.path.exists(slow):
+        slow_log(logs, slow + '.tmp')
+        os.rename(slow + '.tmp', slow)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    subprocess.run([digest, '--limit', '20', slow], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime - before.ru_utime -
+                  before.ru_stime)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--events', type=int, default=1_000_000)
     parser.add_argument('--generate-only', action='store_true',
                         help=argparse.SUPPRESS)
+    parser.add_argument('--no-ceilings', action='store_true',
+                        help='skip the decode floor and ceilings')
     args = parser.parse_args()
     base, info = generate(args.events)
     if args.generate_only:
@@ -212,57 +272,81 @@ def main() -> None:
                        len(os.sched_getaffinity(0))))
     print('load average before: %s' % _loadavg())
     rows = []
-    wall, rss, _ = measure(decode_floor(logs))
-    rows.append(('decode floor (json.loads)', wall, events / wall, rss))
-    floor = wall
-    for decode in ('none', 'orjson', 'msgspec'):
-        wall, rss, _ = measure(ceiling(logs, decode))
-        rows.append(('ceiling: readlines%s' % (
-            '' if decode == 'none' else ' + ' + decode), wall,
-            events / wall, rss))
+    floor = None
+    if not args.no_ceilings:
+        wall, rss, cpu = measure(decode_floor(logs))
+        rows.append(('decode floor (json.loads)', wall, events, rss, cpu))
+        floor = wall
+        for decode in ('none', 'orjson', 'msgspec'):
+            wall, rss, cpu = measure(ceiling(logs, decode))
+            rows.append(('ceiling: readlines%s' % (
+                '' if decode == 'none' else ' + ' + decode), wall,
+                events, rss, cpu))
     results = {}
-    for label, path, n, jobs in (
-            ('report -j1', logs, events, 1),
-            ('report -j2', logs, events, 2),
-            ('report (default workers)', logs, events, 0),
+    for label, code, n in (
+            ('report -j1', report_code(logs, 1), events),
+            ('report -j2', report_code(logs, 2), events),
+            ('report (default workers)', report_code(logs, 0), events),
             ('report -j1, half the requests',
-             os.path.join(base, 'half'), info['half_events'], 1)):
-        wall, rss, _ = measure(report_code(path, jobs))
-        rows.append((label, wall, n / wall, rss))
-        results[label] = (wall, rss)
-    print('%-34s %8s %12s %10s %8s' % ('run', 'seconds', 'events/s',
-                                       'peak MB', 'x floor'))
-    for label, wall, rate, rss in rows:
-        print('%-34s %8.2f %12.0f %10.0f %8.2f' % (label, wall, rate, rss,
-                                                   wall / floor))
+             report_code(os.path.join(base, 'half'), 1),
+             info['half_events']),
+            ('report --engine duckdb', report_code(logs, 0, 'duckdb'),
+             events),
+            ('duckdb load (every line)', columnar_load_code(logs),
+             events)):
+        wall, rss, cpu = measure(code)
+        rows.append((label, wall, n, rss, cpu))
+        results[label] = (wall, rss, cpu)
+        sys.stdout.flush()
+    print('%-34s %8s %8s %10s %10s %8s %8s' % (
+        'run', 'seconds', 'CPU s', 'events/s', 'ev/CPU s', 'peak MB',
+        'x floor'))
+    for label, wall, n, rss, cpu in rows:
+        print('%-34s %8.2f %8.2f %10.0f %10.0f %8.0f %8s' % (
+            label, wall, cpu, n / wall, n / max(cpu, 1e-3), rss,
+            '-' if floor is None else '%.2f' % (wall / floor)))
     print('load average after: %s' % _loadavg())
-    best = min(results['report -j1'][0], results['report -j2'][0],
-               results['report (default workers)'][0])
-    print('best full report: %.0f events/s, target %d: %s' % (
-        events / best, TARGET_EVENTS_PER_S,
-        'met' if events / best >= TARGET_EVENTS_PER_S else 'NOT met'))
-    print('peak RSS half -> full input: %.0f -> %.0f MB (x%.2f for x2 '
-          'input)' % (results['report -j1, half the requests'][1],
-                      results['report -j1'][1],
-                      results['report -j1'][1] /
-                      max(results['report -j1, half the requests'][1], 1)))
-    digest = shutil.which('pt-query-digest')
-    if digest is None:
-        print('pt-query-digest: not installed (Debian: percona-toolkit)')
+    today = min(results[k][0] for k in (
+        'report -j1', 'report -j2', 'report (default workers)'))
+    print()
+    print("issue 17's targets (ratios to what this run measured):")
+    for label in ('report (default workers)', 'report --engine duckdb'):
+        wall = results[label][0]
+        print('  full report, %s: %.0f events/s = %.2f of the target '
+              '(%d); %.2fx today\'s best (%.0f events/s)' % (
+                  label, events / wall, events / wall / TARGET_EVENTS_PER_S,
+                  TARGET_EVENTS_PER_S, today / wall, events / today))
+    load_cpu = results['duckdb load (every line)'][2]
+    print('  (the columnar load alone: %.0f events per CPU second; on '
+          '%d CPUs at most %.0f events/s before any other work)' % (
+              events / max(load_cpu, 1e-3), len(os.sched_getaffinity(0)),
+              events / max(load_cpu, 1e-3) *
+              len(os.sched_getaffinity(0))))
+    half = results['report -j1, half the requests'][1]
+    full = results['report -j1'][1]
+    peak = max(r[1] for k, r in results.items()
+               if k != 'report -j1, half the requests')
+    print('  peak RSS: %.0f MB at %d events (target %d MB: %s); half '
+          '-> full input: %.0f -> %.0f MB (x%.2f for x2 input)' % (
+              peak, events, TARGET_PEAK_MB,
+              'met' if peak <= TARGET_PEAK_MB else 'NOT met', half, full,
+              full / max(half, 1)))
+    pt = _pt_query_digest(base, logs)
+    if pt is None:
+        print('  pt-query-digest: not installed (Debian: percona-toolkit)')
         return
-    slow = os.path.join(base, 'slow.log')
-    if not os.path.exists(slow):
-        slow_log(logs, slow + '.tmp')
-        os.rename(slow + '.tmp', slow)
+    import bench_digest
+    dd = bench_digest.child('duckdb', logs)
     n = info['sql']
-    t0 = time.monotonic()
-    subprocess.run([digest, '--limit', '20', slow], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pt = time.monotonic() - t0
-    print('pt-query-digest: %d statements in %.2f s (%.0f statements/s); '
-          'instrument-report did them and %d other events in %.2f s: '
-          'pt-query-digest time / instrument-report time = %.2f' % (
-              n, pt, n / pt, events - n, best, pt / best))
+    pt_wall, pt_cpu = pt
+    print('  SQL digest: pt-query-digest %d statements in %.2f s (%.2f '
+          'CPU s); columnar digest %.2f s (%.2f CPU s): %.2fx '
+          'pt-query-digest\'s rate in wall time, %.2fx per CPU second '
+          '(target %.0fx); the full report did them and %d other events '
+          'in %.2f s (%.2fx)' % (
+              n, pt_wall, pt_cpu, dd['seconds'], dd['cpu'],
+              pt_wall / dd['seconds'], pt_cpu / max(dd['cpu'], 1e-3),
+              TARGET_DIGEST_X_PT, events - n, today, pt_wall / today))
 
 
 if __name__ == '__main__':
