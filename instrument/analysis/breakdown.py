@@ -629,6 +629,10 @@ def aggregate(summaries: list) -> dict:
         'latency_by_state': {k: stats(v) for k, v in by_state.items()},
         'components': comp_stats, 'sql_in_components': sql_stats,
         'component_order': names,
+        # successful boots of several instances: their instances' spans
+        # (compute.*) ran side by side and their exclusive times add up
+        'multi_instance_boots': sum(1 for s in good
+                                    if len(s.instances) > 1),
         'critical_path_us': dict(cp_total),
         'critical_path_share': {k: v / lat_total
                                 for k, v in cp_total.items()},

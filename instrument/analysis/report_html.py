@@ -278,6 +278,10 @@ def render(report: dict, title: str = 'instrument-report') -> str:
     out.append(concurrency_chart(s['concurrency']['series']))
     # components
     out.append('<h2>Components (successful boots)</h2>')
+    note = report_text.multi_instance_note(s)
+    if note:
+        out.append('<p class="note">%s.</p>' % esc(note[0].upper() +
+                                                    note[1:]))
     rows = []
     for name in s['component_order']:
         st = s['components'].get(name, {})

@@ -331,6 +331,19 @@ def _states(report: dict, out: list) -> None:
                 ev, host, how, len(reqs), reqs[0]))
 
 
+def multi_instance_note(summary: dict) -> str:
+    """Why a component's time can exceed end to end: the successful
+    boots that built several instances, whose builds ran side by side
+    and whose exclusive times are summed ('' when there is none)."""
+    n = summary.get('multi_instance_boots') or 0
+    if not n:
+        return ''
+    return ('%d of the %d boots built several instances at once: the '
+            'exclusive times of their instances (compute.*) are added '
+            'up, so a component can exceed end to end; crit.path is the '
+            'share of wall time' % (n, summary['latency']['count']))
+
+
 def _components(report: dict, out: list) -> None:
     s = report['summary']
     _title(out, 'Time per successful boot, exclusive, per component')
@@ -340,6 +353,9 @@ def _components(report: dict, out: list) -> None:
     if not lat.get('count'):
         out.append('no successful boot')
         return
+    note = multi_instance_note(s)
+    if note:
+        out.append('(%s)' % note)
     rows = []
     for name in s['component_order']:
         st = s['components'].get(name, {})

@@ -26,6 +26,8 @@ import fixtures
 import testtools
 
 from instrument.analysis import pipeline
+from instrument.analysis import report_html
+from instrument.analysis import report_text
 from tests import synthetic
 
 
@@ -125,6 +127,28 @@ class TruthTest(testtools.TestCase):
                         want['rpc.queue'] * 0.05)
         got, want = self._totals('sql_in_us', 'sql_in')
         self.assertEqual(want, got)
+
+    def test_multi_instance_boots_named_beside_the_components(self):
+        # the truth's boots of several instances: their builds run side
+        # by side, so their instances' exclusive times add up
+        good = [r for r in self.report['requests']
+                if r['kind'] == 'boot' and not r['lost_ends'] and
+                r['state'] in ('success', 'rescheduled_success')]
+        multi = [r for r in good
+                 if len(self.truth.requests[r['req']].states) > 1]
+        self.assertGreater(len(multi), 0)
+        summary = self.report['summary']
+        self.assertEqual(len(multi), summary['multi_instance_boots'])
+        # what the note explains: components above end to end
+        self.assertTrue(any(sum(r['components_us'].values()) >
+                            r['latency_us'] for r in multi))
+        text = report_text.render(self.report)
+        self.assertIn('%d of the %d boots built several instances at '
+                      'once' % (len(multi), len(good)), text)
+        self.assertIn('%d of the %d boots' % (len(multi), len(good)),
+                      report_html.render(self.report))
+        self.assertEqual('', report_text.multi_instance_note(
+            dict(summary, multi_instance_boots=0)))
 
     def test_latency_end_to_end(self):
         for req, rt in self.truth.requests.items():
