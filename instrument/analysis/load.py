@@ -150,11 +150,11 @@ def _skipped(reports: list, others: list, unnamed: list) -> list:
         out.append('skipped %d file%s holding no span record: %s' % (
             len(others), '' if len(others) == 1 else 's', _names(others)))
     if unnamed:
-        out.append('skipped %d file%s not named like span files (%s, or '
-                   '.gz): %s' % (
+        out.append('skipped %d file%s not named like span files (%s '
+                   'or *%s, optionally followed by .gz): %s' % (
                        len(unnamed), '' if len(unnamed) == 1 else 's',
-                       ', '.join('*' + s for s in SPAN_SUFFIXES),
-                       _names(unnamed)))
+                       ', '.join('*' + s for s in SPAN_SUFFIXES[:-1]),
+                       SPAN_SUFFIXES[-1], _names(unnamed)))
     return out
 
 

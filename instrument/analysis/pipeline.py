@@ -749,6 +749,12 @@ def _analyse(inputs: list, opts: Options) -> dict:
         if opts.progress is not None:
             opts.progress('done', total, total)
     report = build_report(merged, clock, hops, opts, paths, total)
+    # what the input spans, corrected: from its first RPC span (which
+    # ``+10m`` counts from) to its last record
+    report['inputs']['first_us'] = first_ts
+    report['inputs']['last_us'] = max(
+        (r['last_us'] for r in merged.loss.per_process().values()
+         if r['last_us']), default=None)
     report['run'] = {'seconds': time.monotonic() - started,
                      'clock_pass_seconds': clock_s, 'jobs': jobs}
     return report

@@ -28,13 +28,23 @@ the span records as Parquet tables for DuckDB, Spark or Trino
 span files (a JSON report, the demo's ``servers.json``) are skipped and
 named in the report's input problems.
 
+What can be checked before the analysis, which may take minutes, is:
+the output files (their directory exists and they can be written; no
+file is left behind) and both runs of ``compare`` (they exist; a JSON
+report is read and must be comparable).  After the analysis every
+output that can be written is, and each that cannot is named.  A
+``--since``/``--until`` window in which no request started gives the
+(empty) report and a warning on standard error, not an error.
+
 Exit status: 0 done; 1 a library of the ``report`` extra is missing
-(one line says what to install); 2 bad usage, or no usable input (no
-span record at all, a compare side with nothing to compare).
+(one line says what to install); 2 bad usage, no usable input (no
+span record at all, a compare side with nothing to compare, or that is
+another tool's JSON), or an output that cannot be written.
 """
 
 import argparse
 import importlib
+import json
 import os
 import re
 import sys
@@ -243,6 +253,29 @@ def _analyse(inputs: list, opts, side: str = '') -> dict:
     return report
 
 
+def empty_window(report: dict) -> typing.Optional[str]:
+    """What a ``--since``/``--until`` window that no request started in
+    left of the report (None when there is no window, or a request in
+    it): the report is written all the same, empty."""
+    (report_text,) = analysis('report_text')
+    win = report.get('window') or {}
+    since, until = win.get('since_us'), win.get('until_us')
+    if (since is None and until is None) or report['requests']:
+        return None
+    what = 'no request started in the window %s .. %s' % (
+        report_text.fmt_time(since) if since is not None else '(start)',
+        report_text.fmt_time(until) if until is not None else '(end)')
+    calls = report['sql'].get('calls') or 0
+    what += (', %d SQL statement%s did' % (calls, '' if calls == 1 else 's')
+             if calls else ' (nor any SQL statement)')
+    inp = report['inputs']
+    first, last = inp.get('first_us'), inp.get('last_us')
+    if first is not None and last is not None:
+        what += '; the input spans %s .. %s' % (
+            report_text.fmt_time(first), report_text.fmt_time(last))
+    return what + ' (corrected clock, UTC)'
+
+
 def unusable(report: dict) -> typing.Optional[str]:
     """Why a run cannot be compared (None when it can)."""
     (pipeline,) = analysis('pipeline')
@@ -260,16 +293,68 @@ def unusable(report: dict) -> typing.Optional[str]:
     return None
 
 
-def _load_run(side: str, arg: str, opts) -> dict:
-    (report_json,) = analysis('report_json')
+# the largest file that ``compare`` reads whole to tell a JSON document
+# that is not a report from span records
+MAX_OTHER_JSON = 64 << 20
+
+
+def _other_json(path: str) -> typing.Any:
+    """The JSON document in ``path``, which has no span record near its
+    start (``load.sniff``); None when it holds none (or is too large to
+    tell): its span records, if any, are for the analysis to find."""
+    try:
+        if os.path.getsize(path) > MAX_OTHER_JSON:
+            return None
+        with open(path, 'rb') as src:
+            head = src.read(MAX_OTHER_JSON)
+        if head.lstrip()[:1] not in (b'{', b'['):
+            return None
+        return json.loads(head)
+    except (OSError, ValueError):
+        return None
+
+
+def _check_run(side: str, arg: str) -> typing.Optional[dict]:
+    """A ``compare`` run checked before either run is analysed: the JSON
+    report it names, read and found comparable; or None for span input
+    (files, a directory, a glob) in which discovery finds files to read.
+    Anything else exits with one line naming the run."""
+    load, report_json = analysis('load', 'report_json')
     where = '%s %s: ' % (side, arg)
-    if os.path.isfile(arg) and report_json.is_report(arg):
+    run = None
+    if os.path.isfile(arg):
         try:
-            run = report_json.read(arg)
+            if report_json.is_report(arg):
+                run = report_json.read(arg)
+            elif load.sniff(arg) == 'other':
+                run = _other_json(arg)
+                if run is not None and not (
+                        isinstance(run, dict) and 'report_version' in run):
+                    fail(where + 'not an instrument-report JSON report '
+                         'nor span records (JSON without '
+                         '"report_version"; write a report with '
+                         'instrument-report --json)')
         except (OSError, ValueError) as exc:
             fail(where + str(exc))
-    else:
-        run = _analyse([arg], opts, where)
+    if run is None:
+        files, problems = load.discover([arg])
+        if not files:
+            fail(where + 'no span files to read: ' + '; '.join(problems))
+        return None
+    problem = unusable(run)
+    if problem:
+        fail(where + problem)
+    return run
+
+
+def _load_run(side: str, arg: str, opts,
+              run: typing.Optional[dict] = None) -> dict:
+    """``run`` (a report ``_check_run`` read), or the analysis of the
+    span input ``arg``, found comparable."""
+    if run is not None:
+        return run
+    where = '%s %s: ' % (side, arg)
+    run = _analyse([arg], opts, where)
     problem = unusable(run)
     if problem:
         fail(where + problem)
@@ -285,16 +370,80 @@ def _to_stdout(args) -> bool:
     return bool(wanted)
 
 
-def _write(path: str, text: str) -> None:
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def unwritable(path: str) -> typing.Optional[str]:
+    """Why the output file ``path`` cannot be written (None when it can
+    be, or is ``-``), found before the analysis, which may take
+    minutes.  Leaves the file system as it was: an existing file is
+    opened to append nothing, a new one is created and removed."""
+    if path == STDOUT:
+        return None
+    if os.path.isdir(path):
+        return 'it is a directory'
+    if os.path.exists(path):
+        if not os.path.isfile(path):
+            # a device or a pipe (/dev/stdout, bash's >(jq .)): opening
+            # it could block, or be all a reader waits for
+            return None if os.access(path, os.W_OK) else \
+                'permission denied'
+        target, flags = path, os.O_WRONLY | os.O_APPEND
+    else:
+        # a new file (where a dangling symbolic link points, if one)
+        target = os.path.realpath(path)
+        if not os.path.isdir(os.path.dirname(target)):
+            return 'no directory %s' % os.path.dirname(target)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(target, flags, 0o666)
+    except OSError as exc:
+        return _reason(exc)
+    os.close(fd)
+    if flags & os.O_CREAT:
+        try:
+            os.unlink(target)
+        except OSError:  # pragma: no cover - removed meanwhile
+            pass
+    return None
+
+
+def _check_outputs(args) -> None:
+    """Refuse an output that cannot be written before analysing."""
+    for name in ('json', 'html'):
+        path = getattr(args, name, None)
+        why = unwritable(path) if path else None
+        if why:
+            fail('cannot write %s: %s' % (path, why))
+
+
+def _write(path: str, text: str) -> bool:
+    """Write ``text`` to ``path`` (``-``: standard output); when it
+    cannot, say why in one line on standard error and return False."""
     if path == STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
-        return
+        return True
     try:
         with open(path, 'w', encoding='utf-8') as out:
             out.write(text)
     except OSError as exc:
-        fail('cannot write %s: %s' % (path, exc))
+        sys.stderr.write('%s: error: cannot write %s: %s\n' % (
+            PROG, path, _reason(exc)))
+        sys.stderr.flush()
+        return False
+    return True
+
+
+def _write_all(outputs: list) -> int:
+    """Write every ``(path, render)`` whose path is set, also after one
+    that cannot be written; EXIT_USAGE when any could not be."""
+    failed = False
+    for path, render in outputs:
+        if path and not _write(path, render()):
+            failed = True
+    return EXIT_USAGE if failed else 0
 
 
 def main_compare(argv: list) -> int:
@@ -302,13 +451,19 @@ def main_compare(argv: list) -> int:
     compare, report_json = analysis('compare', 'report_json')
     piped = _to_stdout(args)
     opts = _options(args)
-    run_a = _load_run('RUN_A', args.run_a, opts)
-    run_b = _load_run('RUN_B', args.run_b, opts)
+    _check_outputs(args)
+    # both runs checked before either is analysed (which takes time)
+    read_a = _check_run('RUN_A', args.run_a)
+    read_b = _check_run('RUN_B', args.run_b)
+    run_a = _load_run('RUN_A', args.run_a, opts, read_a)
+    run_b = _load_run('RUN_B', args.run_b, opts, read_b)
     result = compare.compare(run_a, run_b, alpha=args.alpha, top=args.top)
     if not piped:
         sys.stdout.write(compare.render(result, args.run_a, args.run_b))
-    if args.json:
-        _write(args.json, report_json.dumps(result) + '\n')
+    status = _write_all([
+        (args.json, lambda: report_json.dumps(result) + '\n')])
+    if status:
+        raise SystemExit(status)
     return 0
 
 
@@ -360,13 +515,20 @@ def main(argv: list = None) -> int:
         'report_html', 'report_json', 'report_text')
     piped = _to_stdout(args)
     opts = _options(args, all_lifecycles=args.all_lifecycles)
+    _check_outputs(args)
     report = _analyse(args.inputs, opts)
+    empty = empty_window(report)
+    if empty:
+        sys.stderr.write('%s: warning: %s\n' % (PROG, empty))
+        sys.stderr.flush()
     if not args.quiet and not piped:
         sys.stdout.write(report_text.render(report, sql_blocks=args.blocks))
-    if args.json:
-        _write(args.json, report_json.dumps(report) + '\n')
-    if args.html:
-        _write(args.html, report_html.render(report))
+    # every output that can be written is, also after one that cannot
+    status = _write_all([
+        (args.json, lambda: report_json.dumps(report) + '\n'),
+        (args.html, lambda: report_html.render(report))])
+    if status:
+        raise SystemExit(status)
     return 0
 
 

@@ -55,6 +55,22 @@ class DiscoverTest(testtools.TestCase):
         self.assertIn('no such file', problems[0])
         self.assertIn('no file matches', problems[1])
 
+    def test_the_skip_message_states_the_naming_rule(self):
+        # a name ending in .gz is not enough: what is before the .gz
+        # must be a span file's suffix
+        d = self.useFixture(fixtures.TempDir()).path
+        for name in ('a.jsonl', 'fakegz.gz', 'b.log.gz'):
+            with open(os.path.join(d, name), 'wb') as f:
+                f.write(b'')
+        files, problems = load.discover([d])
+        self.assertEqual(['a.jsonl', 'b.log.gz'],
+                         sorted(os.path.basename(f) for f in files))
+        self.assertEqual(1, len(problems))
+        self.assertIn('fakegz.gz', problems[0])
+        self.assertNotIn(' or .gz', problems[0])
+        self.assertIn('*.jsonl, *.json, *.log or *.txt, optionally '
+                      'followed by .gz', problems[0])
+
     def test_the_demo_output_directory(self):
         # Issue 14, item 3: the demo writes its report next to the span
         # files; only the span files are read, the rest is named.

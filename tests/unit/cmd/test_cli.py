@@ -96,7 +96,8 @@ class CliTest(testtools.TestCase):
         other = self.write('some-other-tool.json',
                            b'{"benchmark": "x", "results": [1, 2]}\n')
         line = self.error('compare', self.report, other)
-        self.assertIn('RUN_B %s: no span records' % other, line)
+        self.assertIn('RUN_B %s: not an instrument-report JSON report'
+                      % other, line)
         binary = self.write('random.bin', os.urandom(4096))
         line = self.error('compare', binary, self.report)
         self.assertIn('RUN_A %s: no span records' % binary, line)

@@ -14,10 +14,12 @@
 import io
 import json
 import os
+import unittest
 
 import fixtures
 import testtools
 
+from instrument.analysis import report_text
 from instrument.cmd import report
 from tests import synthetic
 
@@ -105,8 +107,8 @@ class CommandTest(testtools.TestCase):
         other = os.path.join(self.dir, 'other-tool.json')
         with open(other, 'w') as f:
             f.write('{"results": [1, 2, 3]}\n')
-        self.fails(['compare', other, good], 'RUN_A %s: no span records'
-                   % other)
+        self.fails(['compare', other, good], 'RUN_A %s: not an '
+                   'instrument-report JSON report' % other)
         newer = dict(data, report_version=99)
         with open(empty, 'w') as f:
             json.dump(newer, f, separators=(',', ':'))
@@ -148,3 +150,127 @@ class CommandTest(testtools.TestCase):
         with open(os.path.join(self.dir, 'same.json')) as f:
             cmp = json.load(f)
         self.assertFalse(any(r['significant'] for r in cmp['latency']))
+
+    def no_analysis(self):
+        """Make the analysis fail the test: what is checked before it
+        must be refused without it."""
+        def analyse(*args, **kwargs):
+            self.fail('analysed %r before refusing' % (args,))
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.analysis.pipeline.analyse', analyse))
+
+    def test_an_output_that_cannot_be_written_is_refused_first(self):
+        run = self.run_a()
+        good = os.path.join(self.dir, 'good.json')
+        with open(good, 'w') as f:
+            f.write('old\n')
+        before = sorted(os.listdir(self.dir))
+        self.no_analysis()
+        nowhere = os.path.join(self.dir, 'no', 'r.json')
+        self.fails([run, '-q', '--json', nowhere],
+                   'cannot write %s: no directory %s' % (
+                       nowhere, os.path.join(self.dir, 'no')))
+        self.fails([run, '-q', '--html', self.dir],
+                   'cannot write %s: it is a directory' % self.dir)
+        # the writable one is not written (nor emptied) either
+        self.fails([run, '-q', '--json', good, '--html',
+                    os.path.join(self.dir, 'no', 'r.html')],
+                   'cannot write %s' % os.path.join(self.dir, 'no', 'r.html'))
+        self.fails(['compare', run, run, '--json',
+                    os.path.join(self.dir, 'no', 'c.json')],
+                   'cannot write %s' % os.path.join(self.dir, 'no', 'c.json'))
+        with open(good) as f:
+            self.assertEqual('old\n', f.read())
+        self.assertEqual(before, sorted(os.listdir(self.dir)))
+        self.assertEqual('', self.stdout.getvalue())
+
+    def test_a_checked_output_is_not_left_behind(self):
+        out = os.path.join(self.dir, 'r.json')
+        self.fails([os.path.join(self.dir, 'missing'), '--json', out],
+                   'no span files')
+        self.assertFalse(os.path.lexists(out))
+
+    @unittest.skipUnless(os.path.exists('/dev/full'), 'no /dev/full')
+    def test_every_output_that_can_be_written_is(self):
+        # /dev/full passes the check (a writable device) and then fails
+        # the write: the HTML report is written all the same
+        run = self.run_a()
+        html = os.path.join(self.dir, 'r.html')
+        self.fails([run, '-q', '--no-progress', '--json', '/dev/full',
+                    '--html', html], 'cannot write /dev/full: ')
+        with open(html) as f:
+            self.assertIn('Where a successful boot spends its time', f.read())
+
+    def test_compare_checks_both_runs_before_analysing(self):
+        run = self.run_a()
+        good = os.path.join(self.dir, 'good.json')
+        self.assertEqual(0, report.main([run, '-q', '--json', good,
+                                         '--no-progress']))
+        other = os.path.join(self.dir, 'other-tool.json')
+        with open(other, 'w') as f:
+            json.dump({'results': [1, 2, 3]}, f, indent=2)
+        missing = os.path.join(self.dir, 'missing')
+        self.no_analysis()
+        self.fails(['compare', run, missing], 'RUN_B %s: no span files to '
+                   'read: %s: no such file or directory' % (missing, missing))
+        self.fails(['compare', run, other], 'RUN_B %s: not an '
+                   'instrument-report JSON report' % other)
+        self.fails(['compare', good, other], 'RUN_B %s: not an '
+                   'instrument-report JSON report' % other)
+        self.assertNotIn('schema version', self.stderr.getvalue())
+        with open(good) as f:
+            data = json.load(f)
+        newer = os.path.join(self.dir, 'newer.json')
+        with open(newer, 'w') as f:
+            json.dump(dict(data, report_version=99), f)
+        self.fails(['compare', run, newer], 'RUN_B %s: report version 99'
+                   % newer)
+        self.assertEqual('', self.stdout.getvalue())
+
+    def test_compare_reads_a_reformatted_report(self):
+        run = self.run_a()
+        good = os.path.join(self.dir, 'good.json')
+        report.main([run, '-q', '--json', good, '--no-progress'])
+        with open(good) as f:
+            data = json.load(f)
+        pretty = os.path.join(self.dir, 'pretty.json')
+        with open(pretty, 'w') as f:
+            json.dump(data, f, indent=1)  # as jq . writes it
+        self.no_analysis()
+        self.assertEqual(0, report.main(['compare', good, pretty]))
+        self.assertIn('Mann-Whitney', self.stdout.getvalue())
+
+    def test_an_empty_window_is_written_with_a_warning(self):
+        run = self.run_a()
+        full = os.path.join(self.dir, 'full.json')
+        self.assertEqual(0, report.main([run, '-q', '--no-progress',
+                                         '--json', full]))
+        self.assertEqual('', self.stderr.getvalue())
+        with open(full) as f:
+            data = json.load(f)
+        inputs = data['inputs']
+        starts = [r['start_us'] for r in data['requests']]
+        self.assertLessEqual(inputs['first_us'], min(starts))
+        self.assertGreater(inputs['last_us'], max(starts))
+        part = os.path.join(self.dir, 'part.json')
+        self.assertEqual(0, report.main([run, '-q', '--no-progress',
+                                         '--since', '+10h', '--json', part]))
+        lines = self.stderr.getvalue().splitlines()
+        self.assertEqual(1, len(lines), lines)
+        self.assertTrue(lines[0].startswith(
+            'instrument-report: warning: no request started in the '
+            'window '), lines[0])
+        self.assertIn('nor any SQL statement', lines[0])
+        fmt = report_text.fmt_time
+        self.assertIn('the input spans %s .. %s' % (
+            fmt(inputs['first_us']), fmt(inputs['last_us'])), lines[0])
+        with open(part) as f:
+            empty = json.load(f)
+        self.assertEqual([], empty['requests'])
+        self.assertEqual(len(starts), empty['window']['requests_outside'])
+        # a window holding requests: no warning
+        self.stderr.truncate(0)
+        self.stderr.seek(0)
+        self.assertEqual(0, report.main([run, '-q', '--no-progress',
+                                         '--since', '+10s']))
+        self.assertEqual('', self.stderr.getvalue())
