@@ -464,9 +464,8 @@ def _load(con, paths, out, work, progress, only=()) -> None:
     _carriage_returns(con, paths, copies, work, only)
     for fi in sorted(copies):
         if copies[fi].error:
-            out.problems.append('%s: %s (the rest of the file is '
-                                'unreadable)' % (copies[fi].name,
-                                                 copies[fi].error))
+            out.problems.append(load.unreadable(
+                copies[fi].name, copies[fi].error, copies[fi].lines))
     _classify(con, paths, copies, out)
     out.lines = con.execute('SELECT count(*) FROM staged').fetchone()[0]
     _processes(con, out, _stage_columns(only))

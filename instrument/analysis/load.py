@@ -33,7 +33,10 @@ the first few of each kind are kept with file and line number:
 ``late``             a record of a request already finalised
 
 ``FileLoss`` adds, per file and process, the ``seq`` numbers missing and
-the events the runtime itself reported lost (``sink.drops``).
+the events the runtime itself reported lost (``sink.drops``), and the
+files whose end could not be read (a cut gzip stream, a read error):
+every line before is read (``SpanFile``), the rest is named, not
+counted.
 
 ``RecordDecoder`` turns a line into a record object whose attributes
 are the schema's fields (``None`` when absent).  With msgspec installed
@@ -45,6 +48,7 @@ paths accept and reject the same lines.
 
 import glob
 import gzip
+import io
 import os
 import re
 import typing
@@ -75,6 +79,8 @@ MAX_SAMPLES = 20
 LOG_MARKER = b'{"v":'
 # how a JSON report written by ``instrument-report --json`` starts
 REPORT_MARKER = b'{"report_version"'
+# compressed bytes read at once by ``SpanFile._salvage``
+SALVAGE_BYTES = 1 << 16
 _TS = re.compile(rb'"ts":\s*(\d+)')
 _HOST = re.compile(rb'"host":\s*"([^"\\]*)"')
 
@@ -248,6 +254,24 @@ def _walk(directory: str) -> list:
     return out
 
 
+def unreadable(name: str, error: str, lines: int) -> str:
+    """The problem of a file whose end could not be read."""
+    return '%s: %s (the rest of the file after line %d is unreadable)' % (
+        name, error, lines)
+
+
+def _up_to_error(d: typing.Any, data: bytes) -> bytes:
+    """What the decompressor ``d`` gives of ``data`` before the byte
+    it fails on (fed byte by byte: a failing call gives nothing)."""
+    out = []
+    try:
+        for i in range(len(data)):
+            out.append(d.decompress(data[i:i + 1]))
+    except zlib.error:
+        pass
+    return b''.join(out)
+
+
 class SpanFile:
     """One input file read in chunks of lines, with its position."""
 
@@ -267,8 +291,11 @@ class SpanFile:
         # the latest (corrected) time seen, None before the first
         self.time: typing.Optional[int] = None
         self.done = False
-        # why the rest of the file could not be read
+        # why the rest of the file could not be read, and the lines read
+        # (the last one cut short when it has no newline): the rest of
+        # the file after line ``lines`` is lost
         self.error: typing.Optional[str] = None
+        self.lines = 0
         self._raw = open(path, 'rb')
         self._f: typing.BinaryIO
         if path.endswith('.gz'):
@@ -283,10 +310,17 @@ class SpanFile:
             return []
         try:
             lines = self._f.readlines(hint)
-        except (OSError, EOFError, ValueError) as exc:
+        except (OSError, EOFError, ValueError, zlib.error) as exc:
             # a cut gzip stream, or a read error: keep what was read
             self.error = '%s: %s' % (exc.__class__.__name__, exc)
-            lines = []
+            lines = self._salvage()
+            try:
+                self._f.close()
+            except (OSError, EOFError, ValueError, zlib.error):
+                pass
+            # the next read is the last, and yields nothing
+            self._f = io.BytesIO()
+        self.lines += len(lines)
         if not lines:
             self.close()
             return []
@@ -300,6 +334,63 @@ class SpanFile:
             ts = int(match.group(1)) + self._offset_of(last)
             if self.time is None or ts > self.time:
                 self.time = ts
+        return lines
+
+    def _salvage(self) -> list:
+        """The lines after the ``self.lines`` read, as far as the file
+        can be read (``readlines`` drops the lines it read when it
+        fails): the file read again from its start, decompressed by a
+        ``zlib`` object that returns what it has, gzip members one
+        after the other; the last line has no newline when the file
+        ends in it."""
+        skip = self.lines
+        out = []
+        d = zlib.decompressobj(31) if self.path.endswith('.gz') else None
+        try:
+            with open(self.path, 'rb') as raw:
+                data = b''
+                end = False
+                while not end:
+                    if not data:
+                        data = raw.read(SALVAGE_BYTES)
+                        if not data:
+                            break
+                    if d is None:
+                        text, data = data, b''
+                    else:
+                        if d.eof:  # the next member of the file
+                            if len(data) < 2:
+                                data += raw.read(SALVAGE_BYTES)
+                            if not data.startswith(b'\x1f\x8b'):
+                                break
+                            d = zlib.decompressobj(31)
+                        before = d.copy()
+                        try:
+                            text = d.decompress(data)
+                            data = d.unused_data if d.eof else b''
+                        except zlib.error:
+                            # damaged: what decompresses before it
+                            text = _up_to_error(before, data)
+                            end = True
+                    if skip:
+                        n = text.count(b'\n')
+                        if n < skip:
+                            skip -= n
+                            continue
+                        at = -1
+                        for _ in range(skip):
+                            at = text.index(b'\n', at + 1)
+                        text = text[at + 1:]
+                        skip = 0
+                    out.append(text)
+        except (OSError, EOFError, ValueError, zlib.error):
+            pass  # as far as it can be read
+        if skip:
+            return []
+        lines = [line + b'\n' for line in b''.join(out).split(b'\n')]
+        last = lines.pop()
+        if last != b'\n':
+            lines.append(last[:-1])
         return lines
 
     def _offset_of(self, raw: bytes) -> int:
@@ -489,6 +580,10 @@ class FileLoss:
         # file name: records left out as duplicates, and records read
         self.duplicates = {}
         self.read = {}
+        # file name: [lines read, why the rest is unreadable, hosts of
+        # its records] of the files whose end could not be read (a cut
+        # gzip stream): what was lost after is not known
+        self.unreadable = {}
 
     def merge(self, other: 'FileLoss') -> None:
         for key, s in other.seqs.items():
@@ -517,6 +612,9 @@ class FileLoss:
             mine = getattr(self, attr)
             for key, n in getattr(other, attr).items():
                 mine[key] = mine.get(key, 0) + n
+        for fname, (line, error, hosts) in other.unreadable.items():
+            row = self.unreadable.setdefault(fname, [line, error, set()])
+            row[2] = row[2] | hosts
 
     def records(self) -> int:
         return sum(_seq_row(s)[0] for s in self.seqs.values())

@@ -594,9 +594,14 @@ class PartReader:
         issues = self.issues
         asm = self.asm
         for f in files:
-            if f.error and self.part == 0:
-                issues.problems.append('%s: %s (the rest of the file is '
-                                       'unreadable)' % (f.name, f.error))
+            if f.error:
+                if self.part == 0:
+                    issues.problems.append(load.unreadable(
+                        f.name, f.error, f.lines))
+                self.loss.unreadable[f.name] = [
+                    f.lines, f.error, set().union(*(
+                        s.hosts for (fi, _pid), s in self.current.items()
+                        if fi == f.index))]
         asm.finish()
         if asm.late:
             issues.counts['late'] += asm.late
@@ -861,10 +866,16 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
 
 def quality(loss: load.FileLoss, summaries: list) -> dict:
     """What the figures stand on: the processes that lost records
-    (seq gaps, ``sink.drops``, lines not valid), and the requests with
-    events on their hosts, whose figures may miss some of them."""
+    (seq gaps, ``sink.drops``, lines not valid), the files whose end
+    could not be read (``unreadable``: what they lost is not counted;
+    later files of their processes show it as seq gaps), and the
+    requests with events on their hosts, whose figures may miss some of
+    them."""
     lossy = loss.lossy()
     hosts = {h for r in lossy for h in r['hosts']}
+    # files whose end could not be read: what they lost is not known
+    for _line, _error, file_hosts in loss.unreadable.values():
+        hosts.update(file_hosts)
     # (a request of SQL statements only names no host: it may be one)
     affected = [s for s in summaries
                 if not s.hosts or hosts.intersection(s.hosts)] \
@@ -875,6 +886,8 @@ def quality(loss: load.FileLoss, summaries: list) -> dict:
         'processes': [{k: r[k] for k in ('host', 'pid', 'file', 'records',
                                          'missing', 'dropped', 'invalid')}
                       for r in lossy],
+        'unreadable': [{'file': f, 'after_line': row[0], 'error': row[1]}
+                       for f, row in sorted(loss.unreadable.items())],
         'hosts': sorted(hosts),
         'requests': len(summaries),
         'requests_affected': len(affected),

@@ -198,15 +198,24 @@ def loss_note(report: dict) -> typing.Optional[str]:
     """The warning that goes beside every figure computed from input
     with losses, None without losses."""
     q = report.get('quality') or {}
-    if not q.get('lost_records'):
+    cut = q.get('unreadable') or []
+    if not q.get('lost_records') and not cut:
         return None
-    return ('! computed from input with losses: %d records lost in %d '
-            'process(es) on %s; %d of %d requests (%s) have events there '
-            'and may be incomplete or mis-timed (see Input problems)' % (
-                q['lost_records'], len(q['processes']),
-                ', '.join(q['hosts']), q['requests_affected'],
-                q['requests'], fmt_pct(q['requests_affected'] /
-                                       (q['requests'] or 1))))
+    lost = ['%d records lost in %d process(es)' % (
+        q['lost_records'], len(q['processes']))] if q['lost_records'] else []
+    # what a file lost after the point it could not be read past is
+    # not known: named, not counted
+    lost.extend('the rest of %s after line %d' % (u['file'], u['after_line'])
+                for u in cut[:3])
+    if len(cut) > 3:
+        lost.append('the rest of %d more file(s)' % (len(cut) - 3))
+    return ('! computed from input with losses: %s%s; %d of %d requests '
+            '(%s) have events there and may be incomplete or mis-timed '
+            '(see Input problems)' % (
+                ' and '.join(lost),
+                ' on ' + ', '.join(q['hosts']) if q['hosts'] else '',
+                q['requests_affected'], q['requests'],
+                fmt_pct(q['requests_affected'] / (q['requests'] or 1))))
 
 
 def _loss_note(report: dict, out: list) -> None:

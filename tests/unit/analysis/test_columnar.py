@@ -38,6 +38,7 @@ from instrument.analysis import load
 from instrument.analysis import pipeline
 from instrument.analysis import sqldigest
 from instrument.cmd import report as report_cmd
+from tests.unit.analysis import test_cut_input
 from tests.unit.analysis import test_load
 from tests.unit.analysis import test_sqldigest
 from tests import synthetic
@@ -159,7 +160,31 @@ class LoadTest(testtools.TestCase):
             f.write(b'{"v":1}\n\xff\xfe not utf-8\n' +
                     lines[0].encode()[:30])
         loaded = self.same([d])
-        self.assertTrue(any('cut.jsonl.gz' in p for p in loaded.problems))
+        # every complete line before the cut is read, by both engines
+        n = len(test_cut_input.gzip_lines(data[:len(data) // 2]))
+        self.assertGreater(n, 0)
+        cut = [p for p in loaded.problems if p.startswith('cut.jsonl.gz')]
+        self.assertEqual(1, len(cut))
+        self.assertIn('the rest of the file after line %d is' % (n + 1),
+                      cut[0])
+        self.assertIn(cut[0], pipeline.analyse([d])['load']['problems'])
+
+    def test_cut_gzip_span_file(self):
+        d = self.useFixture(fixtures.TempDir()).path
+        with open(THREADS, 'rb') as f:
+            data = f.read()
+        path = os.path.join(d, 'demo-threads.jsonl.gz')
+        with open(path, 'wb') as f:
+            f.write(data[:len(data) // 2])
+        loaded = self.same([path])
+        n = len(test_cut_input.gzip_lines(data[:len(data) // 2]))
+        self.assertEqual(n, loaded.records)
+        self.assertEqual(n + 1, loaded.lines)
+        self.assertEqual(1, loaded.issues.counts['truncated'])
+        self.assertEqual([load.unreadable(
+            'demo-threads.jsonl.gz', 'EOFError: Compressed file ended '
+            'before the end-of-stream marker was reached', n + 1)],
+            loaded.problems)
 
     def test_carriage_returns_in_span_files(self):
         # read_csv ends a line at a carriage return too
