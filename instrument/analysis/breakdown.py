@@ -623,6 +623,8 @@ def aggregate(summaries: list) -> dict:
                          states['rescheduled_success']) / inst_rows
         if inst_rows else None,
         'reschedule_rate': rescheduled / built if built else None,
+        # the reschedule rate's base: instances that reached a compute
+        'instances_built': built,
         'db_retry_rate': (sum(1 for s in boots if s.db_retries) / len(boots)
                           if boots else None),
         'latency': stats([s.latency for s in good]),

@@ -193,8 +193,11 @@ class _Keeper:
             return self.per_state[summary.state] <= KEEP_PER_STATE
         if summary.kind == 'other':
             return False
-        # the slowest successful requests of each operation
-        slowest = self.slowest.setdefault(summary.kind, [])
+        # the slowest successful requests of each operation and good
+        # state (a slow first-attempt success is kept even when every
+        # rescheduled one is slower)
+        slowest = self.slowest.setdefault((summary.kind, summary.state),
+                                          [])
         item = (summary.latency, id(summary), summary)
         if len(slowest) < KEEP_SLOWEST:
             heapq.heappush(slowest, item)

@@ -28,6 +28,7 @@ import html
 import typing
 
 from instrument.analysis import charts
+from instrument.analysis import classify
 from instrument.analysis import periodic
 from instrument.analysis import report_text
 from instrument.analysis import resources
@@ -255,14 +256,11 @@ def render(report: dict, title: str = 'instrument-report') -> str:
         (st, s['states'].get(st, 0), fmt_pct(s['states'].get(st, 0) /
                                              total))
         for st in report_text.STATE_ORDER]))
-    out.append('<p>%d boot requests, %d other API requests. Success rate '
-               '%s, reschedule rate %s, DB retries in %s of boots. '
-               'Throughput %.2f boots/s. Concurrency max %d.</p>' % (
-                   s['boots'], s['other_requests'],
-                   esc(fmt_pct(s['success_rate'])),
-                   esc(fmt_pct(s['reschedule_rate'])),
-                   esc(fmt_pct(s['db_retry_rate'])), s['throughput_rps'],
-                   s['concurrency']['max']))
+    out.append('<p>%d boot requests (%d instances), %d other API '
+               'requests. %s.</p>' % (
+                   s['boots'], s['instances'], s['other_requests'],
+                   '. '.join(esc(line[0].upper() + line[1:])
+                             for line in report_text.boot_rates(s))))
     # figure 3-1
     out.append('<h2>Where a successful boot spends its time, by load'
                '</h2>')
@@ -304,19 +302,32 @@ def render(report: dict, title: str = 'instrument-report') -> str:
     out.append(waits.html_section(report.get('waits'), _table))
     out.append(periodic.html_section(report.get('periodic'), _table))
     # timelines
-    out.append('<h2>Timelines of the slowest boots and of one request '
-               'per kind of failure</h2>')
-    out.append('<p class="note">Each span of a request on a common time '
-               'axis, grouped by host and service; a span nested in '
-               'another is drawn below it. Colours are components; the '
-               'legend under each timeline explains outlines and dashes. '
-               'Hover a bar for its event, duration and error.</p>')
-    for req in _pick_timelines(report.get('timelines') or []):
+    picked = _pick_timelines(report.get('timelines') or [])
+    labels = [label for label, _t in picked]
+    out.append('<h2>Timelines of the %d slowest successful boots%s and of '
+               'one request per failure state</h2>' % (
+                   sum(1 for label in labels
+                       if label.startswith('slowest successful boot ')),
+                   ', the slowest first-attempt success'
+                   if FIRST_ATTEMPT in labels else ''))
+    out.append('<p class="note">The successful boot requests (success '
+               'or rescheduled_success) with the longest end-to-end '
+               'times, slowest first (the first one: the max of the '
+               'components table), and the slowest that succeeded at its '
+               'first attempt if none of them did; then the first '
+               'request seen in each failure state. Each span of a '
+               'request on a common time axis, grouped by host and '
+               'service; a span nested in another is drawn below it. '
+               'Colours are components; the legend under each timeline '
+               'explains outlines and dashes. Hover a bar for its event, '
+               'duration and error.</p>')
+    for what, req in picked:
         states = ', '.join(
             '%s %s' % (i['inst'] or '-', i['state'])
             for i in req['instances']) or req['state']
-        out.append('<h3>%s &mdash; %s, %s</h3>' % (
-            esc(req['req']), esc(states), esc(fmt_us(req['latency_us']))))
+        out.append('<h3>%s: %s &mdash; %s, %s</h3>' % (
+            esc(what), esc(req['req']), esc(states),
+            esc(fmt_us(req['latency_us']))))
         for inst in req['instances']:
             if inst.get('cause'):
                 out.append('<p class="bad">%s: %s on %s: %s</p>' % (
@@ -419,32 +430,44 @@ def _data_quality(report: dict) -> list:
                  report_text.degraded_note(report)):
         if note:
             out.append('<p class="bad">%s</p>' % esc(note.lstrip('! ')))
-    ld = report['load']
-    for row in ld.get('unended') or ():
-        out.append('<p class="bad">no end record from pid %s on %s (%s): '
-                   'killed, or still running when collected; last record '
-                   'at %s</p>' % (esc(row['pid']), esc(row['host']),
-                                  esc(row['file']), esc(
-                                      report_text.fmt_time(
-                                          row['last_us']))))
+    lines = report_text.unended_lines(report['load'])
+    if lines:
+        out.append('<p class="bad">%s</p>' % '<br>'.join(
+            esc(line.strip()) for line in lines))
     return out
 
 
-def _pick_timelines(timelines: list, limit: int = 8) -> list:
-    """The slowest successful boots and one example of each failure."""
-    chosen = []
+FIRST_ATTEMPT = 'slowest boot that succeeded at its first attempt'
+
+
+def _pick_timelines(timelines: list, slowest: int = 4,
+                    limit: int = 10) -> list:
+    """``[(label, timeline)]``: the ``slowest`` successful boots by
+    end-to-end time, slowest first (of the kept lifecycles; a boot whose
+    span end was lost is left out, as in the components table), the
+    slowest boot that succeeded at its first attempt when none of those
+    did, then the first request of each failure state, up to ``limit``
+    in all."""
+    good = sorted((t for t in timelines
+                   if t.get('kind', 'boot') == 'boot' and
+                   t['state'] in classify.GOOD_STATES and
+                   not t.get('lost_ends')),
+                  key=lambda t: (-t['latency_us'], t['req']))
+    out = [('slowest successful boot %d' % (i + 1), t)
+           for i, t in enumerate(good[:slowest])]
+    first = [t for t in good if t['state'] == classify.SUCCESS]
+    if first and first[0] not in good[:slowest]:
+        out.append((FIRST_ATTEMPT, first[0]))
     seen_states = set()
     for t in timelines:
-        if t['state'] not in ('success', 'rescheduled_success', 'other') \
+        if len(out) >= limit:
+            break
+        if t['state'] not in classify.GOOD_STATES + (classify.OTHER,) \
                 and t['state'] not in seen_states:
             seen_states.add(t['state'])
-            chosen.append(t)
-    resched = [t for t in timelines if t['state'] == 'rescheduled_success']
-    chosen.extend(resched[:1])
-    good = sorted((t for t in timelines if t['state'] == 'success'),
-                  key=lambda t: -t['latency_us'])
-    chosen.extend(good[:max(1, limit - len(chosen))])
-    return chosen[:limit]
+            out.append(('%s %s, first seen' % (t.get('kind', 'boot'),
+                                                t['state']), t))
+    return out
 
 
 def operations_html(ops: dict, extra: dict) -> str:
@@ -457,12 +480,10 @@ def operations_html(ops: dict, extra: dict) -> str:
            'method it reached (else its conductor and compute steps). '
            'In flight counts %s.</p>' % esc(next(iter(ops.values()))[
                'concurrency']['counted'])]
+    rows, note = report_text.op_rows(ops)
     out.append(_table(['operation', 'requests', 'instances', 'success',
-                       'retried', 'median', 'p95', 'max in flight'], [
-        (op, f['requests'], f['instances'], fmt_pct(f['success_rate']),
-         fmt_pct(f['retry_rate']), fmt_us(f['latency'].get('median')),
-         fmt_us(f['latency'].get('p95')), f['concurrency']['max'])
-        for op, f in ops.items()]))
+                       'retried', 'median', 'p95', 'max in flight'], rows))
+    out.append('<p class="note">%s.</p>' % esc(note[0].upper() + note[1:]))
     for op, f in ops.items():
         if op in ('boot', 'other'):
             continue
@@ -482,11 +503,12 @@ def operations_html(ops: dict, extra: dict) -> str:
                        esc(fmt_pct(f['db_retry_rate'])),
                        f['concurrency']['max']))
         if f['stopped']:
-            out.append(_table(['incomplete, stopped at', 'host', 'open',
-                               'count', 'e.g. request'], [
-                (st['ev'], st['host'], 'yes' if st['open'] else 'no',
-                 st['count'], st['requests'][0]) for st in f['stopped']],
-                left=(0, 1, 2, 4)))
+            out.append(_table(['incomplete, stopped at', 'open',
+                               'instances', 'hosts', 'e.g. request'], [
+                (g['ev'], 'yes' if g['open'] else 'no', g['count'],
+                 report_text.where_phrase(g['hosts']), g['example'])
+                for g in report_text.stopped_groups(f['stopped'])],
+                left=(0, 1, 3, 4)))
         if f['causes']:
             out.append(_table(['state', 'cause', 'count'], [
                 (c['state'], c['cls'], c['count']) for c in f['causes']],

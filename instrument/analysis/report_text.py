@@ -107,6 +107,140 @@ def table(headers: list, rows: typing.Iterable[typing.Sequence],
         [line(r) for r in cells]
 
 
+# Lines that would grow with the cloud (one per process, host or
+# file) show this many examples, then how many more; the JSON report
+# keeps every one.
+EXAMPLES = 3
+
+
+def some(names: typing.Sequence, limit: int = EXAMPLES) -> str:
+    """``a, b, c and 37 more``: the first ``limit`` of ``names``."""
+    names = [str(n) for n in names]
+    if len(names) <= limit:
+        return ', '.join(names)
+    return '%s and %d more' % (', '.join(names[:limit]),
+                               len(names) - limit)
+
+
+def unended_lines(ld: dict) -> list:
+    """The processes without a ``process.end`` record (``load`` of the
+    report): one line each when there are few, else one line for all of
+    them and a few examples (those whose records stopped first)."""
+    rows = ld.get('unended') or []
+    why = ('killed, or still running when collected; up to one flush '
+           'interval of %s events may be missing')
+    if len(rows) <= EXAMPLES:
+        return ['no end record from pid %s on %s (%s): %s; last record '
+                'at %s' % (row['pid'], row['host'], row['file'],
+                           why % 'its', fmt_time(row['last_us']))
+                for row in rows]
+    hosts = sorted({row['host'] for row in rows})
+    first = sorted(rows, key=lambda r: (r['last_us'], r['host'], r['pid']))
+    out = ['no end record from %d processes on %d hosts: %s; last '
+           'records %s .. %s; e.g. (stopped first):' % (
+               len(rows), len(hosts), why % 'each one\'s',
+               fmt_time(first[0]['last_us']),
+               fmt_time(first[-1]['last_us']))]
+    out.extend('  pid %s on %s (%s), last record at %s' % (
+        row['pid'], row['host'], row['file'], fmt_time(row['last_us']))
+        for row in first[:EXAMPLES])
+    out.append('  and %d more processes (every one in the JSON report, '
+               'load.unended)' % (len(rows) - EXAMPLES))
+    return out
+
+
+def stopped_groups(rows: typing.Iterable[dict]) -> list:
+    """Rows ``{ev, host, open, count, requests}`` of where incomplete
+    instances stopped, grouped by event and open/ended across hosts:
+    ``{ev, open, count, hosts, example}``, the most instances first,
+    ``hosts`` too."""
+    groups: dict = {}
+    for row in rows:
+        g = groups.setdefault((row['ev'], bool(row['open'])), {
+            'ev': row['ev'], 'open': bool(row['open']), 'count': 0,
+            'per_host': {}, 'example': row['requests'][0]})
+        g['count'] += row['count']
+        g['per_host'][row['host']] = g['per_host'].get(
+            row['host'], 0) + row['count']
+    out = []
+    for g in sorted(groups.values(), key=lambda g: (-g['count'], g['ev'],
+                                                    g['open'])):
+        per_host = g.pop('per_host')
+        g['hosts'] = sorted(per_host, key=lambda h: (-per_host[h], h))
+        out.append(g)
+    return out
+
+
+def where_phrase(hosts: list) -> str:
+    """``cmp-000`` or ``40 hosts (cmp-007, cmp-002, cmp-021 and 37
+    more)``."""
+    if len(hosts) == 1:
+        return hosts[0]
+    return '%d hosts (%s)' % (len(hosts), some(hosts))
+
+
+def stopped_lines(rows: typing.Iterable[dict]) -> list:
+    """The indented lines of ``stopped_groups``: one per event."""
+    return ['  %-32s %-5s %5d instances on %s  e.g. %s' % (
+        g['ev'], 'open' if g['open'] else 'ended', g['count'],
+        where_phrase(g['hosts']), g['example'])
+        for g in stopped_groups(rows)]
+
+
+def boot_rates(s: dict) -> list:
+    """The rates and throughput of boots (``summary``), each with its
+    unit: instances or boot requests."""
+    built = s.get('instances_built')
+    return [
+        'success rate %s of %d instances; reschedule rate %s of %s '
+        'instances that reached a compute; DB retries in %s of %d boot '
+        'requests' % (fmt_pct(s['success_rate']), s['instances'],
+                      fmt_pct(s['reschedule_rate']),
+                      'the' if built is None else built,
+                      fmt_pct(s['db_retry_rate']), s['boots']),
+        'throughput %.2f boot requests/s (%.2f successful boot requests/s) '
+        'over %.1f s; boot requests in flight max %d, mean %.1f' % (
+            s['throughput_rps'], s['success_throughput_rps'],
+            s['duration_s'], s['concurrency']['max'],
+            s['concurrency']['mean'])]
+
+
+def op_latency(f: dict) -> tuple:
+    """The end-to-end times an operation's row shows (``operations``):
+    ``(stats, every)``, of its successful requests, or of every request
+    (``every`` True) when the operation has no success state (``other``)
+    and all its requests share one state; else ``({}, False)``."""
+    if f['latency'].get('count'):
+        return f['latency'], False
+    by_state = f.get('latency_by_state') or {}
+    if f.get('success_rate') is None and len(by_state) == 1:
+        return next(iter(by_state.values())), True
+    return {}, False
+
+
+def op_rows(ops: dict) -> tuple:
+    """The overview rows of the operations and the note under them."""
+    rows = []
+    every = []
+    for op, f in ops.items():
+        lat, all_reqs = op_latency(f)
+        mark = '*' if all_reqs else ''
+        if all_reqs:
+            every.append(op)
+        rows.append((op, f['requests'], f['instances'],
+                     fmt_pct(f['success_rate']), fmt_pct(f['retry_rate']),
+                     fmt_us(lat.get('median')) + mark,
+                     fmt_us(lat.get('p95')) + mark,
+                     f['concurrency']['max']))
+    note = ('success: share of the instances (a request without one '
+            'counts as one); retried: share of the instances tried on a '
+            'host; median, p95: end to end of the successful requests')
+    if every:
+        note += ('; * of every request (%s: no success state)' %
+                 ', '.join(every))
+    return rows, note
+
+
 def render(report: dict, sql_blocks: int = 5) -> str:
     """The text report of ``report`` (``pipeline.analyse``), with the
     ``sql_blocks`` costliest SQL classes in detail."""
@@ -165,17 +299,18 @@ def _load(report: dict, out: list) -> None:
     _title(out, 'Input problems')
     for problem in ld['problems']:
         out.append('! ' + problem)
-    for row in ld.get('unended') or ():
-        out.append('! no end record from pid %s on %s (%s): killed, or '
-                   'still running when collected; last record at %s; up '
-                   'to one flush interval of its events may be missing' % (
-                       row['pid'], row['host'], row['file'],
-                       fmt_time(row['last_us'])))
-    for row in ld.get('duplicates') or ():
+    out.extend(('  ' if line.startswith(' ') else '! ') + line
+               for line in unended_lines(ld))
+    dups = ld.get('duplicates') or []
+    for row in dups[:EXAMPLES]:
         out.append('! %s: %d of its %d records were read before (a '
                    'copy, or records written twice); left out of every '
                    'figure' % (row['file'], row['duplicates'],
                                row['records']))
+    if len(dups) > EXAMPLES:
+        out.append('! and %d more files with records read before (every '
+                   'one in the JSON report, load.duplicates)' % (
+                       len(dups) - EXAMPLES))
     if bad:
         out.append('bad lines: ' + ', '.join(
             '%s %d' % (k, v) for k, v in bad.items()))
@@ -312,17 +447,9 @@ def _states(report: dict, out: list) -> None:
              fmt_pct(s['states'].get(state, 0) / total))
             for state in STATE_ORDER]
     out.extend(table(['final state', 'instances', 'share'], rows))
-    out.append('success rate %s, reschedule rate %s, requests with DB '
-               'retries %s' % (fmt_pct(s['success_rate']),
-                               fmt_pct(s['reschedule_rate']),
-                               fmt_pct(s['db_retry_rate'])))
-    out.append('throughput %.2f boots/s (%.2f successful/s) over %.1f s; '
-               'concurrency max %d, mean %.1f' % (
-                   s['throughput_rps'], s['success_throughput_rps'],
-                   s['duration_s'], s['concurrency']['max'],
-                   s['concurrency']['mean']))
+    out.extend(boot_rates(s))
     if s['concurrency'].get('counted'):
-        out.append('(concurrency counts %s)' % s['concurrency']['counted'])
+        out.append('(in flight counts %s)' % s['concurrency']['counted'])
     stopped = {}
     for row in report['requests']:
         if row['kind'] != 'boot':
@@ -330,14 +457,14 @@ def _states(report: dict, out: list) -> None:
         for inst in row['instances']:
             if inst['state'] == 'incomplete' and inst['stopped']:
                 key = (inst['stopped']['ev'], inst['stopped']['host'],
-                       'open' if inst['stopped']['open'] else 'ended')
+                       bool(inst['stopped']['open']))
                 stopped.setdefault(key, []).append(row['req'])
     if stopped:
         out.append('incomplete instances stopped at:')
-        for (ev, host, how), reqs in sorted(stopped.items(),
-                                            key=lambda kv: -len(kv[1])):
-            out.append('  %-32s %-12s %-5s %4d  e.g. %s' % (
-                ev, host, how, len(reqs), reqs[0]))
+        out.extend(stopped_lines(
+            {'ev': ev, 'host': host, 'open': is_open, 'count': len(reqs),
+             'requests': reqs}
+            for (ev, host, is_open), reqs in stopped.items()))
 
 
 def multi_instance_note(summary: dict) -> str:
@@ -381,8 +508,8 @@ def _components(report: dict, out: list) -> None:
                  fmt_us(lat['max']), fmt_us(lat['mean']), '', '100%'))
     out.extend(table(['component', 'median', 'p90', 'p95', 'p99', 'max',
                       'mean', 'sql mean', 'crit.path'], rows))
-    out.append('min end to end %s; %d successful boots' % (
-        fmt_us(lat['min']), lat['count']))
+    out.append('min end to end %s; times of %d successful boot requests'
+               % (fmt_us(lat['min']), lat['count']))
     if s['levels']:
         out.append('')
         out.append('mean time per component by concurrency at start:')
@@ -394,7 +521,8 @@ def _components(report: dict, out: list) -> None:
             levels.append([lv['level'], lv['requests'],
                            fmt_us(lv['latency']['median'])] +
                           [fmt_us(lv['mean_us'].get(n, 0)) for n in top])
-        out.extend(table(['in flight', 'boots', 'median e2e'] + top,
+        out.extend(table(['in flight', 'boot requests', 'median e2e'] +
+                         top,
                          levels))
 
 
@@ -518,15 +646,10 @@ def _operations(report: dict, out: list) -> None:
     note = loss_note(report)
     if note:
         out.append(note)
-    rows = []
-    for op, f in ops.items():
-        lat = f['latency']
-        rows.append((op, f['requests'], f['instances'],
-                     fmt_pct(f['success_rate']), fmt_pct(f['retry_rate']),
-                     fmt_us(lat.get('median')), fmt_us(lat.get('p95')),
-                     f['concurrency']['max']))
+    rows, rows_note = op_rows(ops)
     out.extend(table(['operation', 'requests', 'instances', 'success',
                       'retried', 'median', 'p95', 'max in flight'], rows))
+    out.append('(%s)' % rows_note)
     out.append('(in flight counts %s)' % next(iter(ops.values()))[
         'concurrency']['counted'])
     for op, f in ops.items():
@@ -542,13 +665,14 @@ def operation_section(op: str, f: dict, out: list,
     _title(out, 'Operation: %s' % op)
     if note:
         out.append(note)
-    out.append('%d requests (%d instances) over %.1f s, %.2f/s; success '
-               'rate %s, retried on another host %s, with DB retries %s; '
-               'in flight max %d, mean %.1f' % (
-                   f['requests'], f['instances'], f['duration_s'],
-                   f['throughput_rps'], fmt_pct(f['success_rate']),
-                   fmt_pct(f['retry_rate']), fmt_pct(f['db_retry_rate']),
-                   f['concurrency']['max'], f['concurrency']['mean']))
+    out.append('%d requests (%d instances) over %.1f s, %.2f requests/s; '
+               'success rate %s of the instances, retried on another '
+               'host %s of the instances tried on a host, DB retries in '
+               '%s of the requests; requests in flight max %d, mean %.1f'
+               % (f['requests'], f['instances'], f['duration_s'],
+                  f['throughput_rps'], fmt_pct(f['success_rate']),
+                  fmt_pct(f['retry_rate']), fmt_pct(f['db_retry_rate']),
+                  f['concurrency']['max'], f['concurrency']['mean']))
     total = f['instances'] or 1
     rows = [(state, f['states'].get(state, 0),
              fmt_pct(f['states'].get(state, 0) / total),
@@ -563,10 +687,7 @@ def operation_section(op: str, f: dict, out: list,
                                                c['count']))
     if f['stopped']:
         out.append('incomplete, stopped at:')
-        for st in f['stopped']:
-            out.append('  %-44s %-12s %-5s %4d  e.g. %s' % (
-                st['ev'], st['host'], 'open' if st['open'] else 'ended',
-                st['count'], st['requests'][0]))
+        out.extend(stopped_lines(f['stopped']))
     lat = f['latency']
     if lat.get('count'):
         comp_rows: list = []
