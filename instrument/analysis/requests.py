@@ -370,10 +370,10 @@ class Fates:
                 retries[key] -= 1
                 self.retried.add(i)
 
-    def is_final(self, sid) -> bool:
+    def is_final(self, sid: typing.Any) -> bool:
         return sid in self.finals
 
-    def of_span(self, sid) -> typing.Optional[str]:
+    def of_span(self, sid: typing.Any) -> typing.Optional[str]:
         if sid in self.finals:
             return FINAL
         return self._recovered(sid)
@@ -387,7 +387,7 @@ class Fates:
             return FINAL
         return self._recovered(parent)
 
-    def _recovered(self, sid) -> typing.Optional[str]:
+    def _recovered(self, sid: typing.Any) -> typing.Optional[str]:
         spans = self.tree.spans
         s = spans.get(sid)
         cur = sid
@@ -411,7 +411,7 @@ class Fates:
         return None
 
 
-def _cause_span(tree: classify.Tree, cause: dict):
+def _cause_span(tree: classify.Tree, cause: dict) -> typing.Any:
     """The error span a final state's ``cause`` names (``classify
     ._cause``): the one of its event, host, class and message that
     ended last; None for a cause without a span (an HTTP status, a
