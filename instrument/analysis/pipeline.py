@@ -137,7 +137,8 @@ class Partial:
 
     def __init__(self, digest: sqldigest.SqlDigest) -> None:
         self.summaries: list = []
-        # (operation, svc, ev, cls, message): [count, [request ids]]
+        # (operation, svc, ev, cls, message): [count, [request ids],
+        # final, {how recovered: count}] (requests.Assembler.failures)
         self.failures: dict = {}
         self.retries: collections.Counter = collections.Counter()
         self.digest = digest
@@ -654,10 +655,13 @@ def _merge(parts: list) -> Partial:
             for s in p.summaries:
                 s.intern()
         out.summaries.extend(p.summaries)
-        for key, (n, reqs) in p.failures.items():
-            row = out.failures.setdefault(key, [0, []])
+        for key, (n, reqs, final, recovered) in p.failures.items():
+            row = out.failures.setdefault(key, [0, [], 0, {}])
             row[0] += n
             row[1].extend(r for r in reqs if len(row[1]) < 5)
+            row[2] += final
+            for how, k in recovered.items():
+                row[3][how] = row[3].get(how, 0) + k
         out.retries.update(p.retries)
         out.digest.merge(p.digest)
         out.waits.merge(p.waits)
@@ -799,10 +803,17 @@ def build_report(merged: Partial, clock: clocks.ClockResult, hops: dict,
     """The JSON-ready report of a merged pass 2."""
     summaries = merged.summaries
     agg = breakdown.aggregate(summaries)
+    # count: times raised; final: of those, the final cause of an
+    # instance or request (summary.causes counts the instances);
+    # recovered: retried (oslo.db, a reschedule) or the instance still
+    # succeeded (requests.Fates)
     failures = [
         {'operation': op, 'component': svc, 'ev': ev, 'cls': cls,
-         'message': msg, 'count': n, 'requests': reqs}
-        for (op, svc, ev, cls, msg), (n, reqs) in merged.failures.items()]
+         'message': msg, 'count': n, 'requests': reqs, 'final': final,
+         'recovered': sum(recovered.values()),
+         'recovered_by': dict(sorted(recovered.items()))}
+        for (op, svc, ev, cls, msg), (n, reqs, final, recovered)
+        in merged.failures.items()]
     failures.sort(key=lambda r: (-r['count'], r['operation'],
                                  r['component'], r['cls'], r['message']))
     retries = [{'func': func, 'cls': cls, 'count': n}

@@ -80,6 +80,14 @@ def wrap_points(value: typing.Any) -> str:
     return esc(value).replace('.', '.<wbr>').replace('_', '_<wbr>')
 
 
+def _recovered(f: dict) -> str:
+    """A failure row's recovered errors and how (``3 rescheduled``)."""
+    n = f.get('recovered')
+    if not n:
+        return '-' if n is None else '0'
+    return '%d %s' % (n, report_text.recovered_how(f))
+
+
 def _table(headers, rows, left=(0,)) -> str:
     out = ['<table><tr>']
     for i, h in enumerate(headers):
@@ -345,16 +353,29 @@ def render(report: dict, title: str = 'instrument-report') -> str:
     out.append('<h2>Failures: where each error was raised</h2>')
     out.append('<p class="note">One row per component, event, error '
                'class and message (numbers and ids in messages replaced '
-               'by &lt;n&gt; and &lt;uuid&gt;).</p>')
+               'by &lt;n&gt; and &lt;uuid&gt;).  raised: times raised '
+               '(each error once, where raised; one error can end '
+               'several instances); final: of those, the final cause of '
+               'an instance or request; recovered: retried by oslo.db, '
+               'rescheduled to another host, or in an instance that '
+               'still succeeded.</p>')
     if report['failures']:
         out.append(_table(['operation', 'component', 'event', 'error',
-                           'message', 'count', 'e.g. request'], [
+                           'message', 'raised', 'final', 'recovered',
+                           'e.g. request'], [
             (f.get('operation', '-'), f['component'], f['ev'], f['cls'],
-             f['message'], f['count'], (f['requests'] or [''])[0])
+             f['message'], f['count'], f.get('final', '-'),
+             _recovered(f), (f['requests'] or [''])[0])
             for f in report['failures']],
-            left=(0, 1, 2, 3, 4, 6)))
+            left=(0, 1, 2, 3, 4, 7, 8)))
     else:
         out.append('<p>none</p>')
+    causes = report_text.final_cause_rows(report['summary'])
+    if causes:
+        out.append('<p>Final causes of the boot instances that failed '
+                   '(other operations: their sections):</p>')
+        out.append(_table(['final state', 'cause', 'instances'], causes,
+                          left=(0, 1)))
     if report['retries']:
         out.append(_table(['DB retry in', 'cause', 'count'], [
             (r['func'], r['cls'], r['count']) for r in report['retries']],

@@ -526,24 +526,80 @@ def _components(report: dict, out: list) -> None:
                          levels))
 
 
+# how a recovered error was recovered (requests.Fates), as printed
+RECOVERED_BY = (('db_retry', 'db retry'), ('rescheduled', 'rescheduled'),
+                ('succeeded', 'succeeded'))
+FAILED_STATES = ('compute_failure', 'scheduling_failure', 'api_failure')
+
+
 def _failures(report: dict, out: list) -> None:
     _title(out, 'Failures (where raised, messages normalised)')
     _loss_note(report, out)
-    if not report['failures']:
+    failures = report['failures']
+    if not failures:
         out.append('none')
     else:
         rows = [(f.get('operation', '-'), f['component'], f['ev'],
                  f['cls'].rsplit('.', 1)[-1], f['count'],
-                 clip_words(f['message'], 70))
-                for f in report['failures']]
+                 f.get('final', '-'), f.get('recovered', '-'),
+                 recovered_how(f), clip_words(f['message'], 70))
+                for f in failures]
         out.extend(table(['operation', 'component', 'event', 'error',
-                          'count', 'message'], rows, 'llllrl'))
+                          'raised', 'final', 'recovered', 'how',
+                          'message'], rows, 'llllrrrll'))
+        out.append('')
+        out.extend([
+            'raised: times raised, each error once where it was raised '
+            '(one can end several instances)',
+            'final: of those, the final cause of an instance or request '
+            '(boots: per instance below)',
+            'recovered: retried by oslo.db, rescheduled to another host, '
+            'or raised in an instance that still succeeded'])
+        rest = sum(f['count'] - f['final'] - f['recovered']
+                   for f in failures if 'final' in f)
+        if rest:
+            out.append('%d raised neither final nor recovered (in a '
+                       'request without an outcome, or one that another '
+                       'error ended)' % rest)
+    _final_causes(report, out)
     if report['retries']:
         out.append('')
         out.append('DB retries (oslo.db wrap_db_retry):')
         out.extend(table(['function', 'cause', 'count'], [
             (r['func'], r['cls'], r['count']) for r in report['retries']],
             'llr'))
+
+
+def recovered_how(f: dict) -> str:
+    """How the recovered errors of a failure row were recovered."""
+    by = f.get('recovered_by') or {}
+    return ', '.join(label for key, label in RECOVERED_BY
+                     if by.get(key)) or '-'
+
+
+def final_cause_rows(summary: dict) -> list:
+    """``(state, cause class, instances)`` of the boot instances that
+    failed (``summary.causes``), with those of no cause recorded."""
+    causes = summary.get('causes') or []
+    rows = [(c['state'], c['cls'].rsplit('.', 1)[-1], c['count'])
+            for c in causes]
+    states = summary.get('states') or {}
+    for state in FAILED_STATES:
+        missing = states.get(state, 0) - sum(
+            c['count'] for c in causes if c['state'] == state)
+        if missing > 0:
+            rows.append((state, '(none recorded)', missing))
+    return rows
+
+
+def _final_causes(report: dict, out: list) -> None:
+    rows = final_cause_rows(report['summary'])
+    if not rows:
+        return
+    out.append('')
+    out.append('final causes of the boot instances that failed (other '
+               'operations: their sections):')
+    out.extend(table(['final state', 'cause', 'instances'], rows, 'llr'))
 
 
 def _sql(report: dict, out: list, blocks: int) -> None:

@@ -24,6 +24,16 @@ finished request is reduced to a ``breakdown.RequestSummary`` and its
 spans are freed, so memory is bounded by the requests still open.
 Events for a request finalised shortly before are counted as ``late``
 (raise ``--horizon`` if there are many).
+
+Each error counted in the failure table is also told apart by its fate
+(``fate``): ``final`` when it was the final cause of an instance (or of
+the request: the ``cause`` of its final state), else recovered when it
+was retried by oslo.db (``db_retry``: a ``db.retry`` of the same
+process that was not the last), rescheduled to another host
+(``rescheduled``: under a ``compute.build`` whose outcome is
+``rescheduled``) or raised in an instance that still succeeded
+(``succeeded``), else neither (a request without an outcome, or one
+another error ended).
 """
 
 import collections
@@ -77,7 +87,7 @@ class Assembler:
         self.keep_lifecycles = keep_lifecycles
         self.summaries = []
         # (operation, svc, ev, cls, normalised message):
-        # [count, [request ids]]
+        # [count, [request ids], final, {how recovered: count}]
         self.failures = {}
         # (func, cls): count
         self.retries = collections.Counter()
@@ -225,7 +235,7 @@ class Assembler:
                 summary.start):
             self.outside += 1
             return
-        self._failures(r, tree, summary.kind)
+        self._failures(r, tree, summary)
         self._causality(r, tree)
         self.summaries.append(summary)
         keep = self.keep_lifecycles
@@ -235,42 +245,59 @@ class Assembler:
             breakdown.add_lifecycle(summary, r)
         summary.critical = None
 
-    def _add_failure(self, key, req) -> None:
+    def _add_failure(self, key, req, fate=None) -> None:
         row = self.failures.get(key)
         if row is None:
-            row = self.failures[key] = [0, []]
+            row = self.failures[key] = [0, [], 0, {}]
         row[0] += 1
         if len(row[1]) < 5 and req not in row[1]:
             row[1].append(req)
+        if fate == FINAL:
+            row[2] += 1
+        elif fate is not None:
+            row[3][fate] = row[3].get(fate, 0) + 1
 
-    def _failures(self, r: OpenRequest, tree, op: str) -> None:
+    def _failures(self, r: OpenRequest, tree,
+                  summary: breakdown.RequestSummary) -> None:
         # one row per (operation, component, event, error, message)
+        op = summary.kind
         norm = self.normalise
+        origins = list(tree.origins())
+        if not origins and not r.sql_errors:
+            return
+        fates = Fates(r, tree, summary)
         # A failure that came from another service is that service's
         # row (its message, the route template and status, is kept);
         # the same exception raised again elsewhere in the request (the
         # network allocation's, in the spawn that waited for it: the
-        # same class) is not counted twice.
-        from_services = set()
+        # same class) is not counted twice, but when it was the final
+        # cause, that service's row was.
+        from_services = {}
+        rows = []
         rest = []
-        for sid in tree.origins():
+        for sid in origins:
             called = services.failure(tree, sid)
             if called is None:
                 rest.append(sid)
                 continue
-            self._add_failure((op,) + called, r.req)
-            from_services.add(called[2])
+            from_services[called[2]] = len(rows)
+            rows.append([(op,) + called, fates.of_span(sid)])
         for sid in rest:
             s = r.spans[sid]
             err = s[classify.S_ERR] or {}
-            if err.get('cls') in from_services:
+            cls = err.get('cls')
+            if cls in from_services:
+                if fates.is_final(sid):
+                    rows[from_services[cls]][1] = FINAL
                 continue
-            self._add_failure((op, s[classify.S_SVC], s[classify.S_EV],
-                               err.get('cls') or 'error',
-                               norm(err.get('msg'))), r.req)
-        for _parent, cls, msg, svc, _host in r.sql_errors:
-            self._add_failure((op, svc, 'sql.query', cls or 'error',
-                               norm(msg)), r.req)
+            rows.append([(op, s[classify.S_SVC], s[classify.S_EV],
+                          cls or 'error', norm(err.get('msg'))),
+                         fates.of_span(sid)])
+        for i, (_parent, cls, msg, svc, _host) in enumerate(r.sql_errors):
+            rows.append([(op, svc, 'sql.query', cls or 'error', norm(msg)),
+                         fates.of_sql(i)])
+        for key, fate in rows:
+            self._add_failure(key, r.req, fate)
 
     def _causality(self, r: OpenRequest, tree) -> None:
         """Check cross-host hops against the corrected clocks."""
@@ -298,6 +325,113 @@ class Assembler:
                         'parent_host': p[classify.S_HOST],
                         'child': s[classify.S_EV],
                         'child_host': s[classify.S_HOST]})
+
+
+FINAL = 'final'
+DB_RETRY = 'db_retry'
+RESCHEDULED = 'rescheduled'
+SUCCEEDED = 'succeeded'
+
+
+class Fates:
+    """What became of each error of a finished request: ``FINAL`` (the
+    cause of an instance's final state, ``summary.instances``), else
+    how it was recovered (``DB_RETRY``, ``RESCHEDULED``,
+    ``SUCCEEDED``), else None."""
+
+    def __init__(self, r: OpenRequest, tree: classify.Tree,
+                 summary: breakdown.RequestSummary) -> None:
+        self.r = r
+        self.tree = tree
+        self.finals = set()
+        rows = summary.instances
+        for row in rows:
+            cause = row.get('cause')
+            if cause:
+                sid = _cause_span(tree, cause)
+                if sid is not None:
+                    self.finals.add(sid)
+        good = operations.GOOD_STATES
+        self.good_insts = {row['inst'] for row in rows
+                           if row['state'] in good}
+        self.all_good = bool(rows) and all(row['state'] in good
+                                           for row in rows)
+        # oslo.db retries per process (svc, host), in order; one that
+        # was not the last (``exhausted``) retried one failed statement
+        retries = {}
+        for ev, _ts, host, svc, attrs in r.instants:
+            if ev == schema.EV_DB_RETRY and \
+                    (attrs or {}).get(schema.ATTR_EXHAUSTED) is not True:
+                retries[(svc, host)] = retries.get((svc, host), 0) + 1
+        self.retried = set()
+        for i, e in enumerate(r.sql_errors):
+            key = (e[3], e[4])
+            if retries.get(key):
+                retries[key] -= 1
+                self.retried.add(i)
+
+    def is_final(self, sid: typing.Any) -> bool:
+        return sid in self.finals
+
+    def of_span(self, sid: typing.Any) -> typing.Optional[str]:
+        if sid in self.finals:
+            return FINAL
+        return self._recovered(sid)
+
+    def of_sql(self, i: int) -> typing.Optional[str]:
+        if i in self.retried:
+            return DB_RETRY
+        parent = self.r.sql_errors[i][0]
+        if parent in self.finals:
+            # the statement's error failed the span that ended it
+            return FINAL
+        return self._recovered(parent)
+
+    def _recovered(self, sid: typing.Any) -> typing.Optional[str]:
+        spans = self.tree.spans
+        s = spans.get(sid)
+        cur = sid
+        seen = set()
+        while cur is not None and cur not in seen:
+            c = spans.get(cur)
+            if c is None:
+                break
+            seen.add(cur)
+            if c[classify.S_EV] == 'compute.build' and str(
+                    (c[classify.S_ATTRS] or {}).get(schema.ATTR_OUTCOME)
+                    ).startswith('rescheduled'):
+                return RESCHEDULED
+            cur = c[classify.S_PARENT]
+        insts = s[classify.S_INST] if s is not None else None
+        if insts:
+            if all(i in self.good_insts for i in insts):
+                return SUCCEEDED
+        elif self.all_good:
+            return SUCCEEDED
+        return None
+
+
+def _cause_span(tree: classify.Tree, cause: dict) -> typing.Any:
+    """The error span a final state's ``cause`` names (``classify
+    ._cause``): the one of its event, host, class and message that
+    ended last; None for a cause without a span (an HTTP status, a
+    reason)."""
+    best = None
+    for sid, s in tree.spans.items():
+        err = s[classify.S_ERR]
+        if s[classify.S_EV] != cause['ev'] or \
+                s[classify.S_HOST] != cause['host'] or \
+                (err is None and s[classify.S_ST] != 'error'):
+            continue
+        err = err or {}
+        if (err.get('cls') or 'error') != cause['cls'] or \
+                (err.get('msg') or '') != cause['msg']:
+            continue
+        key = (s[classify.S_START] + (s[classify.S_DUR] or 0),
+               s[classify.S_START])
+        if best is None or key > best[0]:
+            best = (key, sid)
+    return None if best is None else best[1]
 
 
 def _terminal(r: OpenRequest) -> bool:

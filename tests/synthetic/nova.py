@@ -301,10 +301,11 @@ class NovaRequests:
                 return self.span(proc, ctx, 'compute.build_and_run', t2,
                                  bar_body, sid, inst=[inst], tid=tid)
             except spans.Failure as exc:
-                self.caught(exc)
                 if exc.cls == 'libvirt.libvirtError':
+                    self.caught(exc, recovered='rescheduled')
                     outcome['outcome'] = 'rescheduled'
                 else:
+                    self.caught(exc)
                     outcome['outcome'] = 'failed'
                     rt.states[inst] = 'compute_failure'
                     rt.causes[inst] = exc.cls

@@ -124,10 +124,17 @@ class Spans:
                              attrs=attrs, xattrs=xattrs, tid=tid)
         return run
 
-    def caught(self, exc: Failure) -> None:
-        """A failure handled by nova: one row of the failure table."""
+    def caught(self, exc: Failure, recovered: str = None) -> None:
+        """A failure handled by nova: one row of the failure table.
+        It is the final cause of what its handler decides, unless it
+        was ``recovered`` (how: ``rescheduled``)."""
         svc, ev = exc.origin
-        self.truth.failures[(svc, ev, exc.cls, exc.norm)] += 1
+        key = (svc, ev, exc.cls, exc.norm)
+        self.truth.failures[key] += 1
+        if recovered:
+            self.truth.recovered[(key, recovered)] += 1
+        else:
+            self.truth.final[key] += 1
 
     def sql(self, ctx: procs.Ctx, name: str, deadlock: bool = False):
         """One statement (``deadlock``: first fails, is retried)."""
@@ -136,9 +143,10 @@ class Spans:
             if deadlock:
                 cur = self._sql_record(ctx, proc, name, cur, sid, comp,
                                        inst, tid, error=True)
-                self.truth.failures[(proc.svc, 'sql.query',
-                                           statements.DEADLOCK_CLS,
-                                           statements.DEADLOCK_NORM)] += 1
+                key = (proc.svc, 'sql.query', statements.DEADLOCK_CLS,
+                       statements.DEADLOCK_NORM)
+                self.truth.failures[key] += 1
+                self.truth.recovered[(key, 'db_retry')] += 1
                 proc.put(cur, (schema.PH_INSTANT, proc.raw(cur), None,
                                proc.host, proc.svc, tid, 'db.retry', None,
                                sid, ctx.req, ctx.greq, inst, None, None,

@@ -14,7 +14,8 @@
 The generator fills a ``Truth`` while it writes: the clock correction of
 every host, each request's final state per instance and its cause, the
 exclusive time per component, SQL class counts and totals, the failure
-table (with the normalised messages the analyser should print), and the
+table (with the normalised messages the analyser should print, and
+which of its errors ended an instance and which were recovered), and the
 bad lines, drops and ``seq`` gaps it injected.  The unit tests compare
 the analyser's report with it.
 """
@@ -60,6 +61,15 @@ class Truth:
     sql: dict = dataclasses.field(default_factory=dict)
     # (svc, ev, cls, normalised message): count
     failures: collections.Counter = dataclasses.field(
+        default_factory=collections.Counter)
+    # of those, the ones that were an instance's (or the request's)
+    # final cause, same keys; and the ones recovered, keyed
+    # ((svc, ev, cls, normalised message), how): how is ``db_retry``
+    # (oslo.db retried the statement) or ``rescheduled`` (the build
+    # went to another host)
+    final: collections.Counter = dataclasses.field(
+        default_factory=collections.Counter)
+    recovered: collections.Counter = dataclasses.field(
         default_factory=collections.Counter)
     # (file name, line number, kind)
     bad_lines: list = dataclasses.field(default_factory=list)

@@ -98,6 +98,18 @@ class TruthTest(testtools.TestCase):
         for f in self.report['failures']:
             for req in f['requests']:
                 self.assertIn(req, self.rows)
+        # which ended an instance, which were recovered (and how)
+        final = collections.Counter({
+            (f['component'], f['ev'], f['cls'], f['message']): f['final']
+            for f in self.report['failures']})
+        recovered = collections.Counter({
+            ((f['component'], f['ev'], f['cls'], f['message']), how): n
+            for f in self.report['failures']
+            for how, n in f['recovered_by'].items()})
+        self.assertEqual(+self.truth.final, +final)
+        self.assertEqual(+self.truth.recovered, +recovered)
+        self.assertEqual({'db_retry', 'rescheduled'},
+                         {how for _key, how in recovered})
 
     def _totals(self, field, truth_field):
         got = collections.Counter()

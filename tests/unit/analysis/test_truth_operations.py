@@ -113,6 +113,17 @@ class MixedOperationsTest(testtools.TestCase):
             for req in f['requests']:
                 self.assertEqual(f['operation'], self.rows[req]['kind'])
         self.assertEqual(self.truth.failures, got)
+        # (one operation per key here) which ended an instance, which
+        # were recovered
+        final = collections.Counter()
+        recovered = collections.Counter()
+        for f in self.report['failures']:
+            key = (f['component'], f['ev'], f['cls'], f['message'])
+            final[key] += f['final']
+            for how, n in f['recovered_by'].items():
+                recovered[(key, how)] += n
+        self.assertEqual(+self.truth.final, +final)
+        self.assertEqual(+self.truth.recovered, +recovered)
         lm = self.report['operations']['live_migrate']['failures']
         self.assertIn('compute.pre_live_migration', {f['ev'] for f in lm})
 
