@@ -508,3 +508,51 @@ class LogrotateTest(_SinkTestBase):
         files, problems = load.discover([self.out])
         self.assertEqual([], problems)
         self.assertEqual(3, len(files))
+
+    def age(self, path: str, days: float) -> None:
+        then = time.time() - days * 86400
+        os.utime(path, (then, then))
+
+    def test_files_of_exited_processes_are_compressed_then_removed(self):
+        # A file name holds its pid: once its process has exited
+        # (a restart, a recycled worker) the file is rotated once and
+        # never matched again, so rotate/maxage never age it out.
+        exited = file_sink.FileSink(
+            self.conf, process.ProcessIdentity.create('nova-api', 'h1'))
+        exited.write(_events(1, 2), 1, 4242)
+        exited.close()
+        self.write(3)
+        self.rotate()
+        rotated = os.path.join(self.out, 'rotated')
+
+        def of_exited():
+            return sorted(n for n in os.listdir(rotated)
+                          if '_4242_' in n)
+
+        self.assertEqual(1, len(of_exited()))
+        self.assertTrue(of_exited()[0].endswith('.jsonl'))
+        # Two days on, delaycompress has not compressed it (its log is
+        # never rotated again): the recipe does.
+        self.age(os.path.join(rotated, of_exited()[0]), 3)
+        self.write(1)
+        self.rotate()
+        names = of_exited()
+        self.assertEqual(1, len(names), names)
+        self.assertTrue(names[0].endswith('.jsonl.gz'), names)
+        with gzip.open(os.path.join(rotated, names[0])) as f:
+            self.assertEqual([1, 2], [json.loads(line)['attrs']['n']
+                                      for line in f])
+        # Past the retention every rotated file goes, the exited
+        # process's included; the running one's newest copy stays.
+        for name in os.listdir(rotated):
+            self.age(os.path.join(rotated, name), 20)
+        self.write(1)
+        self.rotate()
+        self.assertEqual([], of_exited())
+        names = sorted(os.listdir(rotated))
+        self.assertEqual(1, len(names), names)
+        self.assertEqual([5], self.numbers(os.path.join(rotated,
+                                                        names[0])))
+        self.write(1)
+        self.assertEqual([6], self.numbers(self.sink.path))
+        self.assertEqual(0, self.sink.dropped)
