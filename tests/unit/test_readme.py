@@ -10,11 +10,16 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 """What README.rst says a nova host needs is what requirements.txt
-declares (issue 14, item 10: the Design section left out orjson)."""
+declares (issue 14, item 10: the Design section left out orjson), and
+its nova.conf lines keep the notification drivers a host has."""
 
 import os
 import re
+import tempfile
+import textwrap
 
+from oslo_config import cfg
+from oslo_messaging import opts as messaging_opts
 import testtools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -59,3 +64,25 @@ class ReadmeTest(testtools.TestCase):
                         '    python3 -m venv .tox-venv && .tox-venv/bin/pip '
                         'install tox && .tox-venv/bin/tox -e py3,pep8'):
             self.assertIn(command, lines)
+
+    def test_the_driver_lines_keep_the_other_notification_drivers(self):
+        # [oslo_messaging_notifications] driver is a MultiStrOpt: one
+        # line per driver.  "driver = a,b" is one driver named "a,b"
+        # that stevedore cannot load, which switched off the existing
+        # notifications and the instrumentation with them.
+        text = _section('Enabling it in nova')
+        self.assertIn('driver = messagingv2,instrument', text)  # warned of
+        with open(os.path.join(ROOT, 'README.rst'), encoding='utf-8') as f:
+            readme = f.read()
+        start = readme.index('    [oslo_messaging_notifications]\n')
+        block = readme[start:readme.index('\n\n', start)]
+        with tempfile.NamedTemporaryFile('w', suffix='.conf') as conf_file:
+            conf_file.write(textwrap.dedent(block) + '\n')
+            conf_file.flush()
+            conf = cfg.ConfigOpts()
+            for group, group_opts in messaging_opts.list_opts():
+                if group == 'oslo_messaging_notifications':
+                    conf.register_opts(group_opts, group=group)
+            conf(['--config-file', conf_file.name], project='nova')
+            drivers = conf.oslo_messaging_notifications.driver
+        self.assertEqual(['messagingv2', 'instrument'], drivers)
