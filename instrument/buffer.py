@@ -27,7 +27,10 @@ drops it (through ``threads.defer``, never blocking the caller), and a
 drain that has not finished after ``STALL_AFTER`` seconds is reported by
 the watchdog thread (``threads.watch``).  Drop counts are written as
 ``sink.drops`` counter records whenever they change, so the analyser
-can tell what is missing.
+can tell what is missing.  The writer logs drops per cause (the full
+buffer, running spans forgotten, each sink) with the advice that fits
+it, at most once per cause every ``DROP_WARN_INTERVAL`` seconds, with
+the count since the cause's last warning.
 
 The buffer is fork-safe: in a child process it starts empty (the parent
 writes what it had), with fresh locks, a fresh writer thread and sinks
@@ -65,6 +68,11 @@ MAX_BATCH = 5000
 EXIT_TIMEOUT = 2.0
 # A drain still running after this many seconds is reported as stuck.
 STALL_AFTER = 10.0
+# Drops of one cause are logged at most once per this many seconds.
+DROP_WARN_INTERVAL = 300.0
+# The causes of drops other than a sink (keys of ``counts()``).
+BUFFER_FULL = 'buffer_full'
+OPEN_UNTRACKED = 'open_untracked'
 
 _LIVE = weakref.WeakSet()
 
@@ -131,6 +139,7 @@ class EventBuffer:
         self.max_open = max_records
         self.flush_interval = flush_interval
         self.stall_after = STALL_AFTER
+        self.warn_interval = DROP_WARN_INTERVAL
         self._header = header
         self._closed = False
         self._held = False
@@ -156,7 +165,8 @@ class EventBuffer:
         self.dropped_open = 0
         self._open = collections.deque()
         self._reported = None
-        self._warned = False
+        # {cause: (monotonic time, its count)} of the last warning.
+        self._warned = {}
         # Writer progress, read by the watchdog: monotonic start of the
         # drain under way (None between drains), the sink it is in, and
         # whether the drain was reported as stuck.
@@ -203,18 +213,24 @@ class EventBuffer:
             self._report_first_drop()
 
     def _report_first_drop(self) -> None:
-        if self._warned:
+        if BUFFER_FULL in self._warned:
             return
-        self._warned = True
+        self._warned[BUFFER_FULL] = (time.monotonic(), 1)
         # Never logged from here: a log call can block nova's thread on
-        # a slow disk; the hub or the watchdog thread logs it.
-        self._warned = threads.defer(
-            _DEFERRED_LOG.warning,
-            'instrument: events are being dropped: the buffer of %d events '
-            '([instrument] buffer_size) is full, the writer does not keep '
-            'up or is stuck writing to %s.  Further drops are counted in '
-            'sink.drops records, not logged again.', self.max_records,
-            ', '.join(self._sink_names()))
+        # a slow disk; the hub or the watchdog thread logs it.  Not
+        # deferred (too much waiting): the writer warns instead.
+        if not threads.defer(
+                _DEFERRED_LOG.warning,
+                'instrument: events are being dropped: the buffer of %d '
+                'events ([instrument] buffer_size) is full, the writer '
+                'does not keep up or is stuck writing to %s.  Raise '
+                '[instrument] buffer_size, or record less with '
+                '[instrument] slow_query_threshold or detail_sample_rate.  '
+                'Drops are counted in sink.drops records; more are '
+                'logged at most every %s.', self.max_records,
+                ', '.join(self._sink_names()),
+                _duration(self.warn_interval)):
+            self._warned.pop(BUFFER_FULL, None)
 
     def _sink_names(self) -> list:
         return [getattr(sink, 'path', None) or sink.name
@@ -391,9 +407,14 @@ class EventBuffer:
             self._busy_in = sink
             try:
                 sink.write(batch, first, pid)
-            except Exception:  # a sink must never kill the writer
+            except Exception as exc:  # a sink must never kill the writer
                 if counted:
                     sink.dropped += len(batch)
+                try:
+                    sink.last_error = '%s: %s' % (exc.__class__.__name__,
+                                                  exc)
+                except Exception:  # pragma: no cover - a frozen sink
+                    pass
                 if not getattr(sink, '_instrument_failed', False):
                     sink._instrument_failed = True
                     LOG.exception('instrument: sink %s failed; its lost '
@@ -403,14 +424,9 @@ class EventBuffer:
 
     def _report_drops(self, pid: int) -> None:
         counts = self.counts()
+        self._warn_drops(counts)
         if counts == self._reported or not any(counts.values()):
             return
-        if not self._warned:
-            self._warned = True
-            LOG.warning('instrument: events are being dropped (%s); '
-                        'raise [instrument] buffer_size or check the '
-                        'sinks.  Further drops are counted in the span '
-                        'log, not logged again.', counts)
         ident = self.identity
         host = ident.host if ident is not None else ''
         svc = ident.svc if ident is not None else ''
@@ -426,6 +442,52 @@ class EventBuffer:
             sink.dropped = dropped
         if not failed:
             self._reported = counts
+
+    def _warn_drops(self, counts: dict) -> None:
+        """Writer: log the drops of each cause whose count grew, at
+        most once per cause every ``warn_interval`` seconds."""
+        now = time.monotonic()
+        for cause, count in counts.items():
+            last = self._warned.get(cause)
+            if last is None:
+                if not count:
+                    continue
+                new, since = count, 'since the start'
+            else:
+                when, before = last
+                if count <= before or now - when < self.warn_interval:
+                    continue
+                new = count - before
+                since = 'in the last %s' % _duration(now - when)
+            self._warned[cause] = (now, count)
+            what, advice = self._drop_cause(cause)
+            LOG.warning('instrument: events are being dropped: %d %s %s '
+                        '(%d in all); %s.  Drops are counted in sink.drops '
+                        'records; this cause is logged at most every %s.',
+                        new, what, since, count, advice,
+                        _duration(self.warn_interval))
+
+    def _drop_cause(self, cause: str) -> tuple:
+        """(what was lost, the advice) for a key of ``counts()``."""
+        if cause == BUFFER_FULL:
+            return ('lost to a full buffer of %d events' % self.max_records,
+                    'the writer does not keep up with what is recorded: '
+                    'raise [instrument] buffer_size, or record less with '
+                    '[instrument] slow_query_threshold or '
+                    'detail_sample_rate')
+        if cause == OPEN_UNTRACKED:
+            return ('span ends lost (more than %d spans ran at once)'
+                    % self.max_open, 'raise [instrument] buffer_size')
+        for sink in self.sinks:
+            if sink.name == cause:
+                error = getattr(sink, 'last_error', None)
+                where = getattr(sink, 'path', None) or \
+                    getattr(sink, 'directory', None)
+                return ('lost by the %s sink%s' % (
+                    cause, ' (%s)' % where if where else ''),
+                    'the sink\'s error: %s' % error if error else
+                    'see the errors the sink logged')
+        return 'lost (%s)' % cause, 'see the errors logged before'
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -475,3 +537,10 @@ class EventBuffer:
             after_fork = getattr(sink, 'after_fork', None)
             if after_fork is not None:
                 after_fork()
+
+
+def _duration(seconds: float) -> str:
+    """``5 minutes``, ``90 s``: a warning's time span."""
+    if seconds >= 120 and seconds % 60 < 1:
+        return '%d minutes' % (seconds // 60)
+    return '%.0f s' % seconds

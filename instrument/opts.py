@@ -13,11 +13,20 @@
 
 Owns option definitions, their registration, ``list_opts()`` for
 oslo-config-generator (entry point ``oslo.config.opts``) and the start-up
-validation that turns a bad value into an error naming the option.
+validation that turns a bad value into an error naming the option,
+warns about keys of the section that are no option (a typo) and about
+a sink listed twice.
 """
+
+import difflib
+import glob
+import os
 
 from oslo_config import cfg
 from oslo_config import types
+from oslo_log import log as logging
+
+LOG = logging.getLogger(__name__)
 
 GROUP = 'instrument'
 
@@ -28,7 +37,9 @@ _GROUP_TITLE = 'Instrumentation of nova services'
 _GROUP_HELP = ('Records structured span events (one JSON line each) for '
                'nova API, conductor, scheduler and compute calls and for '
                'every SQL statement, for offline analysis with '
-               'instrument-report.')
+               'instrument-report.  Every option is read once, when the '
+               'service starts: a change needs a restart of the service '
+               '(SIGHUP does not reload them).')
 
 
 def _group() -> cfg.OptGroup:
@@ -41,15 +52,26 @@ def _group() -> cfg.OptGroup:
 _opts = [
     cfg.BoolOpt(
         'enabled', default=False,
-        help='Switch the instrumentation on.  When False nothing is '
-             'patched and no file is written.'),
+        help='Switch the instrumentation on in a service that loads it: '
+             'through the notifier driver ([oslo_messaging_notifications] '
+             'driver = instrument, every nova service) or the nova-api '
+             'paste filter (instrument.loader.paste:filter_factory in '
+             'api-paste.ini).  Without one of them this option does '
+             'nothing.  When False nothing is patched and no file is '
+             'written.'),
     cfg.ListOpt(
         'services', default=list(SERVICES),
         item_type=types.String(choices=SERVICES),
-        help='Which nova components to instrument in this process.  A '
-             'component whose code is never imported by the process is '
-             'simply never patched, so the default is safe on every '
-             'host.'),
+        help='The nova components whose own calls are recorded in this '
+             'process: the compute API methods of nova-api (api), the '
+             'manager methods of nova-conductor (conductor), nova-'
+             'scheduler (scheduler) and nova-compute (compute).  '
+             'Everything else is recorded whatever this says: API '
+             'requests of the paste filter, SQL statements, RPC calls, '
+             'locks and other waits, keystoneauth calls and process '
+             'samples.  A component whose code is never '
+             'imported by the process is simply never patched, so the '
+             'default is safe on every host.'),
     cfg.ListOpt(
         'sinks', default=['file'],
         item_type=types.String(choices=SINKS),
@@ -57,13 +79,17 @@ _opts = [
              'process into output_dir; "log" writes each event as a line '
              'of the service log (oslo.log logger "instrument.spans"); '
              '"otlp" exports spans to an OpenTelemetry collector (needs '
-             'the [otlp] extra).  Several may be given.'),
+             'the [otlp] extra).  Several may be given; a sink named '
+             'twice is used once.'),
     cfg.StrOpt(
         'output_dir', default='/var/log/nova/instrument',
         help='Directory for span files of the "file" sink.  One file per '
-             'process, named <host>_<service>_<pid>_<start time>.jsonl. '
-             'If it cannot be written the service keeps running and the '
-             'lost events are counted and reported in the service log.  '
+             'process, named <host>_<service>_<pid>_<start time>.jsonl, '
+             'created with mode 0640; the directory and its missing '
+             'parents are created with mode 0777, both less the bits of '
+             'the process umask (with umask 022: 0640 and 0755).  If it '
+             'cannot be written the service keeps running and the lost '
+             'events are counted and reported in the service log.  '
              'A span file that is renamed or deleted (logrotate), or '
              'whose directory is deleted, is opened again at its path at '
              'the next write (the directory created again); '
@@ -78,8 +104,10 @@ _opts = [
              'records), running spans whose end is awaited, and lines of '
              'the "log" sink waiting for the eventlet hub.  The first '
              'drop is logged at once in the service log, even when the '
-             'writer is stuck; a writer stuck in one write for more than '
-             '10 seconds (a hung NFS mount) is logged too.'),
+             'writer is stuck; later drops are logged at most once per '
+             'cause every 5 minutes, with their count.  A writer stuck '
+             'in one write for more than 10 seconds (a hung NFS mount) is '
+             'logged too.'),
     cfg.FloatOpt(
         'flush_interval', default=0.5, min=0.01, max=60.0,
         help='Seconds between two writes of the buffer.  Also the longest '
@@ -125,7 +153,13 @@ _opts = [
              'http://127.0.0.1:4317 is used.'),
     cfg.StrOpt(
         'otlp_protocol', default='http/protobuf',
-        choices=['http/protobuf', 'grpc'],
+        choices=[
+            ('http/protobuf', 'OTLP over HTTP, protobuf encoded (the '
+             'OpenTelemetry SDK\'s HTTP exporter); otlp_endpoint is the '
+             'full traces URL.'),
+            ('grpc', 'OTLP over gRPC (needs grpcio); otlp_endpoint is '
+             'http://host:port (plaintext) or https://host:port (TLS).'),
+        ],
         help='OTLP transport used by the "otlp" sink.  grpc needs '
              'grpcio (part of the [otlp] extra); it is only imported '
              'when chosen.'),
@@ -173,8 +207,11 @@ def validate(conf: cfg.ConfigOpts) -> None:
 
     oslo.config checks types only when a value is read; doing it at
     start-up turns "invalid literal for int()" deep inside a request into
-    ``InvalidOption('[instrument] buffer_size: ...')``.
+    ``InvalidOption('[instrument] buffer_size: ...')``.  Keys of the
+    section that are no option are warned about first
+    (``warn_unknown_keys``), a sink named twice is used once.
     """
+    warn_unknown_keys(conf)
     group = getattr(conf, GROUP)
     for opt in _opts:
         try:
@@ -186,3 +223,77 @@ def validate(conf: cfg.ConfigOpts) -> None:
                             'must be set when the "file" sink is used')
     if not group.sinks:
         raise InvalidOption('sinks', 'at least one sink is needed')
+    unique = list(dict.fromkeys(group.sinks))
+    if len(unique) != len(group.sinks):
+        LOG.warning('instrument: [%s] sinks names a sink more than once '
+                    '(%s); each is used once: %s', GROUP,
+                    ', '.join(group.sinks), ', '.join(unique))
+        # Every later reader (the sinks loaded, the start record) sees
+        # the list without repeats, and this is not warned again.
+        conf.set_override('sinks', unique, GROUP)
+
+
+# Config files whose [instrument] keys were checked in this process.
+_KEYS_CHECKED = set()
+
+
+def warn_unknown_keys(conf: cfg.ConfigOpts) -> None:
+    """Log one warning naming each key of ``[instrument]`` in ``conf``'s
+    config files that is no option (``buffersize``, ``enable``), with
+    the nearest option name; each file is checked once per process.
+
+    oslo.config ignores such keys silently.  The check never fails the
+    start: any error skips it.
+    """
+    try:
+        unknown = _unknown_keys(conf)
+        if not unknown:
+            return
+        known = list(getattr(conf, GROUP))
+        described = []
+        for key, path in unknown:
+            near = difflib.get_close_matches(key, known, n=1)
+            described.append('%s (in %s%s)' % (
+                key, path, '; did you mean %s?' % near[0] if near else ''))
+        LOG.warning('instrument: unknown option%s in [%s], ignored: %s',
+                    's' if len(described) > 1 else '', GROUP,
+                    ', '.join(described))
+    except Exception as exc:
+        LOG.debug('instrument: [%s] keys not checked: %s', GROUP, exc)
+
+
+def _config_files(conf: cfg.ConfigOpts) -> list:
+    """The files ``conf`` was parsed from: its config files, then the
+    ``*.conf`` of its config directory (oslo.config's order)."""
+    files = list(conf.config_file or ())
+    dirs = conf.config_dir or ()
+    if isinstance(dirs, str):
+        dirs = [dirs]
+    for directory in dirs:
+        files.extend(sorted(glob.glob(os.path.join(
+            os.path.expanduser(directory), '*.conf'))))
+    return files
+
+
+def _unknown_keys(conf: cfg.ConfigOpts) -> list:
+    """[(key, file)] of the ``[instrument]`` keys that no registered
+    option of the group reads, in files not checked before."""
+    known = set(getattr(conf, GROUP))
+    for opt in _opts:
+        for old in opt.deprecated_opts:
+            if old.group in (None, GROUP) and old.name:
+                known.add(old.name.replace('-', '_'))
+    out = []
+    for path in _config_files(conf):
+        if path in _KEYS_CHECKED:
+            continue
+        _KEYS_CHECKED.add(path)
+        sections = {}
+        cfg.ConfigParser(path, sections).parse()
+        for section, values in sections.items():
+            if section.lower() != GROUP:
+                continue
+            for key in values:
+                if key.replace('-', '_') not in known:
+                    out.append((key, path))
+    return out

@@ -26,7 +26,9 @@ NAMESPACE = 'instrument.sinks'
 
 
 class Sink:
-    """Base class.  ``dropped`` counts events this sink lost."""
+    """Base class.  ``dropped`` counts events this sink lost;
+    ``last_error`` says why, the latest cause (the buffer's drop warning
+    names it)."""
 
     name = 'base'
 
@@ -34,6 +36,7 @@ class Sink:
         self.conf = conf
         self.identity = identity
         self.dropped = 0
+        self.last_error = None
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
         """Deliver event tuples; ``first_seq`` numbers the first one."""

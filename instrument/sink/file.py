@@ -169,6 +169,7 @@ class FileSink(sink.Sink):
             self._failing = None
 
     def _report_failure(self, exc: OSError) -> None:
+        self.last_error = str(exc)
         key = (exc.errno, exc.filename)
         if self._failing == key:
             return

@@ -71,6 +71,10 @@ class LogSink(sink.Sink):
             if self.waiting() + count > self.max_waiting or \
                     not threads.defer_to_hub(self._log_handed, text, count):
                 self.dropped += count
+                self.last_error = (
+                    'the lines waiting for the eventlet hub reached '
+                    '[instrument] buffer_size (%d): the hub is busy or '
+                    'blocked' % self.max_waiting)
                 return
             self._handed += count
             return

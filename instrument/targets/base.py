@@ -120,10 +120,7 @@ class Target:
                                                               spec)
             surveyed = self.surveyed.get(dist)
             if surveyed and found not in surveyed:
-                LOG.warning('instrument: %s %s was not surveyed (points '
-                            'are for %s); the start-up banner lists points '
-                            'that are missing in this release', dist, found,
-                            ', '.join(surveyed))
+                _report_unsurveyed(dist, found, surveyed)
         return None
 
     def points(self, ctx: Context) -> list:
@@ -159,6 +156,41 @@ class PointsTarget(Target):
 
     def points(self, ctx: Context) -> list:
         return list(self._points)
+
+
+# (distribution, version) pairs reported as not surveyed in this process:
+# several targets follow one distribution (nova, nova_pools), and set-up
+# may run more than once.
+_REPORTED = set()
+
+
+def _report_unsurveyed(dist: str, found: str, surveyed: tuple) -> None:
+    """Warn once per process that ``found`` of ``dist`` was not
+    surveyed; a point release of a surveyed release (same major.minor:
+    34.0.1 of 34.0.0) is only an INFO line."""
+    key = (dist, found)
+    if key in _REPORTED:
+        return
+    _REPORTED.add(key)
+    series = _series(found)
+    same = [v for v in surveyed
+            if series is not None and _series(v) == series]
+    if same:
+        LOG.info('instrument: %s %s is a point release of %s, on which '
+                 'the points were surveyed', dist, found, ', '.join(same))
+        return
+    LOG.warning('instrument: %s %s was not surveyed (points are for %s); '
+                'the start-up banner lists points that are missing in '
+                'this release', dist, found, ', '.join(surveyed))
+
+
+def _series(found: str) -> tuple | None:
+    """(major, minor) of a version, None when it cannot be read."""
+    try:
+        release = versions.Version(found).release
+    except versions.InvalidVersion:
+        return None
+    return release[:2] if len(release) >= 2 else None
 
 
 def _satisfies(found: str, spec: str) -> bool:

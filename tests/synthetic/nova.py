@@ -151,7 +151,7 @@ class NovaRequests:
                 return self.span(
                     proc, ctx, 'conductor.bury_in_cell0', exc.at + 50,
                     [self.work(200), self.sql(ctx, 'cell0_insert')], sid,
-                    attrs={'reason': exc.cls}, tid=tid)
+                    inst=insts, attrs={'reason': exc.cls}, tid=tid)
 
         def builds(t2, sid, proc, comp, inst, tid):
             cur = t2
@@ -204,7 +204,7 @@ class NovaRequests:
                 free = [c.host for c in self.cloud.computes]
             selected[:] = rng.sample(free, len(insts))
             return self.span(proc, ctx, 'scheduler.claim', t,
-                             [self.work(6000)], sid,
+                             [self.work(6000)], sid, inst=insts,
                              attrs={'host': selected[0]}, tid=tid)
 
         select = [self.work(300),

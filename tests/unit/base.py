@@ -80,6 +80,9 @@ class TestCase(testtools.TestCase):
         self.addCleanup(sys.path.remove, self.modules_dir)
         self._made = []
         self.addCleanup(self._forget_modules)
+        # Warnings given once per process are given once per test.
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.targets.base._REPORTED', set()))
 
     def _forget_modules(self) -> None:
         for name in self._made:

@@ -213,6 +213,78 @@ class BufferTest(base.TestCase):
         self.assertEqual(4, bad.dropped)
         self.assertEqual(1, self.logger.output.count('sink broken failed'))
 
+    def failing_buffer(self, max_records=16):
+        """A buffer whose one sink fails the way a span directory that
+        is a file does, until ``fixed`` is set."""
+        fixed = threading.Event()
+
+        class DirSink(base.MemorySink):
+            name = 'file'
+            path = '/srv/spans/h1_nova-compute.jsonl'
+
+            def write(self, batch, first_seq, pid):
+                if not fixed.is_set():
+                    raise NotADirectoryError(20, 'Not a directory',
+                                             '/srv/spans')
+                super().write(batch, first_seq, pid)
+
+        sink = DirSink()
+        buf = buffer.EventBuffer([sink], max_records, 60.0)
+        self.addCleanup(buf.close)
+        return buf, sink, fixed
+
+    def drop_warnings(self) -> list:
+        return [line for line in self.logger.output.splitlines()
+                if 'being dropped' in line]
+
+    def test_drop_warning_names_the_cause_and_its_advice(self):
+        buf, sink, fixed = self.failing_buffer()
+        for n in range(3):
+            buf.emit(_event(n))
+        buf.drain()
+        [warning] = self.drop_warnings()
+        self.assertIn('3 lost by the file sink (/srv/spans/h1_nova-'
+                      'compute.jsonl) since the start (3 in all)', warning)
+        self.assertIn("the sink's error: NotADirectoryError: [Errno 20] "
+                      "Not a directory: '/srv/spans'", warning)
+        self.assertNotIn('buffer_size', warning)
+        # The operator fixes the directory; a burst then overflows the
+        # buffer: a cause of its own, warned about too, with its advice.
+        fixed.set()
+        for n in range(100):
+            buf.emit(_event(n))
+        self.assertEqual(84, buf.dropped_full)
+        self.wait_for(lambda: len(self.drop_warnings()) == 2)
+        buf.drain()
+        time.sleep(2 * threads.WATCH_INTERVAL)
+        warnings = self.drop_warnings()
+        self.assertEqual(2, len(warnings))
+        self.assertIn('[instrument] buffer_size, or record less with '
+                      '[instrument] slow_query_threshold or '
+                      'detail_sample_rate', warnings[1])
+        self.assertNotIn('Not a directory', warnings[1])
+
+    def test_drop_warnings_are_rate_limited_per_cause(self):
+        buf, sink, fixed = self.failing_buffer(max_records=1000)
+        buf.warn_interval = 0.5
+        for n in range(3):
+            buf.emit(_event(n))
+        buf.drain()
+        buf.emit(_event(3))
+        buf.drain()  # within the interval: counted, not logged
+        self.assertEqual(1, len(self.drop_warnings()))
+        self.assertEqual(4, sink.dropped)
+        time.sleep(0.6)
+        buf.drain()  # nothing new since: the drops of the interval
+        warnings = self.drop_warnings()
+        self.assertEqual(2, len(warnings))
+        self.assertIn('1 lost by the file sink (/srv/spans/h1_nova-'
+                      'compute.jsonl) in the last', warnings[1])
+        self.assertIn('(4 in all)', warnings[1])
+        time.sleep(0.6)
+        buf.drain()  # no new drop: no warning
+        self.assertEqual(2, len(self.drop_warnings()))
+
     def test_periodic_callbacks_run_before_each_drain(self):
         buf, sink = self.make_buffer()
         calls = []

@@ -91,6 +91,64 @@ class OptionsTest(base.TestCase):
     def test_no_sink_is_an_error(self):
         self._assert_invalid('[instrument]\nsinks =\n', 'sinks')
 
+    def test_unknown_keys_are_warned_with_the_nearest_option(self):
+        conf = self._conf_from_file(
+            '[instrument]\nenable = true\nbuffersize = 100\n'
+            'output_dir = /tmp/x\n[DEFAULT]\nbuffersize = 1\n')
+        path = os.path.join(self.tmp, 'nova.conf')
+        opts.validate(conf)
+        self.assertFalse(conf.instrument.enabled)  # the typo is ignored
+        warnings = [line for line in self.logger.output.splitlines()
+                    if 'unknown option' in line]
+        self.assertEqual([
+            'WARNING instrument.opts instrument: unknown options in '
+            '[instrument], ignored: enable (in %s; did you mean '
+            'enabled?), buffersize (in %s; did you mean buffer_size?)'
+            % (path, path)], warnings)
+        # Once per process: set-up runs validate at every notifier.
+        opts.validate(conf)
+        self.assertEqual(1, self.logger.output.count('unknown option'))
+
+    def test_unknown_keys_of_a_config_dir(self):
+        conf_d = os.path.join(self.tmp, 'nova.conf.d')
+        os.mkdir(conf_d)
+        with open(os.path.join(conf_d, '50-instrument.conf'), 'w') as f:
+            f.write('[Instrument]\nenabled = true\nsink = log\n')
+        conf = cfg.ConfigOpts()
+        opts.register_opts(conf)
+        conf(['--config-dir', conf_d], project='nova')
+        opts.validate(conf)
+        self.assertIn('unknown option in [instrument], ignored: sink (in '
+                      '%s/50-instrument.conf; did you mean sinks?)'
+                      % conf_d, self.logger.output)
+        self.assertNotIn('enabled (in', self.logger.output)
+
+    def test_key_check_never_fails_the_start(self):
+        conf = self._conf_from_file('[instrument]\nbuffersize = 100\n')
+        # The file is gone when the check reads it again.
+        os.remove(os.path.join(self.tmp, 'nova.conf'))
+        opts.validate(conf)
+        self.assertNotIn('unknown option', self.logger.output)
+        conf = cfg.ConfigOpts()  # never called: no config_file option
+        opts.register_opts(conf)
+        opts.warn_unknown_keys(conf)
+
+    def test_a_sink_named_twice_is_used_once(self):
+        conf = self._conf_from_file(
+            '[instrument]\nsinks = file,log,file\n')
+        opts.validate(conf)
+        self.assertEqual(['file', 'log'], conf.instrument.sinks)
+        opts.validate(conf)
+        self.assertEqual(1, self.logger.output.count(
+            'sinks names a sink more than once (file, log, file); each '
+            'is used once: file, log'))
+
+    def test_choices_are_described(self):
+        [(group, options)] = opts.list_opts()
+        for option in options:
+            for choice in getattr(option.type, 'choices', None) or {}:
+                self.assertTrue(option.type.choices[choice], choice)
+
     def test_list_opts_has_every_option_with_help(self):
         [(group, options)] = opts.list_opts()
         self.assertEqual('instrument', group.name)

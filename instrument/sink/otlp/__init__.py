@@ -175,6 +175,11 @@ class OtlpSink(sink.Sink):
                 queue.append(rec)
                 room -= 1
         if lost:
+            if not broken:
+                self.last_error = (
+                    'the export queue of %d spans ([instrument] '
+                    'otlp_queue_size) is full: exports to %s are slow or '
+                    'failing' % (self.queue_size, self.endpoint))
             self._count_writer_drops(lost)
         if queued:
             self._accepted += queued
@@ -194,6 +199,8 @@ class OtlpSink(sink.Sink):
                     self.protocol, self.endpoint, self.timeout)
         except Exception as exc:
             self._broken = True
+            self.last_error = 'cannot export to %s over %s: %s' % (
+                self.endpoint, self.protocol, exc)
             LOG.error('instrument: cannot export spans to %s over %s (%s); '
                       'the service keeps running, spans are dropped and '
                       'counted in sink.drops records', self.endpoint,
@@ -305,6 +312,8 @@ class OtlpSink(sink.Sink):
                       'export works again', self.endpoint, self.protocol,
                       cause or 'export failed')
         self._failing = cause or 'export failed'
+        self.last_error = 'export to %s failed: %s' % (self.endpoint,
+                                                       self._failing)
         return False
 
     # -- lifecycle ---------------------------------------------------------

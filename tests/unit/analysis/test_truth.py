@@ -248,3 +248,51 @@ class NoSkewTest(testtools.TestCase):
         report = pipeline.analyse([directory])
         for host, info in report['clocks']['hosts'].items():
             self.assertEqual(0, info['offset_us'], host)
+
+
+class OneOfTwoRescheduledTest(testtools.TestCase):
+    """Boots of two instances where one is rescheduled until nova gives
+    up (MaxRetriesExceeded) while its sibling fails on its compute host:
+    the reschedule (compute -> conductor ``build_instances``) covers
+    only the instance that failed, so the sibling keeps its own state
+    and cause."""
+
+    def test_sibling_keeps_its_own_state(self):
+        directory = self.useFixture(fixtures.TempDir()).path
+        truth = synthetic.generate(directory, seed=1, requests=30,
+                                   p_multi=0.6, p_resched=0.3, p_port=0.3,
+                                   max_attempts=2, p_other=0.0)
+        report = pipeline.analyse([directory], pipeline.Options(jobs=1))
+        rows = {r['req']: r for r in report['requests']}
+        retries = 'nova.exception.MaxRetriesExceeded'
+        # the case at stake is in the cloud: one instance rescheduled
+        # and given up, its sibling ended by a failure of its own
+        split = [rt for rt in truth.requests.values()
+                 if len(rt.states) == 2 and retries in rt.causes.values()
+                 and set(rt.causes.values()) != {retries}
+                 and max(rt.attempts.values()) > 1]
+        self.assertGreater(len(split), 0)
+        for req, rt in truth.requests.items():
+            row = rows[req]
+            states = {i['inst']: i['state'] for i in row['instances']}
+            causes = {i['inst']: (i['cause'] or {}).get('cls')
+                      for i in row['instances']}
+            self.assertEqual(rt.states, states, req)
+            self.assertEqual(rt.causes, causes, req)
+        # MaxRetriesExceeded ended as many instances as it was raised
+        raised = sum(n for key, n in truth.failures.items()
+                     if key[2] == retries)
+        self.assertGreater(raised, 0)
+        ended = sum(1 for rt in truth.requests.values()
+                    for cause in rt.causes.values() if cause == retries)
+        self.assertEqual(raised, ended)
+        got = {(f['component'], f['ev'], f['cls'], f['message']):
+               (f['count'], f['final']) for f in report['failures']
+               if f['cls'] == retries}
+        want = {key: (n, truth.final[key])
+                for key, n in truth.failures.items() if key[2] == retries}
+        self.assertEqual(want, got)
+        # and the report's final causes count those instances
+        causes = {c['cls']: c['count'] for c in report['summary']['causes']
+                  if c['state'] == 'scheduling_failure'}
+        self.assertEqual(raised, causes[retries])

@@ -254,6 +254,35 @@ class EntryPointTest(base.TestCase):
                              self.logger.output)
         self.assertNotIn('nova', sys.modules)
 
+    def test_unsurveyed_release_is_warned_once_per_process(self):
+        conf = self.make_conf()
+        fake = {'nova': '35.0.0'}
+        self.useFixture(_Versions(fake))
+        for target in (nova.NovaTarget(), nova_pools.NovaPoolsTarget(),
+                       nova.NovaTarget()):
+            self.assertIsNone(target.check(conf))
+        self.assertEqual(1, self.logger.output.count(
+            'nova 35.0.0 was not surveyed'))
+        fake['nova'] = '35.1.0'  # another version: warned too
+        self.assertIsNone(nova.NovaTarget().check(conf))
+        self.assertEqual(1, self.logger.output.count(
+            'nova 35.1.0 was not surveyed'))
+
+    def test_point_release_of_a_surveyed_release_is_no_warning(self):
+        conf = self.make_conf()
+        fake = {'nova': '34.0.1'}
+        self.useFixture(_Versions(fake))
+        for target in (nova.NovaTarget(), nova_pools.NovaPoolsTarget()):
+            self.assertIsNone(target.check(conf))
+        self.assertNotIn('WARNING', self.logger.output)
+        self.assertEqual(1, self.logger.output.count(
+            'INFO instrument.targets.base instrument: nova 34.0.1 is a '
+            'point release of 34.0.0, on which the points were '
+            'surveyed'))
+        fake['nova'] = '33.0.1'  # an earlier point of 33.0.2: the same
+        self.assertIsNone(nova.NovaTarget().check(conf))
+        self.assertNotIn('WARNING', self.logger.output)
+
 
 class _Versions(fixtures.Fixture):
     """Installed versions as ``versions`` says."""
