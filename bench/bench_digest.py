@@ -47,11 +47,8 @@ with each row: the cores are shared.  Asserts nothing.  Usage::
 import argparse
 import json
 import os
-import resource
-import shutil
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -206,22 +203,11 @@ def main() -> None:
         dd_rate / py_rate))
     print('duckdb load: %.0f events/s (issue 17 full report target: '
           '1,000,000)' % (info['events'] / res['duckdb load']['seconds']))
-    digest = shutil.which('pt-query-digest')
-    if digest is None:
+    measured = bench_report.pt_query_digest(base, logs)
+    if measured is None:
         print('pt-query-digest: not installed (Debian: percona-toolkit)')
         return
-    slow = os.path.join(base, 'slow.log')
-    if not os.path.exists(slow):
-        bench_report.slow_log(logs, slow + '.tmp')
-        os.rename(slow + '.tmp', slow)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    subprocess.run([digest, '--limit', '20', slow], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pt = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    pt_cpu = (after.ru_utime + after.ru_stime -
-              before.ru_utime - before.ru_stime)
+    pt, pt_cpu = measured
     pt_rate = statements / pt
     print('pt-query-digest: %d statements in %.2f s (%.0f statements/s, '
           '%.0f per CPU s, load %s)' % (statements, pt, pt_rate,

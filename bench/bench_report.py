@@ -232,7 +232,7 @@ def _loadavg() -> str:
         return '?'
 
 
-def _pt_query_digest(base: str, logs: str) -> typing.Optional[tuple]:
+def pt_query_digest(base: str, logs: str) -> typing.Optional[tuple]:
     """``(wall s, CPU s)`` of pt-query-digest on the log's statements
     (None when it is not installed)."""
     digest = shutil.which('pt-query-digest')
@@ -331,7 +331,7 @@ def main() -> None:
               peak, events, TARGET_PEAK_MB,
               'met' if peak <= TARGET_PEAK_MB else 'NOT met', half, full,
               full / max(half, 1)))
-    pt = _pt_query_digest(base, logs)
+    pt = pt_query_digest(base, logs)
     if pt is None:
         print('  pt-query-digest: not installed (Debian: percona-toolkit)')
         return

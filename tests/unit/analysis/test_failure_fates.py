@@ -15,18 +15,17 @@ to another host), against a synthetic cloud's truth and hand-made
 requests; the text and HTML reports show the split, its units and the
 final causes per state."""
 
-import os
 import re
 import shutil
 import tempfile
 
-import fixtures
 import testtools
 
 from instrument.analysis import pipeline
 from instrument.analysis import report_html
 from instrument.analysis import report_text
 from tests import synthetic
+from tests.unit.analysis import test_service_failures
 from tests.unit.analysis import test_services
 
 MS = test_services.MS
@@ -159,24 +158,8 @@ class SyntheticFatesTest(testtools.TestCase):
                           section)
 
 
-class HandMadeFatesTest(testtools.TestCase):
+class HandMadeFatesTest(test_service_failures.ApiComputeCase):
     """Cases the synthetic cloud does not make."""
-
-    def setUp(self):
-        super().setUp()
-        self.dir = self.useFixture(fixtures.TempDir()).path
-        self.api = test_services.Writer(
-            os.path.join(self.dir, 'api.jsonl'), 'ctl', 'api', 11)
-        self.cmp = test_services.Writer(
-            os.path.join(self.dir, 'cmp.jsonl'), 'cmp1', 'compute', 22)
-        for w, name in ((self.api, 'nova-api'), (self.cmp, 'nova-compute')):
-            w.rec(ph='M', ts=T0 - 20 * S, ev='process.start',
-                  attrs={'service': name})
-
-    def _report(self) -> dict:
-        self.api.f.close()
-        self.cmp.f.close()
-        return pipeline.analyse([self.dir], pipeline.Options())
 
     def _boot(self, req: str, at: int, st='ok', err=None, status=202):
         root = self.api.span('api.request', at, 20 * MS, req=req,

@@ -27,7 +27,8 @@ _ksa = test_services._ksa
 NEUTRON_500 = 'neutronclient.common.exceptions.InternalServerError'
 
 
-class ServiceFailureTest(testtools.TestCase):
+class ApiComputeCase(testtools.TestCase):
+    """Span files of an api and a compute process written by hand."""
 
     def setUp(self):
         super().setUp()
@@ -40,6 +41,14 @@ class ServiceFailureTest(testtools.TestCase):
             w.rec(ph='M', ts=test_services.T0 - 20 * S,
                   ev='process.start', attrs={'service': name})
 
+    def _report(self) -> dict:
+        self.api.f.close()
+        self.cmp.f.close()
+        return pipeline.analyse([self.dir], pipeline.Options())
+
+
+class ServiceFailureTest(ApiComputeCase):
+
     def _boot(self, req: str, at: int):
         """A boot's API side; returns its create span id."""
         root = self.api.span('api.request', at, 20 * MS, req=req,
@@ -47,11 +56,6 @@ class ServiceFailureTest(testtools.TestCase):
                                     'status': 202})
         return self.api.span('api.compute.create', at + 1 * MS, 15 * MS,
                              parent=root, req=req)
-
-    def _report(self) -> dict:
-        self.api.f.close()
-        self.cmp.f.close()
-        return pipeline.analyse([self.dir], pipeline.Options())
 
     def _failed_build(self, req, at, after=None):
         """A build whose network allocation failed after neutron answered
