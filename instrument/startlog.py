@@ -47,8 +47,21 @@ EXIT_FORMAT = '%(asctime)s %(process)d %(levelname)s %(name)s %(message)s'
 
 _LOCK = threading.Lock()
 _HELD = collections.deque()
-_STATE = {'dropped': 0, 'handler': None, 'level': None,
-          'wrapped': False, 'atexit': False, 'set_up': False}
+
+
+class _State:
+    """What this module changed, and what it saw."""
+
+    dropped = 0                      # records past LIMIT
+    handler: logging.Handler | None = None  # while holding
+    level: tuple | None = None       # (found, set) on the instrument logger
+    propagate = True                 # found on the instrument logger
+    wrapped = False                  # oslo_log.log.setup hooked
+    atexit = False                   # _at_exit registered
+    set_up = False                   # oslo_log.log.setup has returned
+
+
+_STATE = _State()
 
 
 def _placeholder(handler) -> bool:
@@ -63,7 +76,7 @@ def configured() -> bool:
     """True once the process's logging is set up: oslo.log's ``setup``
     ran, or the root logger has a handler other than oslo.log's bare
     placeholder."""
-    if _STATE['set_up']:
+    if _STATE.set_up:
         return True
     return any(not _placeholder(h) for h in logging.getLogger().handlers)
 
@@ -83,7 +96,7 @@ class _HoldHandler(logging.Handler):
                 if len(_HELD) < LIMIT:
                     _HELD.append(record)
                 else:
-                    _STATE['dropped'] += 1
+                    _STATE.dropped += 1
         except Exception:  # noqa: S110 - logging must never fail nova
             pass
 
@@ -92,7 +105,7 @@ class _HoldHandler(logging.Handler):
 
 
 def holding() -> bool:
-    return _STATE['handler'] is not None
+    return _STATE.handler is not None
 
 
 def hold() -> None:
@@ -104,22 +117,22 @@ def hold() -> None:
                 release()
             return
         with _LOCK:
-            if _STATE['handler'] is not None:
+            if _STATE.handler is not None:
                 return
             logger = logging.getLogger(ROOT_NAME)
             handler = _HoldHandler()
             logger.addHandler(handler)
-            _STATE['handler'] = handler
+            _STATE.handler = handler
             # Not to oslo.log's placeholder on stderr meanwhile.
-            _STATE['propagate'] = logger.propagate
+            _STATE.propagate = logger.propagate
             logger.propagate = False
             if logger.level == logging.NOTSET or logger.level > logging.INFO:
                 # INFO lines pass the (unconfigured) WARNING of the root.
-                _STATE['level'] = (logger.level, logging.INFO)
+                _STATE.level = (logger.level, logging.INFO)
                 logger.setLevel(logging.INFO)
         _wrap_setup()
-        if not _STATE['atexit']:
-            _STATE['atexit'] = True
+        if not _STATE.atexit:
+            _STATE.atexit = True
             atexit.register(_at_exit)
     except Exception:  # noqa: S110 - logging must never fail nova
         pass
@@ -128,15 +141,15 @@ def hold() -> None:
 def _stop_holding() -> tuple:
     """Stop holding; the held records and the count of dropped ones."""
     with _LOCK:
-        handler, _STATE['handler'] = _STATE['handler'], None
-        level, _STATE['level'] = _STATE['level'], None
+        handler, _STATE.handler = _STATE.handler, None
+        level, _STATE.level = _STATE.level, None
         records = list(_HELD)
         _HELD.clear()
-        dropped, _STATE['dropped'] = _STATE['dropped'], 0
+        dropped, _STATE.dropped = _STATE.dropped, 0
     logger = logging.getLogger(ROOT_NAME)
     if handler is not None:
         logger.removeHandler(handler)
-        logger.propagate = _STATE.get('propagate', True)
+        logger.propagate = _STATE.propagate
     # Put back the level found, unless the set-up chose one since.
     if level is not None and logger.level == level[1]:
         logger.setLevel(level[0])
@@ -188,7 +201,7 @@ def _at_exit() -> None:
 
 def _after_setup(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
-    _STATE['set_up'] = True
+    _STATE.set_up = True
     if holding():
         release()
     return result
@@ -196,9 +209,9 @@ def _after_setup(wrapped, instance, args, kwargs):
 
 def _wrap_setup() -> None:
     """Wrap ``oslo_log.log.setup`` (once) to release after it."""
-    if _STATE['wrapped']:
+    if _STATE.wrapped:
         return
-    _STATE['wrapped'] = True
+    _STATE.wrapped = True
     wrapt.register_post_import_hook(_wrap_module, 'oslo_log.log')
 
 
@@ -214,7 +227,7 @@ def _after_fork_in_child() -> None:
     global _LOCK
     _LOCK = threading.Lock()
     _HELD.clear()
-    _STATE['dropped'] = 0
+    _STATE.dropped = 0
 
 
 if hasattr(os, 'register_at_fork'):
