@@ -180,6 +180,21 @@ _opts = [
              'file descriptors, SQL connection pools, the buffer\'s '
              'fill and drops), taken by the writer thread from /proc '
              'and the process itself.  0 switches sampling off.'),
+    cfg.ListOpt(
+        'programs',
+        default=['nova-api*', 'nova-conductor', 'nova-scheduler',
+                 'nova-compute'],
+        help='Programs that record when they load the instrumentation '
+             'from nova.conf (the notifier driver, the api-paste '
+             'filter); shell-style patterns, "*" for every program.  '
+             'nova-api* covers nova-api and the WSGI applications of '
+             'nova\'s API (nova-api-os-compute, nova-api-metadata; the '
+             'API\'s WSGI application under a server of another name '
+             'and the paste filter record as nova-api).  Every other '
+             'program (nova-manage, nova-status, nova-policy, the '
+             'console proxies) is skipped and logged once at INFO: '
+             'nothing is patched and no file or directory is created.  '
+             'instrument.setup() called by code is not affected.'),
 ]
 
 

@@ -334,10 +334,12 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
         from oslo_messaging.notify import notifier
         CONF.register_opts(notifier._notifier_opts,
                            group='oslo_messaging_notifications')
-        # What an operator writes into nova.conf.
+        # What an operator writes into nova.conf; every program, as all
+        # of nova runs in this one (named after the demo or the runner).
         self.flags(enabled=True, output_dir=self.span_dir,
                    flush_interval=settings.flush_interval,
-                   sql_timing=settings.sql_timing, group='instrument')
+                   sql_timing=settings.sql_timing, programs=['*'],
+                   group='instrument')
         self.flags(driver=['instrument'],
                    group='oslo_messaging_notifications')
 

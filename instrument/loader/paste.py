@@ -79,7 +79,7 @@ class InstrumentMiddleware:
         active = runtime.active()
         if active is None and not self._started:
             self._started = True
-            loader.start(self.conf)
+            loader.start(self.conf, self.service_name)
             active = runtime.active()
         return active.tracer if active is not None else None
 

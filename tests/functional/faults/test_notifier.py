@@ -33,7 +33,8 @@ class NotifierDriverFaultTest(base.TestCase):
     def setUp(self):
         super().setUp()
         self.addCleanup(runtime.teardown)
-        self.conf = self.make_conf(sql_timing=False)
+        # The test runner is no nova service.
+        self.conf = self.make_conf(sql_timing=False, programs=['*'])
         self.conf.register_opts(notifier._notifier_opts,
                                 group='oslo_messaging_notifications')
         # Beside another driver, as operators list it.

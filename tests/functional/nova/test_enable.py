@@ -35,8 +35,12 @@ if hasattr(monkey_patch, 'patch'):
 import json
 from nova import config
 
-sys.argv = ['nova-compute', '--config-file', sys.argv[1]]
+prog, set_up = sys.argv[4], sys.argv[5] == 'log'
+sys.argv = [prog, '--config-file', sys.argv[1]]
 config.parse_args(sys.argv)
+if set_up:  # as nova/cmd/compute.py, after parse_args
+    from oslo_log import log as logging
+    logging.setup(config.CONF, 'nova')
 
 from instrument import runtime
 active = runtime.active()
@@ -62,6 +66,7 @@ print(json.dumps(result))
 NOVA_CONF = '''
 [DEFAULT]
 host = cmp-017
+log_file = {log}
 transport_url = fake:/
 state_path = {state}
 
@@ -85,19 +90,22 @@ class NotifierPathTest(testtools.TestCase):
 
     backend = 'threading'
 
-    def _start(self, extra=''):
+    def _start(self, extra='', prog='nova-compute', set_up=False):
         tmp = self.useFixture(fixtures.TempDir()).path
         spans = os.path.join(tmp, 'spans')
         conf = os.path.join(tmp, 'nova.conf')
+        self.log = os.path.join(tmp, 'nova.log')
         with open(conf, 'w') as f:
-            f.write(NOVA_CONF.format(state=tmp, spans=spans, extra=extra))
+            f.write(NOVA_CONF.format(state=tmp, spans=spans, extra=extra,
+                                     log=self.log))
         script = os.path.join(tmp, 'child.py')
         with open(script, 'w') as f:
             f.write(textwrap.dedent(CHILD))
         env = dict(os.environ)
         env.pop('OS_NOVA_DISABLE_EVENTLET_PATCHING', None)
         proc = subprocess.run(
-            [sys.executable, script, conf, spans, self.backend],
+            [sys.executable, script, conf, spans, self.backend, prog,
+             'log' if set_up else '-'],
             capture_output=True, text=True, timeout=300, env=env)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         return json.loads(proc.stdout.strip().splitlines()[-1]), spans, \
@@ -145,6 +153,33 @@ class NotifierPathTest(testtools.TestCase):
         self.assertFalse(result['active'])
         self.assertIn('[instrument] buffer_size', stderr)
         self.assertFalse(os.path.exists(spans))
+
+    def _instrument_lines(self):
+        with open(self.log) as f:
+            return [line for line in f if ' instrument.' in line]
+
+    def test_banner_is_in_the_service_log(self):
+        # nova sets its logging up after parse_args built the notifiers.
+        result, _spans, stderr = self._start(set_up=True)
+        self.assertTrue(result['active'])
+        lines = self._instrument_lines()
+        self.assertEqual(1, len([
+            line for line in lines if ' INFO instrument.runtime [-] '
+            'instrument: recording nova-compute on cmp-017 to file'
+            in line]), lines)
+        self.assertEqual(1, len([line for line in lines
+                                 if 'points patched' in line]), lines)
+        self.assertNotIn('instrument:', stderr)
+
+    def test_nova_manage_records_nothing(self):
+        result, spans, _stderr = self._start(prog='nova-manage',
+                                             set_up=True)
+        self.assertFalse(result['active'])
+        self.assertFalse(os.path.exists(spans))
+        [line] = self._instrument_lines()
+        self.assertIn(' INFO instrument.loader [-] instrument: loaded by '
+                      'nova-manage, which is not one of [instrument] '
+                      'programs', line)
 
 
 class NotifierPathEventletTest(NotifierPathTest):
