@@ -36,7 +36,7 @@ class Sink:
         self.conf = conf
         self.identity = identity
         self.dropped = 0
-        self.last_error = None
+        self.last_error: str | None = None
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
         """Deliver event tuples; ``first_seq`` numbers the first one."""
