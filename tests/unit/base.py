@@ -57,6 +57,17 @@ class ListBuffer:
                 for n, rec in enumerate(self.events)]
 
 
+def list_recorder(host: str = 'cmp-1', service: str = 'nova-compute'
+                  ) -> tuple:
+    """``(ListBuffer, Recorder)``: a recorder of ``service`` on ``host``
+    whose events stay in the buffer."""
+    from instrument import process
+    from instrument import recorder
+    buffer = ListBuffer()
+    return buffer, recorder.Recorder(
+        buffer, process.ProcessIdentity.create(service, host))
+
+
 def read_span_files(directory: str) -> dict:
     """{file name: [decoded, validated records]} of a span directory."""
     out = {}

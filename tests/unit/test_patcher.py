@@ -65,10 +65,7 @@ class PatcherTestBase(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-compute',
-                                                        'ctl-host'))
+        self.buffer, self.recorder = base.list_recorder('ctl-host')
         self.tracer = tracing.Tracer(self.recorder)
         self.mod_name = self.make_module(FAKE_SERVICE)
 

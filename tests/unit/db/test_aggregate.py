@@ -15,8 +15,6 @@ import fixtures
 import testtools
 
 from instrument.db import aggregate
-from instrument import process
-from instrument import recorder as recorder_mod
 from tests.unit import base
 
 
@@ -28,10 +26,7 @@ class TestAggregator(testtools.TestCase):
         self.useFixture(fixtures.MonkeyPatch(
             'instrument.db.aggregate.time.time_ns',
             lambda: self.now_us * 1000))
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-scheduler',
-                                                        'h'))
+        self.buffer, self.recorder = base.list_recorder('h', 'nova-scheduler')
         self.agg = aggregate.Aggregator(self.recorder, 10.0)
 
     def records(self):

@@ -46,10 +46,7 @@ class NovaHookTest(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-compute',
-                                                        'cmp-1'))
+        self.buffer, self.recorder = base.list_recorder()
 
     def test_driver_spawn_is_added_to_the_targets_patcher(self):
         # No runtime is running: the hook uses the patcher it was given.

@@ -85,10 +85,7 @@ class KeystoneauthTest(base.TestCase):
         self.addCleanup(self.server.shutdown)
         self.endpoint = 'http://127.0.0.1:%d/placement' % (
             self.server.server_port)
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-compute',
-                                                        'cmp-1'))
+        self.buffer, self.recorder = base.list_recorder()
         patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS),
                                       self.recorder, 'keystoneauth1')
         patcher.apply()

@@ -22,8 +22,6 @@ from oslo_concurrency import lockutils
 from oslo_context import context as oslo_context
 
 from instrument import patcher as patcher_mod
-from instrument import process
-from instrument import recorder as recorder_mod
 from instrument.targets import base as targets_base
 from instrument.targets import oslo_concurrency as target_mod
 from instrument import tracer as tracer_mod
@@ -91,10 +89,7 @@ class LockTimingTest(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-compute',
-                                                        'cmp-1'))
+        self.buffer, self.recorder = base.list_recorder()
         self.tracer = tracer_mod.Tracer(self.recorder)
         self.target = target_mod.OsloConcurrencyTarget()
         ctx = targets_base.Context(

@@ -17,8 +17,6 @@ from oslo_config import cfg
 from oslo_service import periodic_task
 
 from instrument import patcher as patcher_mod
-from instrument import process
-from instrument import recorder as recorder_mod
 from instrument import schema
 from instrument.targets import periodic
 from instrument import tracer as tracer_mod
@@ -54,10 +52,7 @@ class PeriodicTest(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-compute',
-                                                        'cmp-1'))
+        self.buffer, self.recorder = base.list_recorder()
         patcher = patcher_mod.Patcher(periodic.points(self.recorder),
                                       self.recorder, 'oslo.service')
         patcher.apply()
@@ -138,10 +133,7 @@ class RpcInPeriodicRunTest(base.TestCase):
         super().setUp()
         import oslo_messaging as messaging
         from instrument.targets import oslo_messaging as om_target
-        self.buffer = base.ListBuffer()
-        self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-compute',
-                                                        'cmp-1'))
+        self.buffer, self.recorder = base.list_recorder()
         for points, dist in ((periodic.points(self.recorder),
                               'oslo.service'),
                              (om_target.points(), 'oslo.messaging')):
