@@ -82,3 +82,13 @@ class InstrumentedCloud(cloud.InstrumentedCloud):
     def boot(self, **kwargs) -> dict:
         kwargs.setdefault('networks', 'none')
         return self._create_server(**kwargs)
+
+    def boot_calls(self, **kwargs) -> tuple:
+        """Boot a server and wait for its build to end: ``(uuid, request
+        id, spans, the request's ksa.request spans)``."""
+        uuid = self.boot(**kwargs)['id']
+        spans = self.spans(until=lambda s: s.done('compute.build',
+                                                  inst=uuid))
+        [create] = spans.done('api.compute.create', inst=uuid)
+        req = create['req']
+        return uuid, req, spans, spans.done('ksa.request', req=req)

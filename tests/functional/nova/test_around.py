@@ -42,13 +42,7 @@ class AroundTest(base.InstrumentedCloud):
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def test_boot_shows_placement_calls_under_its_request(self):
-        server = self.boot()
-        uuid = server['id']
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid))
-        [create] = spans.done('api.compute.create', inst=uuid)
-        req = create['req']
-        calls = spans.done('ksa.request', req=req)
+        uuid, req, spans, calls = self.boot_calls()
         self.assertTrue(calls, 'no ksa.request under %s' % req)
         by_svc = {}
         for call in calls:

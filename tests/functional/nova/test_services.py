@@ -57,6 +57,15 @@ class ServicesCalledTest(base.InstrumentedCloud):
         body = self._build_server(networks=NETWORK)
         return self.api.post_server({'server': body})['id']
 
+    def _failure_row(self, uuid) -> tuple:
+        """The boot's one failure row, once the server is in ERROR:
+        ``(row, report)``."""
+        req, report = self._report(uuid)
+        self._wait_for_state_change({'id': uuid}, 'ERROR')
+        rows = [f for f in report['failures'] if req in f['requests']]
+        self.assertEqual(1, len(rows), rows)
+        return rows[0], report
+
     def _report(self, uuid) -> tuple:
         """The boot's request id and the report, once its build ended."""
         spans = self.spans(until=lambda s: s.done('compute.build',
@@ -66,13 +75,7 @@ class ServicesCalledTest(base.InstrumentedCloud):
                                                pipeline.Options())
 
     def test_boot_calls_neutron_and_placement(self):
-        server = self.boot(networks=NETWORK)
-        uuid = server['id']
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid))
-        [create] = spans.done('api.compute.create', inst=uuid)
-        req = create['req']
-        calls = spans.done('ksa.request', req=req)
+        uuid, req, spans, calls = self.boot_calls(networks=NETWORK)
         seen = {(c['svc'], c['attrs']['service_type'], c['attrs']['method'],
                  c['attrs']['route'], c['attrs']['status']) for c in calls}
         # nova-api checks the network; the compute creates and binds the
@@ -112,12 +115,7 @@ class ServicesCalledTest(base.InstrumentedCloud):
         self.useFixture(base.cloud.fixtures.MockPatchObject(
             self.neutron, 'create_port', side_effect=(
                 neutron_exc.NeutronClientException(status_code=500))))
-        uuid_ = self._failed_boot()
-        req, report = self._report(uuid_)
-        self._wait_for_state_change({'id': uuid_}, 'ERROR')
-        rows = [f for f in report['failures'] if req in f['requests']]
-        self.assertEqual(1, len(rows), rows)
-        [row] = rows
+        row, report = self._failure_row(self._failed_boot())
         self.assertEqual('network', row['component'])
         self.assertEqual('ksa.request', row['ev'])
         self.assertEqual('network POST /v2.0/ports: HTTP 500',
@@ -145,12 +143,7 @@ class ServicesCalledTest(base.InstrumentedCloud):
             return create_port(body=body)
         self.useFixture(base.cloud.fixtures.MockPatchObject(
             self.neutron, 'create_port', side_effect=late))
-        uuid_ = self._failed_boot()
-        req, report = self._report(uuid_)
-        self._wait_for_state_change({'id': uuid_}, 'ERROR')
-        rows = [f for f in report['failures'] if req in f['requests']]
-        self.assertEqual(1, len(rows), rows)
-        [row] = rows
+        row, report = self._failure_row(self._failed_boot())
         self.assertEqual(('network', 'ksa.request'),
                          (row['component'], row['ev']))
         self.assertEqual('keystoneauth1.exceptions.connection.'
