@@ -35,13 +35,13 @@ def build_message(env: str, site_packages: pathlib.Path,
                   deps: typing.Iterable[str]) -> typing.Optional[str]:
     """What to say before installing ``deps`` into the environment
     ``env``; None when the install is not nova's or nova is there."""
-    lines = [line for line in deps if 'nova-requirements' in line]
+    lines = [line for line in deps if 'requirements/nova' in line]
     if not lines:
         return None
     if (site_packages / 'nova').is_dir():
         return None
-    # nova-requirements-NN.txt: an older release (functional-novaNN)
-    found = re.search(r'nova-requirements-(\d+)\.txt', ' '.join(lines))
+    # requirements/nova-NN.txt: an older release (functional-novaNN)
+    found = re.search(r'requirements/nova-(\d+)\.txt', ' '.join(lines))
     release = found.group(1) if found else '34'
     return ('%s: installing nova %s, its test requirements (about 150 '
             'packages) and openstack-instrument: a minute or two with '

@@ -37,13 +37,13 @@ import time
 from keystoneauth1 import session as ksa_session
 import requests
 
-from instrument import buffer as buffer_mod
-from instrument import patcher as patcher_mod
-from instrument import points as points_mod
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import resources
-from instrument import sink as sink_mod
+from instrument import sinks as sink_mod
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import buffer as buffer_mod
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import resources
 from instrument.targets import keystoneauth
 
 

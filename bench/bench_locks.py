@@ -102,6 +102,7 @@ def measure(calls: int, repeat: int) -> dict:
     from oslo_concurrency import lockutils
 
     import instrument
+    from instrument.targets import oslo_concurrency as lock_target
 
     work = _workloads()
     for fn in work.values():  # warm up (the first fair lock imports eventlet)
@@ -110,7 +111,7 @@ def measure(calls: int, repeat: int) -> dict:
     rt = _setup(out_dir, calls * repeat * len(work) + 10)
     target = rt.target('oslo_concurrency')
     patched = lockutils.lock
-    original = target._original
+    original = target.patcher.original(lock_target.POINT)
     base = {}
     timed = {}
     writer = {}

@@ -33,7 +33,7 @@ One run, on sqlite in memory and (when reachable) on MariaDB at
 
 Two workloads: statements inside one open transaction, and one-statement
 transactions (``engine.begin()``: checkout, BEGIN, statement, COMMIT).
-Prints µs per statement (best of several interleaved rounds), the cost
+Prints µs per statement (median of several interleaved rounds), the cost
 added over ``none``, and that cost as a multiple of the floor's.  Asserts
 nothing.  Usage: ``python bench/bench_sql.py [--quick]``.
 """
@@ -41,6 +41,7 @@ nothing.  Usage: ``python bench/bench_sql.py [--quick]``.
 import collections
 import gc
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -48,13 +49,13 @@ import time
 from oslo_config import cfg
 import sqlalchemy as sa
 
-from instrument import buffer as buffer_mod
 from instrument import db as instrument_db
 from instrument import opts
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import sink as sink_mod
-from instrument.sink import file as file_sink
+from instrument import sinks as sink_mod
+from instrument.runtime import buffer as buffer_mod
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.sinks import file as file_sink
 
 MYSQL_URL = os.environ.get('INSTRUMENT_BENCH_MYSQL_URL',
                            'mysql+pymysql://root@127.0.0.1:3306/test')
@@ -125,11 +126,10 @@ class Instrument:
 
 
 def _otel(engine):
-    from opentelemetry.instrumentation.sqlalchemy import (
-        SQLAlchemyInstrumentor)
+    from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace import export
     from opentelemetry.sdk.trace.export import in_memory_span_exporter
-    from opentelemetry.sdk.trace import TracerProvider
     exporter = in_memory_span_exporter.InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(export.SimpleSpanProcessor(exporter))
@@ -223,11 +223,13 @@ def _reachable(url) -> str | None:
         return '%s: %s' % (exc.__class__.__name__, str(exc)[:120])
 
 
-def run_backend(label, url, n, rounds, tmpdir):
-    names = ['none', 'floor', 'instrument', 'instrument-agg',
-             'instrument-file', 'otel', 'osprofiler']
+NAMES = ['none', 'floor', 'instrument', 'instrument-agg',
+         'instrument-file', 'otel', 'osprofiler']
+
+
+def run_backend(label, url, n, rounds, tmpdir, names=None):
+    names = names or NAMES
     engines = {name: _make_engine(url) for name in names}
-    Floor(engines['floor'][0])
     libs = {
         'instrument': Instrument(DiscardSink(None, None)),
         'instrument-agg': Instrument(DiscardSink(None, None),
@@ -236,16 +238,20 @@ def run_backend(label, url, n, rounds, tmpdir):
             _conf(output_dir=tmpdir), process.ProcessIdentity.create(
                 'bench', 'benchhost'))),
     }
-    exporter = _otel(engines['otel'][0])
-    _osprofiler(engines['osprofiler'][0])
+    exporter = _otel(engines['otel'][0]) if 'otel' in engines else \
+        _NoExporter()
+    if 'floor' in engines:
+        Floor(engines['floor'][0])
+    if 'osprofiler' in engines:
+        _osprofiler(engines['osprofiler'][0])
     results = {}
     for wname, workload in WORKLOADS:
-        best = {name: [float('inf')] * 3 for name in names}
+        rounds_of = {name: [] for name in names}
         count = n if workload is _in_transaction else max(n // 4, 100)
         for _ in range(rounds):
             for name in names:
                 engine, stmt = engines[name]
-                lib = libs.get(name)
+                lib = libs.get(name) if name in names else None
                 settle = lib.settle if lib is not None else _nothing
                 if lib is not None:
                     lib.on()
@@ -255,15 +261,21 @@ def run_backend(label, url, n, rounds, tmpdir):
                 finally:
                     if lib is not None:
                         lib.off()
-                best[name] = [min(a, b)
-                              for a, b in zip(best[name], us, strict=True)]
+                rounds_of[name].append(us)
                 exporter.clear()
-        results[wname] = best
+        results[wname] = {name: [statistics.median(column)
+                                 for column in zip(*rows, strict=True)]
+                          for name, rows in rounds_of.items()}
     for engine, _stmt in engines.values():
         engine.dispose()
     for lib in libs.values():
         lib.buffer.close()
     return results
+
+
+class _NoExporter:
+    def clear(self) -> None:
+        pass
 
 
 def _nothing():
@@ -272,8 +284,8 @@ def _nothing():
 
 def report(label, results) -> None:
     for wname, best in results.items():
-        print('\n%s, %s: us per statement, best of rounds; "added" is over'
-              ' none, "x" is added / floor\'s added' % (label, wname))
+        print('\n%s, %s: us per statement, median of rounds; "added" is'
+              ' over none, "x" is added / floor\'s added' % (label, wname))
         print('  %-16s %s' % ('', '  '.join(
             '%-26s' % head for head in ('wall', 'calling-thread CPU',
                                         'process CPU (all threads)'))))
@@ -283,16 +295,34 @@ def report(label, results) -> None:
             cols = []
             for i, us in enumerate(values):
                 added = us - best['none'][i]
-                floor_added = best['floor'][i] - best['none'][i]
+                floor_added = best['floor'][i] - best['none'][i] \
+                    if 'floor' in best else 0
                 ratio = ('%8.2f' % (added / floor_added)
                          if floor_added > 0 and name != 'none'
                          else '%8s' % '')
                 cols.append('%8.2f %8.2f %s' % (us, added, ratio))
             print('  %-16s %s' % (name, '  '.join(cols)))
+        peer = best.get('osprofiler')
+        mine = best.get('instrument-file')
+        if peer is not None and mine is not None:
+            peer_added = peer[2] - best['none'][2]
+            added = mine[2] - best['none'][2]
+            if peer_added > 0:
+                print('  instrument-file added process CPU = %.2fx '
+                      'osprofiler\'s (target <= 0.5x)' % (
+                          added / peer_added))
 
 
 def main(argv) -> int:
     quick = '--quick' in argv
+    names = None
+    rounds_override = None
+    for arg in argv:
+        if arg.startswith('--only='):
+            names = ['none'] + [name for name in arg[7:].split(',')
+                                if name != 'none']
+        elif arg.startswith('--rounds='):
+            rounds_override = int(arg[9:])
     tmpdir = tempfile.mkdtemp(prefix='instrument-bench-')
     backends = [('sqlite :memory:', 'sqlite://',
                  2000 if quick else 5000, 5 if quick else 25)]
@@ -304,8 +334,10 @@ def main(argv) -> int:
         sys.version.split()[0], sa.__version__))
     if why is not None:
         print('MariaDB not reachable (%s): sqlite only' % why)
+    print('load average %.2f' % os.getloadavg()[0])
     for label, url, n, rounds in backends:
-        report(label, run_backend(label, url, n, rounds, tmpdir))
+        report(label, run_backend(label, url, n, rounds_override or rounds,
+                                  tmpdir, names))
     return 0
 
 

@@ -18,12 +18,14 @@ runs inside nova.  Entry points: ``setup(conf, service_name)`` and
 
 
 def setup(conf, service_name=None, points=None, targets=None):
-    """Start instrumenting this process; see ``instrument.runtime``."""
-    from instrument import runtime
-    return runtime.setup(conf, service_name, points, targets)
+    """Start instrumenting this process; see
+    ``instrument.runtime.lifecycle``."""
+    from instrument.runtime import lifecycle
+    return lifecycle.setup(conf, service_name, points, targets)
 
 
 def teardown():
-    """Stop instrumenting this process; see ``instrument.runtime``."""
-    from instrument import runtime
-    runtime.teardown()
+    """Stop instrumenting this process; see
+    ``instrument.runtime.lifecycle``."""
+    from instrument.runtime import lifecycle
+    lifecycle.teardown()

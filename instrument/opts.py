@@ -55,7 +55,7 @@ _opts = [
         help='Switch the instrumentation on in a service that loads it: '
              'through the notifier driver ([oslo_messaging_notifications] '
              'driver = instrument, every nova service) or the nova-api '
-             'paste filter (instrument.loader.paste:filter_factory in '
+             'paste filter (instrument.loaders.paste:filter_factory in '
              'api-paste.ini).  Without one of them this option does '
              'nothing.  When False nothing is patched and no file is '
              'written.'),
@@ -180,6 +180,31 @@ _opts = [
              'file descriptors, SQL connection pools, the buffer\'s '
              'fill and drops), taken by the writer thread from /proc '
              'and the process itself.  0 switches sampling off.'),
+    # -- live metrics (issue 30) --------------------------------------------
+    cfg.StrOpt(
+        'metrics_dir',
+        help='Directory for per-process metrics (Prometheus), off when '
+             'unset (the default).  The writer thread of each process '
+             'folds what it writes into counters and histograms '
+             '(latency of each instrumented call, SQL statements and '
+             'time per query class and database, errors, deadlocks, '
+             'lock and DB pool waits, the instrumentation\'s own drops) '
+             'and writes them to <metrics_dir>/<program>_<pid>.json '
+             'every flush_interval when they changed, atomically '
+             '(temporary file and rename), and at exit.  The '
+             'instrumented call pays nothing for it.  "instrument-'
+             'metrics serve --port N DIR" serves the sum of every '
+             'process of the host (forked workers included) in '
+             'Prometheus text format; "instrument-metrics dump DIR" '
+             'prints it (for node_exporter\'s textfile collector).  See '
+             'doc/source/metrics.rst.'),
+    cfg.IntOpt(
+        'metrics_max_series', default=500, min=1, max=100000,
+        help='Label sets of one metric family in one process before '
+             'the open-ended labels of new ones (query class, lock, '
+             'event, exception class) are counted under the value '
+             '"other" (database, statement kind and component are '
+             'kept): bounds the memory and the scrape size.'),
     cfg.ListOpt(
         'programs',
         default=['nova-api*', 'nova-conductor', 'nova-scheduler',

@@ -15,9 +15,11 @@ One event is one JSON object on one line.  This module owns the field
 names, the phases, the vocabulary of event names, the attribute keys
 and histogram bounds that the runtime writes and the analyser reads,
 and a validator.  Both halves import it (the runtime through
-``instrument.record`` and the writers of each event, the analyser
+``instrument.runtime.record`` and the writers of each event, the analyser
 through ``instrument.analysis.load``, ``sqldigest``...); it imports
-nothing but the standard library so that both can depend on it.  A key
+nothing but the standard library and the two tables beside it (the
+event table, ``instrument.events``, and the operation catalogue,
+``instrument.catalogue``) so that both can depend on it.  A key
 or bound changed here changes on both sides at once.
 
 Fields (``?`` marks fields that may be ``null`` or absent):
@@ -63,6 +65,9 @@ parent started.  When the parent is synchronous (``ev`` in
 analyser derives clock offsets from these pairs.
 """
 
+from instrument import catalogue as _catalogue
+from instrument import events as _events
+
 SCHEMA_VERSION = 1
 
 PH_BEGIN = 'B'
@@ -106,128 +111,20 @@ EV_DB_POOL_INVALIDATE = 'db.pool.invalidate'
 WAIT_EVENTS = {EV_LOCK_WAIT: 'lock', EV_DB_POOL_WAIT: 'db_pool',
                EV_POOL_WAIT: 'pool'}
 
-# Event vocabulary (doc/source/events.rst says what each one's attrs
-# hold).  The value is the component the analyser charges the event's
-# exclusive time to.  Unknown names are legal; the analyser charges them
-# to their service.
-EVENTS = {
-    # process and sink metadata (ph M / C)
-    'process.start': None,
-    'process.end': None,
-    'process.points': None,
-    'sink.drops': None,
-    'instrument.faults': None,
-    'sql.fingerprint': None,
-    'sql.dropped': None,
-    'sql.agg': 'sql',
-    # nova-api
-    'api.request': 'api',
-    'api.compute.create': 'api',
-    # RPC, both sides of every hop
-    'rpc.call': 'rpc',
-    'rpc.cast': 'rpc',
-    'rpc.dispatch': 'rpc',
-    # nova-conductor
-    'conductor.schedule_and_build_instances': 'conductor',
-    'conductor.build_instances': 'conductor',
-    'conductor.schedule': 'conductor',
-    'conductor.bury_in_cell0': 'conductor',
-    'conductor.reschedule_failed': 'conductor',
-    # nova-scheduler
-    'scheduler.select_destinations': 'scheduler',
-    'scheduler.placement.candidates': 'scheduler.placement',
-    'scheduler.host_states': 'scheduler.db',
-    'scheduler.filter': 'scheduler',
-    'scheduler.weigh': 'scheduler',
-    'scheduler.claim': 'scheduler.placement',
-    # nova-compute
-    'compute.build_and_run_instance': 'compute',
-    'compute.build': 'compute',
-    'compute.build_and_run': 'compute',
-    'compute.claim': 'compute.claim',
-    'compute.network': 'compute.network',
-    'compute.block_device': 'compute.block_device',
-    'compute.spawn': 'compute.spawn',
-    # database
-    'sql.query': 'sql',
-    'sql.txn': 'sql',
-    'db.retry': 'sql',
-    # -- server actions other than create (issue 12) ----------------------
-    # nova-api: one span per compute API method the route reached; the
-    # operation of a request is read from these (OPERATIONS below).
-    'api.compute.delete': 'api',
-    'api.compute.resize': 'api',            # resize and cold migrate
-    'api.compute.confirm_resize': 'api',
-    'api.compute.revert_resize': 'api',
-    'api.compute.live_migrate': 'api',
-    'api.compute.rebuild': 'api',
-    'api.compute.evacuate': 'api',
-    'api.compute.shelve': 'api',
-    'api.compute.shelve_offload': 'api',
-    'api.compute.unshelve': 'api',
-    'api.compute.reboot': 'api',
-    'api.compute.stop': 'api',
-    'api.compute.start': 'api',
-    'api.compute.get': 'api',
-    'api.compute.get_all': 'api',
-    # nova-api across cells: the whole scatter-gather, and each cell's
-    # part of it (attrs: cell, db)
-    'api.cells.scatter_gather': 'api',
-    'api.cells.query': 'api.cells',
-    # nova-conductor
-    'conductor.migrate_server': 'conductor',
-    'conductor.cold_migrate': 'conductor',
-    'conductor.live_migrate': 'conductor',
-    'conductor.live_migrate.checks': 'conductor',
-    'conductor.rebuild_instance': 'conductor',
-    'conductor.unshelve_instance': 'conductor',
-    # nova-compute (attrs role: source / destination where two hosts
-    # take part)
-    'compute.terminate_instance': 'compute',
-    'compute.prep_resize': 'compute',
-    'compute.resize_instance': 'compute',
-    'compute.finish_resize': 'compute',
-    'compute.confirm_resize': 'compute',
-    'compute.revert_resize': 'compute',
-    'compute.finish_revert_resize': 'compute',
-    'compute.check_can_live_migrate_destination': 'compute',
-    'compute.check_can_live_migrate_source': 'compute',
-    'compute.pre_live_migration': 'compute',
-    'compute.live_migration': 'compute',
-    'compute.post_live_migration': 'compute',
-    'compute.post_live_migration_at_destination': 'compute',
-    'compute.rollback_live_migration': 'compute',
-    'compute.rollback_live_migration_at_destination': 'compute',
-    'compute.rebuild_instance': 'compute',
-    'compute.shelve_instance': 'compute',
-    'compute.shelve_offload_instance': 'compute',
-    'compute.unshelve_instance': 'compute',
-    'compute.reboot_instance': 'compute',
-    'compute.stop_instance': 'compute',
-    'compute.start_instance': 'compute',
-    # -- waits: locks, DB pool, worker pools (issue 13) --------------------
-    # One X record per wait, a child of the span that waited (so the
-    # analyser takes it out of that span's exclusive time): oslo.concurrency
-    # lock acquisitions (attrs lock, held_us, call, fair, external), DB
-    # connection pool checkouts that waited for a connection (attrs db,
-    # size), a task waiting for a slot of one of nova's pools (attrs pool).
-    'lock.wait': 'wait.lock',
-    'db.pool.wait': 'wait.db_pool',
-    'pool.wait': 'wait.pool',
-    # DB connections made and lost (I records, attrs db, cls)
-    'db.pool.connect': None,
-    'db.pool.close': None,
-    'db.pool.invalidate': None,
-}
+# Event vocabulary: ``{event: component}``, the component the analyser
+# charges the event's exclusive time to (None: no time of its own).
+# Each event is declared once, with the module that writes it, in the
+# event table (``instrument.events``; the steps of nova's operations in
+# the operation catalogue, ``instrument.catalogue``); doc/source/
+# events.rst says what each one's attrs hold.  Unknown names are legal;
+# the analyser charges them to their service.
+EVENTS = _events.EVENTS
 
 # Operations the analyser gives every request (from the API span that
 # the request reached; ``other`` when a route reaches none of them).
 OP_BOOT = 'boot'
-OPERATIONS = (
-    OP_BOOT, 'delete', 'resize', 'cold_migrate', 'confirm_resize',
-    'revert_resize', 'live_migrate', 'rebuild', 'evacuate', 'shelve',
-    'shelve_offload', 'unshelve', 'reboot', 'stop', 'start', 'show',
-    'list', 'other')
+# (from the operation catalogue, ``other`` last)
+OPERATIONS = _catalogue.NAMES
 
 # Spans whose caller waits for the remote side to finish (see module doc).
 SYNC_EVENTS = frozenset(('rpc.call',))
@@ -244,6 +141,14 @@ ATTR_POINTS = 'points'          # {"patched": [...], "pending": ...}
 ATTR_TARGETS = 'targets'        # {target name: its status}
 ATTR_OPTIONS = 'options'
 ATTR_ARGV0 = 'argv0'
+# process.start: how an embedding tool (the demo) set the process up
+# (``instrument.runtime.process.SETUP``): ``computes`` (compute services
+# sharing the process), ``periodic_interval_s`` (its periodic tasks' interval
+# when not nova's own)
+ATTR_SETUP = 'setup'
+# process.start: {group: {option: value}} of the allow-listed nova.conf
+# options the process ran with (``instrument.runtime.settings``)
+ATTR_SETTINGS = 'settings'
 ATTR_PPID = 'ppid'
 # {distribution: version} of nova and the libraries the points follow
 # (a cloud mid-upgrade runs several releases)
@@ -253,6 +158,12 @@ ATTR_RELEASES = 'releases'
 ATTR_METHOD = 'method'          # HTTP method; the RPC method of rpc.*
 ATTR_ROUTE = 'route'            # path, ids replaced by {id}
 ATTR_STATUS = 'status'          # HTTP status code
+# the server action a POST to /servers/{id}/action asked for (the
+# action's name in nova's API: resize, migrate, os-migrateLive ...),
+# as nova's dispatch found it; the nova target's hook on that dispatch
+# leaves it in the WSGI environ under ENV_ACTION for the paste filter
+ATTR_ACTION = 'action'
+ENV_ACTION = 'instrument.action'
 # the environ's request id the span began with, when nova's context
 # (the span's req) has another one (an auth middleware such as
 # noauth2 that makes its own context)
@@ -283,6 +194,7 @@ ATTR_KIND = 'kind'              # SELECT ..., POOL_RESET, CONNECT
 ATTR_DB = 'db'                  # database name
 ATTR_CALL = 'call'              # enclosing span's event
 ATTR_ROWS = 'rows'
+ATTR_ROWS_KNOWN = 'rows_known'  # sql.agg: statements with a row count
 ATTR_MANY = 'many'              # executemany
 ATTR_TXN = 'txn'                # span id of the enclosing sql.txn
 ATTR_DISCONNECT = 'disconnect'  # the error lost the connection
@@ -307,6 +219,7 @@ ATTR_FAIR = 'fair'              # a fair (FIFO) lock
 ATTR_EXTERNAL = 'external'      # also a file lock (other processes)
 ATTR_POOL = 'pool'              # name of the pool a task waited for
 ATTR_SIZE = 'size'              # pool size (connections, slots)
+ATTR_QUEUED = 'queued'          # pool.wait: a task queued for a worker
 
 # server actions other than create (issue 12; doc/source/events.rst)
 ATTR_ROLE = 'role'              # a compute span's side of a move:
@@ -336,7 +249,9 @@ SQL_HIST_SIZE = len(SQL_HIST_BOUNDS_US) + 1
 SQL_DECADE_LABELS = ('1us', '10us', '100us', '1ms', '10ms', '100ms', '1s',
                      '10s+')
 
-_TYPES = {
+# The type of each field (``validate``; the analyser types its decoders
+# and its Parquet columns from it).
+TYPES = {
     'v': int, 'ph': str, 'seq': int, 'ts': int, 'dur_us': int,
     'host': str, 'svc': str, 'pid': int, 'tid': int, 'ev': str,
     'span': str, 'parent': str, 'req': str, 'greq': str, 'inst': list,
@@ -362,7 +277,7 @@ def validate(rec: dict) -> dict:
         if name not in rec:
             raise SchemaError('missing field %r' % name)
     for name, value in rec.items():
-        expected = _TYPES.get(name)
+        expected = TYPES.get(name)
         if expected is None:
             raise SchemaError('unknown field %r' % name)
         if value is None and name not in REQUIRED:
@@ -396,12 +311,6 @@ EV_KSA_REQUEST = 'ksa.request'
 EV_AUTH_TOKEN = 'api.auth_token'  # noqa: S105 - an event name
 EV_PROCESS_SAMPLE = 'process.sample'
 EV_PERIODIC_TASK = 'periodic.task'
-EVENTS.update({
-    EV_KSA_REQUEST: 'service',      # the called service's time
-    EV_AUTH_TOKEN: 'api.auth',      # keystonemiddleware token validation
-    EV_PROCESS_SAMPLE: None,        # a C record, no time of its own
-    EV_PERIODIC_TASK: 'periodic',
-})
 
 # ksa.request (and ATTR_METHOD, ATTR_ROUTE, ATTR_STATUS above)
 ATTR_SERVICE_TYPE = 'service_type'  # identity, network, placement ...

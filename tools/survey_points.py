@@ -38,7 +38,7 @@ import sys
 # Arguments that the target's hooks read at a fixed position (without
 # ``self``) instead of through an ``Arg`` found from the signature:
 # (point name, argument name, position).  Kept in step with
-# instrument/targets/nova.py by hand; a mismatch is reported as
+# instrument/targets/nova/ by hand; a mismatch is reported as
 # "position".
 FIXED = (
     ('oslo_messaging.rpc.client:_BaseCallContext.cast', 'method', 1),
@@ -71,7 +71,7 @@ PROBES = {
         ('nova.utils', 'spawn_n')),
 }
 
-# Places that are not points of targets/nova.py but that the runtime
+# Places that are not points of targets/nova/ but that the runtime
 # relies on: the concrete drivers whose ``spawn`` the load_compute_driver
 # hook times, and oslo.db's retry decorator (instrument/db/retries.py).
 EXTRA = (
@@ -136,7 +136,7 @@ def _position(params, name):
 
 
 def _arg_names(point):
-    from instrument import patcher
+    from instrument.patching import patcher
     names = []
     # A hook records nothing: its context extractor is never used.
     fields = ('instances', 'host', 'remote_parent', 'service_from')

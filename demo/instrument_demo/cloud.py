@@ -39,21 +39,26 @@ import sysconfig
 import tempfile
 import threading
 
-from nova.tests.functional import integrated_helpers  # noqa: I100
+# isort: off
+# First: importing nova's functional tests runs nova's monkey_patch,
+# which must come before anything imports eventlet (under native
+# threads it forbids the import, which then breaks the demo).
+from nova.tests.functional import integrated_helpers
+# isort: on
 import fixtures
-from nova.db.main import api as main_db_api
 from nova import objects
+from nova import utils
+from nova.db.main import api as main_db_api
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.functional import fixtures as func_fixtures
-from nova import utils
 from oslo_config import cfg
 from oslo_utils.fixture import uuidsentinel
 
-from instrument_demo import standins
 from instrument import opts
-from instrument import runtime
-from instrument import threads
-from instrument.loader import paste
+from instrument.loaders import paste
+from instrument.runtime import lifecycle
+from instrument.runtime import threads
+from instrument_demo import standins
 
 CONF = cfg.CONF
 
@@ -315,7 +320,7 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
         if settings.driver:
             self.flags(compute_driver=settings.driver)
         # Cleanups run last-in first-out: this one after nova's own.
-        self.addCleanup(runtime.teardown)
+        self.addCleanup(lifecycle.teardown)
         self.useFixture(fixtures.MockPatch(
             'nova.tests.fixtures.nova.ReaderWriterLock',
             ReaderPreferringLock))
@@ -326,7 +331,7 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
                 standins.ServedNeutronFixture))
         super().setUp()
         if (settings.instrument and self.require_instrumentation and
-                runtime.active() is None):
+                lifecycle.active() is None):
             raise RuntimeError('rpc.init did not start the instrumentation')
 
     def _configure_instrument(self, settings) -> None:

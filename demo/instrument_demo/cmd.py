@@ -21,9 +21,16 @@ injecting spawn failures and reschedules; then, unless
 (``operations``): resizes (confirmed), live migrations, deletes and
 server lists, a ``--op-fail`` share of the resizes and live migrations
 failing on purpose.  Meanwhile the computes run their resource audit
-and power state sync every ``--periodic-interval`` seconds
-(``periodic``), as their service timers would.  Then it runs the
-analyser and writes into ``--output``::
+and power state sync at nova's intervals (60 s, 600 s), or every
+``--periodic-interval`` seconds (``periodic``), as their service timers
+would.  ``--inject CAUSE`` sets up the cause of a finding of the
+report (``inject``: a setting set badly, a stand-in slowed or
+failing); the default run injects none.  The computes share the
+demo's process, hence nova's
+process-wide named locks (``compute_resources``): the start record says
+so (``instrument.runtime.process.SETUP``), and the report prints the caveat
+beside its lock figures, with the short interval when one was asked
+for.  Then it runs the analyser and writes into ``--output``::
 
     spans/          the raw span files (one per process)
     report.txt      the analyser's summary (also printed)
@@ -31,6 +38,14 @@ analyser and writes into ``--output``::
     report.html     the self-contained HTML report
     servers.json    what the API said about every server and operation
                     (the truth)
+    run.json        the run's parameters (servers, concurrency,
+                    computes, mode, nova's version...): the labels
+                    ``instrument-report sweep`` reads
+
+``--sweep 1,4,8`` runs the demo once per concurrency level, each in a
+process of its own, into ``OUTPUT/c1``, ``OUTPUT/c4``..., then
+``instrument-report sweep`` of them into ``OUTPUT/sweep.txt``,
+``sweep.json`` and ``sweep.html`` (doc/source/sweep.rst).
 
 Running it again in the same directory replaces those files.  Ctrl-C
 stops new boots, lets the ones in flight finish, and still writes the
@@ -46,25 +61,64 @@ with status 1.
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
+import typing
 
 OUTPUT_FILES = ('report.txt', 'report.json', 'report.html',
-                'servers.json')
+                'servers.json', 'run.json')
+RUN_FILE = 'run.json'
 EXIT_MISSING = 1
 # The boot time, as the report defines a run's duration.
 TIMING = 'from the first API request to the last answer'
+# ``--inject``'s values and the finding each makes (``inject.INJECTIONS``,
+# which imports nova: named here for --help)
+INJECTABLE = {'db-pool': 'db_pool_exhaustion',
+              'rpc-timeout': 'rpc_timeouts',
+              'scheduler-collisions': 'scheduling_collisions',
+              'build-queue': 'build_queueing',
+              'audit-collision': 'audit_collision',
+              'identity-slow': 'identity_slow',
+              'network-fail': 'network_failures'}
+# rules the demo has no cause for, and why (each is proven elsewhere:
+# doc/source/findings.rst)
+NOT_INJECTABLE = {
+    'db_deadlocks': 'the demo\'s databases are sqlite, which does not '
+                    'deadlock (proven on MariaDB: tox -e functional-mysql)',
+    'service_saturation': 'every demo service is a thread of one '
+                          'process: a saturated scheduler takes the '
+                          'CPU of all of them, so no knob separates it',
+    'cell_list_dominance': 'the demo runs one cell besides cell0, which '
+                           'the rule leaves out'}
+# causes that only the native threads mode shows (inject.Injection)
+THREADS_ONLY = frozenset(('db-pool',))
 INSTALL_HINT = ('run it with "tox -e demo" from a clone of '
                 'openstack-instrument, which installs nova 34 and its test '
                 'requirements (or, in the clone: pip install -c '
-                'constraints/nova-34.txt -r nova-requirements.txt -e '
+                'constraints/nova-34.txt -r requirements/nova.txt -e '
                 '".[report]" -e demo)')
+
+
+def levels(text: str) -> list:
+    """``--sweep``: concurrency levels, each 1 or more, in order."""
+    try:
+        out = [int(v) for v in text.split(',') if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            'not comma-separated whole numbers: %r' % text) from None
+    if len(out) < 2 or min(out) < 1:
+        raise argparse.ArgumentTypeError(
+            'two levels or more, each at least 1 (e.g. 1,4,8), not %r'
+            % text)
+    return sorted(set(out))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--output', '-o', default='instrument-demo-output',
                         help='output directory (default '
                              './instrument-demo-output)')
+    parser.add_argument('--sweep', metavar='LEVELS', type=levels,
+                        help='comma-separated concurrency levels (e.g. '
+                             '1,4,8): one run per level, each in '
+                             'OUTPUT/c<level> (its own process), then '
+                             'the sweep report of them in '
+                             'OUTPUT/sweep.{txt,json,html}')
     parser.add_argument('--no-report', action='store_true',
                         help='boot and write span files only')
     parser.add_argument('--boots-only', action='store_true',
@@ -106,11 +166,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--op-fail', type=float, default=0.34,
                         help='share of the resizes and of the live '
                              'migrations that fail (default 0.34)')
-    parser.add_argument('--periodic-interval', type=float, default=5.0,
+    parser.add_argument('--periodic-interval', type=float, default=None,
                         help='seconds between runs of the computes\' '
                              'periodic tasks (resource audit, power state '
                              'sync) during the workload, the first at its '
-                             'start (default 5; 0: none)')
+                             'start (default: nova\'s intervals, 60 s and '
+                             '600 s; 0: none; a shorter interval, e.g. 5, '
+                             'runs more audits in a short run and makes '
+                             'compute_resources busier than in a '
+                             'deployment: the report says so)')
+    parser.add_argument('--inject', action='append', default=None,
+                        choices=sorted(INJECTABLE), metavar='CAUSE',
+                        help='inject the cause of a finding (repeatable): '
+                             '%s.  The default run injects none and '
+                             'finds nothing' % '; '.join(
+                                 '%s (%s)' % kv for kv in
+                                 sorted(INJECTABLE.items())))
     return parser
 
 
@@ -123,7 +194,7 @@ def _check(args) -> None:
         if not 0.0 <= value <= 1.0:
             raise SystemExit('instrument-demo: --%s must be between 0 and '
                              '1, not %s' % (name, value))
-    if args.periodic_interval < 0:
+    if args.periodic_interval is not None and args.periodic_interval < 0:
         raise SystemExit('instrument-demo: --periodic-interval must not be '
                          'negative')
     if not 0.0 <= args.op_fail <= 1.0:
@@ -133,6 +204,10 @@ def _check(args) -> None:
         if (getattr(args, name) or 0) < 0:
             raise SystemExit('instrument-demo: --%s must not be negative'
                              % name.replace('_', '-'))
+    for name in set(args.inject or ()) & THREADS_ONLY:
+        if args.mode != 'threads':
+            raise SystemExit('instrument-demo: --inject %s needs --mode '
+                             'threads' % name)
     if args.fail + args.reschedule > 1.0:
         raise SystemExit('instrument-demo: --fail + --reschedule must not '
                          'exceed 1')
@@ -186,7 +261,7 @@ def check_environment(report: bool = True) -> None:
     except ImportError as exc:
         _missing("nova's functional test package", exc)
     if report:
-        for name in ('pipeline', 'report_html', 'report_json'):
+        for name in ('pipeline', 'render.html', 'render.json'):
             try:
                 importlib.import_module('instrument.analysis.' + name)
             except ImportError as exc:
@@ -211,10 +286,12 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
     from instrument_demo import boots
     from instrument_demo import cloud
     from instrument_demo import faults
+    from instrument_demo import inject
     from instrument_demo import operations
     from instrument_demo import periodic
 
     faults.configure(args.fail, args.reschedule, args.servers, args.seed)
+    record_setup(args)
     settings = cloud.Settings(
         span_dir=spans_dir,
         computes=['cmp-%02d' % (n + 1) for n in range(args.computes)],
@@ -222,6 +299,11 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
     outcome = {}
 
     class DemoRun(cloud.InstrumentedCloud):
+        def setUp(self):
+            inject.before(self, args)
+            super().setUp()
+            inject.after(self, args)
+
         def run_boots(self):
             # the first API request (the image and flavor lists)
             outcome['first_request'] = time.time()
@@ -279,6 +361,17 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             outcome.get('first_request', time.time()))
 
 
+def record_setup(args) -> None:
+    """Tell the start record how this run is not a deployment: its
+    computes share one process (and nova's named locks), and their
+    periodic tasks' interval when it is not nova's."""
+    from instrument.runtime import process
+    process.SETUP.clear()
+    process.SETUP['computes'] = args.computes
+    if args.periodic_interval:
+        process.SETUP['periodic_interval_s'] = args.periodic_interval
+
+
 def plan_operations(args, results: list) -> dict:
     """The mixed workload on the servers that became ACTIVE."""
     from instrument_demo import operations
@@ -302,6 +395,31 @@ def boot_time(first_request: float, results: list) -> float:
     return max(last - first_request, 0.0)
 
 
+def nova_version() -> typing.Optional[str]:
+    """The version of the nova installed (None: none)."""
+    try:
+        return importlib.metadata.version('nova')
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def write_run(path: str, args) -> dict:
+    """The run's parameters, as ``instrument-report sweep`` reads its
+    labels (``run.json``)."""
+    run = {'servers': args.servers, 'concurrency': args.concurrency,
+           'computes': args.computes, 'mode': args.mode,
+           'nova': nova_version(), 'seed': args.seed, 'fail': args.fail,
+           'reschedule': args.reschedule,
+           'boots_only': bool(args.boots_only)}
+    if args.inject:
+        run['inject'] = ','.join(args.inject)
+    if args.periodic_interval:
+        run['periodic_interval_s'] = args.periodic_interval
+    with open(path, 'w') as f:
+        json.dump(run, f, indent=1)
+    return run
+
+
 def _write_truth(path: str, results: list, ops: list,
                  first_request: float) -> dict:
     counts = {}
@@ -322,18 +440,80 @@ def _write_truth(path: str, results: list, ops: list,
     return counts
 
 
+def _without_sweep(argv: list) -> list:
+    """``argv`` without its ``--sweep`` option (and value)."""
+    out = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split('=', 1)[0]
+        if len(name) >= 4 and '--sweep'.startswith(name):
+            skip = '=' not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def run_sweep(args, argv: list) -> int:
+    """One run of the demo per ``--sweep`` level, each in a process of
+    its own (a fresh cloud) and in ``OUTPUT/c<level>``, then
+    ``instrument-report sweep`` of them into ``OUTPUT/sweep.*``."""
+    if args.no_report:
+        raise SystemExit('instrument-demo: --sweep needs the reports '
+                         '(leave --no-report out)')
+    os.makedirs(args.output, exist_ok=True)
+    base = _without_sweep(argv)
+    runs = []
+    for level in args.sweep:
+        out = os.path.join(args.output, 'c%d' % level)
+        print('instrument-demo: sweep: concurrency %d into %s' % (
+            level, out), flush=True)
+        status = subprocess.call(
+            [sys.executable, '-m', 'instrument_demo'] + base +
+            ['--concurrency', str(level), '--output', out])
+        if status:
+            return status
+        runs.append(out)
+    from instrument.cmd import report
+    text_path = os.path.join(args.output, 'sweep.txt')
+    with open(text_path, 'w') as text:
+        saved, sys.stdout = sys.stdout, text
+        try:
+            report.main(['sweep', '--no-progress'] + runs + [
+                '--json', os.path.join(args.output, 'sweep.json'),
+                '--html', os.path.join(args.output, 'sweep.html')])
+        finally:
+            sys.stdout = saved
+    with open(text_path) as text:
+        sys.stdout.write(text.read())
+    print('\ninstrument-demo: wrote %s/{sweep.txt,sweep.json,sweep.html} '
+          'and one run per level in %s/c<level>' % (
+              args.output, args.output))
+    return 0
+
+
 def main(argv: list = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     _check(args)
+    if args.sweep:
+        return run_sweep(args, argv)
     _select_mode(args.mode)
     check_environment(report=not args.no_report)
     spans_dir = prepare_output(args.output)
+    write_run(os.path.join(args.output, RUN_FILE), args)
     stop = threading.Event()
     _stop_on_interrupt(stop)
     print('instrument-demo: %d servers, %d at a time, %d computes, %s '
           'mode, injected: %.0f%% spawn failures, %.0f%% reschedules' % (
               args.servers, args.concurrency, args.computes, args.mode,
               args.fail * 100, args.reschedule * 100), flush=True)
+    if args.inject:
+        print('instrument-demo: injected causes: %s' % ', '.join(
+            '%s (finding %s)' % (name, INJECTABLE[name])
+            for name in args.inject), flush=True)
     results, ops, first_request = run_cloud(args, spans_dir, stop)
     counts = _write_truth(os.path.join(args.output, 'servers.json'),
                           results, ops, first_request)
@@ -369,8 +549,8 @@ def main(argv: list = None) -> int:
     with open(text_path) as text:
         sys.stdout.write(text.read())
     print('\ninstrument-demo: wrote %s/{report.txt,report.json,report.html,'
-          'servers.json} and the span files in %s' % (args.output,
-                                                      spans_dir))
+          'servers.json,run.json} and the span files in %s' % (
+              args.output, spans_dir))
     return 130 if stop.is_set() else 0
 
 

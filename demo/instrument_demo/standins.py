@@ -37,20 +37,25 @@ neutron in nova's compute.
 ``LocalServer`` serves the same application on a real local socket,
 for what wsgi-intercept cannot show: a neutron that answers too late
 for ``[neutron] timeout`` (keystoneauth1's read time-out).
+
+``Keystone`` is keystone's token validation for one user token, and
+``real_auth_token`` puts the real keystonemiddleware in nova-api's
+pipeline against it (nova's functional API fixture stubs it out).
 """
 
 import json
 import re
 import socketserver
 import threading
+import time
 import uuid
 from wsgiref import simple_server
 
 import fixtures
 from keystoneauth1 import noauth
-from oslo_log import log as logging
 from nova.network import neutron as neutron_api
 from nova.tests import fixtures as nova_fixtures
+from oslo_log import log as logging
 import webob
 from wsgi_intercept import interceptor
 
@@ -245,3 +250,82 @@ class LocalServer(fixtures.Fixture):
         self.addCleanup(thread.join, 5)
         self.addCleanup(server.server_close)
         self.addCleanup(server.shutdown)
+
+
+class Keystone:
+    """keystone's token validation (``GET /v3/auth/tokens``) for one
+    user token: the token of a user with the admin, member and reader
+    roles in nova's test project; any other token is unknown (404).
+    Each answer takes ``delay`` seconds (a loaded keystone validating
+    PKI or UUID tokens)."""
+
+    def __init__(self, token: str, service_token: str,
+                 delay: float = 0.0) -> None:
+        self.token = token
+        self.service_token = service_token
+        self.delay = delay
+        self.validations = 0
+
+    def __call__(self, environ, start_response):
+        if self.delay:
+            time.sleep(self.delay)
+        req = webob.Request(environ)
+        resp = webob.Response(status=404, json_body={'error': {
+            'code': 404, 'title': 'Not Found', 'message': 'no'}})
+        if req.path_info.rstrip('/') == '/v3/auth/tokens' and \
+                req.method == 'GET' and \
+                req.headers.get('X-Auth-Token') == self.service_token and \
+                req.headers.get('X-Subject-Token') == self.token:
+            self.validations += 1
+            resp = webob.Response(status=200, json_body={'token': {
+                'methods': ['password'],
+                'issued_at': '2026-01-01T00:00:00.000000Z',
+                'expires_at': '2099-01-01T00:00:00.000000Z',
+                'user': {'id': 'admin', 'name': 'admin',
+                         'domain': {'id': 'default', 'name': 'Default'}},
+                'project': {'id': nova_fixtures.PROJECT_ID,
+                            'name': 'project',
+                            'domain': {'id': 'default',
+                                       'name': 'Default'}},
+                'roles': [{'id': 'r%d' % n, 'name': name} for n, name in
+                          enumerate(('admin', 'member', 'reader'))],
+                'catalog': []}})
+            resp.headers['X-Subject-Token'] = self.token
+        return resp(environ, start_response)
+
+
+def real_auth_token(case, keystone: Keystone) -> None:
+    """Before the cloud's ``setUp``: nova-api with the real
+    keystonemiddleware validating ``keystone.token`` against
+    ``keystone`` served on a local socket, with the admin token
+    ``keystone.service_token``; every API request of nova's test client
+    carries the token.  ``case``: the cloud (a test case)."""
+    from keystoneauth1 import loading as ks_loading
+    from keystonemiddleware.auth_token import _opts  # noqa: F401
+    from oslo_config import cfg
+    server = case.useFixture(LocalServer(keystone))
+    # keystonemiddleware and nova's context middleware for real
+    case.useFixture(fixtures.MockPatch(
+        'nova.tests.fixtures.nova.OSAPIFixture._stub_keystone'))
+    ks_loading.register_auth_conf_options(cfg.CONF, 'keystone_authtoken')
+    cfg.CONF.register_opts(
+        ks_loading.get_auth_plugin_conf_options('admin_token'),
+        group='keystone_authtoken')
+    endpoint = server.url + 'v3'
+    for key, value in (('auth_type', 'admin_token'),
+                       ('endpoint', endpoint),
+                       ('token', keystone.service_token),
+                       ('www_authenticate_uri', endpoint)):
+        cfg.CONF.set_override(key, value, group='keystone_authtoken')
+        case.addCleanup(cfg.CONF.clear_override, key,
+                        group='keystone_authtoken')
+    from nova.tests.functional.api import client
+    request = client.TestOpenStackClient.request
+    token = keystone.token
+
+    def with_token(api, url, method='GET', body=None, headers=None):
+        headers = dict(headers or {}, **{'X-Auth-Token': token})
+        return request(api, url, method=method, body=body, headers=headers)
+    case.useFixture(fixtures.MonkeyPatch(
+        'nova.tests.functional.api.client.TestOpenStackClient.request',
+        with_token))

@@ -11,27 +11,39 @@
 # under the License.
 """The offline analyser of span files (``instrument-report``).
 
-Data flows one way through these modules:
+Data flows one way through these packages and modules:
 
-``load``       find, open and decode span files (plain, ``.gz``, service
-               logs), validate every line, count what is lost
-``stream``     read many files in step by time, in bounded memory
-``clocks``     per-host clock offsets from causal pairs
-``clockpass``  pass 1: the RPC hops, read by files in parallel
-``requests``   assemble each request's spans, finalise it when done
-``classify``   final states of boots, failure causes, normalised messages
-``operations`` each request's operation, the other operations' states
-``breakdown``  exclusive time per component, critical path, statistics
-``opstats``    run-wide figures per operation (states, rates, cells)
-``sqldigest``  pt-query-digest style SQL profile
-``window``     ``--since``/``--until``: what a limited report counts
-``pipeline``   the two passes (clocks, then everything else), workers
-``compare``    two runs side by side with significance tests
-``report_*``   text, JSON and self-contained HTML writers
+``ingest/``    reading span files: discovery (``spanfiles``), decoding,
+               validation and repair (``codec``), what was lost and
+               when (``losses``), the files read in step by time
+               (``stream``), the time window (``window``), the request
+               ids of one API request (``aliases``), pass 1
+               (``clockpass``: the RPC hops that date the clocks) and
+               pass 2 (``reader``: the one reader and validator of
+               records)
+``model/``     what the records mean: clock offsets, the span layout
+               (``spans``), the request model (``requests``), each
+               request's operation and final states, time per
+               component and critical path (``breakdown``), the SQL
+               digest's classes (``sqldigest``), the requests a loss
+               may have touched (``damage``)
+``sections/``  the report, one module per key: ``report[key]`` is
+               computed in ``sections/<key>.py``, with its text and
+               HTML parts (``base.Section``)
+``registry``   every section once; what the reader, the merge, the
+               report, the writers and ``compare`` iterate
+``routes``     how pass 2 hands each record to what reads it
+``render/``    formatting (``fmt``: the leaf; ``views``, ``charts``)
+               and the writers (``text``, ``html``, ``json``)
+``export/``    the records and the analysis as Parquet (DuckDB)
+``pipeline``   the two passes, their workers, the merge, the report
+``compare``    two runs side by side, with significance tests
 
 Where to start reading: ``pipeline.analyse(inputs, pipeline.Options())``
 returns the report dict (JSON-ready) that every writer renders;
-``instrument.cmd.report`` is the command around it.  Its libraries
-(NumPy, SciPy, orjson, msgspec) are the ``report`` extra.  The runtime
-half of the package never imports this one (``tests/unit/test_layers``).
+``instrument.cmd.report`` is the command around it;
+``doc/source/architecture.rst`` follows one record from a nova call to
+a figure of the report.  Its libraries (NumPy, SciPy, orjson, msgspec,
+DuckDB) are the ``report`` extra.  The runtime half of the package
+never imports this one (``tests/unit/test_layers``).
 """

@@ -24,7 +24,7 @@ import sys
 import time
 import typing
 
-LABELS = {'clocks': 'clocks ', 'spans': 'spans  ', 'load': 'load   ',
+LABELS = {'clocks': 'clocks ', 'spans': 'spans  ',
           'export': 'export '}
 
 

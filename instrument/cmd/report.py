@@ -16,6 +16,7 @@
     instrument-report [options] INPUT...        files, directories, globs,
                                                 .gz; many hosts at once
     instrument-report compare [options] RUN_A RUN_B
+    instrument-report sweep [options] [KEY=VALUE[,...]:]RUN...
     instrument-report export --parquet DIR [options] INPUT...
 
 The text report goes to standard output (``--quiet`` leaves it out);
@@ -24,33 +25,47 @@ standard output (the text report is then left out).  A RUN of
 ``compare`` is a JSON report written by ``--json``, or the span files
 (a directory or glob) of the run.  ``export`` writes the analysis and
 the span records as Parquet tables for DuckDB, Spark or Trino
-(doc/source/export.rst).  In a directory, files that are not
+(doc/source/export.rst).  ``sweep`` puts N runs of growing load side
+by side (doc/source/sweep.rst): a RUN is a JSON report, a directory
+that holds one (the demo's output) or span files, labelled on the
+command line (``concurrency=20:runs/c20``) or by the ``run.json`` it
+holds.  In a directory, files that are not
 span files (a JSON report, the demo's ``servers.json``) are skipped and
 named in the report's input problems.
 
 What can be checked before the analysis, which may take minutes, is:
-the output files (their directory exists and they can be written; no
-file is left behind) and both runs of ``compare`` (they exist; a JSON
-report is read and must be comparable).  After the analysis every
+every output, of every subcommand, by one rule (``check_outputs``: not
+an input by any path, not inside an input directory, nor replacing a
+directory that holds one; its directory exists and it can be written;
+no file is left behind) and both runs of ``compare`` (they exist; a
+JSON report is read and must be comparable).  After the analysis every
 output that can be written is, and each that cannot is named.  A
 ``--since``/``--until`` window in which no request started gives the
-(empty) report and a warning on standard error, not an error.
+(empty) report and a warning on standard error, not an error; so does
+input that lost records, SQL statements or the end of a file (the
+warning every form of the report carries).
 
 Exit status: 0 done; 1 a library of the ``report`` extra is missing
-(one line says what to install); 2 bad usage, no usable input (no
-span record at all, a compare side with nothing to compare, or that is
-another tool's JSON), or an output that cannot be written.
+(one line says what to install); 2 bad usage (an unknown option, a
+number out of its range), no usable input (no span record at all, a
+compare side with nothing to compare, or that is another tool's JSON),
+or an output that cannot be written.  Every error is one line on
+standard error.
 """
 
 import argparse
+import glob
 import importlib
 import json
+import math
 import os
 import re
+import stat
 import sys
+import tempfile
 import typing
 
-from instrument.analysis import sqldigest
+from instrument.analysis.model import sqldigest
 from instrument.cmd import progress
 
 PROG = 'instrument-report'
@@ -64,6 +79,56 @@ STDOUT = '-'
 
 # a size as DuckDB's memory_limit takes it
 _SIZE = re.compile(r'\d+(\.\d+)?\s*([KMGT]i?B|B)', re.IGNORECASE)
+
+
+def _number(text: str, kind: type, what: str) -> typing.Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            'not %s: %r' % (what, text)) from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            'not %s: %r' % (what, text))
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more (``--limit``, ``--blocks``,
+    ``--top``)."""
+    value = _number(text, int, 'a whole number')
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            'must be 0 or more, not %s' % text)
+    return value
+
+
+def workers(text: str) -> int:
+    """A whole number, 1 or more (``--jobs``)."""
+    value = _number(text, int, 'a whole number')
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            'must be 1 or more (leave it out for the default), not %s'
+            % text)
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds above 0 (``--horizon``, ``--hung``)."""
+    value = _number(text, float, 'a number of seconds')
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            'must be more than 0 seconds, not %s' % text)
+    return value
+
+
+def level(text: str) -> float:
+    """A significance level, between 0 and 1 (``--alpha``)."""
+    value = _number(text, float, 'a number')
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            'must be between 0 and 1 (e.g. 0.05), not %s' % text)
+    return value
 
 
 def memory_size(text: str) -> str:
@@ -97,16 +162,26 @@ def analysis(*names: str) -> list:
                  top, sys.executable, INSTALL_HINT), EXIT_MISSING)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument('--jobs', '-j', type=int, default=0,
-                        help='worker processes, and DuckDB threads with '
-                        '--engine duckdb (default: 1 for small inputs, '
-                        'else up to 4, one per CPU; DuckDB: one per CPU)')
-    parser.add_argument('--horizon', type=float, default=30.0,
+class Parser(argparse.ArgumentParser):
+    """Bad usage (an unknown option, a number out of range) is one
+    line on standard error, as every other error, and exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        sys.stderr.write('%s: error: %s (see %s --help)\n' % (
+            self.prog, message, self.prog))
+        sys.stderr.flush()
+        raise SystemExit(EXIT_USAGE)
+
+
+def _common(parser: argparse.ArgumentParser, export: bool = False) -> None:
+    parser.add_argument('--jobs', '-j', type=workers, default=None,
+                        help='worker processes (default: 1 for small '
+                        'inputs, else up to 4, one per idle CPU)')
+    parser.add_argument('--horizon', type=seconds, default=30.0,
                         metavar='SECONDS',
                         help='a finished request is final after this much '
                         'quiet input time (default 30)')
-    parser.add_argument('--hung', type=float, default=600.0,
+    parser.add_argument('--hung', type=seconds, default=600.0,
                         metavar='SECONDS',
                         help='a request without an outcome is reported '
                         'incomplete after this much quiet input time '
@@ -118,37 +193,49 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help='SQL profile order: %s, or pt-query-digest '
                         'style Query_time:sum (default sum)' %
                         ', '.join(sqldigest.ORDERS))
-    parser.add_argument('--limit', type=int, default=20,
+    parser.add_argument('--limit', type=count, default=20,
                         help='SQL classes shown (0: all; default 20)')
     parser.add_argument('--since', metavar='TIME',
                         help='only what started from TIME on: requests '
                         '(with all their spans and SQL), SQL statements '
                         'and DB retries; ISO 8601 (UTC unless it says), '
-                        'epoch seconds, or +10m after the first RPC span')
+                        'epoch seconds, or +10m after the first request '
+                        'started')
     parser.add_argument('--until', metavar='TIME',
                         help='only what started before TIME (as --since)')
     parser.add_argument('--no-progress', action='store_true',
                         help='no progress line on standard error')
-    parser.add_argument('--engine', default='python',
-                        choices=('python', 'duckdb'),
-                        help='engine of the SQL digest: python (while '
-                        'reading the spans) or duckdb (columnar, from the '
-                        'same files; same results)')
-    parser.add_argument('--memory-limit', metavar='SIZE', default='1GB',
-                        type=memory_size,
-                        help='memory DuckDB may hold (--engine duckdb, '
-                        'export), beyond which it writes to a temp '
-                        'directory under TMPDIR; DuckDB sizes: 1GB, '
-                        '512MB (default 1GB)')
+    # Deprecated (2026.2), removed in the next release: one reader
+    # computes every report (doc/source/engines.rst); accepted, with a
+    # warning, so that scripts keep working meanwhile.
+    parser.add_argument('--engine', choices=('python', 'duckdb'),
+                        help='deprecated and ignored: every report is '
+                        'computed by one reader (removed in the next '
+                        'release)')
+    if export:
+        parser.add_argument('--memory-limit', metavar='SIZE',
+                            default='1GB', type=memory_size,
+                            help='memory DuckDB may hold while it writes '
+                            'the tables, beyond which it writes to a temp '
+                            'directory under TMPDIR; DuckDB sizes: 1GB, '
+                            '512MB (default 1GB)')
+    else:
+        parser.add_argument('--memory-limit', metavar='SIZE',
+                            type=memory_size,
+                            help='deprecated and ignored (it bounded '
+                            '--engine duckdb; export takes it)')
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog='instrument-report',
         description='Analyse span files written by openstack-instrument: '
         'clock correction, request lifecycles, failures, time per '
         'component, SQL digest.  "instrument-report compare RUN_A RUN_B" '
-        'compares two runs.')
+        'compares two runs; "instrument-report sweep RUN..." puts runs '
+        'of growing load side by side; "instrument-report export '
+        '--parquet DIR INPUT..." writes the analysis and the span '
+        'records as Parquet tables (each has its own --help).')
     parser.add_argument('inputs', nargs='+', metavar='INPUT',
                         help='span files, directories, globs (.gz too)')
     parser.add_argument('--json', metavar='FILE',
@@ -159,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                         '"-": standard output, instead of the text report')
     parser.add_argument('--quiet', '-q', action='store_true',
                         help='no text report on standard output')
-    parser.add_argument('--blocks', type=int, default=5,
-                        help='SQL class blocks in the text report')
+    parser.add_argument('--blocks', type=count, default=5,
+                        help='SQL class blocks in the text report '
+                        '(default 5)')
     parser.add_argument('--all-lifecycles', action='store_true',
                         help='keep every request\'s span lifecycle in the '
                         'JSON report (more memory)')
@@ -169,16 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def build_compare_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog='instrument-report compare',
         description='Compare two runs (before/after a tuning change).')
     parser.add_argument('run_a', metavar='RUN_A',
                         help='JSON report or span files of the first run')
     parser.add_argument('run_b', metavar='RUN_B',
                         help='JSON report or span files of the second run')
-    parser.add_argument('--alpha', type=float, default=0.05,
-                        help='significance level (default 0.05)')
-    parser.add_argument('--top', type=int, default=10,
+    parser.add_argument('--alpha', type=level, default=0.05,
+                        help='significance level, between 0 and 1 '
+                        '(default 0.05)')
+    parser.add_argument('--top', type=count, default=10,
                         help='top SQL classes of each run (default 10)')
     parser.add_argument('--json', metavar='FILE',
                         help='write the comparison as JSON here; "-": '
@@ -187,20 +276,34 @@ def build_compare_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _options(args, all_lifecycles: bool = False):
-    pipeline, window = analysis('pipeline', 'window')
+def _options(args, all_lifecycles: bool = False, export: bool = False):
+    pipeline, window = analysis('pipeline', 'ingest.window')
     try:
         sqldigest.normalise_order(args.order_by)
         window.check(args.since, args.until)
     except ValueError as exc:
         fail(str(exc))
+    deprecated(args, export)
     return pipeline.Options(
-        jobs=args.jobs, idle_s=args.horizon, hung_s=args.hung,
+        jobs=args.jobs or 0, idle_s=args.horizon, hung_s=args.hung,
         since=args.since, until=args.until, group_by=args.group_by,
         order_by=args.order_by, limit=args.limit,
-        all_lifecycles=all_lifecycles, engine=args.engine,
-        memory_limit=args.memory_limit,
+        all_lifecycles=all_lifecycles,
         progress=None if args.no_progress else progress.ProgressLine())
+
+
+def deprecated(args: argparse.Namespace, export: bool = False) -> None:
+    """A warning for each deprecated option given (``--engine``;
+    ``--memory-limit`` but to ``export``), which changes nothing."""
+    if args.engine is not None:
+        warn('--engine is deprecated and ignored: every report is '
+             'computed by one reader, whatever the engine named (the '
+             'option will be removed in the next release)')
+    if not export and args.memory_limit is not None:
+        warn('--memory-limit is deprecated and ignored here: it bounds '
+             'DuckDB in "instrument-report export" only (the option will '
+             'be removed from the report and compare in the next '
+             'release)')
 
 
 def _names(names: list, limit: int = 3) -> str:
@@ -227,24 +330,21 @@ def no_records(report: dict) -> typing.Optional[str]:
     why += ': %d line%s, %s' % (inp['lines'],
                                 '' if inp['lines'] == 1 else 's',
                                 ', '.join(bad))
-    for samples in load['samples'].values():
-        if samples:
-            fname, lineno, reason = samples[0]
-            why += '; first %s:%d: %s' % (fname, lineno, reason[:120])
-            break
+    first = min((s for samples in load['samples'].values()
+                 for s in samples), key=lambda s: (s[0], s[1]),
+                default=None)
+    if first:
+        fname, lineno, reason = first
+        why += '; first %s:%d: %s' % (fname, lineno, reason[:120])
     return why
 
 
 def _analyse(inputs: list, opts, side: str = '') -> dict:
-    load, pipeline, columnar = analysis('load', 'pipeline', 'columnar')
+    spanfiles, pipeline = analysis('ingest.spanfiles', 'pipeline')
     try:
         report = pipeline.analyse(inputs, opts)
-    except load.InputError as exc:
+    except spanfiles.InputError as exc:
         fail(side + str(exc))
-    except columnar.EngineMissing as exc:
-        fail(str(exc), EXIT_MISSING)
-    except columnar.OutOfMemory as exc:
-        fail(str(exc), EXIT_MISSING)
     problem = no_records(report)
     if problem:
         skipped = [p for p in report['load']['problems']
@@ -257,14 +357,14 @@ def empty_window(report: dict) -> typing.Optional[str]:
     """What a ``--since``/``--until`` window that no request started in
     left of the report (None when there is no window, or a request in
     it): the report is written all the same, empty."""
-    (report_text,) = analysis('report_text')
+    (fmt,) = analysis('render.fmt')
     win = report.get('window') or {}
     since, until = win.get('since_us'), win.get('until_us')
     if (since is None and until is None) or report['requests']:
         return None
     what = 'no request started in the window %s .. %s' % (
-        report_text.fmt_time(since) if since is not None else '(start)',
-        report_text.fmt_time(until) if until is not None else '(end)')
+        fmt.fmt_time(since) if since is not None else '(start)',
+        fmt.fmt_time(until) if until is not None else '(end)')
     calls = report['sql'].get('calls') or 0
     what += (', %d SQL statement%s did' % (calls, '' if calls == 1 else 's')
              if calls else ' (nor any SQL statement)')
@@ -272,8 +372,24 @@ def empty_window(report: dict) -> typing.Optional[str]:
     first, last = inp.get('first_us'), inp.get('last_us')
     if first is not None and last is not None:
         what += '; the input spans %s .. %s' % (
-            report_text.fmt_time(first), report_text.fmt_time(last))
+            fmt.fmt_time(first), fmt.fmt_time(last))
     return what + ' (corrected clock, UTC)'
+
+
+def warn(message: str) -> None:
+    """One line on standard error, ``--quiet`` or not."""
+    sys.stderr.write('%s: warning: %s\n' % (PROG, message))
+    sys.stderr.flush()
+
+
+def warn_losses(report: dict, side: str = '') -> None:
+    """Say on standard error that ``report`` was computed from input
+    with losses (whatever else is written, or not: ``--quiet``,
+    ``--json``), as each of its forms says beside its figures."""
+    (views,) = analysis('render.views')
+    text = views.loss_text(report.get('quality') or {})
+    if text:
+        warn(side + text)
 
 
 def unusable(report: dict) -> typing.Optional[str]:
@@ -300,7 +416,7 @@ MAX_OTHER_JSON = 64 << 20
 
 def _other_json(path: str) -> typing.Any:
     """The JSON document in ``path``, which has no span record near its
-    start (``load.sniff``); None when it holds none (or is too large to
+    start (``spanfiles.sniff``); None when it holds none (or is too large to
     tell): its span records, if any, are for the analysis to find."""
     try:
         if os.path.getsize(path) > MAX_OTHER_JSON:
@@ -319,14 +435,14 @@ def _check_run(side: str, arg: str) -> typing.Optional[dict]:
     report it names, read and found comparable; or None for span input
     (files, a directory, a glob) in which discovery finds files to read.
     Anything else exits with one line naming the run."""
-    load, report_json = analysis('load', 'report_json')
+    spanfiles, report_json = analysis('ingest.spanfiles', 'render.json')
     where = '%s %s: ' % (side, arg)
     run = None
     if os.path.isfile(arg):
         try:
             if report_json.is_report(arg):
                 run = report_json.read(arg)
-            elif load.sniff(arg) == 'other':
+            elif spanfiles.sniff(arg) == 'other':
                 run = _other_json(arg)
                 if run is not None and not (
                         isinstance(run, dict) and 'report_version' in run):
@@ -337,8 +453,8 @@ def _check_run(side: str, arg: str) -> typing.Optional[dict]:
         except (OSError, ValueError) as exc:
             fail(where + str(exc))
     if run is None:
-        files, problems = load.discover([arg])
-        if not files:
+        found, problems = spanfiles.discover([arg])
+        if not found:
             fail(where + 'no span files to read: ' + '; '.join(problems))
         return None
     problem = unusable(run)
@@ -374,13 +490,167 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def unwritable(path: str) -> typing.Optional[str]:
-    """Why the output file ``path`` cannot be written (None when it can
-    be, or is ``-``), found before the analysis, which may take
-    minutes.  Leaves the file system as it was: an existing file is
-    opened to append nothing, a new one is created and removed."""
+def _ident(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino)
+
+
+class Inputs:
+    """What a command reads, by identity (device and inode, so a path
+    through a symbolic link, another spelling or a hard link is the
+    same file): the files and directories named on the command line
+    (globs expanded), and every file and directory under those
+    directories (symbolic links followed, as ``spanfiles.discover`` does).
+    """
+
+    def __init__(self, args: typing.Iterable[str]) -> None:
+        # (device, inode): the path as found
+        self.files: dict = {}
+        self.dirs: dict = {}
+        for arg in args:
+            if arg == STDOUT:
+                continue
+            if any(c in arg for c in '*?['):
+                matches = sorted(glob.glob(arg, recursive=True))
+            else:
+                matches = [arg]
+            for path in matches:
+                self._add(path)
+
+    def _add(self, path: str) -> None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return  # not there: the analysis says so
+        if not stat.S_ISDIR(st.st_mode):
+            self.files.setdefault(_ident(st), path)
+            return
+        for root, dirs, files in os.walk(path, followlinks=True):
+            try:
+                key = _ident(os.stat(root))
+            except OSError:
+                dirs[:] = []
+                continue
+            if key in self.dirs and root != path:
+                dirs[:] = []
+                continue
+            self.dirs.setdefault(key, root)
+            for name in files:
+                full = os.path.join(root, name)
+                try:
+                    self.files.setdefault(_ident(os.stat(full)), full)
+                except OSError:
+                    pass
+
+    def which(self, path: str) -> typing.Optional[str]:
+        """The input file or directory ``path`` is, as the system
+        resolves it or as written (``x/../a``, ``x`` missing), None:
+        none."""
+        for spelling in (path, os.path.realpath(path)):
+            try:
+                key = _ident(os.stat(spelling))
+            except OSError:
+                continue
+            found = self.files.get(key) or self.dirs.get(key)
+            if found is not None:
+                return found
+        return None
+
+    def holding(self, path: str) -> typing.Optional[str]:
+        """The input directory that ``path`` (which need not exist)
+        would be written in, directly or below (None: none)."""
+        parent = os.path.dirname(os.path.realpath(path))
+        while True:
+            try:
+                found = self.dirs.get(_ident(os.stat(parent)))
+            except OSError:
+                found = None
+            if found is not None:
+                return found
+            up = os.path.dirname(parent)
+            if up == parent:
+                return None
+            parent = up
+
+    def under(self, directory: str) -> typing.Optional[str]:
+        """An input that lies in ``directory``, or below (None: none)."""
+        try:
+            key = _ident(os.stat(directory))
+        except OSError:
+            return None
+        for path in list(self.files.values()) + list(self.dirs.values()):
+            parent = os.path.realpath(path)
+            while True:
+                try:
+                    if _ident(os.stat(parent)) == key:
+                        return path
+                except OSError:
+                    pass
+                up = os.path.dirname(parent)
+                if up == parent:
+                    break
+                parent = up
+        return None
+
+
+def output_problem(path: str, inputs: Inputs,
+                   replaces: typing.Sequence[str] = ()) -> \
+        typing.Optional[str]:
+    """Why the output ``path`` cannot be written (None when it can be,
+    or is ``-``): the one rule of every output of every subcommand,
+    applied before the analysis, which may take minutes.
+
+    An output is a file (``--json``, ``--html``), or a directory whose
+    sub-directories ``replaces`` it replaces (``export --parquet``).
+    It must not be an input, lie in an input directory, or (a
+    directory) replace a sub-directory that holds an input; its
+    directory must exist, and it must be writable.  Leaves the file
+    system as it was: an existing file is opened to append nothing, a
+    new file or directory is created and removed."""
     if path == STDOUT:
         return None
+    same = inputs.which(path)
+    if same is not None:
+        return 'it is the input %s' % same
+    holder = inputs.holding(path)
+    if holder is not None:
+        return 'it is inside the input directory %s' % holder
+    for name in replaces:
+        sub = os.path.join(path, name)
+        held = inputs.which(sub) or inputs.under(sub)
+        if held is not None:
+            return '%s, which it replaces, holds the input %s' % (sub, held)
+    if replaces:
+        return _unwritable_directory(path, replaces)
+    return _unwritable_file(path)
+
+
+def _unwritable_directory(path: str, replaces: typing.Sequence[str]
+                          ) -> typing.Optional[str]:
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            return 'it is not a directory'
+        for name in replaces:
+            sub = os.path.join(path, name)
+            if os.path.lexists(sub) and not os.path.isdir(sub):
+                return '%s is not a directory' % sub
+        try:
+            probe = tempfile.mkdtemp(prefix='.instrument-check-', dir=path)
+        except OSError as exc:
+            return _reason(exc)
+        os.rmdir(probe)
+        return None
+    target = os.path.realpath(path)
+    if not os.path.isdir(os.path.dirname(target)):
+        return 'no directory %s' % os.path.dirname(target)
+    try:
+        os.mkdir(target)
+    except OSError as exc:
+        return _reason(exc)
+    os.rmdir(target)
+    return None
+
+
+def _unwritable_file(path: str) -> typing.Optional[str]:
     if os.path.isdir(path):
         return 'it is a directory'
     if os.path.exists(path):
@@ -409,11 +679,17 @@ def unwritable(path: str) -> typing.Optional[str]:
     return None
 
 
-def _check_outputs(args) -> None:
-    """Refuse an output that cannot be written before analysing."""
-    for name in ('json', 'html'):
-        path = getattr(args, name, None)
-        why = unwritable(path) if path else None
+def check_outputs(outputs: typing.Iterable[tuple],
+                  inputs: typing.Iterable[str]) -> None:
+    """Refuse, before the analysis, the first output ``(path,
+    replaces)`` (path None: not asked for) that ``output_problem``
+    finds a problem with: one line, exit status 2."""
+    outputs = [(path, replaces) for path, replaces in outputs if path]
+    if not outputs:
+        return
+    known = Inputs(inputs)
+    for path, replaces in outputs:
+        why = output_problem(path, known, replaces)
         if why:
             fail('cannot write %s: %s' % (path, why))
 
@@ -448,15 +724,17 @@ def _write_all(outputs: list) -> int:
 
 def main_compare(argv: list) -> int:
     args = build_compare_parser().parse_args(argv)
-    compare, report_json = analysis('compare', 'report_json')
+    compare, report_json = analysis('compare', 'render.json')
     piped = _to_stdout(args)
     opts = _options(args)
-    _check_outputs(args)
+    check_outputs([(args.json, ())], [args.run_a, args.run_b])
     # both runs checked before either is analysed (which takes time)
     read_a = _check_run('RUN_A', args.run_a)
     read_b = _check_run('RUN_B', args.run_b)
     run_a = _load_run('RUN_A', args.run_a, opts, read_a)
     run_b = _load_run('RUN_B', args.run_b, opts, read_b)
+    warn_losses(run_a, 'RUN_A %s: ' % args.run_a)
+    warn_losses(run_b, 'RUN_B %s: ' % args.run_b)
     result = compare.compare(run_a, run_b, alpha=args.alpha, top=args.top)
     if not piped:
         sys.stdout.write(compare.render(result, args.run_a, args.run_b))
@@ -468,7 +746,7 @@ def main_compare(argv: list) -> int:
 
 
 def build_export_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog='instrument-report export',
         description='Write the analysis and the span records as Parquet '
         'tables partitioned by day and host (events, spans, SQL '
@@ -479,23 +757,32 @@ def build_export_parser() -> argparse.ArgumentParser:
     parser.add_argument('--parquet', metavar='DIR', required=True,
                         help='directory to write the tables in (one '
                         'sub-directory per table, replaced)')
-    _common(parser)
+    _common(parser, export=True)
     return parser
 
 
 def main_export(argv: list) -> int:
     args = build_export_parser().parse_args(argv)
-    load, columnar = analysis('load', 'columnar')
-    opts = _options(args)
+    spanfiles, export = analysis('ingest.spanfiles', 'export.parquet')
+    opts = _options(args, export=True)
+    check_outputs([(args.parquet, tuple(export.EXPORTED))], args.inputs)
     try:
-        result = columnar.export(args.inputs, args.parquet, opts)
-    except load.InputError as exc:
+        result = export.export(args.inputs, args.parquet, opts,
+                               args.memory_limit)
+    except spanfiles.InputError as exc:
         fail(str(exc))
-    except columnar.EngineMissing as exc:
+    except export.WriteFailed as exc:
+        fail('cannot write %s: %s' % (args.parquet, exc))
+    except export.EngineMissing as exc:
         fail(str(exc), EXIT_MISSING)
-    except columnar.OutOfMemory as exc:
+    except export.OutOfMemory as exc:
         fail(str(exc), EXIT_MISSING)
-    counts = result['load'].issues.counts
+    report = result['report']
+    warn_losses(report)
+    if result['untyped']:
+        warn('%d valid records left out of the events table: a value '
+             'Parquet\'s 64-bit integers cannot hold' % result['untyped'])
+    counts = report['load']['counts']
     sys.stdout.write('%s: %s\n' % (args.parquet, ', '.join(
         '%s %d' % kv for kv in result['rows'].items())))
     bad = ', '.join('%s %d' % kv for kv in counts.items() if kv[1])
@@ -504,23 +791,140 @@ def main_export(argv: list) -> int:
     return 0
 
 
-def main(argv: list = None) -> int:
+def build_sweep_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog='instrument-report sweep',
+        description='Put runs of growing load side by side: per '
+        'operation the time per component stacked against the load, '
+        'throughput, success, failure and retry rates, each service\'s '
+        'CPU and memory, and the load where it stops scaling.')
+    parser.add_argument('runs', nargs='+', metavar='RUN',
+                        help='[KEY=VALUE[,KEY=VALUE...]:]PATH: a JSON '
+                        'report, a directory holding report.json (the '
+                        'demo\'s output), or span files (a directory or '
+                        'glob); labels not given are read from the '
+                        'run.json beside it')
+    parser.add_argument('--by', metavar='KEY',
+                        help='the label that is the load (default: '
+                        'concurrency, else the first numeric label that '
+                        'differs between the runs)')
+    parser.add_argument('--json', metavar='FILE',
+                        help='write the sweep as JSON here; "-": standard '
+                        'output, instead of the text')
+    parser.add_argument('--html', metavar='FILE',
+                        help='write an HTML page with the stacked plots '
+                        'here; "-": standard output, instead of the text')
+    _common(parser)
+    return parser
+
+
+# ``KEY=VALUE[,KEY=VALUE...]:PATH``
+_LABELLED = re.compile(r'((?:[A-Za-z_][\w.-]*=[^,:=]*,)*'
+                       r'[A-Za-z_][\w.-]*=[^,:=]*):(.+)')
+RUN_META = 'run.json'
+REPORT_NAME = 'report.json'
+
+
+def run_labels(path: str) -> dict:
+    """The labels of the run at ``path`` from the ``run.json`` in it
+    (a directory) or beside it (a file, a glob): each scalar value as a
+    string; ``{}`` when there is none."""
+    base = path if os.path.isdir(path) else os.path.dirname(path)
+    meta = os.path.join(base, RUN_META)
+    if not os.path.isfile(meta):
+        return {}
+    try:
+        with open(meta, encoding='utf-8') as src:
+            data = json.load(src)
+    except (OSError, ValueError) as exc:
+        fail('%s: not a run description: %s' % (meta, exc))
+    if not isinstance(data, dict):
+        fail('%s: not a run description (a JSON object)' % meta)
+    return {str(k): str(v) for k, v in data.items()
+            if isinstance(v, (str, int, float, bool))}
+
+
+def parse_run(arg: str) -> tuple:
+    """``(labels, path)`` of a sweep RUN: the labels given before the
+    path override those of its ``run.json``."""
+    match = _LABELLED.fullmatch(arg)
+    given: dict = {}
+    path = arg
+    if match and not os.path.exists(arg):
+        path = match.group(2)
+        for item in match.group(1).split(','):
+            k, _sep, v = item.partition('=')
+            given[k] = v
+    labels = run_labels(path)
+    labels.update(given)
+    return labels, path
+
+
+def _sweep_input(path: str) -> str:
+    """What a sweep RUN reads: the JSON report a directory holds, else
+    the RUN itself."""
+    held = os.path.join(path, REPORT_NAME)
+    if os.path.isdir(path) and os.path.isfile(held):
+        return held
+    return path
+
+
+def main_sweep(argv: list) -> int:
+    args = build_sweep_parser().parse_args(argv)
+    sweep, report_json = analysis('sweep', 'render.json')
+    (sweep_html,) = analysis('render.sweep')
+    piped = _to_stdout(args)
+    opts = _options(args)
+    runs = [parse_run(arg) for arg in args.runs]
+    if len(runs) < 2:
+        fail('a sweep needs two runs or more, got %d' % len(runs))
+    for labels, path in runs:
+        if not labels:
+            fail('%s: no label (give KEY=VALUE:%s, or a %s beside it)' % (
+                path, path, RUN_META))
+    check_outputs([(args.json, ()), (args.html, ())],
+                  [path for _labels, path in runs])
+    # every run checked before any is analysed (which takes time)
+    inputs = [_sweep_input(path) for _labels, path in runs]
+    read = [_check_run('RUN', path) for path in inputs]
+    loaded = []
+    for (labels, path), src, got in zip(runs, inputs, read, strict=True):
+        report = _load_run('RUN', src, opts, got)
+        warn_losses(report, 'RUN %s: ' % path)
+        loaded.append((path, labels, report))
+    try:
+        result = sweep.sweep(loaded, by=args.by)
+    except sweep.SweepError as exc:
+        fail(str(exc))
+    if not piped:
+        sys.stdout.write(sweep.render(result))
+    status = _write_all([
+        (args.json, lambda: report_json.dumps(result) + '\n'),
+        (args.html, lambda: sweep_html.render(result))])
+    if status:
+        raise SystemExit(status)
+    return 0
+
+
+def main(argv: typing.Optional[list] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == 'sweep':
+        return main_sweep(argv[1:])
     if argv and argv[0] == 'compare':
         return main_compare(argv[1:])
     if argv and argv[0] == 'export':
         return main_export(argv[1:])
     args = build_parser().parse_args(argv)
     report_html, report_json, report_text = analysis(
-        'report_html', 'report_json', 'report_text')
+        'render.html', 'render.json', 'render.text')
     piped = _to_stdout(args)
     opts = _options(args, all_lifecycles=args.all_lifecycles)
-    _check_outputs(args)
+    check_outputs([(args.json, ()), (args.html, ())], args.inputs)
     report = _analyse(args.inputs, opts)
     empty = empty_window(report)
     if empty:
-        sys.stderr.write('%s: warning: %s\n' % (PROG, empty))
-        sys.stderr.flush()
+        warn(empty)
+    warn_losses(report)
     if not args.quiet and not piped:
         sys.stdout.write(report_text.render(report, sql_blocks=args.blocks))
     # every output that can be written is, also after one that cannot

@@ -35,8 +35,9 @@ EV_AGG = schema.EV_SQL_AGG
 HIST_BOUNDS = schema.SQL_HIST_BOUNDS_US
 HIST_SIZE = schema.SQL_HIST_SIZE
 
-# Per-class statistics list: positions.
-_COUNT, _ERRORS, _SUM, _MIN, _MAX, _SUMSQ, _ROWS, _HIST = range(8)
+# Per-class statistics list: positions (_ROWS_N: statements whose row
+# count is known; _ROWS: their rows).
+_COUNT, _ERRORS, _SUM, _MIN, _MAX, _SUMSQ, _ROWS, _HIST, _ROWS_N = range(9)
 
 _LIVE = weakref.WeakSet()
 
@@ -76,7 +77,7 @@ class Aggregator:
         agg = self._classes.get(key)
         if agg is None:
             agg = self._classes[key] = [0, 0, 0, dur, dur, 0, 0,
-                                        [0] * HIST_SIZE]
+                                        [0] * HIST_SIZE, 0]
         agg[_COUNT] += 1
         if failed:
             agg[_ERRORS] += 1
@@ -86,8 +87,11 @@ class Aggregator:
         if dur > agg[_MAX]:
             agg[_MAX] = dur
         agg[_SUMSQ] += dur * dur
-        if rows is not None and rows > 0:
+        if rows is not None and rows >= 0:
+            # 0 rows is a count (an UPDATE that matched nothing); None
+            # is no count (sqlite's SELECTs)
             agg[_ROWS] += rows
+            agg[_ROWS_N] += 1
         agg[_HIST][bisect.bisect_right(HIST_BOUNDS, dur)] += 1
 
     def _emit(self, start_us: int, interval_s: float) -> None:
@@ -102,7 +106,9 @@ class Aggregator:
                 schema.ATTR_MIN_US: agg[_MIN],
                 schema.ATTR_MAX_US: agg[_MAX],
                 schema.ATTR_SUMSQ_US: agg[_SUMSQ],
-                schema.ATTR_ROWS: agg[_ROWS], schema.ATTR_HIST: agg[_HIST],
+                schema.ATTR_ROWS: agg[_ROWS],
+                schema.ATTR_ROWS_KNOWN: agg[_ROWS_N],
+                schema.ATTR_HIST: agg[_HIST],
                 schema.ATTR_INTERVAL_S: interval_s,
             }, start_us)
         self._classes = {}

@@ -20,10 +20,11 @@ through the raw DBAPI connection in the pool's ``first_connect`` and
 ``connect`` events.
 
 For PyMySQL (oslo.db's MySQL driver) every query on the wire is seen:
-``pymysql.connections.Connection.connect`` is wrapped (once per process,
-a post-import hook when PyMySQL is not imported yet; undone by
-``remove``).  The wrapper puts a ``WireTap`` on the new connection: the
-connection's own ``_execute_command`` and ``_read_packet`` are shadowed
+``pymysql.connections.Connection.connect`` is replaced (a REPLACE point
+of ``instrument.patching.patcher``: on the patcher's post-import hook when
+PyMySQL is not imported yet, undone by its ``remove``).  The
+replacement puts a ``WireTap`` on the new connection: the connection's
+own ``_execute_command`` and ``_read_packet`` are shadowed
 by instance attributes, so each COM_QUERY is timed from its sending to
 the last packet of its answer.  The tap pauses when ``connect()``
 returns and resumes when the pool's ``first_connect``/``connect`` event
@@ -38,17 +39,15 @@ connect path could change what the driver does).
 """
 
 import contextvars
-import sys
-import threading
 import time
 import weakref
 
 from oslo_log import log as logging
-import wrapt
 
-from instrument import recorder as recorder_mod
-from instrument import threads
-from instrument import tracer as tracing
+from instrument.patching import points as points_mod
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import threads
+from instrument.runtime import tracer as tracing
 
 # Imported by the runtime's writer thread too: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
@@ -61,32 +60,10 @@ _perf_ns = time.perf_counter_ns
 
 # The tap of a connection whose connect() just returned, for the pool
 # event that follows in the same thread (or greenthread).
-_CONNECTING = contextvars.ContextVar('instrument_sql_connecting',
-                                     default=None)
+_CONNECTING: 'contextvars.ContextVar[WireTap | None]' = \
+    contextvars.ContextVar('instrument_sql_connecting', default=None)
 
-_HOOK_LOCK = threading.Lock()
-_hooked = False
-# The SqlListeners whose wrapper is on PyMySQL's Connection.connect.
-_OWNERS = weakref.WeakSet()
-
-
-def _on_import(module) -> None:
-    # Runs inside the import of pymysql.connections: never raise.
-    for owner in list(_OWNERS):
-        try:
-            owner.connect_taps.patch(module)
-        except Exception:
-            LOG.exception('instrument: cannot wrap %s.%s.connect', MODULE,
-                          CLASS)
-
-
-def _hook() -> None:
-    global _hooked
-    with _HOOK_LOCK:
-        if _hooked:
-            return
-        _hooked = True
-    wrapt.register_post_import_hook(_on_import, MODULE)
+POINT = '%s:%s.connect' % (MODULE, CLASS)
 
 
 def _database(conn) -> str:
@@ -108,8 +85,9 @@ class WireTap:
         self.faults = faults
         self.db = _database(conn)
         # [perf_ns sent, statement, frame] of the command in flight.
-        self.open = None
-        self.last = None
+        self.open: list | None = None
+        # perf_ns of the last packet read of it
+        self.last: int | None = None
 
     def arm(self) -> None:
         attrs = vars(self.conn)
@@ -175,7 +153,6 @@ class ConnectTaps:
         finished set-up statement; ``faults(exc)`` counts a fault."""
         self.queue = queue
         self.faults = faults
-        self._patched = None
         self._active = False
         # id(DBAPI connection) -> its tap, from the pool's connect
         # event to its checkout.  Weak: the connection holds its tap
@@ -189,23 +166,18 @@ class ConnectTaps:
 
     # -- PyMySQL's connect ---------------------------------------------
 
-    def install(self, owner) -> None:
-        self._active = True
-        _OWNERS.add(owner)
-        module = sys.modules.get(MODULE)
-        if module is not None:
-            self.patch(module)
-        else:
-            _hook()
+    def points(self) -> list:
+        """The REPLACE point of PyMySQL's ``Connection.connect``."""
+        return [points_mod.replace(MODULE, CLASS + '.connect',
+                                   self._replacement)]
 
-    def remove(self, owner) -> None:
+    def install(self) -> None:
+        self._active = True
+
+    def remove(self) -> None:
+        """Stop tapping: the taps between set-up and checkout detach
+        (the patcher puts ``connect`` back)."""
         self._active = False
-        _OWNERS.discard(owner)
-        patched, self._patched = self._patched, None
-        if patched is not None:
-            cls, wrapper, original = patched
-            if vars(cls).get('connect') is wrapper:
-                cls.connect = original
         for tap in list(self.taps.values()):
             try:
                 tap.pause()
@@ -213,28 +185,13 @@ class ConnectTaps:
                 self.faults(exc)
         self.taps = weakref.WeakValueDictionary()
 
-    @property
-    def patched(self) -> bool:
-        return self._patched is not None
-
-    def patch(self, module) -> None:
-        if not self._active or self._patched is not None:
-            return
-        cls = getattr(module, CLASS, None)
-        original = vars(cls).get('connect') if cls is not None else None
-        if original is None or getattr(original, '_instrument_owner',
-                                       None) is not None:
-            # Another release without it, or another install has it.
-            if original is None:
-                LOG.warning('instrument: %s.%s.connect not found; the '
-                            'statements PyMySQL sends on connect are not '
-                            'recorded', MODULE, CLASS)
-            return
+    def _replacement(self, original, state, owner):
+        """What takes the place of ``Connection.connect``."""
         taps = self
 
         def connect(conn, *args, **kwargs):
             tap = None
-            if taps._active:
+            if taps._active and state.active:
                 try:
                     tap = WireTap(conn, taps.queue, taps.faults)
                     tap.arm()
@@ -251,13 +208,11 @@ class ConnectTaps:
                     except Exception as exc:
                         taps.faults(exc)
 
-        connect.__wrapped__ = original
+        connect.__wrapped__ = original  # type: ignore[attr-defined]
         connect.__name__ = 'connect'
         connect.__qualname__ = getattr(original, '__qualname__', 'connect')
         connect.__doc__ = getattr(original, '__doc__', None)
-        connect._instrument_owner = self
-        cls.connect = connect
-        self._patched = (cls, connect, original)
+        return connect
 
     # -- pool events ---------------------------------------------------
 

@@ -29,11 +29,19 @@ engine "adopts" its dialect, once:
   skipped, and that is what the caller got.  The late listener settles
   the queued failure with the translated class; the writer waits up to
   ``SETTLE_NS`` for it;
-* ``do_commit``/``do_rollback`` are wrapped on that dialect instance to
-  time the COMMIT/ROLLBACK round trip of a transaction that the
-  ``commit``/``rollback`` events announced, and the pool's
-  reset-on-return ROLLBACK that its ``reset`` event announced (a
-  statement of kind ``POOL_RESET``, outside any transaction).
+* ``do_commit``/``do_rollback`` are wrapped on that dialect instance:
+  one hook per round trip.  ``begin`` puts the transaction's state on
+  the Connection and on its pool connection (``_ConnectionFairy``, new
+  at each checkout), which is what the dialect gets: a pool connection
+  that carries a transaction is that transaction's COMMIT/ROLLBACK;
+  one that carries none is the pool's reset-on-return (a statement of
+  kind ``POOL_RESET``, outside any transaction: the pool calls the
+  dialect only when the transaction was not ended already).  No
+  ``commit``, ``rollback`` or pool ``reset`` event is listened to; the
+  pool's ``invalidate`` (rare) ends the transaction of a connection
+  discarded with it, where no round trip follows.  The raw connection
+  of a dialect's first connect is not a pool connection and runs
+  untimed (the connect taps see it).
 
 What a new connection sends before the pool hands it out (kind
 ``CONNECT``) is seen by the taps of ``instrument.db.connect``, which the
@@ -50,7 +58,6 @@ parameters are never read.
 """
 
 import collections
-import contextvars
 import os
 import threading
 import time
@@ -58,18 +65,17 @@ import weakref
 
 from oslo_log import log as logging
 import sqlalchemy
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-from sqlalchemy.pool import Pool
 
+from instrument import schema
 from instrument.db import connect as connect_mod
 from instrument.db import fingerprint
-from instrument import faults as faults_mod
-from instrument import recorder as recorder_mod
-from instrument import record
-from instrument import schema
-from instrument import threads
-from instrument import tracer as tracing
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import faults as faults_mod
+from instrument.runtime import record
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import threads
+from instrument.runtime import tracer as tracing
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
@@ -86,23 +92,39 @@ OUTCOME_ROLLBACK = 'rollback'
 
 MEMORY_DB = ':memory:'
 
+# Where the listeners go (every engine and pool, existing and future)
+# and the places patched on each dialect adopted: points of
+# instrument.patching.patcher.
+ENGINE = ('sqlalchemy.engine.base', 'Engine')
+POOL = ('sqlalchemy.pool.base', 'Pool')
+DIALECT = ('sqlalchemy.engine.default', 'DefaultDialect')
+POINT_COMMIT = '%s:%s.do_commit' % DIALECT
+POINT_ROLLBACK = '%s:%s.do_rollback' % DIALECT
+POINT_LATE_ERROR = '%s:%s@handle_error' % DIALECT
+
 # Entries waiting for the writer; beyond this they are dropped and
 # counted (the first drop is logged at once).  The writer empties the
 # deque every flush_interval.  ``install`` sets it to [instrument]
 # buffer_size; this is the default of a bare ``SqlListeners``.
 MAX_PENDING = 50000
 
+# Records one queued entry can make (its class's fingerprint, itself,
+# its transaction): ``process`` stops while the buffer has less room.
+ROOM = 3
+
 # Attributes this module keeps on SQLAlchemy objects.
 ATTR_T0 = '_instrument_t0'          # ExecutionContext (or Connection)
 ATTR_TXN = '_instrument_txn'        # Connection
-ATTR_DB = '_instrument_db'          # Dialect: (owner, database name)
+# Dialect: (owner, database name, double-quoted strings)
+ATTR_DB = '_instrument_db'
 ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
 
 # Transaction state (a list, on the Connection while it is open):
 # perf_ns at begin, database, attribution tuple at begin (parent, req,
 # greq, inst, svc, host, call), then filled in by the writer: span id,
-# statements seen.
-T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT = range(5)
+# statements seen; last, the Connection, until the transaction's end
+# (the timed COMMIT/ROLLBACK clears its attribute through it).
+T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT, T_CONN = range(6)
 # Positions in an attribution tuple: those of the recorder's frame.
 A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 
@@ -119,15 +141,10 @@ ST_OK = schema.ST_OK
 ST_ERROR = schema.ST_ERROR
 
 _perf_ns = time.perf_counter_ns
-
-# A transaction whose COMMIT/ROLLBACK was announced by the event and is
-# about to reach the dialect: (dbapi connection, Connection, txn state,
-# outcome, perf_ns of the event).
-_ENDING = contextvars.ContextVar('instrument_sql_ending', default=None)
-# The DBAPI connection the pool is about to reset (its ``reset`` event
-# came, the dialect's do_rollback/do_commit follows).
-_RESETTING = contextvars.ContextVar('instrument_sql_resetting',
-                                    default=None)
+_current_frame = recorder_mod.current_frame
+# The pool's proxy of a DBAPI connection: what a Connection's and the
+# pool's COMMIT/ROLLBACK pass to the dialect.
+_FAIRY = sqlalchemy.pool.base._ConnectionFairy
 
 # The error of a queued failure is a list, [error tuple, disconnect,
 # settled], that the handle_error listeners complete; it is also on the
@@ -222,8 +239,13 @@ class SqlListeners:
 
     def __init__(self, recorder, aggregator, memo=None,
                  slow_query_threshold_ms: float = 0.0,
-                 max_pending: int = MAX_PENDING) -> None:
+                 max_pending: int = MAX_PENDING, patcher=None) -> None:
+        """``patcher`` (``instrument.patching.patcher.Patcher``) applies the
+        listeners and replacements (one of its own when None); its
+        points are undone by ``remove``."""
         self.recorder = recorder
+        self.patcher = patcher if patcher is not None else \
+            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
         self.aggregator = aggregator
         self.memo = memo if memo is not None else fingerprint.Memo()
         self.slow_ns = int(slow_query_threshold_ms * 1000000)
@@ -231,20 +253,25 @@ class SqlListeners:
         self.pending = collections.deque()
         self.dropped = 0
         self._reported_dropped = 0
+        self._starved = False
+        # The buffer writes the sql.dropped records (add_drop_source):
+        # that buffer while installed; True once it did.
+        self._drops_source_of = None
+        self._drops_by_buffer = False
         self.faults = faults_mod.Faults(
             'the SQL listeners', what='the statement is unaffected')
         self._adopted = weakref.WeakKeyDictionary()
-        # dialect -> weak reference to the engine its late handle_error
-        # listener is on (SQLAlchemy 1.4 only)
-        self._error_targets = weakref.WeakKeyDictionary()
         # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
         self._dq_strings = weakref.WeakKeyDictionary()
         self._adopt_lock = threading.Lock()
+        # The classes of a transaction's COMMIT and ROLLBACK (writer).
+        self._end_classes: dict = {}
         self.connect_taps = connect_mod.ConnectTaps(self._queue_setup,
                                                     self.faults)
         self._pool_events = []
         self._process_lock = threading.Lock()
         self._events = []
+        self._points: list = []
         self._installed = False
         self._build()
         _LIVE.add(self)
@@ -255,17 +282,16 @@ class SqlListeners:
         self.pending.clear()
         self.dropped = 0
         self._reported_dropped = 0
+        self._starved = False
         self._process_lock = threading.Lock()
         self.memo.clear()
+        self._end_classes.clear()
         self.connect_taps.reset()
 
     # -- lifecycle ---------------------------------------------------------
 
-    def install(self) -> None:
-        """Listen on every engine, existing and future (idempotent)."""
-        if self._installed:
-            return
-        self._installed = True
+    def points(self) -> list:
+        """Every place listened to or replaced, as patch points."""
         self._events = [
             ('before_cursor_execute', self.before_cursor_execute,
              {'retval': True}),
@@ -273,12 +299,8 @@ class SqlListeners:
             ('engine_connect', self.on_engine_connect
              if DIALECT_HANDLE_ERROR else self.on_engine_connect_14, {}),
             ('begin', self.on_begin, {}),
-            ('commit', self.on_commit, {}),
-            ('rollback', self.on_rollback, {}),
             ('handle_error', self.early_error, {}),
         ]
-        for name, fn, kwargs in self._events:
-            event.listen(Engine, name, fn, **kwargs)
         taps = self.connect_taps
         # Class-level pool listeners run before those of the engine's
         # pool (the dialect's on-connect, oslo.db's): insert=True puts
@@ -287,30 +309,59 @@ class SqlListeners:
             ('first_connect', taps.on_connect, {'insert': True}),
             ('connect', taps.on_connect, {'insert': True}),
             ('checkout', taps.on_checkout, {'insert': True}),
-            ('reset', self.on_pool_reset, {}),
+            ('invalidate', self.on_invalidate, {}),
         ]
-        for name, fn, kwargs in self._pool_events:
-            event.listen(Pool, name, fn, **kwargs)
-        taps.install(self)
+        listen = points_mod.listen
+        replace = points_mod.replace
+        return [listen(*ENGINE, name, fn, **kw)
+                for name, fn, kw in self._events] + [
+            listen(*POOL, name, fn, **kw)
+            for name, fn, kw in self._pool_events] + \
+            taps.points() + [
+            # on each dialect adopted (see _adopt)
+            listen(*DIALECT, 'handle_error', self.handle_error,
+                   per_object=True),
+            replace(DIALECT[0], DIALECT[1] + '.do_commit',
+                    self._end_timer(OUTCOME_COMMIT), per_object=True),
+            replace(DIALECT[0], DIALECT[1] + '.do_rollback',
+                    self._end_timer(OUTCOME_ROLLBACK), per_object=True)]
+
+    def _end_timer(self, outcome: str):
+        def factory(original, state, dialect):
+            return self._timed_end(original, outcome, dialect)
+        return factory
+
+    def install(self) -> None:
+        """Listen on every engine, existing and future (idempotent)."""
+        if self._installed:
+            return
+        self._installed = True
+        self.connect_taps.install()
+        self._points = self.points()
+        self.patcher.add_points(self._points)
+        self.patcher.apply()
+        buf = self._buffer()
+        add_drop_source = getattr(buf, 'add_drop_source', None)
+        if add_drop_source is not None:
+            add_drop_source(self)
+            self._drops_source_of = buf
+            self._drops_by_buffer = True
 
     def remove(self) -> None:
         """Detach everything this object attached (idempotent)."""
         if not self._installed:
             return
         self._installed = False
-        for target, events in ((Engine, self._events),
-                               (Pool, self._pool_events)):
-            for name, fn, _kwargs in events:
-                try:
-                    event.remove(target, name, fn)
-                except Exception as exc:
-                    LOG.warning('instrument: could not remove SQL listener '
-                                '%s: %s', name, exc)
-        self.connect_taps.remove(self)
+        self.patcher.discard(p.name for p in self._points)
+        self.connect_taps.remove()
         with self._adopt_lock:
             for dialect in list(self._adopted.keys()):
                 self._release(dialect)
             self._adopted.clear()
+        buf, self._drops_source_of = self._drops_source_of, None
+        if buf is not None:
+            # its last count is still written, at the next drain
+            buf.remove_drop_source(self)
 
     # -- engines -----------------------------------------------------------
 
@@ -327,33 +378,19 @@ class SqlListeners:
             if db is not None:
                 return db
             db = database_name(conn.engine.url)
-            self._dq_strings[dialect] = double_quoted_strings(dialect)
-            setattr(dialect, ATTR_DB, (self, db))
-            target = error_target(conn)
-            event.listen(target, 'handle_error', self.handle_error)
-            if target is not dialect:
-                self._error_targets[dialect] = weakref.ref(target)
-            for name, outcome in (('do_commit', OUTCOME_COMMIT),
-                                  ('do_rollback', OUTCOME_ROLLBACK)):
-                original = getattr(dialect, name)
-                setattr(dialect, name,
-                        self._timed_end(original, outcome, dialect))
+            dq = self._dq_strings[dialect] = double_quoted_strings(dialect)
+            setattr(dialect, ATTR_DB, (self, db, dq))
+            patch = self.patcher.patch_object
+            patch(POINT_LATE_ERROR, error_target(conn))
+            patch(POINT_COMMIT, dialect)
+            patch(POINT_ROLLBACK, dialect)
             self._adopted[dialect] = db
             return db
 
     def _release(self, dialect) -> None:
+        # (its listener and timers: the patcher's remove())
         if vars(dialect).get(ATTR_DB, (None,))[0] is self:
             delattr(dialect, ATTR_DB)
-        engine = self._error_targets.pop(dialect, None)
-        try:
-            event.remove(dialect if engine is None else engine(),
-                         'handle_error', self.handle_error)
-        except Exception as exc:
-            LOG.debug('instrument: removing handle_error: %s', exc)
-        for name in ('do_commit', 'do_rollback'):
-            wrapper = vars(dialect).get(name)
-            if getattr(wrapper, '_instrument_owner', None) is self:
-                delattr(dialect, name)
 
     def _db_of(self, conn) -> str:
         owned = getattr(conn.dialect, ATTR_DB, None)
@@ -410,17 +447,17 @@ class SqlListeners:
             except Exception as exc:
                 faults(exc)
 
+        def queue(entry: tuple) -> None:
+            if len(pending) < max_pending:
+                append(entry)
+                if buf.writer is None:
+                    buf.start()
+            else:
+                listeners.drop()
+
         self.before_cursor_execute = before_cursor_execute
         self.after_cursor_execute = after_cursor_execute
-
-    def _queue(self, entry: tuple) -> None:
-        if len(self.pending) < self.max_pending:
-            self.pending.append(entry)
-            buf = self._buffer()
-            if buf.writer is None:
-                buf.start()
-        else:
-            self.drop()
+        self._queue = queue
 
     def _buffer(self):
         """The recorder's buffer (what ``start()``s the writer)."""
@@ -438,8 +475,25 @@ class SqlListeners:
                 _DEFERRED_LOG.warning,
                 'instrument: SQL statements are being dropped: %d wait for '
                 'the writer ([instrument] buffer_size), which does not keep '
-                'up or is stuck; counted in sql.dropped records, not '
-                'logged again', self.max_pending)
+                'up or is stuck; counted in sql.dropped records, the count '
+                'logged by the writer and at exit', self.max_pending)
+
+    # -- what the buffer asks of a drop source (add_drop_source) ----------
+
+    drops_cause = 'sql_queue'
+    drops_event = EV_DROPPED
+    drops_unit = 'SQL statements waiting to become records'
+    drops_advice = ('the writer does not keep up with the statements of '
+                    'the process: raise [instrument] buffer_size (every '
+                    'statement is queued, whatever slow_query_threshold)')
+
+    def drops_what(self) -> str:
+        return 'SQL statements dropped (more than %d waited for the ' \
+            'writer)' % self.max_pending
+
+    def waiting(self) -> int:
+        """Statements queued for the writer, not yet records."""
+        return len(self.pending)
 
     def _queue_setup(self, t0: int, t1: int, statement, frame, error,
                      db: str) -> None:
@@ -528,151 +582,123 @@ class SqlListeners:
     # -- transactions ------------------------------------------------------
 
     def on_begin(self, conn) -> None:
+        """The transaction's state goes on the Connection (for its
+        statements) and on its pool connection (for the timed
+        COMMIT/ROLLBACK, which gets only that)."""
         try:
-            self._flush_stale()
-            conn._instrument_txn = [_perf_ns(), self._db_of(conn),
-                                    self._attribution(), None, 0]
+            fairy = conn._dbapi_connection
+            owned = getattr(conn.dialect, ATTR_DB, None)
+            db = owned[1] if owned is not None and owned[0] is self \
+                else self._adopt(conn)
+            frame = _current_frame()
+            txn = [_perf_ns(), db, NO_FRAME if frame is None else frame,
+                   None, 0, conn]
+            stale = conn.__dict__.get(ATTR_TXN)
+            if stale is not None:
+                self._stale(stale)
+            conn._instrument_txn = txn
+            if fairy is not None:
+                fairy._instrument_txn = txn
         except Exception as exc:
             self.faults(exc)
 
-    def on_commit(self, conn) -> None:
-        self._ending(conn, OUTCOME_COMMIT)
-
-    def on_rollback(self, conn) -> None:
-        self._ending(conn, OUTCOME_ROLLBACK)
-
-    def _ending(self, conn, outcome: str) -> None:
-        """COMMIT/ROLLBACK announced: hand the transaction to the timed
-        ``do_commit``/``do_rollback`` of the dialect."""
+    def on_invalidate(self, dbapi_connection, connection_record,
+                      exception=None) -> None:
+        """Pool ``invalidate``: the connection is discarded (a lost
+        connection, ``Connection.invalidate()``), and with it its open
+        transaction, which the server rolls back: no COMMIT/ROLLBACK
+        round trip follows, the transaction ends here."""
         try:
-            self._flush_stale()
-            txn = getattr(conn, ATTR_TXN, None)
-            if txn is None:
+            ref = getattr(connection_record, 'fairy_ref', None)
+            fairy = ref() if ref is not None else None
+            if fairy is None:
                 return
+            txn = fairy.__dict__.pop(ATTR_TXN, None)
+            if txn is not None:
+                self._stale(txn)
+        except Exception as exc:
+            self.faults(exc)
+
+    def _stale(self, txn: list) -> None:
+        """Queue a transaction that ends without a round trip."""
+        conn = txn[T_CONN]
+        txn[T_CONN] = None
+        if conn is not None and conn.__dict__.get(ATTR_TXN) is txn:
             conn._instrument_txn = None
-            now = _perf_ns()
-            dbapi_conn = getattr(conn, '_dbapi_connection', None)
-            if dbapi_conn is None:
-                # Invalidated: no round trip will happen.
-                self._queue((K_TXN, None, now, None, txn, None, None,
-                             False, None, False, outcome))
-                return
-            _ENDING.set((dbapi_conn, conn, txn, outcome, now))
-        except Exception as exc:
-            self.faults(exc)
-
-    def _flush_stale(self) -> None:
-        """Queue the transaction of an earlier ending whose round trip
-        never came (the connection was invalidated meanwhile)."""
-        stale = _ENDING.get()
-        if stale is not None:
-            _ENDING.set(None)
-            self._queue((K_TXN, None, stale[4], None, stale[2], None, None,
-                         False, None, False, stale[3]))
-
-    def _queue_end(self, ending: tuple, t0: int, t1: int, error) -> None:
-        _dbapi, _conn, txn, outcome, _event = ending
-        self._queue((K_END, t0, t1, None, txn, None, None, False, error,
-                     False, outcome))
-
-    def on_pool_reset(self, dbapi_connection, connection_record,
-                      reset_state=None) -> None:
-        """Pool ``reset``: a connection goes back to its pool; unless
-        its transaction was already ended, the dialect's do_rollback
-        (do_commit with ``reset_on_return='commit'``) follows."""
-        try:
-            if reset_state is not None and (
-                    reset_state.transaction_was_reset or
-                    not reset_state.asyncio_safe):
-                return
-            _RESETTING.set(dbapi_connection)
-        except Exception as exc:
-            self.faults(exc)
-
-    def _timed_reset(self, original, dbapi_connection, args, kwargs,
-                     statement: str, dialect):
-        """The pool's reset-on-return round trip: a ``POOL_RESET``
-        statement of its own."""
-        try:
-            frame = recorder_mod.current_frame()
-            t0 = _perf_ns()
-        except Exception as fault:
-            self.faults(fault)
-            return original(dbapi_connection, *args, **kwargs)
-        try:
-            result = original(dbapi_connection, *args, **kwargs)
-        except BaseException as exc:
-            try:
-                t1 = _perf_ns()
-                self._queue((K_SIDE, t0, t1, statement, None, frame, None,
-                             False, [tracing.error_of(exc), False, True],
-                             False, (fingerprint.KIND_POOL_RESET, dialect)))
-            except Exception as fault:
-                self.faults(fault)
-            raise
-        try:
-            t1 = _perf_ns()
-            self._queue((K_SIDE, t0, t1, statement, None, frame, None, False,
-                         None, False, (fingerprint.KIND_POOL_RESET, dialect)))
-        except Exception as fault:
-            self.faults(fault)
-        return result
+        self._queue((K_TXN, None, _perf_ns(), None, txn, None, None,
+                     False, None, False, OUTCOME_ROLLBACK))
 
     def _timed_end(self, original, outcome: str, dialect=None):
-        listeners = self
+        """``dialect.do_commit``/``do_rollback``, one hook for both
+        round trips that reach it with a pool connection: a
+        transaction's COMMIT/ROLLBACK (its state is on the pool
+        connection, put there by ``on_begin``), else the pool's
+        reset-on-return (a ``POOL_RESET`` statement of its own: the
+        pool calls it only when the connection's transaction was not
+        ended already).  Anything else (the raw connection of a
+        dialect's first connect, which the connect taps see) runs
+        untimed."""
+        queue = self._queue
+        faults = self.faults
+        perf_ns = _perf_ns
+        current_frame = _current_frame
+        fairy_cls = _FAIRY
+        error_of = tracing.error_of
+        reset_kind = (fingerprint.KIND_POOL_RESET, dialect)
         reset_statement = 'COMMIT' if outcome == OUTCOME_COMMIT \
             else 'ROLLBACK'
 
         def timed(dbapi_connection, *args, **kwargs):
-            reset = False
-            try:
-                ending = _ENDING.get()
-                if ending is not None and ending[0] is dbapi_connection:
-                    _ENDING.set(None)
-                else:
-                    ending = None
-                    resetting = _RESETTING.get()
-                    # The pool passes its proxy of the DBAPI connection
-                    # (SQLAlchemy 1.4: the event got that proxy too).
-                    if resetting is not None and (
-                            resetting is dbapi_connection or
-                            resetting is getattr(dbapi_connection,
-                                                 'dbapi_connection', None)):
-                        _RESETTING.set(None)
-                        reset = True
-            except Exception as fault:
-                listeners.faults(fault)
-                ending = None
-            if reset:
-                return listeners._timed_reset(
-                    original, dbapi_connection, args, kwargs,
-                    reset_statement, dialect)
-            if ending is None:
+            if dbapi_connection.__class__ is not fairy_cls:
                 return original(dbapi_connection, *args, **kwargs)
+            t0 = txn = frame = conn = None
             try:
-                t0 = _perf_ns()
+                txn = dbapi_connection.__dict__.pop(ATTR_TXN, None)
+                if txn is not None:
+                    conn = txn[T_CONN]
+                    if conn is not None:
+                        txn[T_CONN] = None
+                        if conn.__dict__.get(ATTR_TXN) is txn:
+                            conn._instrument_txn = None
+                else:
+                    frame = current_frame()
+                t0 = perf_ns()
             except Exception as fault:
-                listeners.faults(fault)
+                faults(fault)
+            if t0 is None:
+                # outside the except block: nova's exception, if any, is
+                # not chained to the fault
                 return original(dbapi_connection, *args, **kwargs)
             try:
                 result = original(dbapi_connection, *args, **kwargs)
             except BaseException as exc:
                 try:
-                    t1 = _perf_ns()
-                    error = [tracing.error_of(exc), False, False]
-                    ending[1]._instrument_error = error
-                    listeners._queue_end(ending, t0, t1, error)
+                    t1 = perf_ns()
+                    if txn is None:
+                        queue((K_SIDE, t0, t1, reset_statement, None, frame,
+                               None, False, [error_of(exc), False, True],
+                               False, reset_kind))
+                    else:
+                        error = [error_of(exc), False, False]
+                        if conn is not None:
+                            conn._instrument_error = error
+                        queue((K_END, t0, t1, None, txn, None, None, False,
+                               error, False, outcome))
                 except Exception as fault:
-                    listeners.faults(fault)
+                    faults(fault)
                 raise
             try:
-                t1 = _perf_ns()
-                listeners._queue_end(ending, t0, t1, None)
+                t1 = perf_ns()
+                if txn is None:
+                    queue((K_SIDE, t0, t1, reset_statement, None, frame,
+                           None, False, None, False, reset_kind))
+                else:
+                    queue((K_END, t0, t1, None, txn, None, None, False,
+                           None, False, outcome))
             except Exception as fault:
-                listeners.faults(fault)
+                faults(fault)
             return result
 
-        timed._instrument_owner = self
         timed.__wrapped__ = original
         return timed
 
@@ -690,16 +716,37 @@ class SqlListeners:
                     schema.ATTR_KIND: qclass.kind})
         return qclass
 
-    def process(self, final: bool = False) -> None:
+    def process(self, final: bool = False) -> bool:
         """Turn queued entries into records and aggregates.  Runs in the
         buffer's writer thread (and at removal); never on the hot path.
+
+        Stops while the buffer has no room for what an entry makes
+        (once at least one entry was processed) and returns True: the
+        buffer calls it again in the same drain once its queue is
+        written, instead of dropping the records it would make.
         """
+        more = False
         with self._process_lock:
+            buf = self._buffer()
+            queue = getattr(buf, 'queue', None)
+            limit = getattr(buf, 'max_records', None)
+            if queue is None or limit is None:
+                queue, limit = (), 1 << 62
+            limit -= ROOM
             self.aggregator.rollover()
             now = _perf_ns()
             pending = self.pending
             popleft = pending.popleft
+            # No room: stop, unless the last call stopped before doing
+            # anything (then one entry goes ahead: always progress).
+            force = self._starved
+            self._starved = False
+            processed = 0
             for _ in range(len(pending)):
+                if len(queue) > limit and (processed or not force):
+                    more = True
+                    self._starved = not processed
+                    break
                 try:
                     entry = popleft()
                 except IndexError:  # pragma: no cover - raced a reset
@@ -711,6 +758,7 @@ class SqlListeners:
                     # keep the order: wait for the next round.
                     pending.appendleft(entry)
                     break
+                processed += 1
                 try:
                     kind = entry[0]
                     if kind == K_STMT:
@@ -721,9 +769,11 @@ class SqlListeners:
                         self._transaction_end(entry)
                 except Exception as exc:
                     self.faults(exc)
-            self._report_dropped()
-            if final:
+            if not self._drops_by_buffer:
+                self._report_dropped()
+            if final and not more:
                 self.aggregator.rollover(final=True)
+        return more
 
     def _detail(self, dur_ns: int, req, err) -> bool:
         if err is not None:
@@ -745,14 +795,22 @@ class SqlListeners:
         if t0 is None:      # failed before it reached the cursor
             t0 = t1
         dur_ns = t1 - t0
-        qclass = self._query_class(
-            statement, self._dq_strings.get(conn.dialect, False))
+        dialect = conn.dialect
+        owned = getattr(dialect, ATTR_DB, None)
+        if owned is not None and owned[0] is self:
+            db, dq = owned[1], owned[2]
+        else:   # removed meanwhile
+            db = self._adopted.get(dialect) or ''
+            dq = self._dq_strings.get(dialect, False)
+        qclass = self.memo.get(statement if not dq or '"' not in statement
+                               else (statement, True))
+        if qclass is None:
+            qclass = self._query_class(statement, dq)
         if txn is not None:
             txn[T_COUNT] += 1
             db = txn[T_DB]
             attribution = frame if frame is not None else txn[T_ATTR]
         else:
-            db = self._adopted.get(conn.dialect) or ''
             attribution = frame if frame is not None else NO_FRAME
         parent, req, greq, inst, svc, host, call = attribution
         if rows is not None and rows < 0:
@@ -782,7 +840,9 @@ class SqlListeners:
         if isinstance(source, str):
             db = source
         else:
-            db = self._adopted.get(source) or ''
+            owned = getattr(source, ATTR_DB, None)
+            db = owned[1] if owned is not None and owned[0] is self \
+                else self._adopted.get(source) or ''
         qclass = self._query_class(
             statement, kind == fingerprint.KIND_CONNECT)
         parent, req, greq, inst, svc, host, call = \
@@ -808,8 +868,10 @@ class SqlListeners:
         db = txn[T_DB]
         st = ST_OK if err is None else ST_ERROR
         if kind == K_END:
-            qclass = self._query_class(
-                'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK')
+            qclass = self._end_classes.get(outcome)
+            if qclass is None:
+                qclass = self._end_classes[outcome] = self._query_class(
+                    'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK')
             dur_ns = t1 - t0
             if self._detail(dur_ns, req, err):
                 recorder.complete(

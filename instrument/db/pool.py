@@ -25,28 +25,40 @@
   ``invalidate`` events (attrs ``db``; ``cls`` the error that made an
   invalidation), in the span that caused them.
 
-The database name of a pool is learnt from its engine's first
-connection (``engine_connect``); a pool's first connections are named
-from the DBAPI connection (PyMySQL), else left empty.
+The database name of a pool is its engine's URL's
+(``listeners.database_name``, the SQL records' name: ``nova_api``,
+``:memory:`` for a plain ``sqlite://``), learnt when the engine is
+made (``Dialect.engine_created``, a REPLACE point: once per engine,
+nothing per connection), so that a pool's first ``connect``, which SQLAlchemy
+fires before ``engine_connect``, is named too; a pool an engine made
+again (``dispose``) by its engine's dialect; an engine made before
+``install`` at its first ``engine_connect``; else from the DBAPI
+connection (PyMySQL), else left empty.
+
+The listeners and ``_do_get`` are points (LISTEN, REPLACE) of an
+``instrument.patching.patcher.Patcher``: the target's, in the start-up banner
+and the start record, undone by its ``remove()``.
 """
 
-import typing
 import weakref
 
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-from sqlalchemy.pool import impl as pool_impl
-from sqlalchemy.pool import Pool
-
+from instrument import schema
 from instrument.db import connect as connect_mod
 from instrument.db import listeners as listeners_mod
-from instrument import schema
-from instrument import waits
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import waits
 
 EV_WAIT = schema.EV_DB_POOL_WAIT
 A_DB = schema.ATTR_DB
 A_SIZE = schema.ATTR_SIZE
 A_CLS = schema.ATTR_CLS
+
+QUEUE_POOL = ('sqlalchemy.pool.impl', 'QueuePool._do_get')
+POINT_DO_GET = '%s:%s' % QUEUE_POOL
+# SQLAlchemy's hook on every engine create_engine() makes, before it
+# returns it (a classmethod of the dialect class)
+ENGINE_CREATED = ('sqlalchemy.engine.interfaces', 'Dialect.engine_created')
 
 clock = waits.clock
 
@@ -54,22 +66,40 @@ clock = waits.clock
 class PoolWaits:
     """The pool taps of one ``install``; ``remove`` undoes them."""
 
-    def __init__(self, recorder) -> None:
+    def __init__(self, recorder, patcher=None) -> None:
+        """``patcher`` applies the points (one of its own when None);
+        ``remove`` undoes them."""
         self.recorder = recorder
+        self.patcher = patcher if patcher is not None else \
+            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
         self.waits = waits.WaitRecorder(recorder, 'the DB pool timing')
         self.faults = self.waits.faults
         self.pool_db: weakref.WeakKeyDictionary = \
             weakref.WeakKeyDictionary()
-        self._original = None
-        self._events: list[tuple[typing.Any, str,
-                                 typing.Callable[..., typing.Any]]] = [
-            (Engine, 'engine_connect',
-             listeners_mod.engine_connect_listener(self.on_engine_connect)),
-            (Pool, 'connect', self.on_connect),
-            (Pool, 'close', self.on_close),
-            (Pool, 'invalidate', self.on_invalidate),
-        ]
+        # an engine's dialect: its database name (a pool its engine
+        # made again after dispose() has the same dialect)
+        self.dialect_db: weakref.WeakKeyDictionary = \
+            weakref.WeakKeyDictionary()
+        self._points: list = []
         self._installed = False
+
+    def points(self) -> list:
+        """The pool's listeners, the timed ``QueuePool._do_get`` and
+        the ``Engine.__init__`` that names the engine's pool."""
+        listen = points_mod.listen
+        return [
+            listen(*listeners_mod.ENGINE, 'engine_connect',
+                   listeners_mod.engine_connect_listener(
+                       self.on_engine_connect)),
+            listen(*listeners_mod.POOL, 'connect', self.on_connect),
+            listen(*listeners_mod.POOL, 'close', self.on_close),
+            listen(*listeners_mod.POOL, 'invalidate', self.on_invalidate),
+            points_mod.replace(*QUEUE_POOL, self._replacement),
+            points_mod.replace(*ENGINE_CREATED, self._naming),
+        ]
+
+    def _replacement(self, original, state, owner):
+        return self._timed(original)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -77,31 +107,16 @@ class PoolWaits:
         if self._installed:
             return self
         self._installed = True
-        for target, name, fn in self._events:
-            event.listen(target, name, fn)
-        cls = pool_impl.QueuePool
-        original = cls.__dict__.get('_do_get')
-        if original is not None and not getattr(original,
-                                                '_instrument_timed', False):
-            cls._do_get = self._timed(original)  # type: ignore[method-assign]
-            self._original = original
+        self._points = self.points()
+        self.patcher.add_points(self._points)
+        self.patcher.apply()
         return self
 
     def remove(self) -> None:
         if not self._installed:
             return
         self._installed = False
-        for target, name, fn in self._events:
-            try:
-                event.remove(target, name, fn)
-            except Exception:  # noqa: S110 - not attached (never mind)
-                pass
-        original, self._original = self._original, None
-        cls = pool_impl.QueuePool
-        current = cls.__dict__.get('_do_get')
-        if original is not None and \
-                getattr(current, '__wrapped__', None) is original:
-            cls._do_get = original  # type: ignore[method-assign]
+        self.patcher.discard(p.name for p in self._points)
 
     # -- the checkout wait -------------------------------------------------
 
@@ -122,14 +137,30 @@ class PoolWaits:
                 waiting = False
             if not waiting:
                 return original(pool)
-            t0 = clock()
+            t0 = None
+            try:
+                t0 = clock()
+            except Exception as exc:  # noqa: BLE001 - counted
+                faults(exc)
+            if t0 is None:
+                # outside the except block: nova's exception, if any,
+                # is not chained to the fault
+                return original(pool)
+            # The checkout runs once, unguarded; its record is guarded,
+            # the clock read and the attrs included.
             try:
                 entry = original(pool)
             except Exception as exc:
-                record(EV_WAIT, t0, clock(), _attrs(pool, pool_db),
-                       waits.error_of(exc))
+                try:
+                    record(EV_WAIT, t0, clock(), _attrs(pool, pool_db),
+                           waits.error_of(exc))
+                except Exception as fault:  # noqa: BLE001 - counted
+                    faults(fault)
                 raise
-            record(EV_WAIT, t0, clock(), _attrs(pool, pool_db))
+            try:
+                record(EV_WAIT, t0, clock(), _attrs(pool, pool_db))
+            except Exception as fault:  # noqa: BLE001 - counted
+                faults(fault)
             return entry
 
         _do_get.__wrapped__ = original  # type: ignore[attr-defined]
@@ -138,20 +169,56 @@ class PoolWaits:
         _do_get.__qualname__ = getattr(original, '__qualname__', '_do_get')
         return _do_get
 
+    # -- the names of pools ------------------------------------------------
+
+    def _naming(self, original, state=None, owner=None):
+        """``Dialect.engine_created`` (a classmethod) that names the
+        engine's pool and dialect once ``create_engine`` has made it
+        (guarded: the engine is returned whatever happens).  Not
+        ``Engine.__init__``: ``create_engine`` reads the keyword
+        arguments an engine takes from that function's own code."""
+        func = original.__func__
+        name = self.name
+
+        def engine_created(cls, engine):
+            func(cls, engine)
+            name(engine)
+
+        engine_created.__wrapped__ = func  # type: ignore[attr-defined]
+        engine_created.__qualname__ = getattr(func, '__qualname__',
+                                              'engine_created')
+        return classmethod(engine_created)
+
+    def name(self, engine) -> None:
+        """Name ``engine``'s pool and dialect by its URL's database."""
+        try:
+            pool = engine.pool
+            if pool in self.pool_db:
+                return
+            db = listeners_mod.database_name(engine.url)
+            self.pool_db[pool] = db
+            self.dialect_db[engine.dialect] = db
+        except Exception as exc:  # noqa: BLE001 - counted
+            self.faults(exc)
+
     # -- events --------------------------------------------------------------
 
     def on_engine_connect(self, conn) -> None:
-        try:
-            engine = conn.engine
-            pool = engine.pool
-            if pool not in self.pool_db:
-                self.pool_db[pool] = listeners_mod.database_name(engine.url)
-        except Exception as exc:  # noqa: BLE001 - counted
-            self.faults(exc)
+        # an engine made before install
+        self.name(conn.engine)
 
     def _db(self, dbapi_connection, connection_record) -> str:
         pool = getattr(connection_record, '_ConnectionRecord__pool', None)
         db = self.pool_db.get(pool) if pool is not None else None
+        if db is None and pool is not None:
+            # made again by its engine (dispose): its dialect's
+            dialect = getattr(pool, '_dialect', None)
+            try:
+                db = self.dialect_db.get(dialect)
+            except TypeError:  # not weakly referable
+                db = None
+            if db is not None:
+                self.pool_db[pool] = db
         if db is None:
             db = connect_mod._database(dbapi_connection)
         return db or ''

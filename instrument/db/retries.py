@@ -22,23 +22,22 @@ the remaining count are read from the retry loop's frame (``remaining``
 and ``f`` of oslo.db's wrapper).  If a future oslo.db renames them the
 event is still written, without ``attempt``/``exhausted``.
 
-The module is patched when it is imported (wrapt post-import hook) if it
-is not imported yet; nothing of oslo.db is imported here.
+The method is a REPLACE point of ``instrument.patching.patcher``: patched when
+oslo.db is imported (its post-import hook) if it is not imported yet,
+in the start-up banner, restored by the patcher's ``remove()``;
+nothing of oslo.db is imported here.
 """
 
 import os
 import sys
-import threading
-import weakref
 
-from oslo_log import log as logging
 import wrapt
 
-from instrument import faults as faults_mod
 from instrument import schema
-from instrument import tracer as tracing
-
-LOG = logging.getLogger(__name__)
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import faults as faults_mod
+from instrument.runtime import tracer as tracing
 
 EV_RETRY = schema.EV_DB_RETRY
 MODULE = 'oslo_db.api'
@@ -47,30 +46,9 @@ METHOD = '_is_exception_expected'
 # How far up from the wrapper to look for oslo.db's retry loop frame.
 MAX_FRAME_DEPTH = 5
 
+POINT = '%s:%s.%s' % (MODULE, CLASS, METHOD)
+
 _API_FILE = os.path.join('oslo_db', 'api.py')
-
-_RECORDERS = weakref.WeakSet()
-_HOOK_LOCK = threading.Lock()
-_hooked = False
-
-
-def _on_import(module) -> None:
-    # Runs inside the import of oslo_db.api: never let an error out.
-    for recorder in list(_RECORDERS):
-        try:
-            recorder._patch(module)
-        except Exception:
-            LOG.exception('instrument: cannot patch %s.%s.%s', MODULE,
-                          CLASS, METHOD)
-
-
-def _hook() -> None:
-    global _hooked
-    with _HOOK_LOCK:
-        if _hooked:
-            return
-        _hooked = True
-    wrapt.register_post_import_hook(_on_import, MODULE)
 
 
 def _callable_name(fn) -> str | None:
@@ -100,50 +78,41 @@ def _retry_loop_locals(frame):
 class RetryRecorder:
     """Writes a ``db.retry`` instant for every retried DB call."""
 
-    def __init__(self, recorder) -> None:
-        """``recorder``: the ``instrument.recorder.Recorder`` whose
-        ``instant`` records the retry inside the current span."""
+    def __init__(self, recorder, patcher=None) -> None:
+        """``recorder``: the ``instrument.runtime.recorder.Recorder`` whose
+        ``instant`` records the retry inside the current span;
+        ``patcher`` (``instrument.patching.patcher.Patcher``) applies the point
+        (one of its own when None); ``remove`` undoes it."""
         self.recorder = recorder
         self.faults = faults_mod.Faults(
             'the DB retry recorder', what='the retry is unaffected')
-        self._installed = None
+        self.patcher = patcher if patcher is not None else \
+            patcher_mod.Patcher([], recorder, 'oslo.db')
         self._active = False
-        _RECORDERS.add(self)
+
+    def points(self) -> list:
+        """The REPLACE point of ``_is_exception_expected``."""
+        return [points_mod.replace(MODULE, '%s.%s' % (CLASS, METHOD),
+                                   self._replacement)]
+
+    def _replacement(self, original, state, owner):
+        return wrapt.FunctionWrapper(original, self._wrapper)
 
     def install(self) -> None:
         self._active = True
-        module = sys.modules.get(MODULE)
-        if module is not None:
-            self._patch(module)
-        else:
-            _hook()
+        self.patcher.add_points(self.points())
+        self.patcher.apply()
 
     def remove(self) -> None:
         self._active = False
-        installed, self._installed = self._installed, None
-        if installed is None:
-            return
-        owner, wrapper, original = installed
-        if vars(owner).get(METHOD) is wrapper:
-            setattr(owner, METHOD, original)
+        self.patcher.discard([POINT])
 
     @property
     def patched(self) -> bool:
-        return self._installed is not None
-
-    def _patch(self, module) -> None:
-        if not self._active or self._installed is not None:
-            return
-        owner = getattr(module, CLASS, None)
-        original = vars(owner).get(METHOD) if owner is not None else None
-        if original is None:
-            LOG.warning('instrument: %s.%s.%s not found (other oslo.db '
-                        'release?); DB retries are not recorded', MODULE,
-                        CLASS, METHOD)
-            return
-        wrapper = wrapt.FunctionWrapper(original, self._wrapper)
-        setattr(owner, METHOD, wrapper)
-        self._installed = (owner, wrapper, original)
+        try:
+            return self.patcher.status(POINT) == patcher_mod.PATCHED
+        except KeyError:  # not installed
+            return False
 
     def _wrapper(self, wrapped, instance, args, kwargs):
         expected = wrapped(*args, **kwargs)

@@ -13,7 +13,7 @@
 
 Each instrumented library is a ``Target`` subclass found through the
 ``instrument.targets`` entry point (doc/source/targets.rst says how to
-add one).  ``instrument.runtime`` runs every target the same way:
+add one).  ``instrument.runtime.lifecycle`` runs every target the same way:
 
 1. ``check(conf)``: the distributions it ``requires`` are installed in
    a supported version (read from package metadata: nothing is
@@ -124,7 +124,8 @@ class Target:
         return None
 
     def points(self, ctx: Context) -> list:
-        """Patch points (``instrument.points.PatchPoint``) to apply."""
+        """Patch points (``instrument.patching.points.PatchPoint``) to
+        apply."""
         return []
 
     def install(self, ctx: Context) -> None:

@@ -14,7 +14,8 @@
 Installed when ``[instrument] wait_timing`` is on and SQLAlchemy is
 installed: ``instrument.db.pool`` (``db.pool.wait`` for checkouts that
 wait for a connection, ``db.pool.connect``/``close``/``invalidate``),
-on every engine of the process.  SQLAlchemy is imported at install.
+on every engine of the process, its listeners and replacement points
+of the target's patcher.  SQLAlchemy is imported at install.
 """
 
 import typing
@@ -42,9 +43,11 @@ class DbPoolTarget(base.Target):
 
     def install(self, ctx: base.Context) -> None:
         from instrument.db import pool
-        self.taps = pool.PoolWaits(ctx.recorder).install()
+        super().install(ctx)
+        self.taps = pool.PoolWaits(ctx.recorder, ctx.patcher).install()
 
     def remove(self) -> None:
         taps, self.taps = self.taps, None
         if taps is not None:
             taps.remove()
+        super().remove()

@@ -45,15 +45,18 @@ import contextvars
 import re
 from urllib import parse
 
-from instrument import points as points_mod
 from instrument import schema
+from instrument.patching import points as points_mod
 from instrument.targets import base
 
 P = points_mod.PatchPoint
 
 # The innermost running ``Session.request`` (an auth plugin's token
 # request runs inside the call it authenticates): (attempts counter,
-# the enclosing call's entry, its attrs).
+# the enclosing call's entry, its attrs, its keywords: the dict object
+# of that call, which tells its entry apart).  Every way out of a call
+# takes its entry off (``_pop``): on_exit, on_error, and on_abandon when
+# a fault of the point kept them from running.
 _CALL: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
     'instrument_ksa_call', default=None)
 # The attrs of the call that just failed, for ``error_of`` (the wrapper
@@ -122,7 +125,8 @@ def _endpoint_type(url):
                 stype = seg
                 break
         else:
-            stype = DEFAULT_PORTS.get(parts.port)
+            port = parts.port
+            stype = DEFAULT_PORTS.get(port) if port is not None else None
     except ValueError:
         pass
     if len(_ENDPOINTS) >= MAX_ROUTES:
@@ -166,19 +170,39 @@ def _request_attrs(instance, args, kwargs) -> dict:
     attrs = {schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
              schema.ATTR_METHOD: method if isinstance(method, str) else None,
              schema.ATTR_ROUTE: route}
-    _CALL.set(([0], _CALL.get(), attrs))
+    _CALL.set(([0], _CALL.get(), attrs, kwargs))
     return attrs
 
 
-def _attempts(failed: bool = False) -> int:
-    """The ending call's attempts; makes the enclosing call current."""
+def _pop(kwargs: dict):
+    """Take the entry of the call of ``kwargs`` off, and any left above
+    it; the enclosing call's is current again.  None when that call has
+    none (its on_enter did not get to push it, or it was taken off)."""
     entry = _CALL.get()
+    while entry is not None:
+        if entry[3] is kwargs:
+            _CALL.set(entry[1])
+            return entry
+        entry = entry[1]
+    return None
+
+
+def _attempts(kwargs: dict, failed: bool = False) -> int:
+    """The ending call's attempts; makes the enclosing call current."""
+    entry = _pop(kwargs)
     if entry is None:
         return 0
-    _CALL.set(entry[1])
     if failed:
         _FAILED.set(entry[2])
     return entry[0][0]
+
+
+def _request_abandoned(instance, args, kwargs) -> None:
+    """on_abandon: a fault of the point (starting the span, or reading
+    the clock at its end) kept on_exit or on_error from running: the
+    call's entry is taken off all the same."""
+    _pop(kwargs)
+    _FAILED.set(None)
 
 
 def _count_send(instance, args, kwargs) -> None:
@@ -190,7 +214,7 @@ def _count_send(instance, args, kwargs) -> None:
 
 def _request_done(instance, args, kwargs, result) -> dict:
     return {schema.ATTR_STATUS: getattr(result, 'status_code', None),
-            schema.ATTR_ATTEMPTS: _attempts()}
+            schema.ATTR_ATTEMPTS: _attempts(kwargs)}
 
 
 def _names(exc: BaseException) -> set:
@@ -221,7 +245,7 @@ def _request_failed(instance, args, kwargs, exc) -> dict:
     status = getattr(exc, 'http_status', None)
     return {schema.ATTR_STATUS: status if isinstance(status, int) else None,
             schema.ATTR_FAILURE: failure_class(exc),
-            schema.ATTR_ATTEMPTS: _attempts(failed=True)}
+            schema.ATTR_ATTEMPTS: _attempts(kwargs, failed=True)}
 
 
 def error_of(exc: BaseException) -> tuple:
@@ -229,7 +253,7 @@ def error_of(exc: BaseException) -> tuple:
     route template, then the HTTP status or the failure class, e.g.
     ``network POST /v2.0/ports: HTTP 409`` (keystoneauth1's own
     messages quote the URL or the response body)."""
-    from instrument import tracer
+    from instrument.runtime import tracer
     kind = failure_class(exc)
     status = getattr(exc, 'http_status', None)
     if kind == 'http' and isinstance(status, int):
@@ -248,7 +272,8 @@ def error_of(exc: BaseException) -> tuple:
 KSA_POINTS = (
     P('keystoneauth1.session', 'Session.request', schema.EV_KSA_REQUEST,
       None, context=None, on_enter=_request_attrs, on_exit=_request_done,
-      on_error=_request_failed, error=error_of, request_outside_spans=False),
+      on_error=_request_failed, on_abandon=_request_abandoned,
+      error=error_of, request_outside_spans=False),
     P('keystoneauth1.session', 'Session._send_request', 'ksa.send',
       kind=points_mod.HOOK, on_enter=_count_send),
 )

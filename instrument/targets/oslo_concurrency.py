@@ -21,27 +21,32 @@ for ``fair=True``), takes it, then the file lock when ``external``.
 The replacement calls the original ``lock`` once and times the context
 manager it returns: entering it is the wait (internal and external lock
 together), from there to the end of its exit the hold.  At release one
-``lock.wait`` record (``instrument.waits``) is written: the wait as the
+``lock.wait`` record (``instrument.runtime.waits``) is written: the wait as the
 record's duration, ``attrs``: ``lock`` (the name), ``held_us``,
 ``call`` (the enclosing span's event), ``fair`` / ``external`` when
 set.  An acquisition that fails (``blocking=False``) is written with
 status ``error``.  Every acquisition is recorded, contended or not:
 the cost is that of one span (bench/bench_locks.py).
 
-The module is patched by a post-import hook: nothing is imported
-before the process imports it.  Installed when ``[instrument]
-wait_timing`` is on.
+``lock`` is a REPLACE point of the target's patcher
+(``instrument.patching.patcher``): patched on its post-import hook, nothing is
+imported before the process imports it; in the start-up banner.
+Installed when ``[instrument] wait_timing`` is on.  ``remove()`` puts
+the original back, and switches off the replacement wherever it is
+still held (a function decorated with ``lockutils.lock(...)``, a
+``lock_with_prefix`` partial, made while it was patched): those calls
+then take the lock unrecorded.
 """
 
 import functools
 
-import wrapt
-
 from instrument import schema
+from instrument.patching import points as points_mod
+from instrument.runtime import waits
 from instrument.targets import base
-from instrument import waits
 
 MODULE = 'oslo_concurrency.lockutils'
+POINT = '%s:lock' % MODULE
 EV = schema.EV_LOCK_WAIT
 A_LOCK = schema.ATTR_LOCK
 A_HELD = schema.ATTR_HELD_US
@@ -65,14 +70,36 @@ def lock_name(name) -> str:
     return str(name)
 
 
-def timed_lock(original, record, faults):
+class Switch:
+    """Whether a replacement still records (``remove()`` turns it off:
+    it may be held where the original cannot be put back).  The
+    patcher's point state is one (``active``)."""
+
+    __slots__ = ('active',)
+
+    def __init__(self) -> None:
+        self.active = True
+
+
+def timed_lock(original, record, faults, switch=None):
     """The replacement of ``lockutils.lock``: ``original`` called once
-    per call, its context manager wrapped in ``_Timed``."""
+    per call, its context manager wrapped in ``_Timed`` while
+    ``switch`` is on.
+
+    Nothing of the timing reaches nova: the clock reads, the record
+    and the decorator's set-up are each guarded (a fault is counted by
+    ``faults`` and the acquisition goes on unrecorded); the lock's own
+    ``__enter__`` and ``__exit__`` are called exactly once, outside any
+    guarded block, and their result, or the exception they or the
+    locked body raise, goes back unchanged.
+    """
 
     class _Timed:
         """Times one acquisition of the lock ``cm`` takes."""
 
         __slots__ = ('cm', 'name', 'args', 'kwargs', 't0', 't1')
+        # None: this acquisition is not recorded
+        t0: int | None
 
         def __init__(self, cm, name, args, kwargs) -> None:
             self.cm = cm
@@ -83,54 +110,86 @@ def timed_lock(original, record, faults):
         def __call__(self, func):
             # used as a decorator (contextlib's ContextDecorator): a
             # fresh lock context per call of ``func``
-            name, args, kwargs = self.name, self.args, self.kwargs
+            try:
+                name, args, kwargs = self.name, self.args, self.kwargs
 
-            @functools.wraps(func)
-            def locked(*a, **kw):
-                with lock(name, *args, **kwargs):
-                    return func(*a, **kw)
-            return locked
+                @functools.wraps(func)
+                def locked(*a, **kw):
+                    with lock(name, *args, **kwargs):
+                        return func(*a, **kw)
+                return locked
+            except Exception as fault:  # noqa: BLE001 - counted
+                faults(fault)
+            # the lock's own decorator: the calls go unrecorded
+            return self.cm(func)
 
         def __enter__(self):
-            self.t0 = clock()
+            try:
+                self.t0 = clock()
+            except Exception as fault:  # noqa: BLE001 - counted
+                self.t0 = None  # this acquisition is not recorded
+                faults(fault)
             try:
                 value = self.cm.__enter__()
             except BaseException as exc:
-                t1 = clock()
-                self._record(t1, t1, waits.error_of(exc))
+                if self.t0 is not None:
+                    self._failed(exc)
                 raise
-            self.t1 = clock()
+            try:
+                self.t1 = clock()
+            except Exception as fault:  # noqa: BLE001 - counted
+                self.t0 = None
+                faults(fault)
             return value
 
         def __exit__(self, exc_type, exc, tb):
             try:
                 return self.cm.__exit__(exc_type, exc, tb)
             finally:
-                self._record(self.t1, clock(), None)
+                # the lock is released: the record of the wait and the
+                # hold (guarded here, not in a call of its own: this is
+                # every acquisition's path)
+                try:
+                    if self.t0 is not None:
+                        self._record(self.t1, clock(), None)
+                except Exception as fault:  # noqa: BLE001 - counted
+                    faults(fault)
 
-        def _record(self, t1: int, t2: int, err) -> None:
+        def _failed(self, exc) -> None:
+            """The acquisition failed (``blocking=False``): an error
+            record, no hold.  Never raises."""
             try:
-                attrs = {A_LOCK: lock_name(self.name),
-                         A_HELD: (t2 - t1) // 1000}
-                kwargs = self.kwargs
-                if kwargs:
-                    if kwargs.get('fair'):
-                        attrs[A_FAIR] = True
-                    if kwargs.get('external'):
-                        attrs[A_EXTERNAL] = True
-                args = self.args
-                if len(args) > EXTERNAL_POS and args[EXTERNAL_POS]:
-                    attrs[A_EXTERNAL] = True
-                record(EV, self.t0, t1, attrs, err)
+                t1 = clock()
+                self._record(t1, t1, waits.error_of(exc))
             except Exception as fault:  # noqa: BLE001 - counted
                 faults(fault)
+
+        def _record(self, t1: int, t2: int, err) -> None:
+            attrs = {A_LOCK: lock_name(self.name),
+                     A_HELD: (t2 - t1) // 1000}
+            kwargs = self.kwargs
+            if kwargs:
+                if kwargs.get('fair'):
+                    attrs[A_FAIR] = True
+                if kwargs.get('external'):
+                    attrs[A_EXTERNAL] = True
+            args = self.args
+            if len(args) > EXTERNAL_POS and args[EXTERNAL_POS]:
+                attrs[A_EXTERNAL] = True
+            record(EV, self.t0, t1, attrs, err)
+
+    if switch is None:
+        switch = Switch()
 
     @functools.wraps(original)
     def lock(name, *args, **kwargs):
         cm = original(name, *args, **kwargs)
-        if not faults.active:
-            return cm
-        return _Timed(cm, name, args, kwargs)
+        try:
+            if switch.active and faults.active:
+                return _Timed(cm, name, args, kwargs)
+        except Exception as fault:  # noqa: BLE001 - counted
+            faults(fault)
+        return cm
 
     lock.__wrapped__ = original  # type: ignore[attr-defined]
     lock._instrument_timed = True  # type: ignore[attr-defined]
@@ -147,50 +206,26 @@ class OsloConcurrencyTarget(base.Target):
     def __init__(self) -> None:
         super().__init__()
         self.waits: waits.WaitRecorder | None = None
-        self._module = None
-        self._original = None
-        self._active = False
 
     def check(self, conf) -> str | None:
         if not conf.instrument.wait_timing:
             return '[instrument] wait_timing is off'
         return super().check(conf)
 
+    def points(self, ctx: base.Context) -> list:
+        return [points_mod.replace(MODULE, 'lock', self._replacement)]
+
+    def _replacement(self, original, state, module):
+        assert self.waits is not None  # noqa: S101 - set by install
+        # state: the point's, inactive once removed (see Switch)
+        return timed_lock(original, self.waits.record, self.waits.faults,
+                          state)
+
     def install(self, ctx: base.Context) -> None:
         self.waits = waits.WaitRecorder(ctx.recorder, 'the lock timing')
-        self._active = True
-        # Called at once if the module is imported already.  A hook
-        # cannot be unregistered: after remove() it does nothing.
-        wrapt.register_post_import_hook(self._patch, MODULE)
-
-    def _patch(self, module) -> None:
-        if not self._active or self._module is not None:
-            return
-        original = getattr(module, 'lock', None)
-        if original is None or getattr(original, '_instrument_timed', False):
-            return
-        assert self.waits is not None  # noqa: S101 - set by install
-        module.lock = timed_lock(original, self.waits.record,
-                                 self.waits.faults)
-        self._module = module
-        self._original = original
+        super().install(ctx)
 
     @property
     def patched(self) -> bool:
-        return self._module is not None
-
-    def remove(self) -> None:
-        self._active = False
-        module, self._module = self._module, None
-        if module is not None:
-            if getattr(module.lock, '__wrapped__', None) is self._original:
-                module.lock = self._original
-        self._original = None
-
-    def banner(self) -> dict | None:
-        name = '%s:lock' % MODULE
-        if self._module is not None:
-            return {'patched': [name]}
-        if self._active:
-            return {'pending': [name]}
-        return None
+        return self.patcher is not None and \
+            self.patcher.status(POINT) == 'patched'

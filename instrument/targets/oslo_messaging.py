@@ -36,9 +36,9 @@ one reads them from the other targets of the process.  What each event
 records is documented in doc/source/events.rst.
 """
 
-from instrument import points as points_mod
-from instrument import recorder as recorder_mod
 from instrument import schema
+from instrument.patching import points as points_mod
+from instrument.runtime import recorder as recorder_mod
 from instrument.targets import base
 
 TRACEPARENT_KEY = 'instrument_traceparent'

@@ -34,12 +34,12 @@ replaced at the next call if an exception kept it).
 import functools
 import os
 
-from instrument import faults
-from instrument import points as points_mod
-from instrument import recorder as recorder_mod
 from instrument import schema
+from instrument.patching import points as points_mod
+from instrument.runtime import faults
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import tracer as tracing
 from instrument.targets import base
-from instrument import tracer as tracing
 
 ATTR = '_periodic_tasks'
 _FAULTS = faults.Faults('a periodic task span', what='the task runs '
@@ -73,22 +73,27 @@ def traced(recorder, owner: str, name: str, task):
         try:
             result = task(service, context, *args, **kwargs)
         except BaseException as exc:
-            _end(end, rec, clock(), schema.ST_ERROR, tracing.error_of(exc))
+            _end(end, clock, rec, schema.ST_ERROR, exc)
             _leave(outer)
             raise
-        _end(end, rec, clock(), schema.ST_OK, None)
+        _end(end, clock, rec, schema.ST_OK, None)
         _leave(outer)
         return result
     run.__instrument_task__ = task  # type: ignore[attr-defined]
     return run
 
 
-def _end(end, rec, t1, st, err) -> None:
+def _end(end, clock, rec, st, exc) -> None:
+    """End the span of a run (``exc``: what the task raised); never
+    raises: the clock read and the error's description included."""
+    t1 = None
     try:
-        end(rec, t1, st, err)
-    except Exception as exc:
+        t1 = clock()
+        end(rec, t1, st, tracing.error_of(exc) if exc is not None
+            else None)
+    except Exception as fault:
         recorder_mod.abandon(rec, st, t1)
-        _FAULTS(exc)
+        _FAULTS(fault)
 
 
 def _leave(token) -> None:

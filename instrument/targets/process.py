@@ -14,12 +14,12 @@
 oslo.service (both backends) and cotyledon end a worker process with
 ``os._exit()``, which skips ``atexit``.  A HOOK point on ``os._exit``
 writes what every buffer holds, the current SQL aggregates included,
-before the process goes (``instrument.buffer.flush_before_exit``).  It
+before the process goes (``instrument.runtime.buffer.flush_before_exit``).  It
 runs whatever the points given to ``setup()``.
 """
 
-from instrument import buffer as buffer_mod
-from instrument import points as points_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import buffer as buffer_mod
 from instrument.targets import base
 
 

@@ -11,13 +11,13 @@
 # under the License.
 """Resource samples of the process (``instrument.targets``).
 
-Runs ``instrument.resources.Sampler`` in the buffer's writer every
+Runs ``instrument.runtime.resources.Sampler`` in the buffer's writer every
 ``[instrument] resource_sample_interval`` seconds; skipped when that is
 0.  Like the targets of a library's calls, it is replaced by the points
 given to ``instrument.setup(points=...)``.
 """
 
-from instrument import resources
+from instrument.runtime import resources
 from instrument.targets import base
 
 

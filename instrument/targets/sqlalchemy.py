@@ -14,7 +14,8 @@
 Installed when ``[instrument] sql_timing`` is on and SQLAlchemy is
 installed: the engine and pool listeners, the connection set-up tap of
 PyMySQL and the ``wrap_db_retry`` recorder of ``instrument.db``, which
-this target installs and removes as one (``instrument.db.install``).
+this target installs and removes as one (``instrument.db.install``),
+each listener and replacement a point of the target's patcher.
 They tap every engine of the process, whatever the points given to
 ``setup()``.  SQLAlchemy is imported at install, not before.
 """
@@ -46,7 +47,7 @@ class SqlAlchemyTarget(base.Target):
     def install(self, ctx: base.Context) -> None:
         super().install(ctx)
         from instrument import db
-        self.timing = db.install(ctx.recorder, ctx.conf)
+        self.timing = db.install(ctx.recorder, ctx.conf, ctx.patcher)
 
     def remove(self) -> None:
         """Detach everything and write the last aggregates."""

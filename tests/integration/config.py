@@ -14,7 +14,7 @@
 The instrumentation is switched on exactly as README ("Enabling it in
 nova") says: ``[oslo_messaging_notifications] driver = instrument`` and
 an ``[instrument]`` group in every nova.conf, and the ``instrument``
-filter in api-paste.ini (``instrument.loader.paste.add_to_pipelines``).
+filter in api-paste.ini (``instrument.loaders.paste.add_to_pipelines``).
 
 There is no keystone: the compute API pipelines lose ``authtoken`` (nova
 34 has no noauth pipeline any more), so ``keystonecontext`` builds the
@@ -30,7 +30,7 @@ import configparser
 import io
 import os
 
-from instrument.loader import paste
+from instrument.loaders import paste
 
 NO_KEYSTONE_DROPS = ('authtoken',)
 

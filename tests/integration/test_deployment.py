@@ -45,11 +45,11 @@ import unittest
 
 import testtools
 
-from instrument.analysis import pipeline
-from instrument.analysis import report_json
-from instrument.analysis import report_text
 from instrument import schema
-from instrument.targets import nova as nova_target
+from instrument.analysis import pipeline
+from instrument.analysis.render import json as report_json
+from instrument.analysis.render import text as report_text
+from tests import releases
 from tests.integration import backends
 from tests.integration import cloud
 from tests.integration import load
@@ -344,7 +344,7 @@ class DeploymentTest(testtools.TestCase):
         # are those the release's entry of RELEASES names
         wrong = []
         for p in self.scenario.report['processes']:
-            release = nova_target.release_of(p['releases']['nova'])
+            release = releases.release_of(p['releases']['nova'])
             if release is None:
                 wrong.append('%s: nova %s is not in RELEASES' % (
                     p['file'], p['releases']['nova']))

@@ -95,7 +95,7 @@ class ConfigTest(testtools.TestCase):
             self.assertEqual(words.index('compute_req_id') + 1,
                              words.index('instrument'))
             self.assertIn('keystonecontext', words)
-        self.assertEqual('instrument.loader.paste:filter_factory',
+        self.assertEqual('instrument.loaders.paste:filter_factory',
                          ini.get('filter:instrument',
                                  'paste.filter_factory'))
 

@@ -27,7 +27,7 @@ The parts, in the order data flows:
 ``truth``       what the analyser must find
 
 Everything on the wire is made by the runtime's own code: records are
-``instrument.record`` tuples encoded by ``record.to_dict``, file names
+``instrument.runtime.record`` tuples encoded by ``record.to_dict``, file names
 come from the ``file`` sink, query ids from ``instrument.db.fingerprint``,
 histogram buckets from ``instrument.db.aggregate``, and the component
 each event's time is charged to from ``instrument.schema.EVENTS`` (an

@@ -43,7 +43,8 @@ class Cloud:
                  bad_input: bool = False, gzip_computes: bool = True,
                  log_sink: bool = True, p_ops: float = 0.0,
                  p_op_fail: float = 0.15,
-                 parallel_cells: bool = True) -> None:
+                 parallel_cells: bool = True,
+                 buffer_drops: int = 7) -> None:
         self.rng = random.Random(seed)
         self.p = dict(quota=p_quota, novalidhost=p_novalidhost,
                       port=p_port, resched=p_resched, hang=p_hang,
@@ -53,6 +54,9 @@ class Cloud:
         self.p_ops = p_ops
         self.max_attempts = max_attempts
         self.bad_input = bad_input
+        # events one compute reports lost in its buffer (sink.drops;
+        # 0: a run without losses)
+        self.buffer_drops = buffer_drops
         self.truth = truth.Truth()
         self.skews = {}
         hosts = (['api-%d' % i for i in range(api_hosts)] + ['ctl-0'] +

@@ -24,8 +24,8 @@ decided.  Other API requests (a GET, a console action) and the
 computes' periodic ``sql.agg`` records complete the load.
 """
 
-from instrument import record
 from instrument import schema
+from instrument.runtime import record
 from tests.synthetic import procs
 from tests.synthetic import spans
 from tests.synthetic import statements

@@ -15,7 +15,7 @@ A ``Proc`` is one nova service process: its host (and so its clock
 skew), span and thread ids, the ``seq`` numbering and the records it has
 produced but not yet written (a heap by the time they become visible:
 an ``X`` record is written when its span ends).  Records are the
-runtime's in-memory tuples (``instrument.record``), turned into lines
+runtime's in-memory tuples (``instrument.runtime.record``), turned into lines
 by the runtime's own ``record.to_dict`` when written.
 
 A ``Ctx`` is the request being generated, with its truth.
@@ -25,7 +25,7 @@ import heapq
 import random
 import uuid
 
-from instrument import record
+from instrument.runtime import record
 from tests.synthetic import statements
 from tests.synthetic import truth
 

@@ -21,8 +21,8 @@ here.
 
 import bisect
 
-from instrument.db import fingerprint
 from instrument import schema
+from instrument.db import fingerprint
 
 # name: (fingerprint, kind, db, median duration in us)
 SQL_CLASSES = {

@@ -22,9 +22,11 @@ from oslo_config import cfg
 import testtools
 
 from instrument import opts
-from instrument import record
 from instrument import schema
-from instrument import sink
+from instrument import sinks as sink
+from instrument.runtime import faults
+from instrument.runtime import record
+from instrument.runtime import threads
 
 
 class MemorySink(sink.Sink):
@@ -61,8 +63,8 @@ def list_recorder(host: str = 'cmp-1', service: str = 'nova-compute'
                   ) -> tuple:
     """``(ListBuffer, Recorder)``: a recorder of ``service`` on ``host``
     whose events stay in the buffer."""
-    from instrument import process
-    from instrument import recorder
+    from instrument.runtime import process
+    from instrument.runtime import recorder
     buffer = ListBuffer()
     return buffer, recorder.Recorder(
         buffer, process.ProcessIdentity.create(service, host))
@@ -85,6 +87,8 @@ class TestCase(testtools.TestCase):
         self.tmp = self.useFixture(fixtures.TempDir()).path
         self.logger = self.useFixture(fixtures.FakeLogger(
             level='DEBUG', format='%(levelname)s %(name)s %(message)s'))
+        # What this test handed over to be logged is logged in its log.
+        self.addCleanup(threads.wait_deferred)
         self.modules_dir = os.path.join(self.tmp, 'modules')
         os.mkdir(self.modules_dir)
         sys.path.insert(0, self.modules_dir)
@@ -94,6 +98,16 @@ class TestCase(testtools.TestCase):
         # Warnings given once per process are given once per test.
         self.useFixture(fixtures.MonkeyPatch(
             'instrument.targets.base._REPORTED', set()))
+        # Fault counters of the process (module-level ones too) count
+        # this test's faults only.
+        faults.reset()
+        self.addCleanup(faults.reset)
+
+    def logged(self) -> str:
+        """The test's log, once what was handed over to be logged from
+        another thread (``threads.defer``: a fault's line) is logged."""
+        threads.wait_deferred()
+        return self.logger.output
 
     def _forget_modules(self) -> None:
         for name in self._made:

@@ -17,7 +17,7 @@ from keystoneauth1 import exceptions as ksa_exc
 import requests
 import testtools
 
-from instrument import tracer
+from instrument.runtime import tracer
 
 # a value that must not be written
 SECRET = 'tok-5e1f0c2b9a7d4e63'  # noqa: S105

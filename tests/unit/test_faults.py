@@ -17,9 +17,9 @@ import sys
 
 import fixtures
 
-from instrument import faults
-from instrument import patcher
-from instrument import runtime
+from instrument.patching import patcher
+from instrument.runtime import faults
+from instrument.runtime import lifecycle
 from instrument.targets import base as targets_base
 from tests.unit import base
 
@@ -42,7 +42,7 @@ class FaultsTest(base.TestCase):
             counter(ValueError('fault %d' % n))
         self.assertEqual(5, counter.count)
         self.assertFalse(counter.active)
-        log = self.logger.output
+        log = self.logged()
         self.assertEqual(1, log.count('fault in a hook'))
         self.assertIn('fault 0', log)
         self.assertNotIn('fault 1', log)
@@ -66,7 +66,7 @@ class RuntimeFaultTest(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(runtime.teardown)
+        self.addCleanup(lifecycle.teardown)
         self.mod_name = self.make_module(TARGET)
         self.mod = importlib.import_module(self.mod_name)
         self.points = [patcher.PatchPoint(self.mod_name, 'Manager.work',
@@ -75,12 +75,12 @@ class RuntimeFaultTest(base.TestCase):
 
     def test_faults_are_counted_in_the_span_log(self):
         conf = self.make_conf(sql_timing=False)
-        active = runtime.setup(conf, 'nova-compute', points=self.points)
+        active = lifecycle.setup(conf, 'nova-compute', points=self.points)
         for _ in range(3):
             self.assertEqual('done', self.mod.Manager().work(None))
         active.buffer.drain()
         self.assertEqual('done', self.mod.Manager().work(None))
-        runtime.teardown()
+        lifecycle.teardown()
         [records] = base.read_span_files(
             os.path.join(self.tmp, 'spans')).values()
         counts = [r['attrs'] for r in records
@@ -92,11 +92,11 @@ class RuntimeFaultTest(base.TestCase):
     def test_a_start_that_fails_half_way_is_undone(self):
         # A failure of the runtime itself, after the targets installed.
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.Runtime.log_banner', _boom))
+            'instrument.runtime.lifecycle.Runtime.log_banner', _boom))
         conf = self.make_conf(sql_timing=True)
-        self.assertRaises(KeyError, runtime.setup, conf, 'nova-compute',
+        self.assertRaises(KeyError, lifecycle.setup, conf, 'nova-compute',
                           points=self.points)
-        self.assertIsNone(runtime.active())
+        self.assertIsNone(lifecycle.active())
         self.assertFalse(hasattr(self.mod.Manager.__dict__['work'],
                                  '__instrument_point__'),
                          'a failed start left nova patched')
@@ -116,7 +116,7 @@ class RuntimeFaultTest(base.TestCase):
                                           'compute.other', 'compute')
         importlib.import_module(other)
         conf = self.make_conf(sql_timing=False)
-        active = runtime.setup(conf, 'nova-compute', targets=[
+        active = lifecycle.setup(conf, 'nova-compute', targets=[
             Broken([broken_point]),
             targets_base.PointsTarget([patcher.PatchPoint(
                 self.mod_name, 'Manager.work', 'compute.work',
@@ -130,10 +130,10 @@ class RuntimeFaultTest(base.TestCase):
             sys.modules[other].Manager.__dict__['work'],
             '__instrument_point__'), 'the failed target left a patch')
         self.assertEqual(1, faults.totals()['target broken'])
-        self.assertEqual(1, self.logger.output.count('fault in target '
+        self.assertEqual(1, self.logged().count('fault in target '
                                                      'broken'))
         self.assertEqual('done', self.mod.Manager().work(None))
-        runtime.teardown()
+        lifecycle.teardown()
         [records] = base.read_span_files(
             os.path.join(self.tmp, 'spans')).values()
         self.assertEqual(['compute.work'],

@@ -9,7 +9,8 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""The layers of the package, and what the wheel ships.
+"""The layers of the package (what the wheel ships:
+``tests/system/test_layers.py``).
 
 * The runtime half (everything a nova host loads: not ``analysis``, not
   ``cmd``) never imports the analyser, the demo or nova, neither at the
@@ -17,18 +18,17 @@
   (read from the source).
 * No shipped module imports nova's tests, the demo (``instrument_demo``,
   a distribution of its own in ``demo/``) or this repository's tests.
-* The wheel built from this tree holds the ``instrument`` package with
-  its ``py.typed`` marker and nothing else: no demo, no tests, no
-  ``instrument-demo`` console script.
+* The analyser (``instrument.analysis``) is a graph without a cycle:
+  no module imports one that (through others) imports it back, none
+  imports inside a function (which would hide such a cycle), and none
+  uses a private name (``_name``) of another module of the package.
 """
 
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 
 import fixtures
 import testtools
@@ -53,7 +53,7 @@ import instrument
 # Every module a nova host loads: not the analyser, its commands, or
 # the otlp extra.
 skip = ('instrument.analysis', 'instrument.cmd',
-        'instrument.sink.otlp', 'instrument.loader.notifier')
+        'instrument.sinks.otlp', 'instrument.loaders.notifier')
 loaded = []
 todo = [instrument]
 while todo:  # walk_packages would import the skipped packages too
@@ -75,7 +75,9 @@ print(json.dumps({
                    if m.split('.')[0] in ('instrument_demo', 'tests')),
     'nova': sorted(m for m in sys.modules
                    if m == 'nova' or m.startswith('nova.')),
-    'heavy': sorted(m for m in ('numpy', 'scipy', 'msgspec', 'duckdb')
+    # (msgspec is a runtime requirement: the writer's batch encoder)
+    'heavy': sorted(m for m in ('numpy', 'scipy', 'duckdb', 'pyarrow',
+                                'polars')
                     if m in sys.modules)}))
 '''
 
@@ -121,6 +123,140 @@ def _under(module: str, prefixes: tuple) -> bool:
     return any(module == p or module.startswith(p + '.') for p in prefixes)
 
 
+ANALYSIS = 'instrument.analysis'
+
+
+def _tree(path: str) -> ast.Module:
+    with open(path, encoding='utf-8') as f:
+        return ast.parse(f.read(), path)
+
+
+def _function_imports(tree: ast.Module):
+    """Line numbers of the imports inside a function or a class."""
+    def walk(node, inside):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and inside:
+                yield child.lineno
+            yield from walk(child, inside or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                        ast.ClassDef, ast.Lambda)))
+    yield from walk(tree, False)
+
+
+def _bound_modules(name: str, path: str, tree: ast.Module,
+                   known: set) -> dict:
+    """``{local name: module}`` of the package's modules ``path``
+    imports as modules (``from instrument.analysis import load``,
+    ``import instrument.schema as schema``)."""
+    out = {}
+    package = name if path.endswith('__init__.py') else \
+        name.rpartition('.')[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in known:
+                    out[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                parts = package.split('.')
+                parts = parts[:len(parts) - node.level + 1]
+                base = '.'.join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = base + '.' + alias.name
+                if full in known:
+                    out[alias.asname or alias.name] = full
+    return out
+
+
+def _private_uses(name: str, path: str, tree: ast.Module, known: set):
+    """``(line, what)`` of each use of another module's private name:
+    ``from x import _y`` or ``x._y`` with ``x`` one of the package's
+    modules."""
+    bound = _bound_modules(name, path, tree, known)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name.startswith('_') and \
+                        not alias.name.startswith('__'):
+                    yield node.lineno, '%s.%s' % (node.module, alias.name)
+        elif isinstance(node, ast.Attribute) and \
+                isinstance(node.value, ast.Name) and \
+                node.value.id in bound and node.attr.startswith('_') and \
+                not node.attr.startswith('__'):
+            yield node.lineno, '%s.%s' % (bound[node.value.id], node.attr)
+
+
+def _cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (or
+    one importing itself): each is a cycle of imports."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on: set = set()
+    out = []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                out.append(sorted(comp))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _names_of(path: str) -> set:
+    """The names a module assigns at its top level."""
+    out = set()
+    for node in _tree(path).body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for t in (target.elts if isinstance(target, ast.Tuple)
+                          else [target]):
+                    if isinstance(t, ast.Name):
+                        out.add(t.id)
+    return out
+
+
+def _analysis_graph() -> dict:
+    """Module -> the package's modules it imports, for the analyser
+    (imports under ``if typing.TYPE_CHECKING`` too: a cycle of names
+    is a cycle of the design)."""
+    modules = dict(_modules())
+    graph = {}
+    for name, path in modules.items():
+        if not _under(name, (ANALYSIS,)):
+            continue
+        deps = set()
+        for _line, module in _imports(name, path):
+            # "from instrument.analysis import x": the module x, not
+            # the package's __init__
+            if module in modules and module != name and \
+                    _under(module, (ANALYSIS,)) and module != ANALYSIS:
+                deps.add(module)
+        graph[name] = deps
+    return graph
+
+
 class LayersTest(testtools.TestCase):
 
     def test_runtime_imports_neither_analysis_nor_nova(self):
@@ -128,7 +264,9 @@ class LayersTest(testtools.TestCase):
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(0, proc.returncode, proc.stderr)
         result = json.loads(proc.stdout)
-        for name in ('runtime', 'recorder', 'wrappers', 'points',
+        for name in ('runtime.lifecycle', 'runtime.recorder',
+                     'runtime.wrappers', 'patching.points',
+                     'patching.patcher', 'sinks.file', 'loaders.paste',
                      'targets.base', 'targets.nova',
                      'targets.oslo_messaging', 'targets.sqlalchemy',
                      'targets.process'):
@@ -172,59 +310,86 @@ class LayersTest(testtools.TestCase):
         self.assertIn('instrument.analysis.pipeline', found)
 
 
-class WheelTest(testtools.TestCase):
-    """The wheel an operator installs, built from this tree by pbr."""
+class AnalysisGraphTest(testtools.TestCase):
+    """The analyser's modules: no cycle, nothing hidden in a function,
+    no private name of another module."""
 
-    def _build(self) -> str:
-        if shutil.which('git') is None:
-            self.fail('git is needed: pbr lists the files of the wheel '
-                      'from git')
-        work = self.useFixture(fixtures.TempDir()).path
-        src = os.path.join(work, 'src')
-        # The tree as git sees it (committed or not, ignored files left
-        # out), in a repository of its own: the build writes nothing
-        # into this checkout.
-        listed = subprocess.run(
-            ['git', 'ls-files', '-z', '--cached', '--others',
-             '--exclude-standard'], cwd=ROOT, capture_output=True,
-            check=True).stdout.decode().split('\0')
-        for rel in filter(None, listed):
-            source = os.path.join(ROOT, rel)
-            if not os.path.isfile(source):  # deleted, not yet committed
+    def test_no_import_cycle(self):
+        graph = _analysis_graph()
+        self.assertGreater(len(graph), 20)
+        self.assertEqual([], _cycles(graph))
+
+    # (module, line): a third-party module imported where it is used,
+    # named here.  clocks imports scipy for clouds of more than
+    # clocks.DENSE_HOSTS hosts only: a quarter of a CPU second of every
+    # report's serial part otherwise.
+    LAZY = {'instrument.analysis.model.clocks': 'from scipy.sparse '
+                                                'import csgraph'}
+
+    def test_no_import_inside_a_function(self):
+        found = []
+        for name, path in _modules():
+            if _under(name, (ANALYSIS,)):
+                with open(path) as f:
+                    text = f.read().splitlines()
+                found.extend('%s:%d' % (name, line)
+                             for line in _function_imports(_tree(path))
+                             if text[line - 1].strip() != self.LAZY.get(
+                                 name))
+        self.assertEqual([], found)
+
+    def test_no_private_name_of_another_module(self):
+        modules = dict(_modules())
+        known = set(modules)
+        found = []
+        for name, path in modules.items():
+            if _under(name, (ANALYSIS,)):
+                found.extend('%s:%d uses %s' % (name, line, what)
+                             for line, what in _private_uses(
+                                 name, path, _tree(path), known))
+        self.assertEqual([], found)
+
+    def test_the_span_layout_is_declared_once(self):
+        # the positions of a span entry are model.spans'; every other
+        # module names those it reads from there, by name
+        spans = 'instrument.analysis.model.spans'
+        found = []
+        for name, path in _modules():
+            if not _under(name, (ANALYSIS,)) or name == spans:
                 continue
-            target = os.path.join(src, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(source, target)
-        git = ['git', '-c', 'user.name=t', '-c', 'user.email=t@example.com',
-               '-c', 'commit.gpgsign=false']
-        for args in (['init', '-q'], ['add', '-A'],
-                     ['commit', '-q', '-m', 'tree']):
-            subprocess.run(git + args, cwd=src, check=True,
-                           capture_output=True)
-        out = os.path.join(work, 'wheel')
-        env = dict(os.environ)
-        env.pop('PBR_VERSION', None)
-        proc = subprocess.run(
-            [sys.executable, '-m', 'pip', 'wheel', '--no-deps',
-             '--no-build-isolation', '--no-index', '-q', '-w', out, src],
-            capture_output=True, text=True, timeout=300, env=env)
-        self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
-        wheels = [n for n in os.listdir(out) if n.endswith('.whl')]
-        self.assertEqual(1, len(wheels), wheels)
-        return os.path.join(out, wheels[0])
+            for node in _tree(path).body:
+                if not isinstance(node, ast.Assign):
+                    continue
+                for target in node.targets:
+                    names = target.elts if isinstance(
+                        target, ast.Tuple) else [target]
+                    for t in names:
+                        if not (isinstance(t, ast.Name) and
+                                t.id.startswith('S_')):
+                            continue
+                        value = node.value
+                        if not (isinstance(value, ast.Attribute) and
+                                value.attr == t.id):
+                            found.append('%s:%d %s' % (name, node.lineno,
+                                                       t.id))
+        self.assertEqual([], found)
+        self.assertIn('S_EV', _names_of(dict(_modules())[spans]))
 
-    def test_the_wheel_ships_the_package_and_no_demo(self):
-        with zipfile.ZipFile(self._build()) as whl:
-            names = whl.namelist()
-            entry_points = next(
-                whl.read(n).decode() for n in names
-                if n.endswith('.dist-info/entry_points.txt'))
-        tops = {n.split('/')[0] for n in names
-                if not n.split('/')[0].endswith('.dist-info')}
-        self.assertEqual({'instrument'}, tops)
-        self.assertIn('instrument/py.typed', names)
-        self.assertIn('instrument/analysis/pipeline.py', names)
-        self.assertEqual([], [n for n in names
-                              if 'demo' in n or 'synthetic' in n])
-        self.assertIn('instrument-report', entry_points)
-        self.assertNotIn('instrument-demo', entry_points)
+    def test_the_checks_see_what_they_look_for(self):
+        # the checks themselves, on a small made-up package
+        self.assertEqual([['a', 'b', 'c']],
+                         _cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'},
+                                  'd': {'a'}}))
+        self.assertEqual([], _cycles({'a': {'b'}, 'b': set()}))
+        tree = ast.parse('import os\n'
+                         'def f():\n    from x import y\n'
+                         'class C:\n    import z\n')
+        self.assertEqual([3, 5], list(_function_imports(tree)))
+        tree = ast.parse('from instrument.analysis import load\n'
+                         'from instrument.analysis.load import _p\n'
+                         'load._q(load.r)\n')
+        uses = list(_private_uses(
+            'instrument.analysis.x', 'x.py', tree,
+            {'instrument.analysis.load'}))
+        self.assertEqual([(2, 'instrument.analysis.load._p'),
+                          (3, 'instrument.analysis.load._q')], uses)

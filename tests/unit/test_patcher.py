@@ -16,10 +16,10 @@ import sys
 
 from oslo_context import context as oslo_context
 
-from instrument import patcher
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import tracer as tracing
+from instrument.patching import patcher
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import tracer as tracing
 from tests.unit import base
 
 FAKE_SERVICE = '''
@@ -184,7 +184,7 @@ class HookTest(PatcherTestBase):
                          sorted(banner['missing']))
         self.assertEqual(4, len(banner['patched']))
         p.log_banner()
-        log = self.logger.output
+        log = self.logged()
         self.assertIn('4 points patched', log)
         self.assertIn('%s:Manager.gone missing' % mod_name, log)
 
@@ -321,7 +321,7 @@ class WrapperTest(PatcherTestBase):
         state = p.state(point.name)
         self.assertFalse(state.active)
         self.assertEqual(patcher.FAULT_LIMIT, state.faults)
-        log = self.logger.output
+        log = self.logged()
         self.assertEqual(1, log.count('fault in point'))
         self.assertEqual(1, log.count('disabled after'))
 

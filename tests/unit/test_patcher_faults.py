@@ -28,11 +28,12 @@ import importlib
 
 import fixtures
 
-from instrument import buffer as buffer_mod
-from instrument import patcher
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument.targets import nova as nova_targets
+from instrument.patching import patcher
+from instrument.runtime import buffer as buffer_mod
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.targets.nova import frames as nova_frames
+from instrument.targets.nova import threads as nova_threads
 from tests.unit import base
 
 TARGET = '''
@@ -140,7 +141,7 @@ class PointFaultTest(base.TestCase):
                               'the exception was chained to a fault')
         self.assertIsNone(recorder_mod.current_frame(),
                           'a fault must not leave a span current')
-        log = self.logger.output
+        log = self.logged()
         self.assertEqual(logged + min(faults, 1),
                          log.count('fault in point'), log)
 
@@ -203,7 +204,7 @@ class PointFaultTest(base.TestCase):
 
     def test_sampling_fault(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder.Recorder.sampled', _boom))
+            'instrument.runtime.recorder.Recorder.sampled', _boom))
         self._before_the_call(rate=0.5, detail=True)
 
     def test_enqueue_fault(self):
@@ -237,7 +238,7 @@ class PointFaultTest(base.TestCase):
         self.assertEqual(('X', 'error'), (end['ph'], end['st']))
 
     def test_error_description_fault(self):
-        self.useFixture(fixtures.MonkeyPatch('instrument.tracer.error_of',
+        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.tracer.error_of',
                                              _boom))
         state = self.apply()
         error = ValueError('nova failed')
@@ -245,6 +246,37 @@ class PointFaultTest(base.TestCase):
         self.assert_untouched(state, 1, outcome, error)
         [end] = self.buffer.dicts()
         self.assertEqual(('X', 'error'), (end['ph'], end['st']))
+
+    def test_on_abandon_runs_once_nova_is_done(self):
+        # The span cannot start (its enqueue fails) after on_enter ran,
+        # or its end fails: on_abandon undoes on_enter's work once
+        # nova's call is over; raising there changes nothing for nova.
+        for where, kwargs in (('start', {'buffer': FaultyBuffer(
+                append=True)}), ('end', {'on_exit': _boom,
+                                         'on_error': _boom})):
+            for outcome_kind in ('result', 'error'):
+                for raising in (False, True):
+                    self.mod.calls.clear()
+                    seen = []
+
+                    def abandon(instance, args, kw, raising=raising,
+                                seen=seen):
+                        seen.append(len(self.mod.calls))
+                        if raising:
+                            raise KeyError('abandon bug')
+                    state = self.apply(on_abandon=abandon, **kwargs)
+                    expected = object() if outcome_kind == 'result' else \
+                        ValueError('nova failed')
+                    ctx = self.mod.Ctx('req-a', **{outcome_kind: expected})
+                    outcome = self.call(ctx)
+                    detail = (where, outcome_kind, raising)
+                    self.assertIs(expected, outcome, detail)
+                    if outcome_kind == 'error':
+                        self.assertIsNone(outcome.__context__, detail)
+                    self.assertEqual([1], seen, detail)
+                    self.assertEqual(1 + raising, state.faults, detail)
+                    self.assertIsNone(recorder_mod.current_frame())
+                    self.patcher.remove()
 
     def test_behind_wrapts_proxy_too(self):
         # A callable that is not a plain function keeps wrapt's proxy.
@@ -276,7 +308,7 @@ class PointFaultTest(base.TestCase):
         self.assertEqual(calls, len(self.mod.calls))
         self.assertFalse(state.active)
         self.assertEqual(patcher.FAULT_LIMIT, state.faults)
-        log = self.logger.output
+        log = self.logged()
         self.assertEqual(1, log.count('fault in point'))
         self.assertEqual(1, log.count('disabled after'))
 
@@ -295,7 +327,7 @@ class PointFaultTest(base.TestCase):
                                "[parameters: {'y': 's3cr3t'}]")
         self.apply(on_enter=leaky)
         self.call(self.mod.Ctx('req-p', result=1))
-        log = self.logger.output
+        log = self.logged()
         self.assertIn('fault in point', log)
         self.assertIn('boom', log)
         self.assertNotIn('s3cr3t', log)
@@ -341,7 +373,7 @@ class HookFaultTest(base.TestCase):
         self.assertIs(result, self.mod.spawn_on('pool', lambda: result))
         self.assertEqual(['pool'], self.mod.calls)
         self.assertEqual(1, state.faults)
-        self.assertEqual(1, self.logger.output.count('fault in point'))
+        self.assertEqual(1, self.logged().count('fault in point'))
 
     def test_a_half_made_change_is_not_applied(self):
         def bad(instance, args, kwargs):
@@ -360,7 +392,7 @@ class HookFaultTest(base.TestCase):
         self.assertEqual(1, state.faults)
 
     def test_target_exception_passes_through_uncounted(self):
-        state = self.apply(on_enter=nova_targets._carry_span,
+        state = self.apply(on_enter=nova_threads.carry_span,
                            on_exit=lambda *a: None)
         error = ValueError('nova failed')
 
@@ -374,8 +406,8 @@ class HookFaultTest(base.TestCase):
 
     def test_carried_frame_fault_still_runs_the_thread_function_once(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder.set_frame', _boom))
-        counter = nova_targets._THREAD_FAULTS
+            'instrument.runtime.recorder.set_frame', _boom))
+        counter = nova_frames.FAULTS
         before = counter.count
         ran = []
         result = object()
@@ -383,7 +415,7 @@ class HookFaultTest(base.TestCase):
         def func(x):
             ran.append(x)
             return result
-        run = nova_targets._run_in_frame(('frame',), func)
+        run = nova_frames.run_in_frame(('frame',), func)
         self.assertIs(result, run(7))
         self.assertEqual([7], ran)
         self.assertEqual(before + 1, counter.count)

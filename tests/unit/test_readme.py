@@ -86,3 +86,12 @@ class ReadmeTest(testtools.TestCase):
             conf(['--config-file', conf_file.name], project='nova')
             drivers = conf.oslo_messaging_notifications.driver
         self.assertEqual(['messagingv2', 'instrument'], drivers)
+
+    def test_install_says_how_to_install_before_publication(self):
+        # no package index has the package yet (issue 32, item 9)
+        text = _section('Install')
+        self.assertIn('not on a package index yet', text)
+        self.assertIn('pip install /path/to/openstack-instrument', text)
+        self.assertIn('pip wheel --no-deps -w dist/ '
+                      '/path/to/openstack-instrument', text)
+        self.assertIn('pip install openstack_instrument-*.whl', text)

@@ -20,8 +20,8 @@ import msgspec
 import orjson
 import testtools
 
-from instrument import record
 from instrument import schema
+from instrument.runtime import record
 
 
 def _span(**changes) -> list:
@@ -71,10 +71,60 @@ class EncodeTest(testtools.TestCase):
         batch = [_span(), _span(I_ATTRS={'a': [1, 'b', None, True]})]
         fast = record.encode_batch(batch, 1, 9)
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.record.orjson', None))
+            'instrument.runtime.record.orjson', None))
         slow = record.encode_batch(batch, 1, 9)
         self.assertEqual([json.loads(x) for x in fast.splitlines()],
                          [json.loads(x) for x in slow.splitlines()])
+
+
+class BatchEncoderTest(testtools.TestCase):
+    """Issue 31: a batch is encoded in one msgspec call from structs,
+    with the bytes of the record-by-record dicts."""
+
+    def _batch(self) -> list:
+        return [
+            _span(),
+            _span(I_PARENT=None, I_INST=('a', 'b'), I_ATTRS={}),
+            _span(I_ERR=('nova.exception.X', 'bad "x"\n\u00e9'),
+                  I_ST='error', I_ATTRS={7: 'int key', 'f': 0.1}),
+            tuple(_span(I_PH='B', I_DUR=None, I_ST=None,
+                        I_SPAN='00000000000000ab'))[:record.SIZE],
+            record.meta('process.start', 'h', 's', 5,
+                        {'x': [1, 2.5, None, 'a\u2028b']}),
+            record.complete(1, 2, 'h', 's', 'sql.query', 7, None, 'r',
+                            'g', None, 'ok', None, {'n': 2 ** 70}),
+            record.instant(1, 'h', 's', None, 'ev', None, None, None,
+                           None, None),
+            record.counter('sink.drops', None, None, 4, {'file': 1}),
+        ]
+
+    def test_no_dict_per_record(self):
+        batch = self._batch()
+        want = record._encode_each(batch, 3, 77)
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.runtime.record.to_dict', _no_dict))
+        self.assertEqual(want, record.encode_lines(batch, 3, 77))
+
+    def test_without_msgspec_the_same_bytes(self):
+        batch = self._batch()
+        fast = record.encode_lines(batch, 3, 77)
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.runtime.record._encode_structs', None))
+        self.assertEqual(fast, record.encode_lines(batch, 3, 77))
+
+    def test_a_batch_msgspec_refuses_goes_record_by_record(self):
+        batch = self._batch()
+        batch[1] = _span(I_ATTRS={'path': os.fsdecode(b'a\xff')})
+        data, lost = record.encode_lines(batch, 1, 1)
+        self.assertEqual(0, lost)
+        lines = [json.loads(raw) for raw in data.splitlines()]
+        self.assertEqual(list(range(1, len(batch) + 1)),
+                         [line['seq'] for line in lines])
+        self.assertEqual('a\\xff', lines[1]['attrs']['path'])
+
+
+def _no_dict(*args):
+    raise AssertionError('a dict was built for one record')
 
 
 class UnencodableRecordTest(testtools.TestCase):
@@ -117,7 +167,7 @@ class UnencodableRecordTest(testtools.TestCase):
 
     def test_lone_surrogate_costs_nothing_without_orjson(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.record.orjson', None))
+            'instrument.runtime.record.orjson', None))
         self._check(*record.encode_lines(self._batch(), 1, 42))
 
     def test_a_record_beyond_saving_is_left_out_and_counted(self):

@@ -11,12 +11,14 @@
 # under the License.
 """The hot path's owner: clock anchor, records, enqueue, current span."""
 
+import time
+
 import fixtures
 
-from instrument import buffer
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import tracer as tracing
+from instrument.runtime import buffer
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import tracer as tracing
 from tests.unit import base
 
 WALL = 1_795_000_000_000_000_000
@@ -33,9 +35,9 @@ class SpanClockTest(base.TestCase):
         self.buffer = base.ListBuffer()
         self.perf = [10_000_000_000]
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._perf_ns', lambda: self.perf[0]))
+            'instrument.runtime.recorder._perf_ns', lambda: self.perf[0]))
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._wall_offset_ns', WALL))
+            'instrument.runtime.recorder._wall_offset_ns', WALL))
         self.recorder = recorder_mod.Recorder(self.buffer, _identity())
         self.tracer = tracing.Tracer(self.recorder)
 
@@ -43,7 +45,7 @@ class SpanClockTest(base.TestCase):
         # The wall clock is read apart from the span (a preemption
         # between two reads must not move the start against the end).
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._time_ns', lambda: 1))
+            'instrument.runtime.recorder._time_ns', lambda: 1))
         rec = self.tracer.begin('rpc.call')
         self.perf[0] += 2_500_000
         self.tracer.end(rec)
@@ -55,7 +57,7 @@ class SpanClockTest(base.TestCase):
         # An SQL statement timed on the calling thread and recorded by
         # the writer, an instant and a counter: one clock for all.
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._time_ns', lambda: 1))
+            'instrument.runtime.recorder._time_ns', lambda: 1))
         self.recorder.complete('sql.query', self.perf[0] - 3000,
                                self.perf[0], None, None, 'req-1', None,
                                None, None, None, 'ok', None, {})
@@ -77,18 +79,18 @@ class SpanClockTest(base.TestCase):
             1_000, 6_000, 1_010,
         ] + [2_000, 7_000, 2_600] * 3)
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._perf_ns', lambda: next(reads)))
+            'instrument.runtime.recorder._perf_ns', lambda: next(reads)))
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._time_ns', lambda: next(reads)))
+            'instrument.runtime.recorder._time_ns', lambda: next(reads)))
         recorder_mod.refresh_wall_clock()
         self.assertEqual(6_000 - 1_005, recorder_mod._wall_offset_ns)
 
     def test_a_refresh_of_stalled_reads_keeps_the_anchor(self):
         reads = iter([100, 5_000, 400_100] * 5)
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._perf_ns', lambda: next(reads)))
+            'instrument.runtime.recorder._perf_ns', lambda: next(reads)))
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder._time_ns', lambda: next(reads)))
+            'instrument.runtime.recorder._time_ns', lambda: next(reads)))
         recorder_mod.refresh_wall_clock()
         self.assertEqual(WALL, recorder_mod._wall_offset_ns)
 
@@ -140,7 +142,7 @@ class RecorderBufferTest(base.TestCase):
             raise RuntimeError("can't start new thread")
         buf.writer = None
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.buffer.EventBuffer.start',
+            'instrument.runtime.buffer.EventBuffer.start',
             lambda self: no_thread()))
         self.assertRaises(RuntimeError, recorder.begin, 'compute.build',
                           None, None, None, None, None, None)
@@ -157,6 +159,66 @@ class RecorderBufferTest(base.TestCase):
         self.assertIsNotNone(buf.writer)
         buf.drain()
         self.assertEqual(['sql.dropped'], [r['ev'] for r in sink.records])
+
+
+class AbandonTest(base.TestCase):
+    """A span whose end fails is still ended, whatever its clock does
+    (issue 27): never left open for the writer to keep waiting for."""
+
+    def failing_clock(self, good: int):
+        """The monotonic clock: ``good`` reads, then it raises."""
+        left = [good]
+
+        def clock():
+            if left[0] <= 0:
+                raise OSError('clock_gettime failed')
+            left[0] -= 1
+            return time.perf_counter_ns()
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.runtime.recorder._perf_ns', clock))
+
+    def test_a_span_by_hand_whose_clock_fails_at_its_end(self):
+        # The end's clock read raises, and so does abandon's: the span
+        # ends on the wall clock, is written as complete, no span is
+        # left open.
+        self.failing_clock(good=1)
+        sink = base.MemorySink()
+        buf = buffer.EventBuffer([sink], 100, 60.0)
+        self.addCleanup(buf.close)
+        tracer = tracing.Tracer(recorder_mod.Recorder(buf, _identity()))
+        with tracer.span('compute.build'):
+            pass
+        self.assertIsNone(recorder_mod.current_frame())
+        buf.drain()
+        [span] = [r for r in sink.records if r['ev'] == 'compute.build']
+        self.assertEqual(('X', 'ok'), (span['ph'], span['st']))
+        self.assertGreaterEqual(span['dur_us'], 0)
+        self.assertLess(span['dur_us'], 5_000_000)
+        self.assertEqual(0, len(buf._open), 'the span was left open')
+        self.assertEqual(1, tracing.span_faults().count)
+        self.assertNotIn('open_untracked', buf.counts())
+
+    def test_every_clock_failing(self):
+        self.failing_clock(good=1)
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.runtime.recorder._time_ns', self.failing_clock))
+        buffer_, recorder = base.list_recorder()
+        rec = recorder.begin('compute.build', None, None, None, None, None,
+                             None)
+        recorder_mod.abandon(rec, recorder_mod.ST_ERROR)
+        [out] = buffer_.dicts()
+        self.assertEqual(('X', 'error', 0),
+                         (out['ph'], out['st'], out['dur_us']))
+        self.assertIsNone(recorder_mod.current_frame())
+
+    def test_an_end_time_given_is_kept(self):
+        buffer_, recorder = base.list_recorder()
+        rec = recorder.begin('compute.build', None, None, None, None, None,
+                             None)
+        recorder_mod.abandon(rec, recorder_mod.ST_OK,
+                             rec[recorder_mod.I_T0] + 7_000)
+        [out] = buffer_.dicts()
+        self.assertEqual(('X', 7), (out['ph'], out['dur_us']))
 
 
 class FrameTest(base.TestCase):

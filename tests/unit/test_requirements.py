@@ -59,7 +59,7 @@ def _declared() -> dict:
 def _part(module: str) -> str:
     if module.startswith(('instrument.analysis', 'instrument.cmd')):
         return 'report'
-    if module.startswith('instrument.sink.otlp'):
+    if module.startswith('instrument.sinks.otlp'):
         return 'otlp'
     return 'runtime'
 

@@ -10,9 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 """``process.sample``: figures that agree with ``/proc``, the off switch,
-SQL pools, forked children."""
+SQL pools (forked children: ``tests/system/test_resources.py``)."""
 
-import json
 import os
 import threading
 import time
@@ -20,12 +19,14 @@ import time
 import sqlalchemy
 from sqlalchemy import pool as sa_pool
 
-from instrument import buffer as buffer_mod
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import resources
-from instrument import runtime
 from instrument import schema
+from instrument.db import listeners
+from instrument.runtime import buffer as buffer_mod
+from instrument.runtime import faults
+from instrument.runtime import lifecycle
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import resources
 from instrument.targets import resources as resources_target
 from tests.unit import base
 
@@ -140,15 +141,49 @@ class SamplerTest(base.TestCase):
         finally:
             for conn in conns:
                 conn.close()
-        self.assertEqual([3, 1, 2], pools[os.path.join(self.tmp,
-                                                       'nova_cell1.db')])
+        # the database's name as the SQL records give it (issue 32,
+        # item 7): the file's name, not its path
+        self.assertEqual(listeners.database_name(engine.url),
+                         'nova_cell1.db')
+        self.assertEqual([3, 1, 2], pools['nova_cell1.db'])
         # The overflow connection is closed on return (the pool is full).
-        self.assertEqual([0, 0, 2], self.sampler.sample()['pools'][
-            os.path.join(self.tmp, 'nova_cell1.db')])
+        self.assertEqual([0, 0, 2],
+                         self.sampler.sample()['pools']['nova_cell1.db'])
         self.sampler.stop()
         engine2 = sqlalchemy.create_engine('sqlite://')
         engine2.connect().close()
         self.assertEqual(1, len(self.sampler.sample()['pools']))
+
+    def test_a_database_is_named_as_the_sql_records_name_it(self):
+        self.sampler.start()
+        names = []
+        for url in ('sqlite://', 'sqlite:///%s' % os.path.join(
+                self.tmp, 'nova_api')):
+            engine = sqlalchemy.create_engine(url)
+            self.addCleanup(engine.dispose)
+            engine.connect().close()
+            names.append(listeners.database_name(engine.url))
+        self.assertEqual([':memory:', 'nova_api'], names)
+        self.assertEqual(sorted(names),
+                         sorted(self.sampler.sample()['pools']))
+
+    def test_a_fault_of_the_engine_listener_never_fails_a_connect(self):
+        # Issue 27 item 1: the engine_connect listener runs in nova's
+        # thread; what it raises would fail nova's connect.
+        class Broken(dict):
+            def __contains__(self, key):
+                raise RuntimeError('instrumentation bug')
+        engine = sqlalchemy.create_engine('sqlite://')
+        self.addCleanup(engine.dispose)
+        self.sampler.start()
+        self.sampler.pools.pools = Broken()
+        name = 'the resource sampler\'s engine listener'
+        before = faults.totals().get(name, 0)
+        with engine.connect() as conn:
+            self.assertEqual([(1,)], list(conn.execute(
+                sqlalchemy.text('SELECT 1'))))
+        self.assertEqual(before + 1, faults.totals().get(name))
+        self.assertIn('fault in ' + name, self.logged())
 
 
 class OffSwitchTest(base.TestCase):
@@ -159,11 +194,11 @@ class OffSwitchTest(base.TestCase):
         target = resources_target.ResourcesTarget()
         self.assertEqual('[instrument] resource_sample_interval is 0',
                          target.check(conf))
-        rt = runtime.setup(conf, 'nova-api', targets=[target])
-        self.addCleanup(runtime.teardown)
+        rt = lifecycle.setup(conf, 'nova-api', targets=[target])
+        self.addCleanup(lifecycle.teardown)
         self.assertIn('skipped', rt.status['resources'])
         time.sleep(0.2)
-        runtime.teardown()
+        lifecycle.teardown()
         records = [r for recs in base.read_span_files(
             os.path.join(self.tmp, 'spans')).values() for r in recs]
         self.assertTrue(records)
@@ -173,67 +208,10 @@ class OffSwitchTest(base.TestCase):
     def test_on_by_default_in_a_runtime(self):
         conf = self.make_conf(flush_interval=0.05)
         self.assertEqual(5.0, conf.instrument.resource_sample_interval)
-        runtime.setup(conf, 'nova-api',
+        lifecycle.setup(conf, 'nova-api',
                       targets=[resources_target.ResourcesTarget()])
-        self.addCleanup(runtime.teardown)
-        runtime.teardown()
+        self.addCleanup(lifecycle.teardown)
+        lifecycle.teardown()
         records = [r for recs in base.read_span_files(
             os.path.join(self.tmp, 'spans')).values() for r in recs]
         self.assertIn(schema.EV_PROCESS_SAMPLE, {r['ev'] for r in records})
-
-
-FORKED = '''
-import json
-import os
-import sys
-import time
-
-from oslo_config import cfg
-
-import instrument
-from instrument import opts
-from instrument.targets import process
-from instrument.targets import resources
-
-out = sys.argv[1]
-conf = cfg.ConfigOpts()
-conf([], project='t')
-opts.register_opts(conf)
-for key, value in (('enabled', True), ('output_dir', out),
-                   ('flush_interval', 0.05),
-                   ('resource_sample_interval', 0.1)):
-    conf.set_override(key, value, 'instrument')
-rt = instrument.setup(conf, 'nova-conductor', targets=[
-    resources.ResourcesTarget(), process.ProcessTarget()])
-time.sleep(0.3)
-pid = os.fork()
-if pid == 0:
-    rt.recorder.counter('child.hello', {})
-    blob = bytearray(64 * 1024 * 1024)  # the child's own RSS
-    blob[::4096] = b'x' * len(blob[::4096])
-    time.sleep(0.5)
-    os._exit(0)
-os.waitpid(pid, 0)
-instrument.teardown()
-print(json.dumps({'parent': os.getpid(), 'child': pid}))
-'''
-
-
-class ForkTest(base.TestCase):
-
-    def test_child_samples_itself(self):
-        out = os.path.join(self.tmp, 'spans')
-        done = self.run_script(FORKED, out)
-        self.assertEqual(0, done.returncode, done.stderr)
-        pids = json.loads(done.stdout)
-        samples = {}
-        for recs in base.read_span_files(out).values():
-            for r in recs:
-                if r['ev'] == schema.EV_PROCESS_SAMPLE:
-                    samples.setdefault(r['pid'], []).append(r['attrs'])
-        self.assertIn(pids['parent'], samples)
-        self.assertIn(pids['child'], samples)
-        self.assertGreaterEqual(len(samples[pids['child']]), 2)
-        self.assertGreater(max(s['rss_kb'] for s in samples[pids['child']]),
-                           max(s['rss_kb'] for s in samples[pids['parent']])
-                           + 32 * 1024)

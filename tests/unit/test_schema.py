@@ -12,11 +12,11 @@
 """The schema is one contract: what the runtime writes, the analyser
 reads."""
 
-from instrument.analysis import sqldigest
-from instrument.db import aggregate
-from instrument import process
-from instrument import recorder as recorder_mod
 from instrument import schema
+from instrument.analysis.model import sqldigest
+from instrument.db import aggregate
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
 from tests.unit import base
 
 

@@ -10,7 +10,8 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 """``toxfile.py``: the first ``tox -e demo`` says what its long, silent
-environment build is doing (issue 14, item 9)."""
+environment build is doing (issue 14, item 9); and the test tiers of
+``tox.ini`` and ``.ci/run`` (issue 28)."""
 
 import configparser
 import importlib.util
@@ -77,7 +78,7 @@ class ToxfileTest(testtools.TestCase):
     def test_an_older_release_is_named(self):
         # the deps of functional-nova29 once tox has applied its factors
         deps = ['-c{toxinidir}/constraints/nova-29.txt',
-                '-r{toxinidir}/nova-requirements-29.txt',
+                '-r{toxinidir}/requirements/nova-29.txt',
                 '-r{toxinidir}/requirements.txt']
         self.toxfile.tox_on_install(_Env('functional-nova29', self.site),
                                     deps, 'deps', 'deps')
@@ -99,3 +100,52 @@ class ToxfileTest(testtools.TestCase):
         self.toxfile.tox_on_install(Broken('demo', self.site),
                                     _deps('demo'), 'deps', 'deps')
         self.assertEqual('', self.out.getvalue())
+
+
+def _tox() -> configparser.ConfigParser:
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(os.path.join(ROOT, 'tox.ini'))
+    return cfg
+
+
+class TiersTest(testtools.TestCase):
+    """README's test command is the unit tier and pep8 (ruff, mypy);
+    the system tier has an environment of its own that CI runs right
+    after it (issue 28, Gates)."""
+
+    def test_the_readme_command_is_the_unit_tier_and_pep8(self):
+        tox = _tox()
+        self.assertEqual('py3,pep8', tox['tox']['envlist'])
+        self.assertIn('stestr --test-path=./tests/unit run',
+                      tox['testenv']['commands'])
+        pep8 = tox['testenv:pep8']
+        commands = pep8['commands'].split('\n')
+        self.assertTrue(commands[-2].strip().startswith('ruff check '),
+                        commands)
+        self.assertEqual('mypy', commands[-1].strip())
+        # mypy reads the annotations of the libraries it imports
+        self.assertIn('{[testenv]deps}', pep8['deps'])
+
+    def test_mypy_is_strict_where_issue_28_asks(self):
+        cfg = configparser.ConfigParser(interpolation=None)
+        cfg.read(os.path.join(ROOT, 'setup.cfg'))
+        self.assertEqual('True', cfg['mypy']['check_untyped_defs'])
+        self.assertEqual('True', cfg['mypy']['no_implicit_optional'])
+        self.assertNotIn('implicit_optional', [
+            key for key in cfg['mypy'] if key != 'no_implicit_optional'])
+
+    def test_the_system_tier_runs_after_the_readme_command(self):
+        self.assertIn('stestr --test-path=./tests/system run',
+                      _tox()['testenv:system']['commands'])
+        with open(os.path.join(ROOT, '.ci', 'run'), encoding='utf-8') as f:
+            lines = [line.strip() for line in f]
+        readme = lines.index('bash -c "$readme_tests"')
+        self.assertIn('tier system', lines[readme:])
+
+    def test_the_test_packages_are_the_tiers(self):
+        tiers = sorted(name for name in os.listdir(os.path.join(ROOT,
+                                                                'tests'))
+                       if os.path.isfile(os.path.join(ROOT, 'tests', name,
+                                                      '__init__.py')))
+        self.assertEqual(['functional', 'integration', 'synthetic',
+                          'system', 'unit'], tiers)

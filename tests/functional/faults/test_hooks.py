@@ -21,15 +21,16 @@ logged once, and compares with the same scenario run uninstrumented in
 the same cloud.
 """
 
+import sys
 import time
 
 import fixtures
 
-from instrument import faults
-from instrument import loader
-from instrument.loader import paste
-from instrument import patcher
-from instrument import runtime
+from instrument import loaders as loader
+from instrument.loaders import paste
+from instrument.patching import patcher
+from instrument.runtime import faults
+from instrument.runtime import lifecycle
 from tests.functional.faults import base
 
 
@@ -62,7 +63,7 @@ class PasteFilterFaultTest(base.FaultTestCase):
 
     def test_a_fault_recording_a_request_changes_no_answer(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.tracer.Tracer.begin', _boom))
+            'instrument.runtime.tracer.Tracer.begin', _boom))
         faulted = self.scenario()
         self.assertGreaterEqual(paste.FAULTS.count, 12)
         self.assertEqual(1, self.log_count('fault in the paste filter'))
@@ -73,14 +74,14 @@ class SpanPointFaultTest(base.FaultTestCase):
 
     def inject_before_start(self):
         # The points capture their functions when they are applied.
-        for name in ('oslo_messaging._rpc_attrs', 'nova._selected',
-                     'nova._compute_build_attrs'):
+        for name in ('oslo_messaging._rpc_attrs', 'nova.extract.selected',
+                     'nova.extract.compute_build_attrs'):
             self.useFixture(fixtures.MonkeyPatch(
                 'instrument.targets.' + name, _boom))
 
     def test_faults_in_span_points_change_no_answer(self):
         faulted = self.scenario()
-        active = runtime.active()
+        active = lifecycle.active()
         for name in (RPC_CAST, RPC_CALL, SELECT, BUILD):
             state = active.point_state(name)
             self.assertGreaterEqual(state.faults, 1, name)
@@ -103,7 +104,7 @@ class DetailPointTest(base.FaultTestCase):
             'nova.scheduler.filters.compute_filter.ComputeFilter.'
             'host_passes', _boom))
         faulted = self.failed_boot()
-        self.assertEqual(0, runtime.active().point_state(FILTER).faults)
+        self.assertEqual(0, lifecycle.active().point_state(FILTER).faults)
         self.assertEqual(0, self.log_count('fault in point'))
         clean = self.uninstrumented_boot()
         self.assertNotIn('No valid host', str(clean))
@@ -112,10 +113,10 @@ class DetailPointTest(base.FaultTestCase):
 
     def test_a_fault_sampling_changes_no_answer(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.recorder.Recorder.sampled', _boom))
+            'instrument.runtime.recorder.Recorder.sampled', _boom))
         faulted = self.scenario()
         self.assertGreaterEqual(
-            runtime.active().point_state(FILTER).faults, 1)
+            lifecycle.active().point_state(FILTER).faults, 1)
         self.assertEqual(1, self.log_count('fault in point %s ' % FILTER))
         self.assert_nova_unaffected(faulted)
 
@@ -130,7 +131,7 @@ class DetailPointTest(base.FaultTestCase):
         return t.entries
 
     def uninstrumented_boot(self):
-        runtime.teardown()
+        lifecycle.teardown()
         return self.failed_boot()
 
 
@@ -138,13 +139,14 @@ class HookPointFaultTest(base.FaultTestCase):
 
     def inject_before_start(self):
         for name in ('oslo_messaging._inject_traceparent',
-                     'nova._carry_span', 'nova._patch_driver_spawn'):
+                     'nova.threads.carry_span',
+                     'nova.driver.patch_driver_spawn'):
             self.useFixture(fixtures.MonkeyPatch(
                 'instrument.targets.' + name, _boom))
 
     def test_faults_in_hooks_change_no_answer(self):
         faulted = self.scenario()
-        active = runtime.active()
+        active = lifecycle.active()
         for name in (SEND, SPAWN_ON, DRIVER):
             self.assertGreaterEqual(active.point_state(name).faults, 1,
                                     name)
@@ -169,7 +171,7 @@ class _Armed:
 class SqlListenerFaultTest(base.FaultTestCase):
 
     def listener_faults(self):
-        return runtime.active().target('sqlalchemy').timing.listeners \
+        return lifecycle.active().target('sqlalchemy').timing.listeners \
             .faults.count
 
     def test_a_fault_timing_statements_changes_no_answer(self):
@@ -189,8 +191,18 @@ class SqlListenerFaultTest(base.FaultTestCase):
                 'instrument.db.listeners._perf_ns', self.clock))
 
     def test_a_fault_in_transaction_listeners_changes_no_answer(self):
+        # the BEGIN listener (``on_begin``) fails at every transaction;
+        # the COMMIT/ROLLBACK timer then finds no transaction state
+        from instrument.db import listeners
+        real = listeners._current_frame
+
+        def current_frame():
+            if sys._getframe(1).f_code.co_name == 'on_begin':
+                _boom()
+            return real()
+
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.db.listeners.SqlListeners._flush_stale', _boom))
+            'instrument.db.listeners._current_frame', current_frame))
         faulted = self.scenario()
         self.assertGreaterEqual(self.listener_faults(), 1)
         self.assertEqual(1, self.log_count('fault in the SQL listeners'))
@@ -199,7 +211,7 @@ class SqlListenerFaultTest(base.FaultTestCase):
     def test_a_fault_in_the_error_listeners_changes_no_answer(self):
         # The duplicate flavor of the scenario is an IntegrityError that
         # oslo.db turns into DBDuplicateEntry (nova: 409).
-        self.useFixture(fixtures.MonkeyPatch('instrument.tracer.error_of',
+        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.tracer.error_of',
                                              _boom))
         faulted = self.scenario()
         self.assertGreaterEqual(self.listener_faults(), 1)
@@ -212,11 +224,11 @@ class NotifierDriverFaultTest(base.FaultTestCase):
     require_instrumentation = False
 
     def inject_before_start(self):
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.setup',
+        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup',
                                              _boom))
 
     def test_a_fault_starting_leaves_nova_running_uninstrumented(self):
-        self.assertIsNone(runtime.active())
+        self.assertIsNone(lifecycle.active())
         faulted = self.scenario()
         # The driver of each notifier nova made, and the paste filter.
         self.assertGreaterEqual(loader.FAULTS.count, 2)
@@ -236,9 +248,9 @@ class WriterFaultTest(base.FaultTestCase):
 
     def test_a_failing_sink_changes_no_answer(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.sink.file.FileSink.write', _boom))
+            'instrument.sinks.file.FileSink.write', _boom))
         faulted = self.scenario()
-        buf = runtime.active().buffer
+        buf = lifecycle.active().buffer
         buf.drain()
         self.assertGreater(buf.counts()['file'], 0)
         self.assertTrue(_wait(lambda: self.log_count(
@@ -263,12 +275,12 @@ class OtlpExporterFaultTest(base.FaultTestCase):
 
     def inject_before_start(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.sink.otlp.exporters.make_exporter',
+            'instrument.sinks.otlp.exporters.make_exporter',
             lambda *args, **kwargs: FailingExporter()))
 
     def test_a_failing_export_changes_no_answer(self):
         faulted = self.scenario()
-        active = runtime.active()
+        active = lifecycle.active()
         [otlp] = [s for s in active.buffer.sinks if s.name == 'otlp']
         active.buffer.drain()
         self.assertTrue(_wait(lambda: otlp.wait_idle(0.1)))
@@ -284,7 +296,7 @@ class FaultRecordTest(base.FaultTestCase):
 
     def inject_before_start(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.nova._compute_build_attrs', _boom))
+            'instrument.targets.nova.extract.compute_build_attrs', _boom))
 
     def test_faults_are_written_as_counter_records(self):
         self.scenario()

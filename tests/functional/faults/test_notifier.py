@@ -19,8 +19,8 @@ import oslo_messaging
 from oslo_messaging.notify import _impl_test
 from oslo_messaging.notify import notifier
 
-from instrument import loader
-from instrument import runtime
+from instrument import loaders as loader
+from instrument.runtime import lifecycle
 from tests.unit import base
 
 
@@ -32,7 +32,7 @@ class NotifierDriverFaultTest(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(runtime.teardown)
+        self.addCleanup(lifecycle.teardown)
         # The test runner is no nova service.
         self.conf = self.make_conf(sql_timing=False, programs=['*'])
         self.conf.register_opts(notifier._notifier_opts,
@@ -50,7 +50,7 @@ class NotifierDriverFaultTest(base.TestCase):
 
     def test_a_fault_starting_leaves_notifications_working(self):
         # Each Notifier nova makes builds its drivers: two starts here.
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.setup',
+        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup',
                                              _boom))
         first = self.notifier()
         second = self.notifier()
@@ -59,7 +59,7 @@ class NotifierDriverFaultTest(base.TestCase):
         self.assertEqual(
             ['compute.instance.create.end'] * 2,
             [m['event_type'] for _c, m, _p, _r in _impl_test.NOTIFICATIONS])
-        self.assertIsNone(runtime.active())
+        self.assertIsNone(lifecycle.active())
         self.assertEqual(2, loader.FAULTS.count)
-        self.assertEqual(1, self.logger.output.count(
+        self.assertEqual(1, self.logged().count(
             'fault in the start of the instrumentation'))

@@ -26,9 +26,9 @@ import testtools
 
 from instrument.analysis import pipeline
 from instrument.db import pool as pool_mod
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import tracer as tracer_mod
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import tracer as tracer_mod
 from tests.functional.mysql import test_sql_timing
 from tests.unit import base
 

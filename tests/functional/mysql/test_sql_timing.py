@@ -37,10 +37,10 @@ import sqlalchemy as sa
 import testtools
 
 import instrument
+from instrument import opts
 from instrument.analysis import pipeline
 from instrument.db import fingerprint
-from instrument import opts
-from instrument import runtime
+from instrument.runtime import lifecycle
 from tests.unit.db import fixtures as db_fixtures
 
 URL = os.environ.get('INSTRUMENT_TEST_MYSQL_URL',
@@ -252,7 +252,7 @@ class TestEveryStatement(testtools.TestCase):
                                slow_query_threshold=60000.0).items():
             conf.set_override(key, value, opts.GROUP)
         self.runtime = instrument.setup(conf, 'nova-conductor', points=[])
-        self.addCleanup(runtime.teardown)
+        self.addCleanup(lifecycle.teardown)
         self.useFixture(fixtures.MonkeyPatch(
             'pymysql.connections.Connection._execute_command', counting))
         self.table = 'instrument_every_%s' % uuid.uuid4().hex[:8]
@@ -295,7 +295,7 @@ class TestEveryStatement(testtools.TestCase):
     def test_every_statement_pymysql_sent_is_recorded(self):
         self.sessions()
         self.runtime.target('sqlalchemy').timing.process()
-        runtime.teardown()      # the last aggregates, the file closed
+        lifecycle.teardown()      # the last aggregates, the file closed
         sent = dict(self.sent)
         records = []
         for name in os.listdir(self.spans):

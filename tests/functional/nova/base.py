@@ -22,9 +22,9 @@ import json
 import os
 import time
 
-from instrument_demo import cloud
-from instrument import runtime
 from instrument import schema
+from instrument.runtime import lifecycle
+from instrument_demo import cloud
 
 
 class Spans:
@@ -71,7 +71,7 @@ class InstrumentedCloud(cloud.InstrumentedCloud):
         threads after the API answered)."""
         deadline = time.monotonic() + timeout
         while True:
-            runtime.active().buffer.drain()
+            lifecycle.active().buffer.drain()
             spans = Spans(self.span_dir)
             if until is None or until(spans):
                 return spans

@@ -28,10 +28,10 @@ import testtools
 import webob
 
 from instrument.analysis import pipeline
-from instrument import patcher as patcher_mod
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import runtime
+from instrument.patching import patcher as patcher_mod
+from instrument.runtime import lifecycle
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
 from instrument.targets import keystoneauth
 from tests.functional.nova import base
 from tests.unit import base as unit_base
@@ -84,7 +84,7 @@ class AroundTest(base.InstrumentedCloud):
         manager._periodic_last_run = dict.fromkeys(
             manager._periodic_last_run)
         manager.run_periodic_tasks(nova_context.get_admin_context())
-        runtime.active().buffer.drain()
+        lifecycle.active().buffer.drain()
         spans = self.spans(until=lambda s: s.done('periodic.task'))
         tasks = {r['attrs']['task'] for r in spans.done('periodic.task')}
         self.assertIn('ComputeManager.update_available_resource', tasks)

@@ -42,8 +42,8 @@ if set_up:  # as nova/cmd/compute.py, after parse_args
     from oslo_log import log as logging
     logging.setup(config.CONF, 'nova')
 
-from instrument import runtime
-active = runtime.active()
+from instrument.runtime import lifecycle
+active = lifecycle.active()
 if active is None:
     print(json.dumps({'active': False}))
     sys.exit(0)
@@ -59,7 +59,7 @@ result = {
     'patched_build': hasattr(manager.__dict__['_do_build_and_run_instance'],
                              '__instrument_point__'),
 }
-runtime.teardown()
+lifecycle.teardown()
 print(json.dumps(result))
 '''
 
@@ -164,7 +164,7 @@ class NotifierPathTest(testtools.TestCase):
         self.assertTrue(result['active'])
         lines = self._instrument_lines()
         self.assertEqual(1, len([
-            line for line in lines if ' INFO instrument.runtime [-] '
+            line for line in lines if ' INFO instrument.runtime.lifecycle [-] '
             'instrument: recording nova-compute on cmp-017 to file'
             in line]), lines)
         self.assertEqual(1, len([line for line in lines
@@ -177,7 +177,7 @@ class NotifierPathTest(testtools.TestCase):
         self.assertFalse(result['active'])
         self.assertFalse(os.path.exists(spans))
         [line] = self._instrument_lines()
-        self.assertIn(' INFO instrument.loader [-] instrument: loaded by '
+        self.assertIn(' INFO instrument.loaders [-] instrument: loaded by '
                       'nova-manage, which is not one of [instrument] '
                       'programs', line)
 

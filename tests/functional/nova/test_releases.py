@@ -9,16 +9,22 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""The installed nova release is what ``targets.nova.RELEASES`` (and so
+"""The installed nova release is what ``tests.releases.RELEASES`` (and so
 README.rst's support matrix) says: run in its mode, every point patched
 (none missing or failed), moved code patched where the entry says, and
 ``process.start`` naming the release."""
 
-from instrument import patcher as patcher_mod
-from instrument import runtime
+import importlib
+
+import testtools
+
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import lifecycle
+from instrument.runtime import threads
 from instrument.targets import base as targets_base
 from instrument.targets import nova as nova_target
-from instrument import threads
+from tests import releases
 from tests.functional.nova import base
 
 
@@ -26,7 +32,7 @@ class ReleaseTest(base.InstrumentedCloud):
 
     def test_release_matches_the_support_matrix(self):
         found = targets_base.distribution_version('nova')
-        release = nova_target.release_of(found)
+        release = releases.release_of(found)
         self.assertIsNotNone(release, 'nova %s is not in RELEASES' % found)
         self.assertEqual(release.version, found,
                          'RELEASES names another point release')
@@ -35,7 +41,7 @@ class ReleaseTest(base.InstrumentedCloud):
         # A boot imports every module the points name.
         server = self.boot()
         self.spans(until=lambda s: s.done('compute.build', inst=server['id']))
-        active = runtime.active()
+        active = lifecycle.active()
         banner = active.banner()
         # A point added to the targets must be found in every release
         # (or get an alternative, or be named in the release's missing).
@@ -59,3 +65,49 @@ class ReleaseTest(base.InstrumentedCloud):
         for rec in spans.records:
             if rec['ev'] == 'instrument.faults':
                 self.assertNotIn('the SQL listeners', rec['attrs'])
+
+
+class PointArgumentsTest(testtools.TestCase):
+    """Every argument a nova point reads by name (``Arg`` specs,
+    ``reads`` hooks) is a parameter of its target in the installed
+    release, at a position the wrapper can resolve (issue 28: no
+    literal positions; decorated RPC endpoints included)."""
+
+    def test_every_argument_read_is_a_parameter(self):
+        checked = 0
+        for point in nova_target.points():
+            specs = [getattr(point, f) for f in (
+                'context', 'instances', 'host', 'remote_parent',
+                'service_from')]
+            for f in ('on_enter', 'on_exit', 'on_error', 'when',
+                      'on_abandon'):
+                hook = getattr(point, f)
+                if isinstance(hook, points_mod.Reads):
+                    specs.extend(hook.specs)
+            specs = [s for s in specs if isinstance(s, points_mod.Arg) and
+                     s.pos is None]
+            if not specs or point.kind != points_mod.SPAN:
+                continue
+            target = _resolve(point)
+            if target is None:  # missing in this release: the banner's
+                continue
+            for spec in specs:
+                pos = spec.position(target)
+                self.assertIsNotNone(pos, point.name)
+                self.assertGreaterEqual(
+                    pos, 0, '%s: %s is not a positional parameter' % (
+                        point.name, spec.name))
+                checked += 1
+        self.assertGreater(checked, 60)
+
+
+def _resolve(point):
+    for module, target in point.candidates():
+        try:
+            obj = importlib.import_module(module)
+            for part in target.split('.'):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            continue
+        return obj
+    return None

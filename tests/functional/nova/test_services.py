@@ -24,14 +24,13 @@ import os
 import threading
 import uuid
 
-from instrument_demo import standins
 from neutronclient.common import exceptions as neutron_exc
 from nova.tests import fixtures as nova_fixtures
-import webob
 
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
+from instrument_demo import standins
 from tests.functional.nova import base
 
 NETWORK = [{'uuid': nova_fixtures.NeutronFixture.network_1['id']}]
@@ -160,87 +159,33 @@ class ServicesCalledTest(base.InstrumentedCloud):
                          span_text(self.span_dir))
 
 
-class FakeKeystone:
-    """keystone's token validation (``GET /v3/auth/tokens``) for one
-    user token: the token of a user with the admin, member and reader
-    roles in nova's test project; any other token is unknown (404)."""
-
-    def __init__(self, token: str, service_token: str) -> None:
-        self.token = token
-        self.service_token = service_token
-        self.validations = 0
-
-    def __call__(self, environ, start_response):
-        req = webob.Request(environ)
-        resp = webob.Response(status=404, json_body={'error': {
-            'code': 404, 'title': 'Not Found', 'message': 'no'}})
-        if req.path_info.rstrip('/') == '/v3/auth/tokens' and \
-                req.method == 'GET' and \
-                req.headers.get('X-Auth-Token') == self.service_token and \
-                req.headers.get('X-Subject-Token') == self.token:
-            self.validations += 1
-            resp = webob.Response(status=200, json_body={'token': {
-                'methods': ['password'],
-                'issued_at': '2026-01-01T00:00:00.000000Z',
-                'expires_at': '2099-01-01T00:00:00.000000Z',
-                'user': {'id': 'admin', 'name': 'admin',
-                         'domain': {'id': 'default', 'name': 'Default'}},
-                'project': {'id': nova_fixtures.PROJECT_ID,
-                            'name': 'project',
-                            'domain': {'id': 'default',
-                                       'name': 'Default'}},
-                'roles': [{'id': 'r%d' % n, 'name': name} for n, name in
-                          enumerate(('admin', 'member', 'reader'))],
-                'catalog': []}})
-            resp.headers['X-Subject-Token'] = self.token
-        return resp(environ, start_response)
+# keystone's token validation for one user token
+FakeKeystone = standins.Keystone
 
 
-class TokenTest(base.InstrumentedCloud):
+class RealAuthToken(base.InstrumentedCloud):
     """nova-api with the real keystonemiddleware (nova's functional API
     fixture stubs it out), validating a unique token against a keystone
-    over HTTP; the token then goes with nova's calls to neutron.  Neither
-    it, nor a query string, nor a request body is in any span file or
-    report."""
+    over HTTP (``keystone_app``: ``FakeKeystone``;
+    ``standins.real_auth_token``); every API request of the test client
+    carries the token."""
 
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
+
+    def keystone_app(self, token: str, service_token: str):
+        return FakeKeystone(token, service_token)
 
     def setUp(self):
         self.token = 'tok-%s' % uuid.uuid4().hex
         self.service_token = 'svc-%s' % uuid.uuid4().hex
-        self.keystone = FakeKeystone(self.token, self.service_token)
-        server = self.useFixture(standins.LocalServer(self.keystone))
-        # keystonemiddleware and nova's context middleware for real
-        self.useFixture(base.cloud.fixtures.MockPatch(
-            'nova.tests.fixtures.nova.OSAPIFixture._stub_keystone'))
-        from keystoneauth1 import loading as ks_loading
-        from oslo_config import cfg
-        ks_loading.register_auth_conf_options(cfg.CONF,
-                                              'keystone_authtoken')
-        cfg.CONF.register_opts(
-            ks_loading.get_auth_plugin_conf_options('admin_token'),
-            group='keystone_authtoken')
-        endpoint = server.url + 'v3'
-        for key, value in (('auth_type', 'admin_token'),
-                           ('endpoint', endpoint),
-                           ('token', self.service_token),
-                           ('www_authenticate_uri', endpoint)):
-            cfg.CONF.set_override(key, value, group='keystone_authtoken')
-            self.addCleanup(cfg.CONF.clear_override, key,
-                            group='keystone_authtoken')
-        # every API request of the test client carries the token
-        from nova.tests.functional.api import client
-        request = client.TestOpenStackClient.request
-        token = self.token
-
-        def with_token(api, url, method='GET', body=None, headers=None):
-            headers = dict(headers or {}, **{'X-Auth-Token': token})
-            return request(api, url, method=method, body=body,
-                           headers=headers)
-        self.useFixture(base.cloud.fixtures.MonkeyPatch(
-            'nova.tests.functional.api.client.TestOpenStackClient.request',
-            with_token))
+        self.keystone = self.keystone_app(self.token, self.service_token)
+        standins.real_auth_token(self, self.keystone)
         super().setUp()
+
+
+class TokenTest(RealAuthToken):
+    """The token goes with nova's calls to neutron.  Neither it, nor a
+    query string, nor a request body is in any span file or report."""
 
     def test_nothing_of_token_query_or_body_anywhere(self):
         body_value = 'body-%s' % uuid.uuid4().hex

@@ -19,14 +19,20 @@ and then a little longer, so each of them must wait at least that
 long: the test makes the contention, nova's own lock does the rest.
 """
 
+import importlib.util
 import threading
 import time
 
 import fixtures
 
 from instrument.analysis import pipeline
-from instrument import threads
+from instrument.runtime import threads
 from tests.functional.nova import base
+
+# nova's own pools (nova 32 and later), timed as pool.wait by
+# instrument.targets.nova.pools
+HAS_POOL_FACTORY = importlib.util.find_spec(
+    'nova.thread_pool_factory') is not None
 
 INSTANCES = 3
 HOLD_S = 0.3
@@ -131,13 +137,29 @@ class ClaimContentionTest(base.InstrumentedCloud):
         # eventlet: the build slot (max_concurrent_builds) is timed;
         # under native threads nova has no semaphore there
         slots = [r for r in spans.done('pool.wait')
-                 if set(r.get('inst') or ()) & uuids]
+                 if set(r.get('inst') or ()) & uuids and
+                 not r['attrs'].get('queued')]
         if threads.eventlet_patched():
             self.assertEqual(INSTANCES, len(slots))
             self.assertEqual({'max_concurrent_builds'},
                              {r['attrs']['pool'] for r in slots})
         else:
             self.assertEqual([], slots)
+        # issue 32: the build thread's wait for a worker of nova's
+        # long_task pool (the limit of builds under native threads), in
+        # both modes, under the RPC method that handed the build over;
+        # nova before 32 has no such pool (nova.thread_pool_factory)
+        handed = [r for r in spans.done('pool.wait')
+                  if set(r.get('inst') or ()) & uuids and
+                  r['attrs'].get('queued') and
+                  r['attrs']['pool'] == 'long_task']
+        if not HAS_POOL_FACTORY:
+            self.assertEqual([], handed)
+            return
+        self.assertEqual(INSTANCES, len(handed), handed)
+        self.assertEqual({'long_task'}, {r['attrs']['pool'] for r in handed})
+        self.assertEqual({'compute.build_and_run_instance'},
+                         {r['attrs']['call'] for r in handed})
 
         # the analyser reports it, from the span files alone
         report = pipeline.analyse([self.span_dir])
@@ -170,3 +192,91 @@ class ClaimContentionTest(base.InstrumentedCloud):
                         in_claim[0]['wait_us'] + 1)
         # the last claim's wait is on the request's critical path
         self.assertGreaterEqual(in_claim[0]['critical_us'], HOLD_S * 1e6)
+
+
+MIGRATION_S = 0.6
+
+
+class LiveMigrationQueueTest(base.InstrumentedCloud):
+    """Issue 32, item 3: nova queues live migrations in its executor
+    (``max_concurrent_live_migrations``, 1 by default).  Two servers on
+    one host are live-migrated at once, each migration taking
+    ``MIGRATION_S``: the second waits for the first in nova's queue.
+    The wait is a ``pool.wait`` under the dispatch that queued it, and
+    the analyser charges it to ``wait.pool``, not to ``rpc.queue``."""
+
+    settings = base.cloud.Settings(computes=('host1', 'host2'),
+                                   flush_interval=0.05)
+
+    def setUp(self):
+        super().setUp()
+        from nova.virt import fake
+        migrate = fake.FakeDriver.live_migration
+
+        def slow_migration(driver, *args, **kwargs):
+            time.sleep(MIGRATION_S)
+            return migrate(driver, *args, **kwargs)
+
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.fake.FakeDriver.live_migration', slow_migration))
+
+    def test_second_migration_waits_in_nova_queue(self):
+        servers = [self._create_server(networks='none', host='host1')
+                   for _ in range(2)]
+        for server in servers:
+            self.api.post_server_action(
+                server['id'], {'os-migrateLive': {
+                    'host': 'host2', 'block_migration': 'auto'}})
+        for server in servers:
+            self._wait_for_migration_status(server, ['completed'])
+        uuids = {s['id'] for s in servers}
+
+        def migrated(spans):
+            return len([r for r in spans.done('compute.live_migration')
+                        if set(r.get('inst') or ()) & uuids]) >= 2
+        spans = self.spans(until=migrated)
+        whole = {r['inst'][0]: r for r in spans.done('compute.live_migration')
+                 if set(r['inst']) & uuids}
+        dispatches = {m['parent']: m for m in whole.values()}
+        queued = [r for r in spans.done('pool.wait')
+                  if r['attrs']['pool'] == 'live_migration' and
+                  r.get('parent') in dispatches]
+        # one wait per migration, under the dispatch that queued it, in
+        # its request, on the source
+        self.assertEqual(2, len(queued), queued)
+        for w in queued:
+            self.assertTrue(w['attrs']['queued'])
+            self.assertEqual(1, w['attrs']['size'])
+            self.assertEqual('host1', w['host'])
+            self.assertEqual('rpc.dispatch', w['attrs']['call'])
+            m = dispatches[w['parent']]
+            self.assertEqual(m['req'], w['req'])
+            self.assertEqual(m['parent'], w['parent'])
+            # it ends as the migration starts
+            self.assertLessEqual(w['ts'] + w['dur_us'], m['ts'] + 1000)
+        longest = max(queued, key=lambda r: r['dur_us'])
+        self.assertGreaterEqual(longest['dur_us'], MIGRATION_S * 0.8e6)
+
+        report = pipeline.analyse([self.span_dir])
+        [row] = [r for r in report['requests']
+                 if r['kind'] == 'live_migrate' and
+                 r['req'] == longest['req']]
+        cp = row['critical_path_us']
+        self.assertGreaterEqual(cp['wait.pool'], MIGRATION_S * 0.8e6)
+        self.assertLess(cp.get('rpc.queue', 0), MIGRATION_S * 0.5e6)
+        self.assertLess(cp.get('gap', 0), MIGRATION_S * 0.5e6)
+        [wait] = [w for w in row['waits'] if w['name'] == 'live_migration']
+        self.assertEqual(longest['dur_us'], wait['wait_us'])
+        for r in report['requests']:
+            self.assertEqual([], path_beyond_own_time(r), r['req'])
+
+
+def path_beyond_own_time(row: dict) -> list:
+    """The components of a request row charged more critical-path time
+    than they recorded (exclusive plus SQL time; ``gap`` is nobody's)."""
+    own = dict(row['components_us'])
+    for name, us in row['sql_in_us'].items():
+        own[name] = own.get(name, 0) + us
+    return [(name, us, own.get(name, 0))
+            for name, us in row['critical_path_us'].items()
+            if name != 'gap' and us > own.get(name, 0)]

@@ -17,9 +17,9 @@ import re
 
 import testtools
 
-from instrument.analysis import charts
-from instrument.analysis import report_html
-from instrument.analysis import report_text
+from instrument.analysis.render import charts
+from instrument.analysis.render import fmt
+from instrument.analysis.render import views
 
 
 def is_round_step(step: float) -> bool:
@@ -91,10 +91,43 @@ class ContrastTest(testtools.TestCase):
                                places=2)
 
     def test_text_on_every_component_colour(self):
-        fills = list(report_html.PALETTE.values()) + list(report_html.EXTRA)
+        fills = list(views.PALETTE.values()) + list(views.EXTRA)
         for fill in fills + [charts.blend(f, 0.6) for f in fills]:
             self.assertGreaterEqual(
                 charts.contrast(charts.text_on(fill), fill), 4.5, fill)
+
+
+class DistinctColoursTest(testtools.TestCase):
+    """Issue 32, item 8: colours stacked side by side are told apart
+    (CIEDE2000), not only readable on the page."""
+
+    def test_ciede2000_reference_pairs(self):
+        # identical colours are 0 apart, black and white 100
+        self.assertEqual(0.0, charts.ciede2000('#4e79a7', '#4e79a7'))
+        self.assertAlmostEqual(100.0, charts.ciede2000('#000000',
+                                                       '#ffffff'), 0)
+        # symmetric
+        self.assertAlmostEqual(charts.ciede2000('#edc948', '#f1ce63'),
+                               charts.ciede2000('#f1ce63', '#edc948'))
+        # the two yellows of issue 32 (sql, wait.lock) were near-identical
+        self.assertLess(charts.ciede2000('#edc948', '#f1ce63'), 5)
+
+    def test_every_pair_of_component_colours_differs(self):
+        colours = dict(views.PALETTE)
+        colours.update(('extra %d' % i, c)
+                       for i, c in enumerate(views.EXTRA))
+        names = sorted(colours)
+        close = [(a, b, round(charts.ciede2000(colours[a], colours[b]), 1))
+                 for i, a in enumerate(names) for b in names[i + 1:]
+                 if charts.ciede2000(colours[a], colours[b]) < 15]
+        self.assertEqual([], close)
+
+    def test_components_outside_the_palette_differ_from_it(self):
+        extra: dict = {}
+        for name in ('wait.semaphore', 'service.key-manager', 'x', 'y', 'z'):
+            colour = views.color(name, extra)
+            for known in views.PALETTE.values():
+                self.assertGreaterEqual(charts.ciede2000(colour, known), 15)
 
 
 class ClipWordsTest(testtools.TestCase):
@@ -103,10 +136,10 @@ class ClipWordsTest(testtools.TestCase):
            'for more information.')
 
     def test_cut_after_a_word(self):
-        out = report_text.clip_words(self.MSG, 41)
+        out = fmt.clip_words(self.MSG, 41)
         self.assertEqual('Binding failed for port <uuid>, please...', out)
         for width in range(4, len(self.MSG)):
-            out = report_text.clip_words(self.MSG, width)
+            out = fmt.clip_words(self.MSG, width)
             self.assertLessEqual(len(out), width)
             self.assertTrue(out.endswith('...'), out)
             kept = out[:-3]
@@ -116,12 +149,12 @@ class ClipWordsTest(testtools.TestCase):
                 self.assertEqual(' ', self.MSG[len(kept)], (width, out))
 
     def test_fits_whole(self):
-        self.assertEqual(self.MSG, report_text.clip_words(self.MSG, 200))
+        self.assertEqual(self.MSG, fmt.clip_words(self.MSG, 200))
 
     def test_dotted_names(self):
-        self.assertEqual('compute.build\u2026', report_text.clip_words(
+        self.assertEqual('compute.build\u2026', fmt.clip_words(
             'compute.build_and_run', 16, '._ ', '\u2026'))
-        self.assertEqual('', report_text.clip_words(
+        self.assertEqual('', fmt.clip_words(
             'conductor.schedule', 6, '._ ', '\u2026', hard=False))
 
 

@@ -13,7 +13,8 @@
 
 import testtools
 
-from instrument.analysis import classify
+from instrument.analysis.model import classify
+from instrument.analysis.model import spans as spans_mod
 
 
 def span(ev, start, dur, parent=None, svc='conductor', host='ctl',
@@ -23,7 +24,7 @@ def span(ev, start, dur, parent=None, svc='conductor', host='ctl',
 
 
 def state(spans):
-    return classify.final_states(classify.Tree(spans))
+    return classify.final_states(spans_mod.Tree(spans))
 
 
 class NormaliserTest(testtools.TestCase):
@@ -81,7 +82,7 @@ class FinalStateTest(testtools.TestCase):
         self.assertEqual('compute_failure', row['state'])
         self.assertEqual('nova.exception.PortBindingFailed',
                          row['cause']['cls'])
-        self.assertEqual(['n'], list(classify.Tree(spans).origins()))
+        self.assertEqual(['n'], list(spans_mod.Tree(spans).origins()))
 
     def test_scheduling_failure_by_burial_only(self):
         spans = {'x': span('conductor.bury_in_cell0', 0, 5,
@@ -99,6 +100,43 @@ class FinalStateTest(testtools.TestCase):
         self.assertEqual('HTTP 403', rows[0]['cause']['cls'])
         spans['c'] = span('conductor.schedule_and_build_instances', 10, 5)
         self.assertEqual('incomplete', state(spans)[0]['state'])
+
+    def test_reschedule_given_up_is_a_scheduling_failure(self):
+        # issue 32 item 10: the conductor gave up rescheduling (no
+        # alternate left: MaxRetriesExceeded; its claim on one failed:
+        # AllocationUpdateFailed); the instance is in ERROR
+        for cls in ('MaxRetriesExceeded', 'AllocationUpdateFailed'):
+            spans = {
+                'b0': span('compute.build', 0, 30, svc='compute',
+                           host='cmp-1', attrs={'outcome': 'rescheduled'}),
+                'bi': span('conductor.build_instances', 10, 15,
+                           attrs={'attempt': 2, 'reschedule': True}),
+                'rf': span('conductor.reschedule_failed', 12, 5, 'bi',
+                           attrs={'reason': 'nova.exception.' + cls,
+                                  'msg': 'Exceeded maximum number'})}
+            row = state(spans)[0]
+            self.assertEqual('scheduling_failure', row['state'], cls)
+            self.assertEqual('nova.exception.' + cls, row['cause']['cls'])
+            self.assertEqual('Exceeded maximum number', row['cause']['msg'])
+            self.assertEqual('conductor.reschedule_failed',
+                             row['cause']['ev'])
+            self.assertEqual(1, row['attempts'])
+            # the build's span ended after the conductor gave up (it
+            # cast the reschedule, then cleaned up): still given up
+            spans['b0'][4] = 1
+            spans['b0'][5] = 100
+            self.assertEqual('scheduling_failure', state(spans)[0]['state'])
+
+    def test_a_later_build_outlives_an_earlier_reschedule_failure(self):
+        # another attempt of the same instance after an earlier give-up
+        # never happens in nova; but a build that started after it
+        # decides, as every later outcome does
+        spans = {
+            'rf': span('conductor.reschedule_failed', 0, 5,
+                       attrs={'reason': 'MaxRetriesExceeded'}),
+            'b1': span('compute.build', 10, 10, svc='compute',
+                       attrs={'outcome': 'active'})}
+        self.assertEqual('success', state(spans)[0]['state'])
 
     def test_open_build_is_incomplete_where_it_hangs(self):
         spans = {

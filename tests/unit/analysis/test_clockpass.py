@@ -11,12 +11,15 @@
 # under the License.
 """Pass 1: the parallel reading by files gives what one process gives."""
 
+import gzip
+import os
+
 import fixtures
 import testtools
 
-from instrument.analysis import clockpass
-from instrument.analysis import load
-from instrument.analysis import stream
+from instrument.analysis.ingest import clockpass
+from instrument.analysis.ingest import spanfiles
+from instrument.analysis.ingest import stream
 from tests import synthetic
 
 
@@ -27,15 +30,15 @@ class ParallelClockPassTest(testtools.TestCase):
         self.dir = self.useFixture(fixtures.TempDir()).path
         synthetic.generate(self.dir, seed=8, requests=120,
                            skew_us=3_000_000, bad_input=True)
-        self.paths, _ = load.discover([self.dir])
+        self.paths, _ = spanfiles.discover([self.dir])
         # many small chunks, so the files interleave
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.stream.CHUNK_BYTES', 8192))
+            'instrument.analysis.ingest.stream.CHUNK_BYTES', 8192))
 
     def test_chunks_in_the_same_order(self):
         one = list(clockpass._chunks(self.paths, True, None))
         self.assertGreater(len(one), 3 * len(self.paths))
-        self.assertTrue(any(spans for _i, _n, _h, spans, _w in one))
+        self.assertTrue(any(spans for _i, _n, _h, spans, _w, _c in one))
         for jobs in (2, 3):
             done = []
             many = list(clockpass._parallel_chunks(self.paths, jobs, True,
@@ -52,11 +55,44 @@ class ParallelClockPassTest(testtools.TestCase):
         self.assertEqual(want[1:], got[1:])
         self.assertGreater(want[3]['hops'], 0)
 
+    def test_same_line_hashes_in_workers(self):
+        # a file read from its end (its lines reversed) and a gzip file
+        # cut short: the hashes of the lines in the order pass 2 reads
+        with open(self.paths[0], 'rb') as f:
+            lines = f.readlines()
+        back = os.path.join(self.dir, 'zz-back.jsonl')
+        with open(back, 'wb') as f:
+            f.writelines(reversed(lines))
+        cut = os.path.join(self.dir, 'zz-cut.jsonl.gz')
+        data = gzip.compress(b''.join(lines))
+        with open(cut, 'wb') as f:
+            f.write(data[:len(data) * 2 // 3])
+        self.paths, _ = spanfiles.discover([self.dir])
+        want = clockpass.clock_pass(self.paths, 2_000_000, jobs=1,
+                                    hashes=True)[0].line_hashes
+        got = clockpass.clock_pass(self.paths, 2_000_000, jobs=2,
+                                   hashes=True)[0].line_hashes
+        self.assertEqual(set(range(len(self.paths))), set(want))
+        self.assertEqual(want, got)
+        files = stream.open_files(self.paths)
+        for f in files:
+            lines = []
+            while not f.done:
+                lines += f.read_chunk()
+            self.assertEqual(list(clockpass.request_hashes(lines)),
+                             list(want[f.index]), f.name)
+            if f.name == 'zz-back.jsonl':
+                self.assertIsNotNone(f.backwards)
+            if f.name == 'zz-cut.jsonl.gz':
+                self.assertIsNotNone(f.error)
+        self.assertEqual({}, clockpass.clock_pass(
+            self.paths, 2_000_000, jobs=2)[0].line_hashes)
+
     def test_worker_failure_is_reported(self):
         def boom(*_args):
             raise ValueError('boom in worker')
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.clockpass.rpc_spans', boom))
+            'instrument.analysis.ingest.clockpass.rpc_spans', boom))
         exc = self.assertRaises(RuntimeError, list,
                                 clockpass._parallel_chunks(self.paths, 2,
                                                            True, None))

@@ -27,12 +27,13 @@ import zlib
 import fixtures
 import testtools
 
-from instrument.analysis import clockpass
-from instrument.analysis import load
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
-from instrument.analysis import stream
+from instrument.analysis.ingest import clockpass
+from instrument.analysis.ingest import spanfiles
+from instrument.analysis.ingest import stream
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
+from instrument.analysis.render import views
 from tests.unit.analysis import test_load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +57,7 @@ def read_all(path: str, hint: int) -> tuple:
     """``(lines, error, lines counted)`` of a ``SpanFile`` read through
     ``stream.reads`` in chunks of ``hint`` bytes; the number of lines of
     each read, the last one empty."""
-    f = load.SpanFile(path, 0)
+    f = spanfiles.SpanFile(path, 0)
     lines = []
     sizes = []
     for _f, chunk, _first, _heap in stream.reads([f], hint):
@@ -114,18 +115,32 @@ class CutGzipTest(testtools.TestCase):
                                'before the end-of-stream marker was '
                                'reached'}], q['unreadable'])
             self.assertEqual(['fake-mini', 'scheduler'], q['hosts'])
-            self.assertEqual(q['requests'], q['requests_affected'])
+            # the requests doing something in that process at the cut,
+            # not every one of its host (issue 32, item 5)
+            [row] = q['processes']
+            [[start, end]] = row['windows']
+            self.assertIsNone(end)
+            at_cut = {r['req'] for r in report['requests']
+                      if r['end_us'] >= start}
+            self.assertEqual(at_cut, {r['req'] for r in report['requests']
+                                      if r.get('loss')})
+            self.assertEqual(len(at_cut), q['requests_affected'])
+            self.assertLess(0, q['requests_affected'])
+            self.assertLess(q['requests_affected'], q['requests'])
             self.assertIn('demo-threads.jsonl.gz: EOFError: Compressed file '
                           'ended before the end-of-stream marker was '
                           'reached (the rest of the file after line %d is '
                           'unreadable)' % (n + 1),
                           report['load']['problems'])
-            note = report_text.loss_note(report)
+            note = views.loss_note(report)
             self.assertIn('computed from input with losses: ', note)
             self.assertIn('the rest of demo-threads.jsonl.gz after line %d '
                           'on fake-mini, scheduler;' % (n + 1), note)
             text = report_text.render(report)
-            self.assertGreater(text.count(note), 1)
+            # once, in the input problems; beside the sections it
+            # touches, how
+            self.assertEqual(1, text.count(note))
+            self.assertIn(views.marked_line(report), text)
             self.assertIn('computed from input with losses',
                           report_html.render(report))
 
@@ -182,12 +197,16 @@ class CutAtLineEndTest(testtools.TestCase):
         self.assertEqual([('cut.jsonl.gz', 65)], [
             (u['file'], u['after_line']) for u in q['unreadable']])
         self.assertEqual(['h1'], q['hosts'])
-        note = report_text.loss_note(report)
+        note = views.loss_note(report)
+        # (its records are a microsecond apart: every request was doing
+        # something at the end of the file)
         self.assertEqual(
             '! computed from input with losses: the rest of cut.jsonl.gz '
-            'after line 65 on h1; %d of %d requests (100.0%%) have events '
-            'there and may be incomplete or mis-timed (see Input '
-            'problems)' % (q['requests'], q['requests']), note)
+            'after line 65 on h1; %d of %d requests (100.0%%) may miss '
+            'some of their records: %d doing something in a process when '
+            'it lost records; marked in the request table (loss), left out '
+            'of the times, counted in the states (e.g. req-1)' % (
+                q['requests'], q['requests'], q['requests']), note)
         self.assertIn(note, report_text.render(report))
 
     def test_corrupt_stream_keeps_the_lines_before(self):
@@ -211,4 +230,4 @@ class CutAtLineEndTest(testtools.TestCase):
         self.assertEqual([('bad.jsonl.gz', 120)], [
             (u['file'], u['after_line'])
             for u in report['quality']['unreadable']])
-        self.assertIsNotNone(report_text.loss_note(report))
+        self.assertIsNotNone(views.loss_note(report))

@@ -22,8 +22,8 @@ import tempfile
 import testtools
 
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
 from tests import synthetic
 from tests.unit.analysis import test_service_failures
 from tests.unit.analysis import test_services
@@ -249,3 +249,48 @@ class HandMadeFatesTest(test_service_failures.ApiComputeCase):
         self.assertEqual([], report['summary']['causes'])
         text = report_text.render(report)
         self.assertRegex(text, r'\ncompute_failure +\(none recorded\) +1\n')
+
+
+class RaisedAgainTest(test_service_failures.ApiComputeCase):
+    """An error caught below and raised again above is one error, where
+    it was first raised (issue 32, item 7: nova's scatter_gather
+    returns a cell's InstanceNotFound, compute.API.get raises it
+    again)."""
+
+    NOT_FOUND = 'nova.exception.InstanceNotFound'
+
+    def _show(self, req: str, at: int, msg_get: str, msg_cell: str):
+        root = self.api.span('api.request', at, 40 * MS, req=req,
+                             attrs={'method': 'GET',
+                                    'route': '/servers/{server_id}',
+                                    'status': 404})
+        get = self.api.span('api.compute.get', at + 1 * MS, 35 * MS,
+                            parent=root, req=req, st='error',
+                            err={'cls': self.NOT_FOUND, 'msg': msg_get})
+        gather = self.api.span('api.cells.scatter_gather', at + 2 * MS,
+                               30 * MS, parent=get, req=req)
+        self.api.span('api.cells.query', at + 3 * MS, 25 * MS,
+                      parent=gather, req=req, st='error',
+                      err={'cls': self.NOT_FOUND, 'msg': msg_cell},
+                      attrs={'cell': 'cell1'})
+
+    def test_counted_once_where_first_raised(self):
+        for i in range(3):
+            msg = 'Instance %s could not be found.' % (
+                '%08d-0000-0000-0000-000000000000' % i)
+            self._show('req-%d' % i, i * 100 * MS, msg, msg)
+        rows = [f for f in self._report()['failures']
+                if f['cls'] == self.NOT_FOUND]
+        self.assertEqual(1, len(rows), rows)
+        [row] = rows
+        self.assertEqual(('api.cells.query', 3),
+                         (row['ev'], row['count']))
+        self.assertEqual(['req-0', 'req-1', 'req-2'], sorted(row['requests']))
+
+    def test_another_message_above_is_another_error(self):
+        self._show('req-0', 0, 'Cell cell1 is down.',
+                   'Instance x could not be found.')
+        rows = [f for f in self._report()['failures']
+                if f['cls'] == self.NOT_FOUND]
+        self.assertEqual(['api.cells.query', 'api.compute.get'],
+                         sorted(f['ev'] for f in rows))

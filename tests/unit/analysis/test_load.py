@@ -18,9 +18,10 @@ import os
 import fixtures
 import testtools
 
-from instrument.analysis import load
-from instrument.analysis import pipeline
 from instrument import schema
+from instrument.analysis import pipeline
+from instrument.analysis.ingest import codec
+from instrument.analysis.ingest import spanfiles
 
 
 def rec(**kw):
@@ -41,13 +42,13 @@ class DiscoverTest(testtools.TestCase):
                      'notes.md', '.hidden.jsonl'):
             with open(os.path.join(d, name), 'wb') as f:
                 f.write(b'')
-        files, problems = load.discover([d])
+        files, problems = spanfiles.discover([d])
         names = sorted(os.path.relpath(f, d) for f in files)
         self.assertEqual(['a.jsonl', 'sub/b.jsonl.gz', 'sub/c.log'], names)
         self.assertEqual(1, len(problems))
         self.assertIn('not named like span files', problems[0])
         self.assertIn('notes.md', problems[0])
-        files, problems = load.discover([os.path.join(d, '*.jsonl'),
+        files, problems = spanfiles.discover([os.path.join(d, '*.jsonl'),
                                          os.path.join(d, 'nope'),
                                          os.path.join(d, 'x*.log')])
         self.assertEqual(['a.jsonl'], [os.path.basename(f) for f in files])
@@ -62,7 +63,7 @@ class DiscoverTest(testtools.TestCase):
         for name in ('a.jsonl', 'fakegz.gz', 'b.log.gz'):
             with open(os.path.join(d, name), 'wb') as f:
                 f.write(b'')
-        files, problems = load.discover([d])
+        files, problems = spanfiles.discover([d])
         self.assertEqual(['a.jsonl', 'b.log.gz'],
                          sorted(os.path.basename(f) for f in files))
         self.assertEqual(1, len(problems))
@@ -86,7 +87,7 @@ class DiscoverTest(testtools.TestCase):
             f.write('# instrument-report: 1 files\n')
         with open(os.path.join(d, 'report.html'), 'w') as f:
             f.write('<html></html>\n')
-        files, problems = load.discover([d])
+        files, problems = spanfiles.discover([d])
         self.assertEqual([os.path.join(d, 'spans', 'h_api_7_1.jsonl')],
                          files)
         text = '\n'.join(problems)
@@ -106,10 +107,10 @@ class DiscoverTest(testtools.TestCase):
         path = os.path.join(d, 'run1.json')
         with open(path, 'w') as f:
             f.write('{"report_version":1}\n')
-        files, problems = load.discover([path])
+        files, problems = spanfiles.discover([path])
         self.assertEqual([], files)
         self.assertIn('compare', problems[0])
-        exc = self.assertRaises(load.InputError, pipeline.analyse, [path])
+        exc = self.assertRaises(spanfiles.InputError, pipeline.analyse, [path])
         self.assertIn('instrument-report compare', str(exc))
 
     def test_files_named_on_the_command_line_are_read(self):
@@ -120,8 +121,8 @@ class DiscoverTest(testtools.TestCase):
         path = os.path.join(d, 'capture.bin')
         with open(path, 'wb') as f:
             f.write(b'\x00\x01binary\n')
-        self.assertEqual(([path], []), load.discover([path]))
-        self.assertEqual('other', load.sniff(path))
+        self.assertEqual(([path], []), spanfiles.discover([path]))
+        self.assertEqual('other', spanfiles.sniff(path))
 
     def test_service_logs_are_searched_to_the_end(self):
         # the log sink's records may start late in a service log
@@ -129,7 +130,7 @@ class DiscoverTest(testtools.TestCase):
         noise = b'2024-01-01 00:00:00.000 7 INFO nova.api [-] GET /\n'
         late = os.path.join(d, 'nova-api.log')
         with open(late, 'wb') as f:
-            f.write(noise * (3 * load.SNIFF_BYTES // len(noise)))
+            f.write(noise * (3 * spanfiles.SNIFF_BYTES // len(noise)))
             f.write(b'2024-01-01 00:00:00.000 7 INFO instrument.spans [-] '
                     + json.dumps(rec()).encode() + b'\n')
         none = os.path.join(d, 'nova-compute.log.gz')
@@ -137,13 +138,13 @@ class DiscoverTest(testtools.TestCase):
             f.write(noise * 5000)
         jsonl = os.path.join(d, 'other-tool.jsonl')
         with open(jsonl, 'w') as f:
-            f.write('{"tool": "x"}\n' * (load.SNIFF_BYTES // 10))
+            f.write('{"tool": "x"}\n' * (spanfiles.SNIFF_BYTES // 10))
             f.write(json.dumps(rec()) + '\n')
-        self.assertEqual('spans', load.sniff(late))
-        self.assertEqual('other', load.sniff(none))
+        self.assertEqual('spans', spanfiles.sniff(late))
+        self.assertEqual('other', spanfiles.sniff(none))
         # other names: the first SNIFF_BYTES decide
-        self.assertEqual('other', load.sniff(jsonl))
-        files, problems = load.discover([d])
+        self.assertEqual('other', spanfiles.sniff(jsonl))
+        files, problems = spanfiles.discover([d])
         self.assertEqual([late], files)
         self.assertIn('2 files holding no span record', problems[0])
 
@@ -155,9 +156,9 @@ class DiscoverTest(testtools.TestCase):
         empty = os.path.join(d, 'b.jsonl')
         with open(empty, 'w') as f:
             f.write('\n')
-        self.assertEqual('spans', load.sniff(spans))
-        self.assertEqual('empty', load.sniff(empty))
-        self.assertEqual(([spans, empty], []), load.discover([d]))
+        self.assertEqual('spans', spanfiles.sniff(spans))
+        self.assertEqual('empty', spanfiles.sniff(empty))
+        self.assertEqual(([spans, empty], []), spanfiles.discover([d]))
 
     def test_linked_directories_are_read_once(self):
         d = self.useFixture(fixtures.TempDir()).path
@@ -166,13 +167,13 @@ class DiscoverTest(testtools.TestCase):
             f.write(json.dumps(rec()) + '\n')
         os.symlink(os.path.join(d, 'collected'), os.path.join(d, 'link'))
         os.symlink(d, os.path.join(d, 'collected', 'loop'))
-        files, problems = load.discover([os.path.join(d, 'link')])
+        files, problems = spanfiles.discover([os.path.join(d, 'link')])
         self.assertEqual([os.path.join(d, 'link', 'a.jsonl')], files)
         self.assertEqual([], problems)
 
     def test_no_input_is_a_clear_error(self):
         d = self.useFixture(fixtures.TempDir()).path
-        exc = self.assertRaises(load.InputError, pipeline.analyse, [d])
+        exc = self.assertRaises(spanfiles.InputError, pipeline.analyse, [d])
         self.assertIn('no span files', str(exc))
 
 
@@ -188,7 +189,7 @@ class ValidatorTest(testtools.TestCase):
     ]
 
     def test_agrees_with_schema_validate_twice(self):
-        v = load.Validator()
+        v = codec.Validator()
         for _round in range(2):  # the second round uses the shape cache
             for case in self.CASES:
                 try:
@@ -199,12 +200,12 @@ class ValidatorTest(testtools.TestCase):
                 self.assertEqual(want, v.ok(case), case)
 
     def test_error_kinds(self):
-        self.assertEqual('unknown_version', load.check_error(rec(v=3))[0])
-        self.assertEqual('invalid', load.check_error(rec(ts='x'))[0])
-        self.assertEqual('malformed', load.check_error([1])[0])
-        self.assertEqual('truncated', load.decode_error(b'{"v":1,', True)[0])
+        self.assertEqual('unknown_version', codec.check_error(rec(v=3))[0])
+        self.assertEqual('invalid', codec.check_error(rec(ts='x'))[0])
+        self.assertEqual('malformed', codec.check_error([1])[0])
+        self.assertEqual('truncated', codec.decode_error(b'{"v":1,', True)[0])
         self.assertEqual('malformed',
-                         load.decode_error(b'{"v":1,\n', False)[0])
+                         codec.decode_error(b'{"v":1,\n', False)[0])
 
 
 class ReadTest(testtools.TestCase):
@@ -233,7 +234,7 @@ class RecordDecoderTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        if load.msgspec is None:
+        if codec.msgspec is None:
             self.skipTest('msgspec is not installed')
 
     def lines(self):
@@ -272,8 +273,8 @@ class RecordDecoderTest(testtools.TestCase):
         return out
 
     def test_fast_and_reference_paths_agree(self):
-        fast = load.RecordDecoder()
-        ref = load.RecordDecoder(fast=False)
+        fast = codec.RecordDecoder()
+        ref = codec.RecordDecoder(fast=False)
         accepted = 0
         for _round in range(2):
             for raw in self.lines():
@@ -294,7 +295,7 @@ class RecordDecoderTest(testtools.TestCase):
 
     def test_fast_path_is_used(self):
         line = json.dumps(rec()).encode()
-        self.assertIsInstance(load.RecordDecoder().decode(line),
-                              load.Record)
-        self.assertIsInstance(load.RecordDecoder(fast=False).decode(line),
-                              load.SlowRecord)
+        self.assertIsInstance(codec.RecordDecoder().decode(line),
+                              codec.Record)
+        self.assertIsInstance(codec.RecordDecoder(fast=False).decode(line),
+                              codec.SlowRecord)

@@ -14,16 +14,15 @@ nova-conductor: the conductor's work for the run's RPC calls, recorded
 under the request id of nova's admin context, is charged to the run
 (span files of two processes)."""
 
+import functools
 import json
 import os
-
-import functools
 
 import fixtures
 import testtools
 
-from instrument.analysis import pipeline
 from instrument import schema
+from instrument.analysis import pipeline
 
 T0 = 1_700_000_000_000_000
 MS = 1000

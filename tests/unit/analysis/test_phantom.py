@@ -26,8 +26,8 @@ import zlib
 
 import testtools
 
-from instrument.analysis import clockpass
 from instrument.analysis import pipeline
+from instrument.analysis.ingest import clockpass
 from tests.unit.analysis import test_fidelity as fidelity
 
 T0 = 1_700_000_000_000_000
@@ -171,7 +171,7 @@ class AliasTest(testtools.TestCase):
                  ('h', 'api.request', 1, 'X', 's3', None, 'D', 5)]
         m.add('f', spans, None)
         self.assertEqual({'A': 'B'}, m.aliases_of())
-        self.assertEqual({}, m.api_begun)
+        self.assertEqual({}, dict(m.rejoin.begun))
 
     def test_lines_read_by_pass_one(self):
         lines = [json.dumps(r, separators=(',', ':')).encode()

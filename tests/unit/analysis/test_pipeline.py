@@ -13,11 +13,14 @@
 
 import json
 import os
+import zlib
 
 import fixtures
 import testtools
 
 from instrument.analysis import pipeline
+from instrument.analysis.ingest import clockpass
+from instrument.analysis.ingest import reader
 
 
 def _line(**kw):
@@ -57,3 +60,59 @@ class PartitionTest(testtools.TestCase):
                           for r in rep['requests'])
         self.assertEqual(rows(one), rows(two))
         self.assertEqual([500] * 60, [r[1] for r in rows(two)])
+
+
+class LinePartsTest(testtools.TestCase):
+    """Pass 1 notes each line's partition; pass 2's workers skip the
+    others' lines by it."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.path = os.path.join(self.dir, 'api.jsonl')
+        seq = 0
+        with open(self.path, 'w') as f:
+            f.write(_line(ph='M', ev='process.start', seq=0, span=None,
+                          dur_us=None, st=None))
+            f.write('not a record\n')
+            for n in range(40):
+                sid = '%016x' % (n + 1)
+                seq += 1
+                f.write(_line(seq=seq, ts=1_700_000_000_000_000 +
+                              n * 1000, span=sid, req='req-%d' % n,
+                              dur_us=500, attrs={'status': 200}))
+
+    def test_hashes_are_the_readers(self):
+        with open(self.path, 'rb') as f:
+            lines = f.readlines()
+        got = list(clockpass.request_hashes(lines))
+        self.assertEqual([clockpass.NO_REQ] * 2, got[:2])
+        self.assertEqual([zlib.crc32(b'req-%d' % n) for n in range(40)],
+                         got[2:])
+        parts = pipeline.line_parts({0: clockpass.request_hashes(lines)},
+                                    2, {'req-3': 'req-4'})[0]
+        self.assertEqual(reader.UNDECIDED, parts[0])
+        # an id read under another: the reader looks at it
+        self.assertEqual(reader.UNDECIDED, parts[5])
+        self.assertEqual(zlib.crc32(b'req-7') % 2, parts[9])
+
+    def _reqs(self, part, parts_of_lines):
+        opts = pipeline.Options()
+        out = pipeline.run_part([self.path], {}, {}, part, 2, opts,
+                                parts_of_lines=parts_of_lines)
+        return sorted(s.req for s in out.summaries)
+
+    def test_workers_read_their_lines_by_pass_1s_partitions(self):
+        clock = pipeline.clock_pass([self.path], pipeline.Options(),
+                                    jobs=2)[0]
+        parts = pipeline.line_parts(clock.line_hashes, 2, {})
+        self.assertEqual(42, len(parts[0]))
+        for part in (0, 1):
+            self.assertEqual(self._reqs(part, {}),
+                             self._reqs(part, parts))
+        # every line put in partition 1: worker 0 skips them unread
+        ones = {0: bytes([reader.UNDECIDED] * 2 + [1] * 40)}
+        self.assertEqual([], self._reqs(0, ones))
+        self.assertEqual(['req-%d' % n for n in range(40)],
+                         sorted(self._reqs(1, ones),
+                                key=lambda r: int(r[4:])))

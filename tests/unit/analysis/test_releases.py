@@ -23,8 +23,8 @@ import fixtures
 import testtools
 
 from instrument.analysis import pipeline
-from instrument.analysis import releases
-from instrument.analysis import report_text
+from instrument.analysis.render import text as report_text
+from instrument.analysis.sections import releases
 from tests import synthetic
 
 NOVA_34 = {'nova': '34.0.0', 'oslo.messaging': '18.3.1',

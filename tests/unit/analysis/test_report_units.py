@@ -20,10 +20,12 @@ import tempfile
 import fixtures
 import testtools
 
-from instrument.analysis import breakdown
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
+from instrument.analysis.model import breakdown
+from instrument.analysis.render import fmt
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
+from instrument.analysis.sections import timelines
 from tests import synthetic
 
 GOOD = ('success', 'rescheduled_success')
@@ -70,7 +72,7 @@ class ReportUnitsTest(testtools.TestCase):
     def test_timelines_draw_the_slowest_boots_by_latency(self):
         kept = sorted((t for t in self.report['timelines']
                        if t['kind'] == 'boot' and t['state'] in GOOD and
-                       not t['lost_ends']),
+                       not t['lost_ends'] and not t.get('loss')),
                       key=lambda t: -t['latency_us'])
         # the data: the first rescheduled boot in list order is not the
         # slowest, and the slowest is a rescheduled one
@@ -92,7 +94,7 @@ class ReportUnitsTest(testtools.TestCase):
         self.assertEqual({'rescheduled_success'},
                          {t['state'] for t in kept[:4]})
         first = [t for t in kept if t['state'] == 'success'][0]
-        self.assertIn((report_html.FIRST_ATTEMPT, first['req']), drawn)
+        self.assertIn((timelines.FIRST_ATTEMPT, first['req']), drawn)
         (heading,) = re.findall(r'<h2>Timelines[^<]*</h2>', self.page)
         self.assertEqual('<h2>Timelines of the 4 slowest successful boots, '
                          'the slowest first-attempt success and of one '
@@ -108,11 +110,12 @@ class ReportUnitsTest(testtools.TestCase):
     def test_slowest_first_attempt_success_is_kept_and_drawn(self):
         # fewer kept per operation than there are slower reschedules
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.pipeline.KEEP_SLOWEST', 3))
+            'instrument.analysis.sections.timelines.KEEP_SLOWEST', 3))
         report = pipeline.analyse([self.dir], pipeline.Options(jobs=1))
         rows = _boot_rows(report)
         best = max((r for r in rows if r['state'] == 'success' and
-                    not r['lost_ends']), key=lambda r: r['latency_us'])
+                    not r['lost_ends'] and not r.get('loss')),
+                   key=lambda r: r['latency_us'])
         slower = [r for r in rows if r['state'] == 'rescheduled_success'
                   and r['latency_us'] > best['latency_us']]
         self.assertGreaterEqual(len(slower), 3)
@@ -120,9 +123,9 @@ class ReportUnitsTest(testtools.TestCase):
         self.assertIn(best['req'], [req for _l, req in self._drawn(
             report_html.render(report))])
         # drawn on its own when the slowest are all rescheduled
-        picked = report_html._pick_timelines(report['timelines'],
+        picked = timelines.pick(report['timelines'],
                                              slowest=2)
-        self.assertIn((report_html.FIRST_ATTEMPT, best['req']),
+        self.assertIn((timelines.FIRST_ATTEMPT, best['req']),
                       [(label, t['req']) for label, t in picked])
 
     # -- 2. the other row ----------------------------------------------
@@ -135,24 +138,24 @@ class ReportUnitsTest(testtools.TestCase):
                            'what it reached)')
         (row,) = [line.split() for line in section.splitlines()
                   if line.startswith('other ')]
-        self.assertEqual([report_text.fmt_us(lat['median']) + '*',
-                          report_text.fmt_us(lat['p95']) + '*'], row[5:7])
+        self.assertEqual([fmt.fmt_us(lat['median']) + '*',
+                          fmt.fmt_us(lat['p95']) + '*'], row[5:7])
         self.assertIn('* of every request (other: no success state)',
                       section)
         self.assertIn('<td class="">%s*</td><td class="">%s*</td>' % (
-            report_text.fmt_us(lat['median']),
-            report_text.fmt_us(lat['p95'])), self.page)
+            fmt.fmt_us(lat['median']),
+            fmt.fmt_us(lat['p95'])), self.page)
         # boot's row: its successful requests, unmarked
         (boot,) = [line.split() for line in section.splitlines()
                    if line.startswith('boot ')]
-        self.assertEqual(report_text.fmt_us(
+        self.assertEqual(fmt.fmt_us(
             self.report['summary']['latency']['median']), boot[5])
 
     # -- 3. lines per process and per host aggregated ------------------
 
     def test_processes_without_an_end_are_a_few_examples(self):
         unended = self.report['load']['unended']
-        n = report_text.EXAMPLES
+        n = fmt.EXAMPLES
         self.assertGreater(len(unended), n + 2)
         section = _section(self.text, 'Input problems')
         self.assertEqual(1, section.count('no end record'))
@@ -174,7 +177,7 @@ class ReportUnitsTest(testtools.TestCase):
                    if i['state'] == 'incomplete' and i['stopped']]
         groups = {(s['ev'], bool(s['open'])) for s in stopped}
         hosts = {s['host'] for s in stopped}
-        self.assertGreater(len(hosts), report_text.EXAMPLES)
+        self.assertGreater(len(hosts), fmt.EXAMPLES)
         section = _section(self.text, 'Requests')
         lines = section[section.index('incomplete instances stopped at:'):]
         lines = [line for line in lines.splitlines()[1:]
@@ -187,7 +190,7 @@ class ReportUnitsTest(testtools.TestCase):
             self.assertIn(' %d instances on %d hosts (' % (
                 len(stopped), len(hosts)), lines[0])
             self.assertIn(' and %d more)' % (
-                len(hosts) - report_text.EXAMPLES), lines[0])
+                len(hosts) - fmt.EXAMPLES), lines[0])
 
     # -- 4. units and denominators -------------------------------------
 
@@ -203,9 +206,9 @@ class ReportUnitsTest(testtools.TestCase):
         rates = ('success rate %s of %d instances; reschedule rate %s of '
                  '%d instances that reached a compute; DB retries in %s '
                  'of %d boot requests' % (
-                     report_text.fmt_pct(s['success_rate']), len(insts),
-                     report_text.fmt_pct(s['reschedule_rate']), len(built),
-                     report_text.fmt_pct(s['db_retry_rate']), len(rows)))
+                     fmt.fmt_pct(s['success_rate']), len(insts),
+                     fmt.fmt_pct(s['reschedule_rate']), len(built),
+                     fmt.fmt_pct(s['db_retry_rate']), len(rows)))
         self.assertIn('\n' + rates + '\n', self.text)
         self.assertIn('Success' + rates[len('success'):], self.page)
         good = [r for r in rows if r['state'] in GOOD]
@@ -213,8 +216,32 @@ class ReportUnitsTest(testtools.TestCase):
                       'boot requests/s)' % (
                           len(rows) / s['duration_s'],
                           len(good) / s['duration_s']), self.text)
-        known = [r for r in good if not r['lost_ends']]
+        # (a request a loss may have touched is not timed either)
+        known = [r for r in good if not r['lost_ends'] and
+                 not r.get('loss')]
         self.assertIn('; times of %d successful boot requests\n' %
                       len(known), self.text)
         self.assertNotIn('successful/s', self.text)
         self.assertNotIn('successful boots\n', self.text)
+
+
+class ClipDistinctTest(testtools.TestCase):
+    """Messages cut for a table stay told apart (issue 32, item 7)."""
+
+    def test_messages_that_differ_at_the_end_are_not_cut_alike(self):
+        base = ('(pymysql.err.IntegrityError) (1062, "Duplicate entry '
+                '<n> for key ')
+        a, b = base + "'uniq_instances0uuid'\")", base + "'PRIMARY'\")"
+        short = 'Instance <uuid> could not be found.'
+        out = fmt.clip_distinct([a, b, short], 70)
+        self.assertEqual([a, b, short], out)
+        # each alone is cut at 70
+        self.assertEqual(fmt.clip_words(a, 70),
+                         fmt.clip_distinct([a], 70)[0])
+        self.assertLessEqual(len(fmt.clip_distinct([a], 70)[0]), 70)
+
+    def test_unrelated_long_messages_are_cut(self):
+        a = 'x ' * 60
+        b = 'y ' * 60
+        self.assertEqual([fmt.clip_words(a, 70), fmt.clip_words(b, 70)],
+                         fmt.clip_distinct([a, b], 70))

@@ -13,13 +13,14 @@
 
 import json
 import os
+import re
 
 import fixtures
 import testtools
 
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
 
 T0 = 1_700_000_000_000_000
 MS = 1000
@@ -42,12 +43,13 @@ class Writer:
         return rec.get('span')
 
     def span(self, ev, start, dur, parent=None, req=None, st='ok',
-             err=None, attrs=None) -> str:
+             err=None, attrs=None, inst=None) -> str:
         self.spans += 1
         sid = '%08x%08x' % (self.base['pid'], self.spans)
+        more = {'inst': inst} if inst else {}
         return self.rec(ph='X', ts=T0 + start, dur_us=dur, ev=ev, span=sid,
                         parent=parent, req=req, st=st, err=err,
-                        attrs=attrs)
+                        attrs=attrs, **more)
 
     def sample(self, at, user, system, rss_kb, pools=None) -> None:
         self.rec(ph='C', ts=T0 + at, ev='process.sample', attrs={
@@ -98,6 +100,11 @@ class ServicesReportTest(testtools.TestCase):
                          attrs=_ksa('network', 'POST', '/v2.0/ports',
                                     status=None, attempts=3,
                                     failure='read_timeout'))
+            else:
+                # cinder, by the alias type nova's cinder client uses
+                api.span('ksa.request', at + 40 * MS, 10 * MS,
+                         parent=create, req=req,
+                         attrs=_ksa('volumev3', 'GET', '/volumes/{id}'))
         # req-2's build on cmp1, while a periodic task runs there
         cmp_.span('compute.build', 220 * MS, 60 * MS, req='req-2')
         cmp_.span('periodic.task', 210 * MS, 30 * MS, attrs={
@@ -175,3 +182,103 @@ class ServicesReportTest(testtools.TestCase):
         self.assertIn('<h2>Services called</h2>', page)
         self.assertIn('<h2>Resources over time</h2>', page)
         self.assertIn('<polyline', page)
+
+    def test_service_types_by_readable_name(self):
+        # issue 32: the JSON keeps the type recorded, the text and HTML
+        # tables name the service and its project
+        kind = self.report['requests'][0]['kind']
+        services = {(r['operation'], r['service'])
+                    for r in self.report['services']}
+        self.assertIn((kind, 'volumev3'), services)
+        self.assertIn((kind, 'network'), services)
+        text = report_text.render(self.report)
+        section = text.split('Services called')[1].split('\n\n')[0]
+        self.assertIn('block-storage (cinder)', section)
+        self.assertIn('network (neutron)', section)
+        self.assertIn('identity (keystone)', section)
+        self.assertNotIn('volumev3', section)
+        page = report_html.render(self.report)
+        section = page.split('<h2>Services called</h2>')[1].split(
+            '</table>')[0]
+        self.assertIn('<td class="l" title="service type volumev3">'
+                      'block-storage (cinder)</td>', section)
+        self.assertIn('>network (neutron)</td>', section)
+        self.assertIn('>placement</td>', section)
+
+    def test_every_resource_chart_has_its_axes(self):
+        # issue 32, item 8: a y axis with ticks and a unit, a hover value
+        page = report_html.render(self.report)
+        section = page.split('<h2>Resources over time</h2>')[1]
+        section = section.split('<table')[0]
+        svgs = re.findall(r'<svg .*?</svg>', section, re.S)
+        # requests: in flight, latency; per service: CPU, RSS
+        self.assertEqual(2 + 2 * len(self.report['resources']['services']),
+                         len(svgs))
+        titles = []
+        for svg in svgs:
+            # (an all-zero series: 0 and 1)
+            self.assertGreaterEqual(svg.count('class="ytick"'), 2)
+            self.assertGreaterEqual(svg.count('class="xtick"'), 3)
+            titles += re.findall(r'class="ytitle"[^>]*>([^<]+)<', svg)
+            self.assertIn('<circle class="hover"', svg)
+        self.assertIn('CPU (% of one core)', titles)
+        self.assertIn('RSS (MB)', titles)
+        self.assertIn('<title>ComputeManager.update_available_resource '
+                      '(periodic task on cmp1)', section)
+
+
+class ServiceComponentsTest(testtools.TestCase):
+    """A call to another service is the component of its service type
+    (issue 32, item 7): the scheduler's placement call is
+    ``service.placement`` beside ``scheduler.placement``, not hidden
+    under ``service``."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        sch = Writer(os.path.join(self.dir, 'sch.jsonl'), 'ctl',
+                     'scheduler', 33)
+        for n, req in enumerate(('req-1', 'req-2')):
+            at = n * 200 * MS
+            inst = ['0000000%d-0000-0000-0000-000000000000' % n]
+            root = sch.span('api.request', at, 100 * MS, req=req,
+                            attrs={'method': 'POST', 'route': '/servers',
+                                   'status': 202})
+            create = sch.span('api.compute.create', at + 1 * MS, 95 * MS,
+                              parent=root, req=req, inst=inst)
+            cand = sch.span('scheduler.placement.candidates', at + 5 * MS,
+                            40 * MS, parent=create, req=req)
+            # 30 of its 40 ms: the HTTP call to placement
+            sch.span('ksa.request', at + 10 * MS, 30 * MS, parent=cand,
+                     req=req, attrs=_ksa('placement', 'GET',
+                                         '/allocation_candidates'))
+            sch.span('ksa.request', at + 50 * MS, 10 * MS, parent=create,
+                     req=req, attrs=_ksa('volumev3', 'GET', '/volumes'))
+            # a call whose service type was not recorded
+            sch.span('ksa.request', at + 70 * MS, 5 * MS, parent=create,
+                     req=req, attrs={'method': 'GET', 'route': '/x'})
+            sch.span('compute.build', at + 80 * MS, 10 * MS,
+                     parent=create, req=req, inst=inst,
+                     attrs={'outcome': 'active'})
+        sch.f.close()
+        self.report = pipeline.analyse([self.dir], pipeline.Options())
+
+    def test_components_by_service_type(self):
+        for row in self.report['requests']:
+            comp = row['components_us']
+            self.assertEqual(30 * MS, comp['service.placement'])
+            self.assertEqual(10 * MS, comp['scheduler.placement'])
+            self.assertEqual(10 * MS, comp['service.block-storage'])
+            self.assertEqual(5 * MS, comp['service'])
+        self.assertEqual({'success': 2}, {
+            k: v for k, v in self.report['summary']['states'].items() if v})
+        order = self.report['summary']['component_order']
+        for name in ('service', 'service.placement',
+                     'service.block-storage', 'scheduler.placement'):
+            self.assertIn(name, order)
+
+    def test_shown_and_defined(self):
+        text = report_text.render(self.report)
+        page = report_html.render(self.report)
+        self.assertIn('  service.placement: HTTP calls to placement', text)
+        self.assertIn('service.placement', page)

@@ -13,8 +13,8 @@
 
 import testtools
 
-from instrument.analysis import report_text
-from instrument.analysis import sqldigest
+from instrument.analysis.model import sqldigest
+from instrument.analysis.sections import sql
 from tests import synthetic
 
 
@@ -98,14 +98,6 @@ class DigestTest(testtools.TestCase):
         self.assertEqual({'a': 50, 'b': 5}, rows)
         self.assertEqual(55, d.filtered)
 
-    def test_parse_time(self):
-        self.assertEqual(1_700_000_000_000_000,
-                         sqldigest.parse_time('1700000000'))
-        self.assertEqual(1_700_000_000_000_000, sqldigest.parse_time(
-            '2023-11-14T22:13:20+00:00'))
-        self.assertEqual(600_000_005, sqldigest.parse_time('+10m', 5))
-        self.assertRaises(ValueError, sqldigest.parse_time, 'soon')
-
     def test_query_id_is_md5_of_fingerprint(self):
         self.assertEqual('d41d8cd98f00b204e9800998ecf8427e',
                          synthetic.fingerprint_id(''))
@@ -138,7 +130,7 @@ class KindTest(testtools.TestCase):
                          rows['fpR']['kinds'])
         self.assertEqual({'CONNECT': 1}, rows['fpN']['kinds'])
         self.assertIn('# kinds POOL_RESET 15, ROLLBACK 3',
-                      report_text.class_block(rows['fpR'], 'fingerprint'))
+                      sql.class_block(rows['fpR'], 'fingerprint'))
 
     def test_group_by_kind(self):
         rows = {r['id']: r for r in
@@ -154,7 +146,7 @@ class RowsTest(testtools.TestCase):
 
     def block(self, d, fp):
         row = [r for r in d.profile(limit=0)['rows'] if r['id'] == fp][0]
-        rows_line = [line for line in report_text.class_block(
+        rows_line = [line for line in sql.class_block(
             row, 'fingerprint') if line.startswith('# Rows')]
         return row, rows_line[0]
 
@@ -195,6 +187,27 @@ class RowsTest(testtools.TestCase):
                                 'max_us': 90, 'rows': 7, 'hist': []})
         self.assertIsNone(self.block(d, 'fpA')[0]['rows'])
         self.assertEqual(7, self.block(d, 'fpB')[0]['rows'])
+
+    def test_aggregates_say_how_many_had_a_row_count(self):
+        # Issue 27 item 12: rows_known tells a 0-row class from one
+        # without row counts
+        d = sqldigest.SqlDigest()
+        base = {'db': 'nova', 'count': 10, 'sum_us': 500, 'min_us': 10,
+                'max_us': 90, 'hist': []}
+        d.add_agg(3000, 'api', dict(base, fp='fpZ', kind='UPDATE', rows=0,
+                                    rows_known=10))
+        d.add_agg(3000, 'api', dict(base, fp='fpN', kind='SELECT', rows=0,
+                                    rows_known=0))
+        d.add_agg(3000, 'api', dict(base, fp='fpP', kind='SELECT', rows=4,
+                                    rows_known=6))
+        row, line = self.block(d, 'fpZ')
+        self.assertEqual((0, 0), (row['rows'], row['rows_unknown']))
+        self.assertEqual('# Rows                   0', line)
+        row, line = self.block(d, 'fpN')
+        self.assertEqual((None, 10), (row['rows'], row['rows_unknown']))
+        self.assertEqual('# Rows             unknown', line)
+        row, line = self.block(d, 'fpP')
+        self.assertEqual((4, 4), (row['rows'], row['rows_unknown']))
 
     def test_merge_group_and_order_by_rows(self):
         a = sqldigest.SqlDigest()

@@ -24,12 +24,12 @@ import tempfile
 
 import testtools
 
-from instrument.analysis import breakdown
 from instrument.analysis import compare
-from instrument.analysis import opstats
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
+from instrument.analysis.model import breakdown
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
+from instrument.analysis.sections import operations as opstats
 from tests import synthetic
 
 

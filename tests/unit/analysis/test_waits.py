@@ -18,11 +18,12 @@ import os
 import fixtures
 import testtools
 
-from instrument.analysis import breakdown
 from instrument.analysis import pipeline
-from instrument.analysis import report_html
-from instrument.analysis import report_text
-from instrument.analysis import waits
+from instrument.analysis.model import durations
+from instrument.analysis.model import waits as request_waits
+from instrument.analysis.render import html as report_html
+from instrument.analysis.render import text as report_text
+from instrument.analysis.sections import waits
 
 T0 = 1_700_000_000_000_000
 MS = 1000
@@ -164,15 +165,16 @@ class WaitsReportTest(testtools.TestCase):
         self.assertIn('<h3>Work vs wait</h3>', page)
 
     def test_instance_locks_are_one_row(self):
-        self.assertEqual('{uuid}', waits.wait_name('lock', {
+        self.assertEqual('{uuid}', request_waits.wait_name('lock', {
             'lock': '0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'}))
-        self.assertEqual('refresh_cache-{uuid}', waits.wait_name('lock', {
-            'lock': 'refresh_cache-0B6C3A52-3F8F-4BD9-8A53-9D3A8BBF1A77'}))
-        self.assertEqual('compute_resources', waits.wait_name(
+        self.assertEqual('refresh_cache-{uuid}', request_waits.wait_name(
+            'lock', {'lock': 'refresh_cache-0B6C3A52-3F8F-4BD9-8A53-'
+                             '9D3A8BBF1A77'}))
+        self.assertEqual('compute_resources', request_waits.wait_name(
             'lock', {'lock': 'compute_resources'}))
-        self.assertEqual('nova_cell1', waits.wait_name(
+        self.assertEqual('nova_cell1', request_waits.wait_name(
             'db_pool', {'db': 'nova_cell1'}))
-        self.assertEqual('?', waits.wait_name('lock', {}))
+        self.assertEqual('?', request_waits.wait_name('lock', {}))
 
     def test_no_waits_no_section(self):
         self.assertEqual([], waits.text_lines({'top': [],
@@ -191,20 +193,64 @@ class PercentileTest(testtools.TestCase):
             req = None
             host = 'h'
             svc = 'compute'
-        for us in range(1, waits.EXACT_MAX + 2001):
+        for us in range(1, durations.EXACT_MAX + 2001):
             rec = Rec()
             rec.dur_us = us
             rec.attrs = {'lock': 'x'}
             table.add(rec, 0)
         [row] = table.top()
         self.assertFalse(row['exact'])
-        n = waits.EXACT_MAX + 2000
+        n = durations.EXACT_MAX + 2000
         self.assertLess(abs(row['p50_us'] - n / 2) / (n / 2), 0.05)
         self.assertLess(abs(row['p95_us'] - n * 0.95) / (n * 0.95), 0.05)
 
-    def test_span_positions_are_breakdowns(self):
-        self.assertEqual((breakdown.S_EV, breakdown.S_SVC,
-                          breakdown.S_DUR, breakdown.S_PARENT,
-                          breakdown.S_ATTRS),
-                         (waits.S_EV, waits.S_SVC, waits.S_DUR,
-                          waits.S_PARENT, waits.S_ATTRS))
+
+class SetupCaveatTest(testtools.TestCase):
+    """Issue 32, item 6: a run whose computes share one process (one
+    process-wide ``compute_resources``) or ran their periodic tasks
+    more often than nova does says so beside its lock figures, from
+    its start record; a deployment's report says nothing."""
+
+    def _report(self, setup):
+        from instrument.runtime import process
+        from instrument.runtime import record
+        d = self.useFixture(fixtures.TempDir()).path
+        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.process.SETUP',
+                                             setup))
+        ident = process.ProcessIdentity.create('instrument-demo', 'demo')
+        start = record.to_dict(ident.start_record({'mode': 'threads'}),
+                               0, 9)
+        start['ts'] = T0 - 1000
+        start = json.dumps(start)
+        log = _Log()
+        b = log.add('compute.build_and_run_instance', 0, 130 * MS, 'req-b')
+        cb = log.add('compute.claim', 0, 105 * MS, 'req-b', b)
+        log.add('lock.wait', 0, 100 * MS, 'req-b', cb,
+                _lock('compute_resources', 5 * MS))
+        log.lines.insert(0, start)
+        log.write(os.path.join(d, 'demo.jsonl'))
+        return pipeline.analyse([d], pipeline.Options(jobs=1))
+
+    def test_demo_setup_is_said_beside_the_lock_figures(self):
+        report = self._report({'computes': 3, 'periodic_interval_s': 5.0})
+        [proc] = report['processes']
+        self.assertEqual({'computes': 3, 'periodic_interval_s': 5.0},
+                         proc['setup'])
+        text = report_text.render(report)
+        waits_part = text[text.index('Waits: locks'):]
+        self.assertIn('3 compute services ran in one process', waits_part)
+        self.assertIn('ran every 5s, not at nova\'s intervals',
+                      waits_part)
+        page = report_html.render(report)
+        self.assertIn('3 compute services ran in one process', page)
+
+    def test_nova_intervals_say_only_the_shared_process(self):
+        report = self._report({'computes': 2})
+        text = report_text.render(report)
+        self.assertIn('2 compute services ran in one process', text)
+        self.assertNotIn('not at nova\'s intervals', text)
+
+    def test_deployment_has_no_caveat(self):
+        report = self._report({})
+        self.assertNotIn('setup', report['processes'][0])
+        self.assertNotIn('caveat', report_text.render(report))

@@ -17,13 +17,21 @@ import os
 import fixtures
 import testtools
 
-from instrument.analysis import load
 from instrument.analysis import pipeline
-from instrument.analysis import window
+from instrument.analysis.ingest import spanfiles
+from instrument.analysis.ingest import window
 from tests import synthetic
 
 
 class OptionsTest(testtools.TestCase):
+
+    def test_parse_time(self):
+        self.assertEqual(1_700_000_000_000_000,
+                         window.parse_time('1700000000'))
+        self.assertEqual(1_700_000_000_000_000, window.parse_time(
+            '2023-11-14T22:13:20+00:00'))
+        self.assertEqual(600_000_005, window.parse_time('+10m', 5))
+        self.assertRaises(ValueError, window.parse_time, 'soon')
 
     def test_empty_windows_are_refused_before_reading(self):
         for since, until in (('2024-01-02', '2024-01-01'),
@@ -115,7 +123,7 @@ class ReportWindowTest(testtools.TestCase):
                          self.full['window'])
 
     def test_an_empty_window_once_placed_is_an_input_error(self):
-        exc = self.assertRaises(load.InputError, pipeline.analyse,
+        exc = self.assertRaises(spanfiles.InputError, pipeline.analyse,
                                 [self.dir], pipeline.Options(
                                     since='+1h', until='1'))
         self.assertIn('window is empty', str(exc))

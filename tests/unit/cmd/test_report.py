@@ -19,7 +19,7 @@ import unittest
 import fixtures
 import testtools
 
-from instrument.analysis import report_text
+from instrument.analysis.render import fmt
 from instrument.cmd import report
 from tests import synthetic
 
@@ -194,7 +194,7 @@ class CommandTest(testtools.TestCase):
     def test_every_output_that_can_be_written_is(self):
         # /dev/full passes the check (a writable device) and then fails
         # the write: the HTML report is written all the same
-        run = self.run_a()
+        run = self.run_a(buffer_drops=0)
         html = os.path.join(self.dir, 'r.html')
         self.fails([run, '-q', '--no-progress', '--json', '/dev/full',
                     '--html', html], 'cannot write /dev/full: ')
@@ -241,7 +241,7 @@ class CommandTest(testtools.TestCase):
         self.assertIn('Mann-Whitney', self.stdout.getvalue())
 
     def test_an_empty_window_is_written_with_a_warning(self):
-        run = self.run_a()
+        run = self.run_a(buffer_drops=0)
         full = os.path.join(self.dir, 'full.json')
         self.assertEqual(0, report.main([run, '-q', '--no-progress',
                                          '--json', full]))
@@ -261,9 +261,9 @@ class CommandTest(testtools.TestCase):
             'instrument-report: warning: no request started in the '
             'window '), lines[0])
         self.assertIn('nor any SQL statement', lines[0])
-        fmt = report_text.fmt_time
+        when = fmt.fmt_time
         self.assertIn('the input spans %s .. %s' % (
-            fmt(inputs['first_us']), fmt(inputs['last_us'])), lines[0])
+            when(inputs['first_us']), when(inputs['last_us'])), lines[0])
         with open(part) as f:
             empty = json.load(f)
         self.assertEqual([], empty['requests'])
@@ -274,3 +274,73 @@ class CommandTest(testtools.TestCase):
         self.assertEqual(0, report.main([run, '-q', '--no-progress',
                                          '--since', '+10s']))
         self.assertEqual('', self.stderr.getvalue())
+
+
+FIDELITY = os.path.join(os.path.dirname(__file__), '..', '..', 'data',
+                        'fidelity', 'demo-threads.jsonl.gz')
+
+
+class SmallerTest(testtools.TestCase):
+    """Issue 32, item 9: the command's help, ``--since +N``, the errors
+    of a binary input and the order of bad lines."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.stdout = self.useFixture(
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+        self.stderr = self.useFixture(
+            fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
+
+    def test_help_names_every_subcommand(self):
+        text = ' '.join(report.build_parser().format_help().split())
+        self.assertIn('instrument-report compare RUN_A RUN_B', text)
+        self.assertIn('instrument-report export --parquet DIR', text)
+
+    def requests(self, *args) -> list:
+        out = os.path.join(self.dir, 'r.json')
+        report.main([FIDELITY, '-q', '--no-progress', '--json', out] +
+                    list(args))
+        with open(out) as f:
+            return json.load(f)['requests']
+
+    def test_since_plus_zero_counts_from_the_first_request(self):
+        every = self.requests()
+        # a request of the demo starts before the first RPC span: the
+        # api's own work comes first
+        self.assertEqual(sorted(r['req'] for r in every),
+                         sorted(r['req'] for r in self.requests(
+                             '--since', '+0s')))
+        first = min(r['start_us'] for r in every)
+        late = [r for r in every if r['start_us'] >= first + 2_000_000]
+        self.assertEqual(sorted(r['req'] for r in late),
+                         sorted(r['req'] for r in self.requests(
+                             '--since', '+2s')))
+
+    def test_a_binary_input_is_named_in_a_short_line(self):
+        path = os.path.join(self.dir, 'image.jsonl')
+        with open(path, 'wb') as f:
+            f.write(bytes(b for b in range(256) if b != 10) * 3 + b'\n')
+        exc = self.assertRaises(SystemExit, report.main,
+                                [path, '--no-progress'])
+        self.assertEqual(2, exc.code)
+        line = self.stderr.getvalue().strip()
+        self.assertIn('image.jsonl:1: not a span record: binary data, '
+                      '765 bytes: ', line)
+        self.assertLess(len(line), 250, line)
+        self.assertNotIn('\x00', line)
+
+    def test_bad_lines_are_listed_in_their_order(self):
+        run = os.path.join(self.dir, 'run')
+        synthetic.generate(run, seed=2, requests=10)
+        name = sorted(os.listdir(run))[0]
+        with open(os.path.join(run, name), 'a') as f:
+            f.write('{"v":1,"ph":"X","seq":999,"ts":1}\n')   # invalid
+            f.write('{"v":7,"ph":"M"}\n')                   # version
+            f.write('not json at all\n')                     # malformed
+        report.main([run, '--no-progress'])
+        listed = [line.split(': ')[1] for line in
+                  self.stdout.getvalue().splitlines()
+                  if line.startswith('  %s:' % name)]
+        self.assertEqual(['invalid', 'unknown_version', 'malformed'],
+                         listed)

@@ -19,13 +19,13 @@ tests.
 import fixtures
 from oslo_config import cfg
 
-from instrument import buffer as buffer_mod
 from instrument import db as instrument_db
 from instrument import opts
-from instrument import process
-from instrument import recorder as recorder_mod
 from instrument import schema
-from instrument import tracer as tracer_mod
+from instrument.runtime import buffer as buffer_mod
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import tracer as tracer_mod
 from tests.unit import base
 
 

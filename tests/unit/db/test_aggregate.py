@@ -60,10 +60,13 @@ class TestAggregator(testtools.TestCase):
             'fp': 'f1', 'db': 'nova', 'kind': 'SELECT',
             'call': 'scheduler.host_states', 'count': 3, 'errors': 0,
             'sum_us': 555, 'min_us': 5, 'max_us': 500,
-            'sumsq_us': 25 + 2500 + 250000, 'rows': 3,
+            'sumsq_us': 25 + 2500 + 250000, 'rows': 3, 'rows_known': 2,
             'hist': [0, 1, 1, 1, 0, 0, 0, 0, 0], 'interval_s': 10.0,
         }, rec['attrs'])
         self.assertEqual(1, by_call[None]['attrs']['errors'])
+        # 0 rows is a row count: known, and zero
+        self.assertEqual((0, 1), (by_call[None]['attrs']['rows'],
+                                  by_call[None]['attrs']['rows_known']))
         # Nothing more until something is added.
         self.now_us += 30000000
         self.agg.rollover()

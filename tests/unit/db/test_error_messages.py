@@ -19,7 +19,7 @@ them on the real servers.
 
 import testtools
 
-from instrument import tracer
+from instrument.runtime import tracer
 
 
 def _pymysql(cls, code, message, statement='INSERT INTO t VALUES (%s)'):

@@ -16,10 +16,11 @@ import time
 
 import sqlalchemy
 
-from instrument import buffer as buffer_mod
 from instrument import db as instrument_db
-from instrument import process
-from instrument import recorder as recorder_mod
+from instrument.runtime import buffer as buffer_mod
+from instrument.runtime import process
+from instrument.runtime import record
+from instrument.runtime import recorder as recorder_mod
 from tests.unit import base
 
 
@@ -60,4 +61,90 @@ class SqlQueueBoundTest(base.TestCase):
         [dropped] = [r for r in self.sink.records
                      if r['ev'] == 'sql.dropped']
         self.assertEqual(85, dropped['attrs']['count'])
-        self.assertEqual(1, self.logger.output.count('being dropped'))
+        # The writer logs the count, once (rate-limited per cause).
+        self.assertIn('events are being dropped: 85 SQL statements dropped '
+                      '(more than 16 waited for the writer) since the start '
+                      '(85 in all)', self.logger.output)
+        self.buffer.drain()
+        self.assertEqual(2, self.logger.output.count('being dropped'))
+
+
+class SqlDropReportTest(base.TestCase):
+    """``sql.dropped`` reaches the span log whatever the state of the
+    buffer when it is due, and with the final total at close."""
+
+    def setUp(self):
+        super().setUp()
+        self.conf = self.make_conf(buffer_size=16)
+        ident = process.ProcessIdentity.create('nova-conductor', 'h1')
+        self.fail_next = []
+
+        class Sink(base.MemorySink):
+            def write(sink, batch, first_seq, pid):
+                if self.fail_next and any(
+                        rec[record.I_EV] == self.fail_next[0]
+                        for rec in batch):
+                    self.fail_next.pop(0)
+                    raise OSError(28, 'No space left on device')
+                super(Sink, sink).write(batch, first_seq, pid)
+
+        self.sink = Sink()
+        self.buffer = buffer_mod.EventBuffer([self.sink], 16, 3600.0, ident)
+        self.addCleanup(self.buffer.close, 1.0)
+        self.recorder = recorder_mod.Recorder(self.buffer, ident)
+        self.handle = instrument_db.install(self.recorder, self.conf)
+        self.addCleanup(self.handle.remove)
+        self.engine = sqlalchemy.create_engine('sqlite://')
+
+    def run_statements(self, count: int) -> None:
+        with self.engine.connect() as conn:
+            for n in range(count):
+                conn.execute(sqlalchemy.text('SELECT %d' % n))
+
+    def counts(self, ev: str) -> list:
+        return [r['attrs']['count'] for r in self.sink.records
+                if r['ev'] == ev]
+
+    def test_written_while_the_buffer_is_full(self):
+        self.run_statements(100)
+        self.assertEqual(85, self.handle.listeners.dropped)
+        # The buffer is full when the writer turns the statements into
+        # records: the count must not be emitted into it (and lost).
+        for n in range(16):
+            self.recorder.counter('test.event', {'n': n})
+        self.assertEqual(16, self.buffer.pending())
+        self.buffer.drain()
+        self.assertEqual([85], self.counts('sql.dropped'))
+        # The queued statements waited for room instead of being lost.
+        self.assertEqual(0, self.buffer.dropped_full)
+        self.assertEqual(16, len([r for r in self.sink.records
+                                  if r['ev'] == 'sql.query']))
+
+    def test_tried_again_until_a_sink_takes_it(self):
+        self.run_statements(100)
+        self.fail_next.append('sql.dropped')
+        self.buffer.drain()
+        self.assertEqual([], self.counts('sql.dropped'))
+        self.assertEqual([], self.fail_next)
+        self.buffer.drain()
+        self.assertEqual([85], self.counts('sql.dropped'))
+        # not a lost event: the sink's drop count is unchanged
+        self.assertEqual(0, self.sink.dropped)
+        self.buffer.drain()
+        self.assertEqual([85], self.counts('sql.dropped'))
+
+    def test_final_total_written_and_logged_at_close(self):
+        self.run_statements(100)
+        self.buffer.drain()
+        self.assertEqual([85], self.counts('sql.dropped'))
+        self.run_statements(50)
+        self.handle.remove()
+        self.buffer.close()
+        self.assertEqual([85, 85 + 50 - 15], self.counts('sql.dropped'))
+        self.assertEqual('process.end', [
+            r['ev'] for r in self.sink.records if r['ev'] != 'sql.dropped'
+        ][-1])
+        self.assertIn('at close, 120 SQL statements dropped (more than 16 '
+                      'waited for the writer) since the start, 35 of them '
+                      'since the last warning; counted in sql.dropped '
+                      'records\n', self.logger.output + '\n')

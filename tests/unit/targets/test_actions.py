@@ -18,13 +18,15 @@ import os
 import threading
 import types
 
-from instrument import patcher as patcher_mod
-from instrument import points as points_mod
-from instrument import process
-from instrument import record
-from instrument import recorder as recorder_mod
 from instrument import schema
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
+from instrument.runtime import process
+from instrument.runtime import record
+from instrument.runtime import recorder as recorder_mod
 from instrument.targets import nova
+from instrument.targets.nova import cells as nova_cells
+from instrument.targets.nova import threads
 from tests.unit import base
 
 DOC = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'doc',
@@ -55,6 +57,41 @@ def _point(event):
     return point
 
 
+# nova 34's signatures of the targets whose hooks the tests call by
+# position (the hooks read arguments by name, bound to the signature as
+# the wrapper binds them when the point is applied).
+def prep_resize(self, context, image, instance, flavor, request_spec,
+                filter_properties, node, clean_shutdown, migration,
+                host_list):
+    pass
+
+
+def _rollback_live_migration(self, context, instance, dest,
+                             migrate_data=None, migration_status='failed',
+                             source_bdms=None, pre_live_migration=False):
+    pass
+
+
+def api_resize(self, context, instance, flavor_id=None, clean_shutdown=True,
+               host_name=None, auto_disk_config=None):
+    pass
+
+
+def _live_migrate(self, context, instance, scheduler_hint,
+                  block_migration, disk_over_commit, request_spec):
+    pass
+
+
+def get_by_filters(self, ctx, filters, limit, marker, **kwargs):
+    pass
+
+
+def _on_enter(event, signature):
+    """The ``on_enter`` of the point of ``event`` as its wrapper calls
+    it on a target of ``signature``."""
+    return points_mod.bind(_point(event).on_enter, signature)
+
+
 class ActionPointsTest(base.TestCase):
 
     def test_every_event_is_in_the_schema_and_documented(self):
@@ -82,13 +119,76 @@ class ActionPointsTest(base.TestCase):
                    'api.cells.scatter_gather'):
             self.assertIn(ev, events)
 
+    def test_issue_32_operations_have_their_points(self):
+        # cross-cell (snapshot-based) moves, soft delete, restore, force
+        # delete, volumes, a live migration's abort; each at the method
+        # of nova's that nova 29 to 34 have
+        by_event = {p.event: p for p in nova.points()}
+        for name in ('soft_delete', 'restore', 'force_delete',
+                     'attach_volume', 'detach_volume', 'live_migrate_abort'):
+            point = by_event['api.compute.' + name]
+            self.assertEqual(('nova.compute.api', 'API.' + name),
+                             (point.module, point.target))
+        for method in ('prep_snapshot_based_resize_at_dest',
+                       'prep_snapshot_based_resize_at_source',
+                       'finish_snapshot_based_resize_at_dest',
+                       'confirm_snapshot_based_resize_at_source',
+                       'revert_snapshot_based_resize_at_dest',
+                       'finish_revert_snapshot_based_resize_at_source',
+                       'soft_delete_instance', 'restore_instance',
+                       'reserve_block_device_name', 'attach_volume',
+                       'detach_volume', 'live_migration_abort'):
+            point = by_event['compute.' + method]
+            self.assertEqual(('nova.compute.manager',
+                              'ComputeManager.' + method),
+                             (point.module, point.target))
+            self.assertEqual('compute', point.service)
+        [hook] = [p for p in nova.points()
+                  if p.target == 'Resource.get_method']
+        self.assertEqual(points_mod.HOOK, hook.kind)
+        self.assertEqual('nova.api.openstack.wsgi', hook.module)
+
+    def test_cross_cell_steps_have_role_and_migration(self):
+        migration = Versioned(migration_type='resize',
+                              source_compute='cmp-1', dest_compute='cmp-2')
+
+        # nova 34's (and 29's) signatures: prep at the destination
+        # takes the migration fifth, the others third
+        def prep_at_dest(self, ctxt, instance, flavor, nodename, migration,
+                         limits):
+            pass
+
+        def at_source(self, ctxt, instance, migration, snapshot_id=None):
+            pass
+        sides = {'prep_snapshot_based_resize_at_dest':
+                     ('destination', 4, prep_at_dest),
+                 'prep_snapshot_based_resize_at_source':
+                     ('source', 2, at_source),
+                 'finish_snapshot_based_resize_at_dest':
+                     ('destination', 2, at_source),
+                 'confirm_snapshot_based_resize_at_source':
+                     ('source', 2, at_source),
+                 'revert_snapshot_based_resize_at_dest':
+                     ('destination', 2, at_source),
+                 'finish_revert_snapshot_based_resize_at_source':
+                     ('source', 2, at_source)}
+        for method, (role, pos, signature) in sides.items():
+            on_enter = _on_enter('compute.' + method, signature)
+            expected = {'role': role, 'migration_type': 'resize',
+                        'source': 'cmp-1', 'dest': 'cmp-2'}
+            # by keyword (RPC) and by position
+            self.assertEqual(expected, on_enter(
+                None, ('ctxt',), {'migration': migration}), method)
+            self.assertEqual(expected, on_enter(
+                None, (None,) * pos + (migration,), {}), method)
+
     def test_move_steps_have_role_type_and_hosts(self):
         migration = Versioned(migration_type='resize',
                               source_compute='cmp-1', dest_compute='cmp-2')
         # prep_resize(context, image, instance, flavor, request_spec,
         #             filter_properties, node, clean_shutdown, migration,
         #             host_list), by keyword (RPC) and by position
-        prep = _point('compute.prep_resize').on_enter
+        prep = _on_enter('compute.prep_resize', prep_resize)
         expected = {'role': 'destination', 'migration_type': 'resize',
                     'source': 'cmp-1', 'dest': 'cmp-2'}
         self.assertEqual(expected, prep(None, ('ctx',),
@@ -105,7 +205,8 @@ class ActionPointsTest(base.TestCase):
             'migration': migration})['role'])
 
     def test_rollback_says_the_migration_status(self):
-        rollback = _point('compute.rollback_live_migration').on_enter
+        rollback = _on_enter('compute.rollback_live_migration',
+                             _rollback_live_migration)
         self.assertEqual(
             {'role': 'source', 'migration_status': 'failed',
              'dest': 'cmp-2'},
@@ -116,13 +217,13 @@ class ActionPointsTest(base.TestCase):
                      {'migration_status': 'cancelled'})['migration_status'])
 
     def test_api_attrs(self):
-        resize = _point('api.compute.resize').on_enter
+        resize = _on_enter('api.compute.resize', api_resize)
         self.assertEqual({'flavor_id': None, 'dest': None},
                          resize(None, ('ctx', 'inst'), {}))
         self.assertEqual({'flavor_id': '42', 'dest': 'cmp-2'},
                          resize(None, ('ctx', 'inst', '42', True, 'cmp-2'),
                                 {}))
-        live = _point('conductor.live_migrate').on_enter
+        live = _on_enter('conductor.live_migrate', _live_migrate)
         spec = Versioned(requested_destination=Versioned(host='cmp-3'))
         self.assertEqual({'dest': 'cmp-3'}, live(
             None, ('ctx', 'inst', {'host': None}, False, False, spec), {}))
@@ -133,11 +234,11 @@ class ActionPointsTest(base.TestCase):
             None, ('ctx',), {'recreate': True, 'host': 'cmp-5'}))
 
     def test_cell_database_name_never_carries_credentials(self):
-        self.assertEqual('nova_cell1', nova._database_of(
+        self.assertEqual('nova_cell1', nova_cells.database_of(
             'mysql+pymysql://nova:s3cret@db1/nova_cell1?charset=utf8'))
-        self.assertEqual('nova_cell2', nova._database_of(
+        self.assertEqual('nova_cell2', nova_cells.database_of(
             'sqlite:////var/lib/nova/nova_cell2'))
-        self.assertIsNone(nova._database_of('not a url'))
+        self.assertIsNone(nova_cells.database_of('not a url'))
 
 
 class CellQueryTest(base.TestCase):
@@ -147,10 +248,10 @@ class CellQueryTest(base.TestCase):
         self.buffer = base.ListBuffer()
         self.recorder = recorder_mod.Recorder(
             self.buffer, process.ProcessIdentity.create('nova-api', 'ctl-1'))
-        self.carry = nova._carry_span_of(
+        self.carry = threads.carry_span_of(
             types.SimpleNamespace(recorder=self.recorder))
-        nova._CELLS.clear()
-        self.addCleanup(nova._CELLS.clear)
+        nova_cells.CELLS.clear()
+        self.addCleanup(nova_cells.CELLS.clear)
 
     def _gather(self, fn):
         """nova's scatter_gather_cells, two cells, each in a thread,
@@ -165,7 +266,7 @@ class CellQueryTest(base.TestCase):
                                   None, None)
         gather = self.recorder.begin(
             nova.EV_SCATTER_GATHER, None, None, ctx, None, None,
-            nova._cells_enter(None, (ctx, mappings, 60, fn), {}))
+            nova_cells.cells_enter(None, mappings))
 
         def gather_result(cell_uuid, fn, cctxt):
             try:
@@ -213,7 +314,7 @@ class CellQueryTest(base.TestCase):
         cells = [r for r in records if r['ev'] == nova.EV_CELL_QUERY]
         self.assertEqual(['error', 'error'], [r['st'] for r in cells])
         self.assertEqual('ValueError', cells[0]['err']['cls'])
-        exits = nova._cells_exit(None, (), {}, {
+        exits = nova_cells.cells_exit(None, (), {}, {
             'c-1': ValueError('x'), 'c-2': object(), 'c-3': []})
         self.assertEqual({'errors': 1, 'timeouts': 1}, exits)
 
@@ -232,8 +333,9 @@ class CellQueryTest(base.TestCase):
         # the cells were named by the scatter-gather that preceded it
         self.assertEqual(
             {'cell': 'c-2', 'cell_name': 'cell2', 'db': 'nova_c2'},
-            batch.on_enter(None, (types.SimpleNamespace(cell_uuid='c-2'),
-                                  {}, 1000, None), {}))
+            points_mod.bind(batch.on_enter, get_by_filters)(
+                None, (types.SimpleNamespace(cell_uuid='c-2'), {}, 1000,
+                       None), {}))
 
     def test_other_spawns_only_carry_the_span(self):
         frame_seen = []

@@ -13,10 +13,10 @@
 
 import importlib
 
-from instrument import patcher as patcher_mod
-from instrument import process
-from instrument import recorder as recorder_mod
-from instrument import runtime
+from instrument.patching import patcher as patcher_mod
+from instrument.runtime import lifecycle
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
 from instrument.targets import base as targets_base
 from instrument.targets import nova
 from instrument.targets import oslo_messaging
@@ -50,7 +50,7 @@ class NovaHookTest(base.TestCase):
 
     def test_driver_spawn_is_added_to_the_targets_patcher(self):
         # No runtime is running: the hook uses the patcher it was given.
-        self.assertIsNone(runtime.active())
+        self.assertIsNone(lifecycle.active())
         mod = importlib.import_module(self.make_module(DRIVER))
         patcher = patcher_mod.Patcher([], self.recorder, 'nova')
         self.addCleanup(patcher.remove)

@@ -27,12 +27,12 @@ from keystoneauth1 import exceptions as ksa_exc
 from keystoneauth1 import session as ksa_session
 from keystoneauth1 import token_endpoint
 
-from instrument import patcher as patcher_mod
-from instrument import process
-from instrument import recorder as recorder_mod
 from instrument import schema
+from instrument.patching import patcher as patcher_mod
+from instrument.runtime import process
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import tracer as tracer_mod
 from instrument.targets import keystoneauth
-from instrument import tracer as tracer_mod
 from tests.unit import base
 
 TOKEN = 'tok-%s' % uuid.uuid4().hex
@@ -244,6 +244,84 @@ class KeystoneauthTest(base.TestCase):
         self.assert_nothing_secret()
 
 
+class NestedAuth(token_endpoint.Token):
+    """An auth plugin that makes a call of its own (a token request)
+    inside the call it authenticates."""
+
+    def get_token(self, session):
+        session.get(self.endpoint + '/ok', authenticated=False)
+        return super().get_token(session)
+
+
+class AttemptsAfterAFaultTest(base.TestCase):
+    """A fault of the point in a nested call (its span cannot start, or
+    its end's clock fails) leaves the enclosing call's attempts right
+    (issue 27): the nested call's entry is taken off on every path."""
+
+    def setUp(self):
+        super().setUp()
+        server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        self.endpoint = 'http://127.0.0.1:%d/placement' % server.server_port
+        self.buffer, self.recorder = base.list_recorder()
+        self.faults = []
+
+    def apply(self):
+        patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS),
+                                      self.recorder, 'keystoneauth1')
+        patcher.apply()
+        self.addCleanup(patcher.remove)
+        self.addCleanup(keystoneauth._CALL.set, None)
+        session = ksa_session.Session(auth=NestedAuth(self.endpoint, TOKEN))
+        placement = adapter.Adapter(session, service_type='placement')
+        # 3 attempts: the first and 2 status retries
+        self.assertRaises(
+            ksa_exc.InternalServerError, placement.get, '/broken',
+            status_code_retries=2, retriable_status_codes=[500],
+            status_code_retry_delay=0.01)
+        spans = [r for r in self.buffer.dicts()
+                 if r['ev'] == schema.EV_KSA_REQUEST]
+        self.assertEqual(1, len(self.faults), 'the fault was not injected')
+        self.assertIsNone(keystoneauth._CALL.get(),
+                          'an entry was left behind')
+        return spans
+
+    def fail_once(self, fn, nth: int):
+        calls = [0]
+
+        def faulty(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == nth:
+                self.faults.append(calls[0])
+                raise RuntimeError('injected fault')
+            return fn(*args, **kwargs)
+        return faulty
+
+    def test_the_nested_span_cannot_start(self):
+        # begin of the nested call (the second ksa.request) fails, after
+        # its on_enter ran
+        real = self.recorder.begin
+        faulty = self.fail_once(real, 2)
+        self.recorder.begin = lambda ev, *args: (
+            faulty(ev, *args) if ev == schema.EV_KSA_REQUEST
+            else real(ev, *args))
+        [outer] = self.apply()
+        self.assertEqual('/broken', outer['attrs']['route'])
+        self.assertEqual(3, outer['attrs']['attempts'])
+
+    def test_the_clock_fails_at_the_nested_calls_end(self):
+        # the wrapper's first clock read is the nested call's end
+        self.recorder.clock = self.fail_once(self.recorder.clock, 1)
+        # queued as they began: the outer call first
+        outer, nested = self.apply()
+        self.assertEqual('/placement/ok', nested['attrs']['route'])
+        self.assertEqual('/broken', outer['attrs']['route'])
+        self.assertEqual(3, outer['attrs']['attempts'])
+
+
 class RouteTemplateTest(base.TestCase):
 
     def test_routes(self):
@@ -266,8 +344,8 @@ class RouteTemplateTest(base.TestCase):
 class LifecycleTest(base.TestCase):
 
     def test_targets_are_registered_and_gated(self):
-        from instrument import runtime
-        loaded, failures = runtime.load_targets()
+        from instrument.runtime import lifecycle
+        loaded, failures = lifecycle.load_targets()
         names = {t.name: t for t in loaded}
         self.assertIn('keystoneauth', names)
         self.assertIn('keystonemiddleware', names)

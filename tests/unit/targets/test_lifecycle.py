@@ -19,19 +19,19 @@ import sys
 import fixtures
 from stevedore import extension
 
-from instrument import patcher
-from instrument import runtime
+from instrument.patching import patcher
+from instrument.runtime import lifecycle
 from instrument.targets import base as targets_base
 from instrument.targets import db_pool
 from instrument.targets import keystoneauth
 from instrument.targets import nova
-from instrument.targets import nova_pools
 from instrument.targets import oslo_concurrency
 from instrument.targets import oslo_messaging
 from instrument.targets import periodic
 from instrument.targets import process
 from instrument.targets import resources
 from instrument.targets import sqlalchemy
+from instrument.targets.nova import pools as nova_pools
 from tests.unit import base
 
 SERVICE = '''
@@ -51,12 +51,12 @@ import sys
 from oslo_config import cfg
 
 from instrument import opts
-from instrument import runtime
+from instrument.runtime import lifecycle
 
 conf = cfg.ConfigOpts()
 conf([], project='t')
 opts.register_opts(conf)
-targets, failures = runtime.load_targets()
+targets, failures = lifecycle.load_targets()
 checks = {t.name: t.check(conf) for t in targets}
 print(json.dumps({
     'targets': [t.name for t in targets], 'failures': failures,
@@ -93,7 +93,7 @@ class LifecycleTest(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(runtime.teardown)
+        self.addCleanup(lifecycle.teardown)
         Recording.calls = []
         self.mod_name = self.make_module(SERVICE)
         self.mod = importlib.import_module(self.mod_name)
@@ -108,13 +108,13 @@ class LifecycleTest(base.TestCase):
         return records
 
     def test_installed_in_turn_removed_in_reverse(self):
-        active = runtime.setup(self.make_conf(sql_timing=False),
+        active = lifecycle.setup(self.make_conf(sql_timing=False),
                                'nova-compute', targets=[
                                    Recording('a', [self.point()]),
                                    Recording('b'), Recording('c')])
         self.assertEqual(['a', 'b', 'c'], [t.name for t in active.targets])
         self.assertEqual('done', self.mod.Manager().work(None))
-        runtime.teardown()
+        lifecycle.teardown()
         self.assertEqual([('install', 'a'), ('install', 'b'),
                           ('install', 'c'), ('remove', 'c'),
                           ('remove', 'b'), ('remove', 'a')], Recording.calls)
@@ -124,7 +124,7 @@ class LifecycleTest(base.TestCase):
                                             if r['ph'] == 'X'])
 
     def test_missing_or_unsupported_distribution_is_reported(self):
-        active = runtime.setup(self.make_conf(sql_timing=False),
+        active = lifecycle.setup(self.make_conf(sql_timing=False),
                                'nova-compute', targets=[
             Recording('absent', [self.point()],
                       requires={'no-such-distribution-x': ''}),
@@ -142,7 +142,7 @@ class LifecycleTest(base.TestCase):
         self.assertIn('is not supported by the old target',
                       self.logger.output)
         self.mod.Manager().work(None)
-        runtime.teardown()
+        lifecycle.teardown()
         records = self.records()
         self.assertEqual(['compute.ok'], [r['ev'] for r in records
                                           if r['ph'] == 'X'])
@@ -155,14 +155,14 @@ class LifecycleTest(base.TestCase):
                          Recording.calls)
 
     def test_own_points_keep_the_process_wide_targets(self):
-        active = runtime.setup(self.make_conf(), 'nova-compute',
+        active = lifecycle.setup(self.make_conf(), 'nova-compute',
                                points=[self.point()])
         self.assertEqual({'points': 'installed', 'process': 'installed',
                           'sqlalchemy': 'installed'}, active.status)
         self.assertIn('os:_exit', active.banner()['patched'])
         self.assertIsNotNone(active.target('sqlalchemy').timing)
-        runtime.teardown()
-        active = runtime.setup(self.make_conf(sql_timing=False),
+        lifecycle.teardown()
+        active = lifecycle.setup(self.make_conf(sql_timing=False),
                                'nova-compute', points=[self.point()])
         self.assertEqual('skipped: [instrument] sql_timing is off',
                          active.status['sqlalchemy'])
@@ -171,7 +171,7 @@ class LifecycleTest(base.TestCase):
         # nova not installed: reported, and the others run.
         self.useFixture(_Versions({'oslo.messaging': '14.9.0',
                                    'SQLAlchemy': '2.0.40'}))
-        active = runtime.setup(self.make_conf(), 'nova-compute')
+        active = lifecycle.setup(self.make_conf(), 'nova-compute')
         self.assertEqual({
             'db_pool': 'installed',
             'nova': 'skipped: nova is not installed',
@@ -205,7 +205,7 @@ class LifecycleTest(base.TestCase):
 class EntryPointTest(base.TestCase):
 
     def test_every_entry_point_is_a_target_of_its_name(self):
-        targets, failures = runtime.load_targets()
+        targets, failures = lifecycle.load_targets()
         self.assertEqual({}, failures)
         self.assertEqual({
             'db_pool': db_pool.DbPoolTarget,
@@ -229,9 +229,9 @@ class EntryPointTest(base.TestCase):
         legacy = extension.Extension('legacy', None, None, [point])
         manager = extension.ExtensionManager.make_test_instance([legacy])
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.extension.ExtensionManager',
+            'instrument.runtime.lifecycle.extension.ExtensionManager',
             lambda *a, **k: manager))
-        [target], failures = runtime.load_targets()
+        [target], failures = lifecycle.load_targets()
         self.assertEqual({}, failures)
         self.assertIsInstance(target, targets_base.PointsTarget)
         self.assertEqual('legacy', target.name)

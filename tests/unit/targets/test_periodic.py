@@ -16,10 +16,10 @@ import fixtures
 from oslo_config import cfg
 from oslo_service import periodic_task
 
-from instrument import patcher as patcher_mod
 from instrument import schema
+from instrument.patching import patcher as patcher_mod
+from instrument.runtime import tracer as tracer_mod
 from instrument.targets import periodic
-from instrument import tracer as tracer_mod
 from tests.unit import base
 
 
@@ -132,6 +132,7 @@ class RpcInPeriodicRunTest(base.TestCase):
     def setUp(self):
         super().setUp()
         import oslo_messaging as messaging
+
         from instrument.targets import oslo_messaging as om_target
         self.buffer, self.recorder = base.list_recorder()
         for points, dist in ((periodic.points(self.recorder),

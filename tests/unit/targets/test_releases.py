@@ -9,7 +9,7 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""README.rst's support matrix is ``targets.nova.RELEASES``, whose claims
+"""README.rst's support matrix is ``tests.releases.RELEASES``, whose claims
 each release's functional tier checks (tests/functional/nova/
 test_releases.py); the release-only points follow the release.
 
@@ -22,6 +22,7 @@ import re
 import testtools
 
 from instrument.targets import nova
+from tests import releases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -44,7 +45,7 @@ def support_matrix() -> str:
     RELEASES."""
     rows = [('nova', 'series', 'mode', 'points', 'verified by')]
     moved = []
-    for release in nova.RELEASES:
+    for release in releases.RELEASES:
         for mode in MODES:
             if mode in release.modes:
                 rows.append((release.version, release.series, mode,
@@ -89,7 +90,7 @@ class SupportMatrixTest(testtools.TestCase):
         for numbers in re.findall(r'^\[testenv:functional-nova\{([\d,]+)\}\]',
                                   tox_ini, re.M):
             envs.update('functional-nova%s' % n for n in numbers.split(','))
-        for release in nova.RELEASES:
+        for release in releases.RELEASES:
             major = release.version.split('.')[0]
             self.assertTrue(os.path.exists(os.path.join(
                 ROOT, 'constraints', 'nova-%s.txt' % major)), major)
@@ -104,10 +105,10 @@ class SupportMatrixTest(testtools.TestCase):
                 self.assertIn('constraints/nova-%s.txt' % major,
                               section.group(1), env)
         self.assertEqual(
-            tuple(r.version for r in nova.RELEASES), nova.TESTED_NOVA)
+            tuple(r.version for r in releases.RELEASES), nova.TESTED_NOVA)
 
     def test_modes_are_verified_or_explained(self):
-        for release in nova.RELEASES:
+        for release in releases.RELEASES:
             for mode in MODES:
                 self.assertTrue(mode in release.modes or
                                 release.unverified.get(mode),
@@ -129,13 +130,13 @@ class ReleasePointsTest(testtools.TestCase):
         [hook] = [p for p in nova.points()
                   if p.name == nova.THREAD_HOOK]
         places = {'%s:%s' % c for c in hook.candidates()}
-        for release in nova.RELEASES:
+        for release in releases.RELEASES:
             self.assertIn(release.used[nova.THREAD_HOOK], places)
 
     def test_release_of(self):
-        self.assertEqual('29.4.0', nova.release_of('29.2.1').version)
-        self.assertIsNone(nova.release_of('30.0.0'))
-        self.assertIsNone(nova.release_of(None))
+        self.assertEqual('29.4.0', releases.release_of('29.2.1').version)
+        self.assertIsNone(releases.release_of('30.0.0'))
+        self.assertIsNone(releases.release_of(None))
 
 
 class OlderLibrariesTest(testtools.TestCase):

@@ -1,0 +1,243 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+"""Resource samples of the process: ``process.sample`` counter records.
+
+Every ``[instrument] resource_sample_interval`` seconds (0: never) a
+``Sampler`` writes one ``C`` record on the spans' clock: CPU user and
+system seconds (``resource.getrusage``), resident set size and OS
+threads (``/proc/self/stat``), open file descriptors
+(``/proc/self/fd``), greenthreads parked in the eventlet hub (its
+timers and file-descriptor waits, under eventlet only), per SQL
+engine the pool's connections checked out, in overflow and its size,
+and the library's own buffer: events queued, its bound, drops so far.
+
+It runs in the buffer's writer, a real OS thread even under eventlet
+(``instrument.runtime.threads``), before a drain: no nova thread or greenthread
+ever waits for it, and the hub is never blocked.  Nothing is imported
+that the process does not have: SQLAlchemy's engines are seen through
+one ``engine_connect`` listener (a dictionary look-up per connection)
+added when the process imports SQLAlchemy.  In a forked child the
+next sample comes at its first drain; its figures are its own.
+"""
+
+import os
+import resource
+import sys
+import time
+import typing
+import weakref
+
+from instrument import schema
+from instrument.runtime import faults
+from instrument.runtime import threads
+
+_SAMPLERS = weakref.WeakSet()
+_FAULTS = faults.Faults('the resource sampler\'s engine listener',
+                        what='the connection is unaffected')
+
+
+def _after_fork_in_child() -> None:
+    for sampler in list(_SAMPLERS):
+        sampler.last = None
+        sampler.final_taken = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+try:
+    PAGE_KB = os.sysconf('SC_PAGE_SIZE') // 1024
+except (ValueError, OSError, AttributeError):  # pragma: no cover
+    PAGE_KB = 4
+
+
+def proc_stat() -> tuple:
+    """``(OS threads, RSS in kB)`` from ``/proc/self/stat``, or
+    ``(None, None)`` where there is no ``/proc``."""
+    try:
+        with open('/proc/self/stat', 'rb') as f:
+            data = f.read()
+    except OSError:
+        return None, None
+    # Fields after the command name, which may hold spaces: state is
+    # the first, num_threads the 18th, rss (pages) the 22nd.
+    fields = data[data.rindex(b')') + 2:].split()
+    return int(fields[17]), int(fields[21]) * PAGE_KB
+
+
+def open_fds():
+    """Open file descriptors of the process, or None without ``/proc``."""
+    try:
+        return len(os.listdir('/proc/self/fd'))
+    except OSError:
+        return None
+
+
+class Pools:
+    """The SQLAlchemy engines of the process, by pool (weakly held)."""
+
+    def __init__(self) -> None:
+        self.pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._engine_cls: type | None = None
+        self._database_name: typing.Callable = str
+
+    def _on_connect(self, conn) -> None:
+        # An engine_connect listener: it runs in nova's thread, and an
+        # exception here would fail nova's connect.
+        try:
+            engine = conn.engine
+            pool = engine.pool
+            if pool not in self.pools:
+                # the name the SQL records and the pool's records give
+                # the database (a sqlite file's name, not its path)
+                self.pools[pool] = self._database_name(engine.url)
+        except Exception as exc:  # noqa: BLE001 - counted
+            _FAULTS(exc)
+
+    def attach(self) -> None:
+        """Listen to SQLAlchemy engines if the process imported it."""
+        if self._engine_cls is not None or 'sqlalchemy' not in sys.modules:
+            return
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        from instrument.db import listeners
+        self._database_name = listeners.database_name
+        # (SQLAlchemy 1.4, nova 29's, passes a second argument)
+        self._listener = listeners.engine_connect_listener(self._on_connect)
+        event.listen(Engine, 'engine_connect', self._listener)
+        self._engine_cls = Engine
+
+    def detach(self) -> None:
+        engine_cls, self._engine_cls = self._engine_cls, None
+        if engine_cls is not None:
+            from sqlalchemy import event
+            event.remove(engine_cls, 'engine_connect', self._listener)
+
+    def sample(self) -> dict:
+        """{database: [checked out, overflow in use, pool size]}; a
+        pool without those counters (NullPool, StaticPool) gives its
+        checked-out count only where it has one."""
+        out = {}
+        for pool, name in list(self.pools.items()):
+            checked = _call(pool, 'checkedout')
+            overflow = _call(pool, 'overflow')
+            size = _call(pool, 'size')
+            key = name
+            n = 2
+            while key in out:
+                key = '%s#%d' % (name, n)
+                n += 1
+            out[key] = [checked,
+                        max(0, overflow) if overflow is not None else None,
+                        size]
+        return out
+
+
+def _call(obj, name):
+    fn = getattr(obj, name, None)
+    if fn is None:
+        return None
+    try:
+        value = fn()
+    except Exception:
+        return None
+    return value if isinstance(value, int) else None
+
+
+def _eventlet_hub():
+    """The hub of the calling (main) thread under eventlet, else None."""
+    if not threads.eventlet_patched():
+        return None
+    try:
+        from eventlet import hubs
+        return hubs.get_hub()
+    except Exception:  # pragma: no cover - half-installed eventlet
+        return None
+
+
+def parked_greenthreads(hub):
+    """Greenthreads waiting in ``hub``: timers (sleeps, spawned ones not
+    yet run) and file-descriptor waits; None without a hub."""
+    if hub is None:
+        return None
+    try:
+        count = len(hub.timers) + len(hub.next_timers)
+        for listeners in hub.listeners.values():
+            count += len(listeners)
+        return count
+    except Exception:
+        return None
+
+
+class Sampler:
+    """Writes ``process.sample`` records through ``recorder``.
+
+    ``tick`` is a buffer periodic (``EventBuffer.add_periodic``): it
+    samples when ``interval`` seconds have passed since the last one,
+    and at the final drain.
+    """
+
+    def __init__(self, recorder, interval: float) -> None:
+        self.recorder = recorder
+        self.buffer = recorder.buffer
+        self.interval = interval
+        self.last: float | None = None
+        # the final sample is taken once: at close both the woken writer
+        # and the closing thread drain (one after the other, under the
+        # buffer's drain lock), each with ``final``
+        self.final_taken = False
+        self.pools = Pools()
+        # Read here, in the thread that sets up (the hub's own).
+        self.hub = _eventlet_hub()
+        self.clock = time.monotonic
+        _SAMPLERS.add(self)
+
+    def start(self) -> None:
+        """Start sampling (the writer runs ``tick``)."""
+        self.pools.attach()
+        self.buffer.add_periodic(self.tick)
+
+    def stop(self) -> None:
+        """Stop sampling (idempotent)."""
+        self.buffer.remove_periodic(self.tick)
+        self.pools.detach()
+
+    def sample(self) -> dict:
+        """One sample's attributes."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        nthreads, rss_kb = proc_stat()
+        buf = self.buffer
+        return {
+            schema.ATTR_CPU_USER_S: round(usage.ru_utime, 3),
+            schema.ATTR_CPU_SYS_S: round(usage.ru_stime, 3),
+            schema.ATTR_RSS_KB: rss_kb,
+            schema.ATTR_THREADS: nthreads,
+            schema.ATTR_GREEN: parked_greenthreads(self.hub),
+            schema.ATTR_FDS: open_fds(),
+            schema.ATTR_POOLS: self.pools.sample(),
+            schema.ATTR_BUF_FILL: len(buf.queue),
+            schema.ATTR_BUF_SIZE: getattr(buf, 'max_records', None),
+            schema.ATTR_BUF_DROPS: getattr(buf, 'dropped_full', 0),
+        }
+
+    def tick(self, final: bool = False) -> None:
+        """Sample if it is time (buffer periodic)."""
+        now = self.clock()
+        if final:
+            if self.final_taken:
+                return
+            self.final_taken = True
+        elif self.last is not None and now - self.last < self.interval:
+            return
+        self.last = now
+        self.pools.attach()
+        self.recorder.counter(schema.EV_PROCESS_SAMPLE, self.sample())
