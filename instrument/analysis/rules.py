@@ -1239,8 +1239,9 @@ def saturated(ev: Evidence) -> list:
     procs: [(host, svc, pid)], queue: {...}, cpu: [...], callers,
     requests: [(us, req)]}]``: a service of ``WORKERS`` whose queue
     wait grew while a process of it (sampled as that service: never a
-    process shared with other services) ran near one core (from its first
-    dispatch to the end of its longest waits), that others
+    process shared with other services) ran near one core while the
+    messages of its longest waits queued (from the first of them sent
+    to the last of them dispatched), that others
     wait on (a call's caller), and that does not itself wait on
     another saturated one (its queue then grows because of that
     one's)."""
@@ -1266,10 +1267,14 @@ def saturated(ev: Evidence) -> list:
         callers = sorted({r['caller'] for r in rows if r['sync']} - {svc})
         if not callers:
             continue
-        # the CPU from the first dispatch to the end of the longest
-        # waits' stretch
-        t0 = rows[0]['ts']
-        t1 = max(r['ts'] + r['dur_us'] for r in rows[:top + k])
+        # the CPU while the longest waits' messages queued: from the
+        # first of them sent to the last of them dispatched (not from
+        # the service's first dispatch, maybe long before the burst,
+        # nor to the end of their dispatches, whose own I/O may last
+        # well after the queue drained)
+        peak = rows[top:top + k]
+        t0 = min(r['ts'] - r['queue_us'] for r in peak)
+        t1 = max(r['ts'] for r in peak)
         procs = sorted({(r['host'], r['pid']) for r in rows}, key=repr)
         usage = []
         for host, pid in procs:
@@ -1350,7 +1355,7 @@ def service_saturation(ev: Evidence) -> list:
             'seen': '%d messages to nova-%s (%d calls, by %s) waited '
                     'before their dispatch %s on average in the first '
                     '%d, %s in the %d that waited longest (the longest '
-                    '%s), over %s; '
+                    '%s), those queued over %s; '
                     'its busiest process (pid %s on %s) ran %.2f cores on '
                     'average (peak %.2f) in the samples of that time' % (
                         q['dispatches'], sat['svc'], q['calls'],

@@ -625,6 +625,55 @@ class SaturationRuleTest(RuleTestCase):
         self.assertEqual(12, f['figures']['queue']['dispatches'])
         self.assertEqual(3, f['figures']['queue']['window'])
 
+    def test_the_cpu_is_read_while_the_messages_queued(self):
+        # as measured on the integration tier (SaturatedSchedulerTest
+        # there): the scheduler served a compute's cast a minute before
+        # the burst and idled since, and each select_destinations, after
+        # its 500 ms of computing, waits 2 s more on placement and the
+        # database; the process ran 0.95 cores while the messages
+        # queued, far less from its first dispatch to the end of the
+        # longest waits' dispatches (the window the rule once read)
+        log = test_waits._Log()
+        start(log, 'ctl-1', 'conductor', {})
+        log.lines.append(json.dumps({
+            'v': 1, 'ph': 'M', 'seq': 0, 'ts': T0, 'host': 'ctl-2',
+            'svc': 'scheduler', 'pid': 20, 'ev': 'process.start',
+            'attrs': {'service': 'nova-scheduler', 'mode': 'threads',
+                      'settings': {'scheduler': {'workers': 1}}}}))
+        cast = span(log, 'rpc.cast', 0, MS, None, 'cmp-1', 'compute', 30,
+                    None, {'method': 'update_instance_info',
+                           'topic': 'scheduler'})
+        span(log, 'rpc.dispatch', 2 * MS, MS, None, 'ctl-2', 'scheduler',
+             20, cast, {'method': 'update_instance_info'})
+        burst = 60_000 * MS
+        free = burst
+        for i in range(9):
+            t = burst + i * 100 * MS
+            begin = max(t, free)
+            free = begin + 500 * MS
+            call = span(log, 'rpc.call', t, free + 2000 * MS - t,
+                        'req-%d' % i, 'ctl-1', 'conductor', 10, None,
+                        {'method': 'select_destinations',
+                         'topic': 'scheduler'})
+            span(log, 'rpc.dispatch', begin, 2500 * MS, 'req-%d' % i,
+                 'ctl-2', 'scheduler', 20, call,
+                 {'method': 'select_destinations'})
+        cpu = 0.0
+        for k in range(0, 140):
+            t = k * 500 * MS
+            sample(log, t, 'ctl-2', 'scheduler', 20, cpu)
+            if burst <= t < free:
+                cpu += 0.5 * 0.95
+        report = self.analyse(log)
+        [f] = self.fired(report, 'service_saturation')
+        q = f['figures']['queue']
+        # the two longest waits (calls 7 and 8): sent at 700 and 800 ms
+        # of the burst, dispatched at 3500 and 4000 ms
+        self.assertEqual((10, 2), (q['dispatches'], q['window']))
+        self.assertEqual(3300 * MS, q['window_us'])
+        [usage] = f['figures']['cpu']
+        self.assertAlmostEqual(0.95, usage['mean_cores'])
+
     def test_a_waiting_caller_is_the_victim_not_the_cause(self):
         # the conductor near one core, its queue growing too, waits on
         # the scheduler: the scheduler is named, not the conductor
