@@ -30,6 +30,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import typing
 
 import requests
 
@@ -85,10 +86,22 @@ def _http_ok(url: str, **kwargs) -> bool:
 
 
 class Cloud:
-    """Start with ``start()``, always ``stop()``."""
+    """Start with ``start()``, always ``stop()``.
 
-    def __init__(self, computes: list, work_dir: str) -> None:
+    ``scheduler`` replaces the command of nova-scheduler (its argv
+    before ``--config-file``: a test's launcher of nova's console
+    script) and ``scheduler_env`` adds to its environment;
+    ``controller`` adds ``{section: {option: value}}`` to the
+    controller's nova.conf."""
+
+    def __init__(self, computes: list, work_dir: str,
+                 scheduler: typing.Optional[list] = None,
+                 scheduler_env: typing.Optional[dict] = None,
+                 controller: typing.Optional[dict] = None) -> None:
         self.computes = computes
+        self.scheduler = scheduler
+        self.scheduler_env = dict(scheduler_env or {})
+        self.controller = controller or {}
         self.run = backends.new_run_id()
         self.work_dir = work_dir
         self.log_dir = os.path.join(work_dir, 'logs')
@@ -161,7 +174,8 @@ class Cloud:
         ctl_conf = config.write(os.path.join(ctl_dir, 'nova.conf'),
                                 config.controller_conf(
                                     ep, os.path.join(self.state_dir,
-                                                     CONTROLLER)))
+                                                     CONTROLLER),
+                                    extra=self.controller))
         with open(nova_paste_ini()) as f:
             config.write(os.path.join(ctl_dir, 'api-paste.ini'),
                          config.api_paste_ini(f.read()))
@@ -211,8 +225,8 @@ class Cloud:
             'nova-conductor', [_script('nova-conductor'), '--config-file',
                                ctl_conf])
         scheduler = self._service(
-            'nova-scheduler', [_script('nova-scheduler'), '--config-file',
-                               ctl_conf])
+            'nova-scheduler', (self.scheduler or [_script('nova-scheduler')])
+            + ['--config-file', ctl_conf], **self.scheduler_env)
         api = self._service(
             'nova-api', [python, server, '--threads', '8', '--port',
                          str(api_port),

@@ -29,6 +29,7 @@ headers the load driver sends; placement runs with its own
 import configparser
 import io
 import os
+import typing
 
 from instrument.loaders import paste
 
@@ -117,8 +118,10 @@ def _common(ep: Endpoints, host: str, state_path: str) -> dict:
 
 
 def controller_conf(ep: Endpoints, state_path: str,
-                    host: str = 'controller') -> str:
-    """nova.conf of nova-api, nova-conductor and nova-scheduler."""
+                    host: str = 'controller',
+                    extra: typing.Optional[dict] = None) -> str:
+    """nova.conf of nova-api, nova-conductor and nova-scheduler;
+    ``extra`` adds or overrides ``{section: {option: value}}``."""
     sections = _common(ep, host, state_path)
     sections['api_database'] = {'connection': ep.api_db}
     sections['database'] = {'connection': ep.cell1_db}
@@ -129,6 +132,8 @@ def controller_conf(ep: Endpoints, state_path: str,
     sections['filter_scheduler'] = {'host_subset_size': 4}
     # One project boots everything: no quota in the way.
     sections['quota'] = {'instances': -1, 'cores': -1, 'ram': -1}
+    for section, values in (extra or {}).items():
+        sections.setdefault(section, {}).update(values)
     return render(sections)
 
 

@@ -18,6 +18,7 @@ import configparser
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -29,6 +30,7 @@ from neutronclient.v2_0 import client as neutron_client
 import testtools
 
 from tests.integration import backends
+from tests.integration import busy_scheduler
 from tests.integration import clockskew
 from tests.integration import cloud
 from tests.integration import config
@@ -73,6 +75,46 @@ class ConfigTest(testtools.TestCase):
             self.assertEqual('true', conf.get('instrument', 'enabled'))
             self.assertEqual('/srv/spans', conf.get('instrument',
                                                     'output_dir'))
+
+    def test_controller_settings_of_a_test_add_to_the_conf(self):
+        conf = _parse(config.controller_conf(
+            _endpoints(), '/srv/ctl', extra={
+                'instrument': {'resource_sample_interval': 0.25},
+                'scheduler': {'workers': 2}}))
+        self.assertEqual('0.25', conf.get('instrument',
+                                          'resource_sample_interval'))
+        self.assertEqual('true', conf.get('instrument', 'enabled'))
+        self.assertEqual('2', conf.get('scheduler', 'workers'))
+        self.assertEqual('3', conf.get('scheduler', 'max_attempts'))
+
+    def test_the_busy_schedulers_burn_holds_the_interpreter(self):
+        # test_saturation's scheduler: each burn is one CPU-bound call
+        # no other thread of the process runs during (as a loop that
+        # never yields holds eventlet's hub)
+        burn = busy_scheduler.burner(0.2)
+        ticks = []
+        stop = threading.Event()
+
+        def tick():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.001)
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        try:
+            time.sleep(0.05)
+            cpu = time.thread_time()
+            began = time.monotonic()
+            burn()
+            ended = time.monotonic()
+            cpu = time.thread_time() - cpu
+        finally:
+            stop.set()
+            ticker.join()
+        self.assertGreater(cpu, 0.1)
+        # the tick already running when the burn began, at most
+        self.assertLessEqual(len([t for t in ticks if began < t < ended]),
+                             1, (ended - began, cpu))
 
     def test_computes_have_no_database_and_their_own_host(self):
         conf = _parse(config.compute_conf(_endpoints(), 'compute-9',
