@@ -19,9 +19,11 @@ proven silent there.  Here nova-scheduler is its own process
 started by ``busy_scheduler.py``: nova's console script whose
 ``select_destinations`` first computes ``BURN_S`` CPU seconds without
 releasing the interpreter (a scheduler weighing many hosts, one
-interpreter's worth).  A burst of ``SERVERS`` boots, all posted at
-once, makes the conductor call it faster than it answers: its messages
-queue while the process runs a core.  The analyser must name
+interpreter's worth).  ``CALM`` boots one at a time (the scheduler's
+first messages do not queue: the rule compares the queue's peak with
+its start), then a burst of ``SERVERS`` boots, all posted at once,
+makes the conductor call it faster than it answers: its messages queue
+while the process runs a core.  The analyser must name
 ``[scheduler] workers`` with the value the scheduler ran with; the same
 cloud and load with a scheduler that does not burn (the launcher with
 ``BURN_S`` 0) must stay silent.
@@ -57,6 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COMPUTES = [cloud.Compute('compute-1', 'fake.FakeDriver', 0.0)]
 BURN_S = 0.5
 SERVERS = 12
+CALM = 4
 SAMPLE_INTERVAL_S = 0.25
 SETTLE_TIMEOUT_S = 120
 
@@ -98,11 +101,20 @@ def run_burst(name: str, burn_s: float) -> Run:
     try:
         api = load.Api(the_cloud.api_url)
         tiny = api.create_flavor('it.tiny', 1, 64, 1)
-        out.boots = [load.Boot('sat-%02d' % n, tiny,
-                               cloud.standins.IMAGE_ID)
-                     for n in range(SERVERS)]
-        out.timings['post_s'] = round(api.boot_all(out.boots, SERVERS), 1)
-        out.timings['settle_s'] = round(api.settle(out.boots,
+        # the cloud at ease first: boots one at a time, each ACTIVE
+        # before the next (the scheduler's first messages do not queue)
+        t = time.monotonic()
+        for n in range(CALM):
+            boot = api.boot(load.Boot('calm-%02d' % n, tiny,
+                                      cloud.standins.IMAGE_ID))
+            api.settle([boot], SETTLE_TIMEOUT_S)
+            out.boots.append(boot)
+        out.timings['calm_s'] = round(time.monotonic() - t, 1)
+        burst = [load.Boot('burst-%02d' % n, tiny, cloud.standins.IMAGE_ID)
+                 for n in range(SERVERS)]
+        out.boots.extend(burst)
+        out.timings['post_s'] = round(api.boot_all(burst, SERVERS), 1)
+        out.timings['settle_s'] = round(api.settle(burst,
                                                    SETTLE_TIMEOUT_S), 1)
     finally:
         out.problems.extend(the_cloud.stop())
@@ -199,7 +211,7 @@ class _Served:
     def test_every_boot_went_through(self):
         # the burst is a test of the rule only if the scheduler served it
         self.assertEqual([], self.burst.problems)
-        self.assertEqual(['ACTIVE'] * SERVERS,
+        self.assertEqual(['ACTIVE'] * (CALM + SERVERS),
                          [b.status for b in self.burst.boots])
 
 
