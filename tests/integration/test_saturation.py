@@ -57,7 +57,7 @@ from tests.integration import test_deployment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPUTES = [cloud.Compute('compute-1', 'fake.FakeDriver', 0.0)]
-BURN_S = 0.5
+BURN_S = 1.0
 SERVERS = 12
 CALM = 4
 SAMPLE_INTERVAL_S = 0.25
@@ -193,6 +193,11 @@ class _Burst(testtools.TestCase):
             raise unittest.SkipTest('integration back ends missing: %s'
                                     % exc) from exc
         cls.burst = run_burst(cls.name, cls.burn_s)
+        # the figures of the run, also on the console of tox -e
+        # integration
+        sys.stderr.write('%s (burn %.1f s): %s\n' % (
+            cls.name, cls.burn_s, measured(cls.burst)))
+        sys.stderr.flush()
 
     def setUp(self):
         super().setUp()
