@@ -20,7 +20,6 @@ import sqlalchemy
 from sqlalchemy import pool as sa_pool
 
 from instrument import schema
-from instrument.db import listeners
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import faults
 from instrument.runtime import lifecycle
@@ -28,6 +27,7 @@ from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import resources
 from instrument.targets import resources as resources_target
+from instrument.targets.sqlalchemy import listeners
 from tests.unit import base
 
 

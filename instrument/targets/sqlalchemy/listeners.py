@@ -44,8 +44,9 @@ engine "adopts" its dialect, once:
   untimed (the connect taps see it).
 
 What a new connection sends before the pool hands it out (kind
-``CONNECT``) is seen by the taps of ``instrument.db.connect``, which the
-pool's ``first_connect``/``connect``/``checkout`` events drive.
+``CONNECT``) is seen by the taps of
+``instrument.targets.sqlalchemy.connect``, which the pool's
+``first_connect``/``connect``/``checkout`` events drive.
 
 The calling thread does as little as a bare timing listener: the start
 goes on the execution context, and the end appends one tuple of
@@ -67,8 +68,6 @@ from oslo_log import log as logging
 import sqlalchemy
 
 from instrument import schema
-from instrument.db import connect as connect_mod
-from instrument.db import fingerprint
 from instrument.patching import patcher as patcher_mod
 from instrument.patching import points as points_mod
 from instrument.runtime import faults as faults_mod
@@ -76,6 +75,9 @@ from instrument.runtime import record
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import threads
 from instrument.runtime import tracer as tracing
+from instrument.targets.sqlalchemy import connect as connect_mod
+from instrument.targets.sqlalchemy import fingerprint
+from instrument.targets.sqlalchemy import names
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
@@ -90,7 +92,7 @@ EV_DROPPED = schema.EV_SQL_DROPPED
 OUTCOME_COMMIT = 'commit'
 OUTCOME_ROLLBACK = 'rollback'
 
-MEMORY_DB = ':memory:'
+MEMORY_DB = names.MEMORY_DB
 
 # Where the listeners go (every engine and pool, existing and future)
 # and the places patched on each dialect adopted: points of
@@ -188,21 +190,9 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def database_name(url) -> str:
-    """Database of an engine URL; for sqlite the file name or
-    ``:memory:``."""
-    database = getattr(url, 'database', None)
-    backend = ''
-    try:
-        backend = url.get_backend_name()
-    except Exception:  # a URL-like object without the method
-        pass
-    if backend == 'sqlite':
-        if not database or database == MEMORY_DB or \
-                database.startswith('file::memory:'):
-            return MEMORY_DB
-        return os.path.basename(database.split('?', 1)[0]) or database
-    return database or ''
+# The database name of an engine URL (``names``; read here by the pool
+# taps, and replaced there by tests).
+database_name = names.database_name
 
 
 def double_quoted_strings(dialect) -> bool:

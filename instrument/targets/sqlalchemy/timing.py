@@ -24,12 +24,12 @@ by its ``remove()``.
 
 from oslo_log import log as logging
 
-from instrument.db import aggregate
-from instrument.db import fingerprint
-from instrument.db import listeners as listeners_mod
-from instrument.db import retries
 from instrument.patching import patcher as patcher_mod
 from instrument.runtime import threads
+from instrument.targets.sqlalchemy import aggregate
+from instrument.targets.sqlalchemy import fingerprint
+from instrument.targets.sqlalchemy import listeners as listeners_mod
+from instrument.targets.sqlalchemy import retries
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))

@@ -151,7 +151,7 @@ class OlderLibrariesTest(testtools.TestCase):
                          oslo_concurrency.lock_name('compute_resources'))
 
     def test_engine_connect_listener_of_this_sqlalchemy(self):
-        from instrument.db import listeners
+        from instrument.targets.sqlalchemy import listeners
         seen = []
         listener = listeners.engine_connect_listener(seen.append)
         if listeners.DIALECT_HANDLE_ERROR:   # SQLAlchemy 2.0: (conn)

@@ -15,9 +15,9 @@ from oslo_context import context as oslo_context
 from oslo_db import api as oslo_db_api
 from oslo_db import exception as db_exc
 
-from instrument.db import retries
+from instrument.targets.sqlalchemy import retries
 from tests.unit import base
-from tests.unit.db import fixtures as db_fixtures
+from tests.unit.targets.sqlalchemy import fixtures as db_fixtures
 
 
 def _flaky(failures: int):
