@@ -747,6 +747,9 @@ class _RetryDecorator:
 
     max_retries = 5
 
+    def _is_exception_expected(self, exc):
+        return True
+
 
 class DbRetry(Kind):
     """The ``db.retry`` recorder on ``_is_exception_expected``."""
@@ -764,6 +767,9 @@ class DbRetry(Kind):
                 fault.wrap(retries_mod._retry_loop_locals))
         self.retries = retries_mod.RetryRecorder(rec)
         self.retries._active = True
+        # the place of the exception, from the method's signature
+        self.retries._replacement(_RetryDecorator._is_exception_expected,
+                                  None, _RetryDecorator)
 
     def call(self, outcome):
         return self.retries._wrapper(lambda exc: self.nova(outcome),

@@ -43,6 +43,8 @@ EV_RETRY = schema.EV_DB_RETRY
 MODULE = 'oslo_db.api'
 CLASS = 'wrap_db_retry'
 METHOD = '_is_exception_expected'
+# its argument: the exception raised by the call retried
+EXC_ARG = 'exc'
 # How far up from the wrapper to look for oslo.db's retry loop frame.
 MAX_FRAME_DEPTH = 5
 
@@ -89,6 +91,7 @@ class RetryRecorder:
         self.patcher = patcher if patcher is not None else \
             patcher_mod.Patcher([], recorder, 'oslo.db')
         self._active = False
+        self._exc_pos = -1
 
     def points(self) -> list:
         """The REPLACE point of ``_is_exception_expected``."""
@@ -96,6 +99,10 @@ class RetryRecorder:
                                    self._replacement)]
 
     def _replacement(self, original, state, owner):
+        # the exception checked, read by keyword or at its position in
+        # the method's signature (-1: keyword only or unreadable)
+        pos = points_mod.Arg(EXC_ARG).position(original)
+        self._exc_pos = pos if pos is not None else -1
         return wrapt.FunctionWrapper(original, self._wrapper)
 
     def install(self) -> None:
@@ -118,8 +125,10 @@ class RetryRecorder:
         expected = wrapped(*args, **kwargs)
         if expected and self._active:
             try:
-                self._record(instance, args[0] if args else None,
-                             sys._getframe(1))
+                pos = self._exc_pos
+                exc = kwargs[EXC_ARG] if EXC_ARG in kwargs else \
+                    args[pos] if -1 < pos < len(args) else None
+                self._record(instance, exc, sys._getframe(1))
             except Exception as exc:
                 self.faults(exc)
         return expected
