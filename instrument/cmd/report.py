@@ -18,6 +18,7 @@
     instrument-report compare [options] RUN_A RUN_B
     instrument-report sweep [options] [KEY=VALUE[,...]:]RUN...
     instrument-report export --parquet DIR [options] INPUT...
+    instrument-report points [--json] [--config-file FILE]...
 
 The text report goes to standard output (``--quiet`` leaves it out);
 ``--json FILE`` and ``--html FILE`` write the other forms, ``-`` for
@@ -25,9 +26,12 @@ standard output (the text report is then left out).  A RUN of
 ``compare`` is a JSON report written by ``--json``, or the span files
 (a directory or glob) of the run.  ``export`` writes the analysis and
 the span records as Parquet tables for DuckDB, Spark or Trino
-(doc/source/export.rst).  ``sweep`` puts N runs of growing load side
-by side (doc/source/sweep.rst): a RUN is a JSON report, a directory
-that holds one (the demo's output) or span files, labelled on the
+(doc/source/export.rst).  ``points`` reads no span file: it lists what
+this host's nova would record, as configured, with a Nagios exit
+status (``instrument.cmd.points``, doc/source/metrics.rst).
+``sweep`` puts N runs of growing load side by side
+(doc/source/sweep.rst): a RUN is a JSON report, a directory that holds
+one (the demo's output) or span files, labelled on the
 command line (``concurrency=20:runs/c20``) or by the ``run.json`` it
 holds.  In a directory, files that are not
 span files (a JSON report, the demo's ``servers.json``) are skipped and
@@ -66,6 +70,7 @@ import tempfile
 import typing
 
 from instrument.analysis.model import sqldigest
+from instrument.cmd import points as points_cmd
 from instrument.cmd import progress
 
 PROG = 'instrument-report'
@@ -914,6 +919,8 @@ def main(argv: typing.Optional[list] = None) -> int:
         return main_compare(argv[1:])
     if argv and argv[0] == 'export':
         return main_export(argv[1:])
+    if argv and argv[0] == 'points':
+        return points_cmd.main(argv[1:])
     args = build_parser().parse_args(argv)
     report_html, report_json, report_text = analysis(
         'render.html', 'render.json', 'render.text')
