@@ -139,6 +139,13 @@ ROWS = [
          'Events queued in the buffer at the last process sample.',
          [('max by (instance, service) (%s)'
            % _q('instrument_buffer_events'), '{{instance}} {{service}}')]),
+        ('Points missing', 'short',
+         'Patch points missing (not in the installed nova release) or '
+         'failed, per host and service; instrument-report points on '
+         'the host names them.',
+         [('sum by (instance, service) (%s)'
+           % _q('instrument_points', 'status=~"missing|failed"'),
+           '{{instance}} {{service}}')]),
     ]),
 ]
 

@@ -71,6 +71,10 @@ DROPS = 'instrument_dropped_events_total'
 BUF_FILL = 'instrument_buffer_events'
 SERVICE_CALLS = 'instrument_service_request_duration_seconds'
 PERIODIC = 'instrument_periodic_task_duration_seconds'
+POINTS = 'instrument_points'
+
+# The statuses of a patch point (instrument.patching.patcher's banner).
+POINT_STATUSES = ('patched', 'pending', 'missing', 'failed')
 
 FAMILIES = {
     SPAN: ('histogram', 'Duration of instrumented calls (spans), by '
@@ -115,6 +119,12 @@ FAMILIES = {
                'task.', ('task',)),
     BUF_FILL: ('gauge', 'Events queued in the instrumentation\'s buffer '
                'at the last process sample.', ()),
+    POINTS: ('gauge', 'Patch points of the process by status (patched; '
+             'pending: module not imported yet, or patched per object; '
+             'missing: not in the installed release; failed), from its '
+             'process.start record and the later process.points '
+             'changes.  instrument-report points names them.',
+             ('status',)),
 }
 
 # The labels whose values are open-ended (replaced by ``other`` past
@@ -187,6 +197,8 @@ class Metrics:
         # {family: {label tuple: value}}; histogram values are
         # [bucket counts..., sum seconds]
         self.families: dict = {name: {} for name in FAMILIES}
+        # {point name: status}, of the start record and later changes
+        self.points: dict = {}
         self._last_write: float | None = None
         self._changed = True
 
@@ -248,6 +260,8 @@ class Metrics:
                     extra[ev](self, rec)
             elif ph == schema.PH_COUNTER:
                 self._counter(rec)
+            elif ph == schema.PH_META:
+                self._meta(rec)
             elif ph == schema.PH_INSTANT and \
                     rec[record.I_EV] == schema.EV_DB_RETRY:
                 attrs = rec[record.I_ATTRS] or {}
@@ -338,6 +352,33 @@ class Metrics:
             fill = attrs.get(schema.ATTR_BUF_FILL)
             if fill is not None:
                 self.families[BUF_FILL][()] = fill
+
+    def _meta(self, rec) -> None:
+        """``process.start`` (every point by status: the start-up
+        banner) and ``process.points`` (the points whose status changed
+        since): the ``POINTS`` gauge."""
+        ev = rec[record.I_EV]
+        if ev == schema.EV_PROCESS_START:
+            banner = (rec[record.I_ATTRS] or {}).get(schema.ATTR_POINTS)
+            if not isinstance(banner, dict):
+                return
+            self.points = {}
+        elif ev == schema.EV_PROCESS_POINTS:
+            banner = rec[record.I_ATTRS] or {}
+        else:
+            return
+        for status, names in banner.items():
+            if status not in POINT_STATUSES or \
+                    not isinstance(names, list):
+                continue
+            for name in names:
+                # a failed point's name carries its reason: "name (...)"
+                self.points[str(name).split(' (', 1)[0]] = status
+        counts = dict.fromkeys(POINT_STATUSES, 0)
+        for status in self.points.values():
+            counts[status] += 1
+        self.families[POINTS] = {(status,): count
+                                 for status, count in counts.items()}
 
     def _set(self, family: str, labels: tuple, value) -> None:
         series = self.families[family]

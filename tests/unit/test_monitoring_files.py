@@ -102,6 +102,11 @@ RECORDS = sink_tests.SAMPLE + [
     record.counter(schema.EV_PROCESS_SAMPLE, 'h1', 'conductor', agg.TS,
                    {schema.ATTR_BUF_FILL: 17}),
     _ksa(200), _ksa(None, 'read_timeout'), _periodic(),
+    # what InstrumentPointsMissing counts
+    record.meta(schema.EV_PROCESS_START, 'h1', 'conductor', agg.TS,
+                {schema.ATTR_POINTS: {'patched': ['m:A.a', 'm:A.b'],
+                                      'pending': [], 'missing': ['m:A.c'],
+                                      'failed': []}}),
     # what InstrumentRPCErrors matches
     agg.span('rpc.call', 30000000, svc='api',
              err='oslo_messaging.exceptions.MessagingTimeout'),
