@@ -85,6 +85,11 @@ ROWS = [
            'error {{db}} {{error}}'),
           (_rate('error, exhausted', 'instrument_db_retries_total'),
            'retry {{error}} exhausted={{exhausted}}')]),
+        ('oslo.db retries per query class (top 10)', 'ops',
+         'wrap_db_retry retries caused by a failed statement, per '
+         'database and query class of that statement.',
+         [(_rate('db, query, exhausted', 'instrument_sql_retries_total',
+                 top=10), '{{db}} {{query}} exhausted={{exhausted}}')]),
         ('Rows per second per query class (top 10)', 'short',
          'Rows returned or changed, where the driver gave a count.',
          [(_rate('db, query', 'instrument_sql_rows_total', top=10),

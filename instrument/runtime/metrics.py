@@ -63,6 +63,7 @@ SQL_ROWS = 'instrument_sql_rows_total'
 SQL_ERRORS = 'instrument_sql_errors_total'
 SQL_DEADLOCKS = 'instrument_sql_deadlocks_total'
 DB_RETRIES = 'instrument_db_retries_total'
+SQL_RETRIES = 'instrument_sql_retries_total'
 LOCK_WAIT = 'instrument_lock_wait_seconds'
 LOCK_HELD = 'instrument_lock_held_seconds_total'
 POOL_WAIT = 'instrument_db_pool_wait_seconds'
@@ -98,6 +99,10 @@ FAMILIES = {
     DB_RETRIES: ('counter', 'oslo.db retries (wrap_db_retry), by the '
                  'exception class that caused them and whether the '
                  'retries were exhausted.', ('error', 'exhausted')),
+    SQL_RETRIES: ('counter', 'oslo.db retries (wrap_db_retry) caused by a '
+                  'failed SQL statement, by its database and query class, '
+                  'and whether the retries were exhausted.',
+                  ('db', 'query', 'exhausted')),
     LOCK_WAIT: ('histogram', 'Time waited to acquire an oslo.concurrency '
                 'lock, by lock name (uuids and numbers replaced).',
                 ('lock',)),
@@ -265,10 +270,15 @@ class Metrics:
             elif ph == schema.PH_INSTANT and \
                     rec[record.I_EV] == schema.EV_DB_RETRY:
                 attrs = rec[record.I_ATTRS] or {}
+                exhausted = 'true' if attrs.get(schema.ATTR_EXHAUSTED) \
+                    else 'false'
                 self._add(DB_RETRIES, (
-                    attrs.get(schema.ATTR_CLS) or '',
-                    'true' if attrs.get(schema.ATTR_EXHAUSTED)
-                    else 'false'), 1)
+                    attrs.get(schema.ATTR_CLS) or '', exhausted), 1)
+                query = attrs.get(schema.ATTR_FP)
+                if query:
+                    self._add(SQL_RETRIES, (
+                        str(attrs.get(schema.ATTR_DB) or ''), str(query),
+                        exhausted), 1)
         self._changed = True
 
     def _complete(self, rec) -> None:
