@@ -331,10 +331,19 @@ class Patcher:
                 state.fault(exc)
                 return False
             self._objects.setdefault(name, []).append(entry)
-            if self._status[name] != PATCHED:
+            first = self._status[name] != PATCHED
+            if first:
                 self._status[name] = PATCHED
                 state.used = '%s:%s' % (point.module, point.target)
-            return True
+        if first:
+            # pending until its first object: a change of status, in
+            # the span log as any other (process.points)
+            try:
+                self._announce([(name, PATCHED)])
+            except Exception as exc:  # the patch stands; never raise
+                LOG.debug('instrument: %s patched, not announced: %s',
+                          name, exc)
+        return True
 
     def state(self, name: str) -> _PointState:
         return self._states[name]

@@ -169,6 +169,13 @@ class KindsTest(base.TestCase):
         self.assertEqual(7, thing.method(7))
         self.assertEqual(('proxy', own), holder.sem)
         self.assertEqual([method, sem], p.banner()[patcher.PATCHED])
+        # each one's first object is a change of status, announced once
+        # (what the instrument_points gauge folds)
+        self.assertTrue(p.patch_object(method, mod.Thing()))
+        changes = [e['attrs'] for e in self.buffer.dicts()
+                   if e['ev'] == 'process.points']
+        self.assertEqual([{'patched': [method]}, {'patched': [sem]}],
+                         changes)
         p.remove()
         self.assertNotIn('method', vars(thing))
         self.assertIs(own, holder.sem)
