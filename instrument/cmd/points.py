@@ -112,7 +112,7 @@ def render_text(result: dict, summary: str) -> str:
 
 
 def main(argv: typing.Sequence[str] | None = None,
-         targets=None) -> int:
+         targets: typing.Sequence | None = None) -> int:
     """Run the command; returns the Nagios exit status (``targets``
     replace the installed ones: tests)."""
     argv = list(sys.argv[1:] if argv is None else argv)

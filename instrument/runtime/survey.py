@@ -35,6 +35,9 @@ status and why, and the metric families the process would expose;
 
 import importlib
 import sys
+import typing
+
+from oslo_config import cfg
 
 from instrument import opts
 from instrument.patching import patcher as patcher_mod
@@ -65,7 +68,7 @@ WHY_ABSENT = 'not installed here:'
 SUMMARY_NAMES = 3
 
 
-def _surveyed(target, releases: dict) -> list:
+def _surveyed(target: targets_base.Target, releases: dict) -> list:
     """[(distribution, version, note)] for the releases ``target``'s
     points were surveyed on (``Target.surveyed``)."""
     out = []
@@ -126,7 +129,8 @@ def _function(original):
     return getattr(original, '__func__', original)
 
 
-def describe(patcher, point, import_errors: dict, release: str) -> dict:
+def describe(patcher: patcher_mod.Patcher, point: patcher_mod.PatchPoint,
+             import_errors: dict, release: str) -> dict:
     """One point: its place, event, status and why."""
     status = patcher.status(point.name)
     key = status.split(':', 1)[0]
@@ -189,7 +193,8 @@ def options(conf) -> dict:
     return out
 
 
-def survey(conf, targets=None, service: str = 'instrument-points') -> dict:
+def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
+           service: str = 'instrument-points') -> dict:
     """Everything this host's nova would record, as configured in
     ``conf`` (a parsed ``ConfigOpts``); ``targets`` replace the
     installed ones (tests).  Raises ``opts.InvalidOption`` for an
