@@ -247,3 +247,42 @@ class ArgFoundTest(base.TestCase):
         self.assertTrue(found('image', 2).found(h))
         self.assertTrue(found('ctxt', 0).found(f))
         self.assertFalse(found('other', 3).found(f))
+
+
+class VerdictTest(base.TestCase):
+    """``survey.verdict`` on results made here: each Nagios status."""
+
+    def result(self, points=(), targets=None, surveyed=None,
+               enabled=True) -> dict:
+        points = [dict(p) for p in points]
+        return {'enabled': enabled, 'releases': {'nova': '35.0.0'},
+                'surveyed': surveyed or {}, 'targets': targets or {},
+                'points': points, 'counts': survey.counts(points)}
+
+    def test_statuses(self):
+        patched = {'point': 'a:B.c', 'status': 'patched', 'why': ''}
+        self.assertEqual(
+            (survey.OK, 'INSTRUMENT POINTS OK - 1 points patched, 0 '
+             'pending (per object or not installed), 0 missing (nova '
+             '35.0.0) | patched=1 pending=0 missing=0 failed=0'),
+            survey.verdict(self.result([patched])))
+        status, line = survey.verdict(self.result(
+            [patched], surveyed={'nova 35.0.0': 'not surveyed (points '
+                                 'are for 34.0.0)'}))
+        self.assertEqual(survey.WARNING, status)
+        self.assertIn('WARNING - nova 35.0.0 not surveyed', line)
+        status, line = survey.verdict(self.result(
+            [patched, {'point': 'a:B.d', 'status': 'pending',
+                       'why': 'module not imported yet'}]))
+        self.assertEqual(survey.WARNING, status)
+        self.assertIn('1 point pending: a:B.d', line)
+        status, line = survey.verdict(self.result(
+            [patched], targets={'nova': 'failed: RuntimeError: x'}))
+        self.assertEqual(survey.CRITICAL, status)
+        self.assertIn('CRITICAL - target failed: nova', line)
+        missing = [{'point': 'a:M.%d' % n, 'status': 'missing',
+                    'why': ''} for n in range(5)]
+        status, line = survey.verdict(self.result(missing))
+        self.assertEqual(survey.CRITICAL, status)
+        self.assertIn('5 points missing: a:M.0, a:M.1, a:M.2 and 2 more',
+                      line)
