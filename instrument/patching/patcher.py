@@ -155,6 +155,10 @@ class Patcher:
         #           original or event, own or fn, replacement)]
         self._objects = {}
         self._applied = False
+        # Set by the runtime before it reads the banner for the start
+        # record: points added from then on are announced
+        # (process.points), the others are in the start record.
+        self.headed = False
         self._lock = threading.RLock()
         _PATCHERS.add(self)
 
@@ -204,7 +208,9 @@ class Patcher:
                     continue
                 for module, _target in point.candidates():
                     if module in sys.modules:
-                        self._module_imported(module, announce=False)
+                        # after the start record: a change to announce
+                        self._module_imported(module,
+                                              announce=self.headed)
                     else:
                         _hook(module)
 
@@ -331,19 +337,10 @@ class Patcher:
                 state.fault(exc)
                 return False
             self._objects.setdefault(name, []).append(entry)
-            first = self._status[name] != PATCHED
-            if first:
+            if self._status[name] != PATCHED:
                 self._status[name] = PATCHED
                 state.used = '%s:%s' % (point.module, point.target)
-        if first:
-            # pending until its first object: a change of status, in
-            # the span log as any other (process.points)
-            try:
-                self._announce([(name, PATCHED)])
-            except Exception as exc:  # the patch stands; never raise
-                LOG.debug('instrument: %s patched, not announced: %s',
-                          name, exc)
-        return True
+            return True
 
     def state(self, name: str) -> _PointState:
         return self._states[name]

@@ -235,6 +235,10 @@ class Runtime:
 
     def header(self) -> list:
         group = self.conf.instrument
+        # Before the banner is read: a point added later is announced.
+        for target in self.targets:
+            if target.patcher is not None:
+                target.patcher.headed = True
         return [self.identity.start_record({
             schema.ATTR_VERSION: version(),
             schema.ATTR_RELEASES: releases(),
