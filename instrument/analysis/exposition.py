@@ -59,7 +59,6 @@ RESCHEDULES = 'instrument_operation_reschedules_total'
 MARKED = 'instrument_operation_marked_requests_total'
 FAILURES = 'instrument_operation_failures_total'
 DB_RETRIES = 'instrument_operation_db_retries_total'
-FINDINGS = 'instrument_finding_active'
 LINES = 'instrument_follow_lines_total'
 BAD = 'instrument_follow_bad_lines_total'
 OPEN = 'instrument_follow_open_requests'
@@ -103,9 +102,6 @@ FAMILIES = {
     DB_RETRIES: ('counter', 'oslo.db retries (db.retry events), by '
                  'retried function and exception class.',
                  ('function', 'error')),
-    FINDINGS: ('gauge', 'Findings of the advisor rules over the requests '
-               'finished so far: 1 when the rule fires, by rule and '
-               'severity.', ('rule', 'severity')),
     LINES: ('counter', 'Span file lines read.', ()),
     BAD: ('counter', 'Lines that were not valid records, by kind '
           '(counted, not fatal).', ('kind',)),
@@ -153,9 +149,10 @@ class Totals:
         series = self.series[name]
         row = series.get(key)
         if row is None:
-            row = series[key] = [0] * NBUCKETS + [0.0]
+            row = series[key] = [0] * NBUCKETS + [0]
         row[bucket(seconds)] += 1
-        row[-1] += seconds
+        # (summed in microseconds: no float drift over days)
+        row[-1] += int(round(seconds * 1e6))
 
     def fold(self, s: typing.Any) -> None:
         """A finished request (``breakdown.RequestSummary``)."""
@@ -176,11 +173,23 @@ class Totals:
         elif s.state in operations.GOOD_STATES:
             self.add(TIMED, (op,))
             for name, us in s.comp.items():
-                self.add(COMPONENT, (op, name), us / 1e6)
+                # (microseconds here, seconds in ``export``)
+                self.add(COMPONENT, (op, name), us)
 
-    def set(self, name: str, labels: tuple, value: float) -> None:
-        """Set gauge (or counter kept elsewhere) ``name``."""
-        self.series[name][labels] = value
+    def export(self) -> dict:
+        """``{family: {labels: value}}`` in the exposition's units
+        (seconds; the sums are kept in microseconds)."""
+        out = {}
+        for name, series in self.series.items():
+            kind = FAMILIES[name][0]
+            if kind == 'histogram':
+                out[name] = {k: v[:-1] + [v[-1] / 1e6]
+                             for k, v in series.items()}
+            elif name == COMPONENT:
+                out[name] = {k: v / 1e6 for k, v in series.items()}
+            else:
+                out[name] = dict(series)
+        return out
 
 
 def failure_series(table: dict) -> dict:

@@ -476,8 +476,7 @@ class Follower:
 
     def series(self) -> dict:
         """``{family: {labels: value}}`` of everything exported."""
-        out = {name: dict(rows) for name, rows in
-               self.totals.series.items()}
+        out = self.totals.export()
         if self.failures is not None:
             out[exposition.FAILURES] = exposition.capped(
                 exposition.failure_series(self.failures.table))
@@ -487,9 +486,12 @@ class Follower:
         reader = self.reader
         out[exposition.LINES] = {(): reader.lines if reader else 0}
         if reader is not None:
-            out[exposition.BAD] = {
-                (kind,): n for kind, n in sorted(
-                    reader.issues.counts.items())}
+            bad = dict(reader.issues.counts)
+            if self.model is not None:
+                # (as the batch report counts them)
+                bad['late'] = bad.get('late', 0) + self.model.late
+            out[exposition.BAD] = {(kind,): n for kind, n in
+                                   sorted(bad.items())}
         model = self.model
         out[exposition.OPEN] = {(): len(model.open) if model else 0}
         out[exposition.DROPPED] = {(): self.dropped}
