@@ -74,6 +74,8 @@ _TS = re.compile(rb'"ts":\s*(\d+)')
 _HOST = re.compile(rb'"host":\s*"([^"\\]*)"')
 # bytes read from one file at once
 CHUNK_BYTES = stream.CHUNK_BYTES
+# bytes kept of what was read last, to tell a file rewritten in place
+TAIL_BYTES = 64
 # request ids of finalised requests remembered (their events read
 # later counted as late, not opened again)
 RECENT = 100_000
@@ -97,6 +99,8 @@ class Tailed:
         self.backwards = None
         self.compressed = path.endswith('.gz')
         self.partial = b''
+        # the last bytes read (``rewritten``)
+        self.tail = b''
         # read what is left when the file ends (``--once``, a file
         # that disappeared): its last line, even without its newline
         self.flush = False
@@ -121,11 +125,59 @@ class Tailed:
         except (OSError, ValueError):
             return 0
 
-    def truncated(self) -> None:
-        """The file shrank (``copytruncate``): read it from its start."""
+    def rewritten(self) -> bool:
+        """Do the bytes before the position still hold what was read
+        last (a plain file)?  Not: it was truncated (``copytruncate``),
+        and may have grown again since."""
+        if self.compressed or self.done or not self.tail:
+            return False
+        at = self.size_read() - len(self.tail)
+        try:
+            return os.pread(self._raw.fileno(), len(self.tail),
+                            at) != self.tail
+        except OSError:
+            return True
+
+    def truncated(self) -> list:
+        """The file was truncated (``copytruncate``): read it from its
+        start from now on.  Returns the lines written after the last
+        read and before the copy, from the copy (a file beside it whose
+        name starts with this one's and holds what was read at the same
+        place), if one is found."""
+        missed = self._from_copy()
         self._raw.seek(0)
         self.partial = b''
+        self.tail = b''
         self.pos = 0
+        return missed
+
+    def _from_copy(self) -> list:
+        directory = os.path.dirname(self.path) or '.'
+        at = self.size_read()
+        tail = self.tail
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return []
+        for name in names:
+            if name == self.name or not name.startswith(self.name) or \
+                    name[len(self.name)] not in '.-_':
+                continue
+            path = os.path.join(directory, name)
+            opener: typing.Any = gzip.open if name.endswith('.gz') \
+                else open
+            try:
+                with opener(path, 'rb') as src:
+                    src.seek(at - len(tail))
+                    if src.read(len(tail)) != tail:
+                        continue
+                    rest = self.partial + src.read()
+            except (OSError, EOFError, ValueError, zlib.error):
+                continue
+            lines = [p + b'\n' for p in rest.split(b'\n')[:-1]]
+            self.lines += len(lines)
+            return lines
+        return []
 
     def read_chunk(self, hint: int = CHUNK_BYTES) -> list:
         """The next complete lines (newline kept); [] when none."""
@@ -147,6 +199,7 @@ class Tailed:
                 break
             self.pos += len(more)
             data += more
+            self.tail = (self.tail + more)[-TAIL_BYTES:]
             if b'\n' in more or len(data) >= hint:
                 break
         if eof and self.compressed and not self.done:
@@ -236,6 +289,10 @@ class Follower:
         self.begun: dict = {}
         self.hops = 0
         self.polls = 0
+        # fold the finished requests only at the end (``once``: the
+        # losses of the whole input known when they are marked, as
+        # the batch report marks them; memory as the batch report's)
+        self.defer = False
         self._windows: typing.Optional[dict] = None
         self.reader: typing.Any = None
         self.model: typing.Any = None
@@ -300,8 +357,13 @@ class Follower:
             path, size = found[ident]
             if path != f.path:
                 f.path = path
-            if not f.compressed and size < f.size_read():
-                f.truncated()
+                self.rotations['renamed'] += 1
+            if not f.compressed and (size < f.size_read() or
+                                     f.rewritten()):
+                missed = f.truncated()
+                if missed:
+                    self.reader.chunk(f, missed, f.lineno)
+                    f.lineno += len(missed)
                 self.rotations['truncated'] += 1
         for ident, (path, _size) in sorted(found.items(),
                                            key=lambda kv: kv[1][0]):
@@ -410,13 +472,14 @@ class Follower:
         if self.newest is not None:
             self._sweep(self.newest - lag)
         self._bound()
-        self._fold()
+        if not self.defer:
+            self._fold()
         return self.reader.lines - before
 
     def _sweep(self, watermark: int) -> None:
         self.model.sweep(watermark)
         self.watermark = watermark
-        if len(self.model.summaries) >= 1024:
+        if len(self.model.summaries) >= 1024 and not self.defer:
             self._fold()
 
     def _bound(self) -> None:
@@ -468,6 +531,7 @@ class Follower:
             f.flush = True
         self.poll()
         self.model.finish()
+        self._windows = None
         self._fold()
         for f in self.files.values():
             f.close()
@@ -513,6 +577,7 @@ def once(inputs: typing.Sequence[str],
          opts: typing.Optional[Options] = None) -> Follower:
     """Read what ``inputs`` hold now, finalise everything."""
     follower = Follower(inputs, opts)
+    follower.defer = True
     follower.poll()
     follower.finish()
     return follower

@@ -1022,6 +1022,7 @@ def main_follow(argv: list,
                 warn('cannot write %s: %s' % (args.textfile, _reason(exc)))
     try:
         if args.once:
+            follower.defer = True
             follower.poll()
             follower.finish()
             publish()
