@@ -29,6 +29,7 @@ import gzip
 import os
 import re
 import shutil
+import subprocess
 import threading
 import typing
 import urllib.request
@@ -46,6 +47,7 @@ from tests import synthetic
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                     'data', 'fidelity')
+PROMTOOL = shutil.which('promtool') or '/usr/bin/promtool'
 FIDELITY = [os.path.join(DATA, name) for name in (
     'demo-threads.jsonl.gz', 'demo-mixed-threads.jsonl.gz')]
 
@@ -506,6 +508,14 @@ class TestExposition(Base):
         values = [s.value for s in buckets]
         self.assertEqual(values, sorted(values))
         self.assertEqual(2, values[-1])
+
+    def test_promtool_checks_it(self):
+        text = follow.once([FIDELITY[1]]).exposition()
+        done = subprocess.run(  # noqa: S603 - a fixed tool
+            [PROMTOOL, 'check', 'metrics'], input=text.encode(),
+            capture_output=True, timeout=60, check=False)
+        self.assertEqual((0, b''), (done.returncode,
+                                    done.stdout + done.stderr))
 
     def test_labels_past_the_cap_are_other(self):
         totals = exposition.Totals()
