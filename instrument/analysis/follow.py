@@ -66,10 +66,12 @@ from instrument.analysis.model import classify
 from instrument.analysis.model import clocks
 from instrument.analysis.model import damage
 from instrument.analysis.model import requests
+from instrument.analysis.model import spans as spans_mod
 from instrument.analysis.sections import base
 from instrument.analysis.sections import failures
 from instrument.analysis.sections import retries
 
+S_DUR = spans_mod.S_DUR
 _TS = re.compile(rb'"ts":\s*(\d+)')
 _HOST = re.compile(rb'"host":\s*"([^"\\]*)"')
 # bytes read from one file at once
@@ -288,6 +290,8 @@ class Follower:
         self.decode = clockpass.rpc_span_decoder(self.opts.fast_decode)
         self.begun: dict = {}
         self.hops = 0
+        # request-id pairs of pass 1 known (``_learn``)
+        self.pairs = 0
         self.polls = 0
         # fold the finished requests only at the end (``once``: the
         # losses of the whole input known when they are marked, as
@@ -428,7 +432,14 @@ class Follower:
                 mine.append((ts, host))
                 mine.sort()
                 reader.start_hosts.add(host)
-        reader.aliases.update(matcher.aliases_of())
+        if len(matcher.rejoin.pairs) != self.pairs:
+            self.pairs = len(matcher.rejoin.pairs)
+            aliases = matcher.aliases_of()
+            new = {a: b for a, b in aliases.items()
+                   if reader.aliases.get(a) != b}
+            reader.aliases.update(aliases)
+            for began, req in new.items():
+                self._rejoin(began, req)
         for sid, run in matcher.periodic_hops.items():
             if len(reader.periodic_spans) >= clockpass.MAX_PERIODIC_HOPS:
                 break
@@ -438,6 +449,56 @@ class Follower:
             result = clocks.solve(matcher.collector, matcher.hosts)
             self.offsets.update(result.offsets())
 
+    def _rejoin(self, began: str, req: str) -> None:
+        """Records read under ``began`` before pass 1 said they are
+        request ``req``'s (an ``api.request`` span whose start and end
+        came in different polls): moved to ``req``'s open request, as
+        if read under it (``model.requests.Assembler``'s rules: the
+        start and the end of one span are one span)."""
+        model = self.model
+        r = model.open.pop(began, None)
+        if r is None:
+            return
+        into = model.open.get(req)
+        if into is None:
+            r.req = req
+            model.open[req] = r
+            return
+        spans = into.spans
+        for sid, s in r.spans.items():
+            have = spans.get(sid)
+            if have is None:
+                spans[sid] = s
+                if s[S_DUR] is None:
+                    into.open += 1
+                continue
+            if have[S_DUR] is None and s[S_DUR] is not None:
+                # its end replaces its start
+                spans[sid] = s
+                into.open -= 1
+            elif have[S_DUR] is not None and s[S_DUR] is None:
+                pass  # its start, its end read
+            else:
+                model.duplicates += 1
+                continue
+            if into.begun is None:
+                into.begun = set()
+            into.begun.add(sid)
+        for parent, entry in r.sql.items():
+            mine = into.sql.get(parent)
+            if mine is None:
+                into.sql[parent] = entry
+            else:
+                mine[0] += entry[0]
+                mine[1] += entry[1]
+        into.sql_errors.extend(r.sql_errors)
+        into.instants.extend(r.instants)
+        into.events += r.events
+        if r.last > into.last:
+            into.last = r.last
+        if r.begun:
+            into.begun = (into.begun or set()) | r.begun
+
     # -- reading -----------------------------------------------------------
 
     def poll(self) -> int:
@@ -445,18 +506,29 @@ class Follower:
         the watermark passed.  Returns the lines read."""
         gone = self._refresh()
         if not self.started:
+            if not self.files:
+                # nothing yet: pass 1 waits for the first files
+                return 0
             self._start()
         self.polls += 1
         self._windows = None
         before = self.reader.lines
         lag = self.opts.lag_us
         files = [f for f in self.files.values() if not f.done]
-        for f, lines, first, watermark in stream.chunks(files):
-            if self.polls > 1:
-                # (pass 1 read the first poll's)
+        reads: typing.Iterable = stream.chunks(files)
+        if self.polls > 1:
+            # pass 1 over what was appended, then pass 2 (the start
+            # of a request read under the id it ended with, even when
+            # its end is read in this poll); pass 1 read the first
+            # poll's
+            reads = list(reads)
+            for f, lines, first, watermark in reads:
                 self.matcher.add(f.name, clockpass.rpc_spans(
                     lines, first, self.decode,
-                    self.begun.setdefault(f.index, {})), None)
+                    self.begun.setdefault(f.index, {})),
+                    self.newest if watermark is None else watermark)
+            self._learn()
+        for f, lines, first, watermark in reads:
             self.reader.chunk(f, lines, first)
             if f.time is not None and (self.newest is None or
                                        f.time > self.newest):
