@@ -46,7 +46,9 @@ that shrank (``copytruncate``) is read again from its start.  A copy
 of records already read (a rotated copy) is recognised by the records'
 ``seq`` (counted as duplicate lines, not read twice).  Compressed files
 are read once; one that appears after the start (a compressed
-rotation, records already read) is left out.
+rotation, records already read) is left out, and so is a file that
+holds something other than span records (a JSON report:
+``spanfiles.sniff``).
 """
 
 import glob
@@ -280,6 +282,8 @@ class Follower:
         self.watermark: typing.Optional[int] = None
         self.dropped = 0
         self.rotations = {'renamed': 0, 'truncated': 0}
+        # paths left out (a compressed file found after the start, a
+        # file that holds no span record)
         self.skipped_compressed: set = set()
         self.offsets: dict = {}
         self.popts = pipeline.Options(
@@ -374,6 +378,11 @@ class Follower:
             if ident in self.files or path in self.skipped_compressed:
                 continue
             if self.started and path.endswith('.gz'):
+                self.skipped_compressed.add(path)
+                continue
+            if not spanfiles.is_log_name(os.path.basename(path)) and \
+                    spanfiles.sniff(path) in ('report', 'other'):
+                # a JSON report, the demo's servers.json: not spans
                 self.skipped_compressed.add(path)
                 continue
             self._open(path)

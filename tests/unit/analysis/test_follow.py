@@ -226,6 +226,18 @@ class TestOnceEqualsBatch(Base):
             # (the runs have failures and a reschedule to compare)
             self.assertTrue(batch['failures'])
 
+    def test_files_that_are_not_spans_are_left_out(self):
+        directory = os.path.join(self.tmp, 'run')
+        os.makedirs(directory)
+        shutil.copy(FIDELITY[0], directory)
+        shutil.copy(os.path.join(DATA, 'demo-threads.servers.json'),
+                    directory)
+        with open(os.path.join(directory, 'report.json'), 'w') as out:
+            out.write('{"report_version": 1}\n')
+        follower = follow.once([directory])
+        self.assertEqual(0, sum(follower.series()[exposition.BAD].values()))
+        self.assertSameAsBatch(follower, [directory], live=False)
+
     def test_synthetic_cloud(self):
         directory = os.path.join(self.tmp, 'in')
         synthetic.generate(directory, seed=7, requests=120)
