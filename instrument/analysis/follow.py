@@ -53,6 +53,7 @@ holds something other than span records (a JSON report:
 
 import glob
 import gzip
+import itertools
 import os
 import re
 import typing
@@ -449,6 +450,14 @@ class Follower:
             reader.aliases.update(aliases)
             for began, req in new.items():
                 self._rejoin(began, req)
+            # the oldest pairs forgotten past RECENT (their requests
+            # are long finalised)
+            pairs = matcher.rejoin.pairs
+            for began in list(itertools.islice(
+                    pairs, max(0, len(pairs) - RECENT))):
+                del pairs[began]
+                reader.aliases.pop(began, None)
+            self.pairs = len(pairs)
         for sid, run in matcher.periodic_hops.items():
             if len(reader.periodic_spans) >= clockpass.MAX_PERIODIC_HOPS:
                 break

@@ -479,6 +479,20 @@ class TestBounds(Base):
         # the requests in flight, not the requests read
         self.assertLess(most, total // 3)
 
+    def test_request_id_pairs_stay_bounded(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.analysis.follow.RECENT', 5))
+        files = {'demo.jsonl': read_lines(FIDELITY[1])}
+        live = os.path.join(self.tmp, 'live')
+        os.makedirs(live)
+        follower = follow.Follower([live], follow.Options(lag_s=1.0))
+        for step in time_steps(files, 6):
+            self.append(live, files, step)
+            follower.poll()
+            self.assertLessEqual(len(follower.reader.aliases), 5)
+            self.assertLessEqual(len(follower.matcher.rejoin.pairs), 5)
+        self.assertEqual(5, len(follower.reader.aliases))
+
     def test_max_open_drops_and_counts(self):
         files = self.synthetic_lines(seed=14, requests=120)
         live = self.write_all(os.path.join(self.tmp, 'live'), files)
