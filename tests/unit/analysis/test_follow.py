@@ -461,6 +461,8 @@ class TestKilledProcess(Base):
 class TestBounds(Base):
 
     def test_open_requests_stay_bounded(self):
+        self.useFixture(fixtures.MonkeyPatch(
+            'instrument.analysis.follow.RECENT', 200))
         files = self.synthetic_lines(seed=13, requests=500, rate=2.0)
         live = os.path.join(self.tmp, 'live')
         os.makedirs(live)
@@ -471,8 +473,13 @@ class TestBounds(Base):
             self.append(live, files, step)
             follower.poll()
             most = max(most, len(follower.model.open))
-            # nothing kept of a finished request but its id
+            # nothing kept of a finished request but its id, of the
+            # last RECENT
             self.assertEqual([], follower.model.summaries)
+            self.assertLessEqual(len(follower.model.recent), 200)
+            self.assertEqual(set(), {type(v) for v in
+                                     follower.model.recent.values()} -
+                             {type(None)})
         follower.finish()
         total = sum(follower.series()[exposition.REQUESTS].values())
         self.assertGreaterEqual(total, 500)
