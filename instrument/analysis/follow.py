@@ -295,8 +295,10 @@ class Follower:
         self.decode = clockpass.rpc_span_decoder(self.opts.fast_decode)
         self.begun: dict = {}
         self.hops = 0
-        # request-id pairs of pass 1 known (``_learn``)
+        # request-id pairs and periodic runs' dispatches of pass 1 known
+        # (``_learn``)
         self.pairs = 0
+        self.periodic = 0
         self.polls = 0
         # fold the finished requests only at the end (``once``: the
         # losses of the whole input known when they are marked, as
@@ -458,10 +460,13 @@ class Follower:
                 del pairs[began]
                 reader.aliases.pop(began, None)
             self.pairs = len(pairs)
-        for sid, run in matcher.periodic_hops.items():
-            if len(reader.periodic_spans) >= clockpass.MAX_PERIODIC_HOPS:
-                break
-            reader.periodic_spans.setdefault(sid, run)
+        if len(matcher.periodic_hops) != self.periodic:
+            self.periodic = len(matcher.periodic_hops)
+            for sid, run in matcher.periodic_hops.items():
+                if len(reader.periodic_spans) >= \
+                        clockpass.MAX_PERIODIC_HOPS:
+                    break
+                reader.periodic_spans.setdefault(sid, run)
         if matcher.counts['hops'] != self.hops:
             self.hops = matcher.counts['hops']
             result = clocks.solve(matcher.collector, matcher.hosts)
