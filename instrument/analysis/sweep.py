@@ -35,6 +35,12 @@ Per operation and run (``operation_figures``):
 Per run: each service's mean and peak CPU (cores) and RSS (MB) while
 requests ran (the ``load`` phase of ``resources``).
 
+The sweep key's values are the load when they are all numbers: the
+runs are put in load order.  Otherwise (``--by scheduler`` over
+``caching`` and ``default``, say) the key is categorical: the runs keep
+the order they were given in, each shown by its value, and there is no
+saturation point (no step up in load to judge by).
+
 The saturation point of an operation (``saturation``): the runs in
 load order (the numeric value of the sweep key), the first run where a
 step up in load raised the throughput by less than ``GROWTH`` (5 %),
@@ -95,11 +101,16 @@ SCHEMA: dict = {
     'type': 'object', 'additionalProperties': False,
     'properties': {
         'sweep_version': _S.INT, 'key': _S.STR,
+        'categorical': {'type': 'boolean',
+                        'description': 'the key\'s values are not all '
+                                       'numbers: runs in the order '
+                                       'given, no saturation point'},
         'thresholds': _S.obj('of the saturation point', {
             'growth': _S.NUM, 'share_jump': _S.NUM}),
         'runs': _S.arr(_S.obj('a run, in load order', {
             'name': _S.STR, 'label': _S.mapping(_S.STR, 'key: value'),
-            'load': _S.NUM_OR_NULL, 'releases': _S.STRS,
+            'value': _S.STR, 'load': _S.NUM_OR_NULL,
+            'releases': _S.STRS,
             'operations': _S.mapping(_FIGURES, 'operation: figures'),
             'resources': _S.mapping(_S.obj('a service', {
                 'processes': _S.INT_OR_NULL, 'cpu_mean': _S.NUM_OR_NULL,
@@ -228,9 +239,11 @@ def _number(value: typing.Any) -> typing.Optional[float]:
 
 
 def sweep_key(labels: list, by: typing.Optional[str] = None) -> str:
-    """The label the load is read from: ``by``, else the first label
+    """The label the runs are swept by: ``by``, else the first label
     key (``concurrency`` first) whose values differ between the runs and
-    are all numbers."""
+    are all numbers, else the one label every run has whose values
+    differ (categorical: ``scheduler=caching``, ``scheduler=default``).
+    """
     keys = list(dict.fromkeys(k for label in labels for k in label))
     if by is not None:
         missing = [i for i, label in enumerate(labels) if by not in label]
@@ -239,15 +252,21 @@ def sweep_key(labels: list, by: typing.Optional[str] = None) -> str:
                 missing[0] + 1, by, _label_text(labels[missing[0]])))
         return by
     keys.sort(key=lambda k: k != 'concurrency')
-    for k in keys:
-        values = [label.get(k) for label in labels]
-        if all(_number(v) is not None for v in values) and \
-                len(set(values)) > 1:
+    differ = [k for k in keys
+              if len({label.get(k) for label in labels}) > 1]
+    for k in differ:
+        if all(_number(label.get(k)) is not None for label in labels):
             return k
+    # no numeric one: the one categorical label that every run has
+    every = [k for k in differ if all(k in label for label in labels)]
+    if len(every) == 1:
+        return every[0]
     raise SweepError('no label that is a number and differs between the '
-                     'runs (labels: %s); give one as KEY=VALUE:RUN or '
-                     'name it with --by' % '; '.join(
-                         _label_text(label) for label in labels))
+                     'runs%s (labels: %s); give one as KEY=VALUE:RUN or '
+                     'name it with --by' % (
+                         ', and more than one that is not (%s)' %
+                         ', '.join(every) if every else '',
+                         '; '.join(_label_text(label) for label in labels)))
 
 
 def _label_text(label: dict) -> str:
@@ -267,8 +286,11 @@ def sweep(runs: list, by: typing.Optional[str] = None) -> dict:
             raise SweepError('%s: no label (give KEY=VALUE:%s, or a '
                              'run.json beside it)' % (name, name))
     key = sweep_key([label for _n, label, _r in runs], by)
-    ordered = sorted(runs, key=lambda run: (
-        _number(run[1].get(key)) or 0.0))
+    categorical = any(_number(label[key]) is None
+                      for _n, label, _r in runs)
+    # categorical: in the order given
+    ordered = runs if categorical else sorted(
+        runs, key=lambda run: _number(run[1][key]) or 0.0)
     out_runs = []
     ops: list = []
     for name, label, report in ordered:
@@ -285,15 +307,24 @@ def sweep(runs: list, by: typing.Optional[str] = None) -> dict:
             if op not in ops:
                 ops.append(op)
         out_runs.append({
-            'name': name, 'label': dict(label),
-            'load': _number(label.get(key)),
+            'name': name, 'label': dict(label), 'value': label[key],
+            'load': None if categorical else _number(label[key]),
             'releases': releases(report),
             'operations': figures,
             'resources': resources(report)})
+    shared = [op for op in ops
+              if sum(op in r['operations'] for r in out_runs) > 1]
+    if not shared:
+        raise SweepError('no operation is in two runs or more (%s): '
+                         'nothing to put side by side' % '; '.join(
+                             '%s: %s' % (r['name'], ', '.join(sorted(
+                                 r['operations'])))
+                             for r in out_runs))
     known = [op for op in schema.OPERATIONS if op in ops]
     ops = known + sorted(set(ops) - set(known))
     return {
         'sweep_version': SWEEP_VERSION, 'key': key,
+        'categorical': categorical,
         'thresholds': {'growth': GROWTH, 'share_jump': SHARE_JUMP},
         'runs': out_runs,
         'operations': ops,
@@ -373,6 +404,14 @@ def num(value: typing.Optional[float], digits: int = 2) -> str:
     return '-' if value is None else '%.*f' % (digits, value)
 
 
+def run_value(run: dict) -> str:
+    """A run's value of the sweep key as shown: its load (``20``), or
+    its label when the key is categorical (``caching``)."""
+    if run.get('load') is None:
+        return str(run.get('value', '-'))
+    return fmt_load(run['load'])
+
+
 def fmt_load(load: typing.Optional[float]) -> str:
     """A load as a label: ``20``, ``2.5``."""
     if load is None:
@@ -380,8 +419,12 @@ def fmt_load(load: typing.Optional[float]) -> str:
     return '%d' % load if load == int(load) else '%g' % load
 
 
-def saturation_text(op: str, sat: typing.Optional[dict], key: str) -> str:
+def saturation_text(op: str, sat: typing.Optional[dict], key: str,
+                    categorical: bool = False) -> str:
     """One line: where ``op`` saturates, or that it did not."""
+    if categorical:
+        return ('%s: %s is not a number: the runs in the order given, no '
+                'saturation point' % (op, key))
     if sat is None:
         return ('%s: no saturation: throughput grew by %d %% or more at '
                 'every step up in %s and no component\'s share jumped' % (
@@ -437,7 +480,7 @@ def render(result: dict) -> str:
             '%s=%s' % kv for kv in same.items()))
     for run in runs:
         out.append('# %s=%s: %s (%s)%s' % (
-            key, fmt_load(run['load']), run['name'],
+            key, run_value(run), run['name'],
             ', '.join('%s=%s' % kv for kv in run['label'].items()
                       if kv[0] not in same),
             '; nova %s' % ', '.join(run['releases'])
@@ -455,7 +498,7 @@ def render(result: dict) -> str:
             if f is None:
                 continue
             out.append('%-10s %8d %7d %8.2f %7s %7s %7s %9s' % (
-                fmt_load(run['load']), f['requests'], f['finished'],
+                run_value(run), f['requests'], f['finished'],
                 f['throughput_rps'], pct(f['success_rate']),
                 pct(f['failure_rate']), pct(f['retry_rate']),
                 secs(f['latency_median_us'])))
@@ -465,20 +508,21 @@ def render(result: dict) -> str:
                        'of first-try successes; retried and failed '
                        'requests whole):')
             out.append('%-22s %s' % ('', ' '.join(
-                '%9s' % fmt_load(run['load']) for run in runs
+                '%9s' % run_value(run) for run in runs
                 if op in run['operations'])))
             for n in names:
                 out.append('%-22s %s' % (n[:22], ' '.join(
                     '%9s' % secs(run['operations'][op]['stack_us'].get(n))
                     for run in runs if op in run['operations'])))
-        out.append(saturation_text(op, result['saturation'][op], key))
+        out.append(saturation_text(op, result['saturation'][op], key,
+                                   result.get('categorical', False)))
     services = sorted({s for run in runs for s in run['resources']})
     if services:
         out.append('')
         out.append('## resources while requests ran (CPU: cores, RSS: '
                    'MB; mean/peak)')
         out.append('%-22s %s' % ('service', ' '.join(
-            '%17s' % ('%s=%s' % (key[:6], fmt_load(run['load'])))
+            '%17s' % ('%s=%s' % (key[:6], run_value(run)))
             for run in runs)))
         for svc in services:
             for what, m, p, d in (('cpu', 'cpu_mean', 'cpu_peak', 2),
