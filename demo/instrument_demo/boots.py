@@ -53,12 +53,13 @@ class BootResult:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def _boot_one(api, body_for, name: str, stop) -> BootResult:
+def _boot_one(api, body_for, name: str, stop,
+              timeout: float = TIMEOUT_S) -> BootResult:
     result = BootResult(name)
     try:
         server = api.post_server({'server': body_for(name)})
         result.id = server['id']
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while True:
             server = api.get_server(result.id)
             if server['status'] in ('ACTIVE', 'ERROR'):
@@ -121,9 +122,11 @@ class Progress:
 
 
 def boot_all(api, body_for, count: int, concurrency: int, stop=None,
-             progress: Progress = None, first: int = 0) -> list:
+             progress: Progress = None, first: int = 0,
+             timeout: float = TIMEOUT_S) -> list:
     """Boot ``count`` servers, ``concurrency`` at a time (named from
-    number ``first`` on)."""
+    number ``first`` on), each given up on (``TIMEOUT``) ``timeout``
+    seconds after it was posted."""
     stop = stop or threading.Event()
     results = []
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -139,7 +142,7 @@ def boot_all(api, body_for, count: int, concurrency: int, stop=None,
                     if progress:
                         progress.add(results[-1])
             pending.add(pool.submit(_boot_one, api, body_for,
-                                    NAME_FORMAT % n, stop))
+                                    NAME_FORMAT % n, stop, timeout))
         for future in concurrent.futures.as_completed(pending):
             results.append(future.result())
             if progress:
@@ -183,7 +186,8 @@ class Wave:
 
 
 def boot_waves(api, body_for, size: int, count: int, concurrency: int,
-               stop=None, progress: Progress = None) -> tuple:
+               stop=None, progress: Progress = None,
+               timeout: float = TIMEOUT_S) -> tuple:
     """``count`` waves of ``size`` servers, ``concurrency`` at a time in
     a wave; each wave starts when every server of the one before is
     ACTIVE or ERROR (or timed out).  Returns every server's result and
@@ -196,7 +200,7 @@ def boot_waves(api, body_for, size: int, count: int, concurrency: int,
             break
         started = time.time()
         got = boot_all(api, body_for, size, concurrency, stop, progress,
-                       first=len(results))
+                       first=len(results), timeout=timeout)
         finished = max((r.finished for r in got if r.finished),
                        default=time.time())
         results.extend(got)

@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
                              'ACTIVE or ERROR (a scale test\'s way)')
     parser.add_argument('--wave-count', type=int, default=3,
                         help='how many waves with --waves (default 3)')
+    parser.add_argument('--boot-timeout', type=float, default=180.0,
+                        help='seconds after which the demo stops waiting '
+                             'for a server to become ACTIVE or ERROR and '
+                             'counts it TIMEOUT (default 180; raise it '
+                             'with hundreds of computes)')
     parser.add_argument('--fail', type=float, default=0.1,
                         help='share of servers whose spawn fails '
                              '(default 0.1)')
@@ -254,6 +259,9 @@ def _resolve(args) -> None:
 
 def _check(args) -> None:
     _resolve(args)
+    if args.boot_timeout <= 0:
+        raise SystemExit('instrument-demo: --boot-timeout must be more '
+                         'than 0')
     if args.servers < 1 or args.concurrency < 1 or args.computes < 1 or \
             args.schedulers < 1:
         raise SystemExit('instrument-demo: --servers, --concurrency, '
@@ -400,11 +408,12 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             if args.waves:
                 outcome['results'], outcome['waves'] = boots.boot_waves(
                     self.api, body, args.waves, args.wave_count,
-                    args.concurrency, stop, progress)
+                    args.concurrency, stop, progress,
+                    timeout=args.boot_timeout)
             else:
                 outcome['results'] = boots.boot_all(
                     self.api, body, args.servers, args.concurrency, stop,
-                    progress)
+                    progress, timeout=args.boot_timeout)
             outcome['operations'] = []
             if args.boots_only or stop.is_set():
                 return
@@ -490,6 +499,8 @@ def write_run(path: str, args) -> dict:
            'boots_only': bool(args.boots_only)}
     if args.inject:
         run['inject'] = ','.join(args.inject)
+    if args.boot_timeout != 180.0:
+        run['boot_timeout_s'] = args.boot_timeout
     if args.waves:
         run['waves'] = args.waves
         run['wave_count'] = args.wave_count

@@ -33,7 +33,9 @@ Per operation and run (``operation_figures``):
   mean latency of the finished requests).
 
 Per run: each service's mean and peak CPU (cores) and RSS (MB) while
-requests ran (the ``load`` phase of ``resources``).
+requests ran (the ``load`` phase of ``resources``), and the share of
+its CPU the library's writer thread took (over the whole run; None
+without ``writer_cpu_s`` samples).
 
 The sweep key's values are the load when they are all numbers: the
 runs are put in load order.  Otherwise (``--by scheduler`` over
@@ -116,7 +118,8 @@ SCHEMA: dict = {
                 'processes': _S.INT_OR_NULL, 'cpu_mean': _S.NUM_OR_NULL,
                 'cpu_peak': _S.NUM_OR_NULL,
                 'rss_mean_mb': _S.NUM_OR_NULL,
-                'rss_peak_mb': _S.NUM_OR_NULL}),
+                'rss_peak_mb': _S.NUM_OR_NULL,
+                'library_share': _S.NUM_OR_NULL}),
                 'service: CPU (cores) and RSS while requests ran'),
         })),
         'operations': _S.STRS,
@@ -216,11 +219,15 @@ def resources(report: dict) -> dict:
                 return None
             return max(values) if which == 'peak' else \
                 statistics.fmean(values)
+        lib = entry.get('library') or {}
         out[svc] = {'processes': entry.get('processes'),
                     'cpu_mean': fig('cpu_cores', 'mean'),
                     'cpu_peak': fig('cpu_cores', 'peak'),
                     'rss_mean_mb': fig('rss_mb', 'mean'),
-                    'rss_peak_mb': fig('rss_mb', 'peak')}
+                    'rss_peak_mb': fig('rss_mb', 'peak'),
+                    'library_share': lib['writer_cpu_s'] /
+                    lib['process_cpu_s'] if lib.get('process_cpu_s')
+                    else None}
     return out
 
 
@@ -536,4 +543,13 @@ def render(result: dict) -> str:
                         if r else '-'))
                 out.append('%-22s %s' % (
                     ('%s %s' % (svc, what))[:22], ' '.join(cells)))
+            shares = [(run['resources'].get(svc) or {}).get(
+                'library_share') for run in runs]
+            if any(v is not None for v in shares):
+                out.append('%-22s %s' % (
+                    ('%s library' % svc)[:22], ' '.join(
+                        '%17s' % ('-' if v is None else
+                                  '%.1f%%' % (v * 100)) for v in shares)))
+        out.append('(library: the share of the CPU the library\'s writer '
+                   'thread took over the run)')
     return '\n'.join(out) + '\n'

@@ -75,6 +75,8 @@ def run_report(rps: float, scheduler_s: float, n: int = 20,
     if services:
         res = {'services': {'nova-scheduler': {
             'processes': 1, 'hosts': ['h'],
+            'library': {'writer_cpu_s': 0.5, 'process_cpu_s': 10.0,
+                        'processes': 1},
             'phases': {'load': {'cpu_cores': {'mean': scheduler_s,
                                               'peak': 2 * scheduler_s},
                                 'rss_mb': {'mean': 100.0,
@@ -115,7 +117,7 @@ class TestSweep(testtools.TestCase):
                 f['components']['scheduler']['share'], places=4)
             self.assertEqual({'cpu_mean': sched, 'cpu_peak': 2 * sched,
                               'rss_mean_mb': 100.0, 'rss_peak_mb': 120.0,
-                              'processes': 1},
+                              'processes': 1, 'library_share': 0.05},
                              run['resources']['nova-scheduler'])
             self.assertEqual(['34.0.0 (threads)'], run['releases'])
 
@@ -217,6 +219,7 @@ class TestSweep(testtools.TestCase):
         self.assertIn('# scheduler=caching: c50', text)
         self.assertIn('boot: scheduler is not a number: the runs in the '
                       'order given, no saturation point', text)
+        self.assertRegex(text, r'\nnova-scheduler library +5\.0% +5\.0% ')
         self.assertRegex(text, r'\ncaching-2 +20 +20 +3\.00 ')
         page = sweep_html.render(result)
         # the stack, no throughput line against a categorical key
