@@ -32,6 +32,11 @@ Per operation and run (``operation_figures``):
   ``retried``, a failed one's as ``failed`` (the stack adds up to the
   mean latency of the finished requests).
 
+A run the demo booted in waves (``--waves``) carries each wave's
+servers, time and boots per second (``waves``, from the demo's
+``servers.json``; the command reads it, ``demo_waves`` of the report
+given here).
+
 Per run: each service's mean and peak CPU (cores) and RSS (MB) while
 requests ran (the ``load`` phase of ``resources``), and the share of
 its CPU the library's writer thread took (over the whole run; None
@@ -113,6 +118,9 @@ SCHEMA: dict = {
             'name': _S.STR, 'label': _S.mapping(_S.STR, 'key: value'),
             'value': _S.STR, 'load': _S.NUM_OR_NULL,
             'releases': _S.STRS,
+            'waves': _S.arr(_S.obj('a wave of the demo\'s boots', {
+                'wave': _S.INT, 'servers': _S.INT, 'duration_s': _S.NUM,
+                'boots_per_s': _S.NUM})),
             'operations': _S.mapping(_FIGURES, 'operation: figures'),
             'resources': _S.mapping(_S.obj('a service', {
                 'processes': _S.INT_OR_NULL, 'cpu_mean': _S.NUM_OR_NULL,
@@ -317,6 +325,7 @@ def sweep(runs: list, by: typing.Optional[str] = None) -> dict:
             'name': name, 'label': dict(label), 'value': label[key],
             'load': None if categorical else _number(label[key]),
             'releases': releases(report),
+            'waves': list(report.get('demo_waves') or ()),
             'operations': figures,
             'resources': resources(report)})
     shared = [op for op in ops
@@ -523,6 +532,16 @@ def render(result: dict) -> str:
                     for run in runs if op in run['operations'])))
         out.append(saturation_text(op, result['saturation'][op], key,
                                    result.get('categorical', False)))
+    if any(run.get('waves') for run in runs):
+        out.append('')
+        out.append('## waves (the demo\'s --waves: boots per second of '
+                   'each wave, from its first request to its last '
+                   'answer)')
+        for run in runs:
+            if run.get('waves'):
+                out.append('%-10s %s' % (run_value(run)[:10], ' '.join(
+                    '%d: %.2f' % (w['wave'], w['boots_per_s'])
+                    for w in run['waves'])))
     services = sorted({s for run in runs for s in run['resources']})
     if services:
         out.append('')

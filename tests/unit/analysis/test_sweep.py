@@ -264,8 +264,8 @@ class TestSweep(testtools.TestCase):
             {'sweep_version', 'key', 'categorical', 'thresholds', 'runs',
              'operations', 'missing', 'saturation'}, set(back))
         self.assertEqual(
-            {'name', 'label', 'value', 'load', 'releases', 'operations',
-             'resources'}, set(back['runs'][0]))
+            {'name', 'label', 'value', 'load', 'releases', 'waves',
+             'operations', 'resources'}, set(back['runs'][0]))
         self.assertEqual(
             {'requests', 'finished', 'successful', 'failed', 'retried',
              'busy_s', 'throughput_rps', 'success_rps', 'success_rate',
@@ -373,6 +373,34 @@ class TestSweepCommand(testtools.TestCase):
                                       'cells'] + args)
         self.assertEqual(2, status)
         self.assertIn("error: run 1 has no label 'cells'", err)
+
+    def test_the_demos_waves(self):
+        paths = []
+        for waves, (c, fig) in zip((1, 2), PLAN.items(), strict=False):
+            path = self.write('w%d' % waves, run_report(*fig),
+                              {'waves': waves, 'concurrency': c})
+            with open(os.path.join(path, 'servers.json'), 'w') as f:
+                json.dump({'servers': [], 'waves': [
+                    {'wave': n + 1, 'servers': waves, 'started': 0.0,
+                     'finished': 2.0, 'duration_s': 2.0 * (n + 1),
+                     'boots_per_s': waves / (2.0 * (n + 1)),
+                     'counts': {'ACTIVE': waves}}
+                    for n in range(2)]}, f)
+            paths.append(path)
+        status, out, err = self.main(['sweep', '--no-progress', '--by',
+                                      'waves', '--json', '-'] + paths)
+        self.assertEqual((0, ''), (status, err))
+        result = json.loads(out)
+        jsonschema.validate(result, sweep.SCHEMA)
+        self.assertEqual(
+            [{'wave': 1, 'servers': 2, 'duration_s': 2.0,
+              'boots_per_s': 1.0},
+             {'wave': 2, 'servers': 2, 'duration_s': 4.0,
+              'boots_per_s': 0.5}], result['runs'][1]['waves'])
+        status, out, err = self.main(['sweep', '--no-progress', '--by',
+                                      'waves'] + paths)
+        self.assertIn("## waves (the demo's --waves", out)
+        self.assertIn('\n2          1: 1.00 2: 0.50\n', out)
 
     def test_bad_runs_are_one_line_and_status_2(self):
         good = self.write('c5', run_report(1.0, 0.1), {'concurrency': 5})
