@@ -829,6 +829,24 @@ _LABELLED = re.compile(r'((?:[A-Za-z_][\w.-]*=[^,:=]*,)*'
                        r'[A-Za-z_][\w.-]*=[^,:=]*):(.+)')
 RUN_META = 'run.json'
 REPORT_NAME = 'report.json'
+# the demo's truth, beside run.json: its ``waves`` (``--waves``)
+TRUTH_NAME = 'servers.json'
+
+
+def run_waves(path: str) -> list:
+    """The waves the demo booted the run at ``path`` in (the
+    ``waves`` of the ``servers.json`` beside its ``run.json``); ``[]``
+    when there are none or it cannot be read."""
+    base = path if os.path.isdir(path) else os.path.dirname(path)
+    try:
+        with open(os.path.join(base, TRUTH_NAME), encoding='utf-8') as f:
+            waves = json.load(f).get('waves') or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [{'wave': w['wave'], 'servers': w['servers'],
+             'duration_s': w['duration_s'], 'boots_per_s': w['boots_per_s']}
+            for w in waves if isinstance(w, dict) and
+            {'wave', 'servers', 'duration_s', 'boots_per_s'} <= set(w)]
 
 
 def run_labels(path: str) -> dict:
@@ -897,6 +915,9 @@ def main_sweep(argv: list) -> int:
     for (labels, path), src, got in zip(runs, inputs, read, strict=True):
         report = _load_run('RUN', src, opts, got)
         warn_losses(report, 'RUN %s: ' % path)
+        waves = run_waves(path)
+        if waves:
+            report = dict(report, demo_waves=waves)
         loaded.append((path, labels, report))
     try:
         result = sweep.sweep(loaded, by=args.by)
