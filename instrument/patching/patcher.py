@@ -150,6 +150,10 @@ class Patcher:
         #           original or event, own or fn, replacement)]
         self._objects = {}
         self._applied = False
+        # Set by the runtime before it reads the banner for the start
+        # record: points added from then on are announced
+        # (process.points), the others are in the start record.
+        self.headed = False
         self._lock = threading.RLock()
         _PATCHERS.add(self)
 
@@ -199,7 +203,9 @@ class Patcher:
                     continue
                 for module, _target in point.candidates():
                     if module in sys.modules:
-                        self._module_imported(module, announce=False)
+                        # after the start record: a change to announce
+                        self._module_imported(module,
+                                              announce=self.headed)
                     else:
                         _hook(module)
 

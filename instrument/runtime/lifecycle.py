@@ -206,6 +206,10 @@ class Runtime:
 
     def header(self) -> list:
         group = self.conf.instrument
+        # Before the banner is read: a point added later is announced.
+        for target in self.targets:
+            if target.patcher is not None:
+                target.patcher.headed = True
         return [self.identity.start_record({
             schema.ATTR_VERSION: version_mod.version(),
             schema.ATTR_RELEASES: version_mod.releases(),

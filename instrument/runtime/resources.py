@@ -18,7 +18,10 @@ threads (``/proc/self/stat``), open file descriptors
 (``/proc/self/fd``), greenthreads parked in the eventlet hub (its
 timers and file-descriptor waits, under eventlet only), per SQL
 engine the pool's connections checked out, in overflow and its size,
-and the library's own buffer: events queued, its bound, drops so far.
+and the library's own buffer: events queued, its bound, drops so far;
+and the CPU seconds of the library's writer thread so far
+(``time.thread_time``, in the samples the writer takes: not the final
+one a closing thread may take).
 
 It runs in the buffer's writer, a real OS thread even under eventlet
 (``instrument.runtime.threads``), before a drain: no nova thread or greenthread
@@ -234,7 +237,7 @@ class Sampler:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         nthreads, rss_kb = proc_stat()
         buf = self.buffer
-        return {
+        out = {
             schema.ATTR_CPU_USER_S: round(usage.ru_utime, 3),
             schema.ATTR_CPU_SYS_S: round(usage.ru_stime, 3),
             schema.ATTR_RSS_KB: rss_kb,
@@ -246,6 +249,10 @@ class Sampler:
             schema.ATTR_BUF_SIZE: getattr(buf, 'max_records', None),
             schema.ATTR_BUF_DROPS: getattr(buf, 'dropped_full', 0),
         }
+        writer = getattr(buf, 'writer', None)
+        if writer is not None and writer.ident == threads.real_ident():
+            out[schema.ATTR_WRITER_CPU_S] = round(time.thread_time(), 3)
+        return out
 
     def tick(self, final: bool = False) -> None:
         """Sample if it is time (buffer periodic)."""

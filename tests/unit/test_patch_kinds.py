@@ -177,6 +177,25 @@ class KindsTest(base.TestCase):
         self.assertIs(own, holder.sem)
         self.assertFalse(p.patch_object(method, mod.Thing()))
 
+    def test_points_added_after_the_start_record_are_announced(self):
+        importlib.import_module(self.mod_name)
+        p = self.make([])
+        p.apply()
+        early = points.PatchPoint(self.mod_name, 'Thing.method', 'x.early',
+                                  context=None)
+        late = points.PatchPoint(self.mod_name, 'Thing.send', 'x.late',
+                                 context=None)
+        p.add_points([early])
+        # the runtime read the banner for the start record: from now on
+        # an added point is a change (what instrument_points folds)
+        p.headed = True
+        p.add_points([late])
+        changes = [e['attrs'] for e in self.buffer.dicts()
+                   if e['ev'] == 'process.points']
+        self.assertEqual([{'patched': [late.name]}], changes)
+        self.assertEqual([early.name, late.name],
+                         p.banner()[patcher.PATCHED])
+
     def test_a_failing_factory_is_a_fault_not_an_error(self):
         mod = importlib.import_module(self.mod_name)
 

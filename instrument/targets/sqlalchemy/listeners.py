@@ -120,6 +120,10 @@ ATTR_TXN = '_instrument_txn'        # Connection
 # Dialect: (owner, database name, double-quoted strings)
 ATTR_DB = '_instrument_db'
 ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
+# On the exception of a failed statement (and of a failed COMMIT):
+# (statement text, database, double-quoted strings), which
+# ``instrument.targets.sqlalchemy.retries`` reads to name the query class of a retry.
+ATTR_SQL = '_instrument_sql'
 
 # Transaction state (a list, on the Connection while it is open):
 # perf_ns at begin, database, attribution tuple at begin (parent, req,
@@ -525,6 +529,7 @@ class SqlListeners:
                 many = False
             error = [tracing.error_of(raw), bool(ctx.is_disconnect), False]
             conn._instrument_error = error
+            self._tag(raw, statement, conn.dialect)
             self._queue((K_STMT, t0, t1, statement,
                          getattr(conn, ATTR_TXN, None),
                          recorder_mod.current_frame(), None, many, error,
@@ -533,6 +538,21 @@ class SqlListeners:
         except Exception as fault:
             self.faults(fault)
         return None
+
+    def _tag(self, exc, statement, dialect) -> None:
+        """Name the failed statement on its exception (``ATTR_SQL``):
+        a retry of the call it fails (``instrument.targets.sqlalchemy.retries``) is of
+        its query class.  The failure path only."""
+        owned = getattr(dialect, ATTR_DB, None)
+        if owned is not None and owned[0] is self:
+            db, dq = owned[1], owned[2]
+        else:
+            db = self._adopted.get(dialect) or ''
+            dq = self._dq_strings.get(dialect, False)
+        try:
+            setattr(exc, ATTR_SQL, (statement, db, dq))
+        except (AttributeError, TypeError):  # an exception without dict
+            pass
 
     def handle_error(self, ctx) -> None:
         """Runs after oslo.db's filter: settles the queued failure with
@@ -672,6 +692,8 @@ class SqlListeners:
                         error = [error_of(exc), False, False]
                         if conn is not None:
                             conn._instrument_error = error
+                        setattr(exc, ATTR_SQL, (reset_statement,
+                                                txn[T_DB], False))
                         queue((K_END, t0, t1, None, txn, None, None, False,
                                error, False, outcome))
                 except Exception as fault:

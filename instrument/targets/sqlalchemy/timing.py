@@ -59,7 +59,8 @@ class SqlTiming:
         self.listeners = listeners_mod.SqlListeners(
             recorder, self.aggregator, self.memo, slow_query_threshold_ms,
             max_pending, self.patcher)
-        self.retries = retries.RetryRecorder(recorder, self.patcher)
+        self.retries = retries.RetryRecorder(recorder, self.patcher,
+                                             self.memo)
         self._buffer = getattr(recorder, 'buffer', None)
         self._installed = False
 
