@@ -40,6 +40,7 @@ import typing
 from oslo_config import cfg
 
 from instrument import opts
+from instrument import version as version_mod
 from instrument.patching import patcher as patcher_mod
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import lifecycle
@@ -202,7 +203,7 @@ def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
     opts.register_opts(conf)
     opts.validate(conf)
     group = conf.instrument
-    releases = lifecycle.releases()
+    releases = version_mod.releases()
     identity = process.ProcessIdentity.create(service, group.host)
     buf = buffer_mod.EventBuffer([], group.buffer_size, group.flush_interval,
                                  identity)

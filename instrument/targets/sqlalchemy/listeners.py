@@ -122,7 +122,8 @@ ATTR_DB = '_instrument_db'
 ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
 # On the exception of a failed statement (and of a failed COMMIT):
 # (statement text, database, double-quoted strings), which
-# ``instrument.targets.sqlalchemy.retries`` reads to name the query class of a retry.
+# ``instrument.targets.sqlalchemy.retries`` reads to name the query
+# class of a retry.
 ATTR_SQL = '_instrument_sql'
 
 # Transaction state (a list, on the Connection while it is open):
@@ -541,8 +542,9 @@ class SqlListeners:
 
     def _tag(self, exc, statement, dialect) -> None:
         """Name the failed statement on its exception (``ATTR_SQL``):
-        a retry of the call it fails (``instrument.targets.sqlalchemy.retries``) is of
-        its query class.  The failure path only."""
+        a retry of the call it fails
+        (``instrument.targets.sqlalchemy.retries``) is of its query
+        class.  The failure path only."""
         owned = getattr(dialect, ATTR_DB, None)
         if owned is not None and owned[0] is self:
             db, dq = owned[1], owned[2]

@@ -120,7 +120,7 @@ class PointsCommandTest(base.TestCase):
         rc, text = self.run_cmd(pts)
         self.assertEqual(survey.CRITICAL, rc)
         first = text.splitlines()[0]
-        nova = survey.lifecycle.releases().get('nova')
+        nova = survey.version_mod.releases().get('nova')
         self.assertEqual(
             'INSTRUMENT POINTS CRITICAL - 1 point missing: '
             '%s:Manager.gone (%s) | patched=1 pending=0 missing=1 '
