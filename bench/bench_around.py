@@ -161,7 +161,7 @@ def main() -> None:
         spanned - bare))
 
     sampler = resources.Sampler(recorder, 5.0)
-    sampler.pools.attach()
+    sampler.pools.attach(sampler.patcher)
     costs = [_time(sampler.sample, 1) for _ in range(args.samples)]
     sample_us = statistics.median(costs)
     print('process.sample: median %.1f us per sample, p95 %.1f us; at '

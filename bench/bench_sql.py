@@ -49,13 +49,13 @@ import time
 from oslo_config import cfg
 import sqlalchemy as sa
 
-from instrument import db as instrument_db
 from instrument import opts
 from instrument import sinks as sink_mod
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
 from instrument.sinks import file as file_sink
+from instrument.targets.sqlalchemy import timing as instrument_db
 
 MYSQL_URL = os.environ.get('INSTRUMENT_BENCH_MYSQL_URL',
                            'mysql+pymysql://root@127.0.0.1:3306/test')

@@ -123,6 +123,11 @@ STEPS: tuple = (
          'scheduler.placement'),
     Step('scheduler.host_states', _HOSTS_MOD,
          'HostManager._get_computes_for_cells', None, 'scheduler.db'),
+    # each host's state brought up to date: its instances read from its
+    # cell's database, one query per host, unless the computes report
+    # them (track_instance_changes): it grows with the computes
+    Step('scheduler.host_states.update', _HOSTS_MOD,
+         'HostManager._get_host_states', None, 'scheduler.db'),
     Step('scheduler.filter', _HOSTS_MOD, 'HostManager.get_filtered_hosts',
          None, SCHEDULER),
     Step('scheduler.weigh', _HOSTS_MOD, 'HostManager.get_weighed_hosts',

@@ -42,7 +42,7 @@ class Event:
 
 
 NOVA = 'instrument.targets.nova'
-_DB = 'instrument.db.'
+_DB = 'instrument.targets.sqlalchemy.'
 
 _OWN: tuple = (
     # process and sink metadata (ph M / C)

@@ -352,3 +352,7 @@ ATTR_POOLS = 'pools'            # {db: [checked out, overflow, size]}
 ATTR_BUF_FILL = 'buf_fill'      # events queued in the library's buffer
 ATTR_BUF_SIZE = 'buf_size'      # its bound ([instrument] buffer_size)
 ATTR_BUF_DROPS = 'buf_drops'    # events dropped so far (buffer full)
+# cumulative CPU seconds of the library's writer thread (encoding,
+# aggregating, writing: the library's own cost off nova's threads);
+# only in the samples the writer takes
+ATTR_WRITER_CPU_S = 'writer_cpu_s'

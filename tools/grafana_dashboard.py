@@ -85,6 +85,11 @@ ROWS = [
            'error {{db}} {{error}}'),
           (_rate('error, exhausted', 'instrument_db_retries_total'),
            'retry {{error}} exhausted={{exhausted}}')]),
+        ('oslo.db retries per query class (top 10)', 'ops',
+         'wrap_db_retry retries caused by a failed statement, per '
+         'database and query class of that statement.',
+         [(_rate('db, query, exhausted', 'instrument_sql_retries_total',
+                 top=10), '{{db}} {{query}} exhausted={{exhausted}}')]),
         ('Rows per second per query class (top 10)', 'short',
          'Rows returned or changed, where the driver gave a count.',
          [(_rate('db, query', 'instrument_sql_rows_total', top=10),
@@ -139,8 +144,87 @@ ROWS = [
          'Events queued in the buffer at the last process sample.',
          [('max by (instance, service) (%s)'
            % _q('instrument_buffer_events'), '{{instance}} {{service}}')]),
+        ('Points missing', 'short',
+         'Patch points missing (not in the installed nova release) or '
+         'failed, per host and service; instrument-report points on '
+         'the host names them.',
+         [('sum by (instance, service) (%s)'
+           % _q('instrument_points', 'status=~"missing|failed"'),
+           '{{instance}} {{service}}')]),
     ]),
 ]
+
+
+# The per-operation row: ``instrument-report follow``'s families (the
+# cloud's requests, not a host's or a service's: no variable filters
+# them but the operation).
+OP = 'operation=~"$operation"'
+
+
+def _op(metric: str, extra: str = '') -> str:
+    """``metric{operation=~"$operation"[,extra]}``."""
+    return '%s{%s%s}' % (metric, OP, ',' + extra if extra else '')
+
+
+def _op_rate(by: str, metric: str, extra: str = '') -> str:
+    return 'sum by (%s) (rate(%s%s))' % (by, _op(metric, extra), RATE)
+
+
+ROWS.append(('Operations, end to end (instrument-report follow)', [
+    ('Finished requests per minute by operation and final state', 'short',
+     'Requests instrument-report follow finalised, per operation and '
+     'final state (the batch report\'s operations section).',
+     [('%s * 60' % _op_rate('operation, state',
+                            'instrument_operation_requests_total'),
+       '{{operation}} {{state}}')]),
+    ('p95 end to end of successful requests per operation', 's',
+     '95th percentile of the end-to-end time of the requests that '
+     'succeeded (rescheduled ones too).',
+     [('histogram_quantile(0.95, %s)' % _op_rate(
+         'operation, le', 'instrument_operation_duration_seconds_bucket',
+         'state=~"success|rescheduled_success"'), '{{operation}}')]),
+    ('Mean time per component of a successful request', 's',
+     'Exclusive time per component of the successful requests whose '
+     'times count, per request: where the time of an operation goes.',
+     [('%s / ignoring(component) group_left %s' % (
+         _op_rate('operation, component',
+                  'instrument_operation_component_seconds_total'),
+         _op_rate('operation',
+                  'instrument_operation_timed_requests_total')),
+       '{{operation}} {{component}}')]),
+    ('Failures by component and class', 'ops',
+     'Errors of finished requests, once where raised, by component, '
+     'event, exception class and fate (final, recovered by a retry or '
+     'a reschedule, none).',
+     [(_op_rate('operation, component, error, fate',
+                'instrument_operation_failures_total'),
+       '{{operation}} {{component}} {{error}} {{fate}}')]),
+    ('Reschedules per minute', 'short',
+     'Attempts after an instance\'s first (a boot or resize '
+     'rescheduled, another live-migration destination).',
+     [('%s * 60' % _op_rate('operation',
+                            'instrument_operation_reschedules_total'),
+       '{{operation}}')]),
+    ('Follow: requests open, dropped, late events', 'short',
+     'instrument-report follow\'s own state: requests open, and per '
+     'second those dropped unfinished (--max-open) and the events read '
+     'after their request was finalised (raise --lag if many).',
+     [('sum(instrument_follow_open_requests)', 'open'),
+      ('sum(rate(instrument_follow_dropped_requests_total%s))' % RATE,
+       'dropped/s'),
+      ('sum(rate(instrument_follow_late_events_total%s))' % RATE,
+       'late/s')]),
+]))
+
+
+def _op_variable() -> dict:
+    query = 'label_values(instrument_operation_requests_total, operation)'
+    return {'name': 'operation', 'label': 'Operation', 'type': 'query',
+            'datasource': {'type': 'prometheus', 'uid': '${datasource}'},
+            'query': {'query': query, 'refId': 'operation'},
+            'definition': query, 'refresh': 2, 'multi': True,
+            'includeAll': True, 'allValue': '.*', 'sort': 1,
+            'current': {'text': 'All', 'value': '$__all'}}
 
 
 def _variable(name: str, label: str) -> dict:
@@ -190,7 +274,9 @@ def dashboard() -> dict:
         'uid': 'openstack-instrument',
         'title': 'OpenStack instrument: nova live metrics',
         'description': 'The metrics of openstack-instrument '
-                       '(instrument-metrics): see doc/source/metrics.rst.',
+                       '(instrument-metrics, and per operation '
+                       'instrument-report follow): see '
+                       'doc/source/metrics.rst.',
         'tags': ['openstack', 'nova', 'instrument'],
         'editable': True, 'graphTooltip': 1, 'schemaVersion': 39,
         'version': 1, 'refresh': '30s',
@@ -200,7 +286,7 @@ def dashboard() -> dict:
              'type': 'datasource', 'query': 'prometheus',
              'current': {}, 'hide': 0},
             _variable('instance', 'Host'),
-            _variable('service', 'Service')]},
+            _variable('service', 'Service'), _op_variable()]},
         'annotations': {'list': []},
         'panels': panels,
     }

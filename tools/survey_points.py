@@ -73,7 +73,8 @@ PROBES = {
 
 # Places that are not points of targets/nova/ but that the runtime
 # relies on: the concrete drivers whose ``spawn`` the load_compute_driver
-# hook times, and oslo.db's retry decorator (instrument/db/retries.py).
+# hook times, and oslo.db's retry decorator
+# (instrument/targets/sqlalchemy/retries.py).
 EXTRA = (
     ('nova.virt.fake', 'FakeDriver.spawn', ('instance',)),
     ('nova.virt.libvirt.driver', 'LibvirtDriver.spawn', ('instance',)),

@@ -16,6 +16,10 @@ become ACTIVE or ERROR (the API's own answer is the truth the report is
 checked against), and prints ``booted 12/30: 10 active, 2 error,
 3.1 boots/s`` while it runs.  ``stop`` (a threading.Event, set on
 Ctrl-C) stops new boots; those in flight still finish or time out.
+``boot_waves`` boots in waves, as a scale test does: a wave of N
+servers, nothing more until every one of them is ACTIVE or ERROR
+(or timed out), then the next; each wave's time and throughput
+(``Wave``).
 """
 
 import concurrent.futures
@@ -49,12 +53,13 @@ class BootResult:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def _boot_one(api, body_for, name: str, stop) -> BootResult:
+def _boot_one(api, body_for, name: str, stop,
+              timeout: float = TIMEOUT_S) -> BootResult:
     result = BootResult(name)
     try:
         server = api.post_server({'server': body_for(name)})
         result.id = server['id']
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + timeout
         while True:
             server = api.get_server(result.id)
             if server['status'] in ('ACTIVE', 'ERROR'):
@@ -117,13 +122,16 @@ class Progress:
 
 
 def boot_all(api, body_for, count: int, concurrency: int, stop=None,
-             progress: Progress = None) -> list:
-    """Boot ``count`` servers, ``concurrency`` at a time."""
+             progress: Progress = None, first: int = 0,
+             timeout: float = TIMEOUT_S) -> list:
+    """Boot ``count`` servers, ``concurrency`` at a time (named from
+    number ``first`` on), each given up on (``TIMEOUT``) ``timeout``
+    seconds after it was posted."""
     stop = stop or threading.Event()
     results = []
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         pending = set()
-        for n in range(count):
+        for n in range(first, first + count):
             if stop.is_set():
                 break
             if len(pending) >= concurrency:
@@ -134,9 +142,67 @@ def boot_all(api, body_for, count: int, concurrency: int, stop=None,
                     if progress:
                         progress.add(results[-1])
             pending.add(pool.submit(_boot_one, api, body_for,
-                                    NAME_FORMAT % n, stop))
+                                    NAME_FORMAT % n, stop, timeout))
         for future in concurrent.futures.as_completed(pending):
             results.append(future.result())
             if progress:
                 progress.add(results[-1])
     return results
+
+
+class Wave:
+    """One wave of ``boot_waves``: its servers, when its first request
+    was sent and its last answer came (``time.time()``), its outcomes."""
+
+    def __init__(self, number: int, results: list, started: float,
+                 finished: float) -> None:
+        self.number = number
+        self.results = results
+        self.started = started
+        self.finished = finished
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.finished - self.started, 1e-6)
+
+    def counts(self) -> dict:
+        out: dict = {}
+        for r in self.results:
+            out[r.status] = out.get(r.status, 0) + 1
+        return out
+
+    def as_dict(self) -> dict:
+        return {'wave': self.number, 'servers': len(self.results),
+                'started': self.started, 'finished': self.finished,
+                'duration_s': self.duration_s,
+                'boots_per_s': len(self.results) / self.duration_s,
+                'counts': self.counts()}
+
+    def line(self) -> str:
+        return 'wave %d: %d servers in %.1f s, %.2f boots/s (%s)' % (
+            self.number, len(self.results), self.duration_s,
+            len(self.results) / self.duration_s, ', '.join(
+                '%d %s' % (n, s) for s, n in sorted(self.counts().items())))
+
+
+def boot_waves(api, body_for, size: int, count: int, concurrency: int,
+               stop=None, progress: Progress = None,
+               timeout: float = TIMEOUT_S) -> tuple:
+    """``count`` waves of ``size`` servers, ``concurrency`` at a time in
+    a wave; each wave starts when every server of the one before is
+    ACTIVE or ERROR (or timed out).  Returns every server's result and
+    the waves."""
+    stop = stop or threading.Event()
+    results: list = []
+    waves = []
+    for number in range(1, count + 1):
+        if stop.is_set():
+            break
+        started = time.time()
+        got = boot_all(api, body_for, size, concurrency, stop, progress,
+                       first=len(results), timeout=timeout)
+        finished = max((r.finished for r in got if r.finished),
+                       default=time.time())
+        results.extend(got)
+        waves.append(Wave(number, got, started, finished))
+    return results, waves

@@ -24,9 +24,10 @@ instrument at all or to run osprofiler instead (for the benchmark).
 
 The databases carry the names a deployment gives them (``nova_api``,
 ``nova_cell0``, ``nova_cell1``, ``placement``), so that the SQL records,
-whose database name is the engine URL's (``instrument.db.listeners``),
-say which is which: under native threads nova's fixtures put each in a
-temporary sqlite file, named here after the database
+whose database name is the engine URL's
+(``instrument.targets.sqlalchemy.listeners``), say which is which:
+under native threads nova's fixtures put each in a temporary sqlite
+file, named here after the database
 (``LogicalDatabases``); under eventlet each is an in-memory sqlite
 database with that name.
 """

@@ -25,12 +25,17 @@ and power state sync at nova's intervals (60 s, 600 s), or every
 ``--periodic-interval`` seconds (``periodic``), as their service timers
 would.  ``--inject CAUSE`` sets up the cause of a finding of the
 report (``inject``: a setting set badly, a stand-in slowed or
-failing); the default run injects none.  The computes share the
-demo's process, hence nova's
-process-wide named locks (``compute_resources``): the start record says
-so (``instrument.runtime.process.SETUP``), and the report prints the caveat
-beside its lock figures, with the short interval when one was asked
-for.  Then it runs the analyser and writes into ``--output``::
+failing); the default run injects none.  ``--schedulers N`` starts N
+schedulers on the one topic, the conductor's calls going to each in
+turn.  ``--waves N`` boots in waves, as a scale test does: N servers
+(up to ``--concurrency`` in flight, N by default), then nothing until
+every one of them is ACTIVE or ERROR, ``--wave-count`` times; each
+wave's time and throughput are printed and kept in ``servers.json``.
+The computes share the demo's process, hence nova's process-wide
+named locks (``compute_resources``): the start record says so
+(``instrument.runtime.process.SETUP``), and the report prints the
+caveat beside its lock figures, with the short interval when one was
+asked for.  Then it runs the analyser and writes into ``--output``::
 
     spans/          the raw span files (one per process)
     report.txt      the analyser's summary (also printed)
@@ -43,7 +48,9 @@ for.  Then it runs the analyser and writes into ``--output``::
                     ``instrument-report sweep`` reads
 
 ``--sweep 1,4,8`` runs the demo once per concurrency level, each in a
-process of its own, into ``OUTPUT/c1``, ``OUTPUT/c4``..., then
+process of its own, into ``OUTPUT/c1``, ``OUTPUT/c4``...;
+``--sweep schedulers=1,2,4`` (or ``computes=``, ``waves=``) once per
+value of that option instead, into ``OUTPUT/schedulers1``...; then
 ``instrument-report sweep`` of them into ``OUTPUT/sweep.txt``,
 ``sweep.json`` and ``sweep.html`` (doc/source/sweep.rst).
 
@@ -107,18 +114,37 @@ INSTALL_HINT = ('run it with "tox -e demo" from a clone of '
                 '".[report]" -e demo)')
 
 
-def levels(text: str) -> list:
-    """``--sweep``: concurrency levels, each 1 or more, in order."""
+# what ``--sweep OPTION=LEVELS`` may vary, and the run directories'
+# prefix (``OUTPUT/c4``, ``OUTPUT/schedulers2``...)
+SWEEPABLE = {'concurrency': 'c', 'schedulers': 'schedulers',
+             'computes': 'computes', 'waves': 'waves'}
+
+
+class Sweep(typing.NamedTuple):
+    option: str
+    levels: list
+
+
+def levels(text: str) -> Sweep:
+    """``--sweep``: ``[OPTION=]LEVELS``, the option (``concurrency``
+    by default) and its levels, each 1 or more, in order."""
+    option, sep, values = text.partition('=')
+    if not sep:
+        option, values = 'concurrency', text
+    option = option.strip().replace('-', '_')
+    if option not in SWEEPABLE:
+        raise argparse.ArgumentTypeError(
+            'cannot sweep %r: one of %s' % (option, ', '.join(SWEEPABLE)))
     try:
-        out = [int(v) for v in text.split(',') if v.strip()]
+        out = [int(v) for v in values.split(',') if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
             'not comma-separated whole numbers: %r' % text) from None
-    if len(out) < 2 or min(out) < 1:
+    if len(set(out)) < 2 or min(out) < 1:
         raise argparse.ArgumentTypeError(
             'two levels or more, each at least 1 (e.g. 1,4,8), not %r'
             % text)
-    return sorted(set(out))
+    return Sweep(option, sorted(set(out)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,12 +152,29 @@ def build_parser() -> argparse.ArgumentParser:
         prog='instrument-demo',
         description='Boot servers on an instrumented in-process nova 34 '
                     'cloud and report where the time went.')
-    parser.add_argument('--servers', '-n', type=int, default=30,
-                        help='servers to boot (default 30)')
-    parser.add_argument('--concurrency', '-c', type=int, default=8,
-                        help='boots in flight at once (default 8)')
+    parser.add_argument('--servers', '-n', type=int, default=None,
+                        help='servers to boot (default 30; with --waves: '
+                             'WAVES x WAVE_COUNT)')
+    parser.add_argument('--concurrency', '-c', type=int, default=None,
+                        help='boots in flight at once (default 8; with '
+                             '--waves: the wave\'s size)')
     parser.add_argument('--computes', type=int, default=3,
                         help='fake compute hosts (default 3)')
+    parser.add_argument('--schedulers', type=int, default=1,
+                        help='scheduler services on the one topic, the '
+                             'conductor\'s calls to each in turn '
+                             '(default 1)')
+    parser.add_argument('--waves', type=int, default=None, metavar='N',
+                        help='boot in waves of N servers: each wave '
+                             'waits until all of the one before are '
+                             'ACTIVE or ERROR (a scale test\'s way)')
+    parser.add_argument('--wave-count', type=int, default=3,
+                        help='how many waves with --waves (default 3)')
+    parser.add_argument('--boot-timeout', type=float, default=180.0,
+                        help='seconds after which the demo stops waiting '
+                             'for a server to become ACTIVE or ERROR and '
+                             'counts it TIMEOUT (default 180; raise it '
+                             'with hundreds of computes)')
     parser.add_argument('--fail', type=float, default=0.1,
                         help='share of servers whose spawn fails '
                              '(default 0.1)')
@@ -147,12 +190,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--output', '-o', default='instrument-demo-output',
                         help='output directory (default '
                              './instrument-demo-output)')
-    parser.add_argument('--sweep', metavar='LEVELS', type=levels,
+    parser.add_argument('--sweep', metavar='[OPTION=]LEVELS', type=levels,
                         help='comma-separated concurrency levels (e.g. '
-                             '1,4,8): one run per level, each in '
-                             'OUTPUT/c<level> (its own process), then '
-                             'the sweep report of them in '
-                             'OUTPUT/sweep.{txt,json,html}')
+                             '1,4,8), or of another option (%s: e.g. '
+                             'schedulers=1,2,4): one run per level, each '
+                             'in OUTPUT/c<level> (OUTPUT/<option><level>; '
+                             'its own process), then the sweep report of '
+                             'them in OUTPUT/sweep.{txt,json,html}' %
+                             ', '.join(o for o in SWEEPABLE
+                                       if o != 'concurrency'))
     parser.add_argument('--no-report', action='store_true',
                         help='boot and write span files only')
     parser.add_argument('--boots-only', action='store_true',
@@ -185,10 +231,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _resolve(args) -> None:
+    """``--servers`` and ``--concurrency`` when not given: 30 and 8,
+    or with ``--waves`` every wave's servers and the wave's size; two
+    schedulers at least for ``--inject scheduler-collisions``."""
+    if args.waves is not None:
+        if args.waves < 1 or args.wave_count < 1:
+            raise SystemExit('instrument-demo: --waves and --wave-count '
+                             'must be at least 1')
+        total = args.waves * args.wave_count
+        if args.servers is not None and args.servers != total:
+            raise SystemExit(
+                'instrument-demo: --servers %d is not --waves %d x '
+                '--wave-count %d (leave --servers out with --waves)' % (
+                    args.servers, args.waves, args.wave_count))
+        args.servers = total
+        if args.concurrency is None:
+            args.concurrency = args.waves
+    if 'scheduler-collisions' in (args.inject or ()):
+        # its cause: two schedulers at least (inject.schedulers)
+        args.schedulers = max(args.schedulers, 2)
+    if args.servers is None:
+        args.servers = 30
+    if args.concurrency is None:
+        args.concurrency = 8
+
+
 def _check(args) -> None:
-    if args.servers < 1 or args.concurrency < 1 or args.computes < 1:
-        raise SystemExit('instrument-demo: --servers, --concurrency and '
-                         '--computes must be at least 1')
+    _resolve(args)
+    if args.boot_timeout <= 0:
+        raise SystemExit('instrument-demo: --boot-timeout must be more '
+                         'than 0')
+    if args.servers < 1 or args.concurrency < 1 or args.computes < 1 or \
+            args.schedulers < 1:
+        raise SystemExit('instrument-demo: --servers, --concurrency, '
+                         '--computes and --schedulers must be at least 1')
     for name in ('fail', 'reschedule'):
         value = getattr(args, name)
         if not 0.0 <= value <= 1.0:
@@ -279,8 +356,9 @@ def _stop_on_interrupt(stop: threading.Event) -> None:
 
 
 def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
-    """Boot the servers; returns the API's view of each, and when the
-    first API request was sent (``time.time()``)."""
+    """Boot the servers; returns the API's view of each, of the other
+    operations, when the first API request was sent (``time.time()``)
+    and the waves (``boots.Wave``; none without ``--waves``)."""
     import unittest
 
     from instrument_demo import boots
@@ -327,9 +405,15 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
 
         def workload(self, body, outcome):
             progress = boots.Progress(args.servers)
-            outcome['results'] = boots.boot_all(
-                self.api, body, args.servers, args.concurrency, stop,
-                progress)
+            if args.waves:
+                outcome['results'], outcome['waves'] = boots.boot_waves(
+                    self.api, body, args.waves, args.wave_count,
+                    args.concurrency, stop, progress,
+                    timeout=args.boot_timeout)
+            else:
+                outcome['results'] = boots.boot_all(
+                    self.api, body, args.servers, args.concurrency, stop,
+                    progress, timeout=args.boot_timeout)
             outcome['operations'] = []
             if args.boots_only or stop.is_set():
                 return
@@ -358,7 +442,8 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
         raise SystemExit('instrument-demo: the in-process cloud failed '
                          '(see above)')
     return (outcome.get('results', []), outcome.get('operations', []),
-            outcome.get('first_request', time.time()))
+            outcome.get('first_request', time.time()),
+            outcome.get('waves', []))
 
 
 def record_setup(args) -> None:
@@ -407,12 +492,18 @@ def write_run(path: str, args) -> dict:
     """The run's parameters, as ``instrument-report sweep`` reads its
     labels (``run.json``)."""
     run = {'servers': args.servers, 'concurrency': args.concurrency,
-           'computes': args.computes, 'mode': args.mode,
+           'computes': args.computes, 'schedulers': args.schedulers,
+           'mode': args.mode,
            'nova': nova_version(), 'seed': args.seed, 'fail': args.fail,
            'reschedule': args.reschedule,
            'boots_only': bool(args.boots_only)}
     if args.inject:
         run['inject'] = ','.join(args.inject)
+    if args.boot_timeout != 180.0:
+        run['boot_timeout_s'] = args.boot_timeout
+    if args.waves:
+        run['waves'] = args.waves
+        run['wave_count'] = args.wave_count
     if args.periodic_interval:
         run['periodic_interval_s'] = args.periodic_interval
     with open(path, 'w') as f:
@@ -421,7 +512,7 @@ def write_run(path: str, args) -> dict:
 
 
 def _write_truth(path: str, results: list, ops: list,
-                 first_request: float) -> dict:
+                 first_request: float, waves: list = ()) -> dict:
     counts = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
@@ -436,12 +527,14 @@ def _write_truth(path: str, results: list, ops: list,
                    'duration_s': boot_time(first_request, results + ops),
                    'timing': TIMING,
                    'servers': [r.as_dict() for r in results],
-                   'operations': [r.as_dict() for r in ops]}, f, indent=1)
+                   'operations': [r.as_dict() for r in ops],
+                   'waves': [w.as_dict() for w in waves]}, f, indent=1)
     return counts
 
 
-def _without_sweep(argv: list) -> list:
-    """``argv`` without its ``--sweep`` option (and value)."""
+def _without(argv: list, option: str, short: str = '') -> list:
+    """``argv`` without ``option`` (``--sweep``, or an abbreviation of
+    at least 4 characters, or ``short``) and its value."""
     out = []
     skip = False
     for arg in argv:
@@ -449,11 +542,19 @@ def _without_sweep(argv: list) -> list:
             skip = False
             continue
         name = arg.split('=', 1)[0]
-        if len(name) >= 4 and '--sweep'.startswith(name):
+        if (len(name) >= 4 and option.startswith(name)) or \
+                (short and name == short):
             skip = '=' not in arg
+            continue
+        if short and arg.startswith(short) and not arg.startswith('--'):
             continue
         out.append(arg)
     return out
+
+
+def _without_sweep(argv: list) -> list:
+    """``argv`` without its ``--sweep`` option (and value)."""
+    return _without(argv, '--sweep')
 
 
 def run_sweep(args, argv: list) -> int:
@@ -464,15 +565,19 @@ def run_sweep(args, argv: list) -> int:
         raise SystemExit('instrument-demo: --sweep needs the reports '
                          '(leave --no-report out)')
     os.makedirs(args.output, exist_ok=True)
-    base = _without_sweep(argv)
+    option, values = args.sweep
+    flag = '--' + option.replace('_', '-')
+    base = _without(_without_sweep(argv), flag,
+                    '-c' if option == 'concurrency' else '')
     runs = []
-    for level in args.sweep:
-        out = os.path.join(args.output, 'c%d' % level)
-        print('instrument-demo: sweep: concurrency %d into %s' % (
-            level, out), flush=True)
+    for level in values:
+        out = os.path.join(args.output, '%s%d' % (SWEEPABLE[option],
+                                                  level))
+        print('instrument-demo: sweep: %s %d into %s' % (
+            option, level, out), flush=True)
         status = subprocess.call(
             [sys.executable, '-m', 'instrument_demo'] + base +
-            ['--concurrency', str(level), '--output', out])
+            [flag, str(level), '--output', out])
         if status:
             return status
         runs.append(out)
@@ -481,7 +586,7 @@ def run_sweep(args, argv: list) -> int:
     with open(text_path, 'w') as text:
         saved, sys.stdout = sys.stdout, text
         try:
-            report.main(['sweep', '--no-progress'] + runs + [
+            report.main(['sweep', '--no-progress', '--by', option] + runs + [
                 '--json', os.path.join(args.output, 'sweep.json'),
                 '--html', os.path.join(args.output, 'sweep.html')])
         finally:
@@ -489,8 +594,8 @@ def run_sweep(args, argv: list) -> int:
     with open(text_path) as text:
         sys.stdout.write(text.read())
     print('\ninstrument-demo: wrote %s/{sweep.txt,sweep.json,sweep.html} '
-          'and one run per level in %s/c<level>' % (
-              args.output, args.output))
+          'and one run per level in %s/%s<level>' % (
+              args.output, args.output, SWEEPABLE[option]))
     return 0
 
 
@@ -506,17 +611,23 @@ def main(argv: list = None) -> int:
     write_run(os.path.join(args.output, RUN_FILE), args)
     stop = threading.Event()
     _stop_on_interrupt(stop)
-    print('instrument-demo: %d servers, %d at a time, %d computes, %s '
-          'mode, injected: %.0f%% spawn failures, %.0f%% reschedules' % (
-              args.servers, args.concurrency, args.computes, args.mode,
+    print('instrument-demo: %d servers, %d at a time%s, %d computes, %d '
+          'scheduler%s, %s mode, injected: %.0f%% spawn failures, %.0f%% '
+          'reschedules' % (
+              args.servers, args.concurrency,
+              ' in %d waves of %d' % (args.wave_count, args.waves)
+              if args.waves else '', args.computes, args.schedulers,
+              '' if args.schedulers == 1 else 's', args.mode,
               args.fail * 100, args.reschedule * 100), flush=True)
     if args.inject:
         print('instrument-demo: injected causes: %s' % ', '.join(
             '%s (finding %s)' % (name, INJECTABLE[name])
             for name in args.inject), flush=True)
-    results, ops, first_request = run_cloud(args, spans_dir, stop)
+    results, ops, first_request, waves = run_cloud(args, spans_dir, stop)
     counts = _write_truth(os.path.join(args.output, 'servers.json'),
-                          results, ops, first_request)
+                          results, ops, first_request, waves)
+    for wave in waves:
+        print('instrument-demo: %s' % wave.line(), flush=True)
     print('instrument-demo: booted %d servers and ran %d other operations '
           'in %.1f s (%s); the API says: %s' % (
               len(results), len(ops), boot_time(first_request,

@@ -124,16 +124,38 @@ def _rpc_timeout_before(case, args) -> None:
 
 # -- scheduler-collisions ----------------------------------------------------
 
+def scheduler_hosts(count: int) -> tuple:
+    """The hosts of ``count`` schedulers: the cloud's own
+    (``scheduler``), then ``sched2``, ``sched3``..."""
+    return ('scheduler',) + tuple('sched%d' % n
+                                  for n in range(2, count + 1))
+
+
+def schedulers(args) -> int:
+    """How many schedulers the demo starts: ``--schedulers``, at least
+    two with ``--inject scheduler-collisions``."""
+    count = getattr(args, 'schedulers', 1) or 1
+    if 'scheduler-collisions' in (args.inject or ()):
+        count = max(count, 2)
+    return count
+
+
+def start_schedulers(case, servers: tuple) -> None:
+    """The schedulers of ``servers`` after the cloud's own (the first),
+    on the one ``scheduler`` topic.  nova's start_service refuses a
+    second scheduler; its fixture runs one as start_service does."""
+    from nova.tests import fixtures as nova_fixtures
+    for host in servers[1:]:
+        case.useFixture(nova_fixtures.ServiceFixture('scheduler', host))
+
+
 def late_claims_schedulers_in_turn(case, delay_s: float = CLAIM_DELAY_S,
                                    servers=('scheduler', 'sched2')) -> None:
     """Each scheduler claims ``delay_s`` after reading placement's
     candidates, and the conductor's ``select_destinations`` calls go to
-    each of ``servers`` in turn (to its own queue, as RabbitMQ hands a
-    queue's messages to its consumers).  Patched before the
-    instrumentation starts: its point wraps the late claim."""
-    import copy
-
-    from nova.scheduler import rpcapi
+    each of ``servers`` in turn (``schedulers_in_turn``).  Patched
+    before the instrumentation starts: its point wraps the late
+    claim."""
     from nova.scheduler import utils as scheduler_utils
     claim = scheduler_utils.claim_resources
 
@@ -142,6 +164,18 @@ def late_claims_schedulers_in_turn(case, delay_s: float = CLAIM_DELAY_S,
         return claim(*a, **kw)
     case.useFixture(fixtures.MonkeyPatch(
         'nova.scheduler.utils.claim_resources', late))
+    schedulers_in_turn(case, servers)
+
+
+def schedulers_in_turn(case, servers: tuple) -> None:
+    """The conductor's ``select_destinations`` calls go to each of
+    ``servers`` in turn, to its own queue, as RabbitMQ hands a queue's
+    messages to its consumers (the fake transport gives each message to
+    whichever scheduler polls first).  Patched before the
+    instrumentation starts."""
+    import copy
+
+    from nova.scheduler import rpcapi
     select = rpcapi.SchedulerAPI.select_destinations
     turn = itertools.cycle(servers)
     turn_lock = threading.Lock()
@@ -179,14 +213,9 @@ def _collisions_before(case, args) -> None:
     room = -(-args.servers // args.computes)
     case.useFixture(fixtures.MonkeyPatch(
         'instrument_demo.faults.FaultyDriver.vcpus', room))
-    late_claims_schedulers_in_turn(case)
-
-
-def _collisions_after(case, args) -> None:
-    # nova's start_service refuses a second scheduler; its fixture runs
-    # one as start_service does
-    from nova.tests import fixtures as nova_fixtures
-    case.useFixture(nova_fixtures.ServiceFixture('scheduler', 'sched2'))
+    # the demo starts the schedulers (``schedulers``: two at least)
+    late_claims_schedulers_in_turn(
+        case, servers=scheduler_hosts(schedulers(args)))
 
 
 # -- build-queue -------------------------------------------------------------
@@ -285,7 +314,7 @@ INJECTIONS = {
     'scheduler-collisions': Injection(
         'scheduling_collisions', 'two schedulers, host_subset_size 1, '
         'computes with room for the servers, claims 0.5 s late',
-        _collisions_before, _collisions_after),
+        _collisions_before, _nothing),
     'build-queue': Injection(
         'build_queueing', 'max_concurrent_builds 1', _build_queue_before,
         _nothing),
@@ -304,10 +333,19 @@ INJECTIONS = {
 
 
 def before(case, args) -> None:
+    """The causes before the cloud's ``setUp``; and, with more than one
+    scheduler, the conductor's calls to each in turn (the late claims of
+    ``scheduler-collisions`` route them already)."""
     for name in args.inject or ():
         INJECTIONS[name].before(case, args)
+    count = schedulers(args)
+    if count > 1 and 'scheduler-collisions' not in (args.inject or ()):
+        schedulers_in_turn(case, scheduler_hosts(count))
 
 
 def after(case, args) -> None:
+    """The schedulers after the first, then the causes that need the
+    cloud up."""
+    start_schedulers(case, scheduler_hosts(schedulers(args)))
     for name in args.inject or ():
         INJECTIONS[name].after(case, args)

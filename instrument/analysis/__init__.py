@@ -38,6 +38,9 @@ Data flows one way through these packages and modules:
 ``export/``    the records and the analysis as Parquet (DuckDB)
 ``pipeline``   the two passes, their workers, the merge, the report
 ``compare``    two runs side by side, with significance tests
+``follow``     span files read as they grow, the same reader and
+               request model, finished requests folded into
+               ``exposition``'s per-operation Prometheus families
 
 Where to start reading: ``pipeline.analyse(inputs, pipeline.Options())``
 returns the report dict (JSON-ready) that every writer renders;

@@ -32,8 +32,21 @@ Per operation and run (``operation_figures``):
   ``retried``, a failed one's as ``failed`` (the stack adds up to the
   mean latency of the finished requests).
 
+A run the demo booted in waves (``--waves``) carries each wave's
+servers, time and boots per second (``waves``, from the demo's
+``servers.json``; the command reads it, ``demo_waves`` of the report
+given here).
+
 Per run: each service's mean and peak CPU (cores) and RSS (MB) while
-requests ran (the ``load`` phase of ``resources``).
+requests ran (the ``load`` phase of ``resources``), and the share of
+its CPU the library's writer thread took (over the whole run; None
+without ``writer_cpu_s`` samples).
+
+The sweep key's values are the load when they are all numbers: the
+runs are put in load order.  Otherwise (``--by scheduler`` over
+``caching`` and ``default``, say) the key is categorical: the runs keep
+the order they were given in, each shown by its value, and there is no
+saturation point (no step up in load to judge by).
 
 The saturation point of an operation (``saturation``): the runs in
 load order (the numeric value of the sweep key), the first run where a
@@ -95,17 +108,26 @@ SCHEMA: dict = {
     'type': 'object', 'additionalProperties': False,
     'properties': {
         'sweep_version': _S.INT, 'key': _S.STR,
+        'categorical': {'type': 'boolean',
+                        'description': 'the key\'s values are not all '
+                                       'numbers: runs in the order '
+                                       'given, no saturation point'},
         'thresholds': _S.obj('of the saturation point', {
             'growth': _S.NUM, 'share_jump': _S.NUM}),
         'runs': _S.arr(_S.obj('a run, in load order', {
             'name': _S.STR, 'label': _S.mapping(_S.STR, 'key: value'),
-            'load': _S.NUM_OR_NULL, 'releases': _S.STRS,
+            'value': _S.STR, 'load': _S.NUM_OR_NULL,
+            'releases': _S.STRS,
+            'waves': _S.arr(_S.obj('a wave of the demo\'s boots', {
+                'wave': _S.INT, 'servers': _S.INT, 'duration_s': _S.NUM,
+                'boots_per_s': _S.NUM})),
             'operations': _S.mapping(_FIGURES, 'operation: figures'),
             'resources': _S.mapping(_S.obj('a service', {
                 'processes': _S.INT_OR_NULL, 'cpu_mean': _S.NUM_OR_NULL,
                 'cpu_peak': _S.NUM_OR_NULL,
                 'rss_mean_mb': _S.NUM_OR_NULL,
-                'rss_peak_mb': _S.NUM_OR_NULL}),
+                'rss_peak_mb': _S.NUM_OR_NULL,
+                'library_share': _S.NUM_OR_NULL}),
                 'service: CPU (cores) and RSS while requests ran'),
         })),
         'operations': _S.STRS,
@@ -205,11 +227,15 @@ def resources(report: dict) -> dict:
                 return None
             return max(values) if which == 'peak' else \
                 statistics.fmean(values)
+        lib = entry.get('library') or {}
         out[svc] = {'processes': entry.get('processes'),
                     'cpu_mean': fig('cpu_cores', 'mean'),
                     'cpu_peak': fig('cpu_cores', 'peak'),
                     'rss_mean_mb': fig('rss_mb', 'mean'),
-                    'rss_peak_mb': fig('rss_mb', 'peak')}
+                    'rss_peak_mb': fig('rss_mb', 'peak'),
+                    'library_share': lib['writer_cpu_s'] /
+                    lib['process_cpu_s'] if lib.get('process_cpu_s')
+                    else None}
     return out
 
 
@@ -228,9 +254,11 @@ def _number(value: typing.Any) -> typing.Optional[float]:
 
 
 def sweep_key(labels: list, by: typing.Optional[str] = None) -> str:
-    """The label the load is read from: ``by``, else the first label
+    """The label the runs are swept by: ``by``, else the first label
     key (``concurrency`` first) whose values differ between the runs and
-    are all numbers."""
+    are all numbers, else the one label every run has whose values
+    differ (categorical: ``scheduler=caching``, ``scheduler=default``).
+    """
     keys = list(dict.fromkeys(k for label in labels for k in label))
     if by is not None:
         missing = [i for i, label in enumerate(labels) if by not in label]
@@ -239,15 +267,21 @@ def sweep_key(labels: list, by: typing.Optional[str] = None) -> str:
                 missing[0] + 1, by, _label_text(labels[missing[0]])))
         return by
     keys.sort(key=lambda k: k != 'concurrency')
-    for k in keys:
-        values = [label.get(k) for label in labels]
-        if all(_number(v) is not None for v in values) and \
-                len(set(values)) > 1:
+    differ = [k for k in keys
+              if len({label.get(k) for label in labels}) > 1]
+    for k in differ:
+        if all(_number(label.get(k)) is not None for label in labels):
             return k
+    # no numeric one: the one categorical label that every run has
+    every = [k for k in differ if all(k in label for label in labels)]
+    if len(every) == 1:
+        return every[0]
     raise SweepError('no label that is a number and differs between the '
-                     'runs (labels: %s); give one as KEY=VALUE:RUN or '
-                     'name it with --by' % '; '.join(
-                         _label_text(label) for label in labels))
+                     'runs%s (labels: %s); give one as KEY=VALUE:RUN or '
+                     'name it with --by' % (
+                         ', and more than one that is not (%s)' %
+                         ', '.join(every) if every else '',
+                         '; '.join(_label_text(label) for label in labels)))
 
 
 def _label_text(label: dict) -> str:
@@ -267,8 +301,11 @@ def sweep(runs: list, by: typing.Optional[str] = None) -> dict:
             raise SweepError('%s: no label (give KEY=VALUE:%s, or a '
                              'run.json beside it)' % (name, name))
     key = sweep_key([label for _n, label, _r in runs], by)
-    ordered = sorted(runs, key=lambda run: (
-        _number(run[1].get(key)) or 0.0))
+    categorical = any(_number(label[key]) is None
+                      for _n, label, _r in runs)
+    # categorical: in the order given
+    ordered = runs if categorical else sorted(
+        runs, key=lambda run: _number(run[1][key]) or 0.0)
     out_runs = []
     ops: list = []
     for name, label, report in ordered:
@@ -285,15 +322,25 @@ def sweep(runs: list, by: typing.Optional[str] = None) -> dict:
             if op not in ops:
                 ops.append(op)
         out_runs.append({
-            'name': name, 'label': dict(label),
-            'load': _number(label.get(key)),
+            'name': name, 'label': dict(label), 'value': label[key],
+            'load': None if categorical else _number(label[key]),
             'releases': releases(report),
+            'waves': list(report.get('demo_waves') or ()),
             'operations': figures,
             'resources': resources(report)})
+    shared = [op for op in ops
+              if sum(op in r['operations'] for r in out_runs) > 1]
+    if not shared:
+        raise SweepError('no operation is in two runs or more (%s): '
+                         'nothing to put side by side' % '; '.join(
+                             '%s: %s' % (r['name'], ', '.join(sorted(
+                                 r['operations'])))
+                             for r in out_runs))
     known = [op for op in schema.OPERATIONS if op in ops]
     ops = known + sorted(set(ops) - set(known))
     return {
         'sweep_version': SWEEP_VERSION, 'key': key,
+        'categorical': categorical,
         'thresholds': {'growth': GROWTH, 'share_jump': SHARE_JUMP},
         'runs': out_runs,
         'operations': ops,
@@ -373,6 +420,14 @@ def num(value: typing.Optional[float], digits: int = 2) -> str:
     return '-' if value is None else '%.*f' % (digits, value)
 
 
+def run_value(run: dict) -> str:
+    """A run's value of the sweep key as shown: its load (``20``), or
+    its label when the key is categorical (``caching``)."""
+    if run.get('load') is None:
+        return str(run.get('value', '-'))
+    return fmt_load(run['load'])
+
+
 def fmt_load(load: typing.Optional[float]) -> str:
     """A load as a label: ``20``, ``2.5``."""
     if load is None:
@@ -380,8 +435,12 @@ def fmt_load(load: typing.Optional[float]) -> str:
     return '%d' % load if load == int(load) else '%g' % load
 
 
-def saturation_text(op: str, sat: typing.Optional[dict], key: str) -> str:
+def saturation_text(op: str, sat: typing.Optional[dict], key: str,
+                    categorical: bool = False) -> str:
     """One line: where ``op`` saturates, or that it did not."""
+    if categorical:
+        return ('%s: %s is not a number: the runs in the order given, no '
+                'saturation point' % (op, key))
     if sat is None:
         return ('%s: no saturation: throughput grew by %d %% or more at '
                 'every step up in %s and no component\'s share jumped' % (
@@ -437,7 +496,7 @@ def render(result: dict) -> str:
             '%s=%s' % kv for kv in same.items()))
     for run in runs:
         out.append('# %s=%s: %s (%s)%s' % (
-            key, fmt_load(run['load']), run['name'],
+            key, run_value(run), run['name'],
             ', '.join('%s=%s' % kv for kv in run['label'].items()
                       if kv[0] not in same),
             '; nova %s' % ', '.join(run['releases'])
@@ -455,7 +514,7 @@ def render(result: dict) -> str:
             if f is None:
                 continue
             out.append('%-10s %8d %7d %8.2f %7s %7s %7s %9s' % (
-                fmt_load(run['load']), f['requests'], f['finished'],
+                run_value(run), f['requests'], f['finished'],
                 f['throughput_rps'], pct(f['success_rate']),
                 pct(f['failure_rate']), pct(f['retry_rate']),
                 secs(f['latency_median_us'])))
@@ -465,20 +524,31 @@ def render(result: dict) -> str:
                        'of first-try successes; retried and failed '
                        'requests whole):')
             out.append('%-22s %s' % ('', ' '.join(
-                '%9s' % fmt_load(run['load']) for run in runs
+                '%9s' % run_value(run) for run in runs
                 if op in run['operations'])))
             for n in names:
                 out.append('%-22s %s' % (n[:22], ' '.join(
                     '%9s' % secs(run['operations'][op]['stack_us'].get(n))
                     for run in runs if op in run['operations'])))
-        out.append(saturation_text(op, result['saturation'][op], key))
+        out.append(saturation_text(op, result['saturation'][op], key,
+                                   result.get('categorical', False)))
+    if any(run.get('waves') for run in runs):
+        out.append('')
+        out.append('## waves (the demo\'s --waves: boots per second of '
+                   'each wave, from its first request to its last '
+                   'answer)')
+        for run in runs:
+            if run.get('waves'):
+                out.append('%-10s %s' % (run_value(run)[:10], ' '.join(
+                    '%d: %.2f' % (w['wave'], w['boots_per_s'])
+                    for w in run['waves'])))
     services = sorted({s for run in runs for s in run['resources']})
     if services:
         out.append('')
         out.append('## resources while requests ran (CPU: cores, RSS: '
                    'MB; mean/peak)')
         out.append('%-22s %s' % ('service', ' '.join(
-            '%17s' % ('%s=%s' % (key[:6], fmt_load(run['load'])))
+            '%17s' % ('%s=%s' % (key[:6], run_value(run)))
             for run in runs)))
         for svc in services:
             for what, m, p, d in (('cpu', 'cpu_mean', 'cpu_peak', 2),
@@ -492,4 +562,13 @@ def render(result: dict) -> str:
                         if r else '-'))
                 out.append('%-22s %s' % (
                     ('%s %s' % (svc, what))[:22], ' '.join(cells)))
+            shares = [(run['resources'].get(svc) or {}).get(
+                'library_share') for run in runs]
+            if any(v is not None for v in shares):
+                out.append('%-22s %s' % (
+                    ('%s library' % svc)[:22], ' '.join(
+                        '%17s' % ('-' if v is None else
+                                  '%.1f%%' % (v * 100)) for v in shares)))
+        out.append('(library: the share of the CPU the library\'s writer '
+                   'thread took over the run)')
     return '\n'.join(out) + '\n'

@@ -43,7 +43,10 @@ def exposition(directories: typing.Sequence[str],
     return metrics_sink.render(metrics_sink.merge(states))
 
 
-def _write_atomic(path: str, text: str) -> None:
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it
+    and a rename: a reader (node_exporter's textfile collector) never
+    sees half a file."""
     tmp = '%s.%d.tmp' % (path, os.getpid())
     with open(tmp, 'w', encoding='utf-8') as out:
         out.write(text)
@@ -54,18 +57,26 @@ def make_server(directories: typing.Sequence[str], address: str,
                 port: int, prune_after: float | None = None
                 ) -> http.server.ThreadingHTTPServer:
     """An HTTP server whose ``/metrics`` is ``exposition()``."""
+    return text_server(lambda: exposition(directories, prune_after),
+                       address, port)
+
+
+def text_server(body: typing.Callable[[], str], address: str, port: int
+                ) -> http.server.ThreadingHTTPServer:
+    """An HTTP server whose ``/metrics`` (and ``/``) answers ``body()``,
+    called at each scrape, as Prometheus text."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
             if self.path.split('?', 1)[0] not in ('/metrics', '/'):
                 self.send_error(404)
                 return
-            body = exposition(directories, prune_after).encode('utf-8')
+            text = body().encode('utf-8')
             self.send_response(200)
             self.send_header('Content-Type', CONTENT_TYPE)
-            self.send_header('Content-Length', str(len(body)))
+            self.send_header('Content-Length', str(len(text)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(text)
 
         def log_message(self, format, *args):  # noqa: A002
             pass
@@ -107,7 +118,7 @@ def main(argv: typing.Sequence[str] | None = None) -> int:
     if args.command == 'dump':
         text = exposition(args.directories, args.prune_after)
         if args.output:
-            _write_atomic(args.output, text)
+            write_atomic(args.output, text)
         else:
             sys.stdout.write(text)
         return 0

@@ -18,6 +18,8 @@
     instrument-report compare [options] RUN_A RUN_B
     instrument-report sweep [options] [KEY=VALUE[,...]:]RUN...
     instrument-report export --parquet DIR [options] INPUT...
+    instrument-report points [--json] [--config-file FILE]...
+    instrument-report follow [--port N] [--textfile FILE] [--once] DIR...
 
 The text report goes to standard output (``--quiet`` leaves it out);
 ``--json FILE`` and ``--html FILE`` write the other forms, ``-`` for
@@ -25,13 +27,18 @@ standard output (the text report is then left out).  A RUN of
 ``compare`` is a JSON report written by ``--json``, or the span files
 (a directory or glob) of the run.  ``export`` writes the analysis and
 the span records as Parquet tables for DuckDB, Spark or Trino
-(doc/source/export.rst).  ``sweep`` puts N runs of growing load side
+(doc/source/export.rst).  ``points`` reads no span file: it lists what
+this host's nova would record, as configured, with a Nagios exit
+status (``instrument.cmd.points``, doc/source/metrics.rst).
+``follow`` reads span files as they grow and exports per-operation
+Prometheus metrics of the requests that finished
+(doc/source/metrics.rst).  ``sweep`` puts N runs of growing load side
 by side (doc/source/sweep.rst): a RUN is a JSON report, a directory
 that holds one (the demo's output) or span files, labelled on the
 command line (``concurrency=20:runs/c20``) or by the ``run.json`` it
-holds.  In a directory, files that are not
-span files (a JSON report, the demo's ``servers.json``) are skipped and
-named in the report's input problems.
+holds.  In a directory, files that are not span files (a JSON report,
+the demo's ``servers.json``) are skipped and named in the report's
+input problems.
 
 What can be checked before the analysis, which may take minutes, is:
 every output, of every subcommand, by one rule (``check_outputs``: not
@@ -60,12 +67,16 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import typing
 
 from instrument.analysis.model import sqldigest
+from instrument.cmd import metrics as metrics_cmd
+from instrument.cmd import points as points_cmd
 from instrument.cmd import progress
 
 PROG = 'instrument-report'
@@ -823,6 +834,24 @@ _LABELLED = re.compile(r'((?:[A-Za-z_][\w.-]*=[^,:=]*,)*'
                        r'[A-Za-z_][\w.-]*=[^,:=]*):(.+)')
 RUN_META = 'run.json'
 REPORT_NAME = 'report.json'
+# the demo's truth, beside run.json: its ``waves`` (``--waves``)
+TRUTH_NAME = 'servers.json'
+
+
+def run_waves(path: str) -> list:
+    """The waves the demo booted the run at ``path`` in (the
+    ``waves`` of the ``servers.json`` beside its ``run.json``); ``[]``
+    when there are none or it cannot be read."""
+    base = path if os.path.isdir(path) else os.path.dirname(path)
+    try:
+        with open(os.path.join(base, TRUTH_NAME), encoding='utf-8') as f:
+            waves = json.load(f).get('waves') or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [{'wave': w['wave'], 'servers': w['servers'],
+             'duration_s': w['duration_s'], 'boots_per_s': w['boots_per_s']}
+            for w in waves if isinstance(w, dict) and
+            {'wave', 'servers', 'duration_s', 'boots_per_s'} <= set(w)]
 
 
 def run_labels(path: str) -> dict:
@@ -891,6 +920,9 @@ def main_sweep(argv: list) -> int:
     for (labels, path), src, got in zip(runs, inputs, read, strict=True):
         report = _load_run('RUN', src, opts, got)
         warn_losses(report, 'RUN %s: ' % path)
+        waves = run_waves(path)
+        if waves:
+            report = dict(report, demo_waves=waves)
         loaded.append((path, labels, report))
     try:
         result = sweep.sweep(loaded, by=args.by)
@@ -906,14 +938,150 @@ def main_sweep(argv: list) -> int:
     return 0
 
 
+def build_follow_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog='instrument-report follow',
+        description='Read span files as they grow (new files, rotation, '
+        'late hosts), finalise requests behind a watermark as the batch '
+        'report does, and export per-operation counts, latency '
+        'histograms, time per component and failures in Prometheus text '
+        'format (doc/source/metrics.rst).')
+    parser.add_argument('inputs', nargs='+', metavar='INPUT',
+                        help='span files, directories (searched '
+                        'recursively), globs')
+    parser.add_argument('--port', type=port_number, default=None,
+                        help='serve /metrics over HTTP on this port')
+    parser.add_argument('--address', default='127.0.0.1',
+                        help='address --port listens on (default '
+                        '127.0.0.1)')
+    parser.add_argument('--textfile', metavar='FILE',
+                        help='write the metrics to FILE after each poll, '
+                        'atomically (node_exporter\'s textfile '
+                        'collector: a name ending in .prom)')
+    parser.add_argument('--once', action='store_true',
+                        help='read what is there, finalise every request, '
+                        'write the metrics (standard output when neither '
+                        '--port nor --textfile) and exit')
+    parser.add_argument('--interval', type=seconds, default=5.0,
+                        metavar='SECONDS',
+                        help='seconds between polls (default 5)')
+    parser.add_argument('--lag', type=non_negative, default=30.0,
+                        metavar='SECONDS',
+                        help='requests are finalised behind the newest '
+                        'time read minus this much, then after --horizon '
+                        'or --hung as the batch report does; hosts whose '
+                        'lines arrive later than this are late (default '
+                        '30)')
+    parser.add_argument('--horizon', type=seconds, default=30.0,
+                        metavar='SECONDS',
+                        help='a finished request is final after this much '
+                        'quiet input time (default 30)')
+    parser.add_argument('--hung', type=seconds, default=600.0,
+                        metavar='SECONDS',
+                        help='a request without an outcome is counted '
+                        'incomplete after this much quiet input time '
+                        '(default 600)')
+    parser.add_argument('--max-open', type=count, default=100_000,
+                        metavar='N',
+                        help='requests kept open at most; the least '
+                        'recently active beyond are dropped unfinished '
+                        'and counted (default 100000)')
+    return parser
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    value = _number(text, int, 'a port number')
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            'a port number is 0 to 65535, got %s' % text)
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number of seconds, 0 or more (``--lag``)."""
+    value = _number(text, float, 'a number of seconds')
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            'a number of seconds, 0 or more, got %s' % text)
+    return value
+
+
+def main_follow(argv: list,
+                stop: typing.Optional[typing.Callable[[], bool]] = None
+                ) -> int:
+    """``instrument-report follow``; ``stop()`` true ends the loop
+    (tests; else SIGTERM or Ctrl-C)."""
+    args = build_follow_parser().parse_args(argv)
+    (follow,) = analysis('follow')
+    if not args.once and args.port is None and args.textfile is None:
+        fail('follow needs --port or --textfile (or --once)')
+    check_outputs([(args.textfile, ())], args.inputs)
+    opts = follow.Options(lag_s=args.lag, idle_s=args.horizon,
+                          hung_s=args.hung, max_open=args.max_open)
+    follower = follow.Follower(args.inputs, opts)
+    latest = {'text': ''}
+    server = None
+    if args.port is not None:
+        try:
+            server = metrics_cmd.text_server(lambda: latest['text'],
+                                             args.address, args.port)
+        except OSError as exc:
+            fail('cannot listen on %s:%d: %s' % (args.address, args.port,
+                                                  _reason(exc)))
+        threading.Thread(target=server.serve_forever, daemon=True,
+                         name='instrument-follow-http').start()
+    stopping = threading.Event()
+
+    def on_term(signum, frame):
+        stopping.set()
+    previous = signal.signal(signal.SIGTERM, on_term) \
+        if threading.current_thread() is threading.main_thread() else None
+
+    def publish() -> None:
+        text = follower.exposition()
+        latest['text'] = text
+        if args.textfile:
+            try:
+                metrics_cmd.write_atomic(args.textfile, text)
+            except OSError as exc:
+                warn('cannot write %s: %s' % (args.textfile, _reason(exc)))
+    try:
+        if args.once:
+            follower.defer = True
+            follower.poll()
+            follower.finish()
+            publish()
+            if server is None and args.textfile is None:
+                sys.stdout.write(latest['text'])
+            return 0
+        while not stopping.is_set() and not (stop and stop()):
+            follower.poll()
+            publish()
+            stopping.wait(args.interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    return 0
+
+
 def main(argv: typing.Optional[list] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == 'follow':
+        return main_follow(argv[1:])
     if argv and argv[0] == 'sweep':
         return main_sweep(argv[1:])
     if argv and argv[0] == 'compare':
         return main_compare(argv[1:])
     if argv and argv[0] == 'export':
         return main_export(argv[1:])
+    if argv and argv[0] == 'points':
+        return points_cmd.main(argv[1:])
     args = build_parser().parse_args(argv)
     report_html, report_json, report_text = analysis(
         'render.html', 'render.json', 'render.text')

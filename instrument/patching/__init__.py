@@ -12,8 +12,9 @@
 """The patch engine: points as data and the patcher that applies them.
 
 points declares what to time (a Point: a dotted target, a kind,
-arguments resolved by name); patcher applies points on post-import
-hooks, reports one status per place in the banner and the start record,
-and removes them.  Targets (instrument.targets) hand their points to
-it.
+arguments resolved by name); hooks is the process's one registry of
+post-import hooks; patcher applies points (on those hooks when their
+module is not imported yet), reports one status per place in the banner
+and the start record, and removes them.  Targets (instrument.targets)
+hand their points to it.
 """

@@ -31,9 +31,9 @@ factory builds; LISTEN, an SQLAlchemy event listener.  A
 counter, and ``active``, which switches a replacement to
 pass-through).
 
-This module holds the process's one registry of post-import hooks
-(wrapt's cannot be unregistered): nothing else of the library
-registers one.
+Its post-import hooks go through the process's one registry
+(``instrument.patching.hooks``): one callback that hands an imported
+module to every patcher.
 """
 
 import sys
@@ -45,6 +45,7 @@ from oslo_log import log as logging
 import wrapt
 
 from instrument import schema
+from instrument.patching import hooks
 from instrument.patching import points as points_mod
 from instrument.runtime import faults as faults_mod
 from instrument.runtime import wrappers
@@ -112,11 +113,9 @@ class _PointState(faults_mod.Faults):
         self.active = self.applied
 
 
-# -- post-import hook dispatch (hooks cannot be unregistered in wrapt) --------
+# -- post-import hook dispatch (instrument.patching.hooks) ----------------
 
 _PATCHERS = weakref.WeakSet()
-_HOOKED = set()
-_HOOK_LOCK = threading.Lock()
 
 
 def _on_import(module) -> None:
@@ -129,11 +128,7 @@ def _on_import(module) -> None:
 
 
 def _hook(module_name: str) -> None:
-    with _HOOK_LOCK:
-        if module_name in _HOOKED:
-            return
-        _HOOKED.add(module_name)
-    wrapt.register_post_import_hook(_on_import, module_name)
+    hooks.when_imported(module_name, _on_import)
 
 
 class Patcher:
@@ -155,6 +150,10 @@ class Patcher:
         #           original or event, own or fn, replacement)]
         self._objects = {}
         self._applied = False
+        # Set by the runtime before it reads the banner for the start
+        # record: points added from then on are announced
+        # (process.points), the others are in the start record.
+        self.headed = False
         self._lock = threading.RLock()
         _PATCHERS.add(self)
 
@@ -204,7 +203,9 @@ class Patcher:
                     continue
                 for module, _target in point.candidates():
                     if module in sys.modules:
-                        self._module_imported(module, announce=False)
+                        # after the start record: a change to announce
+                        self._module_imported(module,
+                                              announce=self.headed)
                     else:
                         _hook(module)
 

@@ -84,6 +84,29 @@ class Arg:
         return -1
 
 
+    def found(self, func) -> bool:
+        """Can a call of ``func`` pass this argument?  Its name is a
+        parameter, or ``func`` takes ``**kwargs``, or a position given
+        here is within its positional parameters (or ``*args``).  True
+        when the signature cannot be read (nothing to check against).
+        """
+        params = parameters(func)
+        if params is None:
+            return True
+        if params and params[0].name in ('self', 'cls'):
+            params = params[1:]
+        positional = 0
+        for param in params:
+            if param.name == self.name or param.kind == param.VAR_KEYWORD:
+                return True
+            if param.kind == param.VAR_POSITIONAL and self.pos is not None:
+                return True
+            if param.kind in (param.POSITIONAL_ONLY,
+                              param.POSITIONAL_OR_KEYWORD):
+                positional += 1
+        return self.pos is not None and self.pos < positional
+
+
 def parameters(func) -> list | None:
     """``func``'s parameters, through decorators: those that keep
     ``__wrapped__`` (``functools.wraps``), and those that do not but
@@ -356,6 +379,26 @@ class PatchPoint:
 
     def candidates(self) -> list:
         return [(self.module, self.target)] + list(self.alternatives)
+
+    def arguments(self) -> list:
+        """The ``Arg`` specs this point reads of a call (its extractors
+        and the arguments its ``reads`` hooks name)."""
+        out = []
+        for spec in (self.context, self.instances, self.host,
+                     self.remote_parent, self.service_from):
+            if isinstance(spec, Arg):
+                out.append(spec)
+        for hook in (self.on_enter, self.on_exit, self.on_error, self.when,
+                     self.on_abandon):
+            if isinstance(hook, Reads):
+                out.extend(s for s in hook.specs if isinstance(s, Arg))
+        return out
+
+    def unread(self, func) -> list:
+        """Names of the arguments this point reads that a call of
+        ``func`` cannot pass (``Arg.found``): read as None, always."""
+        return [spec.name for spec in self.arguments()
+                if not spec.found(func)]
 
 
 def replace(module: str, target: str, factory: typing.Callable,

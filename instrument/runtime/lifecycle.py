@@ -36,6 +36,7 @@ from stevedore import extension
 from instrument import opts
 from instrument import schema
 from instrument import sinks as sink
+from instrument import version as version_mod
 from instrument.patching import patcher as patcher_mod
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import faults
@@ -54,36 +55,6 @@ TARGETS_NAMESPACE = 'instrument.targets'
 
 _ACTIVE = None
 _LOCK = threading.Lock()
-
-
-def version() -> str:
-    try:
-        from importlib import metadata
-        return metadata.version('openstack-instrument')
-    except Exception:  # running from a source tree without metadata
-        return 'unknown'
-
-
-# Distributions whose versions process.start names (those installed).
-RELEASE_DISTRIBUTIONS = ('nova', 'oslo.messaging', 'oslo.db', 'SQLAlchemy',
-                         'eventlet')
-
-
-def releases() -> dict:
-    """{distribution: version} of RELEASE_DISTRIBUTIONS installed here
-    (package metadata, read once per process)."""
-    global _RELEASES
-    if _RELEASES is None:
-        found = {}
-        for dist in RELEASE_DISTRIBUTIONS:
-            found_version = targets_base.distribution_version(dist)
-            if found_version is not None:
-                found[dist] = found_version
-        _RELEASES = found
-    return dict(_RELEASES)
-
-
-_RELEASES: dict | None = None
 
 
 def _host(conf: cfg.ConfigOpts) -> str:
@@ -235,9 +206,13 @@ class Runtime:
 
     def header(self) -> list:
         group = self.conf.instrument
+        # Before the banner is read: a point added later is announced.
+        for target in self.targets:
+            if target.patcher is not None:
+                target.patcher.headed = True
         return [self.identity.start_record({
-            schema.ATTR_VERSION: version(),
-            schema.ATTR_RELEASES: releases(),
+            schema.ATTR_VERSION: version_mod.version(),
+            schema.ATTR_RELEASES: version_mod.releases(),
             schema.ATTR_MODE: 'eventlet' if threads.eventlet_patched()
             else 'threads',
             schema.ATTR_POINTS: self.banner(),

@@ -63,6 +63,7 @@ SQL_ROWS = 'instrument_sql_rows_total'
 SQL_ERRORS = 'instrument_sql_errors_total'
 SQL_DEADLOCKS = 'instrument_sql_deadlocks_total'
 DB_RETRIES = 'instrument_db_retries_total'
+SQL_RETRIES = 'instrument_sql_retries_total'
 LOCK_WAIT = 'instrument_lock_wait_seconds'
 LOCK_HELD = 'instrument_lock_held_seconds_total'
 POOL_WAIT = 'instrument_db_pool_wait_seconds'
@@ -71,6 +72,10 @@ DROPS = 'instrument_dropped_events_total'
 BUF_FILL = 'instrument_buffer_events'
 SERVICE_CALLS = 'instrument_service_request_duration_seconds'
 PERIODIC = 'instrument_periodic_task_duration_seconds'
+POINTS = 'instrument_points'
+
+# The statuses of a patch point (instrument.patching.patcher's banner).
+POINT_STATUSES = ('patched', 'pending', 'missing', 'failed')
 
 FAMILIES = {
     SPAN: ('histogram', 'Duration of instrumented calls (spans), by '
@@ -94,6 +99,10 @@ FAMILIES = {
     DB_RETRIES: ('counter', 'oslo.db retries (wrap_db_retry), by the '
                  'exception class that caused them and whether the '
                  'retries were exhausted.', ('error', 'exhausted')),
+    SQL_RETRIES: ('counter', 'oslo.db retries (wrap_db_retry) caused by a '
+                  'failed SQL statement, by its database and query class, '
+                  'and whether the retries were exhausted.',
+                  ('db', 'query', 'exhausted')),
     LOCK_WAIT: ('histogram', 'Time waited to acquire an oslo.concurrency '
                 'lock, by lock name (uuids and numbers replaced).',
                 ('lock',)),
@@ -115,6 +124,12 @@ FAMILIES = {
                'task.', ('task',)),
     BUF_FILL: ('gauge', 'Events queued in the instrumentation\'s buffer '
                'at the last process sample.', ()),
+    POINTS: ('gauge', 'Patch points of the process by status (patched; '
+             'pending: module not imported yet, or patched per object; '
+             'missing: not in the installed release; failed), from its '
+             'process.start record and the later process.points '
+             'changes.  instrument-report points names them.',
+             ('status',)),
 }
 
 # The labels whose values are open-ended (replaced by ``other`` past
@@ -187,6 +202,8 @@ class Metrics:
         # {family: {label tuple: value}}; histogram values are
         # [bucket counts..., sum seconds]
         self.families: dict = {name: {} for name in FAMILIES}
+        # {point name: status}, of the start record and later changes
+        self.points: dict = {}
         self._last_write: float | None = None
         self._changed = True
 
@@ -248,13 +265,20 @@ class Metrics:
                     extra[ev](self, rec)
             elif ph == schema.PH_COUNTER:
                 self._counter(rec)
+            elif ph == schema.PH_META:
+                self._meta(rec)
             elif ph == schema.PH_INSTANT and \
                     rec[record.I_EV] == schema.EV_DB_RETRY:
                 attrs = rec[record.I_ATTRS] or {}
+                exhausted = 'true' if attrs.get(schema.ATTR_EXHAUSTED) \
+                    else 'false'
                 self._add(DB_RETRIES, (
-                    attrs.get(schema.ATTR_CLS) or '',
-                    'true' if attrs.get(schema.ATTR_EXHAUSTED)
-                    else 'false'), 1)
+                    attrs.get(schema.ATTR_CLS) or '', exhausted), 1)
+                query = attrs.get(schema.ATTR_FP)
+                if query:
+                    self._add(SQL_RETRIES, (
+                        str(attrs.get(schema.ATTR_DB) or ''), str(query),
+                        exhausted), 1)
         self._changed = True
 
     def _complete(self, rec) -> None:
@@ -338,6 +362,33 @@ class Metrics:
             fill = attrs.get(schema.ATTR_BUF_FILL)
             if fill is not None:
                 self.families[BUF_FILL][()] = fill
+
+    def _meta(self, rec) -> None:
+        """``process.start`` (every point by status: the start-up
+        banner) and ``process.points`` (the points whose status changed
+        since): the ``POINTS`` gauge."""
+        ev = rec[record.I_EV]
+        if ev == schema.EV_PROCESS_START:
+            banner = (rec[record.I_ATTRS] or {}).get(schema.ATTR_POINTS)
+            if not isinstance(banner, dict):
+                return
+            self.points = {}
+        elif ev == schema.EV_PROCESS_POINTS:
+            banner = rec[record.I_ATTRS] or {}
+        else:
+            return
+        for status, names in banner.items():
+            if status not in POINT_STATUSES or \
+                    not isinstance(names, list):
+                continue
+            for name in names:
+                # a failed point's name carries its reason: "name (...)"
+                self.points[str(name).split(' (', 1)[0]] = status
+        counts = dict.fromkeys(POINT_STATUSES, 0)
+        for status in self.points.values():
+            counts[status] += 1
+        self.families[POINTS] = {(status,): count
+                                 for status, count in counts.items()}
 
     def _set(self, family: str, labels: tuple, value) -> None:
         series = self.families[family]

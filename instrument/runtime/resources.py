@@ -18,27 +18,38 @@ threads (``/proc/self/stat``), open file descriptors
 (``/proc/self/fd``), greenthreads parked in the eventlet hub (its
 timers and file-descriptor waits, under eventlet only), per SQL
 engine the pool's connections checked out, in overflow and its size,
-and the library's own buffer: events queued, its bound, drops so far.
+and the library's own buffer: events queued, its bound, drops so far;
+and the CPU seconds of the library's writer thread so far
+(``time.thread_time``, in the samples the writer takes: not the final
+one a closing thread may take).
 
 It runs in the buffer's writer, a real OS thread even under eventlet
 (``instrument.runtime.threads``), before a drain: no nova thread or greenthread
 ever waits for it, and the hub is never blocked.  Nothing is imported
 that the process does not have: SQLAlchemy's engines are seen through
-one ``engine_connect`` listener (a dictionary look-up per connection)
-added when the process imports SQLAlchemy.  In a forked child the
-next sample comes at its first drain; its figures are its own.
+one ``engine_connect`` listener (a dictionary look-up per connection),
+a LISTEN point (``ENGINE_CONNECT``) of the target's patcher: added on
+its post-import hook when the process imports SQLAlchemy, in the
+start-up banner and the start record, removed by ``stop``.  In a
+forked child the next sample comes at its first drain; its figures are
+its own.
 """
 
 import os
 import resource
-import sys
 import time
-import typing
 import weakref
 
 from instrument import schema
+from instrument.patching import patcher as patcher_mod
+from instrument.patching import points as points_mod
 from instrument.runtime import faults
 from instrument.runtime import threads
+from instrument.targets.sqlalchemy import names
+
+# The place listened to: every engine's engine_connect.
+ENGINE_CONNECT = ('sqlalchemy.engine.base', 'Engine', 'engine_connect')
+POINT = '%s:%s@%s' % ENGINE_CONNECT
 
 _SAMPLERS = weakref.WeakSet()
 _FAULTS = faults.Faults('the resource sampler\'s engine listener',
@@ -82,15 +93,18 @@ def open_fds():
 
 
 class Pools:
-    """The SQLAlchemy engines of the process, by pool (weakly held)."""
+    """The SQLAlchemy engines of the process, by pool (weakly held),
+    seen by the ``engine_connect`` listener that ``attach`` adds as a
+    point of ``patcher``."""
 
     def __init__(self) -> None:
         self.pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._engine_cls: type | None = None
-        self._database_name: typing.Callable = str
+        self.patcher = None
+        self._point: points_mod.PatchPoint | None = None
 
-    def _on_connect(self, conn) -> None:
-        # An engine_connect listener: it runs in nova's thread, and an
+    def _on_connect(self, conn, *_branch) -> None:
+        # An engine_connect listener (SQLAlchemy 1.4 passes a second
+        # argument, 2.0 one): it runs in nova's thread, and an
         # exception here would fail nova's connect.
         try:
             engine = conn.engine
@@ -98,29 +112,28 @@ class Pools:
             if pool not in self.pools:
                 # the name the SQL records and the pool's records give
                 # the database (a sqlite file's name, not its path)
-                self.pools[pool] = self._database_name(engine.url)
+                self.pools[pool] = names.database_name(engine.url)
         except Exception as exc:  # noqa: BLE001 - counted
             _FAULTS(exc)
 
-    def attach(self) -> None:
-        """Listen to SQLAlchemy engines if the process imported it."""
-        if self._engine_cls is not None or 'sqlalchemy' not in sys.modules:
-            return
-        from sqlalchemy import event
-        from sqlalchemy.engine import Engine
+    def point(self) -> points_mod.PatchPoint:
+        """The LISTEN point of every engine's ``engine_connect``."""
+        return points_mod.listen(*ENGINE_CONNECT, self._on_connect)
 
-        from instrument.db import listeners
-        self._database_name = listeners.database_name
-        # (SQLAlchemy 1.4, nova 29's, passes a second argument)
-        self._listener = listeners.engine_connect_listener(self._on_connect)
-        event.listen(Engine, 'engine_connect', self._listener)
-        self._engine_cls = Engine
+    def attach(self, patcher) -> None:
+        """Listen to SQLAlchemy engines, now if the process imported
+        it, else when it does (``patcher``'s post-import hook)."""
+        if self._point is not None:
+            return
+        self.patcher = patcher
+        self._point = self.point()
+        patcher.add_points([self._point])
+        patcher.apply()
 
     def detach(self) -> None:
-        engine_cls, self._engine_cls = self._engine_cls, None
-        if engine_cls is not None:
-            from sqlalchemy import event
-            event.remove(engine_cls, 'engine_connect', self._listener)
+        point, self._point = self._point, None
+        if point is not None and self.patcher is not None:
+            self.patcher.discard([point.name])
 
     def sample(self) -> dict:
         """{database: [checked out, overflow in use, pool size]}; a
@@ -186,8 +199,14 @@ class Sampler:
     and at the final drain.
     """
 
-    def __init__(self, recorder, interval: float) -> None:
+    def __init__(self, recorder, interval: float, patcher=None) -> None:
+        """``patcher`` (``instrument.patching.patcher.Patcher``, the
+        target's) applies the engine listener; one of its own, applied
+        by ``start`` and removed by ``stop``, when None."""
         self.recorder = recorder
+        self.own_patcher = patcher is None
+        self.patcher = patcher if patcher is not None else \
+            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
         self.buffer = recorder.buffer
         self.interval = interval
         self.last: float | None = None
@@ -203,20 +222,22 @@ class Sampler:
 
     def start(self) -> None:
         """Start sampling (the writer runs ``tick``)."""
-        self.pools.attach()
+        self.pools.attach(self.patcher)
         self.buffer.add_periodic(self.tick)
 
     def stop(self) -> None:
         """Stop sampling (idempotent)."""
         self.buffer.remove_periodic(self.tick)
         self.pools.detach()
+        if self.own_patcher:
+            self.patcher.remove()
 
     def sample(self) -> dict:
         """One sample's attributes."""
         usage = resource.getrusage(resource.RUSAGE_SELF)
         nthreads, rss_kb = proc_stat()
         buf = self.buffer
-        return {
+        out = {
             schema.ATTR_CPU_USER_S: round(usage.ru_utime, 3),
             schema.ATTR_CPU_SYS_S: round(usage.ru_stime, 3),
             schema.ATTR_RSS_KB: rss_kb,
@@ -228,6 +249,10 @@ class Sampler:
             schema.ATTR_BUF_SIZE: getattr(buf, 'max_records', None),
             schema.ATTR_BUF_DROPS: getattr(buf, 'dropped_full', 0),
         }
+        writer = getattr(buf, 'writer', None)
+        if writer is not None and writer.ident == threads.real_ident():
+            out[schema.ATTR_WRITER_CPU_S] = round(time.thread_time(), 3)
+        return out
 
     def tick(self, final: bool = False) -> None:
         """Sample if it is time (buffer periodic)."""
@@ -239,5 +264,4 @@ class Sampler:
         elif self.last is not None and now - self.last < self.interval:
             return
         self.last = now
-        self.pools.attach()
         self.recorder.counter(schema.EV_PROCESS_SAMPLE, self.sample())

@@ -23,7 +23,8 @@ as usual.  Otherwise records of the ``instrument`` loggers at INFO and
 above are held, at most ``LIMIT`` of them (later ones are counted), and
 replayed through their own logger, with their own time, level and
 logger name, once ``oslo_log.log.setup`` has returned (it is wrapped
-for that).  A process that never sets its logging up gets the held
+for that, on a post-import hook of ``instrument.patching.hooks``).  A
+process that never sets its logging up gets the held
 warnings and errors on stderr at exit.  Nothing here raises.
 """
 
@@ -35,6 +36,8 @@ import sys
 import threading
 
 import wrapt
+
+from instrument.patching import hooks
 
 # The loggers whose records are held: the runtime's.
 ROOT_NAME = 'instrument'
@@ -212,7 +215,7 @@ def _wrap_setup() -> None:
     if _STATE.wrapped:
         return
     _STATE.wrapped = True
-    wrapt.register_post_import_hook(_wrap_module, 'oslo_log.log')
+    hooks.when_imported('oslo_log.log', _wrap_module)
 
 
 def _wrap_module(module) -> None:

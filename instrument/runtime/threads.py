@@ -112,6 +112,11 @@ def run_bounded(fn, timeout: float, name: str) -> bool:
     return not thread.is_alive()
 
 
+def real_ident() -> int:
+    """The calling OS thread's ident (not a greenthread's)."""
+    return _real_ident()
+
+
 def in_os_worker() -> bool:
     """True in a thread started by ``start_os_thread``."""
     return bool(_WORKERS) and _real_ident() in _WORKERS

@@ -186,18 +186,29 @@ def _labels(names, values, extra=()) -> str:
     return '{%s}' % ','.join(pairs) if pairs else ''
 
 
-def render(merged: dict) -> str:
+def render(merged: dict, families: dict | None = None,
+           lead: tuple = ('service',)) -> str:
     """Prometheus text exposition of ``merge()``'s result: HELP and
     TYPE for each family that has series, histograms as cumulative
-    ``_bucket`` (``le`` up to ``+Inf``), ``_sum`` and ``_count``."""
+    ``_bucket`` (``le`` up to ``+Inf``, the bounds of
+    ``LATENCY_BOUNDS_S``), ``_sum`` and ``_count``.
+
+    ``families``: ``{name: (type, help, label names)}`` in the order
+    written (default: the runtime's, ``metrics.FAMILIES``); ``lead``:
+    the label names every series' tuple starts with before the
+    family's own (default the program, ``service``).  A histogram's
+    value is its count per bucket (the last one +Inf) then its sum in
+    seconds.  (``instrument-report follow`` writes its per-operation
+    families with it.)"""
     lines = []
     bounds = [number(b) for b in metrics_mod.LATENCY_BOUNDS_S] + ['+Inf']
-    for name, (kind, help_text, label_names) in \
-            metrics_mod.FAMILIES.items():
+    if families is None:
+        families = metrics_mod.FAMILIES
+    for name, (kind, help_text, label_names) in families.items():
         series = merged.get(name)
         if not series:
             continue
-        names = ('service',) + tuple(label_names)
+        names = tuple(lead) + tuple(label_names)
         lines.append('# HELP %s %s' % (name, escape_help(help_text)))
         lines.append('# TYPE %s %s' % (name, kind))
         for labels in sorted(series):

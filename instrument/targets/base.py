@@ -32,13 +32,12 @@ configuration, the recorder and tracer, its patcher (hooks that add
 points at run time use it) and the other targets of the process.
 """
 
-from importlib import metadata
-
 from oslo_log import log as logging
 from packaging import specifiers
 from packaging import version as versions
 
 from instrument import opts
+from instrument import version
 
 LOG = logging.getLogger(__name__)
 
@@ -47,13 +46,9 @@ SKIPPED = 'skipped'
 FAILED = 'failed'
 
 
-def distribution_version(name: str) -> str | None:
-    """The installed version of distribution ``name``, or None; reads
-    its metadata only (the package is not imported)."""
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+# The installed version of a distribution, or None (``check`` looks
+# it up here: tests put other versions in its place).
+distribution_version = version.distribution_version
 
 
 class Context:

@@ -12,8 +12,9 @@
 """The DB connection pool's waits (``instrument.targets``).
 
 Installed when ``[instrument] wait_timing`` is on and SQLAlchemy is
-installed: ``instrument.db.pool`` (``db.pool.wait`` for checkouts that
-wait for a connection, ``db.pool.connect``/``close``/``invalidate``),
+installed: ``instrument.targets.sqlalchemy.pool`` (``db.pool.wait``
+for checkouts that wait for a connection,
+``db.pool.connect``/``close``/``invalidate``),
 on every engine of the process, its listeners and replacement points
 of the target's patcher.  SQLAlchemy is imported at install.
 """
@@ -23,7 +24,7 @@ import typing
 from instrument.targets import base
 
 if typing.TYPE_CHECKING:  # imported at install only
-    from instrument.db import pool
+    from instrument.targets.sqlalchemy import pool
 
 
 class DbPoolTarget(base.Target):
@@ -42,7 +43,7 @@ class DbPoolTarget(base.Target):
         return super().check(conf)
 
     def install(self, ctx: base.Context) -> None:
-        from instrument.db import pool
+        from instrument.targets.sqlalchemy import pool
         super().install(ctx)
         self.taps = pool.PoolWaits(ctx.recorder, ctx.patcher).install()
 

@@ -52,9 +52,10 @@ A_LOCK = schema.ATTR_LOCK
 A_HELD = schema.ATTR_HELD_US
 A_FAIR = schema.ATTR_FAIR
 A_EXTERNAL = schema.ATTR_EXTERNAL
-# lockutils.lock(name, lock_file_prefix, external, ...): the position
-# of ``external`` after the name (synchronized passes it by position).
-EXTERNAL_POS = 1
+# lockutils.lock(name, lock_file_prefix, external, ...): ``external``,
+# read by keyword or (synchronized passes it so) at its position in
+# the signature of the lock replaced.
+EXTERNAL = points_mod.Arg('external')
 
 clock = waits.clock
 
@@ -93,6 +94,11 @@ def timed_lock(original, record, faults, switch=None):
     guarded block, and their result, or the exception they or the
     locked body raise, goes back unchanged.
     """
+
+    # where ``external`` is among the arguments after the name (-1:
+    # keyword only, or a signature that cannot be read)
+    pos = EXTERNAL.position(original)
+    external_pos = pos - 1 if pos is not None and pos > 0 else -1
 
     class _Timed:
         """Times one acquisition of the lock ``cm`` takes."""
@@ -174,7 +180,7 @@ def timed_lock(original, record, faults, switch=None):
                 if kwargs.get('external'):
                     attrs[A_EXTERNAL] = True
             args = self.args
-            if len(args) > EXTERNAL_POS and args[EXTERNAL_POS]:
+            if -1 < external_pos < len(args) and args[external_pos]:
                 attrs[A_EXTERNAL] = True
             record(EV, self.t0, t1, attrs, err)
 

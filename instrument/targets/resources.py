@@ -13,7 +13,9 @@
 
 Runs ``instrument.runtime.resources.Sampler`` in the buffer's writer every
 ``[instrument] resource_sample_interval`` seconds; skipped when that is
-0.  Like the targets of a library's calls, it is replaced by the points
+0.  The engine listener it counts SQL pools with is a point of its
+patcher (``instrument.runtime.resources.POINT``).  Like the targets of
+a library's calls, it is replaced by the points
 given to ``instrument.setup(points=...)``.
 """
 
@@ -36,11 +38,17 @@ class ResourcesTarget(base.Target):
         return super().check(conf)
 
     def install(self, ctx: base.Context) -> None:
+        """Sample in the writer; the SQL engines' listener is a point
+        of the target's patcher (in the banner and the start
+        record)."""
+        self.patcher = ctx.patcher
         self.sampler = resources.Sampler(
-            ctx.recorder, ctx.conf.instrument.resource_sample_interval)
+            ctx.recorder, ctx.conf.instrument.resource_sample_interval,
+            ctx.patcher)
         self.sampler.start()
 
     def remove(self) -> None:
         sampler, self.sampler = self.sampler, None
         if sampler is not None:
             sampler.stop()
+        super().remove()

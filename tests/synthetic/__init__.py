@@ -28,8 +28,9 @@ The parts, in the order data flows:
 
 Everything on the wire is made by the runtime's own code: records are
 ``instrument.runtime.record`` tuples encoded by ``record.to_dict``, file names
-come from the ``file`` sink, query ids from ``instrument.db.fingerprint``,
-histogram buckets from ``instrument.db.aggregate``, and the component
+come from the ``file`` sink, query ids from
+``instrument.targets.sqlalchemy.fingerprint``, histogram buckets from
+``instrument.targets.sqlalchemy.aggregate``, and the component
 each event's time is charged to from ``instrument.schema.EVENTS`` (an
 event outside that vocabulary, ``conductor.object_action``, is charged
 to its service, as the analyser does).

@@ -12,7 +12,8 @@
 """The SQL of the synthetic cloud, in the runtime's own wire format.
 
 ``SQL_CLASSES`` are the statement classes nova's services run here, as
-fingerprints (the form ``instrument.db.fingerprint`` gives them).  Their
+fingerprints (the form ``instrument.targets.sqlalchemy.fingerprint``
+gives them).  Their
 query ids are the runtime's (``fingerprint.query_id``) and the
 ``sql.agg`` histograms use the schema's bucket bounds
 (``schema.SQL_HIST_BOUNDS_US``): nothing of the wire format is copied
@@ -22,7 +23,7 @@ here.
 import bisect
 
 from instrument import schema
-from instrument.db import fingerprint
+from instrument.targets.sqlalchemy import fingerprint
 
 # name: (fingerprint, kind, db, median duration in us)
 SQL_CLASSES = {

@@ -59,11 +59,8 @@ from keystoneauth1 import token_endpoint
 from oslo_concurrency import lockutils
 import sqlalchemy
 
-from instrument import db as db_mod
 from instrument import loaders as loader_mod
 from instrument import sinks as sink_mod
-from instrument.db import pool as pool_mod
-from instrument.db import retries as retries_mod
 from instrument.loaders import notifier as notifier_mod
 from instrument.loaders import paste as paste_mod
 from instrument.patching import patcher as patcher_mod
@@ -82,6 +79,9 @@ from instrument.targets.nova import cells as nova_cells
 from instrument.targets.nova import frames as nova_frames
 from instrument.targets.nova import pools as nova_pools
 from instrument.targets.nova import threads as nova_threads
+from instrument.targets.sqlalchemy import pool as pool_mod
+from instrument.targets.sqlalchemy import retries as retries_mod
+from instrument.targets.sqlalchemy import timing as db_mod
 from tests import faultinject
 from tests.unit import base
 
@@ -437,10 +437,10 @@ class PoolCheckout(Kind):
     def setup(self, site, fault):
         rec = self.recorder()
         if site in (CLOCK, EXIT_CLOCK):
-            self.patch('instrument.db.pool.clock',
+            self.patch('instrument.targets.sqlalchemy.pool.clock',
                        fault.wrap(pool_mod.clock))
         elif site == EXTRACTOR:
-            self.patch('instrument.db.pool._attrs',
+            self.patch('instrument.targets.sqlalchemy.pool._attrs',
                        fault.wrap(pool_mod._attrs))
         self.waits = pool_mod.PoolWaits(rec)
         if site == RECORDER:
@@ -471,8 +471,8 @@ class SqlListeners(Kind):
     def setup(self, site, fault):
         rec = self.recorder()
         if site in (CLOCK, EXIT_CLOCK):
-            from instrument.db import listeners
-            self.patch('instrument.db.listeners._perf_ns',
+            from instrument.targets.sqlalchemy import listeners
+            self.patch('instrument.targets.sqlalchemy.listeners._perf_ns',
                        fault.wrap(listeners._perf_ns))
         elif site == EXTRACTOR:
             self.patch('instrument.runtime.recorder.current_frame',
@@ -747,6 +747,9 @@ class _RetryDecorator:
 
     max_retries = 5
 
+    def _is_exception_expected(self, exc):
+        return True
+
 
 class DbRetry(Kind):
     """The ``db.retry`` recorder on ``_is_exception_expected``."""
@@ -759,10 +762,14 @@ class DbRetry(Kind):
         if site == RECORDER:
             rec.instant = fault.wrap(rec.instant)
         else:
-            self.patch('instrument.db.retries._retry_loop_locals',
-                       fault.wrap(retries_mod._retry_loop_locals))
+            self.patch(
+                'instrument.targets.sqlalchemy.retries._retry_loop_locals',
+                fault.wrap(retries_mod._retry_loop_locals))
         self.retries = retries_mod.RetryRecorder(rec)
         self.retries._active = True
+        # the place of the exception, from the method's signature
+        self.retries._replacement(_RetryDecorator._is_exception_expected,
+                                  None, _RetryDecorator)
 
     def call(self, outcome):
         return self.retries._wrapper(lambda exc: self.nova(outcome),

@@ -13,16 +13,20 @@
 and their hook in the buffer: known records, exact counts and buckets;
 bounded labels; the buffer's observer; a forked child's own file."""
 
+import importlib
 import json
 import os
 import threading
 
 from instrument import schema
+from instrument.patching import points as points_mod
 from instrument.runtime import buffer
+from instrument.runtime import lifecycle
 from instrument.runtime import metrics
 from instrument.runtime import process
 from instrument.runtime import record
 from instrument.sinks import metrics as metrics_sink
+from instrument.targets import base as targets_base
 from tests.unit import base
 
 TS = 1700000000000000
@@ -239,6 +243,33 @@ class AggregationTest(base.TestCase):
         self.assertEqual(1, written[1][0][metrics.SPAN][0][-1][le(0.001)])
 
 
+    def test_points_by_status_from_the_start_record_and_changes(self):
+        m = metrics.Metrics()
+        self.assertEqual({}, m.families[metrics.POINTS])
+        start = record.meta(schema.EV_PROCESS_START, 'h1', 'conductor', TS,
+                            {schema.ATTR_POINTS: {
+                                'patched': ['m:A.a', 'm:A.b', 'm:A.c'],
+                                'pending': ['m:B.d', 'm:B.e'],
+                                'missing': ['m:C.f'],
+                                'failed': ['m:D.g (boom: x)']}})
+        m.observe([start])
+        self.assertEqual({('patched',): 3, ('pending',): 2,
+                          ('missing',): 1, ('failed',): 1},
+                         m.families[metrics.POINTS])
+        # later: d imported and patched, e missing in this release
+        m.observe([
+            record.meta(schema.EV_PROCESS_POINTS, 'h1', 'conductor', TS,
+                        {'patched': ['m:B.d']}),
+            record.meta(schema.EV_PROCESS_POINTS, 'h1', 'conductor', TS,
+                        {'missing': ['m:B.e'], 'failed': ['m:D.g']})])
+        self.assertEqual({('patched',): 4, ('pending',): 0,
+                          ('missing',): 2, ('failed',): 1},
+                         m.families[metrics.POINTS])
+        # a forked child's own start record starts afresh
+        m.observe([start])
+        self.assertEqual(3, m.families[metrics.POINTS][('patched',)])
+
+
 class BufferObserverTest(base.TestCase):
 
     def make(self, max_records=1000):
@@ -337,6 +368,36 @@ class BufferObserverTest(base.TestCase):
         buf.drain()
         self.assertEqual(['a.b'], [r['ev'] for r in sink.records])
         self.assertIn('observe', self.logged())
+
+
+class PointsGaugeTest(base.TestCase):
+    """A real set-up with ``metrics_dir``: its points by status in the
+    exposition ``instrument-metrics`` serves."""
+
+    def test_a_missing_point_is_in_the_exposition(self):
+        mod = self.make_module('''
+            class Manager:
+                def build(self, context):
+                    return 1
+            ''')
+        importlib.import_module(mod)
+        out = os.path.join(self.tmp, 'metrics')
+        conf = self.make_conf(metrics_dir=out)
+        runtime = lifecycle.setup(conf, 'nova-conductor', targets=[
+            targets_base.PointsTarget([
+                points_mod.PatchPoint(mod, 'Manager.build', 'x.build'),
+                points_mod.PatchPoint(mod, 'Manager.gone', 'x.gone'),
+                points_mod.PatchPoint(mod + '_never_imported', 'X.y',
+                                      'x.y')])])
+        self.addCleanup(lifecycle.teardown)
+        self.assertIsNotNone(runtime)
+        lifecycle.teardown()
+        text = metrics_sink.exposition(out)
+        for status, count in (('patched', 1), ('pending', 1),
+                              ('missing', 1), ('failed', 0)):
+            self.assertIn('instrument_points{service="nova-conductor",'
+                          'status="%s"} %d\n' % (status, count), text)
+        self.assertIn('# TYPE instrument_points gauge\n', text)
 
 
 class ForkTest(base.TestCase):

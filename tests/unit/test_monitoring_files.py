@@ -38,6 +38,7 @@ from prometheus_client import parser
 import yaml
 
 from instrument import schema
+from instrument.analysis import follow
 from instrument.cmd import metrics as metrics_cmd
 from instrument.runtime import metrics
 from instrument.runtime import record
@@ -59,7 +60,12 @@ GENERATOR = os.path.join(ROOT, 'tools', 'grafana_dashboard.py')
 _METRIC = re.compile(r'(?<![\w:"])(instrument_\w+)(?![\w:])')
 _RECORDED = re.compile(r'(?<![\w:"])(\w+:instrument_\w+:\w+)')
 # Grafana's variables, replaced by something PromQL parses.
-_VARS = {'$__rate_interval': '5m', '$service': '.*', '$instance': '.*'}
+_VARS = {'$__rate_interval': '5m', '$service': '.*', '$instance': '.*',
+         '$operation': '.*'}
+# A finished run that ``instrument-report follow --once`` reads: what
+# the dashboard's per-operation row queries
+FOLLOWED = os.path.join(ROOT, 'tests', 'data', 'fidelity',
+                        'demo-threads.jsonl.gz')
 
 
 def metric_names(expr: str) -> set:
@@ -96,12 +102,18 @@ RECORDS = sink_tests.SAMPLE + [
     record.instant(agg.TS, 'h1', 'conductor', None, schema.EV_DB_RETRY,
                    1, None, None, None,
                    {schema.ATTR_CLS: 'oslo_db.exception.DBDeadlock',
-                    schema.ATTR_EXHAUSTED: True}),
+                    schema.ATTR_EXHAUSTED: True,
+                    schema.ATTR_FP: 'b' * 32, schema.ATTR_DB: 'nova'}),
     record.counter(schema.EV_SINK_DROPS, 'h1', 'conductor', agg.TS,
                    {'buffer_full': 3}),
     record.counter(schema.EV_PROCESS_SAMPLE, 'h1', 'conductor', agg.TS,
                    {schema.ATTR_BUF_FILL: 17}),
     _ksa(200), _ksa(None, 'read_timeout'), _periodic(),
+    # what InstrumentPointsMissing counts
+    record.meta(schema.EV_PROCESS_START, 'h1', 'conductor', agg.TS,
+                {schema.ATTR_POINTS: {'patched': ['m:A.a', 'm:A.b'],
+                                      'pending': [], 'missing': ['m:A.c'],
+                                      'failed': []}}),
     # what InstrumentRPCErrors matches
     agg.span('rpc.call', 30000000, svc='api',
              err='oslo_messaging.exceptions.MessagingTimeout'),
@@ -141,9 +153,11 @@ class MonitoringFilesTestBase(base.TestCase):
         out = os.path.join(self.tmp, 'm')
         sink_tests.write_state(out, 'nova-conductor', 101, RECORDS)
         self.exposition = metrics_sink.exposition(out)
-        self.emitted = {s.name for f in
-                        parser.text_string_to_metric_families(
-                            self.exposition) for s in f.samples}
+        self.follower = follow.once([FOLLOWED])
+        self.emitted = {s.name for text in (
+            self.exposition, self.follower.exposition())
+            for f in parser.text_string_to_metric_families(text)
+            for s in f.samples}
 
     def promtool(self, *args, cwd=None):
         tool = sink_tests.promtool()
@@ -303,14 +317,25 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.addCleanup(server.shutdown)
         target = '127.0.0.1:%d' % server.server_address[1]
+        # and instrument-report follow's, for the per-operation row
+        followed = metrics_cmd.text_server(self.follower.exposition,
+                                           '127.0.0.1', 0)
+        self.addCleanup(followed.server_close)
+        threading.Thread(target=followed.serve_forever,
+                         daemon=True).start()
+        self.addCleanup(followed.shutdown)
         config = os.path.join(self.tmp, 'prometheus.yml')
         with open(config, 'w', encoding='utf-8') as f:
             yaml.safe_dump({
                 'global': {'scrape_interval': '1s',
                            'evaluation_interval': '1s'},
-                'scrape_configs': [{'job_name': 'instrument',
-                                    'static_configs': [
-                                        {'targets': [target]}]}]}, f)
+                'scrape_configs': [
+                    {'job_name': 'instrument',
+                     'static_configs': [{'targets': [target]}]},
+                    {'job_name': 'instrument-follow',
+                     'static_configs': [{'targets': [
+                         '127.0.0.1:%d' % followed.server_address[1]]}]},
+                ]}, f)
         self.port = _free_port()
         log = open(os.path.join(self.tmp, 'prometheus.log'), 'w')
         self.addCleanup(log.close)
@@ -326,11 +351,12 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         while True:
             self.assertIsNone(proc.poll(), 'prometheus exited')
             try:
-                got = self.query('count_over_time(up{job="instrument"}'
-                                 '[1m])')
+                got = self.query('count_over_time(up{job=~"instrument|'
+                                 'instrument-follow"}[1m])')
             except OSError:
                 got = []
-            if got and float(got[0]['value'][1]) >= self.SCRAPES:
+            if len(got) == 2 and all(float(g['value'][1]) >= self.SCRAPES
+                                     for g in got):
                 break
             self.assertLess(time.monotonic(), deadline,
                             'prometheus did not scrape instrument-metrics')

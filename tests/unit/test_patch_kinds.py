@@ -29,16 +29,19 @@ from sqlalchemy.engine import interfaces as engine_interfaces
 from sqlalchemy.pool import base as pool_base
 from sqlalchemy.pool import impl as pool_impl
 
-from instrument.db import connect as connect_mod
-from instrument.db import listeners as listeners_mod
-from instrument.db import pool as pool_mod
-from instrument.db import retries as retries_mod
+from instrument.patching import hooks
 from instrument.patching import patcher
 from instrument.patching import points
 from instrument.runtime import lifecycle
+from instrument.runtime import resources
+from instrument.runtime import startlog
 from instrument.targets import db_pool
 from instrument.targets import oslo_concurrency
+from instrument.targets import resources as resources_target
 from instrument.targets import sqlalchemy as sqlalchemy_target
+from instrument.targets.sqlalchemy import connect as connect_mod
+from instrument.targets.sqlalchemy import listeners as listeners_mod
+from instrument.targets.sqlalchemy import retries as retries_mod
 from tests.unit import base
 
 SOURCE = '''
@@ -174,6 +177,25 @@ class KindsTest(base.TestCase):
         self.assertIs(own, holder.sem)
         self.assertFalse(p.patch_object(method, mod.Thing()))
 
+    def test_points_added_after_the_start_record_are_announced(self):
+        importlib.import_module(self.mod_name)
+        p = self.make([])
+        p.apply()
+        early = points.PatchPoint(self.mod_name, 'Thing.method', 'x.early',
+                                  context=None)
+        late = points.PatchPoint(self.mod_name, 'Thing.send', 'x.late',
+                                 context=None)
+        p.add_points([early])
+        # the runtime read the banner for the start record: from now on
+        # an added point is a change (what instrument_points folds)
+        p.headed = True
+        p.add_points([late])
+        changes = [e['attrs'] for e in self.buffer.dicts()
+                   if e['ev'] == 'process.points']
+        self.assertEqual([{'patched': [late.name]}], changes)
+        self.assertEqual([early.name, late.name],
+                         p.banner()[patcher.PATCHED])
+
     def test_a_failing_factory_is_a_fault_not_an_error(self):
         mod = importlib.import_module(self.mod_name)
 
@@ -307,12 +329,14 @@ class SqlPointsTest(base.TestCase):
             'nova-conductor', targets=[
                 sqlalchemy_target.SqlAlchemyTarget(),
                 db_pool.DbPoolTarget(),
-                oslo_concurrency.OsloConcurrencyTarget()])
+                oslo_concurrency.OsloConcurrencyTarget(),
+                resources_target.ResourcesTarget()])
 
     def test_banner_and_start_record_list_the_sql_and_pool_points(self):
         active = self.setup_runtime()
         banner = active.banner()
-        for name in SQL_POINTS + POOL_POINTS + [oslo_concurrency.POINT]:
+        for name in SQL_POINTS + POOL_POINTS + [oslo_concurrency.POINT,
+                                                resources.POINT]:
             self.assertIn(name, banner[patcher.PATCHED])
         pymysql = connect_mod.POINT
         expected_pymysql = (patcher.PATCHED if 'pymysql.connections' in
@@ -335,8 +359,13 @@ class SqlPointsTest(base.TestCase):
         listed = [name for names in start['attrs']['points'].values()
                   for name in names]
         for name in SQL_POINTS + POOL_POINTS + DIALECT_POINTS + [
-                pymysql, oslo_concurrency.POINT]:
+                pymysql, oslo_concurrency.POINT, resources.POINT]:
             self.assertIn(name, listed)
+        # one status per patched place, in each target's own entry
+        self.assertEqual(
+            ['installed'] * 4,
+            [start['attrs']['targets'][name] for name in (
+                'sqlalchemy', 'db_pool', 'oslo_concurrency', 'resources')])
 
     def test_teardown_restores_every_original(self):
         originals = {
@@ -358,12 +387,14 @@ class SqlPointsTest(base.TestCase):
         self.assertIn('do_commit', vars(dialect))
         sql = active.target('sqlalchemy').timing.listeners
         pool_waits = active.target('db_pool').taps
+        sampler_pools = active.target('resources').sampler.pools
         classes = {'Engine': engine_base.Engine, 'Pool': pool_base.Pool}
         listened = [(classes[p.target], p.listen[0], p.listen[1])
-                    for p in sql._points + pool_waits._points
+                    for p in sql._points + pool_waits._points + [
+                        sampler_pools.point()]
                     if p.listen is not None and not p.per_object] + [
             (dialect, 'handle_error', sql.handle_error)]
-        self.assertEqual(14, len(listened))
+        self.assertEqual(15, len(listened))
         for target, name, fn in listened:
             self.assertTrue(event.contains(target, name, fn), name)
         lifecycle.teardown()
@@ -378,15 +409,49 @@ class SqlPointsTest(base.TestCase):
 
 class OneHookRegistryTest(base.TestCase):
 
-    def test_only_the_patcher_registers_post_import_hooks(self):
+    def test_only_the_hook_registry_registers_post_import_hooks(self):
         root = pathlib.Path(patcher.__file__).parent.parent
         registering = sorted(
             str(path.relative_to(root)) for path in root.rglob('*.py')
             if 'register_post_import_hook' in path.read_text())
-        # startlog.py: oslo.log's setup, before any patcher exists
-        self.assertEqual(['patching/patcher.py', 'runtime/startlog.py'],
-                         registering)
-        for module in (connect_mod, retries_mod, pool_mod,
-                       oslo_concurrency):
-            self.assertNotIn('wrapt.register_post_import_hook',
-                             pathlib.Path(module.__file__).read_text())
+        self.assertEqual(['patching/hooks.py'], registering)
+        # the patcher and the start-up log (oslo.log's setup, before
+        # any patcher exists) go through it
+        name = self.make_module('def f():\n    return 1\n')
+        buffer, recorder = base.list_recorder('ctl-1')
+        p = patcher.Patcher([points.PatchPoint(name, 'f', 'x.f')], recorder)
+        self.addCleanup(p.remove)
+        p.apply()
+        self.assertEqual((patcher._on_import,), hooks.registered(name))
+        startlog._wrap_setup()
+        self.assertIn(startlog._wrap_module,
+                      hooks.registered('oslo_log.log'))
+
+    def test_each_callback_once_when_imported_later(self):
+        name = self.make_module('VALUE = 1\n')
+        seen = []
+
+        def first(module):
+            seen.append(('first', module.VALUE))
+
+        def second(module):
+            seen.append(('second', module.VALUE))
+
+        def broken(module):
+            raise RuntimeError('a hook that fails')
+
+        hooks.when_imported(name, first)
+        hooks.when_imported(name, broken)
+        hooks.when_imported(name, first)
+        self.assertEqual([], seen)
+        self.assertNotIn(name, sys.modules)
+        importlib.import_module(name)
+        self.addCleanup(sys.modules.pop, name, None)
+        # a failing callback is logged; the others run, the import too
+        self.assertEqual([('first', 1)], seen)
+        self.assertIn('post-import hook of %s failed' % name, self.logged())
+        # registered after the import: called at once, once
+        hooks.when_imported(name, second)
+        hooks.when_imported(name, second)
+        self.assertEqual([('first', 1), ('second', 1)], seen)
+        self.assertEqual((first, broken, second), hooks.registered(name))

@@ -20,7 +20,6 @@ import sqlalchemy
 from sqlalchemy import pool as sa_pool
 
 from instrument import schema
-from instrument.db import listeners
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import faults
 from instrument.runtime import lifecycle
@@ -28,6 +27,7 @@ from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import resources
 from instrument.targets import resources as resources_target
+from instrument.targets.sqlalchemy import listeners
 from tests.unit import base
 
 
@@ -85,6 +85,8 @@ class SamplerTest(base.TestCase):
         self.assertIsNone(attrs['green'])  # not under eventlet
         self.assertEqual(1000, attrs['buf_size'])
         self.assertEqual(0, attrs['buf_drops'])
+        # drained here, not by the writer: no writer CPU to tell
+        self.assertNotIn(schema.ATTR_WRITER_CPU_S, attrs)
         # On the spans' clock.
         self.assertLess(abs(sample['ts'] - self.recorder.now_us()),
                         60 * 10 ** 6)
@@ -215,3 +217,29 @@ class OffSwitchTest(base.TestCase):
         records = [r for recs in base.read_span_files(
             os.path.join(self.tmp, 'spans')).values() for r in recs]
         self.assertIn(schema.EV_PROCESS_SAMPLE, {r['ev'] for r in records})
+
+    def test_the_writer_threads_cpu(self):
+        conf = self.make_conf(flush_interval=0.02,
+                              resource_sample_interval=0.02)
+        rt = lifecycle.setup(conf, 'nova-api',
+                             targets=[resources_target.ResourcesTarget()])
+        self.addCleanup(lifecycle.teardown)
+        # work for the writer: records to encode and write
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            for _ in range(200):
+                rt.recorder.counter('x', {'n': 1})
+            time.sleep(0.01)
+        lifecycle.teardown()
+        samples = [r['attrs'] for recs in base.read_span_files(
+            os.path.join(self.tmp, 'spans')).values() for r in recs
+            if r['ev'] == schema.EV_PROCESS_SAMPLE]
+        writer = [a[schema.ATTR_WRITER_CPU_S] for a in samples
+                  if schema.ATTR_WRITER_CPU_S in a]
+        self.assertGreater(len(writer), 2, samples)
+        self.assertEqual(sorted(writer), writer)
+        self.assertGreater(writer[-1], 0)
+        # a part of the process's CPU, not all of it
+        last = [a for a in samples if schema.ATTR_WRITER_CPU_S in a][-1]
+        self.assertLess(writer[-1],
+                        last['cpu_user_s'] + last['cpu_sys_s'])

@@ -14,9 +14,9 @@ reads."""
 
 from instrument import schema
 from instrument.analysis.model import sqldigest
-from instrument.db import aggregate
 from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
+from instrument.targets.sqlalchemy import aggregate
 from tests.unit import base
 
 

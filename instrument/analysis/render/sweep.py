@@ -31,7 +31,7 @@ APART = {sweep.RETRIED: '#bbbbbb', sweep.FAILED: '#b00000'}
 
 
 def _load(run: dict) -> str:
-    return sweep.fmt_load(run['load'])
+    return sweep.run_value(run)
 
 
 def _table(headers: list, rows: list) -> str:
@@ -58,8 +58,9 @@ def operation_html(result: dict, op: str, extra: dict) -> list:
             ', '.join(result['missing'][op])))
     sat = result['saturation'][op]
     out.append('<p%s>%s</p>' % ('' if sat is None else ' class="bad"',
-                                fmt.esc(sweep.saturation_text(op, sat,
-                                                              key))))
+                                fmt.esc(sweep.saturation_text(
+                                    op, sat, key,
+                                    result.get('categorical', False)))))
     out.append(charts.stacked_bars(
         [_load(r) for r in runs],
         [(n, [r['operations'][op]['stack_us'].get(n, 0) for r in runs])

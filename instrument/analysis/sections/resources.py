@@ -18,7 +18,9 @@ is cut into phases by its requests: ``before`` the first request
 started, ``load`` while requests ran, ``after`` the last one ended;
 per service and phase the report gives the mean and peak of CPU and
 RSS and the peaks of threads, open fds, DB connections checked out and
-the library's own buffer fill and drops.  The timeline (``series``)
+the library's own buffer fill and drops; and, over the whole run, the
+CPU seconds of the library's writer thread beside the process's
+(``library``).  The timeline (``series``)
 puts the same figures in time buckets beside the requests in flight,
 their median latency and the periodic tasks (``periodic.task`` spans)
 that ran; the HTML report draws it, one chart per service.
@@ -136,7 +138,7 @@ def report(samples: Samples, summaries: list) -> dict:
     services: dict = {}
     for (host, svc, pid), pts in per_proc.items():
         entry = services.setdefault(svc, {
-            'processes': 0, 'hosts': set(),
+            'processes': 0, 'hosts': set(), 'writer': [0.0, 0.0, 0],
             'cpu': [{} for _ in range(nb)],
             'rss': [{} for _ in range(nb)],
             'phase': {ph: {'cpu': [], 'rss': [], 'threads': [],
@@ -144,6 +146,7 @@ def report(samples: Samples, summaries: list) -> dict:
                            'buf_drops': []} for ph in PHASES}})
         entry['processes'] += 1
         entry['hosts'].add(host)
+        _library_cpu(entry['writer'], pts)
         for ts, cpu, rss, attrs in pts:
             b = (ts - t0) // width
             ph = entry['phase'][_phase(ts, req_start, req_end)]
@@ -180,9 +183,13 @@ def report(samples: Samples, summaries: list) -> dict:
                 'buf_fill_peak': _max(data['buf_fill']),
                 'buf_drops': _max(data['buf_drops']),
             }
+        writer_s, process_s, measured = entry['writer']
         out_services[svc] = {
             'processes': entry['processes'],
             'hosts': sorted(entry['hosts']),
+            'library': {'writer_cpu_s': round(writer_s, 3),
+                        'process_cpu_s': round(process_s, 3),
+                        'processes': measured} if measured else None,
             'phases': phases,
             'series': {'cpu_cores': cpu_series, 'rss_mb': rss_series},
         }
@@ -212,6 +219,39 @@ def report(samples: Samples, summaries: list) -> dict:
                      for (ts, dur, host, svc, task, st, _req), (n, reqs)
                      in zip(marks, overlapped, strict=True)],
     }
+
+
+def _library_cpu(acc: list, pts: list) -> None:
+    """Adds to ``acc`` (writer s, process s, processes) a process's
+    writer thread CPU seconds at its last sample that has them, and
+    its own CPU seconds at that sample."""
+    for _ts, _cpu, _rss, attrs in reversed(pts):
+        writer = attrs.get(schema.ATTR_WRITER_CPU_S)
+        if writer is None:
+            continue
+        acc[0] += writer
+        acc[1] += (attrs.get(schema.ATTR_CPU_USER_S) or 0) + \
+            (attrs.get(schema.ATTR_CPU_SYS_S) or 0)
+        acc[2] += 1
+        return
+
+
+def library_lines(res: dict) -> list:
+    """One line per service whose samples give the library's writer
+    thread's CPU."""
+    out = []
+    for svc, entry in res.get('services', {}).items():
+        lib = entry.get('library')
+        if not lib:
+            continue
+        share = lib['writer_cpu_s'] / lib['process_cpu_s'] \
+            if lib['process_cpu_s'] else 0.0
+        out.append('%s: %.2f s of CPU in the library\'s writer thread of '
+                   '%.2f s of the process%s (%.1f%%)' % (
+                       svc, lib['writer_cpu_s'], lib['process_cpu_s'],
+                       'es' if lib['processes'] > 1 else '',
+                       share * 100))
+    return out
 
 
 def _overlapped(marks: list, summaries: list) -> list:
@@ -351,6 +391,11 @@ def text(report: dict, out: list) -> None:
     out.append('phases: before the first request, load (requests running), '
                'after the last; peaks of threads, fds, DB connections '
                'checked out, buffer fill')
+    library = library_lines(res)
+    if library:
+        out.append('the library\'s own cost, up to the last sample '
+                   '(encoding, aggregating, writing the records):')
+        out.extend('  ' + line for line in library)
     periodic = _periodic_summary(res)
     if periodic:
         out.append('')

@@ -43,6 +43,7 @@ from oslo_log import log as logging
 from instrument import opts
 from instrument import schema
 from instrument import sinks as sink
+from instrument import version
 from instrument.runtime import record
 from instrument.runtime import threads
 from instrument.sinks.otlp import exporters
@@ -70,11 +71,6 @@ _PH_B = schema.PH_BEGIN
 _PH_M = schema.PH_META
 _META_KEPT = frozenset(('process.start', 'sql.fingerprint'))
 _COUNTED = frozenset((_PH_X, _PH_I))
-
-
-def _version() -> str:
-    from instrument.runtime import lifecycle
-    return lifecycle.version()
 
 
 class OtlpSink(sink.Sink):
@@ -223,7 +219,7 @@ class OtlpSink(sink.Sink):
     def _serve(self) -> None:
         try:
             from instrument.sinks.otlp import spans
-            builder = spans.SpanBuilder(self.identity, _version())
+            builder = spans.SpanBuilder(self.identity, version.version())
             with exporters.quiet_logs():
                 exporter = exporters.make_exporter(
                     self.protocol, self.endpoint, self.timeout)

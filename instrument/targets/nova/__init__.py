@@ -40,12 +40,14 @@ The package, one job a module:
 ``driver``      the hook on ``load_compute_driver`` that adds a point
                 for the concrete driver's ``spawn``, through the
                 target's patcher
-``releases``    the releases verified, and the points of one release
+``releases``    the points of one release (the releases supported are
+                ``instrument.version``'s)
 ``pools``       the ``nova_pools`` target (an entry point of its own):
                 waits for a slot of nova's semaphores and thread pools
 ==============  =========================================================
 """
 
+from instrument import version
 from instrument.targets import base
 from instrument.targets.nova import cells
 from instrument.targets.nova import driver
@@ -56,8 +58,6 @@ from instrument.targets.nova import threads
 # What other modules and the tests read of the target.
 EV_SCATTER_GATHER = cells.EV_SCATTER_GATHER
 EV_CELL_QUERY = cells.EV_CELL_QUERY
-TESTED_NOVA = releases.TESTED_NOVA
-NOVA_VERSIONS = releases.NOVA_VERSIONS
 THREAD_HOOK = releases.THREAD_HOOK
 SPAWN_N = releases.SPAWN_N
 release_points = releases.release_points
@@ -82,8 +82,8 @@ class NovaTarget(base.Target):
     """Spans of nova's api, conductor, scheduler and compute."""
 
     name = 'nova'
-    requires = {'nova': NOVA_VERSIONS}
-    surveyed = {'nova': TESTED_NOVA}
+    requires = {'nova': version.NOVA_VERSIONS}
+    surveyed = {'nova': version.TESTED_NOVA}
     rpc_endpoint_services = ENDPOINT_SERVICES
 
     def points(self, ctx: base.Context) -> list:

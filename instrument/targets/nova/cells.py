@@ -22,6 +22,7 @@ from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import tracer as tracing
 from instrument.targets.nova import extract
 from instrument.targets.nova import frames
+from instrument.targets.sqlalchemy import names
 
 EV_SCATTER_GATHER = 'api.cells.scatter_gather'
 EV_CELL_QUERY = 'api.cells.query'
@@ -104,9 +105,7 @@ def in_api(instance, args, kwargs) -> bool:
 def database_of(url) -> str | None:
     try:
         from sqlalchemy.engine import make_url
-
-        from instrument.db import listeners
-        return listeners.database_name(make_url(url)) or None
+        return names.database_name(make_url(url)) or None
     except Exception:  # not a URL (a test's label): no database name
         return None
 

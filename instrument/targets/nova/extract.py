@@ -97,6 +97,15 @@ def host_count(instance, args, kwargs, result):
     return None
 
 
+def hosts_in(instance, compute_nodes):
+    # _get_host_states(context, compute_nodes, services): the compute
+    # nodes of each cell
+    if isinstance(compute_nodes, dict):
+        return {schema.ATTR_COUNT: sum(len(v) for v in
+                                       compute_nodes.values())}
+    return None
+
+
 def len_result(instance, args, kwargs, result):
     if isinstance(result, list):
         return {schema.ATTR_COUNT: len(result)}

@@ -53,12 +53,12 @@ patched on each manager or executor made: in the start-up banner, undone by its
 import wrapt
 
 from instrument import schema
+from instrument import version
 from instrument.patching import points as points_mod
 from instrument.runtime import faults as faults_mod
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import waits
 from instrument.targets import base
-from instrument.targets import nova as nova_target
 
 EV = schema.EV_POOL_WAIT
 A_POOL = schema.ATTR_POOL
@@ -186,8 +186,8 @@ class NovaPoolsTarget(base.Target):
     """``pool.wait`` records of nova-compute's build/snapshot slots."""
 
     name = 'nova_pools'
-    requires = {'nova': nova_target.NOVA_VERSIONS}
-    surveyed = {'nova': nova_target.TESTED_NOVA}
+    requires = {'nova': version.NOVA_VERSIONS}
+    surveyed = {'nova': version.TESTED_NOVA}
 
     def __init__(self) -> None:
         super().__init__()

@@ -9,20 +9,13 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""The nova releases the target knows (``TESTED_NOVA``, the start-up
-banner's list; the test metadata of each is ``tests/releases.py``), and
-the points of one release only (``release_points``)."""
+"""The points of one nova release only (``release_points``), and the
+places whose code moved between releases.  The releases supported
+are ``instrument.version``'s (``TESTED_NOVA``, ``NOVA_VERSIONS``); the
+test metadata of each is ``tests/releases.py``."""
 
 from instrument.patching import points as points_mod
 from instrument.targets.nova import threads
-
-# The releases verified (tests/releases.py holds what each one is
-# verified by).
-TESTED_NOVA = ('34.0.0', '33.0.2', '31.3.1', '29.4.0')
-# The oldest release the points were surveyed on (doc/source/releases.rst);
-# older ones are not patched.
-NOVA_VERSIONS = '>=29.0.0'
-
 
 THREAD_HOOK = 'nova.thread_pool_factory:spawn_on'
 SPAWN_N = 'nova.utils:spawn_n'

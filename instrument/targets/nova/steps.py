@@ -64,6 +64,8 @@ def reads_of() -> dict:
             instances=uuids('instance_uuids'), on_exit=x.selected),
         'scheduler.placement.candidates': dict(on_exit=x.candidates),
         'scheduler.host_states': dict(on_exit=x.host_count),
+        'scheduler.host_states.update': dict(
+            on_enter=reads(x.hosts_in, 'compute_nodes')),
         'scheduler.filter': dict(context=None, on_exit=x.len_result,
                                  detail=True),
         'scheduler.weigh': dict(context=None, on_exit=x.len_result,

@@ -185,15 +185,16 @@ class SqlListenerFaultTest(base.FaultTestCase):
 
     def inject_before_start(self):
         if self._testMethodName.startswith('test_a_fault_timing'):
-            from instrument.db import listeners
+            from instrument.targets.sqlalchemy import listeners
             self.clock = _Armed(listeners._perf_ns)
             self.useFixture(fixtures.MonkeyPatch(
-                'instrument.db.listeners._perf_ns', self.clock))
+                'instrument.targets.sqlalchemy.listeners._perf_ns',
+                self.clock))
 
     def test_a_fault_in_transaction_listeners_changes_no_answer(self):
         # the BEGIN listener (``on_begin``) fails at every transaction;
         # the COMMIT/ROLLBACK timer then finds no transaction state
-        from instrument.db import listeners
+        from instrument.targets.sqlalchemy import listeners
         real = listeners._current_frame
 
         def current_frame():
@@ -202,7 +203,8 @@ class SqlListenerFaultTest(base.FaultTestCase):
             return real()
 
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.db.listeners._current_frame', current_frame))
+            'instrument.targets.sqlalchemy.listeners._current_frame',
+            current_frame))
         faulted = self.scenario()
         self.assertGreaterEqual(self.listener_faults(), 1)
         self.assertEqual(1, self.log_count('fault in the SQL listeners'))

@@ -285,24 +285,25 @@ MATRIX = {
     },
     'SQL listeners': {
         # (the writer's reads are not nova's: its process())
-        CLOCK: Site(_functions('db.listeners._perf_ns',
+        CLOCK: Site(_functions('targets.sqlalchemy.listeners._perf_ns',
                                where=_not_in('process')), (SQL,)),
         EXIT_CLOCK: Site(_functions(
-            'db.listeners._perf_ns', where=faultinject.in_functions(
-                'after_cursor_execute', depth=1)), (SQL,)),
+            'targets.sqlalchemy.listeners._perf_ns',
+            where=faultinject.in_functions('after_cursor_execute',
+                                           depth=1)), (SQL,)),
         # (no RECORDER row: a statement is queued by an append inside
         # the listener closures, under their guard, with no call a fault
         # can be put in; tests/unit/test_fault_matrix.py holds the
         # guard of every listener)
         EXTRACTOR: Site(_functions(
             'runtime.recorder.current_frame',
-            where=_in_file('db/listeners.py', 1)),
+            where=_in_file('targets/sqlalchemy/listeners.py', 1)),
             (SQL,)),
         # the error listeners (the duplicate flavor, a DB error that
         # nova answers with 409)
-        EXIT: Site(_functions('runtime.tracer.error_of',
-                              where=_in_file('db/listeners.py', 1)),
-                   (SQL,)),
+        EXIT: Site(_functions(
+            'runtime.tracer.error_of',
+            where=_in_file('targets/sqlalchemy/listeners.py', 1)), (SQL,)),
     },
     'keystoneauth': {
         CLOCK: Site(_clock(KSA), (POINTS,)),

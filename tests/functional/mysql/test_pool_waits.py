@@ -25,10 +25,10 @@ import sqlalchemy as sa
 import testtools
 
 from instrument.analysis import pipeline
-from instrument.db import pool as pool_mod
 from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import tracer as tracer_mod
+from instrument.targets.sqlalchemy import pool as pool_mod
 from tests.functional.mysql import test_sql_timing
 from tests.unit import base
 

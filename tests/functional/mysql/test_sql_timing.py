@@ -39,9 +39,9 @@ import testtools
 import instrument
 from instrument import opts
 from instrument.analysis import pipeline
-from instrument.db import fingerprint
 from instrument.runtime import lifecycle
-from tests.unit.db import fixtures as db_fixtures
+from instrument.targets.sqlalchemy import fingerprint
+from tests.unit.targets.sqlalchemy import fixtures as db_fixtures
 
 URL = os.environ.get('INSTRUMENT_TEST_MYSQL_URL',
                      'mysql+pymysql://root@127.0.0.1:3306/test')

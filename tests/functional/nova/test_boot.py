@@ -52,6 +52,15 @@ class BootChainTest(base.InstrumentedCloud):
                 self.assertEqual(req, rec['req'], rec['ev'])
             self.assertEqual('conductor', conduct['svc'])
             self.assertEqual('scheduler', select['svc'])
+            # The scheduler's DB refresh: the compute nodes, then each
+            # host's state (its instances read when no report came),
+            # both in select_destinations, one host state per compute.
+            [nodes] = spans.done('scheduler.host_states', req=req)
+            [update] = spans.done('scheduler.host_states.update', req=req)
+            self.assertEqual((2, 2), (nodes['attrs']['count'],
+                                      update['attrs']['count']))
+            for rec in (nodes, update):
+                self.assertTrue(self._within(spans, rec, select), rec)
             self.assertEqual('compute', build['svc'])
             # The host the scheduler selected is the host that built it.
             host = server['OS-EXT-SRV-ATTR:host']

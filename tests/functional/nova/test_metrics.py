@@ -12,8 +12,9 @@
 """A boot in the in-process cloud with ``[instrument] metrics_dir`` set:
 the exposition ``instrument-metrics`` serves has the boot's API,
 conductor, scheduler and compute spans and its SQL query classes,
-parsed back by prometheus_client's parser; no request id, instance
-uuid or SQL text in it.  Eventlet or native threads, as the run is
+parsed back by prometheus_client's parser, and the process's points by
+status, as its banner has them; no request id, instance uuid or SQL
+text in it.  Eventlet or native threads, as the run is
 (``OS_NOVA_DISABLE_EVENTLET_PATCHING=1``)."""
 
 import os
@@ -110,6 +111,27 @@ class MetricsBootTest(base.InstrumentedCloud):
         self.assertTrue(placement, text)
         self.assertTrue({s.labels['status'] for s in placement} <=
                         {'2xx', '4xx'})
+        # the process's points by status: every point of its banner
+        # (the start record and the later changes; a per-object point
+        # counts as pending; a place two targets listen to, once), none
+        # missing or failed
+        banner = {k: len(v) for k, v in lifecycle.active().banner().items()}
+        names = {name.split(' (', 1)[0] for listed in
+                 lifecycle.active().banner().values() for name in listed}
+
+        def points(samples):
+            return {s.labels['status']: s.value for s in samples
+                    if s.name == 'instrument_points'}
+
+        text = self.exposition(lambda samples: sum(
+            points(samples).values()) == len(names))
+        samples = [s for f in parser.text_string_to_metric_families(text)
+                   for s in f.samples]
+        self.assertEqual(0, banner['missing'])
+        self.assertEqual(0, points(samples)['missing'])
+        self.assertEqual(0, points(samples)['failed'])
+        self.assertGreater(points(samples)['patched'], 50)
+        self.assertLessEqual(points(samples)['patched'], banner['patched'])
         # bounded labels: no request id, instance uuid or SQL text
         self.assertNotIn(uuid, text)
         self.assertNotIn(create['req'], text)

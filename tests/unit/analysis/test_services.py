@@ -51,12 +51,16 @@ class Writer:
                         parent=parent, req=req, st=st, err=err,
                         attrs=attrs, **more)
 
-    def sample(self, at, user, system, rss_kb, pools=None) -> None:
-        self.rec(ph='C', ts=T0 + at, ev='process.sample', attrs={
+    def sample(self, at, user, system, rss_kb, pools=None,
+               writer=None) -> None:
+        attrs = {
             'cpu_user_s': user, 'cpu_sys_s': system, 'rss_kb': rss_kb,
             'threads': 7, 'green': None, 'fds': 20,
             'pools': pools or {}, 'buf_fill': 3, 'buf_size': 50000,
-            'buf_drops': 0})
+            'buf_drops': 0}
+        if writer is not None:
+            attrs['writer_cpu_s'] = writer
+        self.rec(ph='C', ts=T0 + at, ev='process.sample', attrs=attrs)
 
 
 def _ksa(stype, method, route, status=200, **more):
@@ -116,8 +120,11 @@ class ServicesReportTest(testtools.TestCase):
         for k, (user, system, rss) in enumerate(
                 ((1.0, 0.0, 100 * 1024), (1.25, 0.25, 110 * 1024),
                  (2.0, 0.5, 120 * 1024))):
+            # the writer's CPU in the first two samples only (a final
+            # sample taken by another thread has none)
             cmp_.sample(-2 * S + k * S // 5, user, system, rss,
-                        pools={'nova_cell1': [k, 0, 5]})
+                        pools={'nova_cell1': [k, 0, 5]},
+                        writer=(0.05, 0.075, None)[k])
             api.sample(-2 * S + k * S // 5, 0.5, 0.1, 80 * 1024)
         api.f.close()
         cmp_.f.close()
@@ -170,6 +177,11 @@ class ServicesReportTest(testtools.TestCase):
         self.assertEqual(1, mark['overlapped'])
         self.assertEqual(['req-2'], mark['requests'])
         self.assertGreater(max(res['in_flight']), 0)
+        # the writer's CPU at the last sample that has it, beside the
+        # process's there (1.25 + 0.25 s)
+        self.assertEqual({'writer_cpu_s': 0.075, 'process_cpu_s': 1.5,
+                          'processes': 1}, compute['library'])
+        self.assertIsNone(res['services']['api']['library'])
 
     def test_text_and_html_carry_them(self):
         text = report_text.render(self.report)
@@ -178,6 +190,8 @@ class ServicesReportTest(testtools.TestCase):
         self.assertIn('read_timeout 1', text)
         self.assertIn('Resources per service', text)
         self.assertIn('ComputeManager.update_available_resource', text)
+        self.assertIn("compute: 0.07 s of CPU in the library's writer "
+                      "thread of 1.50 s of the process (5.0%)", text)
         page = report_html.render(self.report)
         self.assertIn('<h2>Services called</h2>', page)
         self.assertIn('<h2>Resources over time</h2>', page)

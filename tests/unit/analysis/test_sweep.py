@@ -75,6 +75,8 @@ def run_report(rps: float, scheduler_s: float, n: int = 20,
     if services:
         res = {'services': {'nova-scheduler': {
             'processes': 1, 'hosts': ['h'],
+            'library': {'writer_cpu_s': 0.5, 'process_cpu_s': 10.0,
+                        'processes': 1},
             'phases': {'load': {'cpu_cores': {'mean': scheduler_s,
                                               'peak': 2 * scheduler_s},
                                 'rss_mb': {'mean': 100.0,
@@ -115,7 +117,7 @@ class TestSweep(testtools.TestCase):
                 f['components']['scheduler']['share'], places=4)
             self.assertEqual({'cpu_mean': sched, 'cpu_peak': 2 * sched,
                               'rss_mean_mb': 100.0, 'rss_peak_mb': 120.0,
-                              'processes': 1},
+                              'processes': 1, 'library_share': 0.05},
                              run['resources']['nova-scheduler'])
             self.assertEqual(['34.0.0 (threads)'], run['releases'])
 
@@ -181,6 +183,53 @@ class TestSweep(testtools.TestCase):
             row['state'] = 'incomplete'
         self.assertRaisesRegex(sweep.SweepError, 'c100: no finished '
                                'request', sweep.sweep, unfinished)
+        apart = planted()[:2]
+        for row in apart[0][2]['requests']:
+            row['kind'] = 'resize'
+        self.assertRaisesRegex(
+            sweep.SweepError, r'no operation is in two runs or more '
+            r'\(c50: boot; c100: resize\)', sweep.sweep, apart)
+        two = [(n, {'scheduler': v, 'cells': v}, r) for (n, _l, r), v in
+               zip(planted()[:2], ('caching', 'default'), strict=True)]
+        self.assertRaisesRegex(
+            sweep.SweepError, r'more than one that is not \(scheduler, '
+            r'cells\).*name it with --by', sweep.sweep, two)
+        self.assertRaisesRegex(sweep.SweepError, "run 1 has no label "
+                               "'schedulers'", sweep.sweep, planted(),
+                               by='schedulers')
+
+    def test_categorical_labels(self):
+        runs = [(n, {'scheduler': v, 'concurrency': '8'}, r)
+                for (n, _l, r), v in zip(
+                    planted(), ('default', 'caching', 'caching-2', 'x'),
+                    strict=True)]
+        # the only label that differs, though not a number
+        for by in (None, 'scheduler'):
+            result = sweep.sweep(runs, by=by)
+            self.assertEqual(('scheduler', True),
+                             (result['key'], result['categorical']))
+            # in the order given, each shown by its value
+            self.assertEqual(['default', 'caching', 'caching-2', 'x'],
+                             [r['value'] for r in result['runs']])
+            self.assertEqual([None] * 4,
+                             [r['load'] for r in result['runs']])
+            self.assertEqual({'boot': None}, result['saturation'])
+        jsonschema.validate(json.loads(json.dumps(result)), sweep.SCHEMA)
+        text = sweep.render(result)
+        self.assertIn('# scheduler=caching: c50', text)
+        self.assertIn('boot: scheduler is not a number: the runs in the '
+                      'order given, no saturation point', text)
+        self.assertRegex(text, r'\nnova-scheduler library +5\.0% +5\.0% ')
+        self.assertRegex(text, r'\ncaching-2 +20 +20 +3\.00 ')
+        page = sweep_html.render(result)
+        # the stack, no throughput line against a categorical key
+        self.assertEqual(1, page.count('<svg'))
+        self.assertIn('>caching-2</td>', page)
+        # a numeric key named: ordered by its numbers
+        result = sweep.sweep(planted(), by='concurrency')
+        self.assertEqual(([5.0, 20.0, 50.0, 100.0], False),
+                         ([r['load'] for r in result['runs']],
+                          result['categorical']))
 
     def test_mixed_operations_and_releases(self):
         runs = planted()
@@ -212,11 +261,11 @@ class TestSweep(testtools.TestCase):
         result = sweep.sweep(planted())
         back = json.loads(json.dumps(result))
         self.assertEqual(
-            {'sweep_version', 'key', 'thresholds', 'runs', 'operations',
-             'missing', 'saturation'}, set(back))
+            {'sweep_version', 'key', 'categorical', 'thresholds', 'runs',
+             'operations', 'missing', 'saturation'}, set(back))
         self.assertEqual(
-            {'name', 'label', 'load', 'releases', 'operations',
-             'resources'}, set(back['runs'][0]))
+            {'name', 'label', 'value', 'load', 'releases', 'waves',
+             'operations', 'resources'}, set(back['runs'][0]))
         self.assertEqual(
             {'requests', 'finished', 'successful', 'failed', 'retried',
              'busy_s', 'throughput_rps', 'success_rps', 'success_rate',
@@ -307,6 +356,77 @@ class TestSweepCommand(testtools.TestCase):
         self.assertEqual(2, status)
         self.assertIn('%s: no label' % other, err)
         self.assertEqual(1, err.count('\n'))
+
+    def test_categorical_labels_on_the_command_line(self):
+        args = []
+        for name, (_c, fig) in zip(('default', 'caching'), PLAN.items(),
+                                  strict=False):
+            path = self.write(name, run_report(*fig), {'concurrency': 8})
+            args.append('scheduler=%s:%s' % (name, path))
+        status, out, err = self.main(['sweep', '--no-progress', '--by',
+                                      'scheduler'] + args)
+        self.assertEqual((0, ''), (status, err))
+        self.assertIn('# sweep of 2 runs by scheduler', out)
+        self.assertIn('# every run: concurrency=8', out)
+        self.assertIn('# scheduler=caching: ', out)
+        status, out, err = self.main(['sweep', '--no-progress', '--by',
+                                      'cells'] + args)
+        self.assertEqual(2, status)
+        self.assertIn("error: run 1 has no label 'cells'", err)
+
+    def test_the_demos_waves(self):
+        paths = []
+        for waves, (c, fig) in zip((1, 2), PLAN.items(), strict=False):
+            path = self.write('w%d' % waves, run_report(*fig),
+                              {'waves': waves, 'concurrency': c})
+            with open(os.path.join(path, 'servers.json'), 'w') as f:
+                json.dump({'servers': [], 'waves': [
+                    {'wave': n + 1, 'servers': waves, 'started': 0.0,
+                     'finished': 2.0, 'duration_s': 2.0 * (n + 1),
+                     'boots_per_s': waves / (2.0 * (n + 1)),
+                     'counts': {'ACTIVE': waves}}
+                    for n in range(2)]}, f)
+            paths.append(path)
+        status, out, err = self.main(['sweep', '--no-progress', '--by',
+                                      'waves', '--json', '-'] + paths)
+        self.assertEqual((0, ''), (status, err))
+        result = json.loads(out)
+        jsonschema.validate(result, sweep.SCHEMA)
+        self.assertEqual(
+            [{'wave': 1, 'servers': 2, 'duration_s': 2.0,
+              'boots_per_s': 1.0},
+             {'wave': 2, 'servers': 2, 'duration_s': 4.0,
+              'boots_per_s': 0.5}], result['runs'][1]['waves'])
+        status, out, err = self.main(['sweep', '--no-progress', '--by',
+                                      'waves'] + paths)
+        self.assertIn("## waves (the demo's --waves", out)
+        self.assertIn('\n2          1: 1.00 2: 0.50\n', out)
+
+    def test_bad_runs_are_one_line_and_status_2(self):
+        good = self.write('c5', run_report(1.0, 0.1), {'concurrency': 5})
+        unfinished = run_report(3.0, 0.1)
+        for row in unfinished['requests']:
+            row['state'] = 'incomplete'
+        bad = self.write('c20', unfinished, {'concurrency': 20})
+        resizes = run_report(3.0, 0.1)
+        for row in resizes['requests']:
+            row['kind'] = 'resize'
+        other = self.write('c50', resizes, {'concurrency': 50})
+        same = self.write('again', run_report(3.0, 0.1),
+                          {'concurrency': 5})
+        for argv, message in (
+                ([good, bad], '%s: no finished request (20 requests, '
+                              'none with an outcome)' % bad),
+                ([good, other], 'no operation is in two runs or more'),
+                ([good, same], 'no label that is a number and differs '
+                               'between the runs')):
+            status, out, err = self.main(['sweep', '--no-progress'] +
+                                         argv)
+            self.assertEqual((2, ''), (status, out), argv)
+            self.assertTrue(err.startswith('instrument-report: error: '),
+                            err)
+            self.assertIn(message, err)
+            self.assertEqual(1, err.count('\n'), err)
 
     def test_every_run_checked_before_any_is_analysed(self):
         spans = os.path.join(self.dir, 'spans')

@@ -177,6 +177,15 @@ class LockTimingTest(base.TestCase):
                                   lock_path=path)
         self.contended(_with(enter), external=True)
 
+    def test_external_lock_by_position(self):
+        # as lockutils.synchronized passes it: read at its place in
+        # lock()'s signature, not at a position written down
+        path = self.tmp
+
+        def enter():
+            return lockutils.lock(self.name, 'nova-', True, path)
+        self.contended(_with(enter), external=True)
+
     def test_prefixed_lock_made_after_install(self):
         lock = lockutils.lock_with_prefix('nova-')
         self.contended(_with(lambda: lock(self.name)))

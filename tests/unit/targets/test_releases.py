@@ -21,6 +21,7 @@ import re
 
 import testtools
 
+from instrument import version
 from instrument.targets import nova
 from tests import releases
 
@@ -105,7 +106,7 @@ class SupportMatrixTest(testtools.TestCase):
                 self.assertIn('constraints/nova-%s.txt' % major,
                               section.group(1), env)
         self.assertEqual(
-            tuple(r.version for r in releases.RELEASES), nova.TESTED_NOVA)
+            tuple(r.version for r in releases.RELEASES), version.TESTED_NOVA)
 
     def test_modes_are_verified_or_explained(self):
         for release in releases.RELEASES:
@@ -150,7 +151,7 @@ class OlderLibrariesTest(testtools.TestCase):
                          oslo_concurrency.lock_name('compute_resources'))
 
     def test_engine_connect_listener_of_this_sqlalchemy(self):
-        from instrument.db import listeners
+        from instrument.targets.sqlalchemy import listeners
         seen = []
         listener = listeners.engine_connect_listener(seen.append)
         if listeners.DIALECT_HANDLE_ERROR:   # SQLAlchemy 2.0: (conn)

@@ -26,6 +26,11 @@ The method is a REPLACE point of ``instrument.patching.patcher``: patched when
 oslo.db is imported (its post-import hook) if it is not imported yet,
 in the start-up banner, restored by the patcher's ``remove()``;
 nothing of oslo.db is imported here.
+
+A retry caused by a failed statement names its query class and
+database (``fp``, ``db``): the SQL listeners put the statement on its
+exception (``listeners.ATTR_SQL``), found here through the exceptions
+that wrap it (``failed_statement``).
 """
 
 import os
@@ -38,13 +43,19 @@ from instrument.patching import patcher as patcher_mod
 from instrument.patching import points as points_mod
 from instrument.runtime import faults as faults_mod
 from instrument.runtime import tracer as tracing
+from instrument.targets.sqlalchemy import fingerprint
+from instrument.targets.sqlalchemy import listeners
 
 EV_RETRY = schema.EV_DB_RETRY
 MODULE = 'oslo_db.api'
 CLASS = 'wrap_db_retry'
 METHOD = '_is_exception_expected'
+# its argument: the exception raised by the call retried
+EXC_ARG = 'exc'
 # How far up from the wrapper to look for oslo.db's retry loop frame.
 MAX_FRAME_DEPTH = 5
+# How many exceptions deep to look for the failed statement's.
+MAX_CHAIN = 6
 
 POINT = '%s:%s.%s' % (MODULE, CLASS, METHOD)
 
@@ -75,20 +86,44 @@ def _retry_loop_locals(frame):
     return None
 
 
+def failed_statement(exc) -> tuple | None:
+    """(statement, database, double-quoted strings) of the failed
+    statement behind ``exc``, as the SQL listeners put it on its
+    exception (``listeners.ATTR_SQL``): on ``exc`` itself, or on what it
+    wraps (oslo.db's ``inner_exception``, a ``RetryRequest``'s
+    ``inner_exc``, SQLAlchemy's ``orig``, the cause or context)."""
+    for _ in range(MAX_CHAIN):
+        if exc is None:
+            return None
+        tag = getattr(exc, listeners.ATTR_SQL, None)
+        if tag is not None:
+            return tag
+        exc = (getattr(exc, 'inner_exc', None) or
+               getattr(exc, 'inner_exception', None) or
+               getattr(exc, 'orig', None) or
+               getattr(exc, '__cause__', None) or
+               getattr(exc, '__context__', None))
+    return None
+
+
 class RetryRecorder:
     """Writes a ``db.retry`` instant for every retried DB call."""
 
-    def __init__(self, recorder, patcher=None) -> None:
+    def __init__(self, recorder, patcher=None, memo=None) -> None:
         """``recorder``: the ``instrument.runtime.recorder.Recorder`` whose
         ``instant`` records the retry inside the current span;
         ``patcher`` (``instrument.patching.patcher.Patcher``) applies the point
-        (one of its own when None); ``remove`` undoes it."""
+        (one of its own when None); ``remove`` undoes it.  ``memo``: the
+        SQL listeners' ``fingerprint.Memo``, where the query class of a
+        failed statement is looked up first."""
         self.recorder = recorder
+        self.memo = memo
         self.faults = faults_mod.Faults(
             'the DB retry recorder', what='the retry is unaffected')
         self.patcher = patcher if patcher is not None else \
             patcher_mod.Patcher([], recorder, 'oslo.db')
         self._active = False
+        self._exc_pos = -1
 
     def points(self) -> list:
         """The REPLACE point of ``_is_exception_expected``."""
@@ -96,6 +131,10 @@ class RetryRecorder:
                                    self._replacement)]
 
     def _replacement(self, original, state, owner):
+        # the exception checked, read by keyword or at its position in
+        # the method's signature (-1: keyword only or unreadable)
+        pos = points_mod.Arg(EXC_ARG).position(original)
+        self._exc_pos = pos if pos is not None else -1
         return wrapt.FunctionWrapper(original, self._wrapper)
 
     def install(self) -> None:
@@ -118,8 +157,10 @@ class RetryRecorder:
         expected = wrapped(*args, **kwargs)
         if expected and self._active:
             try:
-                self._record(instance, args[0] if args else None,
-                             sys._getframe(1))
+                pos = self._exc_pos
+                exc = kwargs[EXC_ARG] if EXC_ARG in kwargs else \
+                    args[pos] if -1 < pos < len(args) else None
+                self._record(instance, exc, sys._getframe(1))
             except Exception as exc:
                 self.faults(exc)
         return expected
@@ -135,8 +176,27 @@ class RetryRecorder:
                 exhausted = remaining <= 0
             func = _callable_name(local.get('f'))
         cause = getattr(exc, 'inner_exc', None) or exc
-        self.recorder.instant(EV_RETRY, {
+        attrs = {
             schema.ATTR_ATTEMPT: attempt,
             schema.ATTR_CLS: tracing.error_class(cause)
             if cause is not None else None,
-            schema.ATTR_FUNC: func, schema.ATTR_EXHAUSTED: exhausted})
+            schema.ATTR_FUNC: func, schema.ATTR_EXHAUSTED: exhausted}
+        failed = failed_statement(exc)
+        if failed is not None:
+            statement, db, dq = failed
+            attrs[schema.ATTR_FP] = self._query_id(statement, dq)
+            attrs[schema.ATTR_DB] = db
+        self.recorder.instant(EV_RETRY, attrs)
+
+    def _query_id(self, statement: str, dq: bool) -> str:
+        """The query class of a failed statement: from the memo when
+        the writer has classified it already, else computed here (a
+        retry is rare, and oslo.db sleeps before the next try); the
+        writer announces its fingerprint with the failed statement's
+        record, which is always written."""
+        memo = self.memo
+        if memo is not None:
+            qclass = memo.get(fingerprint.memo_key(statement, dq))
+            if qclass is not None:
+                return qclass.qid
+        return fingerprint.classify(statement, dq).qid

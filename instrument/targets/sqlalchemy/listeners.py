@@ -44,8 +44,9 @@ engine "adopts" its dialect, once:
   untimed (the connect taps see it).
 
 What a new connection sends before the pool hands it out (kind
-``CONNECT``) is seen by the taps of ``instrument.db.connect``, which the
-pool's ``first_connect``/``connect``/``checkout`` events drive.
+``CONNECT``) is seen by the taps of
+``instrument.targets.sqlalchemy.connect``, which the pool's
+``first_connect``/``connect``/``checkout`` events drive.
 
 The calling thread does as little as a bare timing listener: the start
 goes on the execution context, and the end appends one tuple of
@@ -67,8 +68,6 @@ from oslo_log import log as logging
 import sqlalchemy
 
 from instrument import schema
-from instrument.db import connect as connect_mod
-from instrument.db import fingerprint
 from instrument.patching import patcher as patcher_mod
 from instrument.patching import points as points_mod
 from instrument.runtime import faults as faults_mod
@@ -76,6 +75,9 @@ from instrument.runtime import record
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import threads
 from instrument.runtime import tracer as tracing
+from instrument.targets.sqlalchemy import connect as connect_mod
+from instrument.targets.sqlalchemy import fingerprint
+from instrument.targets.sqlalchemy import names
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
@@ -90,7 +92,7 @@ EV_DROPPED = schema.EV_SQL_DROPPED
 OUTCOME_COMMIT = 'commit'
 OUTCOME_ROLLBACK = 'rollback'
 
-MEMORY_DB = ':memory:'
+MEMORY_DB = names.MEMORY_DB
 
 # Where the listeners go (every engine and pool, existing and future)
 # and the places patched on each dialect adopted: points of
@@ -118,6 +120,11 @@ ATTR_TXN = '_instrument_txn'        # Connection
 # Dialect: (owner, database name, double-quoted strings)
 ATTR_DB = '_instrument_db'
 ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
+# On the exception of a failed statement (and of a failed COMMIT):
+# (statement text, database, double-quoted strings), which
+# ``instrument.targets.sqlalchemy.retries`` reads to name the query
+# class of a retry.
+ATTR_SQL = '_instrument_sql'
 
 # Transaction state (a list, on the Connection while it is open):
 # perf_ns at begin, database, attribution tuple at begin (parent, req,
@@ -188,21 +195,9 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def database_name(url) -> str:
-    """Database of an engine URL; for sqlite the file name or
-    ``:memory:``."""
-    database = getattr(url, 'database', None)
-    backend = ''
-    try:
-        backend = url.get_backend_name()
-    except Exception:  # a URL-like object without the method
-        pass
-    if backend == 'sqlite':
-        if not database or database == MEMORY_DB or \
-                database.startswith('file::memory:'):
-            return MEMORY_DB
-        return os.path.basename(database.split('?', 1)[0]) or database
-    return database or ''
+# The database name of an engine URL (``names``; read here by the pool
+# taps, and replaced there by tests).
+database_name = names.database_name
 
 
 def double_quoted_strings(dialect) -> bool:
@@ -535,6 +530,7 @@ class SqlListeners:
                 many = False
             error = [tracing.error_of(raw), bool(ctx.is_disconnect), False]
             conn._instrument_error = error
+            self._tag(raw, statement, conn.dialect)
             self._queue((K_STMT, t0, t1, statement,
                          getattr(conn, ATTR_TXN, None),
                          recorder_mod.current_frame(), None, many, error,
@@ -543,6 +539,22 @@ class SqlListeners:
         except Exception as fault:
             self.faults(fault)
         return None
+
+    def _tag(self, exc, statement, dialect) -> None:
+        """Name the failed statement on its exception (``ATTR_SQL``):
+        a retry of the call it fails
+        (``instrument.targets.sqlalchemy.retries``) is of its query
+        class.  The failure path only."""
+        owned = getattr(dialect, ATTR_DB, None)
+        if owned is not None and owned[0] is self:
+            db, dq = owned[1], owned[2]
+        else:
+            db = self._adopted.get(dialect) or ''
+            dq = self._dq_strings.get(dialect, False)
+        try:
+            setattr(exc, ATTR_SQL, (statement, db, dq))
+        except (AttributeError, TypeError):  # an exception without dict
+            pass
 
     def handle_error(self, ctx) -> None:
         """Runs after oslo.db's filter: settles the queued failure with
@@ -682,6 +694,8 @@ class SqlListeners:
                         error = [error_of(exc), False, False]
                         if conn is not None:
                             conn._instrument_error = error
+                        setattr(exc, ATTR_SQL, (reset_statement,
+                                                txn[T_DB], False))
                         queue((K_END, t0, t1, None, txn, None, None, False,
                                error, False, outcome))
                 except Exception as fault:

@@ -24,12 +24,12 @@ by its ``remove()``.
 
 from oslo_log import log as logging
 
-from instrument.db import aggregate
-from instrument.db import fingerprint
-from instrument.db import listeners as listeners_mod
-from instrument.db import retries
 from instrument.patching import patcher as patcher_mod
 from instrument.runtime import threads
+from instrument.targets.sqlalchemy import aggregate
+from instrument.targets.sqlalchemy import fingerprint
+from instrument.targets.sqlalchemy import listeners as listeners_mod
+from instrument.targets.sqlalchemy import retries
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
@@ -59,7 +59,8 @@ class SqlTiming:
         self.listeners = listeners_mod.SqlListeners(
             recorder, self.aggregator, self.memo, slow_query_threshold_ms,
             max_pending, self.patcher)
-        self.retries = retries.RetryRecorder(recorder, self.patcher)
+        self.retries = retries.RetryRecorder(recorder, self.patcher,
+                                             self.memo)
         self._buffer = getattr(recorder, 'buffer', None)
         self._installed = False
 

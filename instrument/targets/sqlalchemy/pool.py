@@ -43,11 +43,11 @@ and the start record, undone by its ``remove()``.
 import weakref
 
 from instrument import schema
-from instrument.db import connect as connect_mod
-from instrument.db import listeners as listeners_mod
 from instrument.patching import patcher as patcher_mod
 from instrument.patching import points as points_mod
 from instrument.runtime import waits
+from instrument.targets.sqlalchemy import connect as connect_mod
+from instrument.targets.sqlalchemy import listeners as listeners_mod
 
 EV_WAIT = schema.EV_DB_POOL_WAIT
 A_DB = schema.ATTR_DB

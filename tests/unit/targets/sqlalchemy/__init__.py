@@ -9,4 +9,4 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Unit tests of SQL timing (instrument.db), on sqlite."""
+"""Unit tests of SQL timing (instrument.targets.sqlalchemy), on sqlite."""

@@ -21,11 +21,11 @@ from oslo_db.sqlalchemy import engines
 import sqlalchemy as sa
 import testtools
 
-from instrument.db import fingerprint
-from instrument.db import listeners
 from instrument.runtime import recorder as recorder_mod
+from instrument.targets.sqlalchemy import fingerprint
+from instrument.targets.sqlalchemy import listeners
 from tests.unit import base
-from tests.unit.db import fixtures as db_fixtures
+from tests.unit.targets.sqlalchemy import fixtures as db_fixtures
 
 INSERT = 'INSERT INTO instances (uuid, host) VALUES (:uuid, :host)'
 
@@ -471,7 +471,7 @@ class TestFaults(SqlTestCase):
             raise RuntimeError('boom')
 
         self.useFixture(db_fixtures.fixtures.MonkeyPatch(
-            'instrument.db.fingerprint.Memo.learn',
+            'instrument.targets.sqlalchemy.fingerprint.Memo.learn',
             lambda self, statement: broken(statement)))
         engine = _create_engine('sqlite://')
         with engine.connect() as conn:
@@ -516,7 +516,7 @@ class TestGuards(SqlTestCase):
         # The per-statement listeners take the clock when they are
         # built (at install).
         self.useFixture(db_fixtures.fixtures.MonkeyPatch(
-            'instrument.db.listeners._perf_ns', perf_ns))
+            'instrument.targets.sqlalchemy.listeners._perf_ns', perf_ns))
 
     def check_statements_unaffected(self, timing):
         engine = self.engine('nova.sqlite')
@@ -549,7 +549,8 @@ class TestGuards(SqlTestCase):
             raise RuntimeError('frame fault')
 
         self.useFixture(db_fixtures.fixtures.MonkeyPatch(
-            'instrument.db.listeners._current_frame', broken_frame))
+            'instrument.targets.sqlalchemy.listeners._current_frame',
+            broken_frame))
         self.check_statements_unaffected(self.install())
 
 

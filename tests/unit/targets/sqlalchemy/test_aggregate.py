@@ -14,7 +14,7 @@
 import fixtures
 import testtools
 
-from instrument.db import aggregate
+from instrument.targets.sqlalchemy import aggregate
 from tests.unit import base
 
 
@@ -24,7 +24,7 @@ class TestAggregator(testtools.TestCase):
         super().setUp()
         self.now_us = 1_700_000_000_000_000
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.db.aggregate.time.time_ns',
+            'instrument.targets.sqlalchemy.aggregate.time.time_ns',
             lambda: self.now_us * 1000))
         self.buffer, self.recorder = base.list_recorder('h', 'nova-scheduler')
         self.agg = aggregate.Aggregator(self.recorder, 10.0)

@@ -16,7 +16,7 @@ import re
 
 import testtools
 
-from instrument.db import fingerprint as fp
+from instrument.targets.sqlalchemy import fingerprint as fp
 
 SELECT_IN = ('SELECT instances.id FROM instances WHERE instances.uuid IN '
              '(%s) AND instances.deleted = ?')

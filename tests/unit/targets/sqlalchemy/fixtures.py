@@ -12,25 +12,26 @@
 """A real buffer, recorder and tracer with SQL timing installed, records
 in memory.
 
-Shared by the unit tests of ``instrument.db`` and the MariaDB functional
-tests.
+Shared by the unit tests of ``instrument.targets.sqlalchemy`` and the
+MariaDB functional tests.
 """
 
 import fixtures
 from oslo_config import cfg
 
-from instrument import db as instrument_db
 from instrument import opts
 from instrument import schema
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import tracer as tracer_mod
+from instrument.targets.sqlalchemy import timing as instrument_db
 from tests.unit import base
 
 
 class SqlTiming(fixtures.Fixture):
-    """``instrument.db.install`` on a real ``EventBuffer`` (memory sink).
+    """``instrument.targets.sqlalchemy.timing.install`` on a real
+    ``EventBuffer`` (memory sink).
 
     ``records(ev)`` processes what the listeners queued, drains the
     buffer and returns the validated records (of event ``ev``).

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect
 import testtools
 
-from instrument.db import pool as pool_mod
-from tests.unit.db import fixtures as db_fixtures
+from instrument.targets.sqlalchemy import pool as pool_mod
+from tests.unit.targets.sqlalchemy import fixtures as db_fixtures
 
 
 class PoolNamesTest(testtools.TestCase):
@@ -110,7 +110,7 @@ class PoolNamesTest(testtools.TestCase):
 
     def test_a_fault_does_not_stop_the_engine(self):
         self.useFixture(fixtures.MonkeyPatch(
-            'instrument.db.listeners.database_name',
+            'instrument.targets.sqlalchemy.listeners.database_name',
             lambda url: 1 / 0))
         engine = sa.create_engine('sqlite://')
         self.addCleanup(engine.dispose)

@@ -16,11 +16,11 @@ import time
 
 import sqlalchemy
 
-from instrument import db as instrument_db
 from instrument.runtime import buffer as buffer_mod
 from instrument.runtime import process
 from instrument.runtime import record
 from instrument.runtime import recorder as recorder_mod
+from instrument.targets.sqlalchemy import timing as instrument_db
 from tests.unit import base
 
 
