@@ -168,6 +168,11 @@ ENV_ACTION = 'instrument.action'
 # (the span's req) has another one (an auth middleware such as
 # noauth2 that makes its own context)
 ATTR_REQ_BEGAN = 'req_began'
+# how long the request waited before the paste filter was called (µs):
+# the span's start less the arrival time the front server gave
+# (mod_wsgi's ``mod_wsgi.request_start`` / ``mod_wsgi.queue_start``,
+# a proxy's ``X-Request-Start``); absent when none did
+ATTR_QUEUE_US = 'queue_us'
 
 # rpc.call / rpc.cast
 ATTR_TOPIC = 'topic'

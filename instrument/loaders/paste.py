@@ -28,9 +28,24 @@ the context's.  The route is
 the path with ids replaced by ``{id}``; bodies and query strings are
 never recorded (a server action's name, ``action``, is the one nova's
 dispatch found: ``instrument.targets.nova``).
+
+The time the request waited before the filter was called (``queue_us``:
+the front server's accept and worker queue, which the span does not
+cover) is read from what the front server put in the environ, when it
+did: mod_wsgi's ``mod_wsgi.request_start`` (when Apache accepted it)
+or ``mod_wsgi.queue_start`` (when it was queued for the daemon
+process), microseconds since the epoch as strings; else a proxy's
+``X-Request-Start`` header (``HTTP_X_REQUEST_START``: ``t=<usec>`` as
+Apache's mod_headers ``%t`` sets it, seconds with a fraction as
+nginx's ``t=${msec}`` or haproxy's, milliseconds as Heroku's).  uWSGI
+puts no arrival time in the environ: behind it, the proxy's header is
+the evidence.  One float parsed per request; a value that cannot be
+read, or puts the arrival in the future or more than an hour back, is
+ignored and counted (``QUEUE_UNREAD``), never raised.
 """
 
 import re
+import time
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -52,6 +67,51 @@ _ID_SEGMENT = re.compile(
 def route_of(path: str) -> str:
     """``/v2.1/servers/<uuid>/action`` -> ``/v2.1/servers/{id}/action``."""
     return _ID_SEGMENT.sub('/{id}', path or '/')
+
+
+# the environ keys of an arrival time, first found wins: the server's
+# own clock first (same host), then the proxy's header
+_ARRIVAL_KEYS = ('mod_wsgi.request_start', 'mod_wsgi.queue_start',
+                 'HTTP_X_REQUEST_START')
+# a queue longer than this is a wrong clock or a wrong header, not a wait
+_QUEUE_MAX_US = 3600 * 1_000_000
+# a proxy's clock a little ahead of this host's: a wait of 0, not garbage
+_QUEUE_SKEW_US = 1_000_000
+# arrival values read, and those ignored, in this process
+QUEUE_READ = [0]
+QUEUE_UNREAD = [0]
+
+
+def queue_us(environ, now: float) -> int | None:
+    """The µs the request waited before ``now`` (``time.time()``) since
+    the arrival the front server recorded in ``environ``; None when it
+    recorded none or an unreadable one (counted in ``QUEUE_UNREAD``).
+    Never raises."""
+    try:
+        for key in _ARRIVAL_KEYS:
+            value = environ.get(key)
+            if value is None:
+                continue
+            if isinstance(value, str) and value[:2] == 't=':
+                value = value[2:]
+            arrival = float(value)
+            # the unit by magnitude: µs (1e15 today), ms (1e12), s (1e9)
+            if arrival >= 1e14:
+                arrival_us = arrival
+            elif arrival >= 1e11:
+                arrival_us = arrival * 1e3
+            else:
+                arrival_us = arrival * 1e6
+            waited = now * 1e6 - arrival_us
+            if not (-_QUEUE_SKEW_US <= waited <= _QUEUE_MAX_US):
+                # NaN, inf, a clock far off: not a wait
+                QUEUE_UNREAD[0] += 1
+                return None
+            QUEUE_READ[0] += 1
+            return int(waited) if waited > 0 else 0
+    except Exception:
+        QUEUE_UNREAD[0] += 1
+    return None
 
 
 # Faults of the filter in this process (see instrument.runtime.faults).
@@ -99,12 +159,16 @@ class InstrumentMiddleware:
                         FAULTS(fault)
                     return start_response(code, headers, *exc_info)
 
+                attrs = {
+                    schema.ATTR_METHOD: environ.get('REQUEST_METHOD'),
+                    schema.ATTR_ROUTE: route_of(
+                        environ.get('SCRIPT_NAME', '') +
+                        environ.get('PATH_INFO', ''))}
+                waited = queue_us(environ, time.time())
+                if waited is not None:
+                    attrs[schema.ATTR_QUEUE_US] = waited
                 rec = tracer.begin(
-                    schema.EV_API_REQUEST, svc='api', attrs={
-                        schema.ATTR_METHOD: environ.get('REQUEST_METHOD'),
-                        schema.ATTR_ROUTE: route_of(
-                            environ.get('SCRIPT_NAME', '') +
-                            environ.get('PATH_INFO', ''))},
+                    schema.EV_API_REQUEST, svc='api', attrs=attrs,
                     ctx={'request_id': environ.get('openstack.request_id'),
                          'global_request_id': environ.get(
                              'openstack.global_request_id')})

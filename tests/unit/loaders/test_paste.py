@@ -14,6 +14,7 @@
 import importlib
 import io
 import os
+import time
 
 import fixtures
 
@@ -53,12 +54,12 @@ class PasteFilterTest(base.TestCase):
         self.addCleanup(lifecycle.teardown)
         self.conf = self.make_conf(sql_timing=False)
 
-    def call(self, status, method='POST', path='/servers'):
+    def call(self, status, method='POST', path='/servers', **extra):
         middleware = paste.filter_factory({})(app(status))
         middleware.conf = self.conf
         environ = {'REQUEST_METHOD': method, 'SCRIPT_NAME': '/v2.1',
                    'PATH_INFO': path,
-                   'openstack.request_id': 'req-from-header'}
+                   'openstack.request_id': 'req-from-header', **extra}
         body = middleware(environ, lambda s, h, e=None: None)
         self.assertEqual([b'{}'], list(body))
         lifecycle.teardown()
@@ -77,6 +78,25 @@ class PasteFilterTest(base.TestCase):
                          span['attrs'])
         # The request id nova carries downstream, not the header's.
         self.assertEqual('req-from-context', span['req'])
+
+    def test_the_wait_before_the_filter_from_a_proxy_header(self):
+        # issue 29 rule 8: a proxy stamped the arrival 250 ms ago
+        arrived = time.time() - 0.25
+        [span] = self.call('200 OK', 'GET', HTTP_X_REQUEST_START='t=%d' % (
+            arrived * 1e6))
+        self.assertGreaterEqual(span['attrs']['queue_us'], 250_000)
+        self.assertLess(span['attrs']['queue_us'], 250_000 + 5_000_000)
+
+    def test_no_arrival_time_no_queue_attribute(self):
+        [span] = self.call('200 OK', 'GET')
+        self.assertNotIn('queue_us', span['attrs'])
+
+    def test_garbage_header_records_the_request_without_a_queue(self):
+        before = paste.QUEUE_UNREAD[0]
+        [span] = self.call('200 OK', 'GET', HTTP_X_REQUEST_START='t=soon')
+        self.assertEqual('ok', span['st'])
+        self.assertNotIn('queue_us', span['attrs'])
+        self.assertEqual(before + 1, paste.QUEUE_UNREAD[0])
 
     def test_one_request_id_is_named_once(self):
         # keystone's context takes the environ's id: nothing to rejoin
@@ -309,3 +329,57 @@ class PasteFaultTest(base.TestCase):
         self.assertEqual(1, len(self.calls))
         self.assertEqual(1, paste.FAULTS.count)
         self.assertIsNone(recorder_mod.current_frame())
+
+
+class QueueTimeTest(base.TestCase):
+    """``paste.queue_us``: the arrival time each front server gives."""
+
+    NOW = 1_700_000_000.5  # time.time() of the filter's call
+
+    def waited(self, **environ):
+        return paste.queue_us(environ, self.NOW)
+
+    def test_mod_wsgi_microseconds(self):
+        self.assertEqual(120_000, self.waited(**{
+            'mod_wsgi.request_start': '1700000000380000'}))
+        self.assertEqual(30_000, self.waited(**{
+            'mod_wsgi.queue_start': '1700000000470000'}))
+
+    def test_mod_wsgi_request_start_wins_over_queue_start(self):
+        # accepted by Apache first, queued for the daemon after
+        self.assertEqual(120_000, self.waited(**{
+            'mod_wsgi.request_start': '1700000000380000',
+            'mod_wsgi.queue_start': '1700000000470000',
+            'HTTP_X_REQUEST_START': 't=1700000000490000'}))
+
+    def test_header_forms(self):
+        # Apache mod_headers %t: t=<usec>
+        self.assertEqual(500_000, self.waited(
+            HTTP_X_REQUEST_START='t=1700000000000000'))
+        # nginx t=${msec}, haproxy: seconds with a fraction
+        self.assertEqual(250_000, self.waited(
+            HTTP_X_REQUEST_START='t=1700000000.250'))
+        self.assertEqual(250_000, self.waited(
+            HTTP_X_REQUEST_START='1700000000.25'))
+        # milliseconds (Heroku's router)
+        self.assertEqual(400_000, self.waited(
+            HTTP_X_REQUEST_START='1700000000100'))
+
+    def test_proxy_clock_slightly_ahead_is_no_wait(self):
+        self.assertEqual(0, self.waited(
+            HTTP_X_REQUEST_START='t=1700000000.9'))
+
+    def test_garbage_is_ignored_and_counted_never_raised(self):
+        before = paste.QUEUE_UNREAD[0]
+        bad = ['t=', 'soon', 't=abc', '', 't=nan', 'inf', '-5',
+               # an hour and more back, minutes ahead: a wrong clock
+               't=1699990000.0', 't=1700000600.0', object(), b'\xff']
+        for value in bad:
+            self.assertIsNone(self.waited(HTTP_X_REQUEST_START=value),
+                              value)
+        self.assertEqual(before + len(bad), paste.QUEUE_UNREAD[0])
+
+    def test_absent_is_none_and_not_counted(self):
+        before = paste.QUEUE_UNREAD[0]
+        self.assertIsNone(self.waited(REQUEST_METHOD='GET'))
+        self.assertEqual(before, paste.QUEUE_UNREAD[0])
