@@ -27,8 +27,18 @@ is left out, never an error.  Never a secret: only allow-listed
 options are read, an option oslo.config marks ``secret`` is skipped
 even when allow-listed, and a string that looks like a URL or holds
 credentials (``://``, ``@``) is dropped.
+
+``front_server()`` adds, under the pseudo-group ``wsgi``, the processes
+and threads of the WSGI server that hosts the process, when it is one
+that says so from inside: mod_wsgi's daemon mode (its built-in module's
+``process_group``, ``maximum_processes``, ``threads_per_process``: the
+``WSGIDaemonProcess`` directive) or uWSGI (its built-in module's
+``numproc`` and the ``processes`` / ``threads`` of ``uwsgi.opt``).
+Read only when the server's module is already imported; nothing
+imported here.
 """
 
+import sys
 import typing
 
 # (group, (option, ...)); 'DEFAULT' is nova.conf's [DEFAULT].
@@ -115,4 +125,58 @@ def effective(conf: typing.Any) -> dict:
                 values[name] = value
         if values:
             out[group] = values
+    front = front_server()
+    if front:
+        out[FRONT_GROUP] = front
+    return out
+
+
+# the pseudo-group of the WSGI server's own processes and threads
+FRONT_GROUP = 'wsgi'
+
+
+def _count(value: typing.Any) -> int | None:
+    if isinstance(value, bytes):
+        value = value.decode('ascii', 'replace')
+    if isinstance(value, (list, tuple)) and value:
+        value = value[-1]
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def front_server(modules: typing.Any = None) -> dict:
+    """``{server, processes, threads}`` of the WSGI server hosting this
+    process (mod_wsgi daemon mode, uWSGI), what of it is known; ``{}``
+    otherwise.  Never an error."""
+    modules = sys.modules if modules is None else modules
+    out: dict = {}
+    try:
+        mod_wsgi = modules.get('mod_wsgi')
+        uwsgi = modules.get('uwsgi')
+        if mod_wsgi is not None and \
+                getattr(mod_wsgi, 'process_group', None) is not None:
+            out['server'] = 'mod_wsgi'
+            group = mod_wsgi.process_group
+            if isinstance(group, str) and group and _safe(group) is group:
+                out['process_group'] = group
+            for key, attr in (('processes', 'maximum_processes'),
+                              ('threads', 'threads_per_process')):
+                n = _count(getattr(mod_wsgi, attr, None))
+                if n is not None:
+                    out[key] = n
+        elif uwsgi is not None and hasattr(uwsgi, 'opt'):
+            out['server'] = 'uwsgi'
+            opt = uwsgi.opt if isinstance(uwsgi.opt, dict) else {}
+            for key in ('processes', 'threads'):
+                n = _count(opt.get(key))
+                if n is not None:
+                    out[key] = n
+            if 'processes' not in out:
+                n = _count(getattr(uwsgi, 'numproc', None))
+                if n is not None:
+                    out['processes'] = n
+    except Exception:  # noqa: BLE001 - a server's module is not ours
+        return {}
     return out

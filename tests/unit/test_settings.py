@@ -133,3 +133,37 @@ class EffectiveTest(base.TestCase):
             raw = f.read()
         for secret in SECRETS:
             self.assertNotIn(secret, raw)
+
+
+class FrontServerTest(base.TestCase):
+    """The WSGI server's processes and threads, from its own module."""
+
+    def test_mod_wsgi_daemon_mode(self):
+        mod = type('M', (), {'process_group': 'nova-api',
+                             'maximum_processes': 4,
+                             'threads_per_process': 1})
+        self.assertEqual({'server': 'mod_wsgi', 'process_group': 'nova-api',
+                          'processes': 4, 'threads': 1},
+                         settings.front_server({'mod_wsgi': mod}))
+
+    def test_uwsgi_options(self):
+        mod = type('U', (), {'numproc': 8,
+                             'opt': {'processes': b'2', 'threads': b'3'}})
+        self.assertEqual({'server': 'uwsgi', 'processes': 2, 'threads': 3},
+                         settings.front_server({'uwsgi': mod}))
+        bare = type('U', (), {'numproc': 8, 'opt': {}})
+        self.assertEqual({'server': 'uwsgi', 'processes': 8},
+                         settings.front_server({'uwsgi': bare}))
+
+    def test_no_server_module_nothing(self):
+        self.assertEqual({}, settings.front_server({}))
+        # the mod_wsgi package of PyPI (mod_wsgi-express), not the server
+        self.assertEqual({}, settings.front_server(
+            {'mod_wsgi': type('P', (), {})}))
+
+    def test_a_broken_module_is_nothing_never_an_error(self):
+        class Broken:
+            @property
+            def opt(self):
+                raise RuntimeError('no')
+        self.assertEqual({}, settings.front_server({'uwsgi': Broken()}))
