@@ -146,10 +146,16 @@ SAT_MIN_DISPATCHES = 6
 SAT_WINDOW = 4
 SAT_QUEUE_MIN_US = 100_000
 SAT_QUEUE_GROWTH = 2.0
-# the services whose processes serve RPC messages, and their worker
-# count (nova-api serves HTTP: its accept queue is not recorded)
+# the services whose queue is recorded, and their worker count: the
+# RPC servers (the wait of each message before its dispatch) and
+# nova-api (the wait of each request before the paste filter, which
+# its front server recorded: ``api.request`` ``queue_us``); nova-api
+# under a WSGI server (uWSGI, mod_wsgi) runs its processes and threads
+# instead (``process.start`` settings ``wsgi``)
 WORKERS = {'conductor': ('conductor', 'workers'),
-           'scheduler': ('scheduler', 'workers')}
+           'scheduler': ('scheduler', 'workers'),
+           'api': ('DEFAULT', 'osapi_compute_workers')}
+FRONT_GROUP = 'wsgi'
 # Rule 9: in a list over several cells, a cell dominates when its
 # queries took this share of the list's cells' time and this much more
 # than the next cell's; a finding from this many such lists, making
@@ -1318,8 +1324,50 @@ def saturated(ev: Evidence) -> list:
     return out
 
 
+def _front_server(ev: Evidence, sat: dict) -> str:
+    """What nova-api's processes recorded of the WSGI server hosting
+    them (``process.start`` settings ``wsgi``), as text; the knobs of
+    both servers when none recorded it."""
+    seen = []
+    for key in ('server', 'processes', 'threads', 'process_group'):
+        for row in ev.values(sat['procs'], FRONT_GROUP, key):
+            if row['recorded']:
+                seen.append((row['host'], key, row['value']))
+    by_host: dict = {}
+    for host, key, value in seen:
+        by_host.setdefault(host, {})[key] = value
+    told = []
+    for host, v in sorted(by_host.items()):
+        if v.get('server') == 'mod_wsgi':
+            told.append('mod_wsgi on %s: WSGIDaemonProcess %s '
+                        'processes=%s threads=%s' % (
+                            host, v.get('process_group') or '?',
+                            v.get('processes', '?'), v.get('threads', '?')))
+        elif v.get('server') == 'uwsgi':
+            told.append('uWSGI on %s: processes = %s, threads = %s' % (
+                host, v.get('processes', '?'), v.get('threads', '?')))
+    if told:
+        return '; '.join(told)
+    return ('under a WSGI server the processes and threads are its own: '
+            'uWSGI `processes` / `threads`, mod_wsgi `WSGIDaemonProcess '
+            'processes= threads=` (not recorded by this run: the server '
+            'was neither, or eventlet\'s own)')
+
+
 def _workers_setting(ev: Evidence, sat: dict) -> dict:
     section, option = WORKERS[sat['svc']]
+    if sat['svc'] == 'api':
+        return {'section': section, 'option': option,
+                'values': ev.values(sat['procs'], section, option),
+                'direction': 'raise (more nova-api processes: %d '
+                             'process(es) ran near one core each while '
+                             'requests queued before reaching nova; '
+                             '`osapi_compute_workers` sizes nova-api\'s '
+                             'own eventlet server; %s)' % (
+                                 len(sat['procs']), _front_server(ev, sat)),
+                'tradeoff': 'each process holds its own DB pools and '
+                            'memory; no gain past the host\'s cores: '
+                            'past them, more API hosts'}
     return {'section': section, 'option': option,
             'values': ev.values(sat['procs'], section, option),
             'direction': 'raise (more processes of nova-%s: %d process(es) '
@@ -1332,8 +1380,9 @@ def _workers_setting(ev: Evidence, sat: dict) -> dict:
 
 def service_saturation(ev: Evidence) -> list:
     """A service saturated: a process of it near one core while the
-    time its messages wait before their dispatch grows, with callers
-    waiting on it (``saturated``) -> its worker count."""
+    time its messages wait before their dispatch (nova-api: its
+    requests before the paste filter) grows, with callers waiting on
+    it (``saturated``) -> its worker count."""
     out = []
     durations = {s.req: max(s.end - s.start, 0) for s in ev.summaries
                  if not getattr(s, 'loss', None)}
@@ -1345,6 +1394,11 @@ def service_saturation(ev: Evidence) -> list:
         whole = sum(durations[r] for r in mine if r in durations)
         waited = sum(us for r, us in mine.items() if r in durations)
         busiest = max(sat['cpu'], key=lambda u: u['mean_cores'])
+        api = sat['svc'] == 'api'
+        if api:
+            # the request's time starts at the paste filter: its wait
+            # before it is on top
+            whole += waited
         out.append({
             'rule': 'service_saturation',
             'title': 'nova-%s saturated: %s near one core, its queue '
@@ -1352,14 +1406,18 @@ def service_saturation(ev: Evidence) -> list:
                          {'host': h, 'svc': sv} for h, sv, _p in
                          sat['procs']])),
             'key': 'service_saturation:%s' % sat['svc'],
-            'seen': '%d messages to nova-%s (%d calls, by %s) waited '
-                    'before their dispatch %s on average in the first '
+            'seen': '%d %s to nova-%s (%d calls, by %s) waited '
+                    '%s %s on average in the first '
                     '%d, %s in the %d that waited longest (the longest '
                     '%s), those queued over %s; '
                     'its busiest process (pid %s on %s) ran %.2f cores on '
                     'average (peak %.2f) in the samples of that time' % (
-                        q['dispatches'], sat['svc'], q['calls'],
-                        ', '.join(sat['callers']),
+                        q['dispatches'],
+                        'requests' if api else 'messages', sat['svc'],
+                        q['calls'], ', '.join(sat['callers']),
+                        'in the front server before the paste filter '
+                        '(api.request queue_us)' if api else
+                        'before their dispatch',
                         fmt.fmt_us(q['first_mean_us']), q['window'],
                         fmt.fmt_us(q['peak_mean_us']), q['window'],
                         fmt.fmt_us(q['max_us']), fmt.fmt_us(q['window_us']),
@@ -1371,16 +1429,22 @@ def service_saturation(ev: Evidence) -> list:
                         'requests_waited': len(mine),
                         'queue_wait_us': waited, 'time_us': whole},
             'sure': {'share': _share(waited, whole),
-                     'of': 'time of the %d requests whose messages '
-                           'queued for nova-%s (%s), spent in its '
-                           'queue' % (len(mine), sat['svc'],
-                                      fmt.fmt_us(whole))},
+                     'of': 'time of the %d requests whose %s '
+                           'queued for nova-%s (%s%s), spent in its '
+                           'queue' % (len(mine),
+                                      'HTTP requests' if api
+                                      else 'messages', sat['svc'],
+                                      fmt.fmt_us(whole),
+                                      ', their wait before the paste '
+                                      'filter included' if api else '')},
             'requests': _slowest(sat['requests']),
             'settings': [_workers_setting(ev, sat)],
             'check': 'run the same load with more nova-%s workers and '
                      '`instrument-report compare`: this finding resolved, '
                      'its processes under one core each in the resources '
-                     'table, the rpc.queue component down' % sat['svc'],
+                     'table, %s' % (
+                         sat['svc'], 'the requests\' queue_us down' if api
+                         else 'the rpc.queue component down'),
         })
     return out
 

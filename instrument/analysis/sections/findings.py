@@ -382,14 +382,21 @@ class DbRetries:
                               key=lambda kv: (-kv[1]['count'], kv[0]))]}
 
 
+# the callers of nova-api's queue: whoever sent the HTTP requests
+API_CLIENTS = 'HTTP clients'
+
+
 class ServiceLoad:
     """A saturated service's evidence (rules 8 and 3): each
     ``rpc.dispatch`` with the time its message waited before it started
     (its start less its sender's: the ``rpc.call`` or ``rpc.cast`` span
     named as its parent), per service, host and process; the callers'
     services (who waits on whom); and the processes' CPU samples
-    (``process.sample``: cumulative user + system seconds).  Bounded:
-    ``MAX`` senders, dispatches and samples each."""
+    (``process.sample``: cumulative user + system seconds).  nova-api's
+    queue is its requests' ``api.request`` with the wait before the
+    paste filter its front server recorded (``queue_us``), the HTTP
+    clients its callers.  Bounded: ``MAX`` senders, dispatches,
+    requests and samples each."""
 
     MAX = 200_000
 
@@ -401,6 +408,20 @@ class ServiceLoad:
         # (host, svc, pid): [(ts, cpu seconds)]
         self.samples: dict = {}
         self.n_samples = 0
+        # api.request with a queue_us: (ts, queue_us, dur, host, pid,
+        # route, req)
+        self.arrivals: list = []
+
+    def arrived(self, rec: typing.Any, ts: int) -> None:
+        attrs = rec.attrs if isinstance(rec.attrs, dict) else {}
+        waited = attrs.get(schema.ATTR_QUEUE_US)
+        if not isinstance(waited, int) or isinstance(waited, bool) or \
+                waited < 0 or len(self.arrivals) >= self.MAX:
+            return
+        dur = rec.dur_us if isinstance(rec.dur_us, int) else 0
+        self.arrivals.append((ts, waited, dur, rec.host or '', rec.pid,
+                              str(attrs.get(schema.ATTR_ROUTE) or '?'),
+                              str(rec.req or '')))
 
     def sent(self, rec: typing.Any, ts: int) -> None:
         if rec.span and len(self.senders) < self.MAX:
@@ -438,6 +459,8 @@ class ServiceLoad:
         for key, rows in other.samples.items():
             self.samples.setdefault(key, []).extend(rows)
         self.n_samples += other.n_samples
+        self.arrivals.extend(
+            other.arrivals[:max(self.MAX - len(self.arrivals), 0)])
 
     def table(self) -> dict:
         """``{'queues': {svc: [{ts, queue_us, dur_us, host, pid, method,
@@ -456,6 +479,12 @@ class ServiceLoad:
                 'ts': ts, 'queue_us': max(ts - sts, 0), 'dur_us': dur,
                 'host': host, 'pid': pid, 'method': method,
                 'sync': ev == 'rpc.call', 'caller': caller, 'req': req})
+        for ts, waited, dur, host, pid, route, req in self.arrivals:
+            # the HTTP client waits on its answer: a call
+            queues.setdefault('api', []).append({
+                'ts': ts, 'queue_us': waited, 'dur_us': dur,
+                'host': host, 'pid': pid, 'method': route, 'sync': True,
+                'caller': API_CLIENTS, 'req': req})
         for rows in queues.values():
             rows.sort(key=lambda r: r['ts'])
         cpu: dict = {}
@@ -639,7 +668,8 @@ class Findings(base.Section):
               routes.Route('X', frozenset((schema.EV_SQL_QUERY,)),
                            routes.ALL, 'db_query'),
               routes.Route('X', frozenset(('rpc.call', 'rpc.cast',
-                                           'rpc.dispatch')),
+                                           'rpc.dispatch',
+                                           schema.EV_API_REQUEST)),
                            routes.ALL, 'service_load'),
               routes.Route('C', frozenset((schema.EV_PROCESS_SAMPLE,)),
                            routes.ALL, 'cpu_sample'),
@@ -665,6 +695,8 @@ class Findings(base.Section):
             return
         if rec.ev == 'rpc.dispatch':
             self.load.dispatch(rec, ts)
+        elif rec.ev == schema.EV_API_REQUEST:
+            self.load.arrived(rec, ts)
         else:
             self.load.sent(rec, ts)
 

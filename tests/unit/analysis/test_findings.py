@@ -785,3 +785,84 @@ class SaturationMeasuredTest(RuleTestCase):
         self.assertEqual((12, 3), (q['dispatches'], q['window']))
         self.assertEqual(710 * MS, q['first_mean_us'])
         self.assertEqual(2443333, q['peak_mean_us'])
+
+
+class ApiSaturationTest(RuleTestCase):
+    """Rule 8 on nova-api: its requests' wait before the paste filter
+    (``api.request`` ``queue_us``, from the front server's arrival
+    time) replayed in the shape the scheduler's dispatch queue was
+    measured in on nova (``SaturationMeasuredTest``): six requests 400
+    ms apart on one API process answering one at a time, then six more
+    sent as the queue drained."""
+
+    WAITS_MS = SaturationMeasuredTest.WAITS_MS
+
+    def run_with(self, waits_ms=WAITS_MS, cores=0.97, front=None):
+        log = test_waits._Log()
+        settings = {'DEFAULT': {'osapi_compute_workers': 1}}
+        if front:
+            settings['wsgi'] = front
+        log.lines.append(json.dumps({
+            'v': 1, 'ph': 'M', 'seq': 0, 'ts': T0, 'host': 'api-1',
+            'svc': 'api', 'pid': 40, 'ev': 'process.start',
+            'attrs': {'service': 'nova-api', 'mode': 'eventlet',
+                      'settings': settings}}))
+        t = 0
+        for i, wait in enumerate(waits_ms):
+            if i == 6:
+                t = 5400 * MS
+            # the span starts when the paste filter is called: after
+            # its wait in the front server
+            span(log, 'api.request', t + wait * MS, 500 * MS,
+                 'req-%d' % i, 'api-1', 'api', 40, None, {
+                     'method': 'GET', 'route': '/v2.1/servers/detail',
+                     'status': 200, 'queue_us': wait * MS})
+            t += 400 * MS
+        for k in range(0, 20):
+            sample(log, k * 500 * MS, 'api-1', 'api', 40, k * 0.5 * cores)
+        return self.analyse(log)
+
+    def test_fires_naming_osapi_compute_workers(self):
+        report = self.run_with()
+        [f] = self.fired(report, 'service_saturation')
+        self.assertEqual('service_saturation:api', f['key'])
+        q = f['figures']['queue']
+        self.assertEqual((12, 3), (q['dispatches'], q['window']))
+        self.assertEqual(710 * MS, q['first_mean_us'])
+        self.assertEqual(2443333, q['peak_mean_us'])
+        self.assertEqual(['HTTP clients'], f['figures']['callers'])
+        self.assertIn('requests to nova-api', f['seen'])
+        self.assertIn('before the paste filter', f['seen'])
+        [knob] = f['settings']
+        self.assertEqual(('DEFAULT', 'osapi_compute_workers'),
+                         (knob['section'], knob['option']))
+        self.assertEqual([{'host': 'api-1', 'svc': 'api', 'value': 1,
+                           'recorded': True}], knob['values'])
+        # no front server recorded: both servers' knobs named
+        self.assertIn('uWSGI `processes`', knob['direction'])
+        self.assertIn('WSGIDaemonProcess', knob['direction'])
+        # the wait is on top of the request's own time: a share <= 1
+        self.assertLessEqual(f['sure']['share'], 1.0)
+
+    def test_names_the_front_servers_recorded_processes(self):
+        report = self.run_with(front={'server': 'mod_wsgi',
+                                      'process_group': 'nova-api',
+                                      'processes': 2, 'threads': 1})
+        [f] = self.fired(report, 'service_saturation')
+        [knob] = f['settings']
+        self.assertIn('mod_wsgi on api-1: WSGIDaemonProcess nova-api '
+                      'processes=2 threads=1', knob['direction'])
+        report = self.run_with(front={'server': 'uwsgi', 'processes': 4,
+                                      'threads': 2})
+        [f] = self.fired(report, 'service_saturation')
+        self.assertIn('uWSGI on api-1: processes = 4, threads = 2',
+                      f['settings'][0]['direction'])
+
+    def test_silent_on_a_flat_queue(self):
+        report = self.run_with(waits_ms=(30, 40, 20) * 4)
+        self.assertEqual([], self.fired(report, 'service_saturation'))
+
+    def test_silent_with_the_cpu_idle(self):
+        # a queue that grows while the API idles is not its workers'
+        report = self.run_with(cores=0.2)
+        self.assertEqual([], self.fired(report, 'service_saturation'))
