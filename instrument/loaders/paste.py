@@ -82,11 +82,11 @@ QUEUE_READ = [0]
 QUEUE_UNREAD = [0]
 
 
-def queue_us(environ, now: float) -> int | None:
-    """The µs the request waited before ``now`` (``time.time()``) since
-    the arrival the front server recorded in ``environ``; None when it
-    recorded none or an unreadable one (counted in ``QUEUE_UNREAD``).
-    Never raises."""
+def queue_us(environ, now: float | None = None) -> int | None:
+    """The µs the request waited before ``now`` (``time.time()``, read
+    only when an arrival is there) since the arrival the front server
+    recorded in ``environ``; None when it recorded none or an
+    unreadable one (counted in ``QUEUE_UNREAD``).  Never raises."""
     try:
         for key in _ARRIVAL_KEYS:
             value = environ.get(key)
@@ -102,6 +102,8 @@ def queue_us(environ, now: float) -> int | None:
                 arrival_us = arrival * 1e3
             else:
                 arrival_us = arrival * 1e6
+            if now is None:
+                now = time.time()
             waited = now * 1e6 - arrival_us
             if not (-_QUEUE_SKEW_US <= waited <= _QUEUE_MAX_US):
                 # NaN, inf, a clock far off: not a wait
@@ -164,7 +166,7 @@ class InstrumentMiddleware:
                     schema.ATTR_ROUTE: route_of(
                         environ.get('SCRIPT_NAME', '') +
                         environ.get('PATH_INFO', ''))}
-                waited = queue_us(environ, time.time())
+                waited = queue_us(environ)
                 if waited is not None:
                     attrs[schema.ATTR_QUEUE_US] = waited
                 rec = tracer.begin(
