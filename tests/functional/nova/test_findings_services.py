@@ -217,6 +217,71 @@ class NetworkPatientTest(_Network):
         self.assertGreaterEqual(port['max_us'], NEUTRON_LATE_S * 1e6)
 
 
+class _Binding(base.InstrumentedCloud):
+    """neutron (nova's NeutronFixture behind nova's client over HTTP)
+    answering the compute's binding of a port (``PUT /v2.0/ports/{id}``
+    with ``binding:host_id``) with ``binding:vif_type`` =
+    ``binding_failed`` when ``unbindable``: nova raises
+    ``PortBindingFailed`` and reschedules; with ``[scheduler]
+    max_attempts`` 1 the boot fails."""
+
+    settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
+    unbindable = False
+
+    def setUp(self):
+        self.flags(max_attempts=1, group='scheduler')
+        super().setUp()
+        if not self.unbindable:
+            return
+        update_port = self.neutron.update_port
+
+        def unbound(port_id, body=None):
+            answer = update_port(port_id, body=body)
+            if (body or {}).get('port', {}).get('binding:host_id'):
+                answer['port']['binding:vif_type'] = 'binding_failed'
+            return answer
+        self.useFixture(base.cloud.fixtures.MockPatchObject(
+            self.neutron, 'update_port', side_effect=unbound))
+
+    def boot_one(self, state: str) -> dict:
+        server = self.api.post_server({'server': self._build_server(
+            name='b0', networks=NETWORK)})
+        self.spans(until=lambda spans: server['id'] in {
+            i for r in spans.done('compute.build')
+            for i in r.get('inst') or ()}, timeout=60)
+        self._wait_for_state_change(server, state)
+        return pipeline.analyse([self.span_dir])
+
+
+class PortBindingFailedTest(_Binding):
+
+    unbindable = True
+
+    def test_fires_naming_max_attempts(self):
+        report = self.boot_one('ERROR')
+        found = {f['key']: f for f in fired(report, 'network_failures')}
+        f = found['network_failures:port_binding']
+        self.assertIn('PortBindingFailed', f['seen'])
+        self.assertEqual(1, f['figures']['failures'])
+        self.assertEqual(0, f['figures']['recovered'])
+        [knob] = f['settings']
+        self.assertEqual(('scheduler', 'max_attempts'),
+                         (knob['section'], knob['option']))
+        self.assertEqual([1], [v['value'] for v in knob['values']
+                               if v['recorded']])
+        ids = {r['req'] for r in report['requests']}
+        self.assertEqual(1, len(f['requests']))
+        self.assertLessEqual(set(f['requests']), ids)
+
+
+class PortBindingFineTest(_Binding):
+
+    def test_silent(self):
+        report = self.boot_one('ACTIVE')
+        self.assertEqual([], fired(report, 'network_failures'),
+                         report['findings'])
+
+
 # -- the demo's --inject -----------------------------------------------------
 
 class DemoInjectionsTest(testtools.TestCase):

@@ -256,6 +256,29 @@ class NovaNetworkErrorsTest(testtools.TestCase):
         self.assertEqual([{'host': 'ctl-1', 'svc': 'conductor', 'value': 3,
                            'recorded': True}], attempts['values'])
 
+    def test_a_failure_raised_again_in_spawn_counts_once(self):
+        # measured on nova (PortBindingFailedTest): one port, raised in
+        # the network allocation's thread and again in the driver's
+        # spawn that waited on it; the demo's one process started under
+        # its own name, the conductor known by its dispatches
+        row = {'cls': 'nova.exception.PortBindingFailed', 'count': 1,
+               'recovered': 0, 'requests': ['req-1']}
+        ev = rules.Evidence(View(
+            {'failures': [dict(row, ev='compute.network', final=0),
+                          dict(row, ev='compute.spawn', final=1)],
+             'processes': [{'host': 'fake-mini', 'svc': '__main__',
+                            'pid': 9, 'settings': {'scheduler': {
+                                'max_attempts': 1}}}]}), [], load={
+            'queues': {'conductor': [{'host': 'host1', 'pid': 9}]},
+            'cpu': {}})
+        [f] = rules.network_failures(ev)
+        self.assertEqual((1, 0), (f['figures']['failures'],
+                                  f['figures']['recovered']))
+        self.assertEqual(['req-1'], f['requests'])
+        [attempts] = f['settings']
+        self.assertEqual([{'host': 'host1', 'svc': 'conductor', 'value': 1,
+                           'recorded': True}], attempts['values'])
+
     def test_other_failures_are_not(self):
         ev = rules.Evidence(View(
             {'failures': [{'cls': 'nova.exception.NoValidHost',
