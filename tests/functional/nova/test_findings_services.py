@@ -25,7 +25,10 @@ real socket: ``instrument_demo.standins``) answering the port creation
 ``NEUTRON_LATE_S`` late, with ``[neutron] timeout = 1``: the compute's
 ``POST /v2.0/ports`` times out reading, the builds are aborted; silent
 with nova's default (no time-out): the same late answers build the
-servers.
+servers.  Its ports not bound: neutron answering the compute's binding
+with ``binding:vif_type`` ``binding_failed`` and ``[scheduler]
+max_attempts`` 1: nova raises ``PortBindingFailed``, the boot fails,
+the finding names ``max_attempts``; silent with the binding fine.
 """
 
 import json
