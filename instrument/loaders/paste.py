@@ -40,8 +40,9 @@ Apache's mod_headers ``%t`` sets it, seconds with a fraction as
 nginx's ``t=${msec}`` or haproxy's, milliseconds as Heroku's).  uWSGI
 puts no arrival time in the environ: behind it, the proxy's header is
 the evidence.  One float parsed per request; a value that cannot be
-read, or puts the arrival in the future or more than an hour back, is
-ignored and counted (``QUEUE_UNREAD``), never raised.
+read, or puts the arrival more than a second ahead or an hour back, is
+ignored and counted (``QUEUE_UNREAD``, in the ``instrument.faults``
+records), never raised.
 """
 
 import re
@@ -77,9 +78,12 @@ _ARRIVAL_KEYS = ('mod_wsgi.request_start', 'mod_wsgi.queue_start',
 _QUEUE_MAX_US = 3600 * 1_000_000
 # a proxy's clock a little ahead of this host's: a wait of 0, not garbage
 _QUEUE_SKEW_US = 1_000_000
-# arrival values read, and those ignored, in this process
-QUEUE_READ = [0]
-QUEUE_UNREAD = [0]
+# arrival values ignored in this process: counted in the process's
+# instrument.faults records (a client's header, not a fault of ours:
+# never logged)
+QUEUE_UNREAD = faults.Faults('the paste filter: unreadable arrival time',
+                             what='the request is recorded without '
+                                  'queue_us')
 
 
 def queue_us(environ, now: float | None = None) -> int | None:
@@ -107,12 +111,11 @@ def queue_us(environ, now: float | None = None) -> int | None:
             waited = now * 1e6 - arrival_us
             if not (-_QUEUE_SKEW_US <= waited <= _QUEUE_MAX_US):
                 # NaN, inf, a clock far off: not a wait
-                QUEUE_UNREAD[0] += 1
+                QUEUE_UNREAD.count += 1
                 return None
-            QUEUE_READ[0] += 1
             return int(waited) if waited > 0 else 0
     except Exception:
-        QUEUE_UNREAD[0] += 1
+        QUEUE_UNREAD.count += 1
     return None
 
 
