@@ -184,19 +184,25 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _common(parser: argparse.ArgumentParser, export: bool = False) -> None:
-    parser.add_argument('--jobs', '-j', type=workers, default=None,
-                        help='worker processes (default: 1 for small '
-                        'inputs, else up to 4, one per idle CPU)')
+def _finality(parser: argparse.ArgumentParser, verb: str) -> None:
+    """--horizon and --hung: when a request is final, as the batch
+    report and the follow mode both decide it."""
     parser.add_argument('--horizon', type=seconds, default=30.0,
                         metavar='SECONDS',
                         help='a finished request is final after this much '
                         'quiet input time (default 30)')
     parser.add_argument('--hung', type=seconds, default=600.0,
                         metavar='SECONDS',
-                        help='a request without an outcome is reported '
+                        help='a request without an outcome is %s '
                         'incomplete after this much quiet input time '
-                        '(default 600)')
+                        '(default 600)' % verb)
+
+
+def _common(parser: argparse.ArgumentParser, export: bool = False) -> None:
+    parser.add_argument('--jobs', '-j', type=workers, default=None,
+                        help='worker processes (default: 1 for small '
+                        'inputs, else up to 4, one per idle CPU)')
+    _finality(parser, 'reported')
     parser.add_argument('--group-by', default='fingerprint',
                         choices=sqldigest.GROUPS,
                         help='SQL digest classes (default fingerprint)')
@@ -972,15 +978,7 @@ def build_follow_parser() -> argparse.ArgumentParser:
                         'or --hung as the batch report does; hosts whose '
                         'lines arrive later than this are late (default '
                         '30)')
-    parser.add_argument('--horizon', type=seconds, default=30.0,
-                        metavar='SECONDS',
-                        help='a finished request is final after this much '
-                        'quiet input time (default 30)')
-    parser.add_argument('--hung', type=seconds, default=600.0,
-                        metavar='SECONDS',
-                        help='a request without an outcome is counted '
-                        'incomplete after this much quiet input time '
-                        '(default 600)')
+    _finality(parser, 'counted')
     parser.add_argument('--max-open', type=count, default=100_000,
                         metavar='N',
                         help='requests kept open at most; the least '
