@@ -184,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--seed', type=int, default=0,
                         help='which servers get the injected faults')
     parser.add_argument('--mode', choices=('threads', 'eventlet'),
-                        default='threads',
+                        default=None,
                         help='native threads (nova 34 services) or '
-                             'eventlet (default threads)')
+                             'eventlet (default threads; eventlet with a '
+                             'nova older than 34)')
     parser.add_argument('--output', '-o', default='instrument-demo-output',
                         help='output directory (default '
                              './instrument-demo-output)')
@@ -257,8 +258,34 @@ def _resolve(args) -> None:
         args.concurrency = 8
 
 
+# The first nova whose functional fixtures (the demo's cloud) run under
+# native threads; older ones run them under eventlet only.
+THREADS_NOVA = 34
+
+
+def _nova_major() -> int | None:
+    """The installed nova's major version, None when unknown."""
+    try:
+        return int(importlib.metadata.version('nova').split('.')[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def _choose_mode(args) -> None:
+    major = _nova_major()
+    old = major is not None and major < THREADS_NOVA
+    if args.mode is None:
+        args.mode = 'eventlet' if old else 'threads'
+    elif args.mode == 'threads' and old:
+        raise SystemExit(
+            'instrument-demo: --mode threads needs nova %d or later; nova '
+            '%d is installed, whose functional cloud runs under eventlet '
+            'only: use --mode eventlet' % (THREADS_NOVA, major))
+
+
 def _check(args) -> None:
     _resolve(args)
+    _choose_mode(args)
     if args.boot_timeout <= 0:
         raise SystemExit('instrument-demo: --boot-timeout must be more '
                          'than 0')

@@ -20,6 +20,7 @@ requests cannot be told apart and are reported as ``other``.
 """
 
 import html.parser
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ import fixtures
 import testtools
 
 from instrument.targets import nova as nova_target
+from instrument_demo import cmd as demo_cmd
 from instrument_demo import faults
 from tests.functional.nova import test_waits
 
@@ -297,3 +299,42 @@ class DemoTest(testtools.TestCase):
 class DemoEventletTest(DemoTest):
 
     mode = 'eventlet'
+
+
+class DemoModeTest(testtools.TestCase):
+    """The demo's mode by the installed nova: native threads from nova
+    34 on, eventlet before (an older nova's functional cloud under
+    native threads can crash the process); ``--mode threads`` on an
+    older nova is refused in one line."""
+
+    def _nova(self, version: str) -> None:
+        real = importlib.metadata.version
+
+        def fake(name):
+            return version if name == 'nova' else real(name)
+        self.useFixture(fixtures.MonkeyPatch(
+            'importlib.metadata.version', fake))
+
+    def _checked(self, *argv: str):
+        args = demo_cmd.build_parser().parse_args(list(argv))
+        demo_cmd._check(args)
+        return args
+
+    def test_default_is_threads_from_nova_34(self):
+        for version in ('34.0.0', '35.1.0'):
+            self._nova(version)
+            self.assertEqual('threads', self._checked().mode)
+            self.assertEqual('eventlet',
+                             self._checked('--mode', 'eventlet').mode)
+
+    def test_default_is_eventlet_before_nova_34(self):
+        for version in ('29.4.0', '33.0.0'):
+            self._nova(version)
+            self.assertEqual('eventlet', self._checked().mode)
+
+    def test_threads_refused_before_nova_34(self):
+        self._nova('29.4.0')
+        exc = self.assertRaises(SystemExit, self._checked,
+                                '--mode', 'threads')
+        self.assertIn('--mode threads needs nova 34 or later; nova 29',
+                      str(exc))
