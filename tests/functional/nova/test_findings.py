@@ -299,7 +299,7 @@ class BuildsFlowTest(_Builds):
 
 AUDIT = 'update_available_resource'
 AUDIT_LOCK = 'compute_resources'
-AUDIT_WAIT_S = 5.0
+AUDIT_WAIT_S = 20.0
 AUDIT_HOLD_S = 1.0
 # claims queued behind one audit run before it lets go: on a loaded
 # machine the builds reach the compute spread out, and one claim held
@@ -329,9 +329,13 @@ class _Audit(FindingsCloud):
         pair = rt._pair_instances_to_migrations
 
         stop = threading.Event()
+        # set once an audit holds the lock: the boots come after it, or
+        # on a quiet machine they can all claim between two audits
+        self.auditing = threading.Event()
         lock = lockutils.internal_fair_lock(AUDIT_LOCK)
 
         def slow(tracker, *args, **kwargs):
+            self.auditing.set()
             # the audit's own step, under compute_resources: claims
             # come (queued behind it on nova's fair lock, up to
             # AUDIT_WAIT_S), then the audit takes AUDIT_HOLD_S longer
@@ -366,6 +370,7 @@ class AuditCollisionTest(_Audit):
     interval = 1
 
     def test_fires_naming_update_resources_interval(self):
+        self.assertTrue(self.auditing.wait(60), 'no audit ran')
         report = self.analyse(self.boot_many())
         [f] = self.fired(report, 'audit_collision')
         self.assertGreaterEqual(f['figures']['requests_held'],
