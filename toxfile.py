@@ -27,12 +27,14 @@ import typing
 try:
     from tox.plugin import impl
 except ImportError:  # imported outside tox, by its unit test
+
     def impl(function):  # type: ignore[no-redef]
         return function
 
 
-def build_message(env: str, site_packages: pathlib.Path,
-                  deps: typing.Iterable[str]) -> typing.Optional[str]:
+def build_message(
+    env: str, site_packages: pathlib.Path, deps: typing.Iterable[str]
+) -> typing.Optional[str]:
     """What to say before installing ``deps`` into the environment
     ``env``; None when the install is not nova's or nova is there."""
     lines = [line for line in deps if 'requirements/nova' in line]
@@ -43,10 +45,12 @@ def build_message(env: str, site_packages: pathlib.Path,
     # requirements/nova-NN.txt: an older release (functional-novaNN)
     found = re.search(r'requirements/nova-(\d+)\.txt', ' '.join(lines))
     release = found.group(1) if found else '34'
-    return ('%s: installing nova %s, its test requirements (about 150 '
-            'packages) and openstack-instrument: a minute or two with '
-            'pip\'s cache, a few minutes the first time; pip\'s output '
-            'is hidden (tox -v shows it)' % (env, release))
+    return (
+        '%s: installing nova %s, its test requirements (about 150 '
+        'packages) and openstack-instrument: a minute or two with '
+        'pip\'s cache, a few minutes the first time; pip\'s output '
+        'is hidden (tox -v shows it)' % (env, release)
+    )
 
 
 def _lines(arguments: typing.Any) -> list:
@@ -65,9 +69,11 @@ def _lines(arguments: typing.Any) -> list:
 def tox_on_install(tox_env, arguments, section, of_type) -> None:
     """Before an install: the message of ``build_message``, if any."""
     try:
-        message = build_message(tox_env.name,
-                                pathlib.Path(tox_env.env_site_package_dir()),
-                                _lines(arguments))
+        message = build_message(
+            tox_env.name,
+            pathlib.Path(tox_env.env_site_package_dir()),
+            _lines(arguments),
+        )
     except Exception:  # never stop tox for a message
         return
     if message:

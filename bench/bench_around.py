@@ -92,20 +92,24 @@ def main() -> None:
     server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = 'http://127.0.0.1:%d/resource_providers/%s/allocations' % (
-        server.server_port, '8a3e6d4c-2b1f-4e55-9c7a-0f1e2d3c4b5a')
+        server.server_port,
+        '8a3e6d4c-2b1f-4e55-9c7a-0f1e2d3c4b5a',
+    )
     sess = ksa_session.Session()
 
-    buf = buffer_mod.EventBuffer([NullSink(None, None)], 10 ** 6, 0.05)
+    buf = buffer_mod.EventBuffer([NullSink(None, None)], 10**6, 0.05)
     recorder = recorder_mod.Recorder(
-        buf, process.ProcessIdentity.create('nova-compute', 'bench'))
+        buf, process.ProcessIdentity.create('nova-compute', 'bench')
+    )
 
     def call():
         sess.get(url, endpoint_filter={'service_type': 'placement'})
 
     for _ in range(50):  # warm the connection pool
         call()
-    patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS), recorder,
-                                  'keystoneauth1')
+    patcher = patcher_mod.Patcher(
+        list(keystoneauth.KSA_POINTS), recorder, 'keystoneauth1'
+    )
     plain, patched = [], []
     for _ in range(args.rounds):
         plain.append(_time(call, args.calls))
@@ -114,12 +118,16 @@ def main() -> None:
         patcher.remove()
     p_plain = statistics.median(plain)
     p_patched = statistics.median(patched)
-    print('ksa Session.request to a local server, median of %d rounds of '
-          '%d calls:' % (args.rounds, args.calls))
+    print(
+        'ksa Session.request to a local server, median of %d rounds of '
+        '%d calls:' % (args.rounds, args.calls)
+    )
     print('  unpatched   %8.1f us/call' % p_plain)
     print('  ksa.request %8.1f us/call' % p_patched)
-    print('  added       %8.1f us/call (ratio %.3f)' % (
-        p_patched - p_plain, p_patched / p_plain))
+    print(
+        '  added       %8.1f us/call (ratio %.3f)'
+        % (p_patched - p_plain, p_patched / p_plain)
+    )
 
     # The same without the network: the requests session inside
     # keystoneauth1 answers a prepared response, so the difference is
@@ -132,8 +140,9 @@ def main() -> None:
     offline.session.request = lambda method, u, **kw: canned
 
     def offline_call():
-        offline.get(url, endpoint_filter={'service_type': 'placement'},
-                    log=False)
+        offline.get(
+            url, endpoint_filter={'service_type': 'placement'}, log=False
+        )
 
     plain, patched = [], []
     for _ in range(args.rounds):
@@ -146,31 +155,52 @@ def main() -> None:
     print('ksa Session.request, network stubbed (keystoneauth1 alone):')
     print('  unpatched   %8.2f us/call' % o_plain)
     print('  ksa.request %8.2f us/call' % o_patched)
-    print('  added       %8.2f us/call (ratio %.3f)' % (
-        o_patched - o_plain, o_patched / o_plain))
+    print(
+        '  added       %8.2f us/call (ratio %.3f)'
+        % (o_patched - o_plain, o_patched / o_plain)
+    )
 
-    noop_patcher = patcher_mod.Patcher([points_mod.PatchPoint(
-        __name__, 'Manager.noop', 'bench.noop', None,
-        context=points_mod.arg('context'))], recorder, None)
+    noop_patcher = patcher_mod.Patcher(
+        [
+            points_mod.PatchPoint(
+                __name__,
+                'Manager.noop',
+                'bench.noop',
+                None,
+                context=points_mod.arg('context'),
+            )
+        ],
+        recorder,
+        None,
+    )
     m = Manager()
     bare = _time(lambda: m.noop(None), 20000)
     noop_patcher.apply()
     spanned = _time(lambda: m.noop(None), 20000)
     noop_patcher.remove()
-    print('no-op span (baseline of the library): %.2f us/call added' % (
-        spanned - bare))
+    print(
+        'no-op span (baseline of the library): %.2f us/call added'
+        % (spanned - bare)
+    )
 
     sampler = resources.Sampler(recorder, 5.0)
     sampler.pools.attach(sampler.patcher)
     costs = [_time(sampler.sample, 1) for _ in range(args.samples)]
     sample_us = statistics.median(costs)
-    print('process.sample: median %.1f us per sample, p95 %.1f us; at '
-          'the default 5 s interval %.5f%% of the writer thread' % (
-              sample_us, sorted(costs)[int(0.95 * len(costs))],
-              sample_us / 5e6 * 100))
+    print(
+        'process.sample: median %.1f us per sample, p95 %.1f us; at '
+        'the default 5 s interval %.5f%% of the writer thread'
+        % (
+            sample_us,
+            sorted(costs)[int(0.95 * len(costs))],
+            sample_us / 5e6 * 100,
+        )
+    )
     if spanned > bare:
-        print('  a sample costs as much as %.0f no-op spans' % (
-            sample_us / (spanned - bare)))
+        print(
+            '  a sample costs as much as %.0f no-op spans'
+            % (sample_us / (spanned - bare))
+        )
     sampler.stop()
     buf.close()
     server.shutdown()

@@ -62,9 +62,12 @@ def _child(variant: str, servers: int, concurrency: int) -> dict:
         _trace_across_rpc()
     span_dir = tempfile.mkdtemp(prefix='bench-boot-')
     settings = cloud.Settings(
-        span_dir=span_dir, computes=('cmp-01', 'cmp-02', 'cmp-03'),
-        driver='fake.FakeDriver', instrument=variant == 'instrument',
-        osprofiler=REDIS if variant == 'osprofiler' else None)
+        span_dir=span_dir,
+        computes=('cmp-01', 'cmp-02', 'cmp-03'),
+        driver='fake.FakeDriver',
+        instrument=variant == 'instrument',
+        osprofiler=REDIS if variant == 'osprofiler' else None,
+    )
     outcome = {}
 
     class Run(cloud.InstrumentedCloud):
@@ -78,8 +81,9 @@ def _child(variant: str, servers: int, concurrency: int) -> dict:
             start = time.monotonic()
             cpu = time.process_time()
             writer = _writer_cpu()
-            results = boots.boot_all(api, lambda n: dict(template, name=n),
-                                     servers, concurrency)
+            results = boots.boot_all(
+                api, lambda n: dict(template, name=n), servers, concurrency
+            )
             outcome['elapsed'] = time.monotonic() - start
             # every thread of the process: the services, their writer
             outcome['cpu'] = time.process_time() - cpu
@@ -90,31 +94,36 @@ def _child(variant: str, servers: int, concurrency: int) -> dict:
     result = unittest.TestResult()
     Run('run_boots').run(result)
     if result.errors or result.failures:
-        raise SystemExit(''.join(t for _c, t in
-                                 result.errors + result.failures))
+        raise SystemExit(
+            ''.join(t for _c, t in result.errors + result.failures)
+        )
     results = outcome['results']
     active = [r for r in results if r.status == 'ACTIVE']
     latency = [r.finished - r.started for r in active]
-    return {'variant': variant, 'boots': len(active),
-            'failed': len(results) - len(active),
-            'elapsed_s': outcome['elapsed'],
-            'boots_per_s': len(active) / outcome['elapsed'],
-            'cpu_per_boot_s': outcome['cpu'] / max(len(results), 1),
-            'writer_cpu_per_boot_s': outcome['writer'] / max(len(results),
-                                                             1),
-            'mean_latency_s': statistics.mean(latency) if latency else 0.0}
+    return {
+        'variant': variant,
+        'boots': len(active),
+        'failed': len(results) - len(active),
+        'elapsed_s': outcome['elapsed'],
+        'boots_per_s': len(active) / outcome['elapsed'],
+        'cpu_per_boot_s': outcome['cpu'] / max(len(results), 1),
+        'writer_cpu_per_boot_s': outcome['writer'] / max(len(results), 1),
+        'mean_latency_s': statistics.mean(latency) if latency else 0.0,
+    }
 
 
 def _writer_cpu() -> float:
     """CPU seconds of the library's writer thread(s) so far (0 when
     there is none): the part of the cost that is off nova's threads."""
     import threading
+
     total = 0.0
     for thread in threading.enumerate():
         if thread.name == 'instrument-writer' and thread.ident:
             try:
                 total += time.clock_gettime(
-                    time.pthread_getcpuclockid(thread.ident))
+                    time.pthread_getcpuclockid(thread.ident)
+                )
             except (OSError, AttributeError):  # ended meanwhile
                 pass
     return total
@@ -131,9 +140,11 @@ def _trace_across_rpc() -> None:
     import importlib
 
     from nova import rpc
+
     nova_fixtures = importlib.import_module('nova.tests.fixtures.nova')
     nova_fixtures.CheatingSerializer.__bases__ = (
-        rpc.ProfilerRequestContextSerializer,)
+        rpc.ProfilerRequestContextSerializer,
+    )
 
 
 class _TracingClient:
@@ -145,32 +156,47 @@ class _TracingClient:
     def _headers(self) -> dict:
         from osprofiler import profiler
         from osprofiler import web
+
         profiler.clean()
         profiler.init(cloud_key())
         return web.get_trace_id_headers()
 
     def post_server(self, body):
-        return self._api.api_post('/servers', body,
-                                  headers=self._headers()).body['server']
+        return self._api.api_post(
+            '/servers', body, headers=self._headers()
+        ).body['server']
 
     def get_server(self, server_id):
-        return self._api.api_get('/servers/%s' % server_id,
-                                 headers=self._headers()).body['server']
+        return self._api.api_get(
+            '/servers/%s' % server_id, headers=self._headers()
+        ).body['server']
 
 
 def cloud_key() -> str:
     from instrument_demo import cloud
+
     return cloud.OSPROFILER_KEY
 
 
 def _run_child(variant: str, args) -> dict:
     proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), '--child', variant,
-         '--servers', str(args.servers), '--concurrency',
-         str(args.concurrency)], capture_output=True, text=True)
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            '--child',
+            variant,
+            '--servers',
+            str(args.servers),
+            '--concurrency',
+            str(args.concurrency),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        raise SystemExit('bench-boot: %s run failed:\n%s' % (
-            variant, proc.stderr[-4000:]))
+        raise SystemExit(
+            'bench-boot: %s run failed:\n%s' % (variant, proc.stderr[-4000:])
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -182,39 +208,62 @@ def main() -> None:
     parser.add_argument('--child', choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.child, args.servers,
-                                args.concurrency)))
+        print(json.dumps(_child(args.child, args.servers, args.concurrency)))
         return
     runs = {v: [] for v in VARIANTS}
-    print('Boot throughput, %d servers at concurrency %d, %d rounds '
-          '(fresh process per run, rounds interleaved)' % (
-              args.servers, args.concurrency, args.rounds), flush=True)
+    print(
+        'Boot throughput, %d servers at concurrency %d, %d rounds '
+        '(fresh process per run, rounds interleaved)'
+        % (args.servers, args.concurrency, args.rounds),
+        flush=True,
+    )
     for n in range(args.rounds):
         for variant in VARIANTS:
             run = _run_child(variant, args)
             runs[variant].append(run)
-            print('  round %d %-10s %5.2f boots/s  mean boot %5.2f s  '
-                  'CPU %.3f s/boot  (%d ok, %d failed)' % (
-                      n + 1, variant, run['boots_per_s'],
-                      run['mean_latency_s'], run['cpu_per_boot_s'],
-                      run['boots'], run['failed']),
-                  flush=True)
+            print(
+                '  round %d %-10s %5.2f boots/s  mean boot %5.2f s  '
+                'CPU %.3f s/boot  (%d ok, %d failed)'
+                % (
+                    n + 1,
+                    variant,
+                    run['boots_per_s'],
+                    run['mean_latency_s'],
+                    run['cpu_per_boot_s'],
+                    run['boots'],
+                    run['failed'],
+                ),
+                flush=True,
+            )
     base_rate = statistics.median(r['boots_per_s'] for r in runs['none'])
     base_lat = statistics.median(r['mean_latency_s'] for r in runs['none'])
-    print('\nvariant      boots/s  vs none   mean boot  vs none   '
-          'throughput cost')
+    print(
+        '\nvariant      boots/s  vs none   mean boot  vs none   '
+        'throughput cost'
+    )
     for variant in VARIANTS:
         rate = statistics.median(r['boots_per_s'] for r in runs[variant])
         lat = statistics.median(r['mean_latency_s'] for r in runs[variant])
-        print('%-10s  %7.2f  %6.3fx  %8.2fs  %6.3fx  %+6.1f %%' % (
-            variant, rate, rate / base_rate, lat, lat / base_lat,
-            (1 - rate / base_rate) * 100))
-    base_cpu = statistics.median(r['cpu_per_boot_s']
-                                 for r in runs['none'])
-    print('\nCPU per boot, whole process (every service is a thread of '
-          'the in-process cloud: not attributable per service)')
-    print('variant     CPU s/boot  vs none   added   x target (2 %)  '
-          'paired  writer thread')
+        print(
+            '%-10s  %7.2f  %6.3fx  %8.2fs  %6.3fx  %+6.1f %%'
+            % (
+                variant,
+                rate,
+                rate / base_rate,
+                lat,
+                lat / base_lat,
+                (1 - rate / base_rate) * 100,
+            )
+        )
+    base_cpu = statistics.median(r['cpu_per_boot_s'] for r in runs['none'])
+    print(
+        '\nCPU per boot, whole process (every service is a thread of '
+        'the in-process cloud: not attributable per service)'
+    )
+    print(
+        'variant     CPU s/boot  vs none   added   x target (2 %)  '
+        'paired  writer thread'
+    )
     for variant in VARIANTS:
         cpu = statistics.median(r['cpu_per_boot_s'] for r in runs[variant])
         added = (cpu / base_cpu - 1) * 100
@@ -222,21 +271,37 @@ def main() -> None:
         # shared machine cancels
         paired = statistics.median(
             r['cpu_per_boot_s'] / n['cpu_per_boot_s']
-            for r, n in zip(runs[variant], runs['none'], strict=True))
-        writer = statistics.median(r.get('writer_cpu_per_boot_s', 0.0)
-                                   for r in runs[variant])
-        print('%-10s  %10.3f  %6.3fx  %+5.1f %%  %-14s  %5.3fx  %s' % (
-            variant, cpu, cpu / base_cpu, added,
-            '' if variant == 'none' else '%.2f' % (added / 2.0), paired,
-            '%.4f s/boot (%.1f %% of none\'s CPU)' % (
-                writer, writer / base_cpu * 100) if writer else ''))
-    print('\ntarget: instrument costs <= 2 % CPU per boot; the spread of '
-          'each variant over the rounds:')
+            for r, n in zip(runs[variant], runs['none'], strict=True)
+        )
+        writer = statistics.median(
+            r.get('writer_cpu_per_boot_s', 0.0) for r in runs[variant]
+        )
+        print(
+            '%-10s  %10.3f  %6.3fx  %+5.1f %%  %-14s  %5.3fx  %s'
+            % (
+                variant,
+                cpu,
+                cpu / base_cpu,
+                added,
+                '' if variant == 'none' else '%.2f' % (added / 2.0),
+                paired,
+                '%.4f s/boot (%.1f %% of none\'s CPU)'
+                % (writer, writer / base_cpu * 100)
+                if writer
+                else '',
+            )
+        )
+    print(
+        '\ntarget: instrument costs <= 2 % CPU per boot; the spread of '
+        'each variant over the rounds:'
+    )
     for variant in VARIANTS:
         rates = [r['boots_per_s'] for r in runs[variant]]
         cpus = [r['cpu_per_boot_s'] for r in runs[variant]]
-        print('  %-10s %.2f .. %.2f boots/s, %.3f .. %.3f CPU s/boot' % (
-            variant, min(rates), max(rates), min(cpus), max(cpus)))
+        print(
+            '  %-10s %.2f .. %.2f boots/s, %.3f .. %.3f CPU s/boot'
+            % (variant, min(rates), max(rates), min(cpus), max(cpus))
+        )
     print('load average at the end: %.2f' % os.getloadavg()[0])
 
 

@@ -58,8 +58,9 @@ class Manager:
         return None
 
 
-def _time_calls(fn, args, calls: int, repeat: int,
-                clock=time.thread_time_ns) -> float:
+def _time_calls(
+    fn, args, calls: int, repeat: int, clock=time.thread_time_ns
+) -> float:
     """Median CPU ns per call of ``repeat`` rounds (``clock``: this
     thread's CPU, or the process's: every thread)."""
     rounds = []
@@ -89,9 +90,13 @@ def _setup(out_dir: str, calls: int, repeat: int, flush: float):
     # write and flatter the figures.
     conf.set_override('buffer_size', calls * repeat + 1000, 'instrument')
     point = patcher.PatchPoint(
-        __name__, 'Manager.noop', 'compute.noop', 'compute',
+        __name__,
+        'Manager.noop',
+        'compute.noop',
+        'compute',
         instances=patcher.uuids('instance', 1),
-        host=patcher.self_attr('host'))
+        host=patcher.self_attr('host'),
+    )
     return instrument.setup(conf, 'nova-compute', points=[point])
 
 
@@ -110,8 +115,9 @@ def measure(calls: int, repeat: int) -> dict:
     manager = Manager()
     args = (Context(), Instance())
     base_ns = _time_calls(manager.noop, args, calls, repeat)
-    base_proc_ns = _time_calls(manager.noop, args, calls, repeat,
-                               time.process_time_ns)
+    base_proc_ns = _time_calls(
+        manager.noop, args, calls, repeat, time.process_time_ns
+    )
 
     # 1. The calling thread alone: the writer waits while the calls run,
     #    then the drain is timed on its own (its cost per call), in
@@ -142,16 +148,22 @@ def measure(calls: int, repeat: int) -> dict:
     #    flush interval); the process's CPU (both threads) per call.
     out_dir = tempfile.mkdtemp(prefix='instrument-bench-')
     _setup(out_dir, calls, repeat, 0.5)
-    together_ns = _time_calls(manager.noop, args, calls, repeat,
-                              time.process_time_ns)
+    together_ns = _time_calls(
+        manager.noop, args, calls, repeat, time.process_time_ns
+    )
     instrument.teardown()
-    return {'base_ns': base_ns, 'caller_ns': statistics.median(caller),
-            'writer_ns': statistics.median(writer['batch']),
-            'writer_each_ns': statistics.median(writer['each']),
-            'base_proc_ns': base_proc_ns, 'together_ns': together_ns,
-            'lines': lines + _lines(out_dir), 'dropped': dropped,
-            'expected': calls * repeat * 3,
-            'fast': fast is not None}
+    return {
+        'base_ns': base_ns,
+        'caller_ns': statistics.median(caller),
+        'writer_ns': statistics.median(writer['batch']),
+        'writer_each_ns': statistics.median(writer['each']),
+        'base_proc_ns': base_proc_ns,
+        'together_ns': together_ns,
+        'lines': lines + _lines(out_dir),
+        'dropped': dropped,
+        'expected': calls * repeat * 3,
+        'fast': fast is not None,
+    }
 
 
 def breakdown(calls: int, repeat: int) -> list:
@@ -184,33 +196,59 @@ def breakdown(calls: int, repeat: int) -> list:
     pid = os.getpid()
     fast = record._encode_structs
     steps = []
-    steps.append(('is the span still running (B or X)', 'both',
-                  med(lambda: buf._split_running(batch))))
-    steps.append(('build the schema dict (to_dict)', 'before',
-                  med(lambda: [record.to_dict(rec, 1, pid)
-                               for rec in batch])))
+    steps.append(
+        (
+            'is the span still running (B or X)',
+            'both',
+            med(lambda: buf._split_running(batch)),
+        )
+    )
+    steps.append(
+        (
+            'build the schema dict (to_dict)',
+            'before',
+            med(lambda: [record.to_dict(rec, 1, pid) for rec in batch]),
+        )
+    )
     dicts = [record.to_dict(rec, 1, pid) for rec in batch]
-    steps.append(('one encoder call per record', 'before',
-                  med(lambda: [record._encode(d) for d in dicts])))
+    steps.append(
+        (
+            'one encoder call per record',
+            'before',
+            med(lambda: [record._encode(d) for d in dicts]),
+        )
+    )
     lines = [record._encode(d) for d in dicts]
-    steps.append(('join the lines', 'before',
-                  med(lambda: b'\n'.join(lines))))
+    steps.append(('join the lines', 'before', med(lambda: b'\n'.join(lines))))
     if fast is not None:
         record._encode_structs = list
-        steps.append(('build a Line struct from the tuple', 'now',
-                      med(lambda: record._lines_fast(batch, 1, pid))))
+        steps.append(
+            (
+                'build a Line struct from the tuple',
+                'now',
+                med(lambda: record._lines_fast(batch, 1, pid)),
+            )
+        )
         structs = record._lines_fast(batch, 1, pid)
         record._encode_structs = fast
-        steps.append(('one msgspec encode_lines per batch', 'now',
-                      med(lambda: fast(structs))))
+        steps.append(
+            (
+                'one msgspec encode_lines per batch',
+                'now',
+                med(lambda: fast(structs)),
+            )
+        )
     data = record.encode_lines(batch, 1, pid)[0]
-    fd = os.open(os.path.join(out_dir, 'breakdown'),
-                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(
+        os.path.join(out_dir, 'breakdown'),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        0o600,
+    )
     size = len(data) * 5000 // calls
 
     def write() -> None:
         for at in range(0, len(data), size):
-            os.write(fd, data[at:at + size])
+            os.write(fd, data[at : at + size])
 
     steps.append(('os.write, 5000 records a call', 'both', med(write)))
     os.close(fd)
@@ -221,8 +259,7 @@ def breakdown(calls: int, repeat: int) -> list:
 
     steps.append(('the whole drain, batch encoder', 'now', med(drain)))
     record._encode_structs = None
-    steps.append(('the whole drain, record by record', 'before',
-                  med(drain)))
+    steps.append(('the whole drain, record by record', 'before', med(drain)))
     record._encode_structs = fast
     instrument.teardown()
     steps.append(('bytes a line', '', len(data) / calls))
@@ -243,7 +280,8 @@ def measure_metrics(calls: int, repeat: int) -> dict:
     rt = _setup(out_dir, calls, 2 * repeat, 60.0)
     state_dir = tempfile.mkdtemp(prefix='instrument-bench-metrics-')
     observer = metrics.Metrics(
-        metrics_sink.StateFile(state_dir, rt.identity), 0.0)
+        metrics_sink.StateFile(state_dir, rt.identity), 0.0
+    )
     clock = time.thread_time_ns
     caller = {'off': [], 'on': []}
     writer = {'off': [], 'on': []}
@@ -261,25 +299,36 @@ def measure_metrics(calls: int, repeat: int) -> dict:
             if mode == 'on':
                 rt.buffer._observers.remove(observer)
     instrument.teardown()
-    counted = sum(sum(v[:-1]) for v in
-                  observer.families[metrics.SPAN].values())
-    return {mode + '_' + what: statistics.median(d[mode])
-            for what, d in (('caller', caller), ('writer', writer))
-            for mode in ('off', 'on')} | {
-        'counted': counted, 'expected': calls * repeat}
+    counted = sum(
+        sum(v[:-1]) for v in observer.families[metrics.SPAN].values()
+    )
+    return {
+        mode + '_' + what: statistics.median(d[mode])
+        for what, d in (('caller', caller), ('writer', writer))
+        for mode in ('off', 'on')
+    } | {'counted': counted, 'expected': calls * repeat}
 
 
 def _report_metrics(mode: str, r: dict) -> None:
-    print('%-9s calling thread, metrics off %6.0f ns/op, on %6.0f ns/op '
-          '(on/off %.3f)\n'
-          '          writer per call, metrics off %6.0f ns/op, on %6.0f '
-          'ns/op (+%.0f ns, on/off %.2f)\n'
-          '          spans counted by the metrics %d of %d' % (
-              mode, r['off_caller'], r['on_caller'],
-              r['on_caller'] / r['off_caller'], r['off_writer'],
-              r['on_writer'], r['on_writer'] - r['off_writer'],
-              r['on_writer'] / r['off_writer'], r['counted'],
-              r['expected']))
+    print(
+        '%-9s calling thread, metrics off %6.0f ns/op, on %6.0f ns/op '
+        '(on/off %.3f)\n'
+        '          writer per call, metrics off %6.0f ns/op, on %6.0f '
+        'ns/op (+%.0f ns, on/off %.2f)\n'
+        '          spans counted by the metrics %d of %d'
+        % (
+            mode,
+            r['off_caller'],
+            r['on_caller'],
+            r['on_caller'] / r['off_caller'],
+            r['off_writer'],
+            r['on_writer'],
+            r['on_writer'] - r['off_writer'],
+            r['on_writer'] / r['off_writer'],
+            r['counted'],
+            r['expected'],
+        )
+    )
 
 
 def _report(mode: str, r: dict) -> None:
@@ -287,78 +336,131 @@ def _report(mode: str, r: dict) -> None:
     together = r['together_ns'] - r['base_proc_ns']
     total = caller + r['writer_ns']
     before = caller + r['writer_each_ns']
-    print('%-9s unpatched %6.0f ns/op (thread CPU)\n'
-          '          added on the calling thread        %6.0f ns/op  '
-          '(%.2fx of the %d ns target)\n'
-          '          writer, per call, batch encoder    %6.0f ns/op%s\n'
-          '          writer, per call, record by record %6.0f ns/op  '
-          '(the encoder before; batch = %.2fx of it)\n'
-          '          calling thread + writer            %6.0f ns/op  '
-          '(%.2fx of the target; %.2fx of record by record)\n'
-          '          process CPU, writer running beside %6.0f ns/op  '
-          '(%.2fx of the target)\n'
-          '          lines written %d for %d calls, dropped %s' % (
-              mode, r['base_ns'], caller, caller / TARGET_NS, TARGET_NS,
-              r['writer_ns'], '' if r['fast'] else
-              '  (msgspec missing: record by record)',
-              r['writer_each_ns'], r['writer_ns'] / r['writer_each_ns'],
-              total, total / TARGET_NS, total / before, together,
-              together / TARGET_NS, r['lines'], r['expected'],
-              r['dropped']))
+    print(
+        '%-9s unpatched %6.0f ns/op (thread CPU)\n'
+        '          added on the calling thread        %6.0f ns/op  '
+        '(%.2fx of the %d ns target)\n'
+        '          writer, per call, batch encoder    %6.0f ns/op%s\n'
+        '          writer, per call, record by record %6.0f ns/op  '
+        '(the encoder before; batch = %.2fx of it)\n'
+        '          calling thread + writer            %6.0f ns/op  '
+        '(%.2fx of the target; %.2fx of record by record)\n'
+        '          process CPU, writer running beside %6.0f ns/op  '
+        '(%.2fx of the target)\n'
+        '          lines written %d for %d calls, dropped %s'
+        % (
+            mode,
+            r['base_ns'],
+            caller,
+            caller / TARGET_NS,
+            TARGET_NS,
+            r['writer_ns'],
+            '' if r['fast'] else '  (msgspec missing: record by record)',
+            r['writer_each_ns'],
+            r['writer_ns'] / r['writer_each_ns'],
+            total,
+            total / TARGET_NS,
+            total / before,
+            together,
+            together / TARGET_NS,
+            r['lines'],
+            r['expected'],
+            r['dropped'],
+        )
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--calls', type=int, default=100000)
     parser.add_argument('--repeat', type=int, default=5)
-    parser.add_argument('--breakdown', action='store_true',
-                        help='where the writer\'s time per record goes, '
-                        'step by step (threads mode only)')
-    parser.add_argument('--metrics', action='store_true',
-                        help='the calling thread and the writer with '
-                        '[instrument] metrics_dir off and on (issue 30)')
-    parser.add_argument('--child', choices=['eventlet'],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        '--breakdown',
+        action='store_true',
+        help='where the writer\'s time per record goes, '
+        'step by step (threads mode only)',
+    )
+    parser.add_argument(
+        '--metrics',
+        action='store_true',
+        help='the calling thread and the writer with '
+        '[instrument] metrics_dir off and on (issue 30)',
+    )
+    parser.add_argument(
+        '--child', choices=['eventlet'], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.breakdown:
-        print('The writer per record, step by step: thread CPU ns, median '
-              'of %d rounds of %d records; load average %.2f' % (
-                  args.repeat, args.calls, os.getloadavg()[0]))
+        print(
+            'The writer per record, step by step: thread CPU ns, median '
+            'of %d rounds of %d records; load average %.2f'
+            % (args.repeat, args.calls, os.getloadavg()[0])
+        )
         for step, when, ns in breakdown(args.calls, args.repeat):
             print('  %-40s %-7s %7.0f' % (step, when, ns))
         return
     if args.child == 'eventlet':
         import eventlet
+
         eventlet.monkey_patch()
         run = measure_metrics if args.metrics else measure
         print(json.dumps(run(args.calls, args.repeat)))
         return
     if args.metrics:
-        print('Metrics off and on in alternate rounds: thread CPU per '
-              'call of one instrumented no-op method, median of %d x %d '
-              'calls; load average %.2f' % (
-                  args.repeat, args.calls, os.getloadavg()[0]))
-        _report_metrics('threads', measure_metrics(args.calls,
-                                                   args.repeat))
+        print(
+            'Metrics off and on in alternate rounds: thread CPU per '
+            'call of one instrumented no-op method, median of %d x %d '
+            'calls; load average %.2f'
+            % (args.repeat, args.calls, os.getloadavg()[0])
+        )
+        _report_metrics('threads', measure_metrics(args.calls, args.repeat))
         child = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), '--child',
-             'eventlet', '--metrics', '--calls', str(args.calls),
-             '--repeat', str(args.repeat)],
-            capture_output=True, text=True, check=True)
-        _report_metrics('eventlet', json.loads(
-            child.stdout.strip().splitlines()[-1]))
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                '--child',
+                'eventlet',
+                '--metrics',
+                '--calls',
+                str(args.calls),
+                '--repeat',
+                str(args.repeat),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        _report_metrics(
+            'eventlet', json.loads(child.stdout.strip().splitlines()[-1])
+        )
         return
-    print('Per-call CPU of one instrumented no-op method (one span, '
-          'file sink), median of %d x %d calls; a plain lambda costs '
-          '%.0f ns here; load average %.2f' % (
-              args.repeat, args.calls, _time_calls(
-                  lambda: None, (), args.calls, args.repeat),
-              os.getloadavg()[0]))
+    print(
+        'Per-call CPU of one instrumented no-op method (one span, '
+        'file sink), median of %d x %d calls; a plain lambda costs '
+        '%.0f ns here; load average %.2f'
+        % (
+            args.repeat,
+            args.calls,
+            _time_calls(lambda: None, (), args.calls, args.repeat),
+            os.getloadavg()[0],
+        )
+    )
     _report('threads', measure(args.calls, args.repeat))
     child = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), '--child', 'eventlet',
-         '--calls', str(args.calls), '--repeat', str(args.repeat)],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            '--child',
+            'eventlet',
+            '--calls',
+            str(args.calls),
+            '--repeat',
+            str(args.repeat),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     _report('eventlet', json.loads(child.stdout.strip().splitlines()[-1]))
 
 

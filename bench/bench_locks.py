@@ -83,8 +83,10 @@ def _setup(out_dir: str, records: int):
     # room for every record: a drop is cheaper than a write
     conf.set_override('buffer_size', records + 1000, 'instrument')
     return instrument.setup(
-        conf, 'nova-compute',
-        targets=[oslo_concurrency.OsloConcurrencyTarget()])
+        conf,
+        'nova-compute',
+        targets=[oslo_concurrency.OsloConcurrencyTarget()],
+    )
 
 
 def _lines(out_dir: str) -> int:
@@ -124,8 +126,9 @@ def measure(calls: int, repeat: int) -> dict:
             timed[name] = min(timed[name], _best(fn, calls, 1))
             start = time.perf_counter_ns()
             rt.buffer.drain()
-            writer[name] = min(writer[name],
-                               (time.perf_counter_ns() - start) / calls)
+            writer[name] = min(
+                writer[name], (time.perf_counter_ns() - start) / calls
+            )
     # a span's added cost (the budget), measured the same way
     tracer = rt.tracer
     span = tracer.span
@@ -136,6 +139,7 @@ def measure(calls: int, repeat: int) -> dict:
     def one_span():
         with span('compute.noop'):
             return None
+
     span_ns = float('inf')
     for _ in range(repeat):
         plain = _best(noop, calls, 1)
@@ -144,45 +148,79 @@ def measure(calls: int, repeat: int) -> dict:
         rt.buffer.drain()
     dropped = dict(rt.buffer.counts())
     instrument.teardown()
-    return {'base_ns': base, 'instrumented_ns': timed, 'writer_ns': writer,
-            'span_ns': span_ns,
-            'records': _lines(out_dir),
-            'expected': calls * repeat * len(work), 'dropped': dropped}
+    return {
+        'base_ns': base,
+        'instrumented_ns': timed,
+        'writer_ns': writer,
+        'span_ns': span_ns,
+        'records': _lines(out_dir),
+        'expected': calls * repeat * len(work),
+        'dropped': dropped,
+    }
 
 
 def _report(mode: str, r: dict) -> None:
     for name, base in r['base_ns'].items():
         inst = r['instrumented_ns'][name]
         added = inst - base
-        print('%-9s %-18s uninstrumented %6.0f ns  instrumented %6.0f ns  '
-              'ratio %.2fx  added %5.0f ns = %.2fx a span measured here '
-              '(%.0f ns), %.2fx the %d ns budget; writer %5.0f ns/acq' % (
-                  mode, name, base, inst, inst / base, added,
-                  added / r['span_ns'], r['span_ns'], added / TARGET_NS,
-                  TARGET_NS, r['writer_ns'][name]))
-    print('%-9s lock.wait records written %d of %d acquisitions, dropped '
-          '%s' % (mode, r['records'], r['expected'], r['dropped']))
+        print(
+            '%-9s %-18s uninstrumented %6.0f ns  instrumented %6.0f ns  '
+            'ratio %.2fx  added %5.0f ns = %.2fx a span measured here '
+            '(%.0f ns), %.2fx the %d ns budget; writer %5.0f ns/acq'
+            % (
+                mode,
+                name,
+                base,
+                inst,
+                inst / base,
+                added,
+                added / r['span_ns'],
+                r['span_ns'],
+                added / TARGET_NS,
+                TARGET_NS,
+                r['writer_ns'][name],
+            )
+        )
+    print(
+        '%-9s lock.wait records written %d of %d acquisitions, dropped '
+        '%s' % (mode, r['records'], r['expected'], r['dropped'])
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--calls', type=int, default=5000)
     parser.add_argument('--repeat', type=int, default=15)
-    parser.add_argument('--child', choices=['eventlet'],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        '--child', choices=['eventlet'], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.child == 'eventlet':
         import eventlet
+
         eventlet.monkey_patch()
         print(json.dumps(measure(args.calls, args.repeat)))
         return
-    print('Cost per uncontended oslo.concurrency lock acquisition, best of '
-          '%d x %d' % (args.repeat, args.calls))
+    print(
+        'Cost per uncontended oslo.concurrency lock acquisition, best of '
+        '%d x %d' % (args.repeat, args.calls)
+    )
     _report('threads', measure(args.calls, args.repeat))
     child = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), '--child', 'eventlet',
-         '--calls', str(args.calls), '--repeat', str(args.repeat)],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            '--child',
+            'eventlet',
+            '--calls',
+            str(args.calls),
+            '--repeat',
+            str(args.repeat),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     _report('eventlet', json.loads(child.stdout.strip().splitlines()[-1]))
 
 

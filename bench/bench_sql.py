@@ -57,8 +57,9 @@ from instrument.runtime import recorder as recorder_mod
 from instrument.sinks import file as file_sink
 from instrument.targets.sqlalchemy import timing as instrument_db
 
-MYSQL_URL = os.environ.get('INSTRUMENT_BENCH_MYSQL_URL',
-                           'mysql+pymysql://root@127.0.0.1:3306/test')
+MYSQL_URL = os.environ.get(
+    'INSTRUMENT_BENCH_MYSQL_URL', 'mysql+pymysql://root@127.0.0.1:3306/test'
+)
 
 
 class DiscardSink(sink_mod.Sink):
@@ -94,8 +95,7 @@ class Floor:
         def after(conn, cursor, statement, parameters, context, many):
             append(perf_ns() - conn._floor_t0)
 
-        sa.event.listen(engine, 'before_cursor_execute', before,
-                        retval=True)
+        sa.event.listen(engine, 'before_cursor_execute', before, retval=True)
         sa.event.listen(engine, 'after_cursor_execute', after)
 
 
@@ -106,8 +106,11 @@ class Instrument:
         self.conf = _conf(**overrides)
         identity = process.ProcessIdentity.create('bench', 'benchhost')
         self.buffer = buffer_mod.EventBuffer(
-            [sink], self.conf.instrument.buffer_size,
-            self.conf.instrument.flush_interval, identity)
+            [sink],
+            self.conf.instrument.buffer_size,
+            self.conf.instrument.flush_interval,
+            identity,
+        )
         self.recorder = recorder_mod.Recorder(self.buffer, identity)
         self.handle = None
 
@@ -130,6 +133,7 @@ def _otel(engine):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace import export
     from opentelemetry.sdk.trace.export import in_memory_span_exporter
+
     exporter = in_memory_span_exporter.InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(export.SimpleSpanProcessor(exporter))
@@ -143,6 +147,7 @@ def _osprofiler(engine):
     from osprofiler import notifier
     from osprofiler import profiler
     from osprofiler import sqlalchemy as osp_sqlalchemy
+
     notifier.set(lambda info, *args, **kwargs: None)
     profiler.init('bench-hmac-key')
     osp_sqlalchemy.add_tracing(sa, engine, 'db')
@@ -151,9 +156,12 @@ def _osprofiler(engine):
 def _make_engine(url):
     engine = sa.create_engine(url)
     meta = sa.MetaData()
-    table = sa.Table('instrument_bench', meta,
-                     sa.Column('id', sa.Integer, primary_key=True),
-                     sa.Column('name', sa.String(64)))
+    table = sa.Table(
+        'instrument_bench',
+        meta,
+        sa.Column('id', sa.Integer, primary_key=True),
+        sa.Column('name', sa.String(64)),
+    )
     with engine.begin() as conn:
         meta.drop_all(conn)
         meta.create_all(conn)
@@ -171,8 +179,7 @@ class Clocks:
         self.settle = settle
 
     def __enter__(self):
-        self.t = (time.perf_counter(), time.thread_time(),
-                  time.process_time())
+        self.t = (time.perf_counter(), time.thread_time(), time.process_time())
         return self
 
     def __exit__(self, *exc):
@@ -208,8 +215,10 @@ def _one_per_transaction(engine, stmt, n, settle):
     return clocks.per(n)
 
 
-WORKLOADS = (('statement in open transaction', _in_transaction),
-             ('one-statement transaction', _one_per_transaction))
+WORKLOADS = (
+    ('statement in open transaction', _in_transaction),
+    ('one-statement transaction', _one_per_transaction),
+)
 
 
 def _reachable(url) -> str | None:
@@ -223,8 +232,15 @@ def _reachable(url) -> str | None:
         return '%s: %s' % (exc.__class__.__name__, str(exc)[:120])
 
 
-NAMES = ['none', 'floor', 'instrument', 'instrument-agg',
-         'instrument-file', 'otel', 'osprofiler']
+NAMES = [
+    'none',
+    'floor',
+    'instrument',
+    'instrument-agg',
+    'instrument-file',
+    'otel',
+    'osprofiler',
+]
 
 
 def run_backend(label, url, n, rounds, tmpdir, names=None):
@@ -232,14 +248,19 @@ def run_backend(label, url, n, rounds, tmpdir, names=None):
     engines = {name: _make_engine(url) for name in names}
     libs = {
         'instrument': Instrument(DiscardSink(None, None)),
-        'instrument-agg': Instrument(DiscardSink(None, None),
-                                     slow_query_threshold=60000.0),
-        'instrument-file': Instrument(file_sink.FileSink(
-            _conf(output_dir=tmpdir), process.ProcessIdentity.create(
-                'bench', 'benchhost'))),
+        'instrument-agg': Instrument(
+            DiscardSink(None, None), slow_query_threshold=60000.0
+        ),
+        'instrument-file': Instrument(
+            file_sink.FileSink(
+                _conf(output_dir=tmpdir),
+                process.ProcessIdentity.create('bench', 'benchhost'),
+            )
+        ),
     }
-    exporter = _otel(engines['otel'][0]) if 'otel' in engines else \
-        _NoExporter()
+    exporter = (
+        _otel(engines['otel'][0]) if 'otel' in engines else _NoExporter()
+    )
     if 'floor' in engines:
         Floor(engines['floor'][0])
     if 'osprofiler' in engines:
@@ -263,9 +284,12 @@ def run_backend(label, url, n, rounds, tmpdir, names=None):
                         lib.off()
                 rounds_of[name].append(us)
                 exporter.clear()
-        results[wname] = {name: [statistics.median(column)
-                                 for column in zip(*rows, strict=True)]
-                          for name, rows in rounds_of.items()}
+        results[wname] = {
+            name: [
+                statistics.median(column) for column in zip(*rows, strict=True)
+            ]
+            for name, rows in rounds_of.items()
+        }
     for engine, _stmt in engines.values():
         engine.dispose()
     for lib in libs.values():
@@ -284,22 +308,42 @@ def _nothing():
 
 def report(label, results) -> None:
     for wname, best in results.items():
-        print('\n%s, %s: us per statement, median of rounds; "added" is'
-              ' over none, "x" is added / floor\'s added' % (label, wname))
-        print('  %-16s %s' % ('', '  '.join(
-            '%-26s' % head for head in ('wall', 'calling-thread CPU',
-                                        'process CPU (all threads)'))))
-        print('  %-16s %s' % ('', '  '.join(
-            ['%8s %8s %8s' % ('us', 'added', 'x')] * 3)))
+        print(
+            '\n%s, %s: us per statement, median of rounds; "added" is'
+            ' over none, "x" is added / floor\'s added' % (label, wname)
+        )
+        print(
+            '  %-16s %s'
+            % (
+                '',
+                '  '.join(
+                    '%-26s' % head
+                    for head in (
+                        'wall',
+                        'calling-thread CPU',
+                        'process CPU (all threads)',
+                    )
+                ),
+            )
+        )
+        print(
+            '  %-16s %s'
+            % ('', '  '.join(['%8s %8s %8s' % ('us', 'added', 'x')] * 3))
+        )
         for name, values in best.items():
             cols = []
             for i, us in enumerate(values):
                 added = us - best['none'][i]
-                floor_added = best['floor'][i] - best['none'][i] \
-                    if 'floor' in best else 0
-                ratio = ('%8.2f' % (added / floor_added)
-                         if floor_added > 0 and name != 'none'
-                         else '%8s' % '')
+                floor_added = (
+                    best['floor'][i] - best['none'][i]
+                    if 'floor' in best
+                    else 0
+                )
+                ratio = (
+                    '%8.2f' % (added / floor_added)
+                    if floor_added > 0 and name != 'none'
+                    else '%8s' % ''
+                )
                 cols.append('%8.2f %8.2f %s' % (us, added, ratio))
             print('  %-16s %s' % (name, '  '.join(cols)))
         peer = best.get('osprofiler')
@@ -308,9 +352,10 @@ def report(label, results) -> None:
             peer_added = peer[2] - best['none'][2]
             added = mine[2] - best['none'][2]
             if peer_added > 0:
-                print('  instrument-file added process CPU = %.2fx '
-                      'osprofiler\'s (target <= 0.5x)' % (
-                          added / peer_added))
+                print(
+                    '  instrument-file added process CPU = %.2fx '
+                    'osprofiler\'s (target <= 0.5x)' % (added / peer_added)
+                )
 
 
 def main(argv) -> int:
@@ -319,25 +364,44 @@ def main(argv) -> int:
     rounds_override = None
     for arg in argv:
         if arg.startswith('--only='):
-            names = ['none'] + [name for name in arg[7:].split(',')
-                                if name != 'none']
+            names = ['none'] + [
+                name for name in arg[7:].split(',') if name != 'none'
+            ]
         elif arg.startswith('--rounds='):
             rounds_override = int(arg[9:])
     tmpdir = tempfile.mkdtemp(prefix='instrument-bench-')
-    backends = [('sqlite :memory:', 'sqlite://',
-                 2000 if quick else 5000, 5 if quick else 25)]
+    backends = [
+        (
+            'sqlite :memory:',
+            'sqlite://',
+            2000 if quick else 5000,
+            5 if quick else 25,
+        )
+    ]
     why = _reachable(MYSQL_URL)
     if why is None:
-        backends.append(('MariaDB (PyMySQL, 127.0.0.1)', MYSQL_URL,
-                         500 if quick else 1500, 5 if quick else 15))
-    print('SQL timing benchmark: python %s, SQLAlchemy %s' % (
-        sys.version.split()[0], sa.__version__))
+        backends.append(
+            (
+                'MariaDB (PyMySQL, 127.0.0.1)',
+                MYSQL_URL,
+                500 if quick else 1500,
+                5 if quick else 15,
+            )
+        )
+    print(
+        'SQL timing benchmark: python %s, SQLAlchemy %s'
+        % (sys.version.split()[0], sa.__version__)
+    )
     if why is not None:
         print('MariaDB not reachable (%s): sqlite only' % why)
     print('load average %.2f' % os.getloadavg()[0])
     for label, url, n, rounds in backends:
-        report(label, run_backend(label, url, n, rounds_override or rounds,
-                                  tmpdir, names))
+        report(
+            label,
+            run_backend(
+                label, url, n, rounds_override or rounds, tmpdir, names
+            ),
+        )
     return 0
 
 

@@ -29,8 +29,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from instrument.analysis import pipeline  # noqa: E402
 from instrument.analysis import sweep  # noqa: E402
@@ -51,7 +50,8 @@ def main() -> int:
         for i in range(args.runs):
             where = os.path.join(top, 'c%d' % i)
             synthetic.Cloud(seed=11).generate(
-                where, requests=args.requests, rate=2.0 * 2 ** i, phases=1)
+                where, requests=args.requests, rate=2.0 * 2**i, phases=1
+            )
             t0 = time.perf_counter()
             report = pipeline.analyse([where], pipeline.Options(jobs=1))
             took = time.perf_counter() - t0
@@ -59,12 +59,20 @@ def main() -> int:
             path = os.path.join(top, 'c%d.json' % i)
             report_json.write(report, path)
             paths.append(path)
-            print('analyse run %d: %d requests, %.2f s, report %.1f MB' % (
-                i, len(report['requests']), took,
-                os.path.getsize(path) / 1e6))
+            print(
+                'analyse run %d: %d requests, %.2f s, report %.1f MB'
+                % (
+                    i,
+                    len(report['requests']),
+                    took,
+                    os.path.getsize(path) / 1e6,
+                )
+            )
         t0 = time.perf_counter()
-        runs = [(p, {'concurrency': str(2 ** i)}, report_json.read(p))
-                for i, p in enumerate(paths)]
+        runs = [
+            (p, {'concurrency': str(2**i)}, report_json.read(p))
+            for i, p in enumerate(paths)
+        ]
         read_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         result = sweep.sweep(runs)
@@ -75,12 +83,14 @@ def main() -> int:
         sweep_html.render(result)
         forms_s = time.perf_counter() - t0
         total = read_s + sweep_s + forms_s
-        print('analyses (baseline): %.2f s for %d runs' % (
-            analyse_s, args.runs))
-        print('sweep: read reports %.3f s, figures %.3f s, text+JSON+HTML '
-              '%.3f s; total %.3f s = %.1f %% of the analyses' % (
-                  read_s, sweep_s, forms_s, total,
-                  100 * total / analyse_s))
+        print(
+            'analyses (baseline): %.2f s for %d runs' % (analyse_s, args.runs)
+        )
+        print(
+            'sweep: read reports %.3f s, figures %.3f s, text+JSON+HTML '
+            '%.3f s; total %.3f s = %.1f %% of the analyses'
+            % (read_s, sweep_s, forms_s, total, 100 * total / analyse_s)
+        )
     finally:
         shutil.rmtree(top, ignore_errors=True)
     return 0

@@ -14,6 +14,4 @@
 
 import setuptools
 
-setuptools.setup(
-    setup_requires=['pbr>=6.0.0'],
-    pbr=True)
+setuptools.setup(setup_requires=['pbr>=6.0.0'], pbr=True)

@@ -21,6 +21,7 @@ def setup(conf, service_name=None, points=None, targets=None):
     """Start instrumenting this process; see
     ``instrument.runtime.lifecycle``."""
     from instrument.runtime import lifecycle
+
     return lifecycle.setup(conf, service_name, points, targets)
 
 
@@ -28,4 +29,5 @@ def teardown():
     """Stop instrumenting this process; see
     ``instrument.runtime.lifecycle``."""
     from instrument.runtime import lifecycle
+
     lifecycle.teardown()

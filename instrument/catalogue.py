@@ -52,7 +52,7 @@ ROLLED_BACK = 'rolled_back'
 # confirm's and revert's work in the cell databases, around the compute
 # steps it calls)
 CONDUCTOR_FAILURE = 'conductor_failure'
-PARTIAL = 'partial'          # a list/show that a cell did not answer
+PARTIAL = 'partial'  # a list/show that a cell did not answer
 OTHER = 'other'
 
 # -- services -------------------------------------------------------------
@@ -92,14 +92,21 @@ def _api(method: str) -> Step:
 
 
 def _conductor(method: str, event: str) -> Step:
-    return Step(event, _CONDUCTOR_MOD, 'ComputeTaskManager.' + method,
-                CONDUCTOR)
+    return Step(
+        event, _CONDUCTOR_MOD, 'ComputeTaskManager.' + method, CONDUCTOR
+    )
 
 
-def _compute(method: str, event: str | None = None,
-             component: str | None = None) -> Step:
-    return Step(event or 'compute.' + method, _COMPUTE_MOD,
-                'ComputeManager.' + method, COMPUTE, component)
+def _compute(
+    method: str, event: str | None = None, component: str | None = None
+) -> Step:
+    return Step(
+        event or 'compute.' + method,
+        _COMPUTE_MOD,
+        'ComputeManager.' + method,
+        COMPUTE,
+        component,
+    )
 
 
 # Every step of every operation, each once, in the order the nova
@@ -107,42 +114,83 @@ def _compute(method: str, event: str | None = None,
 STEPS: tuple = (
     # a boot, and the scheduling every move shares
     _api('create'),
-    _conductor('schedule_and_build_instances',
-               'conductor.schedule_and_build_instances'),
+    _conductor(
+        'schedule_and_build_instances',
+        'conductor.schedule_and_build_instances',
+    ),
     _conductor('build_instances', 'conductor.build_instances'),
     _conductor('_schedule_instances', 'conductor.schedule'),
     _conductor('_bury_in_cell0', 'conductor.bury_in_cell0'),
     # the conductor gave up rescheduling a build (MaxRetriesExceeded,
     # AllocationUpdateFailed): the instance is set to ERROR
-    _conductor('_cleanup_when_reschedule_fails',
-               'conductor.reschedule_failed'),
-    Step('scheduler.select_destinations', _SCHEDULER_MOD,
-         'SchedulerManager.select_destinations', SCHEDULER),
-    Step('scheduler.placement.candidates', 'nova.scheduler.client.report',
-         'SchedulerReportClient.get_allocation_candidates', None,
-         'scheduler.placement'),
-    Step('scheduler.host_states', _HOSTS_MOD,
-         'HostManager._get_computes_for_cells', None, 'scheduler.db'),
+    _conductor(
+        '_cleanup_when_reschedule_fails', 'conductor.reschedule_failed'
+    ),
+    Step(
+        'scheduler.select_destinations',
+        _SCHEDULER_MOD,
+        'SchedulerManager.select_destinations',
+        SCHEDULER,
+    ),
+    Step(
+        'scheduler.placement.candidates',
+        'nova.scheduler.client.report',
+        'SchedulerReportClient.get_allocation_candidates',
+        None,
+        'scheduler.placement',
+    ),
+    Step(
+        'scheduler.host_states',
+        _HOSTS_MOD,
+        'HostManager._get_computes_for_cells',
+        None,
+        'scheduler.db',
+    ),
     # each host's state brought up to date: its instances read from its
     # cell's database, one query per host, unless the computes report
     # them (track_instance_changes): it grows with the computes
-    Step('scheduler.host_states.update', _HOSTS_MOD,
-         'HostManager._get_host_states', None, 'scheduler.db'),
-    Step('scheduler.filter', _HOSTS_MOD, 'HostManager.get_filtered_hosts',
-         None, SCHEDULER),
-    Step('scheduler.weigh', _HOSTS_MOD, 'HostManager.get_weighed_hosts',
-         None, SCHEDULER),
-    Step('scheduler.claim', 'nova.scheduler.utils', 'claim_resources',
-         None, 'scheduler.placement'),
+    Step(
+        'scheduler.host_states.update',
+        _HOSTS_MOD,
+        'HostManager._get_host_states',
+        None,
+        'scheduler.db',
+    ),
+    Step(
+        'scheduler.filter',
+        _HOSTS_MOD,
+        'HostManager.get_filtered_hosts',
+        None,
+        SCHEDULER,
+    ),
+    Step(
+        'scheduler.weigh',
+        _HOSTS_MOD,
+        'HostManager.get_weighed_hosts',
+        None,
+        SCHEDULER,
+    ),
+    Step(
+        'scheduler.claim',
+        'nova.scheduler.utils',
+        'claim_resources',
+        None,
+        'scheduler.placement',
+    ),
     _compute('build_and_run_instance'),
     _compute('_do_build_and_run_instance', 'compute.build'),
     _compute('_build_and_run_instance', 'compute.build_and_run'),
-    Step('compute.claim', 'nova.compute.resource_tracker',
-         'ResourceTracker.instance_claim', COMPUTE, 'compute.claim'),
-    _compute('_allocate_network_async', 'compute.network',
-             'compute.network'),
-    _compute('_prep_block_device', 'compute.block_device',
-             'compute.block_device'),
+    Step(
+        'compute.claim',
+        'nova.compute.resource_tracker',
+        'ResourceTracker.instance_claim',
+        COMPUTE,
+        'compute.claim',
+    ),
+    _compute('_allocate_network_async', 'compute.network', 'compute.network'),
+    _compute(
+        '_prep_block_device', 'compute.block_device', 'compute.block_device'
+    ),
     # nova-api: one span per compute API method a route reached
     _api('delete'),
     # resize(context, instance, flavor_id=None, ...): no flavor is a
@@ -171,8 +219,12 @@ STEPS: tuple = (
     _conductor('migrate_server', 'conductor.migrate_server'),
     _conductor('_cold_migrate', 'conductor.cold_migrate'),
     _conductor('_live_migrate', 'conductor.live_migrate'),
-    Step('conductor.live_migrate.checks', 'nova.conductor.tasks.live_migrate',
-         'LiveMigrationTask._call_livem_checks_on_host', CONDUCTOR),
+    Step(
+        'conductor.live_migrate.checks',
+        'nova.conductor.tasks.live_migrate',
+        'LiveMigrationTask._call_livem_checks_on_host',
+        CONDUCTOR,
+    ),
     _conductor('rebuild_instance', 'conductor.rebuild_instance'),
     _conductor('unshelve_instance', 'conductor.unshelve_instance'),
     # nova-compute (attrs role: the side of a move the host is on)
@@ -270,7 +322,8 @@ class Operation:
     steps: tuple = ()
     done: tuple = ()
     fail: typing.Mapping = dataclasses.field(
-        default_factory=lambda: types.MappingProxyType({}))
+        default_factory=lambda: types.MappingProxyType({})
+    )
     attempts: tuple = ()
     rollback: str | None = None
     api_only: bool = False
@@ -278,13 +331,19 @@ class Operation:
     states: tuple = ()
     reschedule: Reschedule | None = None
     conductor: typing.Mapping = dataclasses.field(
-        default_factory=lambda: types.MappingProxyType({}))
+        default_factory=lambda: types.MappingProxyType({})
+    )
 
     def events(self) -> frozenset:
         """Every event this operation's rules name."""
-        return frozenset(self.api + self.steps + self.done +
-                         tuple(self.fail) + self.attempts +
-                         ((self.rollback,) if self.rollback else ()))
+        return frozenset(
+            self.api
+            + self.steps
+            + self.done
+            + tuple(self.fail)
+            + self.attempts
+            + ((self.rollback,) if self.rollback else ())
+        )
 
 
 def _map(**kw) -> typing.Mapping:
@@ -295,10 +354,19 @@ def _fail(*pairs) -> typing.Mapping:
     return types.MappingProxyType(dict(pairs))
 
 
-_SCHED = (('conductor.schedule', SCHEDULING_FAILURE),
-          ('scheduler.select_destinations', SCHEDULING_FAILURE))
-_MOVE = (SUCCESS, RESCHEDULED_SUCCESS, SCHEDULING_FAILURE, FAILED_ON_SOURCE,
-         FAILED_ON_DEST, API_FAILURE, INCOMPLETE)
+_SCHED = (
+    ('conductor.schedule', SCHEDULING_FAILURE),
+    ('scheduler.select_destinations', SCHEDULING_FAILURE),
+)
+_MOVE = (
+    SUCCESS,
+    RESCHEDULED_SUCCESS,
+    SCHEDULING_FAILURE,
+    FAILED_ON_SOURCE,
+    FAILED_ON_DEST,
+    API_FAILURE,
+    INCOMPLETE,
+)
 _ONE_HOST = (SUCCESS, COMPUTE_FAILURE, API_FAILURE, INCOMPLETE)
 _API_ONLY = (SUCCESS, PARTIAL, API_FAILURE, INCOMPLETE)
 
@@ -310,191 +378,352 @@ REVERT_DEST_CROSS = 'compute.revert_snapshot_based_resize_at_dest'
 FINISH_REVERT_CROSS = 'compute.finish_revert_snapshot_based_resize_at_source'
 
 
-def _one_host(name: str, api: str, done: str, routes: tuple = (),
-              actions: tuple = (), steps: tuple | None = None,
-              **kw) -> Operation:
+def _one_host(
+    name: str,
+    api: str,
+    done: str,
+    routes: tuple = (),
+    actions: tuple = (),
+    steps: tuple | None = None,
+    **kw,
+) -> Operation:
     """An operation of one compute step ``done``."""
-    return Operation(name, api=('api.compute.' + api,), routes=routes,
-                     actions=actions,
-                     steps=(done,) if steps is None else steps,
-                     done=(done,), fail=_fail((done, COMPUTE_FAILURE)),
-                     states=_ONE_HOST, **kw)
+    return Operation(
+        name,
+        api=('api.compute.' + api,),
+        routes=routes,
+        actions=actions,
+        steps=(done,) if steps is None else steps,
+        done=(done,),
+        fail=_fail((done, COMPUTE_FAILURE)),
+        states=_ONE_HOST,
+        **kw,
+    )
 
 
-_RESIZE_STEPS = ('conductor.cold_migrate', 'compute.prep_resize',
-                 'compute.resize_instance', 'compute.finish_resize',
-                 PREP_DEST_CROSS, PREP_SOURCE_CROSS, FINISH_DEST_CROSS)
-_RESIZE_FAIL = _fail(*_SCHED, *(
-    ('conductor.migrate_server', SCHEDULING_FAILURE),
-    ('conductor.cold_migrate', SCHEDULING_FAILURE),
-    ('compute.prep_resize', FAILED_ON_DEST),
-    ('compute.resize_instance', FAILED_ON_SOURCE),
-    ('compute.finish_resize', FAILED_ON_DEST),
-    (PREP_DEST_CROSS, FAILED_ON_DEST),
-    (PREP_SOURCE_CROSS, FAILED_ON_SOURCE),
-    (FINISH_DEST_CROSS, FAILED_ON_DEST)))
-_REBUILD_FAIL = _fail(*_SCHED, ('conductor.rebuild_instance',
-                                SCHEDULING_FAILURE),
-                      ('compute.rebuild_instance', COMPUTE_FAILURE))
-_REBUILD_STATES = (SUCCESS, SCHEDULING_FAILURE, COMPUTE_FAILURE,
-                   API_FAILURE, INCOMPLETE)
+_RESIZE_STEPS = (
+    'conductor.cold_migrate',
+    'compute.prep_resize',
+    'compute.resize_instance',
+    'compute.finish_resize',
+    PREP_DEST_CROSS,
+    PREP_SOURCE_CROSS,
+    FINISH_DEST_CROSS,
+)
+_RESIZE_FAIL = _fail(
+    *_SCHED,
+    *(
+        ('conductor.migrate_server', SCHEDULING_FAILURE),
+        ('conductor.cold_migrate', SCHEDULING_FAILURE),
+        ('compute.prep_resize', FAILED_ON_DEST),
+        ('compute.resize_instance', FAILED_ON_SOURCE),
+        ('compute.finish_resize', FAILED_ON_DEST),
+        (PREP_DEST_CROSS, FAILED_ON_DEST),
+        (PREP_SOURCE_CROSS, FAILED_ON_SOURCE),
+        (FINISH_DEST_CROSS, FAILED_ON_DEST),
+    ),
+)
+_REBUILD_FAIL = _fail(
+    *_SCHED,
+    ('conductor.rebuild_instance', SCHEDULING_FAILURE),
+    ('compute.rebuild_instance', COMPUTE_FAILURE),
+)
+_REBUILD_STATES = (
+    SUCCESS,
+    SCHEDULING_FAILURE,
+    COMPUTE_FAILURE,
+    API_FAILURE,
+    INCOMPLETE,
+)
 
 # In the order of the reports (``other`` last: a request that reached
 # none of them).
 OPERATIONS: tuple = (
     Operation(
-        'boot', api=('api.compute.create',), routes=(('POST', ''),),
-        steps=('conductor.schedule_and_build_instances',
-               'conductor.build_instances', 'conductor.bury_in_cell0',
-               'compute.build_and_run_instance', 'compute.build'),
+        'boot',
+        api=('api.compute.create',),
+        routes=(('POST', ''),),
+        steps=(
+            'conductor.schedule_and_build_instances',
+            'conductor.build_instances',
+            'conductor.bury_in_cell0',
+            'compute.build_and_run_instance',
+            'compute.build',
+        ),
         done=('compute.build',),
-        fail=_fail(*_SCHED, ('conductor.bury_in_cell0', SCHEDULING_FAILURE),
-                   ('conductor.reschedule_failed', SCHEDULING_FAILURE),
-                   ('compute.build', COMPUTE_FAILURE)),
+        fail=_fail(
+            *_SCHED,
+            ('conductor.bury_in_cell0', SCHEDULING_FAILURE),
+            ('conductor.reschedule_failed', SCHEDULING_FAILURE),
+            ('compute.build', COMPUTE_FAILURE),
+        ),
         attempts=('compute.build',),
-        states=(SUCCESS, RESCHEDULED_SUCCESS, COMPUTE_FAILURE,
-                SCHEDULING_FAILURE, API_FAILURE, INCOMPLETE),
+        states=(
+            SUCCESS,
+            RESCHEDULED_SUCCESS,
+            COMPUTE_FAILURE,
+            SCHEDULING_FAILURE,
+            API_FAILURE,
+            INCOMPLETE,
+        ),
         reschedule=Reschedule(
-            build='compute.build', outcome_attr='outcome', active='active',
-            failed='failed', buried='conductor.bury_in_cell0',
-            given_up='conductor.reschedule_failed')),
-    _one_host('delete', 'delete', 'compute.terminate_instance',
-              routes=(('DELETE', '/{id}'),), api_may_finish=True),
+            build='compute.build',
+            outcome_attr='outcome',
+            active='active',
+            failed='failed',
+            buried='conductor.bury_in_cell0',
+            given_up='conductor.reschedule_failed',
+        ),
+    ),
+    _one_host(
+        'delete',
+        'delete',
+        'compute.terminate_instance',
+        routes=(('DELETE', '/{id}'),),
+        api_may_finish=True,
+    ),
     Operation(
-        'resize', api=('api.compute.resize',), actions=('resize',),
+        'resize',
+        api=('api.compute.resize',),
+        actions=('resize',),
         steps=_RESIZE_STEPS,
         done=('compute.finish_resize', FINISH_DEST_CROSS),
         fail=_RESIZE_FAIL,
-        attempts=('compute.prep_resize', PREP_DEST_CROSS), states=_MOVE),
+        attempts=('compute.prep_resize', PREP_DEST_CROSS),
+        states=_MOVE,
+    ),
     # api.compute.resize without a flavor (operations.operation_of)
     Operation(
-        'cold_migrate', actions=('migrate',),
+        'cold_migrate',
+        actions=('migrate',),
         done=('compute.finish_resize', FINISH_DEST_CROSS),
         fail=_RESIZE_FAIL,
-        attempts=('compute.prep_resize', PREP_DEST_CROSS), states=_MOVE),
+        attempts=('compute.prep_resize', PREP_DEST_CROSS),
+        states=_MOVE,
+    ),
     Operation(
-        'confirm_resize', api=('api.compute.confirm_resize',),
+        'confirm_resize',
+        api=('api.compute.confirm_resize',),
         actions=('confirmResize',),
         steps=('compute.confirm_resize', CONFIRM_CROSS),
         done=('compute.confirm_resize', CONFIRM_CROSS),
-        fail=_fail(('compute.confirm_resize', FAILED_ON_SOURCE),
-                   (CONFIRM_CROSS, FAILED_ON_SOURCE)),
+        fail=_fail(
+            ('compute.confirm_resize', FAILED_ON_SOURCE),
+            (CONFIRM_CROSS, FAILED_ON_SOURCE),
+        ),
         # across cells the conductor's task runs the compute steps and
         # finishes in the cell databases (ConfirmResizeTask)
         conductor=_map(confirm_snapshot_based_resize=CONDUCTOR_FAILURE),
-        states=(SUCCESS, FAILED_ON_SOURCE, CONDUCTOR_FAILURE, API_FAILURE,
-                INCOMPLETE)),
+        states=(
+            SUCCESS,
+            FAILED_ON_SOURCE,
+            CONDUCTOR_FAILURE,
+            API_FAILURE,
+            INCOMPLETE,
+        ),
+    ),
     Operation(
-        'revert_resize', api=('api.compute.revert_resize',),
+        'revert_resize',
+        api=('api.compute.revert_resize',),
         actions=('revertResize',),
-        steps=('compute.revert_resize', 'compute.finish_revert_resize',
-               REVERT_DEST_CROSS, FINISH_REVERT_CROSS),
+        steps=(
+            'compute.revert_resize',
+            'compute.finish_revert_resize',
+            REVERT_DEST_CROSS,
+            FINISH_REVERT_CROSS,
+        ),
         done=('compute.finish_revert_resize', FINISH_REVERT_CROSS),
-        fail=_fail(('compute.revert_resize', FAILED_ON_DEST),
-                   ('compute.finish_revert_resize', FAILED_ON_SOURCE),
-                   (REVERT_DEST_CROSS, FAILED_ON_DEST),
-                   (FINISH_REVERT_CROSS, FAILED_ON_SOURCE)),
+        fail=_fail(
+            ('compute.revert_resize', FAILED_ON_DEST),
+            ('compute.finish_revert_resize', FAILED_ON_SOURCE),
+            (REVERT_DEST_CROSS, FAILED_ON_DEST),
+            (FINISH_REVERT_CROSS, FAILED_ON_SOURCE),
+        ),
         # RevertResizeTask, as confirm's
         conductor=_map(revert_snapshot_based_resize=CONDUCTOR_FAILURE),
-        states=(SUCCESS, FAILED_ON_DEST, FAILED_ON_SOURCE,
-                CONDUCTOR_FAILURE, API_FAILURE, INCOMPLETE)),
+        states=(
+            SUCCESS,
+            FAILED_ON_DEST,
+            FAILED_ON_SOURCE,
+            CONDUCTOR_FAILURE,
+            API_FAILURE,
+            INCOMPLETE,
+        ),
+    ),
     Operation(
-        'live_migrate', api=('api.compute.live_migrate',),
+        'live_migrate',
+        api=('api.compute.live_migrate',),
         actions=('os-migrateLive',),
-        steps=('conductor.live_migrate', 'conductor.live_migrate.checks',
-               'compute.check_can_live_migrate_destination',
-               'compute.check_can_live_migrate_source',
-               'compute.pre_live_migration', 'compute.live_migration',
-               'compute.post_live_migration',
-               'compute.post_live_migration_at_destination',
-               'compute.rollback_live_migration',
-               'compute.rollback_live_migration_at_destination'),
+        steps=(
+            'conductor.live_migrate',
+            'conductor.live_migrate.checks',
+            'compute.check_can_live_migrate_destination',
+            'compute.check_can_live_migrate_source',
+            'compute.pre_live_migration',
+            'compute.live_migration',
+            'compute.post_live_migration',
+            'compute.post_live_migration_at_destination',
+            'compute.rollback_live_migration',
+            'compute.rollback_live_migration_at_destination',
+        ),
         done=('compute.post_live_migration_at_destination',),
-        fail=_fail(*_SCHED, *(
-            ('conductor.live_migrate.checks', PRECHECK_FAILURE),
-            ('conductor.live_migrate', PRECHECK_FAILURE),
-            ('compute.check_can_live_migrate_destination',
-             PRECHECK_FAILURE),
-            ('compute.check_can_live_migrate_source', PRECHECK_FAILURE),
-            ('compute.pre_live_migration', FAILED_ON_DEST),
-            ('compute.live_migration', FAILED_ON_SOURCE),
-            ('compute.post_live_migration', FAILED_ON_SOURCE),
-            ('compute.post_live_migration_at_destination', FAILED_ON_DEST),
-            ('compute.rollback_live_migration', FAILED_ON_SOURCE),
-            ('compute.rollback_live_migration_at_destination',
-             FAILED_ON_DEST))),
+        fail=_fail(
+            *_SCHED,
+            *(
+                ('conductor.live_migrate.checks', PRECHECK_FAILURE),
+                ('conductor.live_migrate', PRECHECK_FAILURE),
+                (
+                    'compute.check_can_live_migrate_destination',
+                    PRECHECK_FAILURE,
+                ),
+                ('compute.check_can_live_migrate_source', PRECHECK_FAILURE),
+                ('compute.pre_live_migration', FAILED_ON_DEST),
+                ('compute.live_migration', FAILED_ON_SOURCE),
+                ('compute.post_live_migration', FAILED_ON_SOURCE),
+                ('compute.post_live_migration_at_destination', FAILED_ON_DEST),
+                ('compute.rollback_live_migration', FAILED_ON_SOURCE),
+                (
+                    'compute.rollback_live_migration_at_destination',
+                    FAILED_ON_DEST,
+                ),
+            ),
+        ),
         attempts=('compute.check_can_live_migrate_destination',),
         rollback='compute.rollback_live_migration',
-        states=(SUCCESS, RESCHEDULED_SUCCESS, PRECHECK_FAILURE,
-                SCHEDULING_FAILURE, ROLLED_BACK, FAILED_ON_SOURCE,
-                FAILED_ON_DEST, API_FAILURE, INCOMPLETE)),
+        states=(
+            SUCCESS,
+            RESCHEDULED_SUCCESS,
+            PRECHECK_FAILURE,
+            SCHEDULING_FAILURE,
+            ROLLED_BACK,
+            FAILED_ON_SOURCE,
+            FAILED_ON_DEST,
+            API_FAILURE,
+            INCOMPLETE,
+        ),
+    ),
     Operation(
-        'rebuild', api=('api.compute.rebuild',), actions=('rebuild',),
+        'rebuild',
+        api=('api.compute.rebuild',),
+        actions=('rebuild',),
         steps=('conductor.rebuild_instance', 'compute.rebuild_instance'),
-        done=('compute.rebuild_instance',), fail=_REBUILD_FAIL,
-        states=_REBUILD_STATES),
+        done=('compute.rebuild_instance',),
+        fail=_REBUILD_FAIL,
+        states=_REBUILD_STATES,
+    ),
     Operation(
-        'evacuate', api=('api.compute.evacuate',), actions=('evacuate',),
-        done=('compute.rebuild_instance',), fail=_REBUILD_FAIL,
-        states=_REBUILD_STATES),
+        'evacuate',
+        api=('api.compute.evacuate',),
+        actions=('evacuate',),
+        done=('compute.rebuild_instance',),
+        fail=_REBUILD_FAIL,
+        states=_REBUILD_STATES,
+    ),
     # a volume-backed server's shelve is offloaded at once: the API
     # casts shelve_offload_instance, not shelve_instance
     Operation(
-        'shelve', api=('api.compute.shelve',), actions=('shelve',),
+        'shelve',
+        api=('api.compute.shelve',),
+        actions=('shelve',),
         steps=('compute.shelve_instance',),
         done=('compute.shelve_instance', 'compute.shelve_offload_instance'),
-        fail=_fail(('compute.shelve_instance', COMPUTE_FAILURE),
-                   ('compute.shelve_offload_instance', COMPUTE_FAILURE)),
-        states=_ONE_HOST),
-    _one_host('shelve_offload', 'shelve_offload',
-              'compute.shelve_offload_instance', actions=('shelveOffload',)),
+        fail=_fail(
+            ('compute.shelve_instance', COMPUTE_FAILURE),
+            ('compute.shelve_offload_instance', COMPUTE_FAILURE),
+        ),
+        states=_ONE_HOST,
+    ),
+    _one_host(
+        'shelve_offload',
+        'shelve_offload',
+        'compute.shelve_offload_instance',
+        actions=('shelveOffload',),
+    ),
     # a server shelved but not offloaded is started on its host (the
     # conductor calls start_instance)
     Operation(
-        'unshelve', api=('api.compute.unshelve',), actions=('unshelve',),
+        'unshelve',
+        api=('api.compute.unshelve',),
+        actions=('unshelve',),
         steps=('conductor.unshelve_instance', 'compute.unshelve_instance'),
         done=('compute.unshelve_instance', 'compute.start_instance'),
-        fail=_fail(*_SCHED, ('conductor.unshelve_instance',
-                             SCHEDULING_FAILURE),
-                   ('compute.unshelve_instance', COMPUTE_FAILURE),
-                   ('compute.start_instance', COMPUTE_FAILURE)),
-        states=_REBUILD_STATES),
-    _one_host('reboot', 'reboot', 'compute.reboot_instance',
-              actions=('reboot',)),
+        fail=_fail(
+            *_SCHED,
+            ('conductor.unshelve_instance', SCHEDULING_FAILURE),
+            ('compute.unshelve_instance', COMPUTE_FAILURE),
+            ('compute.start_instance', COMPUTE_FAILURE),
+        ),
+        states=_REBUILD_STATES,
+    ),
+    _one_host(
+        'reboot', 'reboot', 'compute.reboot_instance', actions=('reboot',)
+    ),
     _one_host('stop', 'stop', 'compute.stop_instance', actions=('os-stop',)),
-    _one_host('start', 'start', 'compute.start_instance',
-              actions=('os-start',)),
+    _one_host(
+        'start', 'start', 'compute.start_instance', actions=('os-start',)
+    ),
     # nova finishes these in the API for an instance without a host
     # (or a shelved-offloaded one: its volumes)
-    _one_host('soft_delete', 'soft_delete', 'compute.soft_delete_instance',
-              api_may_finish=True),
-    _one_host('restore', 'restore', 'compute.restore_instance',
-              actions=('restore',), api_may_finish=True),
+    _one_host(
+        'soft_delete',
+        'soft_delete',
+        'compute.soft_delete_instance',
+        api_may_finish=True,
+    ),
+    _one_host(
+        'restore',
+        'restore',
+        'compute.restore_instance',
+        actions=('restore',),
+        api_may_finish=True,
+    ),
     # its compute step is a delete's (which names the operation)
-    _one_host('force_delete', 'force_delete', 'compute.terminate_instance',
-              actions=('forceDelete',), steps=(), api_may_finish=True),
+    _one_host(
+        'force_delete',
+        'force_delete',
+        'compute.terminate_instance',
+        actions=('forceDelete',),
+        steps=(),
+        api_may_finish=True,
+    ),
     Operation(
-        'attach_volume', api=('api.compute.attach_volume',),
+        'attach_volume',
+        api=('api.compute.attach_volume',),
         routes=(('POST', '/{id}/os-volume_attachments'),),
-        steps=('compute.reserve_block_device_name',
-               'compute.attach_volume'),
+        steps=('compute.reserve_block_device_name', 'compute.attach_volume'),
         done=('compute.attach_volume',),
-        fail=_fail(('compute.reserve_block_device_name', COMPUTE_FAILURE),
-                   ('compute.attach_volume', COMPUTE_FAILURE)),
-        states=_ONE_HOST, api_may_finish=True),
-    _one_host('detach_volume', 'detach_volume', 'compute.detach_volume',
-              routes=(('DELETE', '/{id}/os-volume_attachments/{id}'),),
-              api_may_finish=True),
-    _one_host('live_migrate_abort', 'live_migrate_abort',
-              'compute.live_migration_abort',
-              routes=(('DELETE', '/{id}/migrations/{id}'),)),
+        fail=_fail(
+            ('compute.reserve_block_device_name', COMPUTE_FAILURE),
+            ('compute.attach_volume', COMPUTE_FAILURE),
+        ),
+        states=_ONE_HOST,
+        api_may_finish=True,
+    ),
+    _one_host(
+        'detach_volume',
+        'detach_volume',
+        'compute.detach_volume',
+        routes=(('DELETE', '/{id}/os-volume_attachments/{id}'),),
+        api_may_finish=True,
+    ),
+    _one_host(
+        'live_migrate_abort',
+        'live_migrate_abort',
+        'compute.live_migration_abort',
+        routes=(('DELETE', '/{id}/migrations/{id}'),),
+    ),
     # api.compute.get alone is a show on a GET of one server
     # (operations.operation_of)
-    Operation('show', routes=(('GET', '/{id}'),), api_only=True,
-              states=_API_ONLY),
-    Operation('list', api=('api.compute.get_all',),
-              routes=(('GET', ''), ('GET', '/detail')), api_only=True,
-              states=_API_ONLY),
+    Operation(
+        'show', routes=(('GET', '/{id}'),), api_only=True, states=_API_ONLY
+    ),
+    Operation(
+        'list',
+        api=('api.compute.get_all',),
+        routes=(('GET', ''), ('GET', '/detail')),
+        api_only=True,
+        states=_API_ONLY,
+    ),
 )
 
 OPERATION_OF: dict = {op.name: op for op in OPERATIONS}

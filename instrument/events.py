@@ -97,8 +97,9 @@ _OWN: tuple = (
 def table(steps: tuple = catalogue.STEPS) -> tuple:
     """Every event, each once: the library's own, then the events of
     ``steps`` (the catalogue's, written by the nova target)."""
-    return _OWN + tuple(Event(step.event, NOVA, step.charged_to)
-                        for step in steps)
+    return _OWN + tuple(
+        Event(step.event, NOVA, step.charged_to) for step in steps
+    )
 
 
 TABLE: tuple = table()

@@ -34,12 +34,14 @@ SERVICES = ('api', 'conductor', 'scheduler', 'compute')
 SINKS = ('file', 'log', 'otlp')
 
 _GROUP_TITLE = 'Instrumentation of nova services'
-_GROUP_HELP = ('Records structured span events (one JSON line each) for '
-               'nova API, conductor, scheduler and compute calls and for '
-               'every SQL statement, for offline analysis with '
-               'instrument-report.  Every option is read once, when the '
-               'service starts: a change needs a restart of the service '
-               '(SIGHUP does not reload them).')
+_GROUP_HELP = (
+    'Records structured span events (one JSON line each) for '
+    'nova API, conductor, scheduler and compute calls and for '
+    'every SQL statement, for offline analysis with '
+    'instrument-report.  Every option is read once, when the '
+    'service starts: a change needs a restart of the service '
+    '(SIGHUP does not reload them).'
+)
 
 
 def _group() -> cfg.OptGroup:
@@ -51,175 +53,239 @@ def _group() -> cfg.OptGroup:
 
 _opts = [
     cfg.BoolOpt(
-        'enabled', default=False,
+        'enabled',
+        default=False,
         help='Switch the instrumentation on in a service that loads it: '
-             'through the notifier driver ([oslo_messaging_notifications] '
-             'driver = instrument, every nova service) or the nova-api '
-             'paste filter (instrument.loaders.paste:filter_factory in '
-             'api-paste.ini).  Without one of them this option does '
-             'nothing.  When False nothing is patched and no file is '
-             'written.'),
+        'through the notifier driver ([oslo_messaging_notifications] '
+        'driver = instrument, every nova service) or the nova-api '
+        'paste filter (instrument.loaders.paste:filter_factory in '
+        'api-paste.ini).  Without one of them this option does '
+        'nothing.  When False nothing is patched and no file is '
+        'written.',
+    ),
     cfg.ListOpt(
-        'services', default=list(SERVICES),
+        'services',
+        default=list(SERVICES),
         item_type=types.String(choices=SERVICES),
         help='The nova components whose own calls are recorded in this '
-             'process: the compute API methods of nova-api (api), the '
-             'manager methods of nova-conductor (conductor), nova-'
-             'scheduler (scheduler) and nova-compute (compute).  '
-             'Everything else is recorded whatever this says: API '
-             'requests of the paste filter, SQL statements, RPC calls, '
-             'locks and other waits, keystoneauth calls and process '
-             'samples.  A component whose code is never '
-             'imported by the process is simply never patched, so the '
-             'default is safe on every host.'),
+        'process: the compute API methods of nova-api (api), the '
+        'manager methods of nova-conductor (conductor), nova-'
+        'scheduler (scheduler) and nova-compute (compute).  '
+        'Everything else is recorded whatever this says: API '
+        'requests of the paste filter, SQL statements, RPC calls, '
+        'locks and other waits, keystoneauth calls and process '
+        'samples.  A component whose code is never '
+        'imported by the process is simply never patched, so the '
+        'default is safe on every host.',
+    ),
     cfg.ListOpt(
-        'sinks', default=['file'],
+        'sinks',
+        default=['file'],
         item_type=types.String(choices=SINKS),
         help='Where span events go: "file" writes one JSON-lines file per '
-             'process into output_dir; "log" writes each event as a line '
-             'of the service log (oslo.log logger "instrument.spans"); '
-             '"otlp" exports spans to an OpenTelemetry collector (needs '
-             'the [otlp] extra).  Several may be given; a sink named '
-             'twice is used once.'),
+        'process into output_dir; "log" writes each event as a line '
+        'of the service log (oslo.log logger "instrument.spans"); '
+        '"otlp" exports spans to an OpenTelemetry collector (needs '
+        'the [otlp] extra).  Several may be given; a sink named '
+        'twice is used once.',
+    ),
     cfg.StrOpt(
-        'output_dir', default='/var/log/nova/instrument',
+        'output_dir',
+        default='/var/log/nova/instrument',
         help='Directory for span files of the "file" sink.  One file per '
-             'process, named <host>_<service>_<pid>_<start time>.jsonl, '
-             'created with mode 0640; the directory and its missing '
-             'parents are created with mode 0777, both less the bits of '
-             'the process umask (with umask 022: 0640 and 0755).  If it '
-             'cannot be written the service keeps running and the lost '
-             'events are counted and reported in the service log.  '
-             'A span file that is renamed or deleted (logrotate), or '
-             'whose directory is deleted, is opened again at its path at '
-             'the next write (the directory created again); '
-             'copytruncate is safe too.'),
+        'process, named <host>_<service>_<pid>_<start time>.jsonl, '
+        'created with mode 0640; the directory and its missing '
+        'parents are created with mode 0777, both less the bits of '
+        'the process umask (with umask 022: 0640 and 0755).  If it '
+        'cannot be written the service keeps running and the lost '
+        'events are counted and reported in the service log.  '
+        'A span file that is renamed or deleted (logrotate), or '
+        'whose directory is deleted, is opened again at its path at '
+        'the next write (the directory created again); '
+        'copytruncate is safe too.',
+    ),
     cfg.IntOpt(
-        'buffer_size', default=50000, min=16, max=10000000,
+        'buffer_size',
+        default=50000,
+        min=16,
+        max=10000000,
         help='Maximum number of events held in memory before they are '
-             'written.  When the buffer is full new events are dropped '
-             'and counted, never waited for.  The same number bounds '
-             'every other queue of the instrumentation: SQL statements '
-             'waiting to become records (counted in sql.dropped '
-             'records), running spans whose end is awaited, and lines of '
-             'the "log" sink waiting for the eventlet hub.  The first '
-             'drop is logged at once in the service log, even when the '
-             'writer is stuck; later drops are logged at most once per '
-             'cause every 5 minutes, with their count.  A writer stuck '
-             'in one write for more than 10 seconds (a hung NFS mount) is '
-             'logged too.'),
+        'written.  When the buffer is full new events are dropped '
+        'and counted, never waited for.  The same number bounds '
+        'every other queue of the instrumentation: SQL statements '
+        'waiting to become records (counted in sql.dropped '
+        'records), running spans whose end is awaited, and lines of '
+        'the "log" sink waiting for the eventlet hub.  The first '
+        'drop is logged at once in the service log, even when the '
+        'writer is stuck; later drops are logged at most once per '
+        'cause every 5 minutes, with their count.  A writer stuck '
+        'in one write for more than 10 seconds (a hung NFS mount) is '
+        'logged too.',
+    ),
     cfg.FloatOpt(
-        'flush_interval', default=0.5, min=0.01, max=60.0,
+        'flush_interval',
+        default=0.5,
+        min=0.01,
+        max=60.0,
         help='Seconds between two writes of the buffer.  Also the longest '
-             'time a span start can stay in memory before it is on disk.'),
+        'time a span start can stay in memory before it is on disk.',
+    ),
     cfg.BoolOpt(
-        'sql_timing', default=True,
-        help='Time every SQL statement through SQLAlchemy engine events.'),
+        'sql_timing',
+        default=True,
+        help='Time every SQL statement through SQLAlchemy engine events.',
+    ),
     cfg.BoolOpt(
-        'wait_timing', default=True,
+        'wait_timing',
+        default=True,
         help='Record waits: every acquisition of an oslo.concurrency '
-             'lock (time waited and held, lock name), DB connection pool '
-             'checkouts that wait for a free connection, connections '
-             'made and lost, and builds waiting for a slot of nova-'
-             'compute\'s max_concurrent_builds.  Each costs about as '
-             'much as a span.'),
+        'lock (time waited and held, lock name), DB connection pool '
+        'checkouts that wait for a free connection, connections '
+        'made and lost, and builds waiting for a slot of nova-'
+        'compute\'s max_concurrent_builds.  Each costs about as '
+        'much as a span.',
+    ),
     cfg.FloatOpt(
-        'slow_query_threshold', default=0.0, min=0.0,
+        'slow_query_threshold',
+        default=0.0,
+        min=0.0,
         help='Milliseconds.  Statements faster than this are not written '
-             'one by one but aggregated per query class and interval '
-             '(count, total, min, max, histogram), so the analyser still '
-             'sees them.  0 writes every statement.'),
+        'one by one but aggregated per query class and interval '
+        '(count, total, min, max, histogram), so the analyser still '
+        'sees them.  0 writes every statement.',
+    ),
     cfg.FloatOpt(
-        'sql_aggregate_interval', default=10.0, min=0.1, max=3600.0,
+        'sql_aggregate_interval',
+        default=10.0,
+        min=0.1,
+        max=3600.0,
         help='Seconds covered by one aggregate record of fast statements '
-             '(see slow_query_threshold).'),
+        '(see slow_query_threshold).',
+    ),
     cfg.FloatOpt(
-        'detail_sample_rate', default=1.0, min=0.0, max=1.0,
+        'detail_sample_rate',
+        default=1.0,
+        min=0.0,
+        max=1.0,
         help='Share of requests (0.0 to 1.0) that get full detail: sub-'
-             'stage spans and individual SQL statements.  Lifecycle '
-             'spans are recorded for every request.  The decision is '
-             'taken from the request id, so all services agree.'),
+        'stage spans and individual SQL statements.  Lifecycle '
+        'spans are recorded for every request.  The decision is '
+        'taken from the request id, so all services agree.',
+    ),
     cfg.StrOpt(
         'host',
         help='Host name written into every event.  Defaults to the '
-             'service\'s own [DEFAULT] host option, then the machine\'s '
-             'host name.'),
+        'service\'s own [DEFAULT] host option, then the machine\'s '
+        'host name.',
+    ),
     cfg.StrOpt(
-        'otlp_endpoint', default='http://127.0.0.1:4318/v1/traces',
+        'otlp_endpoint',
+        default='http://127.0.0.1:4318/v1/traces',
         help='OTLP collector endpoint used by the "otlp" sink.  For '
-             'http/protobuf the full traces URL; for grpc '
-             'http://host:4317 (plaintext) or https://host:4317 (TLS).  '
-             'Left at this default with otlp_protocol = grpc, '
-             'http://127.0.0.1:4317 is used.'),
+        'http/protobuf the full traces URL; for grpc '
+        'http://host:4317 (plaintext) or https://host:4317 (TLS).  '
+        'Left at this default with otlp_protocol = grpc, '
+        'http://127.0.0.1:4317 is used.',
+    ),
     cfg.StrOpt(
-        'otlp_protocol', default='http/protobuf',
+        'otlp_protocol',
+        default='http/protobuf',
         choices=[
-            ('http/protobuf', 'OTLP over HTTP, protobuf encoded (the '
-             'OpenTelemetry SDK\'s HTTP exporter); otlp_endpoint is the '
-             'full traces URL.'),
-            ('grpc', 'OTLP over gRPC (needs grpcio); otlp_endpoint is '
-             'http://host:port (plaintext) or https://host:port (TLS).'),
+            (
+                'http/protobuf',
+                'OTLP over HTTP, protobuf encoded (the '
+                'OpenTelemetry SDK\'s HTTP exporter); otlp_endpoint is the '
+                'full traces URL.',
+            ),
+            (
+                'grpc',
+                'OTLP over gRPC (needs grpcio); otlp_endpoint is '
+                'http://host:port (plaintext) or https://host:port (TLS).',
+            ),
         ],
         help='OTLP transport used by the "otlp" sink.  grpc needs '
-             'grpcio (part of the [otlp] extra); it is only imported '
-             'when chosen.'),
+        'grpcio (part of the [otlp] extra); it is only imported '
+        'when chosen.',
+    ),
     cfg.FloatOpt(
-        'otlp_timeout', default=5.0, min=0.1, max=120.0,
+        'otlp_timeout',
+        default=5.0,
+        min=0.1,
+        max=120.0,
         help='Seconds an OTLP export may take before it is abandoned and '
-             'its spans counted as dropped.'),
+        'its spans counted as dropped.',
+    ),
     cfg.IntOpt(
-        'otlp_queue_size', default=20000, min=16, max=10000000,
+        'otlp_queue_size',
+        default=20000,
+        min=16,
+        max=10000000,
         help='Spans waiting for OTLP export; beyond this they are dropped '
-             'and counted.'),
+        'and counted.',
+    ),
     # -- around nova (issue 21) ---------------------------------------------
     cfg.FloatOpt(
-        'resource_sample_interval', default=5.0, min=0.0, max=3600.0,
+        'resource_sample_interval',
+        default=5.0,
+        min=0.0,
+        max=3600.0,
         help='Seconds between two resource samples of the process '
-             '(process.sample records: CPU user/system seconds, RSS, '
-             'threads, greenthreads parked in the eventlet hub, open '
-             'file descriptors, SQL connection pools, the buffer\'s '
-             'fill and drops), taken by the writer thread from /proc '
-             'and the process itself.  0 switches sampling off.'),
+        '(process.sample records: CPU user/system seconds, RSS, '
+        'threads, greenthreads parked in the eventlet hub, open '
+        'file descriptors, SQL connection pools, the buffer\'s '
+        'fill and drops), taken by the writer thread from /proc '
+        'and the process itself.  0 switches sampling off.',
+    ),
     # -- live metrics (issue 30) --------------------------------------------
     cfg.StrOpt(
         'metrics_dir',
         help='Directory for per-process metrics (Prometheus), off when '
-             'unset (the default).  The writer thread of each process '
-             'folds what it writes into counters and histograms '
-             '(latency of each instrumented call, SQL statements and '
-             'time per query class and database, errors, deadlocks, '
-             'lock and DB pool waits, the instrumentation\'s own drops) '
-             'and writes them to <metrics_dir>/<program>_<pid>.json '
-             'every flush_interval when they changed, atomically '
-             '(temporary file and rename), and at exit.  The '
-             'instrumented call pays nothing for it.  "instrument-'
-             'metrics serve --port N DIR" serves the sum of every '
-             'process of the host (forked workers included) in '
-             'Prometheus text format; "instrument-metrics dump DIR" '
-             'prints it (for node_exporter\'s textfile collector).  See '
-             'doc/source/metrics.rst.'),
+        'unset (the default).  The writer thread of each process '
+        'folds what it writes into counters and histograms '
+        '(latency of each instrumented call, SQL statements and '
+        'time per query class and database, errors, deadlocks, '
+        'lock and DB pool waits, the instrumentation\'s own drops) '
+        'and writes them to <metrics_dir>/<program>_<pid>.json '
+        'every flush_interval when they changed, atomically '
+        '(temporary file and rename), and at exit.  The '
+        'instrumented call pays nothing for it.  "instrument-'
+        'metrics serve --port N DIR" serves the sum of every '
+        'process of the host (forked workers included) in '
+        'Prometheus text format; "instrument-metrics dump DIR" '
+        'prints it (for node_exporter\'s textfile collector).  See '
+        'doc/source/metrics.rst.',
+    ),
     cfg.IntOpt(
-        'metrics_max_series', default=500, min=1, max=100000,
+        'metrics_max_series',
+        default=500,
+        min=1,
+        max=100000,
         help='Label sets of one metric family in one process before '
-             'the open-ended labels of new ones (query class, lock, '
-             'event, exception class) are counted under the value '
-             '"other" (database, statement kind and component are '
-             'kept): bounds the memory and the scrape size.'),
+        'the open-ended labels of new ones (query class, lock, '
+        'event, exception class) are counted under the value '
+        '"other" (database, statement kind and component are '
+        'kept): bounds the memory and the scrape size.',
+    ),
     cfg.ListOpt(
         'programs',
-        default=['nova-api*', 'nova-conductor', 'nova-scheduler',
-                 'nova-compute'],
+        default=[
+            'nova-api*',
+            'nova-conductor',
+            'nova-scheduler',
+            'nova-compute',
+        ],
         help='Programs that record when they load the instrumentation '
-             'from nova.conf (the notifier driver, the api-paste '
-             'filter); shell-style patterns, "*" for every program.  '
-             'nova-api* covers nova-api and the WSGI applications of '
-             'nova\'s API (nova-api-os-compute, nova-api-metadata; the '
-             'API\'s WSGI application under a server of another name '
-             'and the paste filter record as nova-api).  Every other '
-             'program (nova-manage, nova-status, nova-policy, the '
-             'console proxies) is skipped and logged once at INFO: '
-             'nothing is patched and no file or directory is created.  '
-             'instrument.setup() called by code is not affected.'),
+        'from nova.conf (the notifier driver, the api-paste '
+        'filter); shell-style patterns, "*" for every program.  '
+        'nova-api* covers nova-api and the WSGI applications of '
+        'nova\'s API (nova-api-os-compute, nova-api-metadata; the '
+        'API\'s WSGI application under a server of another name '
+        'and the paste filter record as nova-api).  Every other '
+        'program (nova-manage, nova-status, nova-policy, the '
+        'console proxies) is skipped and logged once at INFO: '
+        'nothing is patched and no file or directory is created.  '
+        'instrument.setup() called by code is not affected.',
+    ),
 ]
 
 
@@ -259,15 +325,20 @@ def validate(conf: cfg.ConfigOpts) -> None:
         except (cfg.ConfigFileValueError, ValueError) as exc:
             raise InvalidOption(opt.name, str(exc)) from exc
     if 'file' in group.sinks and not group.output_dir:
-        raise InvalidOption('output_dir',
-                            'must be set when the "file" sink is used')
+        raise InvalidOption(
+            'output_dir', 'must be set when the "file" sink is used'
+        )
     if not group.sinks:
         raise InvalidOption('sinks', 'at least one sink is needed')
     unique = list(dict.fromkeys(group.sinks))
     if len(unique) != len(group.sinks):
-        LOG.warning('instrument: [%s] sinks names a sink more than once '
-                    '(%s); each is used once: %s', GROUP,
-                    ', '.join(group.sinks), ', '.join(unique))
+        LOG.warning(
+            'instrument: [%s] sinks names a sink more than once '
+            '(%s); each is used once: %s',
+            GROUP,
+            ', '.join(group.sinks),
+            ', '.join(unique),
+        )
         # Every later reader (the sinks loaded, the start record) sees
         # the list without repeats, and this is not warned again.
         conf.set_override('sinks', unique, GROUP)
@@ -293,11 +364,16 @@ def warn_unknown_keys(conf: cfg.ConfigOpts) -> None:
         described = []
         for key, path in unknown:
             near = difflib.get_close_matches(key, known, n=1)
-            described.append('%s (in %s%s)' % (
-                key, path, '; did you mean %s?' % near[0] if near else ''))
-        LOG.warning('instrument: unknown option%s in [%s], ignored: %s',
-                    's' if len(described) > 1 else '', GROUP,
-                    ', '.join(described))
+            described.append(
+                '%s (in %s%s)'
+                % (key, path, '; did you mean %s?' % near[0] if near else '')
+            )
+        LOG.warning(
+            'instrument: unknown option%s in [%s], ignored: %s',
+            's' if len(described) > 1 else '',
+            GROUP,
+            ', '.join(described),
+        )
     except Exception as exc:
         LOG.debug('instrument: [%s] keys not checked: %s', GROUP, exc)
 
@@ -310,8 +386,13 @@ def _config_files(conf: cfg.ConfigOpts) -> list:
     if isinstance(dirs, str):
         dirs = [dirs]
     for directory in dirs:
-        files.extend(sorted(glob.glob(os.path.join(
-            os.path.expanduser(directory), '*.conf'))))
+        files.extend(
+            sorted(
+                glob.glob(
+                    os.path.join(os.path.expanduser(directory), '*.conf')
+                )
+            )
+        )
     return files
 
 

@@ -81,9 +81,26 @@ ST_OK = 'ok'
 ST_ERROR = 'error'
 
 # Field order of a serialised record (the writer emits keys in this order).
-FIELDS = ('v', 'ph', 'seq', 'ts', 'dur_us', 'host', 'svc', 'pid', 'tid',
-          'ev', 'span', 'parent', 'req', 'greq', 'inst', 'st', 'err',
-          'attrs')
+FIELDS = (
+    'v',
+    'ph',
+    'seq',
+    'ts',
+    'dur_us',
+    'host',
+    'svc',
+    'pid',
+    'tid',
+    'ev',
+    'span',
+    'parent',
+    'req',
+    'greq',
+    'inst',
+    'st',
+    'err',
+    'attrs',
+)
 
 REQUIRED = ('v', 'ph', 'seq', 'ts', 'host', 'svc', 'pid', 'ev')
 
@@ -108,8 +125,11 @@ EV_DB_POOL_CONNECT = 'db.pool.connect'
 EV_DB_POOL_CLOSE = 'db.pool.close'
 EV_DB_POOL_INVALIDATE = 'db.pool.invalidate'
 # The wait events, by the kind of thing waited for.
-WAIT_EVENTS = {EV_LOCK_WAIT: 'lock', EV_DB_POOL_WAIT: 'db_pool',
-               EV_POOL_WAIT: 'pool'}
+WAIT_EVENTS = {
+    EV_LOCK_WAIT: 'lock',
+    EV_DB_POOL_WAIT: 'db_pool',
+    EV_POOL_WAIT: 'pool',
+}
 
 # Event vocabulary: ``{event: component}``, the component the analyser
 # charges the event's exclusive time to (None: no time of its own).
@@ -134,11 +154,11 @@ SYNC_EVENTS = frozenset(('rpc.call',))
 # (doc/source/events.rst lists them per event).
 
 # process.start
-ATTR_SERVICE = 'service'        # program name (nova-compute)
-ATTR_VERSION = 'version'        # of this library
-ATTR_MODE = 'mode'              # threads / eventlet
-ATTR_POINTS = 'points'          # {"patched": [...], "pending": ...}
-ATTR_TARGETS = 'targets'        # {target name: its status}
+ATTR_SERVICE = 'service'  # program name (nova-compute)
+ATTR_VERSION = 'version'  # of this library
+ATTR_MODE = 'mode'  # threads / eventlet
+ATTR_POINTS = 'points'  # {"patched": [...], "pending": ...}
+ATTR_TARGETS = 'targets'  # {target name: its status}
 ATTR_OPTIONS = 'options'
 ATTR_ARGV0 = 'argv0'
 # process.start: how an embedding tool (the demo) set the process up
@@ -155,9 +175,9 @@ ATTR_PPID = 'ppid'
 ATTR_RELEASES = 'releases'
 
 # api.request
-ATTR_METHOD = 'method'          # HTTP method; the RPC method of rpc.*
-ATTR_ROUTE = 'route'            # path, ids replaced by {id}
-ATTR_STATUS = 'status'          # HTTP status code
+ATTR_METHOD = 'method'  # HTTP method; the RPC method of rpc.*
+ATTR_ROUTE = 'route'  # path, ids replaced by {id}
+ATTR_STATUS = 'status'  # HTTP status code
 # the server action a POST to /servers/{id}/action asked for (the
 # action's name in nova's API: resize, migrate, os-migrateLive ...),
 # as nova's dispatch found it; the nova target's hook on that dispatch
@@ -183,25 +203,25 @@ ATTR_FANOUT = 'fanout'
 ATTR_CONTEXT_REQ = 'ctx_req'
 
 # nova's lifecycle spans
-ATTR_COUNT = 'count'            # instances, hosts, candidates ...
-ATTR_ATTEMPT = 'attempt'        # build attempt, 1 on the first
+ATTR_COUNT = 'count'  # instances, hosts, candidates ...
+ATTR_ATTEMPT = 'attempt'  # build attempt, 1 on the first
 ATTR_RESCHEDULE = 'reschedule'  # a conductor build that reschedules
-ATTR_SELECTED = 'selected'      # hosts the scheduler selected
-ATTR_OUTCOME = 'outcome'        # compute.build's result; sql.txn's end
-ATTR_CLAIMED = 'claimed'        # scheduler.claim succeeded
-ATTR_REASON = 'reason'          # exception class that buried a build
-ATTR_MSG = 'msg'                # its short message
+ATTR_SELECTED = 'selected'  # hosts the scheduler selected
+ATTR_OUTCOME = 'outcome'  # compute.build's result; sql.txn's end
+ATTR_CLAIMED = 'claimed'  # scheduler.claim succeeded
+ATTR_REASON = 'reason'  # exception class that buried a build
+ATTR_MSG = 'msg'  # its short message
 
 # SQL: sql.query, sql.txn, sql.fingerprint, sql.agg, sql.dropped
-ATTR_FP = 'fp'                  # query id: MD5 of the fingerprint
-ATTR_TEXT = 'text'              # the fingerprint (sql.fingerprint)
-ATTR_KIND = 'kind'              # SELECT ..., POOL_RESET, CONNECT
-ATTR_DB = 'db'                  # database name
-ATTR_CALL = 'call'              # enclosing span's event
+ATTR_FP = 'fp'  # query id: MD5 of the fingerprint
+ATTR_TEXT = 'text'  # the fingerprint (sql.fingerprint)
+ATTR_KIND = 'kind'  # SELECT ..., POOL_RESET, CONNECT
+ATTR_DB = 'db'  # database name
+ATTR_CALL = 'call'  # enclosing span's event
 ATTR_ROWS = 'rows'
 ATTR_ROWS_KNOWN = 'rows_known'  # sql.agg: statements with a row count
-ATTR_MANY = 'many'              # executemany
-ATTR_TXN = 'txn'                # span id of the enclosing sql.txn
+ATTR_MANY = 'many'  # executemany
+ATTR_TXN = 'txn'  # span id of the enclosing sql.txn
 ATTR_DISCONNECT = 'disconnect'  # the error lost the connection
 ATTR_STATEMENTS = 'statements'  # statements of a transaction
 ATTR_ERRORS = 'errors'
@@ -209,38 +229,38 @@ ATTR_SUM_US = 'sum_us'
 ATTR_MIN_US = 'min_us'
 ATTR_MAX_US = 'max_us'
 ATTR_SUMSQ_US = 'sumsq_us'
-ATTR_HIST = 'hist'              # counts per SQL_HIST_BOUNDS_US bucket
+ATTR_HIST = 'hist'  # counts per SQL_HIST_BOUNDS_US bucket
 ATTR_INTERVAL_S = 'interval_s'
 
 # db.retry
-ATTR_CLS = 'cls'                # exception class that made the retry
-ATTR_FUNC = 'func'              # the retried function
-ATTR_EXHAUSTED = 'exhausted'    # no retry left
+ATTR_CLS = 'cls'  # exception class that made the retry
+ATTR_FUNC = 'func'  # the retried function
+ATTR_EXHAUSTED = 'exhausted'  # no retry left
 
 # lock.wait, db.pool.wait, pool.wait (issue 13)
-ATTR_LOCK = 'lock'              # lock name
-ATTR_HELD_US = 'held_us'        # how long the lock was then held
-ATTR_FAIR = 'fair'              # a fair (FIFO) lock
-ATTR_EXTERNAL = 'external'      # also a file lock (other processes)
-ATTR_POOL = 'pool'              # name of the pool a task waited for
-ATTR_SIZE = 'size'              # pool size (connections, slots)
-ATTR_QUEUED = 'queued'          # pool.wait: a task queued for a worker
+ATTR_LOCK = 'lock'  # lock name
+ATTR_HELD_US = 'held_us'  # how long the lock was then held
+ATTR_FAIR = 'fair'  # a fair (FIFO) lock
+ATTR_EXTERNAL = 'external'  # also a file lock (other processes)
+ATTR_POOL = 'pool'  # name of the pool a task waited for
+ATTR_SIZE = 'size'  # pool size (connections, slots)
+ATTR_QUEUED = 'queued'  # pool.wait: a task queued for a worker
 
 # server actions other than create (issue 12; doc/source/events.rst)
-ATTR_ROLE = 'role'              # a compute span's side of a move:
-ROLE_SOURCE = 'source'          # the host the instance leaves
-ROLE_DEST = 'destination'       # the host it goes to
-ATTR_SOURCE = 'source'          # source host (from the migration record)
-ATTR_DEST = 'dest'              # destination host, asked for or chosen
-ATTR_MIGRATION_TYPE = 'migration_type'      # resize, migration, ...
+ATTR_ROLE = 'role'  # a compute span's side of a move:
+ROLE_SOURCE = 'source'  # the host the instance leaves
+ROLE_DEST = 'destination'  # the host it goes to
+ATTR_SOURCE = 'source'  # source host (from the migration record)
+ATTR_DEST = 'dest'  # destination host, asked for or chosen
+ATTR_MIGRATION_TYPE = 'migration_type'  # resize, migration, ...
 ATTR_MIGRATION_STATUS = 'migration_status'  # a rollback's new status
-ATTR_FLAVOR_ID = 'flavor_id'    # api.compute.resize; null: cold migrate
-ATTR_LIVE = 'live'              # conductor.migrate_server
-ATTR_EVACUATE = 'evacuate'      # a rebuild that is an evacuation
-ATTR_REBOOT_TYPE = 'reboot_type'    # SOFT / HARD
-ATTR_CELL = 'cell'              # api.cells.query: the cell's uuid
-ATTR_CELL_NAME = 'cell_name'    # and its name (ATTR_DB its database)
-ATTR_TIMEOUTS = 'timeouts'      # cells that did not answer in time
+ATTR_FLAVOR_ID = 'flavor_id'  # api.compute.resize; null: cold migrate
+ATTR_LIVE = 'live'  # conductor.migrate_server
+ATTR_EVACUATE = 'evacuate'  # a rebuild that is an evacuation
+ATTR_REBOOT_TYPE = 'reboot_type'  # SOFT / HARD
+ATTR_CELL = 'cell'  # api.cells.query: the cell's uuid
+ATTR_CELL_NAME = 'cell_name'  # and its name (ATTR_DB its database)
+ATTR_TIMEOUTS = 'timeouts'  # cells that did not answer in time
 
 # -- histogram bounds --------------------------------------------------------
 # ``sql.agg`` ``hist``: statements per duration bucket.  Bucket 0 holds
@@ -251,16 +271,38 @@ SQL_HIST_SIZE = len(SQL_HIST_BOUNDS_US) + 1
 # The analyser's distribution rows (pt-query-digest's): one per decade
 # from SQL_HIST_BOUNDS_US[0]; the first also holds [0, 1 us), the last is
 # open.
-SQL_DECADE_LABELS = ('1us', '10us', '100us', '1ms', '10ms', '100ms', '1s',
-                     '10s+')
+SQL_DECADE_LABELS = (
+    '1us',
+    '10us',
+    '100us',
+    '1ms',
+    '10ms',
+    '100ms',
+    '1s',
+    '10s+',
+)
 
 # The type of each field (``validate``; the analyser types its decoders
 # and its Parquet columns from it).
 TYPES = {
-    'v': int, 'ph': str, 'seq': int, 'ts': int, 'dur_us': int,
-    'host': str, 'svc': str, 'pid': int, 'tid': int, 'ev': str,
-    'span': str, 'parent': str, 'req': str, 'greq': str, 'inst': list,
-    'st': str, 'err': dict, 'attrs': dict,
+    'v': int,
+    'ph': str,
+    'seq': int,
+    'ts': int,
+    'dur_us': int,
+    'host': str,
+    'svc': str,
+    'pid': int,
+    'tid': int,
+    'ev': str,
+    'span': str,
+    'parent': str,
+    'req': str,
+    'greq': str,
+    'inst': list,
+    'st': str,
+    'err': dict,
+    'attrs': dict,
 }
 
 
@@ -290,8 +332,10 @@ def validate(rec: dict) -> dict:
         if expected is int and isinstance(value, bool):
             raise SchemaError('field %r is not an integer' % name)
         if not isinstance(value, expected):
-            raise SchemaError('field %r has type %s, expected %s' % (
-                name, type(value).__name__, expected.__name__))
+            raise SchemaError(
+                'field %r has type %s, expected %s'
+                % (name, type(value).__name__, expected.__name__)
+            )
     ph = rec['ph']
     if ph not in PHASES:
         raise SchemaError('unknown phase %r' % ph)
@@ -319,15 +363,22 @@ EV_PERIODIC_TASK = 'periodic.task'
 
 # ksa.request (and ATTR_METHOD, ATTR_ROUTE, ATTR_STATUS above)
 ATTR_SERVICE_TYPE = 'service_type'  # identity, network, placement ...
-ATTR_ATTEMPTS = 'attempts'      # sends: 1 + retries + redirects
+ATTR_ATTEMPTS = 'attempts'  # sends: 1 + retries + redirects
 # Why a call failed: connect_timeout, read_timeout, connect_failure,
 # ssl, connection, http (then ATTR_STATUS), other.
 ATTR_FAILURE = 'failure'
-FAILURE_CLASSES = ('connect_timeout', 'read_timeout', 'connect_failure',
-                   'ssl', 'connection', 'http', 'other')
+FAILURE_CLASSES = (
+    'connect_timeout',
+    'read_timeout',
+    'connect_failure',
+    'ssl',
+    'connection',
+    'http',
+    'other',
+)
 
 # periodic.task
-ATTR_TASK = 'task'              # ComputeManager._heal_instance_info_cache
+ATTR_TASK = 'task'  # ComputeManager._heal_instance_info_cache
 # A periodic task run's own request id, which its SQL and lock waits
 # inherit: ``periodic-<task>-<32 hex>``; the analyser reads it as a
 # periodic run, never as a user request.
@@ -344,19 +395,20 @@ def periodic_task_of(req: object) -> str | None:
     """The task of a periodic run's request id, else None."""
     if not isinstance(req, str) or not req.startswith(PERIODIC_REQ_PREFIX):
         return None
-    return req[len(PERIODIC_REQ_PREFIX):].rsplit('-', 1)[0] or None
+    return req[len(PERIODIC_REQ_PREFIX) :].rsplit('-', 1)[0] or None
+
 
 # process.sample: one C record every [instrument] resource_sample_interval
 ATTR_CPU_USER_S = 'cpu_user_s'  # cumulative CPU seconds, user
-ATTR_CPU_SYS_S = 'cpu_sys_s'    # cumulative CPU seconds, system
-ATTR_RSS_KB = 'rss_kb'          # resident set size now
-ATTR_THREADS = 'threads'        # OS threads of the process
-ATTR_GREEN = 'green'            # greenthreads parked in the eventlet hub
-ATTR_FDS = 'fds'                # open file descriptors
-ATTR_POOLS = 'pools'            # {db: [checked out, overflow, size]}
-ATTR_BUF_FILL = 'buf_fill'      # events queued in the library's buffer
-ATTR_BUF_SIZE = 'buf_size'      # its bound ([instrument] buffer_size)
-ATTR_BUF_DROPS = 'buf_drops'    # events dropped so far (buffer full)
+ATTR_CPU_SYS_S = 'cpu_sys_s'  # cumulative CPU seconds, system
+ATTR_RSS_KB = 'rss_kb'  # resident set size now
+ATTR_THREADS = 'threads'  # OS threads of the process
+ATTR_GREEN = 'green'  # greenthreads parked in the eventlet hub
+ATTR_FDS = 'fds'  # open file descriptors
+ATTR_POOLS = 'pools'  # {db: [checked out, overflow, size]}
+ATTR_BUF_FILL = 'buf_fill'  # events queued in the library's buffer
+ATTR_BUF_SIZE = 'buf_size'  # its bound ([instrument] buffer_size)
+ATTR_BUF_DROPS = 'buf_drops'  # events dropped so far (buffer full)
 # cumulative CPU seconds of the library's writer thread (encoding,
 # aggregating, writing: the library's own cost off nova's threads);
 # only in the samples the writer takes

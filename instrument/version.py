@@ -34,8 +34,13 @@ TESTED_NOVA = ('34.0.0', '33.0.2', '31.3.1', '29.4.0')
 NOVA_VERSIONS = '>=29.0.0'
 
 # Distributions whose versions process.start names (those installed).
-RELEASE_DISTRIBUTIONS = ('nova', 'oslo.messaging', 'oslo.db', 'SQLAlchemy',
-                         'eventlet')
+RELEASE_DISTRIBUTIONS = (
+    'nova',
+    'oslo.messaging',
+    'oslo.db',
+    'SQLAlchemy',
+    'eventlet',
+)
 
 DISTRIBUTION = 'openstack-instrument'
 UNKNOWN = 'unknown'

@@ -44,9 +44,16 @@ class InjectedFault(Exception):
 class Fault:
     """One fault at one site (see the module docstring)."""
 
-    def __init__(self, kind: str, hang_s: float = 0.05,
-                 hang_times: int = 3, skip: int = 0, where=None,
-                 sleep=None, error=None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        hang_s: float = 0.05,
+        hang_times: int = 3,
+        skip: int = 0,
+        where=None,
+        sleep=None,
+        error=None,
+    ) -> None:
         if kind not in KINDS:
             raise ValueError('no fault kind %r' % kind)
         self.kind = kind
@@ -55,8 +62,9 @@ class Fault:
         self.skip = skip
         self.where = where
         self.sleep = sleep
-        self.error = error or (lambda: InjectedFault(
-            'injected into the instrumentation'))
+        self.error = error or (
+            lambda: InjectedFault('injected into the instrumentation')
+        )
         self.armed = True
         self.hits = 0
         self.raised = 0
@@ -70,7 +78,11 @@ class Fault:
 
     def __repr__(self) -> str:
         return '<Fault %s hits=%d raised=%d hung=%d>' % (
-            self.kind, self.hits, self.raised, self.hung)
+            self.kind,
+            self.hits,
+            self.raised,
+            self.hung,
+        )
 
     def _fires(self, frame) -> bool:
         if not self.armed:
@@ -108,6 +120,7 @@ class Fault:
                     raise fault.error()
                 fault._hang()
             return real(*args, **kwargs)
+
         site.fault = fault  # type: ignore[attr-defined]
         return site
 
@@ -115,6 +128,7 @@ class Fault:
 def in_files(*suffixes: str, depth: int = 10):
     """A ``where``: a call made (``depth`` frames up at most) from code
     in a file whose path ends with one of ``suffixes``."""
+
     def where(frame) -> bool:
         n = 0
         while frame is not None and n < depth:
@@ -123,11 +137,13 @@ def in_files(*suffixes: str, depth: int = 10):
             frame = frame.f_back
             n += 1
         return False
+
     return where
 
 
 def in_functions(*names: str, depth: int = 10):
     """A ``where``: a call made from a function named one of ``names``."""
+
     def where(frame) -> bool:
         n = 0
         while frame is not None and n < depth:
@@ -136,13 +152,16 @@ def in_functions(*names: str, depth: int = 10):
             frame = frame.f_back
             n += 1
         return False
+
     return where
 
 
 def all_of(*wheres):
     """A ``where`` true when every one of ``wheres`` is."""
+
     def where(frame) -> bool:
         return all(w(frame) for w in wheres)
+
     return where
 
 
@@ -151,19 +170,22 @@ def in_span_wrapper(depth: int = 2, **locals_):
     span wrapper (``instrument.runtime.wrappers``) whose closure variables
     match ``locals_`` (``detail=True``, ``ev='ksa.request'``); never one made
     by ``abandon`` (a fault path that counts nothing by design)."""
+
     def where(frame) -> bool:
         if frame.f_code.co_name == 'abandon':
             return False
         n = 0
         while frame is not None and n < depth:
             code = frame.f_code
-            if code.co_name == 'patched' and \
-                    code.co_filename.endswith(_WRAPPERS):
+            if code.co_name == 'patched' and code.co_filename.endswith(
+                _WRAPPERS
+            ):
                 values = frame.f_locals
                 return all(values.get(k) == v for k, v in locals_.items())
             frame = frame.f_back
             n += 1
         return False
+
     return where
 
 
@@ -184,4 +206,5 @@ def after_line(func, text: str):
 
     def where(frame) -> bool:
         return frame.f_code is code and frame.f_lineno > after
+
     return where

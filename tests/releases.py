@@ -61,25 +61,47 @@ _NO_THREADS = 'none: eventlet-only release'
 
 RELEASES = (
     # Every service defaults to native threads.
-    Release('34.0.0', '2026.2', 'functional', ('eventlet', 'threads'),
-            {THREAD_HOOK: THREAD_HOOK}, {}),
+    Release(
+        '34.0.0',
+        '2026.2',
+        'functional',
+        ('eventlet', 'threads'),
+        {THREAD_HOOK: THREAD_HOOK},
+        {},
+    ),
     # api and scheduler default to threads, conductor and compute to
     # eventlet; threads start with nova.utils.spawn_on (spawn calls it).
     # That default (threads) is verified by the integration tier: nova
     # 33's in-process test fixtures fail under threads
     # (doc/source/releases.rst).
-    Release('33.0.2', '2026.1', 'functional-nova33',
-            ('eventlet', 'threads'), {THREAD_HOOK: 'nova.utils:spawn_on'}, {},
-            mode_envs={'threads': 'integration-nova33'}),
+    Release(
+        '33.0.2',
+        '2026.1',
+        'functional-nova33',
+        ('eventlet', 'threads'),
+        {THREAD_HOOK: 'nova.utils:spawn_on'},
+        {},
+        mode_envs={'threads': 'integration-nova33'},
+    ),
     # eventlet only; threads start with nova.utils.spawn and (the build
     # thread) spawn_n.
-    Release('31.3.1', '2025.1', 'functional-nova31', ('eventlet',),
-            {THREAD_HOOK: 'nova.utils:spawn', SPAWN_N: SPAWN_N},
-            {'threads': _NO_THREADS}),
+    Release(
+        '31.3.1',
+        '2025.1',
+        'functional-nova31',
+        ('eventlet',),
+        {THREAD_HOOK: 'nova.utils:spawn', SPAWN_N: SPAWN_N},
+        {'threads': _NO_THREADS},
+    ),
     # As 31, on SQLAlchemy 1.4 (1.4.51).
-    Release('29.4.0', '2024.1', 'functional-nova29', ('eventlet',),
-            {THREAD_HOOK: 'nova.utils:spawn', SPAWN_N: SPAWN_N},
-            {'threads': _NO_THREADS}),
+    Release(
+        '29.4.0',
+        '2024.1',
+        'functional-nova29',
+        ('eventlet',),
+        {THREAD_HOOK: 'nova.utils:spawn', SPAWN_N: SPAWN_N},
+        {'threads': _NO_THREADS},
+    ),
 )
 
 

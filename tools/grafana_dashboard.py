@@ -33,8 +33,12 @@ def _q(metric: str, extra: str = '') -> str:
 
 def _p(q: float, by: str, metric: str, extra: str = '') -> str:
     """The ``q`` quantile of a histogram, by ``by``."""
-    return ('histogram_quantile(%s, sum by (%s, le) (rate(%s%s)))'
-            % (q, by, _q(metric + '_bucket', extra), RATE))
+    return 'histogram_quantile(%s, sum by (%s, le) (rate(%s%s)))' % (
+        q,
+        by,
+        _q(metric + '_bucket', extra),
+        RATE,
+    )
 
 
 def _rate(by: str, metric: str, extra: str = '', top: int = 0) -> str:
@@ -44,114 +48,325 @@ def _rate(by: str, metric: str, extra: str = '', top: int = 0) -> str:
 
 # (title, unit, description, [(expr, legend)]) per row of panels.
 ROWS = [
-    ('Calls', [
-        ('p95 latency per component', 's',
-         'The 95th percentile of every instrumented call (span) of each '
-         'component.',
-         [(_p(0.95, 'component', 'instrument_span_duration_seconds'),
-           '{{component}}')]),
-        ('p50 / p95 / p99 per event (top 10 by p95)', 's',
-         'Latency of the slowest events.',
-         [('topk(10, %s)' % _p(q, 'event',
-                               'instrument_span_duration_seconds'),
-           'p%d {{event}}' % round(q * 100)) for q in (0.5, 0.95, 0.99)]),
-        ('Calls per second per component', 'reqps',
-         'Instrumented calls that ended, per second.',
-         [(_rate('component', 'instrument_span_duration_seconds_count'),
-           '{{component}}')]),
-        ('Operation errors', 'reqps',
-         'Instrumented calls that raised, by event and exception class.',
-         [(_rate('component, event, error',
-                 'instrument_span_errors_total'),
-           '{{event}} {{error}}')]),
-    ]),
-    ('SQL', [
-        ('SQL time per query class (top 10)', 's',
-         'Seconds spent in SQL per second, by query class (the MD5 of '
-         'the fingerprint: instrument-report\'s SQL digest has the text).',
-         [(_rate('db, query', 'instrument_sql_duration_seconds_total',
-                 top=10), '{{db}} {{query}}')]),
-        ('SQL statements per kind', 'ops',
-         'Statements per second, by database and kind.',
-         [(_rate('db, kind', 'instrument_sql_statements_total'),
-           '{{db}} {{kind}}')]),
-        ('SQL deadlocks per query class', 'ops',
-         'Statements failed with a deadlock, per second.',
-         [(_rate('db, query', 'instrument_sql_deadlocks_total'),
-           '{{db}} {{query}}')]),
-        ('SQL errors and oslo.db retries', 'ops',
-         'Failed statements by exception class; wrap_db_retry retries.',
-         [(_rate('db, error', 'instrument_sql_errors_total'),
-           'error {{db}} {{error}}'),
-          (_rate('error, exhausted', 'instrument_db_retries_total'),
-           'retry {{error}} exhausted={{exhausted}}')]),
-        ('oslo.db retries per query class (top 10)', 'ops',
-         'wrap_db_retry retries caused by a failed statement, per '
-         'database and query class of that statement.',
-         [(_rate('db, query, exhausted', 'instrument_sql_retries_total',
-                 top=10), '{{db}} {{query}} exhausted={{exhausted}}')]),
-        ('Rows per second per query class (top 10)', 'short',
-         'Rows returned or changed, where the driver gave a count.',
-         [(_rate('db, query', 'instrument_sql_rows_total', top=10),
-           '{{db}} {{query}}')]),
-    ]),
-    ('Locks and pools', [
-        ('Lock wait (seconds per second, top 10)', 's',
-         'Time waited on each oslo.concurrency lock per second: the '
-         'average number of threads waiting on it.',
-         [(_rate('lock', 'instrument_lock_wait_seconds_sum', top=10),
-           '{{lock}}')]),
-        ('Lock wait p95', 's', '95th percentile wait per lock.',
-         [(_p(0.95, 'lock', 'instrument_lock_wait_seconds'),
-           '{{lock}}')]),
-        ('Lock held (seconds per second, top 10)', 's',
-         'Time each lock was held per second.',
-         [(_rate('lock', 'instrument_lock_held_seconds_total', top=10),
-           '{{lock}}')]),
-        ('DB pool checkout wait p95, timeouts', 's',
-         'Checkouts that waited for a connection (95th percentile) and '
-         'those that timed out (per second).',
-         [(_p(0.95, 'db', 'instrument_db_pool_wait_seconds'),
-           'p95 {{db}}'),
-          (_rate('db', 'instrument_db_pool_timeouts_total'),
-           'timeouts/s {{db}}')]),
-    ]),
-    ('Other services and periodic tasks', [
-        ('Service calls by status', 'reqps',
-         'Calls through keystoneauth per second, by service type and '
-         'status class (or failure: read_timeout ...).',
-         [(_rate('service_type, status',
-                 'instrument_service_request_duration_seconds_count'),
-           '{{service_type}} {{status}}')]),
-        ('Service call p95', 's',
-         '95th percentile of the calls to each service type.',
-         [(_p(0.95, 'service_type',
-              'instrument_service_request_duration_seconds'),
-           '{{service_type}}')]),
-        ('Periodic task p95', 's',
-         '95th percentile of each oslo.service periodic task\'s runs.',
-         [(_p(0.95, 'task', 'instrument_periodic_task_duration_seconds'),
-           '{{task}}')]),
-    ]),
-    ('Instrumentation', [
-        ('Dropped records', 'ops',
-         'Records the instrumentation lost, per host, service and cause. '
-         'Anything but 0 means the span files and metrics undercount.',
-         [(_rate('instance, service, cause',
-                 'instrument_dropped_events_total'),
-           '{{instance}} {{service}} {{cause}}')]),
-        ('Buffer fill', 'short',
-         'Events queued in the buffer at the last process sample.',
-         [('max by (instance, service) (%s)'
-           % _q('instrument_buffer_events'), '{{instance}} {{service}}')]),
-        ('Points missing', 'short',
-         'Patch points missing (not in the installed nova release) or '
-         'failed, per host and service; instrument-report points on '
-         'the host names them.',
-         [('sum by (instance, service) (%s)'
-           % _q('instrument_points', 'status=~"missing|failed"'),
-           '{{instance}} {{service}}')]),
-    ]),
+    (
+        'Calls',
+        [
+            (
+                'p95 latency per component',
+                's',
+                (
+                    'The 95th percentile of every instrumented call (span) of '
+                    'each '
+                    'component.'
+                ),
+                [
+                    (
+                        _p(
+                            0.95,
+                            'component',
+                            'instrument_span_duration_seconds',
+                        ),
+                        '{{component}}',
+                    )
+                ],
+            ),
+            (
+                'p50 / p95 / p99 per event (top 10 by p95)',
+                's',
+                'Latency of the slowest events.',
+                [
+                    (
+                        'topk(10, %s)'
+                        % _p(q, 'event', 'instrument_span_duration_seconds'),
+                        'p%d {{event}}' % round(q * 100),
+                    )
+                    for q in (0.5, 0.95, 0.99)
+                ],
+            ),
+            (
+                'Calls per second per component',
+                'reqps',
+                'Instrumented calls that ended, per second.',
+                [
+                    (
+                        _rate(
+                            'component',
+                            'instrument_span_duration_seconds_count',
+                        ),
+                        '{{component}}',
+                    )
+                ],
+            ),
+            (
+                'Operation errors',
+                'reqps',
+                'Instrumented calls that raised, by event and exception '
+                'class.',
+                [
+                    (
+                        _rate(
+                            'component, event, error',
+                            'instrument_span_errors_total',
+                        ),
+                        '{{event}} {{error}}',
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        'SQL',
+        [
+            (
+                'SQL time per query class (top 10)',
+                's',
+                (
+                    'Seconds spent in SQL per second, by query class (the MD5 '
+                    'of the fingerprint: instrument-report\'s SQL digest has '
+                    'the text).'
+                ),
+                [
+                    (
+                        _rate(
+                            'db, query',
+                            'instrument_sql_duration_seconds_total',
+                            top=10,
+                        ),
+                        '{{db}} {{query}}',
+                    )
+                ],
+            ),
+            (
+                'SQL statements per kind',
+                'ops',
+                'Statements per second, by database and kind.',
+                [
+                    (
+                        _rate('db, kind', 'instrument_sql_statements_total'),
+                        '{{db}} {{kind}}',
+                    )
+                ],
+            ),
+            (
+                'SQL deadlocks per query class',
+                'ops',
+                'Statements failed with a deadlock, per second.',
+                [
+                    (
+                        _rate('db, query', 'instrument_sql_deadlocks_total'),
+                        '{{db}} {{query}}',
+                    )
+                ],
+            ),
+            (
+                'SQL errors and oslo.db retries',
+                'ops',
+                'Failed statements by exception class; wrap_db_retry retries.',
+                [
+                    (
+                        _rate('db, error', 'instrument_sql_errors_total'),
+                        'error {{db}} {{error}}',
+                    ),
+                    (
+                        _rate(
+                            'error, exhausted', 'instrument_db_retries_total'
+                        ),
+                        'retry {{error}} exhausted={{exhausted}}',
+                    ),
+                ],
+            ),
+            (
+                'oslo.db retries per query class (top 10)',
+                'ops',
+                'wrap_db_retry retries caused by a failed statement, per '
+                'database and query class of that statement.',
+                [
+                    (
+                        _rate(
+                            'db, query, exhausted',
+                            'instrument_sql_retries_total',
+                            top=10,
+                        ),
+                        '{{db}} {{query}} exhausted={{exhausted}}',
+                    )
+                ],
+            ),
+            (
+                'Rows per second per query class (top 10)',
+                'short',
+                'Rows returned or changed, where the driver gave a count.',
+                [
+                    (
+                        _rate(
+                            'db, query', 'instrument_sql_rows_total', top=10
+                        ),
+                        '{{db}} {{query}}',
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        'Locks and pools',
+        [
+            (
+                'Lock wait (seconds per second, top 10)',
+                's',
+                'Time waited on each oslo.concurrency lock per second: the '
+                'average number of threads waiting on it.',
+                [
+                    (
+                        _rate(
+                            'lock', 'instrument_lock_wait_seconds_sum', top=10
+                        ),
+                        '{{lock}}',
+                    )
+                ],
+            ),
+            (
+                'Lock wait p95',
+                's',
+                '95th percentile wait per lock.',
+                [
+                    (
+                        _p(0.95, 'lock', 'instrument_lock_wait_seconds'),
+                        '{{lock}}',
+                    )
+                ],
+            ),
+            (
+                'Lock held (seconds per second, top 10)',
+                's',
+                'Time each lock was held per second.',
+                [
+                    (
+                        _rate(
+                            'lock',
+                            'instrument_lock_held_seconds_total',
+                            top=10,
+                        ),
+                        '{{lock}}',
+                    )
+                ],
+            ),
+            (
+                'DB pool checkout wait p95, timeouts',
+                's',
+                'Checkouts that waited for a connection (95th percentile) and '
+                'those that timed out (per second).',
+                [
+                    (
+                        _p(0.95, 'db', 'instrument_db_pool_wait_seconds'),
+                        'p95 {{db}}',
+                    ),
+                    (
+                        _rate('db', 'instrument_db_pool_timeouts_total'),
+                        'timeouts/s {{db}}',
+                    ),
+                ],
+            ),
+        ],
+    ),
+    (
+        'Other services and periodic tasks',
+        [
+            (
+                'Service calls by status',
+                'reqps',
+                'Calls through keystoneauth per second, by service type and '
+                'status class (or failure: read_timeout ...).',
+                [
+                    (
+                        _rate(
+                            'service_type, status',
+                            'instrument_service_request_duration_seconds_count',
+                        ),
+                        '{{service_type}} {{status}}',
+                    )
+                ],
+            ),
+            (
+                'Service call p95',
+                's',
+                '95th percentile of the calls to each service type.',
+                [
+                    (
+                        _p(
+                            0.95,
+                            'service_type',
+                            'instrument_service_request_duration_seconds',
+                        ),
+                        '{{service_type}}',
+                    )
+                ],
+            ),
+            (
+                'Periodic task p95',
+                's',
+                '95th percentile of each oslo.service periodic task\'s runs.',
+                [
+                    (
+                        _p(
+                            0.95,
+                            'task',
+                            'instrument_periodic_task_duration_seconds',
+                        ),
+                        '{{task}}',
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        'Instrumentation',
+        [
+            (
+                'Dropped records',
+                'ops',
+                (
+                    'Records the instrumentation lost, per host, service and '
+                    'cause. '
+                    'Anything but 0 means the span files and metrics '
+                    'undercount.'
+                ),
+                [
+                    (
+                        _rate(
+                            'instance, service, cause',
+                            'instrument_dropped_events_total',
+                        ),
+                        '{{instance}} {{service}} {{cause}}',
+                    )
+                ],
+            ),
+            (
+                'Buffer fill',
+                'short',
+                'Events queued in the buffer at the last process sample.',
+                [
+                    (
+                        'max by (instance, service) (%s)'
+                        % _q('instrument_buffer_events'),
+                        '{{instance}} {{service}}',
+                    )
+                ],
+            ),
+            (
+                'Points missing',
+                'short',
+                'Patch points missing (not in the installed nova release) or '
+                'failed, per host and service; instrument-report points on '
+                'the host names them.',
+                [
+                    (
+                        'sum by (instance, service) (%s)'
+                        % _q('instrument_points', 'status=~"missing|failed"'),
+                        '{{instance}} {{service}}',
+                    )
+                ],
+            ),
+        ],
+    ),
 ]
 
 
@@ -170,72 +385,170 @@ def _op_rate(by: str, metric: str, extra: str = '') -> str:
     return 'sum by (%s) (rate(%s%s))' % (by, _op(metric, extra), RATE)
 
 
-ROWS.append(('Operations, end to end (instrument-report follow)', [
-    ('Finished requests per minute by operation and final state', 'short',
-     'Requests instrument-report follow finalised, per operation and '
-     'final state (the batch report\'s operations section).',
-     [('%s * 60' % _op_rate('operation, state',
-                            'instrument_operation_requests_total'),
-       '{{operation}} {{state}}')]),
-    ('p95 end to end of successful requests per operation', 's',
-     '95th percentile of the end-to-end time of the requests that '
-     'succeeded (rescheduled ones too).',
-     [('histogram_quantile(0.95, %s)' % _op_rate(
-         'operation, le', 'instrument_operation_duration_seconds_bucket',
-         'state=~"success|rescheduled_success"'), '{{operation}}')]),
-    ('Mean time per component of a successful request', 's',
-     'Exclusive time per component of the successful requests whose '
-     'times count, per request: where the time of an operation goes.',
-     [('%s / ignoring(component) group_left %s' % (
-         _op_rate('operation, component',
-                  'instrument_operation_component_seconds_total'),
-         _op_rate('operation',
-                  'instrument_operation_timed_requests_total')),
-       '{{operation}} {{component}}')]),
-    ('Failures by component and class', 'ops',
-     'Errors of finished requests, once where raised, by component, '
-     'event, exception class and fate (final, recovered by a retry or '
-     'a reschedule, none).',
-     [(_op_rate('operation, component, error, fate',
-                'instrument_operation_failures_total'),
-       '{{operation}} {{component}} {{error}} {{fate}}')]),
-    ('Reschedules per minute', 'short',
-     'Attempts after an instance\'s first (a boot or resize '
-     'rescheduled, another live-migration destination).',
-     [('%s * 60' % _op_rate('operation',
-                            'instrument_operation_reschedules_total'),
-       '{{operation}}')]),
-    ('Follow: requests open, dropped, late events', 'short',
-     'instrument-report follow\'s own state: requests open, and per '
-     'second those dropped unfinished (--max-open) and the events read '
-     'after their request was finalised (raise --lag if many).',
-     [('sum(instrument_follow_open_requests)', 'open'),
-      ('sum(rate(instrument_follow_dropped_requests_total%s))' % RATE,
-       'dropped/s'),
-      ('sum(rate(instrument_follow_late_events_total%s))' % RATE,
-       'late/s')]),
-]))
+ROWS.append(
+    (
+        'Operations, end to end (instrument-report follow)',
+        [
+            (
+                'Finished requests per minute by operation and final state',
+                'short',
+                (
+                    'Requests instrument-report follow finalised, per '
+                    'operation and '
+                    'final state (the batch report\'s operations section).'
+                ),
+                [
+                    (
+                        '%s * 60'
+                        % _op_rate(
+                            'operation, state',
+                            'instrument_operation_requests_total',
+                        ),
+                        '{{operation}} {{state}}',
+                    )
+                ],
+            ),
+            (
+                'p95 end to end of successful requests per operation',
+                's',
+                '95th percentile of the end-to-end time of the requests that '
+                'succeeded (rescheduled ones too).',
+                [
+                    (
+                        'histogram_quantile(0.95, %s)'
+                        % _op_rate(
+                            'operation, le',
+                            'instrument_operation_duration_seconds_bucket',
+                            'state=~"success|rescheduled_success"',
+                        ),
+                        '{{operation}}',
+                    )
+                ],
+            ),
+            (
+                'Mean time per component of a successful request',
+                's',
+                (
+                    'Exclusive time per component of the successful requests '
+                    'whose '
+                    'times count, per request: where the time of an operation '
+                    'goes.'
+                ),
+                [
+                    (
+                        '%s / ignoring(component) group_left %s'
+                        % (
+                            _op_rate(
+                                'operation, component',
+                                'instrument_operation_component_seconds_total',
+                            ),
+                            _op_rate(
+                                'operation',
+                                'instrument_operation_timed_requests_total',
+                            ),
+                        ),
+                        '{{operation}} {{component}}',
+                    )
+                ],
+            ),
+            (
+                'Failures by component and class',
+                'ops',
+                (
+                    'Errors of finished requests, once where raised, by '
+                    'component, '
+                    'event, exception class and fate (final, recovered by a '
+                    'retry or '
+                    'a reschedule, none).'
+                ),
+                [
+                    (
+                        _op_rate(
+                            'operation, component, error, fate',
+                            'instrument_operation_failures_total',
+                        ),
+                        '{{operation}} {{component}} {{error}} {{fate}}',
+                    )
+                ],
+            ),
+            (
+                'Reschedules per minute',
+                'short',
+                'Attempts after an instance\'s first (a boot or resize '
+                'rescheduled, another live-migration destination).',
+                [
+                    (
+                        '%s * 60'
+                        % _op_rate(
+                            'operation',
+                            'instrument_operation_reschedules_total',
+                        ),
+                        '{{operation}}',
+                    )
+                ],
+            ),
+            (
+                'Follow: requests open, dropped, late events',
+                'short',
+                (
+                    'instrument-report follow\'s own state: requests open, '
+                    'and per second those dropped unfinished (--max-open) '
+                    'and the events read after their request was finalised '
+                    '(raise --lag if many).'
+                ),
+                [
+                    ('sum(instrument_follow_open_requests)', 'open'),
+                    (
+                        'sum(rate(instrument_follow_dropped_requests_total%s))'
+                        % RATE,
+                        'dropped/s',
+                    ),
+                    (
+                        'sum(rate(instrument_follow_late_events_total%s))'
+                        % RATE,
+                        'late/s',
+                    ),
+                ],
+            ),
+        ],
+    )
+)
 
 
 def _op_variable() -> dict:
     query = 'label_values(instrument_operation_requests_total, operation)'
-    return {'name': 'operation', 'label': 'Operation', 'type': 'query',
-            'datasource': {'type': 'prometheus', 'uid': '${datasource}'},
-            'query': {'query': query, 'refId': 'operation'},
-            'definition': query, 'refresh': 2, 'multi': True,
-            'includeAll': True, 'allValue': '.*', 'sort': 1,
-            'current': {'text': 'All', 'value': '$__all'}}
+    return {
+        'name': 'operation',
+        'label': 'Operation',
+        'type': 'query',
+        'datasource': {'type': 'prometheus', 'uid': '${datasource}'},
+        'query': {'query': query, 'refId': 'operation'},
+        'definition': query,
+        'refresh': 2,
+        'multi': True,
+        'includeAll': True,
+        'allValue': '.*',
+        'sort': 1,
+        'current': {'text': 'All', 'value': '$__all'},
+    }
 
 
 def _variable(name: str, label: str) -> dict:
-    query = 'label_values(instrument_span_duration_seconds_count, %s)' % (
-        name)
-    return {'name': name, 'label': label, 'type': 'query',
-            'datasource': {'type': 'prometheus', 'uid': '${datasource}'},
-            'query': {'query': query, 'refId': name},
-            'definition': query, 'refresh': 2, 'multi': True,
-            'includeAll': True, 'allValue': '.*', 'sort': 1,
-            'current': {'text': 'All', 'value': '$__all'}}
+    query = 'label_values(instrument_span_duration_seconds_count, %s)' % (name)
+    return {
+        'name': name,
+        'label': label,
+        'type': 'query',
+        'datasource': {'type': 'prometheus', 'uid': '${datasource}'},
+        'query': {'query': query, 'refId': name},
+        'definition': query,
+        'refresh': 2,
+        'multi': True,
+        'includeAll': True,
+        'allValue': '.*',
+        'sort': 1,
+        'current': {'text': 'All', 'value': '$__all'},
+    }
 
 
 def dashboard() -> dict:
@@ -244,49 +557,91 @@ def dashboard() -> dict:
     y = 0
     for row_title, row in ROWS:
         pid += 1
-        panels.append({'id': pid, 'type': 'row', 'title': row_title,
-                       'collapsed': False, 'panels': [],
-                       'gridPos': {'h': 1, 'w': 24, 'x': 0, 'y': y}})
+        panels.append(
+            {
+                'id': pid,
+                'type': 'row',
+                'title': row_title,
+                'collapsed': False,
+                'panels': [],
+                'gridPos': {'h': 1, 'w': 24, 'x': 0, 'y': y},
+            }
+        )
         y += 1
         for n, (title, unit, description, targets) in enumerate(row):
             pid += 1
-            panels.append({
-                'id': pid, 'type': 'timeseries', 'title': title,
-                'description': description,
-                'datasource': {'type': 'prometheus',
-                               'uid': '${datasource}'},
-                'fieldConfig': {'defaults': {'unit': unit},
-                                'overrides': []},
-                'options': {'legend': {'displayMode': 'table',
-                                       'placement': 'bottom',
-                                       'calcs': ['mean', 'max']},
-                            'tooltip': {'mode': 'multi',
-                                        'sort': 'desc'}},
-                'gridPos': {'h': 8, 'w': 12, 'x': 12 * (n % 2),
-                            'y': y + 8 * (n // 2)},
-                'targets': [{'refId': chr(ord('A') + i), 'expr': expr,
-                             'legendFormat': legend,
-                             'datasource': {'type': 'prometheus',
-                                            'uid': '${datasource}'}}
-                            for i, (expr, legend) in enumerate(targets)]})
+            panels.append(
+                {
+                    'id': pid,
+                    'type': 'timeseries',
+                    'title': title,
+                    'description': description,
+                    'datasource': {
+                        'type': 'prometheus',
+                        'uid': '${datasource}',
+                    },
+                    'fieldConfig': {
+                        'defaults': {'unit': unit},
+                        'overrides': [],
+                    },
+                    'options': {
+                        'legend': {
+                            'displayMode': 'table',
+                            'placement': 'bottom',
+                            'calcs': ['mean', 'max'],
+                        },
+                        'tooltip': {'mode': 'multi', 'sort': 'desc'},
+                    },
+                    'gridPos': {
+                        'h': 8,
+                        'w': 12,
+                        'x': 12 * (n % 2),
+                        'y': y + 8 * (n // 2),
+                    },
+                    'targets': [
+                        {
+                            'refId': chr(ord('A') + i),
+                            'expr': expr,
+                            'legendFormat': legend,
+                            'datasource': {
+                                'type': 'prometheus',
+                                'uid': '${datasource}',
+                            },
+                        }
+                        for i, (expr, legend) in enumerate(targets)
+                    ],
+                }
+            )
         y += 8 * ((len(row) + 1) // 2)
     return {
         'uid': 'openstack-instrument',
         'title': 'OpenStack instrument: nova live metrics',
         'description': 'The metrics of openstack-instrument '
-                       '(instrument-metrics, and per operation '
-                       'instrument-report follow): see '
-                       'doc/source/metrics.rst.',
+        '(instrument-metrics, and per operation '
+        'instrument-report follow): see '
+        'doc/source/metrics.rst.',
         'tags': ['openstack', 'nova', 'instrument'],
-        'editable': True, 'graphTooltip': 1, 'schemaVersion': 39,
-        'version': 1, 'refresh': '30s',
+        'editable': True,
+        'graphTooltip': 1,
+        'schemaVersion': 39,
+        'version': 1,
+        'refresh': '30s',
         'time': {'from': 'now-3h', 'to': 'now'},
-        'templating': {'list': [
-            {'name': 'datasource', 'label': 'Data source',
-             'type': 'datasource', 'query': 'prometheus',
-             'current': {}, 'hide': 0},
-            _variable('instance', 'Host'),
-            _variable('service', 'Service'), _op_variable()]},
+        'templating': {
+            'list': [
+                {
+                    'name': 'datasource',
+                    'label': 'Data source',
+                    'type': 'datasource',
+                    'query': 'prometheus',
+                    'current': {},
+                    'hide': 0,
+                },
+                _variable('instance', 'Host'),
+                _variable('service', 'Service'),
+                _op_variable(),
+            ]
+        },
         'annotations': {'list': []},
         'panels': panels,
     }

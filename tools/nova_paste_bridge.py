@@ -25,8 +25,11 @@ def main() -> int:
     source = os.path.join(sys.prefix, 'etc', 'nova')
     target = os.path.join(sysconfig.get_paths()['purelib'], 'etc', 'nova')
     if not os.path.exists(os.path.join(source, 'api-paste.ini')):
-        print('nova_paste_bridge: no %s/api-paste.ini; is nova installed '
-              'in this venv?' % source, file=sys.stderr)
+        print(
+            'nova_paste_bridge: no %s/api-paste.ini; is nova installed '
+            'in this venv?' % source,
+            file=sys.stderr,
+        )
         return 1
     if os.path.exists(os.path.join(target, 'api-paste.ini')):
         return 0

@@ -44,21 +44,40 @@ FIXED = (
     ('oslo_messaging.rpc.client:_BaseCallContext.cast', 'method', 1),
     ('oslo_messaging.rpc.client:_BaseCallContext.call', 'method', 1),
     ('oslo_messaging.transport:Transport._send', 'ctxt', 1),
-    ('oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch',
-     'endpoint', 0),
-    ('oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch',
-     'method', 1),
-    ('nova.conductor.manager:ComputeTaskManager.'
-     'schedule_and_build_instances', 'build_requests', 1),
-    ('nova.conductor.manager:ComputeTaskManager.build_instances',
-     'filter_properties', 3),
-    ('nova.conductor.manager:ComputeTaskManager.build_instances',
-     'host_lists', None),
+    (
+        'oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch',
+        'endpoint',
+        0,
+    ),
+    ('oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch', 'method', 1),
+    (
+        'nova.conductor.manager:ComputeTaskManager.'
+        'schedule_and_build_instances',
+        'build_requests',
+        1,
+    ),
+    (
+        'nova.conductor.manager:ComputeTaskManager.build_instances',
+        'filter_properties',
+        3,
+    ),
+    (
+        'nova.conductor.manager:ComputeTaskManager.build_instances',
+        'host_lists',
+        None,
+    ),
     ('nova.conductor.manager:ComputeTaskManager._bury_in_cell0', 'exc', 2),
-    ('nova.conductor.manager:ComputeTaskManager.'
-     '_cleanup_when_reschedule_fails', 'exception', 2),
-    ('nova.compute.manager:ComputeManager._do_build_and_run_instance',
-     'filter_properties', 4),
+    (
+        'nova.conductor.manager:ComputeTaskManager.'
+        '_cleanup_when_reschedule_fails',
+        'exception',
+        2,
+    ),
+    (
+        'nova.compute.manager:ComputeManager._do_build_and_run_instance',
+        'filter_properties',
+        4,
+    ),
     ('nova.thread_pool_factory:spawn_on', 'func', None),
 )
 
@@ -67,8 +86,10 @@ FIXED = (
 # alternative would name).
 PROBES = {
     'nova.thread_pool_factory:spawn_on': (
-        ('nova.utils', 'spawn_on'), ('nova.utils', 'spawn'),
-        ('nova.utils', 'spawn_n')),
+        ('nova.utils', 'spawn_on'),
+        ('nova.utils', 'spawn'),
+        ('nova.utils', 'spawn_n'),
+    ),
 }
 
 # Places that are not points of targets/nova/ but that the runtime
@@ -104,8 +125,11 @@ def _params(func):
         params = params[1:]
     out = []
     for param in params:
-        prefix = {param.VAR_POSITIONAL: '*', param.VAR_KEYWORD: '**',
-                  param.KEYWORD_ONLY: 'kw:'}.get(param.kind, '')
+        prefix = {
+            param.VAR_POSITIONAL: '*',
+            param.VAR_KEYWORD: '**',
+            param.KEYWORD_ONLY: 'kw:',
+        }.get(param.kind, '')
         out.append(prefix + param.name)
     return out
 
@@ -113,15 +137,17 @@ def _params(func):
 def _where(func):
     try:
         func = inspect.unwrap(func)
-        return '%s:%d' % (os.path.relpath(inspect.getsourcefile(func),
-                                          _site()),
-                          inspect.getsourcelines(func)[1])
+        return '%s:%d' % (
+            os.path.relpath(inspect.getsourcefile(func), _site()),
+            inspect.getsourcelines(func)[1],
+        )
     except (TypeError, OSError):
         return None
 
 
 def _site():
     import sysconfig
+
     return sysconfig.get_paths()['purelib']
 
 
@@ -138,6 +164,7 @@ def _position(params, name):
 
 def _arg_names(point):
     from instrument.patching import patcher
+
     names = []
     # A hook records nothing: its context extractor is never used.
     fields = ('instances', 'host', 'remote_parent', 'service_from')
@@ -152,6 +179,7 @@ def _arg_names(point):
 
 def _version(dist):
     from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -162,30 +190,48 @@ def survey() -> dict:
     os.environ.setdefault('OS_NOVA_DISABLE_EVENTLET_PATCHING', '1')
     from instrument.targets import nova
     from instrument.targets import oslo_messaging
-    out = {'versions': {d: _version(d) for d in (
-        'nova', 'oslo.messaging', 'oslo.db', 'oslo.service', 'eventlet',
-        'SQLAlchemy', 'openstack-placement')}, 'points': [], 'extra': []}
+
+    out = {
+        'versions': {
+            d: _version(d)
+            for d in (
+                'nova',
+                'oslo.messaging',
+                'oslo.db',
+                'oslo.service',
+                'eventlet',
+                'SQLAlchemy',
+                'openstack-placement',
+            )
+        },
+        'points': [],
+        'extra': [],
+    }
     fixed = {}
     for name, arg, pos in FIXED:
         fixed.setdefault(name, []).append((arg, pos))
     for point in oslo_messaging.points() + nova.points():
-        entry = {'name': point.name, 'event': point.event,
-                 'candidates': []}
+        entry = {'name': point.name, 'event': point.event, 'candidates': []}
         places = point.candidates()
         places += [p for p in PROBES.get(point.name, ()) if p not in places]
         for module, target in places:
             obj, error = _resolve(module, target)
-            cand = {'module': module, 'target': target,
-                    'found': obj is not None, 'error': error,
-                    'probe': (module, target) not in point.candidates()}
+            cand = {
+                'module': module,
+                'target': target,
+                'found': obj is not None,
+                'error': error,
+                'probe': (module, target) not in point.candidates(),
+            }
             if obj is not None:
                 params = _params(obj)
                 cand['params'] = params
                 cand['where'] = _where(obj)
                 problems = []
                 checks = list(_arg_names(point))
-                checks += [('fixed', a, p) for a, p in
-                           fixed.get(point.name, ())]
+                checks += [
+                    ('fixed', a, p) for a, p in fixed.get(point.name, ())
+                ]
                 for field, arg, pos in checks:
                     if params is None:
                         continue
@@ -193,34 +239,48 @@ def survey() -> dict:
                     if at is None and '**kwargs' not in params:
                         problems.append('%s: no argument %r' % (field, arg))
                     elif at is None:
-                        problems.append('%s: %r only through **kwargs'
-                                        % (field, arg))
+                        problems.append(
+                            '%s: %r only through **kwargs' % (field, arg)
+                        )
                     elif pos is not None and at != pos:
-                        problems.append('%s: %r at %s, expected %s'
-                                        % (field, arg, at, pos))
+                        problems.append(
+                            '%s: %r at %s, expected %s' % (field, arg, at, pos)
+                        )
                     elif pos is not None and params[pos] != arg:
-                        problems.append('%s: %r expected at %s, found %r'
-                                        % (field, arg, pos, params[pos]))
+                        problems.append(
+                            '%s: %r expected at %s, found %r'
+                            % (field, arg, pos, params[pos])
+                        )
                 cand['problems'] = problems
             entry['candidates'].append(cand)
         out['points'].append(entry)
     for module, target, needed in EXTRA:
         obj, error = _resolve(module, target)
         params = _params(obj) if obj is not None else None
-        entry = {'name': '%s:%s' % (module, target), 'found': obj is not None,
-                 'error': error, 'params': params,
-                 'where': _where(obj) if obj is not None else None,
-                 'problems': [n for n in needed if params is not None and
-                              _position(params, n) is None]}
+        entry = {
+            'name': '%s:%s' % (module, target),
+            'found': obj is not None,
+            'error': error,
+            'params': params,
+            'where': _where(obj) if obj is not None else None,
+            'problems': [
+                n
+                for n in needed
+                if params is not None and _position(params, n) is None
+            ],
+        }
         if module == 'oslo_db.api' and obj is not None:
             # retries.py reads the retry loop's locals by name.
-            call = inspect.getsource(obj.__self__.__class__.__call__) \
-                if hasattr(obj, '__self__') else \
-                inspect.getsource(_resolve(module, 'wrap_db_retry')[0])
+            call = (
+                inspect.getsource(obj.__self__.__class__.__call__)
+                if hasattr(obj, '__self__')
+                else inspect.getsource(_resolve(module, 'wrap_db_retry')[0])
+            )
             for local in ('remaining', 'f'):
                 if local not in call:
-                    entry['problems'].append('retry loop has no local %r'
-                                             % local)
+                    entry['problems'].append(
+                        'retry loop has no local %r' % local
+                    )
         out['extra'].append(entry)
     return out
 
@@ -232,17 +292,23 @@ def _cell(entry, ref):
     if primary['found']:
         theirs = ref['candidates'][0]
         if (primary['params'], primary['problems']) == (
-                theirs.get('params'), theirs.get('problems')):
+            theirs.get('params'),
+            theirs.get('problems'),
+        ):
             return 'same', primary
         return 'signature', primary
     found = [c for c in cands[1:] if c['found']]
     if found:
         first = found[0]
-        text = '%s %s:%s' % ('probe' if first['probe'] else 'alt',
-                             first['module'], first['target'])
+        text = '%s %s:%s' % (
+            'probe' if first['probe'] else 'alt',
+            first['module'],
+            first['target'],
+        )
         if len(found) > 1:
             text += ' (also %s)' % ', '.join(
-                '%s:%s' % (c['module'], c['target']) for c in found[1:])
+                '%s:%s' % (c['module'], c['target']) for c in found[1:]
+            )
         return text, first
     return 'missing', primary
 
@@ -263,38 +329,56 @@ def table(paths) -> str:
             text, cand = _cell(mine, ref[entry['name']])
             row.append(text)
             if text != 'same':
-                ref_params = ref[entry['name']]['candidates'][0].get(
-                    'params')
-                notes.append('%s, nova %s: %s; %s%s' % (
-                    entry['name'], d['versions']['nova'], text,
-                    '; '.join(cand.get('problems') or ()) or
-                    (cand.get('error') or ''),
-                    '' if cand.get('params') == ref_params or
-                    not cand.get('params') else
-                    ' params %s (reference %s)' % (cand.get('params'),
-                                                   ref_params)))
+                ref_params = ref[entry['name']]['candidates'][0].get('params')
+                notes.append(
+                    '%s, nova %s: %s; %s%s'
+                    % (
+                        entry['name'],
+                        d['versions']['nova'],
+                        text,
+                        '; '.join(cand.get('problems') or ())
+                        or (cand.get('error') or ''),
+                        ''
+                        if cand.get('params') == ref_params
+                        or not cand.get('params')
+                        else ' params %s (reference %s)'
+                        % (cand.get('params'), ref_params),
+                    )
+                )
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows + [heads])
-              for i in range(len(heads))]
+    widths = [
+        max(len(r[i]) for r in rows + [heads]) for i in range(len(heads))
+    ]
     line = ' '.join('=' * w for w in widths)
     out = [line]
     for row in [heads, None] + rows + [None]:
         if row is None:
             out.append(line)
             continue
-        out.append(' '.join(c.ljust(w)
-                            for c, w in zip(row, widths, strict=True)))
+        out.append(
+            ' '.join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+        )
     out.append('')
     out.extend('* ' + note for note in notes)
     out.append('')
     for d in data:
-        out.append('* nova %s: %s' % (d['versions']['nova'], ', '.join(
-            '%s %s' % (k, v) for k, v in d['versions'].items()
-            if k != 'nova')))
+        out.append(
+            '* nova %s: %s'
+            % (
+                d['versions']['nova'],
+                ', '.join(
+                    '%s %s' % (k, v)
+                    for k, v in d['versions'].items()
+                    if k != 'nova'
+                ),
+            )
+        )
         for extra in d['extra']:
             if not extra['found'] or extra['problems']:
-                out.append('  %s: %s %s' % (extra['name'], extra['error'],
-                                            extra['problems']))
+                out.append(
+                    '  %s: %s %s'
+                    % (extra['name'], extra['error'], extra['problems'])
+                )
     return '\n'.join(out)
 
 

@@ -36,8 +36,16 @@ TIMEOUT_S = 180.0
 class BootResult:
     """One server as the API saw it."""
 
-    __slots__ = ('name', 'id', 'status', 'host', 'fault', 'started',
-                 'finished', 'error')
+    __slots__ = (
+        'name',
+        'id',
+        'status',
+        'host',
+        'fault',
+        'started',
+        'finished',
+        'error',
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -53,8 +61,9 @@ class BootResult:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def _boot_one(api, body_for, name: str, stop,
-              timeout: float = TIMEOUT_S) -> BootResult:
+def _boot_one(
+    api, body_for, name: str, stop, timeout: float = TIMEOUT_S
+) -> BootResult:
     result = BootResult(name)
     try:
         server = api.post_server({'server': body_for(name)})
@@ -83,8 +92,9 @@ def _boot_one(api, body_for, name: str, stop,
 class Progress:
     """A single updating line on a terminal, plain lines elsewhere."""
 
-    def __init__(self, total: int, out=None, verb: str = 'booted',
-                 unit: str = 'boots') -> None:
+    def __init__(
+        self, total: int, out=None, verb: str = 'booted', unit: str = 'boots'
+    ) -> None:
         self.total = total
         self.verb = verb
         self.unit = unit
@@ -109,11 +119,17 @@ class Progress:
             return
         self._last = now
         rate = self.done / max(now - self.started, 1e-6)
-        detail = ', '.join('%d %s' % (n, k)
-                           for k, n in sorted(self.counts.items()))
+        detail = ', '.join(
+            '%d %s' % (n, k) for k, n in sorted(self.counts.items())
+        )
         line = '%s %d/%d: %s, %.1f %s/s' % (
-            self.verb, self.done, self.total, detail or 'none yet', rate,
-            self.unit)
+            self.verb,
+            self.done,
+            self.total,
+            detail or 'none yet',
+            rate,
+            self.unit,
+        )
         if tty:
             self.out.write('\r' + line.ljust(78) + ('\n' if final else ''))
         else:
@@ -121,9 +137,16 @@ class Progress:
         self.out.flush()
 
 
-def boot_all(api, body_for, count: int, concurrency: int, stop=None,
-             progress: Progress = None, first: int = 0,
-             timeout: float = TIMEOUT_S) -> list:
+def boot_all(
+    api,
+    body_for,
+    count: int,
+    concurrency: int,
+    stop=None,
+    progress: Progress = None,
+    first: int = 0,
+    timeout: float = TIMEOUT_S,
+) -> list:
     """Boot ``count`` servers, ``concurrency`` at a time (named from
     number ``first`` on), each given up on (``TIMEOUT``) ``timeout``
     seconds after it was posted."""
@@ -136,13 +159,17 @@ def boot_all(api, body_for, count: int, concurrency: int, stop=None,
                 break
             if len(pending) >= concurrency:
                 finished, pending = concurrent.futures.wait(
-                    pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                    pending, return_when=concurrent.futures.FIRST_COMPLETED
+                )
                 for future in finished:
                     results.append(future.result())
                     if progress:
                         progress.add(results[-1])
-            pending.add(pool.submit(_boot_one, api, body_for,
-                                    NAME_FORMAT % n, stop, timeout))
+            pending.add(
+                pool.submit(
+                    _boot_one, api, body_for, NAME_FORMAT % n, stop, timeout
+                )
+            )
         for future in concurrent.futures.as_completed(pending):
             results.append(future.result())
             if progress:
@@ -154,8 +181,9 @@ class Wave:
     """One wave of ``boot_waves``: its servers, when its first request
     was sent and its last answer came (``time.time()``), its outcomes."""
 
-    def __init__(self, number: int, results: list, started: float,
-                 finished: float) -> None:
+    def __init__(
+        self, number: int, results: list, started: float, finished: float
+    ) -> None:
         self.number = number
         self.results = results
         self.started = started
@@ -172,22 +200,38 @@ class Wave:
         return out
 
     def as_dict(self) -> dict:
-        return {'wave': self.number, 'servers': len(self.results),
-                'started': self.started, 'finished': self.finished,
-                'duration_s': self.duration_s,
-                'boots_per_s': len(self.results) / self.duration_s,
-                'counts': self.counts()}
+        return {
+            'wave': self.number,
+            'servers': len(self.results),
+            'started': self.started,
+            'finished': self.finished,
+            'duration_s': self.duration_s,
+            'boots_per_s': len(self.results) / self.duration_s,
+            'counts': self.counts(),
+        }
 
     def line(self) -> str:
         return 'wave %d: %d servers in %.1f s, %.2f boots/s (%s)' % (
-            self.number, len(self.results), self.duration_s,
-            len(self.results) / self.duration_s, ', '.join(
-                '%d %s' % (n, s) for s, n in sorted(self.counts().items())))
+            self.number,
+            len(self.results),
+            self.duration_s,
+            len(self.results) / self.duration_s,
+            ', '.join(
+                '%d %s' % (n, s) for s, n in sorted(self.counts().items())
+            ),
+        )
 
 
-def boot_waves(api, body_for, size: int, count: int, concurrency: int,
-               stop=None, progress: Progress = None,
-               timeout: float = TIMEOUT_S) -> tuple:
+def boot_waves(
+    api,
+    body_for,
+    size: int,
+    count: int,
+    concurrency: int,
+    stop=None,
+    progress: Progress = None,
+    timeout: float = TIMEOUT_S,
+) -> tuple:
     """``count`` waves of ``size`` servers, ``concurrency`` at a time in
     a wave; each wave starts when every server of the one before is
     ACTIVE or ERROR (or timed out).  Returns every server's result and
@@ -199,10 +243,19 @@ def boot_waves(api, body_for, size: int, count: int, concurrency: int,
         if stop.is_set():
             break
         started = time.time()
-        got = boot_all(api, body_for, size, concurrency, stop, progress,
-                       first=len(results), timeout=timeout)
-        finished = max((r.finished for r in got if r.finished),
-                       default=time.time())
+        got = boot_all(
+            api,
+            body_for,
+            size,
+            concurrency,
+            stop,
+            progress,
+            first=len(results),
+            timeout=timeout,
+        )
+        finished = max(
+            (r.finished for r in got if r.finished), default=time.time()
+        )
         results.extend(got)
         waves.append(Wave(number, got, started, finished))
     return results, waves

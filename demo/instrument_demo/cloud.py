@@ -45,6 +45,7 @@ import threading
 # which must come before anything imports eventlet (under native
 # threads it forbids the import, which then breaks the demo).
 from nova.tests.functional import integrated_helpers
+
 # isort: on
 import fixtures
 from nova import objects
@@ -69,9 +70,17 @@ OSPROFILER_KEY = 'instrument-demo-hmac'
 class Settings:
     """How the cloud is built; plain values."""
 
-    def __init__(self, span_dir=None, computes=('host1',), driver=None,
-                 instrument=True, osprofiler=None, flush_interval=0.2,
-                 sql_timing=True, served_neutron=True) -> None:
+    def __init__(
+        self,
+        span_dir=None,
+        computes=('host1',),
+        driver=None,
+        instrument=True,
+        osprofiler=None,
+        flush_interval=0.2,
+        sql_timing=True,
+        served_neutron=True,
+    ) -> None:
         self.span_dir = span_dir
         self.computes = tuple(computes)
         self.driver = driver
@@ -89,21 +98,29 @@ class Settings:
 def nova_paste_ini() -> str:
     """nova's own api-paste.ini: in site-packages/etc/nova once bridged
     (tools/nova_paste_bridge.py), else where the wheel put it."""
-    for base in (os.path.join(sysconfig.get_paths()['purelib'], 'etc'),
-                 os.path.join(sys.prefix, 'etc')):
+    for base in (
+        os.path.join(sysconfig.get_paths()['purelib'], 'etc'),
+        os.path.join(sys.prefix, 'etc'),
+    ):
         path = os.path.join(base, 'nova', 'api-paste.ini')
         if os.path.exists(path):
             return path
-    raise RuntimeError('nova api-paste.ini not found under %s/etc/nova; is '
-                       'nova installed in this environment?' % sys.prefix)
+    raise RuntimeError(
+        'nova api-paste.ini not found under %s/etc/nova; is '
+        'nova installed in this environment?' % sys.prefix
+    )
 
 
 def logical_name(label: str) -> str:
     """The deployment's name of the database nova's fixtures call
     ``label``: ``api``, ``placement``, ``main``, or a cell mapping's
     ``database_connection`` (the cell's uuid in nova's test base)."""
-    names = {'api': 'nova_api', 'placement': 'placement', 'main': 'nova',
-             objects.CellMapping.CELL0_UUID: 'nova_cell0'}
+    names = {
+        'api': 'nova_api',
+        'placement': 'placement',
+        'main': 'nova',
+        objects.CellMapping.CELL0_UUID: 'nova_cell0',
+    }
     if label in names:
         return names[label]
     for n in range(1, 10):
@@ -158,13 +175,19 @@ class LogicalDatabases(fixtures.Fixture):
         # import), not the module nova.tests.fixtures.nova
         # (nova 33 and older have neither the WAL files nor threads in
         # their test fixtures: only the eventlet branch applies)
-        for module in ('nova.tests.fixtures.nova',
-                       'nova.tests.functional.fixtures'):
-            if hasattr(sys.modules.get(module),
-                       '_use_file_backed_sqlite_with_wal'):
-                self.useFixture(fixtures.MockPatch(
-                    module + '._use_file_backed_sqlite_with_wal',
-                    _sqlite_file_named))
+        for module in (
+            'nova.tests.fixtures.nova',
+            'nova.tests.functional.fixtures',
+        ):
+            if hasattr(
+                sys.modules.get(module), '_use_file_backed_sqlite_with_wal'
+            ):
+                self.useFixture(
+                    fixtures.MockPatch(
+                        module + '._use_file_backed_sqlite_with_wal',
+                        _sqlite_file_named,
+                    )
+                )
         # [database] connection: the engine nova's set-up opens before
         # the cells are targeted (a deployment's "nova" database)
         groups = {'database': 'nova'}
@@ -183,16 +206,23 @@ class LogicalDatabases(fixtures.Fixture):
 
             def named(connection=None):
                 return create(connection=connection or url)
+
             with fixtures.MockPatch(
-                    'nova.db.main.api.create_context_manager', named):
+                'nova.db.main.api.create_context_manager', named
+            ):
                 return add_cell(celldbs, connection_str, default=default)
-        self.useFixture(fixtures.MockPatch(
-            'nova.tests.fixtures.nova.CellDatabases.add_cell_database',
-            add_cell_database))
+
+        self.useFixture(
+            fixtures.MockPatch(
+                'nova.tests.fixtures.nova.CellDatabases.add_cell_database',
+                add_cell_database,
+            )
+        )
         # placement's own fixture has this hook from nova 34's on only;
         # before, placement's database keeps its in-memory name.
-        configure = getattr(func_fixtures.PlacementFixture,
-                            '_configure_placement', None)
+        configure = getattr(
+            func_fixtures.PlacementFixture, '_configure_placement', None
+        )
         if configure is None:
             self._name_placement_database()
             return
@@ -200,26 +230,37 @@ class LogicalDatabases(fixtures.Fixture):
         def configure_placement(placement, conf_fixture):
             configure(placement, conf_fixture)
             if placement.db:
-                conf_fixture.config(connection=memory_url('placement'),
-                                    group='placement_database')
-        self.useFixture(fixtures.MockPatch(
-            'nova.tests.functional.fixtures.PlacementFixture.'
-            '_configure_placement', configure_placement))
+                conf_fixture.config(
+                    connection=memory_url('placement'),
+                    group='placement_database',
+                )
 
+        self.useFixture(
+            fixtures.MockPatch(
+                'nova.tests.functional.fixtures.PlacementFixture.'
+                '_configure_placement',
+                configure_placement,
+            )
+        )
 
     def _name_placement_database(self) -> None:
         """Before nova 34: placement's database fixture (an oslo.db
         ad hoc database, ``sqlite://``) gets the in-memory ``placement``.
         """
         from placement.tests import fixtures as placement_fixtures
+
         init = placement_fixtures.Database.__init__
 
         def named(fixture, *args, **kwargs):
             init(fixture, *args, **kwargs)
             fixture.url = memory_url('placement')
             fixture.driver = 'sqlite'
-        self.useFixture(fixtures.MockPatchObject(
-            placement_fixtures.Database, '__init__', named))
+
+        self.useFixture(
+            fixtures.MockPatchObject(
+                placement_fixtures.Database, '__init__', named
+            )
+        )
 
 
 class ReaderPreferringLock:
@@ -245,6 +286,7 @@ class ReaderPreferringLock:
         # ReaderWriterLock wrapper).
         if threads.eventlet_patched():
             import eventlet
+
             self._me = eventlet.getcurrent
         else:
             self._me = threading.get_ident
@@ -271,10 +313,12 @@ class ReaderPreferringLock:
         me = self._me()
         with self._cond:
             if me in self._readers:
-                raise RuntimeError('Reader %s to writer privilege '
-                                   'escalation not allowed' % me)
-            while self._readers or (self._writer is not None and
-                                    self._writer is not me):
+                raise RuntimeError(
+                    'Reader %s to writer privilege escalation not allowed' % me
+                )
+            while self._readers or (
+                self._writer is not None and self._writer is not me
+            ):
                 self._cond.wait()
             self._writer = me
             self._writer_depth += 1
@@ -301,8 +345,9 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
 
     def setUp(self):
         settings = self.settings
-        self.span_dir = settings.span_dir or self.useFixture(
-            fixtures.TempDir()).path
+        self.span_dir = (
+            settings.span_dir or self.useFixture(fixtures.TempDir()).path
+        )
         ini_dir = self.useFixture(fixtures.TempDir()).path
         with open(nova_paste_ini()) as f:
             text = f.read()
@@ -322,39 +367,58 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
             self.flags(compute_driver=settings.driver)
         # Cleanups run last-in first-out: this one after nova's own.
         self.addCleanup(lifecycle.teardown)
-        self.useFixture(fixtures.MockPatch(
-            'nova.tests.fixtures.nova.ReaderWriterLock',
-            ReaderPreferringLock))
+        self.useFixture(
+            fixtures.MockPatch(
+                'nova.tests.fixtures.nova.ReaderWriterLock',
+                ReaderPreferringLock,
+            )
+        )
         self.useFixture(LogicalDatabases())
         if settings.served_neutron:
-            self.useFixture(fixtures.MockPatch(
-                'nova.tests.fixtures.NeutronFixture',
-                standins.ServedNeutronFixture))
+            self.useFixture(
+                fixtures.MockPatch(
+                    'nova.tests.fixtures.NeutronFixture',
+                    standins.ServedNeutronFixture,
+                )
+            )
         super().setUp()
-        if (settings.instrument and self.require_instrumentation and
-                lifecycle.active() is None):
+        if (
+            settings.instrument
+            and self.require_instrumentation
+            and lifecycle.active() is None
+        ):
             raise RuntimeError('rpc.init did not start the instrumentation')
 
     def _configure_instrument(self, settings) -> None:
         opts.register_opts(CONF)
         from oslo_messaging.notify import notifier
-        CONF.register_opts(notifier._notifier_opts,
-                           group='oslo_messaging_notifications')
+
+        CONF.register_opts(
+            notifier._notifier_opts, group='oslo_messaging_notifications'
+        )
         # What an operator writes into nova.conf; every program, as all
         # of nova runs in this one (named after the demo or the runner).
-        self.flags(enabled=True, output_dir=self.span_dir,
-                   flush_interval=settings.flush_interval,
-                   sql_timing=settings.sql_timing, programs=['*'],
-                   group='instrument')
-        self.flags(driver=['instrument'],
-                   group='oslo_messaging_notifications')
+        self.flags(
+            enabled=True,
+            output_dir=self.span_dir,
+            flush_interval=settings.flush_interval,
+            sql_timing=settings.sql_timing,
+            programs=['*'],
+            group='instrument',
+        )
+        self.flags(driver=['instrument'], group='oslo_messaging_notifications')
 
     def _configure_osprofiler(self, settings) -> None:
         from osprofiler import opts as profiler_opts
+
         profiler_opts.set_defaults(CONF)
-        self.flags(enabled=True, trace_sqlalchemy=True,
-                   hmac_keys=OSPROFILER_KEY,
-                   connection_string=settings.osprofiler, group='profiler')
+        self.flags(
+            enabled=True,
+            trace_sqlalchemy=True,
+            hmac_keys=OSPROFILER_KEY,
+            connection_string=settings.osprofiler,
+            group='profiler',
+        )
 
     def _setup_compute_service(self):
         last = None
@@ -368,4 +432,5 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
             # Services set osprofiler up when they are created; the API
             # fixture does not, a WSGI deployment does (wsgi_app).
             from nova import service
+
             service.setup_profiler('nova-api', CONF.host)

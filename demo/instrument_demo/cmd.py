@@ -80,44 +80,58 @@ import threading
 import time
 import typing
 
-OUTPUT_FILES = ('report.txt', 'report.json', 'report.html',
-                'servers.json', 'run.json')
+OUTPUT_FILES = (
+    'report.txt',
+    'report.json',
+    'report.html',
+    'servers.json',
+    'run.json',
+)
 RUN_FILE = 'run.json'
 EXIT_MISSING = 1
 # The boot time, as the report defines a run's duration.
 TIMING = 'from the first API request to the last answer'
 # ``--inject``'s values and the finding each makes (``inject.INJECTIONS``,
 # which imports nova: named here for --help)
-INJECTABLE = {'db-pool': 'db_pool_exhaustion',
-              'rpc-timeout': 'rpc_timeouts',
-              'scheduler-collisions': 'scheduling_collisions',
-              'build-queue': 'build_queueing',
-              'audit-collision': 'audit_collision',
-              'identity-slow': 'identity_slow',
-              'network-fail': 'network_failures'}
+INJECTABLE = {
+    'db-pool': 'db_pool_exhaustion',
+    'rpc-timeout': 'rpc_timeouts',
+    'scheduler-collisions': 'scheduling_collisions',
+    'build-queue': 'build_queueing',
+    'audit-collision': 'audit_collision',
+    'identity-slow': 'identity_slow',
+    'network-fail': 'network_failures',
+}
 # rules the demo has no cause for, and why (each is proven elsewhere:
 # doc/source/findings.rst)
 NOT_INJECTABLE = {
     'db_deadlocks': 'the demo\'s databases are sqlite, which does not '
-                    'deadlock (proven on MariaDB: tox -e functional-mysql)',
+    'deadlock (proven on MariaDB: tox -e functional-mysql)',
     'service_saturation': 'every demo service is a thread of one '
-                          'process: a saturated scheduler takes the '
-                          'CPU of all of them, so no knob separates it',
+    'process: a saturated scheduler takes the '
+    'CPU of all of them, so no knob separates it',
     'cell_list_dominance': 'the demo runs one cell besides cell0, which '
-                           'the rule leaves out'}
+    'the rule leaves out',
+}
 # causes that only the native threads mode shows (inject.Injection)
 THREADS_ONLY = frozenset(('db-pool',))
-INSTALL_HINT = ('run it with "tox -e demo" from a clone of '
-                'openstack-instrument, which installs nova 34 and its test '
-                'requirements (or, in the clone: pip install -c '
-                'constraints/nova-34.txt -r requirements/nova.txt -e '
-                '".[report]" -e demo)')
+INSTALL_HINT = (
+    'run it with "tox -e demo" from a clone of '
+    'openstack-instrument, which installs nova 34 and its test '
+    'requirements (or, in the clone: pip install -c '
+    'constraints/nova-34.txt -r requirements/nova.txt -e '
+    '".[report]" -e demo)'
+)
 
 
 # what ``--sweep OPTION=LEVELS`` may vary, and the run directories'
 # prefix (``OUTPUT/c4``, ``OUTPUT/schedulers2``...)
-SWEEPABLE = {'concurrency': 'c', 'schedulers': 'schedulers',
-             'computes': 'computes', 'waves': 'waves'}
+SWEEPABLE = {
+    'concurrency': 'c',
+    'schedulers': 'schedulers',
+    'computes': 'computes',
+    'waves': 'waves',
+}
 
 
 class Sweep(typing.NamedTuple):
@@ -134,16 +148,18 @@ def levels(text: str) -> Sweep:
     option = option.strip().replace('-', '_')
     if option not in SWEEPABLE:
         raise argparse.ArgumentTypeError(
-            'cannot sweep %r: one of %s' % (option, ', '.join(SWEEPABLE)))
+            'cannot sweep %r: one of %s' % (option, ', '.join(SWEEPABLE))
+        )
     try:
         out = [int(v) for v in values.split(',') if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            'not comma-separated whole numbers: %r' % text) from None
+            'not comma-separated whole numbers: %r' % text
+        ) from None
     if len(set(out)) < 2 or min(out) < 1:
         raise argparse.ArgumentTypeError(
-            'two levels or more, each at least 1 (e.g. 1,4,8), not %r'
-            % text)
+            'two levels or more, each at least 1 (e.g. 1,4,8), not %r' % text
+        )
     return Sweep(option, sorted(set(out)))
 
 
@@ -151,84 +167,159 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='instrument-demo',
         description='Boot servers on an instrumented in-process nova 34 '
-                    'cloud and report where the time went.')
-    parser.add_argument('--servers', '-n', type=int, default=None,
-                        help='servers to boot (default 30; with --waves: '
-                             'WAVES x WAVE_COUNT)')
-    parser.add_argument('--concurrency', '-c', type=int, default=None,
-                        help='boots in flight at once (default 8; with '
-                             '--waves: the wave\'s size)')
-    parser.add_argument('--computes', type=int, default=3,
-                        help='fake compute hosts (default 3)')
-    parser.add_argument('--schedulers', type=int, default=1,
-                        help='scheduler services on the one topic, the '
-                             'conductor\'s calls to each in turn '
-                             '(default 1)')
-    parser.add_argument('--waves', type=int, default=None, metavar='N',
-                        help='boot in waves of N servers: each wave '
-                             'waits until all of the one before are '
-                             'ACTIVE or ERROR (a scale test\'s way)')
-    parser.add_argument('--wave-count', type=int, default=3,
-                        help='how many waves with --waves (default 3)')
-    parser.add_argument('--boot-timeout', type=float, default=180.0,
-                        help='seconds after which the demo stops waiting '
-                             'for a server to become ACTIVE or ERROR and '
-                             'counts it TIMEOUT (default 180; raise it '
-                             'with hundreds of computes)')
-    parser.add_argument('--fail', type=float, default=0.1,
-                        help='share of servers whose spawn fails '
-                             '(default 0.1)')
-    parser.add_argument('--reschedule', type=float, default=0.1,
-                        help='share of servers rescheduled once '
-                             '(default 0.1)')
-    parser.add_argument('--seed', type=int, default=0,
-                        help='which servers get the injected faults')
-    parser.add_argument('--mode', choices=('threads', 'eventlet'),
-                        default=None,
-                        help='native threads (nova 34 services) or '
-                             'eventlet (default threads; eventlet with a '
-                             'nova older than 34)')
-    parser.add_argument('--output', '-o', default='instrument-demo-output',
-                        help='output directory (default '
-                             './instrument-demo-output)')
-    parser.add_argument('--sweep', metavar='[OPTION=]LEVELS', type=levels,
-                        help='comma-separated concurrency levels (e.g. '
-                             '1,4,8), or of another option (%s: e.g. '
-                             'schedulers=1,2,4): one run per level, each '
-                             'in OUTPUT/c<level> (OUTPUT/<option><level>; '
-                             'its own process), then the sweep report of '
-                             'them in OUTPUT/sweep.{txt,json,html}' %
-                             ', '.join(o for o in SWEEPABLE
-                                       if o != 'concurrency'))
-    parser.add_argument('--no-report', action='store_true',
-                        help='boot and write span files only')
-    parser.add_argument('--boots-only', action='store_true',
-                        help='boots only, no mixed workload after them')
-    for name, what in (('resizes', 'resizes (each confirmed)'),
-                       ('live-migrations', 'live migrations'),
-                       ('deletes', 'deletes'), ('lists', 'server lists')):
-        parser.add_argument('--' + name, type=int, default=None,
-                            help='%s after the boots (default: one per '
-                                 'ten servers, at least one)' % what)
-    parser.add_argument('--op-fail', type=float, default=0.34,
-                        help='share of the resizes and of the live '
-                             'migrations that fail (default 0.34)')
-    parser.add_argument('--periodic-interval', type=float, default=None,
-                        help='seconds between runs of the computes\' '
-                             'periodic tasks (resource audit, power state '
-                             'sync) during the workload, the first at its '
-                             'start (default: nova\'s intervals, 60 s and '
-                             '600 s; 0: none; a shorter interval, e.g. 5, '
-                             'runs more audits in a short run and makes '
-                             'compute_resources busier than in a '
-                             'deployment: the report says so)')
-    parser.add_argument('--inject', action='append', default=None,
-                        choices=sorted(INJECTABLE), metavar='CAUSE',
-                        help='inject the cause of a finding (repeatable): '
-                             '%s.  The default run injects none and '
-                             'finds nothing' % '; '.join(
-                                 '%s (%s)' % kv for kv in
-                                 sorted(INJECTABLE.items())))
+        'cloud and report where the time went.',
+    )
+    parser.add_argument(
+        '--servers',
+        '-n',
+        type=int,
+        default=None,
+        help='servers to boot (default 30; with --waves: WAVES x WAVE_COUNT)',
+    )
+    parser.add_argument(
+        '--concurrency',
+        '-c',
+        type=int,
+        default=None,
+        help='boots in flight at once (default 8; with '
+        '--waves: the wave\'s size)',
+    )
+    parser.add_argument(
+        '--computes',
+        type=int,
+        default=3,
+        help='fake compute hosts (default 3)',
+    )
+    parser.add_argument(
+        '--schedulers',
+        type=int,
+        default=1,
+        help='scheduler services on the one topic, the '
+        'conductor\'s calls to each in turn '
+        '(default 1)',
+    )
+    parser.add_argument(
+        '--waves',
+        type=int,
+        default=None,
+        metavar='N',
+        help='boot in waves of N servers: each wave '
+        'waits until all of the one before are '
+        'ACTIVE or ERROR (a scale test\'s way)',
+    )
+    parser.add_argument(
+        '--wave-count',
+        type=int,
+        default=3,
+        help='how many waves with --waves (default 3)',
+    )
+    parser.add_argument(
+        '--boot-timeout',
+        type=float,
+        default=180.0,
+        help='seconds after which the demo stops waiting '
+        'for a server to become ACTIVE or ERROR and '
+        'counts it TIMEOUT (default 180; raise it '
+        'with hundreds of computes)',
+    )
+    parser.add_argument(
+        '--fail',
+        type=float,
+        default=0.1,
+        help='share of servers whose spawn fails (default 0.1)',
+    )
+    parser.add_argument(
+        '--reschedule',
+        type=float,
+        default=0.1,
+        help='share of servers rescheduled once (default 0.1)',
+    )
+    parser.add_argument(
+        '--seed',
+        type=int,
+        default=0,
+        help='which servers get the injected faults',
+    )
+    parser.add_argument(
+        '--mode',
+        choices=('threads', 'eventlet'),
+        default=None,
+        help='native threads (nova 34 services) or '
+        'eventlet (default threads; eventlet with a '
+        'nova older than 34)',
+    )
+    parser.add_argument(
+        '--output',
+        '-o',
+        default='instrument-demo-output',
+        help='output directory (default ./instrument-demo-output)',
+    )
+    parser.add_argument(
+        '--sweep',
+        metavar='[OPTION=]LEVELS',
+        type=levels,
+        help='comma-separated concurrency levels (e.g. '
+        '1,4,8), or of another option (%s: e.g. '
+        'schedulers=1,2,4): one run per level, each '
+        'in OUTPUT/c<level> (OUTPUT/<option><level>; '
+        'its own process), then the sweep report of '
+        'them in OUTPUT/sweep.{txt,json,html}'
+        % ', '.join(o for o in SWEEPABLE if o != 'concurrency'),
+    )
+    parser.add_argument(
+        '--no-report',
+        action='store_true',
+        help='boot and write span files only',
+    )
+    parser.add_argument(
+        '--boots-only',
+        action='store_true',
+        help='boots only, no mixed workload after them',
+    )
+    for name, what in (
+        ('resizes', 'resizes (each confirmed)'),
+        ('live-migrations', 'live migrations'),
+        ('deletes', 'deletes'),
+        ('lists', 'server lists'),
+    ):
+        parser.add_argument(
+            '--' + name,
+            type=int,
+            default=None,
+            help='%s after the boots (default: one per '
+            'ten servers, at least one)' % what,
+        )
+    parser.add_argument(
+        '--op-fail',
+        type=float,
+        default=0.34,
+        help='share of the resizes and of the live '
+        'migrations that fail (default 0.34)',
+    )
+    parser.add_argument(
+        '--periodic-interval',
+        type=float,
+        default=None,
+        help='seconds between runs of the computes\' '
+        'periodic tasks (resource audit, power state '
+        'sync) during the workload, the first at its '
+        'start (default: nova\'s intervals, 60 s and '
+        '600 s; 0: none; a shorter interval, e.g. 5, '
+        'runs more audits in a short run and makes '
+        'compute_resources busier than in a '
+        'deployment: the report says so)',
+    )
+    parser.add_argument(
+        '--inject',
+        action='append',
+        default=None,
+        choices=sorted(INJECTABLE),
+        metavar='CAUSE',
+        help='inject the cause of a finding (repeatable): '
+        '%s.  The default run injects none and '
+        'finds nothing'
+        % '; '.join('%s (%s)' % kv for kv in sorted(INJECTABLE.items())),
+    )
     return parser
 
 
@@ -238,14 +329,16 @@ def _resolve(args) -> None:
     schedulers at least for ``--inject scheduler-collisions``."""
     if args.waves is not None:
         if args.waves < 1 or args.wave_count < 1:
-            raise SystemExit('instrument-demo: --waves and --wave-count '
-                             'must be at least 1')
+            raise SystemExit(
+                'instrument-demo: --waves and --wave-count must be at least 1'
+            )
         total = args.waves * args.wave_count
         if args.servers is not None and args.servers != total:
             raise SystemExit(
                 'instrument-demo: --servers %d is not --waves %d x '
-                '--wave-count %d (leave --servers out with --waves)' % (
-                    args.servers, args.waves, args.wave_count))
+                '--wave-count %d (leave --servers out with --waves)'
+                % (args.servers, args.waves, args.wave_count)
+            )
         args.servers = total
         if args.concurrency is None:
             args.concurrency = args.waves
@@ -280,41 +373,56 @@ def _choose_mode(args) -> None:
         raise SystemExit(
             'instrument-demo: --mode threads needs nova %d or later; nova '
             '%d is installed, whose functional cloud runs under eventlet '
-            'only: use --mode eventlet' % (THREADS_NOVA, major))
+            'only: use --mode eventlet' % (THREADS_NOVA, major)
+        )
 
 
 def _check(args) -> None:
     _resolve(args)
     _choose_mode(args)
     if args.boot_timeout <= 0:
-        raise SystemExit('instrument-demo: --boot-timeout must be more '
-                         'than 0')
-    if args.servers < 1 or args.concurrency < 1 or args.computes < 1 or \
-            args.schedulers < 1:
-        raise SystemExit('instrument-demo: --servers, --concurrency, '
-                         '--computes and --schedulers must be at least 1')
+        raise SystemExit('instrument-demo: --boot-timeout must be more than 0')
+    if (
+        args.servers < 1
+        or args.concurrency < 1
+        or args.computes < 1
+        or args.schedulers < 1
+    ):
+        raise SystemExit(
+            'instrument-demo: --servers, --concurrency, '
+            '--computes and --schedulers must be at least 1'
+        )
     for name in ('fail', 'reschedule'):
         value = getattr(args, name)
         if not 0.0 <= value <= 1.0:
-            raise SystemExit('instrument-demo: --%s must be between 0 and '
-                             '1, not %s' % (name, value))
+            raise SystemExit(
+                'instrument-demo: --%s must be between 0 and '
+                '1, not %s' % (name, value)
+            )
     if args.periodic_interval is not None and args.periodic_interval < 0:
-        raise SystemExit('instrument-demo: --periodic-interval must not be '
-                         'negative')
+        raise SystemExit(
+            'instrument-demo: --periodic-interval must not be negative'
+        )
     if not 0.0 <= args.op_fail <= 1.0:
-        raise SystemExit('instrument-demo: --op-fail must be between 0 '
-                         'and 1, not %s' % args.op_fail)
+        raise SystemExit(
+            'instrument-demo: --op-fail must be between 0 '
+            'and 1, not %s' % args.op_fail
+        )
     for name in ('resizes', 'live_migrations', 'deletes', 'lists'):
         if (getattr(args, name) or 0) < 0:
-            raise SystemExit('instrument-demo: --%s must not be negative'
-                             % name.replace('_', '-'))
+            raise SystemExit(
+                'instrument-demo: --%s must not be negative'
+                % name.replace('_', '-')
+            )
     for name in set(args.inject or ()) & THREADS_ONLY:
         if args.mode != 'threads':
-            raise SystemExit('instrument-demo: --inject %s needs --mode '
-                             'threads' % name)
+            raise SystemExit(
+                'instrument-demo: --inject %s needs --mode threads' % name
+            )
     if args.fail + args.reschedule > 1.0:
-        raise SystemExit('instrument-demo: --fail + --reschedule must not '
-                         'exceed 1')
+        raise SystemExit(
+            'instrument-demo: --fail + --reschedule must not exceed 1'
+        )
 
 
 def prepare_output(directory: str) -> str:
@@ -330,8 +438,10 @@ def prepare_output(directory: str) -> str:
                 os.unlink(path)
         os.makedirs(spans)
     except OSError as exc:
-        raise SystemExit('instrument-demo: cannot use output directory '
-                         '%s: %s' % (directory, exc)) from None
+        raise SystemExit(
+            'instrument-demo: cannot use output directory '
+            '%s: %s' % (directory, exc)
+        ) from None
     return spans
 
 
@@ -349,8 +459,10 @@ def _select_mode(mode: str) -> None:
 
 
 def _missing(what: str, exc: ImportError) -> None:
-    sys.stderr.write('instrument-demo: error: %s cannot be imported (%s); '
-                     '%s\n' % (what, exc, INSTALL_HINT))
+    sys.stderr.write(
+        'instrument-demo: error: %s cannot be imported (%s); '
+        '%s\n' % (what, exc, INSTALL_HINT)
+    )
     sys.stderr.flush()
     raise SystemExit(EXIT_MISSING)
 
@@ -369,16 +481,20 @@ def check_environment(report: bool = True) -> None:
             try:
                 importlib.import_module('instrument.analysis.' + name)
             except ImportError as exc:
-                _missing("the analyser (openstack-instrument's report "
-                         "extra)", exc)
+                _missing(
+                    "the analyser (openstack-instrument's report extra)", exc
+                )
 
 
 def _stop_on_interrupt(stop: threading.Event) -> None:
     def first(signum, frame):
         stop.set()
-        sys.stderr.write('\ninstrument-demo: stopping after the boots in '
-                         'flight; Ctrl-C again to abort\n')
+        sys.stderr.write(
+            '\ninstrument-demo: stopping after the boots in '
+            'flight; Ctrl-C again to abort\n'
+        )
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
     signal.signal(signal.SIGINT, first)
 
 
@@ -400,7 +516,8 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
     settings = cloud.Settings(
         span_dir=spans_dir,
         computes=['cmp-%02d' % (n + 1) for n in range(args.computes)],
-        driver=faults.register())
+        driver=faults.register(),
+    )
     outcome = {}
 
     class DemoRun(cloud.InstrumentedCloud):
@@ -414,8 +531,9 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             outcome['first_request'] = time.time()
             # each server gets a port on the neutron stand-in's network
             # (nova's calls to neutron as in a deployment, see standins)
-            template = self._build_server(networks=[
-                {'uuid': self.neutron.network_1['id']}])
+            template = self._build_server(
+                networks=[{'uuid': self.neutron.network_1['id']}]
+            )
 
             def body(name):
                 return dict(template, name=name)
@@ -423,7 +541,8 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             # the computes' periodic tasks, during the whole workload
             loop = periodic.PeriodicLoop(
                 [c.manager for c in self.computes.values()],
-                args.periodic_interval)
+                args.periodic_interval,
+            )
             loop.start()
             try:
                 self.workload(body, outcome)
@@ -434,29 +553,47 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
             progress = boots.Progress(args.servers)
             if args.waves:
                 outcome['results'], outcome['waves'] = boots.boot_waves(
-                    self.api, body, args.waves, args.wave_count,
-                    args.concurrency, stop, progress,
-                    timeout=args.boot_timeout)
+                    self.api,
+                    body,
+                    args.waves,
+                    args.wave_count,
+                    args.concurrency,
+                    stop,
+                    progress,
+                    timeout=args.boot_timeout,
+                )
             else:
                 outcome['results'] = boots.boot_all(
-                    self.api, body, args.servers, args.concurrency, stop,
-                    progress, timeout=args.boot_timeout)
+                    self.api,
+                    body,
+                    args.servers,
+                    args.concurrency,
+                    stop,
+                    progress,
+                    timeout=args.boot_timeout,
+                )
             outcome['operations'] = []
             if args.boots_only or stop.is_set():
                 return
             work = plan_operations(args, outcome['results'])
             faults.configure_moves(
                 [n for n, fate in work['resize'] if fate == 'fail'],
-                [n for n, fate in work['live_migrate'] if fate == 'fail'])
+                [n for n, fate in work['live_migrate'] if fate == 'fail'],
+            )
             total = operations.planned(work)
             if not total:
                 return
             flavors = [f['id'] for f in self.api.get_flavors()]
             flavor = flavors[1] if len(flavors) > 1 else flavors[0]
             outcome['operations'] = operations.run_all(
-                self.api, work, outcome['results'], flavor,
-                args.concurrency, stop,
-                boots.Progress(total, verb='operations', unit='ops'))
+                self.api,
+                work,
+                outcome['results'],
+                flavor,
+                args.concurrency,
+                stop,
+                boots.Progress(total, verb='operations', unit='ops'),
+            )
 
     DemoRun.settings = settings
     case = DemoRun('run_boots')
@@ -466,11 +603,15 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
     if problems:
         for _test, trace in problems:
             sys.stderr.write(trace)
-        raise SystemExit('instrument-demo: the in-process cloud failed '
-                         '(see above)')
-    return (outcome.get('results', []), outcome.get('operations', []),
-            outcome.get('first_request', time.time()),
-            outcome.get('waves', []))
+        raise SystemExit(
+            'instrument-demo: the in-process cloud failed (see above)'
+        )
+    return (
+        outcome.get('results', []),
+        outcome.get('operations', []),
+        outcome.get('first_request', time.time()),
+        outcome.get('waves', []),
+    )
 
 
 def record_setup(args) -> None:
@@ -478,6 +619,7 @@ def record_setup(args) -> None:
     computes share one process (and nova's named locks), and their
     periodic tasks' interval when it is not nova's."""
     from instrument.runtime import process
+
     process.SETUP.clear()
     process.SETUP['computes'] = args.computes
     if args.periodic_interval:
@@ -487,23 +629,30 @@ def record_setup(args) -> None:
 def plan_operations(args, results: list) -> dict:
     """The mixed workload on the servers that became ACTIVE."""
     from instrument_demo import operations
+
     counts = operations.default_counts(args.servers)
-    for kind, name in (('resize', 'resizes'),
-                       ('live_migrate', 'live_migrations'),
-                       ('delete', 'deletes'), ('list', 'lists')):
+    for kind, name in (
+        ('resize', 'resizes'),
+        ('live_migrate', 'live_migrations'),
+        ('delete', 'deletes'),
+        ('list', 'lists'),
+    ):
         if getattr(args, name) is not None:
             counts[kind] = getattr(args, name)
     active = [r.name for r in results if r.status == 'ACTIVE']
-    return operations.plan(active, counts, args.op_fail, args.seed,
-                           args.computes)
+    return operations.plan(
+        active, counts, args.op_fail, args.seed, args.computes
+    )
 
 
 def boot_time(first_request: float, results: list) -> float:
     """Seconds from the first API request to the last answer (``TIMING``;
     the report's run duration); ``results`` of boots and of the other
     operations."""
-    last = max((r.finished for r in results if r.finished is not None),
-               default=first_request)
+    last = max(
+        (r.finished for r in results if r.finished is not None),
+        default=first_request,
+    )
     return max(last - first_request, 0.0)
 
 
@@ -518,12 +667,18 @@ def nova_version() -> typing.Optional[str]:
 def write_run(path: str, args) -> dict:
     """The run's parameters, as ``instrument-report sweep`` reads its
     labels (``run.json``)."""
-    run = {'servers': args.servers, 'concurrency': args.concurrency,
-           'computes': args.computes, 'schedulers': args.schedulers,
-           'mode': args.mode,
-           'nova': nova_version(), 'seed': args.seed, 'fail': args.fail,
-           'reschedule': args.reschedule,
-           'boots_only': bool(args.boots_only)}
+    run = {
+        'servers': args.servers,
+        'concurrency': args.concurrency,
+        'computes': args.computes,
+        'schedulers': args.schedulers,
+        'mode': args.mode,
+        'nova': nova_version(),
+        'seed': args.seed,
+        'fail': args.fail,
+        'reschedule': args.reschedule,
+        'boots_only': bool(args.boots_only),
+    }
     if args.inject:
         run['inject'] = ','.join(args.inject)
     if args.boot_timeout != 180.0:
@@ -538,8 +693,9 @@ def write_run(path: str, args) -> dict:
     return run
 
 
-def _write_truth(path: str, results: list, ops: list,
-                 first_request: float, waves: list = ()) -> dict:
+def _write_truth(
+    path: str, results: list, ops: list, first_request: float, waves: list = ()
+) -> dict:
     counts = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
@@ -548,14 +704,20 @@ def _write_truth(path: str, results: list, ops: list,
         per = op_counts.setdefault(result.op, {})
         per[result.expected] = per.get(result.expected, 0) + 1
     with open(path, 'w') as f:
-        json.dump({'counts': counts,
-                   'operation_counts': op_counts,
-                   'first_request': first_request,
-                   'duration_s': boot_time(first_request, results + ops),
-                   'timing': TIMING,
-                   'servers': [r.as_dict() for r in results],
-                   'operations': [r.as_dict() for r in ops],
-                   'waves': [w.as_dict() for w in waves]}, f, indent=1)
+        json.dump(
+            {
+                'counts': counts,
+                'operation_counts': op_counts,
+                'first_request': first_request,
+                'duration_s': boot_time(first_request, results + ops),
+                'timing': TIMING,
+                'servers': [r.as_dict() for r in results],
+                'operations': [r.as_dict() for r in ops],
+                'waves': [w.as_dict() for w in waves],
+            },
+            f,
+            indent=1,
+        )
     return counts
 
 
@@ -569,8 +731,9 @@ def _without(argv: list, option: str, short: str = '') -> list:
             skip = False
             continue
         name = arg.split('=', 1)[0]
-        if (len(name) >= 4 and option.startswith(name)) or \
-                (short and name == short):
+        if (len(name) >= 4 and option.startswith(name)) or (
+            short and name == short
+        ):
             skip = '=' not in arg
             continue
         if short and arg.startswith(short) and not arg.startswith('--'):
@@ -589,40 +752,56 @@ def run_sweep(args, argv: list) -> int:
     its own (a fresh cloud) and in ``OUTPUT/c<level>``, then
     ``instrument-report sweep`` of them into ``OUTPUT/sweep.*``."""
     if args.no_report:
-        raise SystemExit('instrument-demo: --sweep needs the reports '
-                         '(leave --no-report out)')
+        raise SystemExit(
+            'instrument-demo: --sweep needs the reports '
+            '(leave --no-report out)'
+        )
     os.makedirs(args.output, exist_ok=True)
     option, values = args.sweep
     flag = '--' + option.replace('_', '-')
-    base = _without(_without_sweep(argv), flag,
-                    '-c' if option == 'concurrency' else '')
+    base = _without(
+        _without_sweep(argv), flag, '-c' if option == 'concurrency' else ''
+    )
     runs = []
     for level in values:
-        out = os.path.join(args.output, '%s%d' % (SWEEPABLE[option],
-                                                  level))
-        print('instrument-demo: sweep: %s %d into %s' % (
-            option, level, out), flush=True)
+        out = os.path.join(args.output, '%s%d' % (SWEEPABLE[option], level))
+        print(
+            'instrument-demo: sweep: %s %d into %s' % (option, level, out),
+            flush=True,
+        )
         status = subprocess.call(
-            [sys.executable, '-m', 'instrument_demo'] + base +
-            [flag, str(level), '--output', out])
+            [sys.executable, '-m', 'instrument_demo']
+            + base
+            + [flag, str(level), '--output', out]
+        )
         if status:
             return status
         runs.append(out)
     from instrument.cmd import report
+
     text_path = os.path.join(args.output, 'sweep.txt')
     with open(text_path, 'w') as text:
         saved, sys.stdout = sys.stdout, text
         try:
-            report.main(['sweep', '--no-progress', '--by', option] + runs + [
-                '--json', os.path.join(args.output, 'sweep.json'),
-                '--html', os.path.join(args.output, 'sweep.html')])
+            report.main(
+                ['sweep', '--no-progress', '--by', option]
+                + runs
+                + [
+                    '--json',
+                    os.path.join(args.output, 'sweep.json'),
+                    '--html',
+                    os.path.join(args.output, 'sweep.html'),
+                ]
+            )
         finally:
             sys.stdout = saved
     with open(text_path) as text:
         sys.stdout.write(text.read())
-    print('\ninstrument-demo: wrote %s/{sweep.txt,sweep.json,sweep.html} '
-          'and one run per level in %s/%s<level>' % (
-              args.output, args.output, SWEEPABLE[option]))
+    print(
+        '\ninstrument-demo: wrote %s/{sweep.txt,sweep.json,sweep.html} '
+        'and one run per level in %s/%s<level>'
+        % (args.output, args.output, SWEEPABLE[option])
+    )
     return 0
 
 
@@ -638,46 +817,88 @@ def main(argv: list = None) -> int:
     write_run(os.path.join(args.output, RUN_FILE), args)
     stop = threading.Event()
     _stop_on_interrupt(stop)
-    print('instrument-demo: %d servers, %d at a time%s, %d computes, %d '
-          'scheduler%s, %s mode, injected: %.0f%% spawn failures, %.0f%% '
-          'reschedules' % (
-              args.servers, args.concurrency,
-              ' in %d waves of %d' % (args.wave_count, args.waves)
-              if args.waves else '', args.computes, args.schedulers,
-              '' if args.schedulers == 1 else 's', args.mode,
-              args.fail * 100, args.reschedule * 100), flush=True)
+    print(
+        'instrument-demo: %d servers, %d at a time%s, %d computes, %d '
+        'scheduler%s, %s mode, injected: %.0f%% spawn failures, %.0f%% '
+        'reschedules'
+        % (
+            args.servers,
+            args.concurrency,
+            ' in %d waves of %d' % (args.wave_count, args.waves)
+            if args.waves
+            else '',
+            args.computes,
+            args.schedulers,
+            '' if args.schedulers == 1 else 's',
+            args.mode,
+            args.fail * 100,
+            args.reschedule * 100,
+        ),
+        flush=True,
+    )
     if args.inject:
-        print('instrument-demo: injected causes: %s' % ', '.join(
-            '%s (finding %s)' % (name, INJECTABLE[name])
-            for name in args.inject), flush=True)
+        print(
+            'instrument-demo: injected causes: %s'
+            % ', '.join(
+                '%s (finding %s)' % (name, INJECTABLE[name])
+                for name in args.inject
+            ),
+            flush=True,
+        )
     results, ops, first_request, waves = run_cloud(args, spans_dir, stop)
-    counts = _write_truth(os.path.join(args.output, 'servers.json'),
-                          results, ops, first_request, waves)
+    counts = _write_truth(
+        os.path.join(args.output, 'servers.json'),
+        results,
+        ops,
+        first_request,
+        waves,
+    )
     for wave in waves:
         print('instrument-demo: %s' % wave.line(), flush=True)
-    print('instrument-demo: booted %d servers and ran %d other operations '
-          'in %.1f s (%s); the API says: %s' % (
-              len(results), len(ops), boot_time(first_request,
-                                                results + ops), TIMING,
-              ', '.join('%d %s' % (n, s) for s, n in sorted(counts.items()))),
-          flush=True)
+    print(
+        'instrument-demo: booted %d servers and ran %d other operations '
+        'in %.1f s (%s); the API says: %s'
+        % (
+            len(results),
+            len(ops),
+            boot_time(first_request, results + ops),
+            TIMING,
+            ', '.join('%d %s' % (n, s) for s, n in sorted(counts.items())),
+        ),
+        flush=True,
+    )
     if ops:
         per: dict = {}
         for r in ops:
             per.setdefault(r.op, {}).setdefault(r.expected, 0)
             per[r.op][r.expected] += 1
-        print('instrument-demo: operations: %s' % '; '.join(
-            '%s %s' % (op, ', '.join('%d %s' % (n, st) for st, n in
-                                     sorted(states.items())))
-            for op, states in sorted(per.items())), flush=True)
+        print(
+            'instrument-demo: operations: %s'
+            % '; '.join(
+                '%s %s'
+                % (
+                    op,
+                    ', '.join(
+                        '%d %s' % (n, st) for st, n in sorted(states.items())
+                    ),
+                )
+                for op, states in sorted(per.items())
+            ),
+            flush=True,
+        )
     if args.no_report:
         print('instrument-demo: span files in %s' % spans_dir)
         return 130 if stop.is_set() else 0
     from instrument.cmd import report
+
     text_path = os.path.join(args.output, 'report.txt')
-    report_args = [spans_dir, '--json',
-                   os.path.join(args.output, 'report.json'),
-                   '--html', os.path.join(args.output, 'report.html')]
+    report_args = [
+        spans_dir,
+        '--json',
+        os.path.join(args.output, 'report.json'),
+        '--html',
+        os.path.join(args.output, 'report.html'),
+    ]
     with open(text_path, 'w') as text:
         saved, sys.stdout = sys.stdout, text
         try:
@@ -686,9 +907,11 @@ def main(argv: list = None) -> int:
             sys.stdout = saved
     with open(text_path) as text:
         sys.stdout.write(text.read())
-    print('\ninstrument-demo: wrote %s/{report.txt,report.json,report.html,'
-          'servers.json,run.json} and the span files in %s' % (
-              args.output, spans_dir))
+    print(
+        '\ninstrument-demo: wrote %s/{report.txt,report.json,report.html,'
+        'servers.json,run.json} and the span files in %s'
+        % (args.output, spans_dir)
+    )
     return 130 if stop.is_set() else 0
 
 

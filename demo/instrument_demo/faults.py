@@ -45,8 +45,9 @@ _LOCK = threading.Lock()
 NAME_FORMAT = boots.NAME_FORMAT
 
 
-def configure(fail: float, reschedule: float, count: int,
-              seed: int = 0) -> dict:
+def configure(
+    fail: float, reschedule: float, count: int, seed: int = 0
+) -> dict:
     """Choose which of the ``count`` servers (named ``NAME_FORMAT``)
     fail and which reschedule once: exactly ``round(count * share)`` of
     each, picked by ``seed``.  Returns the plan {name: fate}."""
@@ -55,8 +56,9 @@ def configure(fail: float, reschedule: float, count: int,
     failing = int(round(count * fail))
     rescheduled = int(round(count * reschedule))
     plan = {name: 'fail' for name in names[:failing]}
-    plan.update((name, 'reschedule')
-                for name in names[failing:failing + rescheduled])
+    plan.update(
+        (name, 'reschedule') for name in names[failing : failing + rescheduled]
+    )
     with _LOCK:
         _PLAN.clear()
         _PLAN.update(plan)
@@ -64,8 +66,10 @@ def configure(fail: float, reschedule: float, count: int,
     return dict(plan)
 
 
-def configure_moves(resize_fails: typing.Iterable[str] = (),
-                    live_fails: typing.Iterable[str] = ()) -> None:
+def configure_moves(
+    resize_fails: typing.Iterable[str] = (),
+    live_fails: typing.Iterable[str] = (),
+) -> None:
     """The servers (names) whose resize or live migration fails."""
     with _LOCK:
         _MOVE_FAILS['resize'] = set(resize_fails)
@@ -91,44 +95,90 @@ def fate(name: str) -> str:
 class FaultyDriver(fake.FakeDriver):
     """FakeDriver with injected spawn failures and reschedules."""
 
-    def spawn(self, context, instance, image_meta, injected_files,
-              admin_password, allocations, network_info=None,
-              block_device_info=None, power_on=True, accel_info=None):
+    def spawn(
+        self,
+        context,
+        instance,
+        image_meta,
+        injected_files,
+        admin_password,
+        allocations,
+        network_info=None,
+        block_device_info=None,
+        power_on=True,
+        accel_info=None,
+    ):
         what = fate(instance.display_name)
         if what == 'fail':
             raise exception.BuildAbortException(
                 instance_uuid=instance.uuid,
-                reason='injected spawn failure (instrument-demo)')
+                reason='injected spawn failure (instrument-demo)',
+            )
         if what == 'reschedule':
             with _LOCK:
                 first = instance.uuid not in _RESCHEDULED
                 _RESCHEDULED.add(instance.uuid)
             if first:
                 raise exception.ComputeResourcesUnavailable(
-                    reason='injected reschedule (instrument-demo)')
+                    reason='injected reschedule (instrument-demo)'
+                )
         return super().spawn(
-            context, instance, image_meta, injected_files, admin_password,
-            allocations, network_info=network_info,
-            block_device_info=block_device_info, power_on=power_on,
-            accel_info=accel_info)
+            context,
+            instance,
+            image_meta,
+            injected_files,
+            admin_password,
+            allocations,
+            network_info=network_info,
+            block_device_info=block_device_info,
+            power_on=power_on,
+            accel_info=accel_info,
+        )
 
-    def migrate_disk_and_power_off(self, context, instance, dest, flavor,
-                                   network_info, block_device_info=None,
-                                   timeout=0, retry_interval=0):
+    def migrate_disk_and_power_off(
+        self,
+        context,
+        instance,
+        dest,
+        flavor,
+        network_info,
+        block_device_info=None,
+        timeout=0,
+        retry_interval=0,
+    ):
         if move_fails('resize', instance.display_name):
             raise exception.ResizeError(
-                reason='injected disk migration failure (instrument-demo)')
+                reason='injected disk migration failure (instrument-demo)'
+            )
         return super().migrate_disk_and_power_off(
-            context, instance, dest, flavor, network_info,
-            block_device_info=block_device_info, timeout=timeout,
-            retry_interval=retry_interval)
+            context,
+            instance,
+            dest,
+            flavor,
+            network_info,
+            block_device_info=block_device_info,
+            timeout=timeout,
+            retry_interval=retry_interval,
+        )
 
-    def pre_live_migration(self, context, instance, block_device_info,
-                           network_info, disk_info, migrate_data):
+    def pre_live_migration(
+        self,
+        context,
+        instance,
+        block_device_info,
+        network_info,
+        disk_info,
+        migrate_data,
+    ):
         if move_fails('live_migrate', instance.display_name):
             raise exception.MigrationError(
-                reason='injected pre-live-migration failure '
-                       '(instrument-demo)')
+                reason='injected pre-live-migration failure (instrument-demo)'
+            )
         return super().pre_live_migration(
-            context, instance, block_device_info, network_info, disk_info,
-            migrate_data)
+            context,
+            instance,
+            block_device_info,
+            network_info,
+            disk_info,
+            migrate_data,
+        )

@@ -67,11 +67,13 @@ def _nothing(case, args) -> None:
 
 # -- db-pool -----------------------------------------------------------------
 
+
 def _db_pool_before(case, args) -> None:
     """Pools of one connection, no overflow; nova's sqlite files get the
     ``QueuePool`` oslo.db gives MySQL (sized by the same options)."""
     import sqlalchemy
     from sqlalchemy import pool as sa_pool
+
     for group in ('database', 'api_database'):
         case.flags(max_pool_size=1, max_overflow=0, group=group)
     engines = case._instrument_demo_engines = []
@@ -80,20 +82,26 @@ def _db_pool_before(case, args) -> None:
     def create(url, **engine_args):
         url = sqlalchemy.engine.make_url(url)
         name = (url.database or '').rsplit('/', 1)[-1]
-        nova = (url.get_backend_name() == 'sqlite' and
-                name.startswith('nova') and
-                engine_args.get('poolclass') is sa_pool.NullPool)
+        nova = (
+            url.get_backend_name() == 'sqlite'
+            and name.startswith('nova')
+            and engine_args.get('poolclass') is sa_pool.NullPool
+        )
         if nova:
             # oslo.db's defaults while nova's fixtures migrate (they
             # hold a connection); sized as configured once up
-            engine_args.update(poolclass=sa_pool.QueuePool, pool_size=5,
-                               max_overflow=50, pool_timeout=60)
+            engine_args.update(
+                poolclass=sa_pool.QueuePool,
+                pool_size=5,
+                max_overflow=50,
+                pool_timeout=60,
+            )
         engine = original(url, **engine_args)
         if nova:
             engines.append((name, engine))
         return engine
-    case.useFixture(fixtures.MonkeyPatch('sqlalchemy.create_engine',
-                                         create))
+
+    case.useFixture(fixtures.MonkeyPatch('sqlalchemy.create_engine', create))
 
 
 def _db_pool_after(case, args) -> None:
@@ -108,27 +116,33 @@ def _db_pool_after(case, args) -> None:
 
 # -- rpc-timeout -------------------------------------------------------------
 
+
 def _rpc_timeout_before(case, args) -> None:
     """``long_rpc_timeout`` 1, the scheduler ``SCHEDULER_SLOW_S`` to
     answer ``select_destinations``."""
     from nova.scheduler import manager
+
     case.flags(long_rpc_timeout=1)
     select = manager.SchedulerManager.select_destinations
 
     def slow(mgr, *a, **kw):
         time.sleep(SCHEDULER_SLOW_S)
         return select(mgr, *a, **kw)
-    case.useFixture(fixtures.MonkeyPatch(
-        'nova.scheduler.manager.SchedulerManager.select_destinations', slow))
+
+    case.useFixture(
+        fixtures.MonkeyPatch(
+            'nova.scheduler.manager.SchedulerManager.select_destinations', slow
+        )
+    )
 
 
 # -- scheduler-collisions ----------------------------------------------------
 
+
 def scheduler_hosts(count: int) -> tuple:
     """The hosts of ``count`` schedulers: the cloud's own
     (``scheduler``), then ``sched2``, ``sched3``..."""
-    return ('scheduler',) + tuple('sched%d' % n
-                                  for n in range(2, count + 1))
+    return ('scheduler',) + tuple('sched%d' % n for n in range(2, count + 1))
 
 
 def schedulers(args) -> int:
@@ -145,25 +159,30 @@ def start_schedulers(case, servers: tuple) -> None:
     on the one ``scheduler`` topic.  nova's start_service refuses a
     second scheduler; its fixture runs one as start_service does."""
     from nova.tests import fixtures as nova_fixtures
+
     for host in servers[1:]:
         case.useFixture(nova_fixtures.ServiceFixture('scheduler', host))
 
 
-def late_claims_schedulers_in_turn(case, delay_s: float = CLAIM_DELAY_S,
-                                   servers=('scheduler', 'sched2')) -> None:
+def late_claims_schedulers_in_turn(
+    case, delay_s: float = CLAIM_DELAY_S, servers=('scheduler', 'sched2')
+) -> None:
     """Each scheduler claims ``delay_s`` after reading placement's
     candidates, and the conductor's ``select_destinations`` calls go to
     each of ``servers`` in turn (``schedulers_in_turn``).  Patched
     before the instrumentation starts: its point wraps the late
     claim."""
     from nova.scheduler import utils as scheduler_utils
+
     claim = scheduler_utils.claim_resources
 
     def late(*a, **kw):
         time.sleep(delay_s)
         return claim(*a, **kw)
-    case.useFixture(fixtures.MonkeyPatch(
-        'nova.scheduler.utils.claim_resources', late))
+
+    case.useFixture(
+        fixtures.MonkeyPatch('nova.scheduler.utils.claim_resources', late)
+    )
     schedulers_in_turn(case, servers)
 
 
@@ -176,6 +195,7 @@ def schedulers_in_turn(case, servers: tuple) -> None:
     import copy
 
     from nova.scheduler import rpcapi
+
     select = rpcapi.SchedulerAPI.select_destinations
     turn = itertools.cycle(servers)
     turn_lock = threading.Lock()
@@ -197,8 +217,12 @@ def schedulers_in_turn(case, servers: tuple) -> None:
         routed = copy.copy(api)
         routed.client = InTurn(api.client, server)
         return select(routed, *a, **kw)
-    case.useFixture(fixtures.MonkeyPatch(
-        'nova.scheduler.rpcapi.SchedulerAPI.select_destinations', in_turn))
+
+    case.useFixture(
+        fixtures.MonkeyPatch(
+            'nova.scheduler.rpcapi.SchedulerAPI.select_destinations', in_turn
+        )
+    )
 
 
 def _collisions_before(case, args) -> None:
@@ -207,18 +231,24 @@ def _collisions_before(case, args) -> None:
     ``CLAIM_DELAY_S`` after reading placement's candidates; the
     conductor's calls go to each scheduler in turn (as RabbitMQ hands a
     queue's messages to its consumers)."""
-    case.flags(host_subset_size=1, shuffle_best_same_weighed_hosts=False,
-               group='filter_scheduler')
+    case.flags(
+        host_subset_size=1,
+        shuffle_best_same_weighed_hosts=False,
+        group='filter_scheduler',
+    )
     case.flags(initial_cpu_allocation_ratio=1.0)
     room = -(-args.servers // args.computes)
-    case.useFixture(fixtures.MonkeyPatch(
-        'instrument_demo.faults.FaultyDriver.vcpus', room))
+    case.useFixture(
+        fixtures.MonkeyPatch('instrument_demo.faults.FaultyDriver.vcpus', room)
+    )
     # the demo starts the schedulers (``schedulers``: two at least)
     late_claims_schedulers_in_turn(
-        case, servers=scheduler_hosts(schedulers(args)))
+        case, servers=scheduler_hosts(schedulers(args))
+    )
 
 
 # -- build-queue -------------------------------------------------------------
+
 
 def _build_queue_before(case, args) -> None:
     """``max_concurrent_builds`` 1 (and, under native threads, where
@@ -231,50 +261,63 @@ def _build_queue_before(case, args) -> None:
 
 # -- audit-collision ---------------------------------------------------------
 
+
 def _audit_before(case, args) -> None:
     """``update_resources_interval`` 1 s, the audit slowed inside
     ``compute_resources`` as a large compute's is (it holds the lock
     until a claim queues behind it, then ``AUDIT_HOLD_S`` more)."""
     from oslo_concurrency import lockutils
+
     case.flags(update_resources_interval=1)
     from nova.compute import resource_tracker
+
     pair = resource_tracker.ResourceTracker._pair_instances_to_migrations
     lock = lockutils.internal_fair_lock('compute_resources')
 
     def slow(tracker, *a, **kw):
         deadline = time.monotonic() + AUDIT_WAIT_S
-        while not lock.has_pending_writers and \
-                time.monotonic() < deadline:
+        while not lock.has_pending_writers and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(AUDIT_HOLD_S)
         return pair(tracker, *a, **kw)
-    case.useFixture(fixtures.MonkeyPatch(
-        'nova.compute.resource_tracker.ResourceTracker.'
-        '_pair_instances_to_migrations', slow))
+
+    case.useFixture(
+        fixtures.MonkeyPatch(
+            'nova.compute.resource_tracker.ResourceTracker.'
+            '_pair_instances_to_migrations',
+            slow,
+        )
+    )
 
 
 def _audit_after(case, args) -> None:
     # what nova's periodic decorator read from nova.conf at import
     for compute in case.computes.values():
-        compute.manager._periodic_spacing[AUDIT] = \
+        compute.manager._periodic_spacing[AUDIT] = (
             CONF.update_resources_interval
+        )
 
 
 # -- identity-slow -----------------------------------------------------------
+
 
 def _identity_before(case, args) -> None:
     """The real keystonemiddleware in nova-api against a keystone that
     takes ``KEYSTONE_SLOW_S`` per validation, its token cache off
     (``[keystone_authtoken] token_cache_time = -1``)."""
     from instrument_demo import standins
-    keystone = standins.Keystone('tok-%s' % uuid.uuid4().hex,
-                                 'svc-%s' % uuid.uuid4().hex,
-                                 delay=KEYSTONE_SLOW_S)
+
+    keystone = standins.Keystone(
+        'tok-%s' % uuid.uuid4().hex,
+        'svc-%s' % uuid.uuid4().hex,
+        delay=KEYSTONE_SLOW_S,
+    )
     standins.real_auth_token(case, keystone)
     case.flags(token_cache_time=-1, group='keystone_authtoken')
 
 
 # -- network-fail ------------------------------------------------------------
+
 
 def _network_before(case, args) -> None:
     case.flags(timeout=1, http_retries=0, group='neutron')
@@ -286,8 +329,10 @@ def _network_after(case, args) -> None:
     ``[neutron] timeout`` 1 (``http_retries`` 0): those time out reading
     in the compute, their builds fail."""
     from instrument_demo import standins
-    local = case.useFixture(standins.LocalServer(
-        standins.NeutronAPI(case.neutron)))
+
+    local = case.useFixture(
+        standins.LocalServer(standins.NeutronAPI(case.neutron))
+    )
     case.flags(endpoint_override=local.url, group='neutron')
     standins.reset_neutron_session()
     answer = threading.Event()
@@ -299,36 +344,62 @@ def _network_after(case, args) -> None:
         if next(count) % NEUTRON_LATE_EVERY == 0:
             answer.wait(NEUTRON_LATE_S)
         return create_port(body=body)
-    case.useFixture(fixtures.MockPatchObject(
-        case.neutron, 'create_port', side_effect=late))
+
+    case.useFixture(
+        fixtures.MockPatchObject(case.neutron, 'create_port', side_effect=late)
+    )
 
 
 INJECTIONS = {
     'db-pool': Injection(
-        'db_pool_exhaustion', '[database]/[api_database] max_pool_size 1, '
+        'db_pool_exhaustion',
+        '[database]/[api_database] max_pool_size 1, '
         'max_overflow 0 (threads mode only: the databases are files '
-        'there)', _db_pool_before, _db_pool_after, threads_only=True),
+        'there)',
+        _db_pool_before,
+        _db_pool_after,
+        threads_only=True,
+    ),
     'rpc-timeout': Injection(
-        'rpc_timeouts', 'long_rpc_timeout 1, the scheduler 2 s to answer '
-        '(every boot fails)', _rpc_timeout_before, _nothing),
+        'rpc_timeouts',
+        'long_rpc_timeout 1, the scheduler 2 s to answer (every boot fails)',
+        _rpc_timeout_before,
+        _nothing,
+    ),
     'scheduler-collisions': Injection(
-        'scheduling_collisions', 'two schedulers, host_subset_size 1, '
+        'scheduling_collisions',
+        'two schedulers, host_subset_size 1, '
         'computes with room for the servers, claims 0.5 s late',
-        _collisions_before, _nothing),
+        _collisions_before,
+        _nothing,
+    ),
     'build-queue': Injection(
-        'build_queueing', 'max_concurrent_builds 1', _build_queue_before,
-        _nothing),
+        'build_queueing',
+        'max_concurrent_builds 1',
+        _build_queue_before,
+        _nothing,
+    ),
     'audit-collision': Injection(
-        'audit_collision', 'update_resources_interval 1, the resource '
-        'audit slowed inside compute_resources', _audit_before,
-        _audit_after),
+        'audit_collision',
+        'update_resources_interval 1, the resource '
+        'audit slowed inside compute_resources',
+        _audit_before,
+        _audit_after,
+    ),
     'identity-slow': Injection(
-        'identity_slow', 'keystonemiddleware in nova-api, keystone 0.5 s '
-        'per validation, token_cache_time -1', _identity_before, _nothing),
+        'identity_slow',
+        'keystonemiddleware in nova-api, keystone 0.5 s '
+        'per validation, token_cache_time -1',
+        _identity_before,
+        _nothing,
+    ),
     'network-fail': Injection(
-        'network_failures', 'neutron answering every second port creation '
-        '2 s late, [neutron] timeout 1, http_retries 0', _network_before,
-        _network_after),
+        'network_failures',
+        'neutron answering every second port creation '
+        '2 s late, [neutron] timeout 1, http_retries 0',
+        _network_before,
+        _network_after,
+    ),
 }
 
 

@@ -43,11 +43,27 @@ LIVE_ROLLED_BACK = 'rolled_back'
 class OpResult:
     """One operation as the API saw it."""
 
-    __slots__ = ('op', 'name', 'id', 'status', 'host_before', 'host',
-                 'migration', 'expected', 'started', 'finished', 'error')
+    __slots__ = (
+        'op',
+        'name',
+        'id',
+        'status',
+        'host_before',
+        'host',
+        'migration',
+        'expected',
+        'started',
+        'finished',
+        'error',
+    )
 
-    def __init__(self, op: str, name: str = None, server_id: str = None,
-                 host: str = None) -> None:
+    def __init__(
+        self,
+        op: str,
+        name: str = None,
+        server_id: str = None,
+        host: str = None,
+    ) -> None:
         self.op = op
         self.name = name
         self.id = server_id
@@ -71,16 +87,21 @@ def default_counts(servers: int) -> dict:
     return {'resize': n, 'live_migrate': n, 'delete': n, 'list': n}
 
 
-def plan(active: list, counts: dict, fail: float, seed: int = 0,
-         computes: int = 2) -> dict:
+def plan(
+    active: list, counts: dict, fail: float, seed: int = 0, computes: int = 2
+) -> dict:
     """``{'resize': [(name, fate)], 'live_migrate': [...], 'delete':
     [names], 'list': n}`` for the ACTIVE servers ``active`` (names);
     ``fate`` is ``ok`` or ``fail``: exactly ``round(n * fail)`` of each
     kind fail.  Moves need two computes: without, none are planned."""
     names = sorted(active)
     random.Random(seed).shuffle(names)
-    out = {'resize': [], 'live_migrate': [], 'delete': [],
-           'list': counts.get('list', 0)}
+    out = {
+        'resize': [],
+        'live_migrate': [],
+        'delete': [],
+        'list': counts.get('list', 0),
+    }
     kinds = ['resize', 'live_migrate'] if computes >= 2 else []
     for kind in kinds + ['delete']:
         want = min(counts.get(kind, 0), len(names))
@@ -89,8 +110,10 @@ def plan(active: list, counts: dict, fail: float, seed: int = 0,
             out[kind] = chosen
             continue
         failing = int(round(len(chosen) * fail))
-        out[kind] = [(name, 'fail' if i < failing else 'ok')
-                     for i, name in enumerate(chosen)]
+        out[kind] = [
+            (name, 'fail' if i < failing else 'ok')
+            for i, name in enumerate(chosen)
+        ]
     return out
 
 
@@ -104,8 +127,11 @@ def _wait(api, server_id: str, done, deadline: float) -> dict:
 
 def _migration(api, server_id: str, kind: str) -> dict:
     migrations = api.api_get('/os-migrations').body['migrations']
-    mine = [m for m in migrations if m['instance_uuid'] == server_id and
-            m.get('migration_type') == kind]
+    mine = [
+        m
+        for m in migrations
+        if m['instance_uuid'] == server_id and m.get('migration_type') == kind
+    ]
     return max(mine, key=lambda m: m['id']) if mine else {}
 
 
@@ -114,47 +140,64 @@ def resize(api, result: OpResult, flavor_id: str) -> None:
     is a result of its own, returned)."""
     api.post_server_action(result.id, {'resize': {'flavorRef': flavor_id}})
     deadline = time.monotonic() + TIMEOUT_S
-    server = _wait(api, result.id, lambda s: s['status'] in (
-        'VERIFY_RESIZE', 'ERROR') and not s.get('OS-EXT-STS:task_state'),
-        deadline)
+    server = _wait(
+        api,
+        result.id,
+        lambda s: (
+            s['status'] in ('VERIFY_RESIZE', 'ERROR')
+            and not s.get('OS-EXT-STS:task_state')
+        ),
+        deadline,
+    )
     result.status = server['status']
     result.host = server.get('OS-EXT-SRV-ATTR:host')
     result.migration = _migration(api, result.id, 'resize').get('status')
-    result.expected = {'VERIFY_RESIZE': 'success',
-                       'ERROR': RESIZE_FAILED}.get(result.status,
-                                                   'incomplete')
+    result.expected = {'VERIFY_RESIZE': 'success', 'ERROR': RESIZE_FAILED}.get(
+        result.status, 'incomplete'
+    )
 
 
 def confirm(api, result: OpResult) -> None:
     api.post_server_action(result.id, {'confirmResize': None})
-    server = _wait(api, result.id, lambda s: s['status'] in (
-        'ACTIVE', 'ERROR'), time.monotonic() + TIMEOUT_S)
+    server = _wait(
+        api,
+        result.id,
+        lambda s: s['status'] in ('ACTIVE', 'ERROR'),
+        time.monotonic() + TIMEOUT_S,
+    )
     result.status = server['status']
     result.host = server.get('OS-EXT-SRV-ATTR:host')
-    result.expected = 'success' if result.status == 'ACTIVE' \
-        else 'failed_on_source'
+    result.expected = (
+        'success' if result.status == 'ACTIVE' else 'failed_on_source'
+    )
 
 
 def live_migrate(api, result: OpResult) -> None:
-    api.post_server_action(result.id, {'os-migrateLive': {
-        'host': None, 'block_migration': 'auto'}})
+    api.post_server_action(
+        result.id,
+        {'os-migrateLive': {'host': None, 'block_migration': 'auto'}},
+    )
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         mig = _migration(api, result.id, 'live-migration')
-        if mig.get('status') in ('completed', 'error', 'failed') or \
-                time.monotonic() > deadline:
+        if (
+            mig.get('status') in ('completed', 'error', 'failed')
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(POLL_S)
-    server = _wait(api, result.id, lambda s: not s.get(
-        'OS-EXT-STS:task_state'), deadline)
+    server = _wait(
+        api, result.id, lambda s: not s.get('OS-EXT-STS:task_state'), deadline
+    )
     result.migration = mig.get('status')
     result.status = server['status']
     result.host = server.get('OS-EXT-SRV-ATTR:host')
-    if result.migration == 'completed' and result.host != \
-            result.host_before:
+    if result.migration == 'completed' and result.host != result.host_before:
         result.expected = 'success'
-    elif result.migration in ('error', 'failed') and \
-            result.host == result.host_before:
+    elif (
+        result.migration in ('error', 'failed')
+        and result.host == result.host_before
+    ):
         result.expected = LIVE_ROLLED_BACK
     else:
         result.expected = 'incomplete'
@@ -167,9 +210,11 @@ def delete(api, result: OpResult) -> None:
         try:
             server = api.get_server(result.id)
         except Exception as exc:  # 404: gone
-            if getattr(exc, 'response', None) is not None and \
-                    getattr(exc.response, 'status_code', None) == 404 or \
-                    'NotFound' in exc.__class__.__name__:
+            if (
+                getattr(exc, 'response', None) is not None
+                and getattr(exc.response, 'status_code', None) == 404
+                or 'NotFound' in exc.__class__.__name__
+            ):
                 result.status = 'DELETED'
                 result.expected = 'success'
                 return
@@ -202,8 +247,12 @@ def _run(fn, result: OpResult, *args) -> OpResult:
 
 def planned(work: dict) -> int:
     """How many operations ``work`` holds (confirms not counted)."""
-    return (len(work['resize']) + len(work['live_migrate']) +
-            len(work['delete']) + work['list'])
+    return (
+        len(work['resize'])
+        + len(work['live_migrate'])
+        + len(work['delete'])
+        + work['list']
+    )
 
 
 def _busy(api, server_id: str) -> bool:
@@ -242,9 +291,15 @@ def settle(api, server_ids: list, timeout: float = TIMEOUT_S) -> bool:
     return False
 
 
-def run_all(api, work: dict, boot_results: list, flavor_id: str,
-            concurrency: int, stop: threading.Event = None,
-            progress: boots.Progress = None) -> list:
+def run_all(
+    api,
+    work: dict,
+    boot_results: list,
+    flavor_id: str,
+    concurrency: int,
+    stop: threading.Event = None,
+    progress: boots.Progress = None,
+) -> list:
     """Run the planned operations (``plan``) on the booted servers;
     returns an ``OpResult`` per API operation (a confirmed resize gives
     two: the resize and its confirm)."""
@@ -256,8 +311,9 @@ def run_all(api, work: dict, boot_results: list, flavor_id: str,
         tasks.append(('resize', OpResult('resize', name, b.id, b.host)))
     for name, _fate in work['live_migrate']:
         b = by_name[name]
-        tasks.append(('live_migrate', OpResult('live_migrate', name, b.id,
-                                               b.host)))
+        tasks.append(
+            ('live_migrate', OpResult('live_migrate', name, b.id, b.host))
+        )
     for name in work['delete']:
         b = by_name[name]
         tasks.append(('delete', OpResult('delete', name, b.id, b.host)))
@@ -276,12 +332,16 @@ def run_all(api, work: dict, boot_results: list, flavor_id: str,
             _run(resize, result, api, result, flavor_id)
             done = [result]
             if result.status == 'VERIFY_RESIZE':
-                c = OpResult('confirm_resize', result.name, result.id,
-                             result.host)
+                c = OpResult(
+                    'confirm_resize', result.name, result.id, result.host
+                )
                 done.append(_run(confirm, c, api, c))
             return done
-        fn = {'live_migrate': live_migrate, 'delete': delete,
-              'list': server_list}[kind]
+        fn = {
+            'live_migrate': live_migrate,
+            'delete': delete,
+            'list': server_list,
+        }[kind]
         return [_run(fn, result, api, result)]
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:

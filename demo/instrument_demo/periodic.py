@@ -47,16 +47,18 @@ def spacing(manager, task: str) -> float:
     """nova's interval of ``task`` (seconds; its ``spacing``, the
     default periodic interval when it has none)."""
     value = getattr(manager, '_periodic_spacing', {}).get(task)
-    return float(value) if value and value > 0 else \
-        periodic_task.DEFAULT_INTERVAL
+    return (
+        float(value) if value and value > 0 else periodic_task.DEFAULT_INTERVAL
+    )
 
 
 class PeriodicLoop:
     """Runs ``tasks`` of each compute manager at nova's intervals
     (``interval`` None), or every ``interval`` s."""
 
-    def __init__(self, managers: list, interval: float | None,
-                 tasks: tuple = TASKS) -> None:
+    def __init__(
+        self, managers: list, interval: float | None, tasks: tuple = TASKS
+    ) -> None:
         self.managers = list(managers)
         self.interval = interval
         self.tasks = tasks
@@ -68,9 +70,13 @@ class PeriodicLoop:
         """``{task: seconds between its runs}``."""
         if self.interval is not None:
             return {task: self.interval for task in self.tasks}
-        return {task: min((spacing(m, task) for m in self.managers),
-                          default=periodic_task.DEFAULT_INTERVAL)
-                for task in self.tasks}
+        return {
+            task: min(
+                (spacing(m, task) for m in self.managers),
+                default=periodic_task.DEFAULT_INTERVAL,
+            )
+            for task in self.tasks
+        }
 
     def run_once(self, tasks: tuple | None = None) -> None:
         """Every compute runs ``tasks`` (default: all of ``self.tasks``)
@@ -87,8 +93,10 @@ class PeriodicLoop:
             try:
                 manager.run_periodic_tasks(context)
             except Exception:  # noqa: BLE001 - a task's own failure
-                LOG.exception('periodic tasks of %s failed',
-                              getattr(manager, 'host', '?'))
+                LOG.exception(
+                    'periodic tasks of %s failed',
+                    getattr(manager, 'host', '?'),
+                )
         self.runs += 1
 
     def _loop(self) -> None:
@@ -106,11 +114,13 @@ class PeriodicLoop:
                 return
 
     def start(self) -> None:
-        if (self.interval is not None and self.interval <= 0) or \
-                not self.managers:
+        if (
+            self.interval is not None and self.interval <= 0
+        ) or not self.managers:
             return
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name='demo-periodic')
+        self._thread = threading.Thread(
+            target=self._loop, daemon=True, name='demo-periodic'
+        )
         self._thread.start()
 
     def stop(self) -> None:

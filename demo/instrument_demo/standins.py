@@ -67,31 +67,49 @@ SERVICE_TOKEN = noauth.NoAuth().get_token(None)
 # neutron's v2.0 routes: (method, path pattern, fixture method, how the
 # call is made: 'list', 'show', 'create', 'update', 'delete', 'args').
 _ID = '([^/]+)'
-ROUTES = [(method, re.compile('^/v2.0/%s$' % path), name, kind)
-          for method, path, name, kind in (
-    ('GET', 'extensions', 'list_extensions', 'args'),
-    ('GET', 'ports', 'list_ports', 'list'),
-    ('POST', 'ports', 'create_port', 'create'),
-    ('GET', 'ports/' + _ID, 'show_port', 'show'),
-    ('PUT', 'ports/' + _ID, 'update_port', 'update'),
-    ('DELETE', 'ports/' + _ID, 'delete_port', 'delete'),
-    ('POST', 'ports/%s/bindings' % _ID, 'create_port_binding', 'update'),
-    ('GET', 'ports/%s/bindings/%s' % (_ID, _ID), 'show_port_binding',
-     'args'),
-    ('DELETE', 'ports/%s/bindings/%s' % (_ID, _ID), 'delete_port_binding',
-     'args'),
-    ('PUT', 'ports/%s/bindings/%s/activate' % (_ID, _ID),
-     'activate_port_binding', 'args'),
-    ('GET', 'networks', 'list_networks', 'list'),
-    ('GET', 'networks/' + _ID, 'show_network', 'show'),
-    ('GET', 'subnets', 'list_subnets', 'list'),
-    ('GET', 'subnets/' + _ID, 'show_subnet', 'show'),
-    ('GET', 'floatingips', 'list_floatingips', 'list'),
-    ('GET', 'security-groups', 'list_security_groups', 'list'),
-    ('GET', 'quotas/' + _ID, 'show_quota', 'args'),
-    ('GET', 'auto-allocated-topology/' + _ID,
-     'get_auto_allocated_topology', 'show'),
-)]
+ROUTES = [
+    (method, re.compile('^/v2.0/%s$' % path), name, kind)
+    for method, path, name, kind in (
+        ('GET', 'extensions', 'list_extensions', 'args'),
+        ('GET', 'ports', 'list_ports', 'list'),
+        ('POST', 'ports', 'create_port', 'create'),
+        ('GET', 'ports/' + _ID, 'show_port', 'show'),
+        ('PUT', 'ports/' + _ID, 'update_port', 'update'),
+        ('DELETE', 'ports/' + _ID, 'delete_port', 'delete'),
+        ('POST', 'ports/%s/bindings' % _ID, 'create_port_binding', 'update'),
+        (
+            'GET',
+            'ports/%s/bindings/%s' % (_ID, _ID),
+            'show_port_binding',
+            'args',
+        ),
+        (
+            'DELETE',
+            'ports/%s/bindings/%s' % (_ID, _ID),
+            'delete_port_binding',
+            'args',
+        ),
+        (
+            'PUT',
+            'ports/%s/bindings/%s/activate' % (_ID, _ID),
+            'activate_port_binding',
+            'args',
+        ),
+        ('GET', 'networks', 'list_networks', 'list'),
+        ('GET', 'networks/' + _ID, 'show_network', 'show'),
+        ('GET', 'subnets', 'list_subnets', 'list'),
+        ('GET', 'subnets/' + _ID, 'show_subnet', 'show'),
+        ('GET', 'floatingips', 'list_floatingips', 'list'),
+        ('GET', 'security-groups', 'list_security_groups', 'list'),
+        ('GET', 'quotas/' + _ID, 'show_quota', 'args'),
+        (
+            'GET',
+            'auto-allocated-topology/' + _ID,
+            'get_auto_allocated_topology',
+            'show',
+        ),
+    )
+]
 
 
 def _params(req: webob.Request) -> dict:
@@ -100,8 +118,10 @@ def _params(req: webob.Request) -> dict:
     ``False``."""
     out = {}
     for key in req.GET.keys():
-        values = [{'True': True, 'False': False}.get(v, v)
-                  for v in req.GET.getall(key)]
+        values = [
+            {'True': True, 'False': False}.get(v, v)
+            for v in req.GET.getall(key)
+        ]
         out[key] = values[0] if len(values) == 1 else values
     return out
 
@@ -111,9 +131,13 @@ def _error(status: int, exc: BaseException) -> webob.Response:
     the type (``<type>Client``), else by the status."""
     kind = type(exc).__name__
     if kind.endswith('Client'):
-        kind = kind[:-len('Client')]
-    return webob.Response(status=status, json_body={'NeutronError': {
-        'type': kind, 'message': str(exc), 'detail': ''}})
+        kind = kind[: -len('Client')]
+    return webob.Response(
+        status=status,
+        json_body={
+            'NeutronError': {'type': kind, 'message': str(exc), 'detail': ''}
+        },
+    )
 
 
 class NeutronAPI:
@@ -142,21 +166,29 @@ class NeutronAPI:
             try:
                 result = self._call(req, name, kind, match.groups())
             except Exception as exc:
-                status = getattr(exc, 'status_code', None) or \
-                    getattr(exc, 'code', None)
+                status = getattr(exc, 'status_code', None) or getattr(
+                    exc, 'code', None
+                )
                 if not isinstance(status, int) or status < 400:
                     status = 500
                 return _error(status, exc)
             if result is None or kind == 'delete':
                 return webob.Response(status=204)
             return webob.Response(
-                status=201 if kind == 'create' else 200,
-                json_body=result)
+                status=201 if kind == 'create' else 200, json_body=result
+            )
         # a call nova makes that the stand-in does not serve (yet)
-        LOG.warning('neutron stand-in: no route for %s %s', req.method,
-                    path)
-        return webob.Response(status=404, json_body={'NeutronError': {
-            'type': 'HTTPNotFound', 'message': 'no route', 'detail': ''}})
+        LOG.warning('neutron stand-in: no route for %s %s', req.method, path)
+        return webob.Response(
+            status=404,
+            json_body={
+                'NeutronError': {
+                    'type': 'HTTPNotFound',
+                    'message': 'no route',
+                    'detail': '',
+                }
+            },
+        )
 
     def _call(self, req, name, kind, ids):
         method = getattr(self.fixture, name)
@@ -188,8 +220,11 @@ def reset_neutron_session() -> None:
     set by a test): ``nova.service_auth``'s (nova 34) or
     ``nova.network.neutron``'s own (older releases)."""
     from nova import service_auth
-    for reset in (getattr(service_auth, 'reset_globals', None),
-                  getattr(neutron_api, 'reset_state', None)):
+
+    for reset in (
+        getattr(service_auth, 'reset_globals', None),
+        getattr(neutron_api, 'reset_state', None),
+    ):
         if reset is not None:
             reset()
 
@@ -204,21 +239,30 @@ class ServedNeutronFixture(nova_fixtures.NeutronFixture):
         self.endpoint = 'http://%s:9696/' % uuid.uuid4().hex
         self.app = app = NeutronAPI(self)
         intercept = interceptor.RequestsInterceptor(
-            lambda: app, url=self.endpoint)
+            lambda: app, url=self.endpoint
+        )
         intercept.install_intercept()
         self.addCleanup(intercept.uninstall_intercept)
         # keystoneauth1's keep-alive socket options upset wsgi-intercept
         # (nova's PlacementFixture does the same)
         from requests import adapters
-        self.useFixture(fixtures.MonkeyPatch(
-            'keystoneauth1.session.TCPKeepAliveAdapter.init_poolmanager',
-            adapters.HTTPAdapter.init_poolmanager))
-        self.test.flags(endpoint_override=self.endpoint, auth_type='none',
-                        group='neutron')
+
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'keystoneauth1.session.TCPKeepAliveAdapter.init_poolmanager',
+                adapters.HTTPAdapter.init_poolmanager,
+            )
+        )
+        self.test.flags(
+            endpoint_override=self.endpoint, auth_type='none', group='neutron'
+        )
         reset_neutron_session()
         self.addCleanup(reset_neutron_session)
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.network.neutron.get_client', real_get_client))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'nova.network.neutron.get_client', real_get_client
+            )
+        )
 
 
 class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -240,12 +284,18 @@ class LocalServer(fixtures.Fixture):
 
     def _setUp(self) -> None:
         server = simple_server.make_server(
-            '127.0.0.1', 0, self.app, server_class=_Server,
-            handler_class=_QuietHandler)
+            '127.0.0.1',
+            0,
+            self.app,
+            server_class=_Server,
+            handler_class=_QuietHandler,
+        )
         self.url = 'http://127.0.0.1:%d/' % server.server_port
-        thread = threading.Thread(target=server.serve_forever,
-                                  kwargs={'poll_interval': 0.05},
-                                  daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={'poll_interval': 0.05},
+            daemon=True,
+        )
         thread.start()
         self.addCleanup(thread.join, 5)
         self.addCleanup(server.server_close)
@@ -259,8 +309,9 @@ class Keystone:
     Each answer takes ``delay`` seconds (a loaded keystone validating
     PKI or UUID tokens)."""
 
-    def __init__(self, token: str, service_token: str,
-                 delay: float = 0.0) -> None:
+    def __init__(
+        self, token: str, service_token: str, delay: float = 0.0
+    ) -> None:
         self.token = token
         self.service_token = service_token
         self.delay = delay
@@ -270,26 +321,46 @@ class Keystone:
         if self.delay:
             time.sleep(self.delay)
         req = webob.Request(environ)
-        resp = webob.Response(status=404, json_body={'error': {
-            'code': 404, 'title': 'Not Found', 'message': 'no'}})
-        if req.path_info.rstrip('/') == '/v3/auth/tokens' and \
-                req.method == 'GET' and \
-                req.headers.get('X-Auth-Token') == self.service_token and \
-                req.headers.get('X-Subject-Token') == self.token:
+        resp = webob.Response(
+            status=404,
+            json_body={
+                'error': {'code': 404, 'title': 'Not Found', 'message': 'no'}
+            },
+        )
+        if (
+            req.path_info.rstrip('/') == '/v3/auth/tokens'
+            and req.method == 'GET'
+            and req.headers.get('X-Auth-Token') == self.service_token
+            and req.headers.get('X-Subject-Token') == self.token
+        ):
             self.validations += 1
-            resp = webob.Response(status=200, json_body={'token': {
-                'methods': ['password'],
-                'issued_at': '2026-01-01T00:00:00.000000Z',
-                'expires_at': '2099-01-01T00:00:00.000000Z',
-                'user': {'id': 'admin', 'name': 'admin',
-                         'domain': {'id': 'default', 'name': 'Default'}},
-                'project': {'id': nova_fixtures.PROJECT_ID,
+            resp = webob.Response(
+                status=200,
+                json_body={
+                    'token': {
+                        'methods': ['password'],
+                        'issued_at': '2026-01-01T00:00:00.000000Z',
+                        'expires_at': '2099-01-01T00:00:00.000000Z',
+                        'user': {
+                            'id': 'admin',
+                            'name': 'admin',
+                            'domain': {'id': 'default', 'name': 'Default'},
+                        },
+                        'project': {
+                            'id': nova_fixtures.PROJECT_ID,
                             'name': 'project',
-                            'domain': {'id': 'default',
-                                       'name': 'Default'}},
-                'roles': [{'id': 'r%d' % n, 'name': name} for n, name in
-                          enumerate(('admin', 'member', 'reader'))],
-                'catalog': []}})
+                            'domain': {'id': 'default', 'name': 'Default'},
+                        },
+                        'roles': [
+                            {'id': 'r%d' % n, 'name': name}
+                            for n, name in enumerate(
+                                ('admin', 'member', 'reader')
+                            )
+                        ],
+                        'catalog': [],
+                    }
+                },
+            )
             resp.headers['X-Subject-Token'] = self.token
         return resp(environ, start_response)
 
@@ -303,29 +374,42 @@ def real_auth_token(case, keystone: Keystone) -> None:
     from keystoneauth1 import loading as ks_loading
     from keystonemiddleware.auth_token import _opts  # noqa: F401
     from oslo_config import cfg
+
     server = case.useFixture(LocalServer(keystone))
     # keystonemiddleware and nova's context middleware for real
-    case.useFixture(fixtures.MockPatch(
-        'nova.tests.fixtures.nova.OSAPIFixture._stub_keystone'))
+    case.useFixture(
+        fixtures.MockPatch(
+            'nova.tests.fixtures.nova.OSAPIFixture._stub_keystone'
+        )
+    )
     ks_loading.register_auth_conf_options(cfg.CONF, 'keystone_authtoken')
     cfg.CONF.register_opts(
         ks_loading.get_auth_plugin_conf_options('admin_token'),
-        group='keystone_authtoken')
+        group='keystone_authtoken',
+    )
     endpoint = server.url + 'v3'
-    for key, value in (('auth_type', 'admin_token'),
-                       ('endpoint', endpoint),
-                       ('token', keystone.service_token),
-                       ('www_authenticate_uri', endpoint)):
+    for key, value in (
+        ('auth_type', 'admin_token'),
+        ('endpoint', endpoint),
+        ('token', keystone.service_token),
+        ('www_authenticate_uri', endpoint),
+    ):
         cfg.CONF.set_override(key, value, group='keystone_authtoken')
-        case.addCleanup(cfg.CONF.clear_override, key,
-                        group='keystone_authtoken')
+        case.addCleanup(
+            cfg.CONF.clear_override, key, group='keystone_authtoken'
+        )
     from nova.tests.functional.api import client
+
     request = client.TestOpenStackClient.request
     token = keystone.token
 
     def with_token(api, url, method='GET', body=None, headers=None):
         headers = dict(headers or {}, **{'X-Auth-Token': token})
         return request(api, url, method=method, body=body, headers=headers)
-    case.useFixture(fixtures.MonkeyPatch(
-        'nova.tests.functional.api.client.TestOpenStackClient.request',
-        with_token))
+
+    case.useFixture(
+        fixtures.MonkeyPatch(
+            'nova.tests.functional.api.client.TestOpenStackClient.request',
+            with_token,
+        )
+    )

@@ -40,19 +40,25 @@ def _run(report: dict, good: list) -> dict:
     (``loss``: the report's warning, None when it lost nothing)."""
     s = report['summary']
     q = report.get('quality') or {}
-    return {'boots': s['boots'], 'successful': len(good),
-            'incomplete': (s.get('states') or {}).get('incomplete', 0),
-            'lost_records': q.get('lost_records') or 0,
-            'sql_dropped': q.get('sql_dropped') or 0,
-            'unreadable': [u['file'] for u in q.get('unreadable') or ()],
-            'loss': views.loss_text(q)}
+    return {
+        'boots': s['boots'],
+        'successful': len(good),
+        'incomplete': (s.get('states') or {}).get('incomplete', 0),
+        'lost_records': q.get('lost_records') or 0,
+        'sql_dropped': q.get('sql_dropped') or 0,
+        'unreadable': [u['file'] for u in q.get('unreadable') or ()],
+        'loss': views.loss_text(q),
+    }
 
 
 def losses(cmp: dict) -> list:
     """``(run, warning)`` of each run whose input lost records (``A``,
     ``B``)."""
-    return [(name.upper(), cmp['runs'][name]['loss']) for name in 'ab'
-            if cmp['runs'][name].get('loss')]
+    return [
+        (name.upper(), cmp['runs'][name]['loss'])
+        for name in 'ab'
+        if cmp['runs'][name].get('loss')
+    ]
 
 
 def _reminder(cmp: dict) -> list:
@@ -60,8 +66,10 @@ def _reminder(cmp: dict) -> list:
     runs = [run for run, _note in losses(cmp)]
     if not runs:
         return []
-    return ['! %s: computed from input with losses (see the top)'
-            % ' and '.join(runs)]
+    return [
+        '! %s: computed from input with losses (see the top)'
+        % ' and '.join(runs)
+    ]
 
 
 def p_value(a: list, b: list) -> typing.Optional[float]:
@@ -75,9 +83,13 @@ def p_value(a: list, b: list) -> typing.Optional[float]:
 
 def compare(a: dict, b: dict, alpha: float = 0.05, top: int = 10) -> dict:
     """The differences between run ``a`` and run ``b``."""
-    out = {'alpha': alpha,
-           'runs': {'a': _run(a, summary.successful_boots(a)),
-                    'b': _run(b, summary.successful_boots(b))}}
+    out = {
+        'alpha': alpha,
+        'runs': {
+            'a': _run(a, summary.successful_boots(a)),
+            'b': _run(b, summary.successful_boots(b)),
+        },
+    }
     how = base.Comparing(alpha, top, p_value)
     for section in registry.in_compare():
         out.update(section.compare(a, b, how))
@@ -89,10 +101,17 @@ def render(cmp: dict, name_a: str = 'A', name_b: str = 'B') -> str:
     out = ['# compare %s (A) -> %s (B)' % (name_a, name_b)]
     for name in 'ab':
         run = cmp['runs'][name]
-        out.append('# %s: %d boots, %d successful%s' % (
-            name.upper(), run['boots'], run['successful'],
-            ', %d boot instances incomplete' % run['incomplete']
-            if run.get('incomplete') else ''))
+        out.append(
+            '# %s: %d boots, %d successful%s'
+            % (
+                name.upper(),
+                run['boots'],
+                run['successful'],
+                ', %d boot instances incomplete' % run['incomplete']
+                if run.get('incomplete')
+                else '',
+            )
+        )
     # beside every figure: a run read from input with losses
     out.extend('! %s: %s' % kv for kv in losses(cmp))
     reminder = _reminder(cmp)

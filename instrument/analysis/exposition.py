@@ -69,52 +69,106 @@ FILES = 'instrument_follow_files'
 ROTATIONS = 'instrument_follow_rotations_total'
 
 FAMILIES = {
-    REQUESTS: ('counter', 'Finished requests, by nova operation and final '
-               'state (the batch report\'s operations section).',
-               ('operation', 'state')),
-    INSTANCES: ('counter', 'Instances of finished requests, by operation '
-                'and final state (a request without an instance counts '
-                'as one).', ('operation', 'state')),
-    DURATION: ('histogram', 'End-to-end time of finished requests, by '
-               'operation and final state.', ('operation', 'state')),
-    TIMED: ('counter', 'Successful requests whose times count (none of '
-            'their records lost or late), by operation: the requests of '
-            'the component times.', ('operation',)),
-    COMPONENT: ('counter', 'Exclusive time per component of the '
-                'successful requests whose times count, by operation '
-                'and component.', ('operation', 'component')),
-    TRIED: ('counter', 'Instances tried on a host, by operation.',
-            ('operation',)),
-    RETRIED: ('counter', 'Instances tried on more than one host '
-              '(rescheduled, another destination), by operation.',
-              ('operation',)),
-    RESCHEDULES: ('counter', 'Attempts after an instance\'s first (a '
-                  'reschedule of a boot or resize, another live-migration '
-                  'destination), by operation.', ('operation',)),
-    MARKED: ('counter', 'Finished requests a loss, a late event or a '
-             'repaired record may have touched (left out of the times), '
-             'by operation.', ('operation',)),
-    FAILURES: ('counter', 'Errors of finished requests, each counted once '
-               'where it was raised, by operation, component, event, '
-               'exception class and fate (final, db_retry, rescheduled, '
-               'succeeded, none).',
-               ('operation', 'component', 'event', 'error', 'fate')),
-    DB_RETRIES: ('counter', 'oslo.db retries (db.retry events), by '
-                 'retried function and exception class.',
-                 ('function', 'error')),
+    REQUESTS: (
+        'counter',
+        'Finished requests, by nova operation and final '
+        'state (the batch report\'s operations section).',
+        ('operation', 'state'),
+    ),
+    INSTANCES: (
+        'counter',
+        'Instances of finished requests, by operation '
+        'and final state (a request without an instance counts '
+        'as one).',
+        ('operation', 'state'),
+    ),
+    DURATION: (
+        'histogram',
+        'End-to-end time of finished requests, by operation and final state.',
+        ('operation', 'state'),
+    ),
+    TIMED: (
+        'counter',
+        'Successful requests whose times count (none of '
+        'their records lost or late), by operation: the requests of '
+        'the component times.',
+        ('operation',),
+    ),
+    COMPONENT: (
+        'counter',
+        'Exclusive time per component of the '
+        'successful requests whose times count, by operation '
+        'and component.',
+        ('operation', 'component'),
+    ),
+    TRIED: (
+        'counter',
+        'Instances tried on a host, by operation.',
+        ('operation',),
+    ),
+    RETRIED: (
+        'counter',
+        'Instances tried on more than one host '
+        '(rescheduled, another destination), by operation.',
+        ('operation',),
+    ),
+    RESCHEDULES: (
+        'counter',
+        'Attempts after an instance\'s first (a '
+        'reschedule of a boot or resize, another live-migration '
+        'destination), by operation.',
+        ('operation',),
+    ),
+    MARKED: (
+        'counter',
+        'Finished requests a loss, a late event or a '
+        'repaired record may have touched (left out of the times), '
+        'by operation.',
+        ('operation',),
+    ),
+    FAILURES: (
+        'counter',
+        'Errors of finished requests, each counted once '
+        'where it was raised, by operation, component, event, '
+        'exception class and fate (final, db_retry, rescheduled, '
+        'succeeded, none).',
+        ('operation', 'component', 'event', 'error', 'fate'),
+    ),
+    DB_RETRIES: (
+        'counter',
+        'oslo.db retries (db.retry events), by '
+        'retried function and exception class.',
+        ('function', 'error'),
+    ),
     LINES: ('counter', 'Span file lines read.', ()),
-    BAD: ('counter', 'Lines that were not valid records, by kind '
-          '(counted, not fatal).', ('kind',)),
+    BAD: (
+        'counter',
+        'Lines that were not valid records, by kind (counted, not fatal).',
+        ('kind',),
+    ),
     OPEN: ('gauge', 'Requests open (not finalised yet).', ()),
-    DROPPED: ('counter', 'Open requests dropped unfinished to bound '
-              'memory (--max-open).', ()),
-    LATE: ('counter', 'Events read after their request was finalised '
-           '(raise --lag or --horizon if many).', ()),
-    WATERMARK: ('gauge', 'The input time behind which requests are '
-                'finalised, Unix seconds.', ()),
+    DROPPED: (
+        'counter',
+        'Open requests dropped unfinished to bound memory (--max-open).',
+        (),
+    ),
+    LATE: (
+        'counter',
+        'Events read after their request was finalised '
+        '(raise --lag or --horizon if many).',
+        (),
+    ),
+    WATERMARK: (
+        'gauge',
+        'The input time behind which requests are finalised, Unix seconds.',
+        (),
+    ),
     FILES: ('gauge', 'Span files followed.', ()),
-    ROTATIONS: ('counter', 'Span files rotated, by how (renamed, '
-                'truncated).', ('how',)),
+    ROTATIONS: (
+        'counter',
+        'Span files rotated, by how (renamed, truncated).',
+        ('how',),
+    ),
 }
 
 
@@ -183,8 +237,9 @@ class Totals:
         for name, series in self.series.items():
             kind = FAMILIES[name][0]
             if kind == 'histogram':
-                out[name] = {k: v[:-1] + [v[-1] / 1e6]
-                             for k, v in series.items()}
+                out[name] = {
+                    k: v[:-1] + [v[-1] / 1e6] for k, v in series.items()
+                }
             elif name == COMPONENT:
                 out[name] = {k: v / 1e6 for k, v in series.items()}
             else:
@@ -197,12 +252,15 @@ def failure_series(table: dict) -> dict:
     failure section's state (``sections.failures.Failures.table``),
     its messages summed."""
     out: dict = {}
-    for (op, svc, ev, cls, _msg), (n, _reqs, final, recovered) in \
-            table.items():
+    for (op, svc, ev, cls, _msg), (
+        n,
+        _reqs,
+        final,
+        recovered,
+    ) in table.items():
         base = (op, str(svc), str(ev), str(cls))
         rest = n
-        for fate, k in (('final', final),) + tuple(sorted(
-                recovered.items())):
+        for fate, k in (('final', final),) + tuple(sorted(recovered.items())):
             if k:
                 key = base + (fate,)
                 out[key] = out.get(key, 0) + k
@@ -219,8 +277,9 @@ def capped(series: dict) -> dict:
     if len(series) <= MAX_SERIES:
         return series
     out: dict = {}
-    for i, (labels, value) in enumerate(sorted(
-            series.items(), key=lambda kv: -kv[1])):
+    for i, (labels, value) in enumerate(
+        sorted(series.items(), key=lambda kv: -kv[1])
+    ):
         key = labels if i < MAX_SERIES else tuple(OTHER for _ in labels)
         out[key] = out.get(key, 0) + value
     return out

@@ -114,8 +114,11 @@ class Tailed:
         self._raw = open(path, 'rb')
         st = os.fstat(self._raw.fileno())
         self.ident = (st.st_dev, st.st_ino)
-        self._f: typing.Any = gzip.GzipFile(fileobj=self._raw, mode='rb') \
-            if self.compressed else self._raw
+        self._f: typing.Any = (
+            gzip.GzipFile(fileobj=self._raw, mode='rb')
+            if self.compressed
+            else self._raw
+        )
 
     def line_of(self, n: int) -> int:
         return n
@@ -138,8 +141,9 @@ class Tailed:
             return False
         at = self.size_read() - len(self.tail)
         try:
-            return os.pread(self._raw.fileno(), len(self.tail),
-                            at) != self.tail
+            return (
+                os.pread(self._raw.fileno(), len(self.tail), at) != self.tail
+            )
         except OSError:
             return True
 
@@ -165,12 +169,14 @@ class Tailed:
         except OSError:
             return []
         for name in names:
-            if name == self.name or not name.startswith(self.name) or \
-                    name[len(self.name)] not in '.-_':
+            if (
+                name == self.name
+                or not name.startswith(self.name)
+                or name[len(self.name)] not in '.-_'
+            ):
                 continue
             path = os.path.join(directory, name)
-            opener: typing.Any = gzip.open if name.endswith('.gz') \
-                else open
+            opener: typing.Any = gzip.open if name.endswith('.gz') else open
             try:
                 with opener(path, 'rb') as src:
                     src.seek(at - len(tail))
@@ -213,7 +219,7 @@ class Tailed:
         if cut < 0:
             rest, data = data, b''
         else:
-            rest, data = data[cut + 1:], data[:cut + 1]
+            rest, data = data[cut + 1 :], data[: cut + 1]
         lines = [p + b'\n' for p in data.split(b'\n')[:-1]] if data else []
         if rest:
             if eof and (self.flush or self.done):
@@ -254,10 +260,15 @@ class Options:
     """What ``follow`` was told: seconds, as the command line takes
     them."""
 
-    def __init__(self, lag_s: float = 30.0, idle_s: float = 30.0,
-                 hung_s: float = 600.0, max_open: int = 100_000,
-                 clock_horizon_s: float = 600.0,
-                 fast_decode: bool = True) -> None:
+    def __init__(
+        self,
+        lag_s: float = 30.0,
+        idle_s: float = 30.0,
+        hung_s: float = 600.0,
+        max_open: int = 100_000,
+        clock_horizon_s: float = 600.0,
+        fast_decode: bool = True,
+    ) -> None:
         self.lag_us = int(lag_s * 1e6)
         self.idle_s = idle_s
         self.hung_s = hung_s
@@ -270,8 +281,11 @@ class Follower:
     """The span files of ``inputs`` (files, directories, globs), read as
     they grow (module doc)."""
 
-    def __init__(self, inputs: typing.Sequence[str],
-                 opts: typing.Optional[Options] = None) -> None:
+    def __init__(
+        self,
+        inputs: typing.Sequence[str],
+        opts: typing.Optional[Options] = None,
+    ) -> None:
         self.inputs = list(inputs)
         self.opts = opts or Options()
         self.totals = exposition.Totals()
@@ -288,9 +302,11 @@ class Follower:
         self.skipped_compressed: set = set()
         self.offsets: dict = {}
         self.popts = pipeline.Options(
-            idle_s=self.opts.idle_s, hung_s=self.opts.hung_s,
+            idle_s=self.opts.idle_s,
+            hung_s=self.opts.hung_s,
             clock_horizon_s=self.opts.clock_horizon_s,
-            fast_decode=self.opts.fast_decode)
+            fast_decode=self.opts.fast_decode,
+        )
         self.matcher = clockpass.HopMatcher(self.popts.clock_horizon_us)
         self.decode = clockpass.rpc_span_decoder(self.opts.fast_decode)
         self.begun: dict = {}
@@ -335,13 +351,19 @@ class Follower:
     @staticmethod
     def _under(path: str) -> list:
         if not os.path.isdir(path):
-            return [path] if spanfiles.is_span_file(
-                os.path.basename(path)) else []
+            return (
+                [path]
+                if spanfiles.is_span_file(os.path.basename(path))
+                else []
+            )
         out = []
         for root, dirs, names in os.walk(path, followlinks=True):
             dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
-            out.extend(os.path.join(root, n) for n in sorted(names)
-                       if spanfiles.is_span_file(n))
+            out.extend(
+                os.path.join(root, n)
+                for n in sorted(names)
+                if spanfiles.is_span_file(n)
+            )
         return out
 
     def _open(self, path: str) -> typing.Optional[Tailed]:
@@ -369,22 +391,23 @@ class Follower:
             if path != f.path:
                 f.path = path
                 self.rotations['renamed'] += 1
-            if not f.compressed and (size < f.size_read() or
-                                     f.rewritten()):
+            if not f.compressed and (size < f.size_read() or f.rewritten()):
                 missed = f.truncated()
                 if missed:
                     self.reader.chunk(f, missed, f.lineno)
                     f.lineno += len(missed)
                 self.rotations['truncated'] += 1
-        for ident, (path, _size) in sorted(found.items(),
-                                           key=lambda kv: kv[1][0]):
+        for ident, (path, _size) in sorted(
+            found.items(), key=lambda kv: kv[1][0]
+        ):
             if ident in self.files or path in self.skipped_compressed:
                 continue
             if self.started and path.endswith('.gz'):
                 self.skipped_compressed.add(path)
                 continue
-            if not spanfiles.is_log_name(os.path.basename(path)) and \
-                    spanfiles.sniff(path) in ('report', 'other'):
+            if not spanfiles.is_log_name(
+                os.path.basename(path)
+            ) and spanfiles.sniff(path) in ('report', 'other'):
                 # a JSON report, the demo's servers.json: not spans
                 self.skipped_compressed.add(path)
                 continue
@@ -396,20 +419,29 @@ class Follower:
     def _start(self) -> None:
         """Pass 1 over the files there now (``clockpass``), then the
         reader and the request model with what it found."""
-        paths = [f.path for f in sorted(self.files.values(),
-                                        key=lambda f: f.index)]
+        paths = [
+            f.path for f in sorted(self.files.values(), key=lambda f: f.index)
+        ]
         matcher = self.matcher
         found = set()
         for f, lines, first, watermark in stream.chunks(
-                stream.open_files(paths)):
+            stream.open_files(paths)
+        ):
             if f.index not in found:
                 host = clockpass.file_host(lines)
                 if host is not None:
                     found.add(f.index)
                     matcher.hosts.add(host)
-            matcher.add(f.name, clockpass.rpc_spans(
-                lines, first, self.decode,
-                self.begun.setdefault(('start', f.index), {})), watermark)
+            matcher.add(
+                f.name,
+                clockpass.rpc_spans(
+                    lines,
+                    first,
+                    self.decode,
+                    self.begun.setdefault(('start', f.index), {}),
+                ),
+                watermark,
+            )
         matcher.finish()
         self.begun.clear()
         result = clocks.solve(matcher.collector, matcher.hosts)
@@ -424,12 +456,19 @@ class Follower:
         self.failures = failures.Failures(ctx)
         self.retries = retries.Retries(ctx)
         self.model = requests.Assembler(
-            popts.idle_us, popts.hung_us,
+            popts.idle_us,
+            popts.hung_us,
             classify.Normaliser(sorted(result.hosts)),
-            hooks=[self.failures.finished], keep_lifecycles=False)
+            hooks=[self.failures.finished],
+            keep_lifecycles=False,
+        )
         self.reader = reader_mod.PartReader(
-            self.offsets, 0, 1, popts,
-            (self.model, self.failures, self.retries))
+            self.offsets,
+            0,
+            1,
+            popts,
+            (self.model, self.failures, self.retries),
+        )
         self.started = True
 
     def _learn(self) -> None:
@@ -447,24 +486,25 @@ class Follower:
         if len(matcher.rejoin.pairs) != self.pairs:
             self.pairs = len(matcher.rejoin.pairs)
             aliases = matcher.aliases_of()
-            new = {a: b for a, b in aliases.items()
-                   if reader.aliases.get(a) != b}
+            new = {
+                a: b for a, b in aliases.items() if reader.aliases.get(a) != b
+            }
             reader.aliases.update(aliases)
             for began, req in new.items():
                 self._rejoin(began, req)
             # the oldest pairs forgotten past RECENT (their requests
             # are long finalised)
             pairs = matcher.rejoin.pairs
-            for began in list(itertools.islice(
-                    pairs, max(0, len(pairs) - RECENT))):
+            for began in list(
+                itertools.islice(pairs, max(0, len(pairs) - RECENT))
+            ):
                 del pairs[began]
                 reader.aliases.pop(began, None)
             self.pairs = len(pairs)
         if len(matcher.periodic_hops) != self.periodic:
             self.periodic = len(matcher.periodic_hops)
             for sid, run in matcher.periodic_hops.items():
-                if len(reader.periodic_spans) >= \
-                        clockpass.MAX_PERIODIC_HOPS:
+                if len(reader.periodic_spans) >= clockpass.MAX_PERIODIC_HOPS:
                     break
                 reader.periodic_spans.setdefault(sid, run)
         if matcher.counts['hops'] != self.hops:
@@ -546,20 +586,26 @@ class Follower:
             # poll's
             reads = list(reads)
             for f, lines, first, watermark in reads:
-                self.matcher.add(f.name, clockpass.rpc_spans(
-                    lines, first, self.decode,
-                    self.begun.setdefault(f.index, {})),
-                    self.newest if watermark is None else watermark)
+                self.matcher.add(
+                    f.name,
+                    clockpass.rpc_spans(
+                        lines,
+                        first,
+                        self.decode,
+                        self.begun.setdefault(f.index, {}),
+                    ),
+                    self.newest if watermark is None else watermark,
+                )
             self._learn()
         for f, lines, first, watermark in reads:
             self.reader.chunk(f, lines, first)
-            if f.time is not None and (self.newest is None or
-                                       f.time > self.newest):
+            if f.time is not None and (
+                self.newest is None or f.time > self.newest
+            ):
                 self.newest = f.time
             if self.newest is not None:
                 cut = self.newest - lag
-                self._sweep(cut if watermark is None
-                            else min(watermark, cut))
+                self._sweep(cut if watermark is None else min(watermark, cut))
         for f in gone:
             f.close()
             self.files.pop(f.ident, None)
@@ -609,9 +655,13 @@ class Follower:
             # when each process lost records (once a poll)
             self._windows = loss.windows()
         windows = self._windows
-        damage.mark(done, windows,
-                    {key: loss.seqs[key].hosts for key in windows},
-                    self.reader.repaired, self.popts.hung_us)
+        damage.mark(
+            done,
+            windows,
+            {key: loss.seqs[key].hosts for key in windows},
+            self.reader.repaired,
+            self.popts.hung_us,
+        )
         for s in done:
             self.totals.fold(s)
             # remembered as a request id only (its late events counted)
@@ -638,10 +688,14 @@ class Follower:
         out = self.totals.export()
         if self.failures is not None:
             out[exposition.FAILURES] = exposition.capped(
-                exposition.failure_series(self.failures.table))
+                exposition.failure_series(self.failures.table)
+            )
             out[exposition.DB_RETRIES] = exposition.capped(
-                {(str(func), str(cls)): n for (func, cls), n in
-                 self.retries.counts.items()})
+                {
+                    (str(func), str(cls)): n
+                    for (func, cls), n in self.retries.counts.items()
+                }
+            )
         reader = self.reader
         out[exposition.LINES] = {(): reader.lines if reader else 0}
         if reader is not None:
@@ -649,18 +703,21 @@ class Follower:
             if self.model is not None:
                 # (as the batch report counts them)
                 bad['late'] = bad.get('late', 0) + self.model.late
-            out[exposition.BAD] = {(kind,): n for kind, n in
-                                   sorted(bad.items())}
+            out[exposition.BAD] = {
+                (kind,): n for kind, n in sorted(bad.items())
+            }
         model = self.model
         out[exposition.OPEN] = {(): len(model.open) if model else 0}
         out[exposition.DROPPED] = {(): self.dropped}
         out[exposition.LATE] = {(): model.late if model else 0}
         if self.watermark is not None:
             out[exposition.WATERMARK] = {(): self.watermark / 1e6}
-        out[exposition.FILES] = {(): sum(1 for f in self.files.values()
-                                         if not f.done)}
-        out[exposition.ROTATIONS] = {(how,): n for how, n in
-                                     self.rotations.items()}
+        out[exposition.FILES] = {
+            (): sum(1 for f in self.files.values() if not f.done)
+        }
+        out[exposition.ROTATIONS] = {
+            (how,): n for how, n in self.rotations.items()
+        }
         return out
 
     def exposition(self) -> str:
@@ -668,8 +725,9 @@ class Follower:
         return exposition.render(self.series())
 
 
-def once(inputs: typing.Sequence[str],
-         opts: typing.Optional[Options] = None) -> Follower:
+def once(
+    inputs: typing.Sequence[str], opts: typing.Optional[Options] = None
+) -> Follower:
     """Read what ``inputs`` hold now, finalise everything."""
     follower = Follower(inputs, opts)
     follower.defer = True

@@ -78,17 +78,24 @@ class Options:
     a terminal.
     """
 
-    def __init__(self, jobs: int = 1, idle_s: float = 30.0,
-                 hung_s: float = 600.0, clock_horizon_s: float = 600.0,
-                 since: typing.Union[None, int, str] = None,
-                 until: typing.Union[None, int, str] = None,
-                 group_by: str = 'fingerprint',
-                 order_by: str = 'sum', limit: int = 20,
-                 all_lifecycles: bool = False,
-                 progress: typing.Optional[
-                     typing.Callable[[str, int, int], None]] = None,
-                 fast_decode: bool = True,
-                 accepted_dir: typing.Optional[str] = None) -> None:
+    def __init__(
+        self,
+        jobs: int = 1,
+        idle_s: float = 30.0,
+        hung_s: float = 600.0,
+        clock_horizon_s: float = 600.0,
+        since: typing.Union[None, int, str] = None,
+        until: typing.Union[None, int, str] = None,
+        group_by: str = 'fingerprint',
+        order_by: str = 'sum',
+        limit: int = 20,
+        all_lifecycles: bool = False,
+        progress: typing.Optional[
+            typing.Callable[[str, int, int], None]
+        ] = None,
+        fast_decode: bool = True,
+        accepted_dir: typing.Optional[str] = None,
+    ) -> None:
         self.jobs = jobs
         # where pass 2 writes the records it accepted (``accepted``:
         # the Parquet export's input), None: nowhere
@@ -119,14 +126,24 @@ class Options:
 
 # -- pass 1 ----------------------------------------------------------------
 
-def clock_pass(paths: list, opts: Options,
-               report: typing.Optional[stream.Progress] = None,
-               jobs: int = 1) -> tuple:
+
+def clock_pass(
+    paths: list,
+    opts: Options,
+    report: typing.Optional[stream.Progress] = None,
+    jobs: int = 1,
+) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``; see
     ``clockpass``.  With ``jobs`` > 1 the result's ``line_hashes`` are
     pass 2's (``line_parts``)."""
-    return clockpass.clock_pass(paths, opts.clock_horizon_us, jobs,
-                                opts.fast_decode, report, hashes=jobs > 1)
+    return clockpass.clock_pass(
+        paths,
+        opts.clock_horizon_us,
+        jobs,
+        opts.fast_decode,
+        report,
+        hashes=jobs > 1,
+    )
 
 
 def line_parts(line_hashes: dict, nparts: int, aliases: dict) -> dict:
@@ -136,8 +153,9 @@ def line_parts(line_hashes: dict, nparts: int, aliases: dict) -> dict:
     no request id found, or one whose hash is that of a request id read
     under another (``aliases``: its partition is its alias's)."""
     aliased = numpy.array(
-        sorted({clockpass.NO_REQ} | {zlib.crc32(a.encode())
-                                     for a in aliases}), dtype=numpy.uint32)
+        sorted({clockpass.NO_REQ} | {zlib.crc32(a.encode()) for a in aliases}),
+        dtype=numpy.uint32,
+    )
     out = {}
     for fi, crcs in line_hashes.items():
         h = numpy.frombuffer(crcs, dtype=numpy.uint32)
@@ -148,6 +166,7 @@ def line_parts(line_hashes: dict, nparts: int, aliases: dict) -> dict:
 
 
 # -- pass 2 ----------------------------------------------------------------
+
 
 class Part:
     """What one worker of pass 2 found (or all, merged): each section's
@@ -188,10 +207,17 @@ def _set_progress(shared) -> None:
     _PROGRESS = shared
 
 
-def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
-             nparts: int, opts: Options, hosts: typing.Iterable[str] = (),
-             progress: typing.Optional[stream.Progress] = None,
-             parts_of_lines: typing.Optional[dict] = None) -> Part:
+def run_part(
+    paths: list,
+    offsets: dict,
+    file_offsets: dict,
+    part: int,
+    nparts: int,
+    opts: Options,
+    hosts: typing.Iterable[str] = (),
+    progress: typing.Optional[stream.Progress] = None,
+    parts_of_lines: typing.Optional[dict] = None,
+) -> Part:
     """Pass 2 over the requests of partition ``part``; ``progress`` is
     called with the bytes read so far (in a worker process, they are
     written to the parent's shared array instead); ``parts_of_lines``:
@@ -203,19 +229,31 @@ def run_part(paths: list, offsets: dict, file_offsets: dict, part: int,
 
         def progress(done):
             shared[part] = done
+
     # analyse() resolved --since/--until to microseconds
     since = typing.cast(typing.Optional[int], opts.since)
     until = typing.cast(typing.Optional[int], opts.until)
     out = Part(registry.new_sections(base.Context(since, until, opts)))
     span = window.Window(since, until)
     model = requests.Assembler(
-        opts.idle_us, opts.hung_us, classify.Normaliser(hosts),
-        hooks=[s.finished for s in out.sections.values()
-               if base.defines(s, 'finished')],
-        window=span if span else None)
+        opts.idle_us,
+        opts.hung_us,
+        classify.Normaliser(hosts),
+        hooks=[
+            s.finished
+            for s in out.sections.values()
+            if base.defines(s, 'finished')
+        ],
+        window=span if span else None,
+    )
     reader = reader_mod.PartReader(
-        offsets, part, nparts, opts,
-        (model,) + tuple(out.sections.values()), parts_of_lines)
+        offsets,
+        part,
+        nparts,
+        opts,
+        (model,) + tuple(out.sections.values()),
+        parts_of_lines,
+    )
     reader.read(stream.open_files(paths, file_offsets, offsets), progress)
     if model.late:
         reader.issues.counts['late'] += model.late
@@ -269,8 +307,11 @@ def default_jobs(total_bytes: int) -> int:
     about 0.7 of its time when both CPUs are idle, and longer than one
     process when other work keeps them busy: ``doc/source/engines.rst``.)
     """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(
-        os, 'sched_getaffinity') else (os.cpu_count() or 1)
+    cpus = (
+        len(os.sched_getaffinity(0))
+        if hasattr(os, 'sched_getaffinity')
+        else (os.cpu_count() or 1)
+    )
     if total_bytes < (32 << 20) or cpus < 2:
         return 1
     try:
@@ -313,28 +354,40 @@ def _analyse(inputs: list, opts: Options) -> Analysis:
     started = time.monotonic()
     paths, problems = spanfiles.discover(inputs)
     if not paths:
-        raise spanfiles.InputError('no span files to read: ' +
-                                   '; '.join(problems or
-                                             ['no input given']))
+        raise spanfiles.InputError(
+            'no span files to read: '
+            + '; '.join(problems or ['no input given'])
+        )
     total = sum(os.path.getsize(p) for p in paths)
     jobs = opts.jobs or default_jobs(total)
     clock, file_host, first_ts, hops = clock_pass(
-        paths, opts, _stage(opts.progress, 'clocks', total), jobs)
+        paths, opts, _stage(opts.progress, 'clocks', total), jobs
+    )
     offsets = clock.offsets()
     file_offsets = {i: offsets.get(h, 0) for i, h in file_host.items()}
     # the first request's start (or RPC span's), corrected: what
     # --since +10m counts from
-    first_ts = clock.first_us() if clock.first_of_host else (
-        None if first_ts is None else
-        first_ts + min(offsets.values(), default=0))
+    first_ts = (
+        clock.first_us()
+        if clock.first_of_host
+        else (
+            None
+            if first_ts is None
+            else first_ts + min(offsets.values(), default=0)
+        )
+    )
     try:
         span = window.resolve(opts.since, opts.until, first_ts)
     except ValueError as exc:
         raise spanfiles.InputError(str(exc)) from None
-    part_opts = Options(jobs=opts.jobs, since=span.since, until=span.until,
-                        all_lifecycles=opts.all_lifecycles,
-                        fast_decode=opts.fast_decode,
-                        accepted_dir=opts.accepted_dir)
+    part_opts = Options(
+        jobs=opts.jobs,
+        since=span.since,
+        until=span.until,
+        all_lifecycles=opts.all_lifecycles,
+        fast_decode=opts.fast_decode,
+        accepted_dir=opts.accepted_dir,
+    )
     part_opts.idle_us = opts.idle_us
     part_opts.hung_us = opts.hung_us
     part_opts.process_starts = sorted(clock.starts)
@@ -345,26 +398,32 @@ def _analyse(inputs: list, opts: Options) -> Analysis:
     clock_s = time.monotonic() - started
     hosts = sorted(clock.hosts)
     if jobs <= 1:
-        parts = [run_part(paths, offsets, file_offsets, 0, 1, part_opts,
-                          hosts, show)]
+        parts = [
+            run_part(
+                paths, offsets, file_offsets, 0, 1, part_opts, hosts, show
+            )
+        ]
     else:
         global _LINE_PARTS
         _LINE_PARTS = line_parts(clock.line_hashes, jobs, clock.aliases)
         clock.line_hashes = {}
         try:
-            parts = _run_parallel(paths, offsets, file_offsets, jobs,
-                                  part_opts, hosts, show)
+            parts = _run_parallel(
+                paths, offsets, file_offsets, jobs, part_opts, hosts, show
+            )
         finally:
             _LINE_PARTS = None
     if opts.progress is not None:
         opts.progress('done', total, total)
     merged = merge(parts, base.Context(span.since, span.until, part_opts))
     merged.issues.problems[:0] = problems
-    view = make_view(merged, clock, hops, opts, paths, total, first_ts,
-                     span)
+    view = make_view(merged, clock, hops, opts, paths, total, first_ts, span)
     report = build_report(view)
-    report['run'] = {'seconds': time.monotonic() - started,
-                     'clock_pass_seconds': clock_s, 'jobs': jobs}
+    report['run'] = {
+        'seconds': time.monotonic() - started,
+        'clock_pass_seconds': clock_s,
+        'jobs': jobs,
+    }
     return Analysis(report, merged.sections)
 
 
@@ -375,18 +434,23 @@ def _stage(progress, stage: str, total: int):
 
     def report(done: int) -> None:
         progress(stage, done, total)
+
     return report
 
 
-def _run_parallel(paths, offsets, file_offsets, jobs, opts, hosts,
-                  show) -> list:
+def _run_parallel(
+    paths, offsets, file_offsets, jobs, opts, hosts, show
+) -> list:
     ctx = multiprocessing.get_context('fork')
     shared = ctx.Array('q', jobs, lock=False)
-    with ctx.Pool(jobs, initializer=_set_progress,
-                  initargs=(shared,)) as pool:
-        pending = pool.map_async(_run_part_star, [
-            (paths, offsets, file_offsets, part, jobs, opts, hosts)
-            for part in range(jobs)])
+    with ctx.Pool(jobs, initializer=_set_progress, initargs=(shared,)) as pool:
+        pending = pool.map_async(
+            _run_part_star,
+            [
+                (paths, offsets, file_offsets, part, jobs, opts, hosts)
+                for part in range(jobs)
+            ],
+        )
         while not pending.ready():
             pending.wait(0.5)
             if show is not None:
@@ -396,47 +460,73 @@ def _run_parallel(paths, offsets, file_offsets, jobs, opts, hosts,
 
 # -- the report ------------------------------------------------------------
 
-def make_view(merged: Part, clock: clocks.ClockResult, hops: dict,
-              opts: Options, paths: list, total_bytes: int,
-              first_us: typing.Optional[int],
-              span: window.Window) -> base.View:
+
+def make_view(
+    merged: Part,
+    clock: clocks.ClockResult,
+    hops: dict,
+    opts: Options,
+    paths: list,
+    total_bytes: int,
+    first_us: typing.Optional[int],
+    span: window.Window,
+) -> base.View:
     """What every section's ``report`` reads (``base.View``) of a
     merged pass 2 and pass 1's clocks.  A host none of whose records
     was valid is left out of the clock table, and named in the input
     problems."""
     issues = merged.issues
     clock_table = clock.to_dict()
-    rejected = sorted(h for h in clock_table['hosts']
-                      if h not in merged.hosts)
+    rejected = sorted(h for h in clock_table['hosts'] if h not in merged.hosts)
     if rejected and merged.records:
-        clock_table['hosts'] = {h: i for h, i in clock_table['hosts'].items()
-                                if h in merged.hosts}
+        clock_table['hosts'] = {
+            h: i for h, i in clock_table['hosts'].items() if h in merged.hosts
+        }
         issues.problems.append(
             'host%s %s: no valid record (every one rejected), left out '
-            'of the clock offsets' % ('' if len(rejected) == 1 else 's',
-                                      ', '.join(rejected)))
+            'of the clock offsets'
+            % ('' if len(rejected) == 1 else 's', ', '.join(rejected))
+        )
     # when each process lost records, and the requests that may miss
     # them (marked, left out of the times)
     windows = merged.loss.windows()
     marked = damage.mark(
-        merged.summaries, windows,
+        merged.summaries,
+        windows,
         {key: merged.loss.seqs[key].hosts for key in windows},
-        merged.repaired, opts.hung_us)
+        merged.repaired,
+        opts.hung_us,
+    )
     return base.View(
-        merged.sections, summaries=merged.summaries, loss=merged.loss,
-        issues=issues, opts=opts, clock_table=clock_table, hops=hops,
-        paths=paths, total_bytes=total_bytes, lines=merged.lines,
-        records=merged.records, first_us=first_us,
-        since=span.since, until=span.until, outside=merged.outside,
+        merged.sections,
+        summaries=merged.summaries,
+        loss=merged.loss,
+        issues=issues,
+        opts=opts,
+        clock_table=clock_table,
+        hops=hops,
+        paths=paths,
+        total_bytes=total_bytes,
+        lines=merged.lines,
+        records=merged.records,
+        first_us=first_us,
+        since=span.since,
+        until=span.until,
+        outside=merged.outside,
         duplicate_spans=merged.duplicate_spans,
-        no_request=merged.no_request, windows=windows, marked=marked)
+        no_request=merged.no_request,
+        windows=windows,
+        marked=marked,
+    )
 
 
 def build_report(view: base.View) -> dict:
     """The JSON-ready report: each section's value under its key, in
     the registry's order."""
-    report: dict = {'report_version': REPORT_VERSION,
-                    'schema_version': schema.SCHEMA_VERSION}
+    report: dict = {
+        'report_version': REPORT_VERSION,
+        'schema_version': schema.SCHEMA_VERSION,
+    }
     for key in registry.keys():
         report[key] = view[key]
     return report

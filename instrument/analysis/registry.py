@@ -63,26 +63,26 @@ class Entry(typing.NamedTuple):
 
 SECTIONS = (
     #     section                  text  html  compare
-    Entry(findings.Findings,          5,    5,    5),
-    Entry(inputs.Inputs,             10,   10, None),
-    Entry(clocks.Clocks,             30,  150, None),
-    Entry(load.Load,                 20,  160, None),
-    Entry(processes.Processes,     None, None, None),
-    Entry(releases.Releases,       None, None, None),
-    Entry(summary.Summary,           40,   30,   10),
-    Entry(quality.Quality,         None,   20, None),
-    Entry(operations.Operations,     50,   70,   30),
-    Entry(failures.Failures,         80,   80, None),
-    Entry(retries.Retries,         None, None, None),
-    Entry(sql.Sql,                  110,  110,   20),
-    Entry(causality.Causality,     None, None, None),
-    Entry(window.Window,           None, None, None),
-    Entry(requests.Requests,       None, None, None),
-    Entry(timelines.Timelines,     None,   60, None),
-    Entry(waits.Waits,               60,   40, None),
-    Entry(services.Services,         90,   90, None),
-    Entry(resources.Resources,      100,  100, None),
-    Entry(periodic.Periodic,         70,   50, None),
+    Entry(findings.Findings, 5, 5, 5),
+    Entry(inputs.Inputs, 10, 10, None),
+    Entry(clocks.Clocks, 30, 150, None),
+    Entry(load.Load, 20, 160, None),
+    Entry(processes.Processes, None, None, None),
+    Entry(releases.Releases, None, None, None),
+    Entry(summary.Summary, 40, 30, 10),
+    Entry(quality.Quality, None, 20, None),
+    Entry(operations.Operations, 50, 70, 30),
+    Entry(failures.Failures, 80, 80, None),
+    Entry(retries.Retries, None, None, None),
+    Entry(sql.Sql, 110, 110, 20),
+    Entry(causality.Causality, None, None, None),
+    Entry(window.Window, None, None, None),
+    Entry(requests.Requests, None, None, None),
+    Entry(timelines.Timelines, None, 60, None),
+    Entry(waits.Waits, 60, 40, None),
+    Entry(services.Services, 90, 90, None),
+    Entry(resources.Resources, 100, 100, None),
+    Entry(periodic.Periodic, 70, 50, None),
 )
 
 
@@ -98,8 +98,7 @@ def new_sections(ctx: base.Context) -> dict:
 
 def _placed(form: str) -> list:
     placed = [e for e in SECTIONS if getattr(e, form) is not None]
-    return [e.section for e in sorted(placed,
-                                      key=lambda e: getattr(e, form))]
+    return [e.section for e in sorted(placed, key=lambda e: getattr(e, form))]
 
 
 def in_text() -> list:

@@ -24,9 +24,9 @@ import typing
 from instrument import schema
 
 # What a record's request id says it belongs to.
-NONE = 0        # no request id
-PERIODIC = 1    # a periodic task run's (``schema.periodic_req``)
-REQUEST = 2     # a user request's
+NONE = 0  # no request id
+PERIODIC = 1  # a periodic task run's (``schema.periodic_req``)
+REQUEST = 2  # a user request's
 ALL = (NONE, PERIODIC, REQUEST)
 PERIODIC_PREFIX = schema.PERIODIC_REQ_PREFIX
 
@@ -59,6 +59,12 @@ class Route(typing.NamedTuple):
     def takes(self, ph: str, ev: str, context: int) -> bool:
         """Does this route take a record of phase ``ph``, event ``ev``
         in ``context``?"""
-        return ph in self.phases and context in self.contexts and (
-            ev in self.events if self.events is not None
-            else ev not in self.exclude)
+        return (
+            ph in self.phases
+            and context in self.contexts
+            and (
+                ev in self.events
+                if self.events is not None
+                else ev not in self.exclude
+            )
+        )

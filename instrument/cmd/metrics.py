@@ -30,8 +30,9 @@ from instrument.sinks import metrics as metrics_sink
 CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
 
 
-def exposition(directories: typing.Sequence[str],
-               prune_after: float | None = None) -> str:
+def exposition(
+    directories: typing.Sequence[str], prune_after: float | None = None
+) -> str:
     """The merged exposition of ``directories``; with ``prune_after``,
     the files of processes gone for that many seconds are removed
     first."""
@@ -53,16 +54,21 @@ def write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def make_server(directories: typing.Sequence[str], address: str,
-                port: int, prune_after: float | None = None
-                ) -> http.server.ThreadingHTTPServer:
+def make_server(
+    directories: typing.Sequence[str],
+    address: str,
+    port: int,
+    prune_after: float | None = None,
+) -> http.server.ThreadingHTTPServer:
     """An HTTP server whose ``/metrics`` is ``exposition()``."""
-    return text_server(lambda: exposition(directories, prune_after),
-                       address, port)
+    return text_server(
+        lambda: exposition(directories, prune_after), address, port
+    )
 
 
-def text_server(body: typing.Callable[[], str], address: str, port: int
-                ) -> http.server.ThreadingHTTPServer:
+def text_server(
+    body: typing.Callable[[], str], address: str, port: int
+) -> http.server.ThreadingHTTPServer:
     """An HTTP server whose ``/metrics`` (and ``/``) answers ``body()``,
     called at each scrape, as Prometheus text."""
 
@@ -84,32 +90,42 @@ def text_server(body: typing.Callable[[], str], address: str, port: int
     return http.server.ThreadingHTTPServer((address, port), Handler)
 
 
-def parse_args(argv: typing.Sequence[str] | None
-               ) -> argparse.Namespace:
+def parse_args(argv: typing.Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog='instrument-metrics',
         description='The metrics of every instrumented process of this '
-                    'host (their [instrument] metrics_dir), summed per '
-                    'program, in Prometheus text format.')
+        'host (their [instrument] metrics_dir), summed per '
+        'program, in Prometheus text format.',
+    )
     sub = parser.add_subparsers(dest='command', required=True)
     dump = sub.add_parser('dump', help='print the exposition once')
     dump.add_argument('directories', nargs='+', metavar='DIR')
-    dump.add_argument('--output', '-o',
-                      help='write it to this file atomically (for '
-                           'node_exporter\'s textfile collector: a '
-                           'name ending in .prom)')
+    dump.add_argument(
+        '--output',
+        '-o',
+        help='write it to this file atomically (for '
+        'node_exporter\'s textfile collector: a '
+        'name ending in .prom)',
+    )
     serve = sub.add_parser('serve', help='serve /metrics over HTTP')
     serve.add_argument('directories', nargs='+', metavar='DIR')
     serve.add_argument('--port', type=int, required=True)
-    serve.add_argument('--address', default='127.0.0.1',
-                       help='address to listen on (default 127.0.0.1)')
+    serve.add_argument(
+        '--address',
+        default='127.0.0.1',
+        help='address to listen on (default 127.0.0.1)',
+    )
     for p in (dump, serve):
-        p.add_argument('--prune-after', type=float, default=None,
-                       metavar='SECONDS',
-                       help='remove the files of processes that are gone '
-                            'and whose file did not change for this long '
-                            '(their counts leave the sums: a counter '
-                            'reset for rate())')
+        p.add_argument(
+            '--prune-after',
+            type=float,
+            default=None,
+            metavar='SECONDS',
+            help='remove the files of processes that are gone '
+            'and whose file did not change for this long '
+            '(their counts leave the sums: a counter '
+            'reset for rate())',
+        )
     return parser.parse_args(argv)
 
 
@@ -122,8 +138,9 @@ def main(argv: typing.Sequence[str] | None = None) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    server = make_server(args.directories, args.address, args.port,
-                         args.prune_after)
+    server = make_server(
+        args.directories, args.address, args.port, args.prune_after
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -50,13 +50,18 @@ PROG = 'instrument-report points'
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, add_help=True,
+        prog=PROG,
+        add_help=True,
         description='List every point and metric this host\'s nova would '
-                    'get, as configured, with a Nagios exit status. '
-                    'Other options (--config-file, --config-dir) are '
-                    'oslo.config\'s, as nova takes them.')
-    parser.add_argument('--json', action='store_true',
-                        help='one JSON document instead of the text')
+        'get, as configured, with a Nagios exit status. '
+        'Other options (--config-file, --config-dir) are '
+        'oslo.config\'s, as nova takes them.',
+    )
+    parser.add_argument(
+        '--json',
+        action='store_true',
+        help='one JSON document instead of the text',
+    )
     return parser
 
 
@@ -73,8 +78,9 @@ def render_text(result: dict, summary: str) -> str:
     lines.append('Releases installed:')
     for dist, version in sorted(result['releases'].items()):
         note = result['surveyed'].get('%s %s' % (dist, version))
-        lines.append('  %s %s%s' % (dist, version,
-                                    ' (%s)' % note if note else ''))
+        lines.append(
+            '  %s %s%s' % (dist, version, ' (%s)' % note if note else '')
+        )
     lines.append('')
     lines.append('Targets:')
     for name, status in result['targets'].items():
@@ -87,32 +93,49 @@ def render_text(result: dict, summary: str) -> str:
         lines.append('  %s = %s' % (name, value))
     lines.append('')
     c = result['counts']
-    lines.append('Points: %s' % ', '.join(
-        '%d %s' % (c[k], k) for k in survey.STATUSES))
-    order = {k: n for n, k in enumerate(
-        (survey.MISSING, survey.FAILED, survey.PENDING, survey.PATCHED))}
-    for entry in sorted(result['points'], key=lambda p: (
-            order.get(p['status'], 9), p['target'], p['point'])):
-        lines.append('  %-8s %-14s %s' % (entry['status'], entry['target'],
-                                          entry['point']))
+    lines.append(
+        'Points: %s' % ', '.join('%d %s' % (c[k], k) for k in survey.STATUSES)
+    )
+    order = {
+        k: n
+        for n, k in enumerate(
+            (survey.MISSING, survey.FAILED, survey.PENDING, survey.PATCHED)
+        )
+    }
+    for entry in sorted(
+        result['points'],
+        key=lambda p: (order.get(p['status'], 9), p['target'], p['point']),
+    ):
+        lines.append(
+            '  %-8s %-14s %s'
+            % (entry['status'], entry['target'], entry['point'])
+        )
         if entry['why'] and entry['status'] != survey.PATCHED:
             lines.append('           %s' % entry['why'])
     lines.append('')
     metrics = result['metrics']
     if metrics['enabled']:
-        lines.append('Metrics (written to %s; instrument-metrics serve or '
-                     'dump exposes them):' % metrics['metrics_dir'])
+        lines.append(
+            'Metrics (written to %s; instrument-metrics serve or '
+            'dump exposes them):' % metrics['metrics_dir']
+        )
     else:
-        lines.append('Metrics: off ([instrument] metrics_dir is not set); '
-                     'with it, these families:')
+        lines.append(
+            'Metrics: off ([instrument] metrics_dir is not set); '
+            'with it, these families:'
+        )
     for family in metrics['families']:
-        lines.append('  %s (%s) {%s}' % (family['name'], family['type'],
-                                         ', '.join(family['labels'])))
+        lines.append(
+            '  %s (%s) {%s}'
+            % (family['name'], family['type'], ', '.join(family['labels']))
+        )
     return '\n'.join(lines) + '\n'
 
 
-def main(argv: typing.Sequence[str] | None = None,
-         targets: typing.Sequence | None = None) -> int:
+def main(
+    argv: typing.Sequence[str] | None = None,
+    targets: typing.Sequence | None = None,
+) -> int:
     """Run the command; returns the Nagios exit status (``targets``
     replace the installed ones: tests)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -123,13 +146,16 @@ def main(argv: typing.Sequence[str] | None = None,
         # oslo.config's argparse said why on standard error.
         status, summary = survey.unknown(
             'bad arguments for the configuration: %s' % ' '.join(rest)
-            if exc.code else 'help shown')
+            if exc.code
+            else 'help shown'
+        )
         if not exc.code:
             return 0
         return _emit(args, status, summary, None)
     except cfg.Error as exc:
         status, summary = survey.unknown(
-            'cannot read the configuration: %s' % exc)
+            'cannot read the configuration: %s' % exc
+        )
         return _emit(args, status, summary, None)
     # What the runtime would log at start-up is in the result.
     logger = logging.getLogger('instrument')
@@ -149,12 +175,16 @@ def main(argv: typing.Sequence[str] | None = None,
 
 def _emit(args, status: int, summary: str, result) -> int:
     if args.json:
-        doc = {'status': survey.STATE_NAMES[status], 'exit': status,
-               'summary': summary}
+        doc = {
+            'status': survey.STATE_NAMES[status],
+            'exit': status,
+            'summary': summary,
+        }
         if result is not None:
             doc.update(result)
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True,
-                                    default=str) + '\n')
+        sys.stdout.write(
+            json.dumps(doc, indent=2, sort_keys=True, default=str) + '\n'
+        )
     elif result is None:
         sys.stdout.write(summary + '\n')
     else:

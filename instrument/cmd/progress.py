@@ -24,15 +24,18 @@ import sys
 import time
 import typing
 
-LABELS = {'clocks': 'clocks ', 'spans': 'spans  ',
-          'export': 'export '}
+LABELS = {'clocks': 'clocks ', 'spans': 'spans  ', 'export': 'export '}
 
 
 class ProgressLine:
     """A ``progress(stage, done, total)`` callback drawing one line."""
 
-    def __init__(self, out: typing.Optional[typing.TextIO] = None,
-                 min_bytes: int = 20 << 20, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        out: typing.Optional[typing.TextIO] = None,
+        min_bytes: int = 20 << 20,
+        interval: float = 0.5,
+    ) -> None:
         self.out = out or sys.stderr
         self.min_bytes = min_bytes
         self.interval = interval
@@ -62,6 +65,7 @@ class ProgressLine:
         self.last = now
         pct = min(100.0, 100.0 * done / max(total, 1))
         rate = done / max(now - self.started, 1e-6) / 1e6
-        self.out.write('\r%s %5.1f%%  %.1f MB/s ' % (
-            LABELS.get(stage, stage), pct, rate))
+        self.out.write(
+            '\r%s %5.1f%%  %.1f MB/s ' % (LABELS.get(stage, stage), pct, rate)
+        )
         self.out.flush()

@@ -96,11 +96,9 @@ def _number(text: str, kind: type, what: str) -> typing.Any:
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            'not %s: %r' % (what, text)) from None
+        raise argparse.ArgumentTypeError('not %s: %r' % (what, text)) from None
     if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(
-            'not %s: %r' % (what, text))
+        raise argparse.ArgumentTypeError('not %s: %r' % (what, text))
     return value
 
 
@@ -109,8 +107,7 @@ def count(text: str) -> int:
     ``--top``)."""
     value = _number(text, int, 'a whole number')
     if value < 0:
-        raise argparse.ArgumentTypeError(
-            'must be 0 or more, not %s' % text)
+        raise argparse.ArgumentTypeError('must be 0 or more, not %s' % text)
     return value
 
 
@@ -119,8 +116,8 @@ def workers(text: str) -> int:
     value = _number(text, int, 'a whole number')
     if value < 1:
         raise argparse.ArgumentTypeError(
-            'must be 1 or more (leave it out for the default), not %s'
-            % text)
+            'must be 1 or more (leave it out for the default), not %s' % text
+        )
     return value
 
 
@@ -129,7 +126,8 @@ def seconds(text: str) -> float:
     value = _number(text, float, 'a number of seconds')
     if not value > 0:
         raise argparse.ArgumentTypeError(
-            'must be more than 0 seconds, not %s' % text)
+            'must be more than 0 seconds, not %s' % text
+        )
     return value
 
 
@@ -138,7 +136,8 @@ def level(text: str) -> float:
     value = _number(text, float, 'a number')
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(
-            'must be between 0 and 1 (e.g. 0.05), not %s' % text)
+            'must be between 0 and 1 (e.g. 0.05), not %s' % text
+        )
     return value
 
 
@@ -146,7 +145,8 @@ def memory_size(text: str) -> str:
     """``--memory-limit``: a size such as ``1GB``, ``512MiB``."""
     if not _SIZE.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(
-            'not a size: %r (examples: 1GB, 512MB, 2GiB)' % text)
+            'not a size: %r (examples: 1GB, 512MB, 2GiB)' % text
+        )
     return text.strip()
 
 
@@ -162,15 +162,20 @@ def analysis(*names: str) -> list:
     ``report`` extra is missing, one line says what to install and the
     command exits with status 1 (never a traceback)."""
     try:
-        return [importlib.import_module('instrument.analysis.' + name)
-                for name in names]
+        return [
+            importlib.import_module('instrument.analysis.' + name)
+            for name in names
+        ]
     except ModuleNotFoundError as exc:
         top = (exc.name or '').split('.')[0]
         if top not in EXTRA_MODULES:
             raise
-        fail('the analyser needs %s, which is not installed in this '
-             'Python environment (%s); install the report extra: %s' % (
-                 top, sys.executable, INSTALL_HINT), EXIT_MISSING)
+        fail(
+            'the analyser needs %s, which is not installed in this '
+            'Python environment (%s); install the report extra: %s'
+            % (top, sys.executable, INSTALL_HINT),
+            EXIT_MISSING,
+        )
 
 
 class Parser(argparse.ArgumentParser):
@@ -178,8 +183,9 @@ class Parser(argparse.ArgumentParser):
     line on standard error, as every other error, and exit status 2."""
 
     def error(self, message: str) -> typing.NoReturn:
-        sys.stderr.write('%s: error: %s (see %s --help)\n' % (
-            self.prog, message, self.prog))
+        sys.stderr.write(
+            '%s: error: %s (see %s --help)\n' % (self.prog, message, self.prog)
+        )
         sys.stderr.flush()
         raise SystemExit(EXIT_USAGE)
 
@@ -187,60 +193,101 @@ class Parser(argparse.ArgumentParser):
 def _finality(parser: argparse.ArgumentParser, verb: str) -> None:
     """--horizon and --hung: when a request is final, as the batch
     report and the follow mode both decide it."""
-    parser.add_argument('--horizon', type=seconds, default=30.0,
-                        metavar='SECONDS',
-                        help='a finished request is final after this much '
-                        'quiet input time (default 30)')
-    parser.add_argument('--hung', type=seconds, default=600.0,
-                        metavar='SECONDS',
-                        help='a request without an outcome is %s '
-                        'incomplete after this much quiet input time '
-                        '(default 600)' % verb)
+    parser.add_argument(
+        '--horizon',
+        type=seconds,
+        default=30.0,
+        metavar='SECONDS',
+        help='a finished request is final after this much '
+        'quiet input time (default 30)',
+    )
+    parser.add_argument(
+        '--hung',
+        type=seconds,
+        default=600.0,
+        metavar='SECONDS',
+        help='a request without an outcome is %s '
+        'incomplete after this much quiet input time '
+        '(default 600)' % verb,
+    )
 
 
 def _common(parser: argparse.ArgumentParser, export: bool = False) -> None:
-    parser.add_argument('--jobs', '-j', type=workers, default=None,
-                        help='worker processes (default: 1 for small '
-                        'inputs, else up to 4, one per idle CPU)')
+    parser.add_argument(
+        '--jobs',
+        '-j',
+        type=workers,
+        default=None,
+        help='worker processes (default: 1 for small '
+        'inputs, else up to 4, one per idle CPU)',
+    )
     _finality(parser, 'reported')
-    parser.add_argument('--group-by', default='fingerprint',
-                        choices=sqldigest.GROUPS,
-                        help='SQL digest classes (default fingerprint)')
-    parser.add_argument('--order-by', default='sum',
-                        help='SQL profile order: %s, or pt-query-digest '
-                        'style Query_time:sum (default sum)' %
-                        ', '.join(sqldigest.ORDERS))
-    parser.add_argument('--limit', type=count, default=20,
-                        help='SQL classes shown (0: all; default 20)')
-    parser.add_argument('--since', metavar='TIME',
-                        help='only what started from TIME on: requests '
-                        '(with all their spans and SQL), SQL statements '
-                        'and DB retries; ISO 8601 (UTC unless it says), '
-                        'epoch seconds, or +10m after the first request '
-                        'started')
-    parser.add_argument('--until', metavar='TIME',
-                        help='only what started before TIME (as --since)')
-    parser.add_argument('--no-progress', action='store_true',
-                        help='no progress line on standard error')
+    parser.add_argument(
+        '--group-by',
+        default='fingerprint',
+        choices=sqldigest.GROUPS,
+        help='SQL digest classes (default fingerprint)',
+    )
+    parser.add_argument(
+        '--order-by',
+        default='sum',
+        help='SQL profile order: %s, or pt-query-digest '
+        'style Query_time:sum (default sum)' % ', '.join(sqldigest.ORDERS),
+    )
+    parser.add_argument(
+        '--limit',
+        type=count,
+        default=20,
+        help='SQL classes shown (0: all; default 20)',
+    )
+    parser.add_argument(
+        '--since',
+        metavar='TIME',
+        help='only what started from TIME on: requests '
+        '(with all their spans and SQL), SQL statements '
+        'and DB retries; ISO 8601 (UTC unless it says), '
+        'epoch seconds, or +10m after the first request '
+        'started',
+    )
+    parser.add_argument(
+        '--until',
+        metavar='TIME',
+        help='only what started before TIME (as --since)',
+    )
+    parser.add_argument(
+        '--no-progress',
+        action='store_true',
+        help='no progress line on standard error',
+    )
     # Deprecated (2026.2), removed in the next release: one reader
     # computes every report (doc/source/engines.rst); accepted, with a
     # warning, so that scripts keep working meanwhile.
-    parser.add_argument('--engine', choices=('python', 'duckdb'),
-                        help='deprecated and ignored: every report is '
-                        'computed by one reader (removed in the next '
-                        'release)')
+    parser.add_argument(
+        '--engine',
+        choices=('python', 'duckdb'),
+        help='deprecated and ignored: every report is '
+        'computed by one reader (removed in the next '
+        'release)',
+    )
     if export:
-        parser.add_argument('--memory-limit', metavar='SIZE',
-                            default='1GB', type=memory_size,
-                            help='memory DuckDB may hold while it writes '
-                            'the tables, beyond which it writes to a temp '
-                            'directory under TMPDIR; DuckDB sizes: 1GB, '
-                            '512MB (default 1GB)')
+        parser.add_argument(
+            '--memory-limit',
+            metavar='SIZE',
+            default='1GB',
+            type=memory_size,
+            help='memory DuckDB may hold while it writes '
+            'the tables, beyond which it writes to a temp '
+            'directory under TMPDIR; DuckDB sizes: 1GB, '
+            '512MB (default 1GB)',
+        )
     else:
-        parser.add_argument('--memory-limit', metavar='SIZE',
-                            type=memory_size,
-                            help='deprecated and ignored (it bounded '
-                            '--engine duckdb; export takes it)')
+        parser.add_argument(
+            '--memory-limit',
+            metavar='SIZE',
+            type=memory_size,
+            help='deprecated and ignored (it bounded '
+            '--engine duckdb; export takes it)',
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,23 +299,44 @@ def build_parser() -> argparse.ArgumentParser:
         'compares two runs; "instrument-report sweep RUN..." puts runs '
         'of growing load side by side; "instrument-report export '
         '--parquet DIR INPUT..." writes the analysis and the span '
-        'records as Parquet tables (each has its own --help).')
-    parser.add_argument('inputs', nargs='+', metavar='INPUT',
-                        help='span files, directories, globs (.gz too)')
-    parser.add_argument('--json', metavar='FILE',
-                        help='write the JSON report (every request) here; '
-                        '"-": standard output, instead of the text report')
-    parser.add_argument('--html', metavar='FILE',
-                        help='write a self-contained HTML report here; '
-                        '"-": standard output, instead of the text report')
-    parser.add_argument('--quiet', '-q', action='store_true',
-                        help='no text report on standard output')
-    parser.add_argument('--blocks', type=count, default=5,
-                        help='SQL class blocks in the text report '
-                        '(default 5)')
-    parser.add_argument('--all-lifecycles', action='store_true',
-                        help='keep every request\'s span lifecycle in the '
-                        'JSON report (more memory)')
+        'records as Parquet tables (each has its own --help).',
+    )
+    parser.add_argument(
+        'inputs',
+        nargs='+',
+        metavar='INPUT',
+        help='span files, directories, globs (.gz too)',
+    )
+    parser.add_argument(
+        '--json',
+        metavar='FILE',
+        help='write the JSON report (every request) here; '
+        '"-": standard output, instead of the text report',
+    )
+    parser.add_argument(
+        '--html',
+        metavar='FILE',
+        help='write a self-contained HTML report here; '
+        '"-": standard output, instead of the text report',
+    )
+    parser.add_argument(
+        '--quiet',
+        '-q',
+        action='store_true',
+        help='no text report on standard output',
+    )
+    parser.add_argument(
+        '--blocks',
+        type=count,
+        default=5,
+        help='SQL class blocks in the text report (default 5)',
+    )
+    parser.add_argument(
+        '--all-lifecycles',
+        action='store_true',
+        help='keep every request\'s span lifecycle in the '
+        'JSON report (more memory)',
+    )
     _common(parser)
     return parser
 
@@ -276,19 +344,36 @@ def build_parser() -> argparse.ArgumentParser:
 def build_compare_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog='instrument-report compare',
-        description='Compare two runs (before/after a tuning change).')
-    parser.add_argument('run_a', metavar='RUN_A',
-                        help='JSON report or span files of the first run')
-    parser.add_argument('run_b', metavar='RUN_B',
-                        help='JSON report or span files of the second run')
-    parser.add_argument('--alpha', type=level, default=0.05,
-                        help='significance level, between 0 and 1 '
-                        '(default 0.05)')
-    parser.add_argument('--top', type=count, default=10,
-                        help='top SQL classes of each run (default 10)')
-    parser.add_argument('--json', metavar='FILE',
-                        help='write the comparison as JSON here; "-": '
-                        'standard output, instead of the text')
+        description='Compare two runs (before/after a tuning change).',
+    )
+    parser.add_argument(
+        'run_a',
+        metavar='RUN_A',
+        help='JSON report or span files of the first run',
+    )
+    parser.add_argument(
+        'run_b',
+        metavar='RUN_B',
+        help='JSON report or span files of the second run',
+    )
+    parser.add_argument(
+        '--alpha',
+        type=level,
+        default=0.05,
+        help='significance level, between 0 and 1 (default 0.05)',
+    )
+    parser.add_argument(
+        '--top',
+        type=count,
+        default=10,
+        help='top SQL classes of each run (default 10)',
+    )
+    parser.add_argument(
+        '--json',
+        metavar='FILE',
+        help='write the comparison as JSON here; "-": '
+        'standard output, instead of the text',
+    )
     _common(parser)
     return parser
 
@@ -302,31 +387,42 @@ def _options(args, all_lifecycles: bool = False, export: bool = False):
         fail(str(exc))
     deprecated(args, export)
     return pipeline.Options(
-        jobs=args.jobs or 0, idle_s=args.horizon, hung_s=args.hung,
-        since=args.since, until=args.until, group_by=args.group_by,
-        order_by=args.order_by, limit=args.limit,
+        jobs=args.jobs or 0,
+        idle_s=args.horizon,
+        hung_s=args.hung,
+        since=args.since,
+        until=args.until,
+        group_by=args.group_by,
+        order_by=args.order_by,
+        limit=args.limit,
         all_lifecycles=all_lifecycles,
-        progress=None if args.no_progress else progress.ProgressLine())
+        progress=None if args.no_progress else progress.ProgressLine(),
+    )
 
 
 def deprecated(args: argparse.Namespace, export: bool = False) -> None:
     """A warning for each deprecated option given (``--engine``;
     ``--memory-limit`` but to ``export``), which changes nothing."""
     if args.engine is not None:
-        warn('--engine is deprecated and ignored: every report is '
-             'computed by one reader, whatever the engine named (the '
-             'option will be removed in the next release)')
+        warn(
+            '--engine is deprecated and ignored: every report is '
+            'computed by one reader, whatever the engine named (the '
+            'option will be removed in the next release)'
+        )
     if not export and args.memory_limit is not None:
-        warn('--memory-limit is deprecated and ignored here: it bounds '
-             'DuckDB in "instrument-report export" only (the option will '
-             'be removed from the report and compare in the next '
-             'release)')
+        warn(
+            '--memory-limit is deprecated and ignored here: it bounds '
+            'DuckDB in "instrument-report export" only (the option will '
+            'be removed from the report and compare in the next '
+            'release)'
+        )
 
 
 def _names(names: list, limit: int = 3) -> str:
     shown = ', '.join(names[:limit])
-    return shown + (' and %d more' % (len(names) - limit)
-                    if len(names) > limit else '')
+    return shown + (
+        ' and %d more' % (len(names) - limit) if len(names) > limit else ''
+    )
 
 
 def no_records(report: dict) -> typing.Optional[str]:
@@ -338,18 +434,25 @@ def no_records(report: dict) -> typing.Optional[str]:
     load = report['load']
     files = inp['files']
     why = 'no span records in %d file%s (%s)' % (
-        len(files), '' if len(files) == 1 else 's', _names(files))
+        len(files),
+        '' if len(files) == 1 else 's',
+        _names(files),
+    )
     if not inp['lines']:
         return why + ': nothing but empty lines'
     bad = ['%s %d' % (k, v) for k, v in load['counts'].items() if v]
     if load.get('other_lines'):
         bad.append('not a record %d' % load['other_lines'])
-    why += ': %d line%s, %s' % (inp['lines'],
-                                '' if inp['lines'] == 1 else 's',
-                                ', '.join(bad))
-    first = min((s for samples in load['samples'].values()
-                 for s in samples), key=lambda s: (s[0], s[1]),
-                default=None)
+    why += ': %d line%s, %s' % (
+        inp['lines'],
+        '' if inp['lines'] == 1 else 's',
+        ', '.join(bad),
+    )
+    first = min(
+        (s for samples in load['samples'].values() for s in samples),
+        key=lambda s: (s[0], s[1]),
+        default=None,
+    )
     if first:
         fname, lineno, reason = first
         why += '; first %s:%d: %s' % (fname, lineno, reason[:120])
@@ -364,8 +467,9 @@ def _analyse(inputs: list, opts, side: str = '') -> dict:
         fail(side + str(exc))
     problem = no_records(report)
     if problem:
-        skipped = [p for p in report['load']['problems']
-                   if p.startswith('skipped ')]
+        skipped = [
+            p for p in report['load']['problems'] if p.startswith('skipped ')
+        ]
         fail(side + problem + ''.join('; ' + p for p in skipped))
     return report
 
@@ -381,15 +485,21 @@ def empty_window(report: dict) -> typing.Optional[str]:
         return None
     what = 'no request started in the window %s .. %s' % (
         fmt.fmt_time(since) if since is not None else '(start)',
-        fmt.fmt_time(until) if until is not None else '(end)')
+        fmt.fmt_time(until) if until is not None else '(end)',
+    )
     calls = report['sql'].get('calls') or 0
-    what += (', %d SQL statement%s did' % (calls, '' if calls == 1 else 's')
-             if calls else ' (nor any SQL statement)')
+    what += (
+        ', %d SQL statement%s did' % (calls, '' if calls == 1 else 's')
+        if calls
+        else ' (nor any SQL statement)'
+    )
     inp = report['inputs']
     first, last = inp.get('first_us'), inp.get('last_us')
     if first is not None and last is not None:
         what += '; the input spans %s .. %s' % (
-            fmt.fmt_time(first), fmt.fmt_time(last))
+            fmt.fmt_time(first),
+            fmt.fmt_time(last),
+        )
     return what + ' (corrected clock, UTC)'
 
 
@@ -417,7 +527,9 @@ def unusable(report: dict) -> typing.Optional[str]:
             return 'not an instrument-report JSON report (no %r)' % key
     if report['report_version'] != pipeline.REPORT_VERSION:
         return 'report version %r; this instrument-report reads %d' % (
-            report['report_version'], pipeline.REPORT_VERSION)
+            report['report_version'],
+            pipeline.REPORT_VERSION,
+        )
     problem = no_records(report)
     if problem:
         return problem
@@ -462,11 +574,14 @@ def _check_run(side: str, arg: str) -> typing.Optional[dict]:
             elif spanfiles.sniff(arg) == 'other':
                 run = _other_json(arg)
                 if run is not None and not (
-                        isinstance(run, dict) and 'report_version' in run):
-                    fail(where + 'not an instrument-report JSON report '
-                         'nor span records (JSON without '
-                         '"report_version"; write a report with '
-                         'instrument-report --json)')
+                    isinstance(run, dict) and 'report_version' in run
+                ):
+                    fail(
+                        where + 'not an instrument-report JSON report '
+                        'nor span records (JSON without '
+                        '"report_version"; write a report with '
+                        'instrument-report --json)'
+                    )
         except (OSError, ValueError) as exc:
             fail(where + str(exc))
     if run is None:
@@ -480,8 +595,9 @@ def _check_run(side: str, arg: str) -> typing.Optional[dict]:
     return run
 
 
-def _load_run(side: str, arg: str, opts,
-              run: typing.Optional[dict] = None) -> dict:
+def _load_run(
+    side: str, arg: str, opts, run: typing.Optional[dict] = None
+) -> dict:
     """``run`` (a report ``_check_run`` read), or the analysis of the
     span input ``arg``, found comparable."""
     if run is not None:
@@ -496,8 +612,11 @@ def _load_run(side: str, arg: str, opts,
 
 def _to_stdout(args) -> bool:
     """Does a ``--json -`` or ``--html -`` take standard output?"""
-    wanted = [name for name in ('json', 'html')
-              if getattr(args, name, None) == STDOUT]
+    wanted = [
+        name
+        for name in ('json', 'html')
+        if getattr(args, name, None) == STDOUT
+    ]
     if len(wanted) > 1:
         fail('--json - and --html - cannot both write to standard output')
     return bool(wanted)
@@ -609,9 +728,9 @@ class Inputs:
         return None
 
 
-def output_problem(path: str, inputs: Inputs,
-                   replaces: typing.Sequence[str] = ()) -> \
-        typing.Optional[str]:
+def output_problem(
+    path: str, inputs: Inputs, replaces: typing.Sequence[str] = ()
+) -> typing.Optional[str]:
     """Why the output ``path`` cannot be written (None when it can be,
     or is ``-``): the one rule of every output of every subcommand,
     applied before the analysis, which may take minutes.
@@ -641,8 +760,9 @@ def output_problem(path: str, inputs: Inputs,
     return _unwritable_file(path)
 
 
-def _unwritable_directory(path: str, replaces: typing.Sequence[str]
-                          ) -> typing.Optional[str]:
+def _unwritable_directory(
+    path: str, replaces: typing.Sequence[str]
+) -> typing.Optional[str]:
     if os.path.exists(path):
         if not os.path.isdir(path):
             return 'it is not a directory'
@@ -674,8 +794,7 @@ def _unwritable_file(path: str) -> typing.Optional[str]:
         if not os.path.isfile(path):
             # a device or a pipe (/dev/stdout, bash's >(jq .)): opening
             # it could block, or be all a reader waits for
-            return None if os.access(path, os.W_OK) else \
-                'permission denied'
+            return None if os.access(path, os.W_OK) else 'permission denied'
         target, flags = path, os.O_WRONLY | os.O_APPEND
     else:
         # a new file (where a dangling symbolic link points, if one)
@@ -696,8 +815,9 @@ def _unwritable_file(path: str) -> typing.Optional[str]:
     return None
 
 
-def check_outputs(outputs: typing.Iterable[tuple],
-                  inputs: typing.Iterable[str]) -> None:
+def check_outputs(
+    outputs: typing.Iterable[tuple], inputs: typing.Iterable[str]
+) -> None:
     """Refuse, before the analysis, the first output ``(path,
     replaces)`` (path None: not asked for) that ``output_problem``
     finds a problem with: one line, exit status 2."""
@@ -722,8 +842,9 @@ def _write(path: str, text: str) -> bool:
         with open(path, 'w', encoding='utf-8') as out:
             out.write(text)
     except OSError as exc:
-        sys.stderr.write('%s: error: cannot write %s: %s\n' % (
-            PROG, path, _reason(exc)))
+        sys.stderr.write(
+            '%s: error: cannot write %s: %s\n' % (PROG, path, _reason(exc))
+        )
         sys.stderr.flush()
         return False
     return True
@@ -755,8 +876,9 @@ def main_compare(argv: list) -> int:
     result = compare.compare(run_a, run_b, alpha=args.alpha, top=args.top)
     if not piped:
         sys.stdout.write(compare.render(result, args.run_a, args.run_b))
-    status = _write_all([
-        (args.json, lambda: report_json.dumps(result) + '\n')])
+    status = _write_all(
+        [(args.json, lambda: report_json.dumps(result) + '\n')]
+    )
     if status:
         raise SystemExit(status)
     return 0
@@ -768,12 +890,21 @@ def build_export_parser() -> argparse.ArgumentParser:
         description='Write the analysis and the span records as Parquet '
         'tables partitioned by day and host (events, spans, SQL '
         'statements and classes, requests and their components, host '
-        'offsets), for DuckDB, Spark or Trino.')
-    parser.add_argument('inputs', nargs='+', metavar='INPUT',
-                        help='span files, directories, globs (.gz too)')
-    parser.add_argument('--parquet', metavar='DIR', required=True,
-                        help='directory to write the tables in (one '
-                        'sub-directory per table, replaced)')
+        'offsets), for DuckDB, Spark or Trino.',
+    )
+    parser.add_argument(
+        'inputs',
+        nargs='+',
+        metavar='INPUT',
+        help='span files, directories, globs (.gz too)',
+    )
+    parser.add_argument(
+        '--parquet',
+        metavar='DIR',
+        required=True,
+        help='directory to write the tables in (one '
+        'sub-directory per table, replaced)',
+    )
     _common(parser, export=True)
     return parser
 
@@ -784,8 +915,9 @@ def main_export(argv: list) -> int:
     opts = _options(args, export=True)
     check_outputs([(args.parquet, tuple(export.EXPORTED))], args.inputs)
     try:
-        result = export.export(args.inputs, args.parquet, opts,
-                               args.memory_limit)
+        result = export.export(
+            args.inputs, args.parquet, opts, args.memory_limit
+        )
     except spanfiles.InputError as exc:
         fail(str(exc))
     except export.WriteFailed as exc:
@@ -797,11 +929,18 @@ def main_export(argv: list) -> int:
     report = result['report']
     warn_losses(report)
     if result['untyped']:
-        warn('%d valid records left out of the events table: a value '
-             'Parquet\'s 64-bit integers cannot hold' % result['untyped'])
+        warn(
+            '%d valid records left out of the events table: a value '
+            'Parquet\'s 64-bit integers cannot hold' % result['untyped']
+        )
     counts = report['load']['counts']
-    sys.stdout.write('%s: %s\n' % (args.parquet, ', '.join(
-        '%s %d' % kv for kv in result['rows'].items())))
+    sys.stdout.write(
+        '%s: %s\n'
+        % (
+            args.parquet,
+            ', '.join('%s %d' % kv for kv in result['rows'].items()),
+        )
+    )
     bad = ', '.join('%s %d' % kv for kv in counts.items() if kv[1])
     if bad:
         sys.stdout.write('bad lines left out: %s\n' % bad)
@@ -814,30 +953,46 @@ def build_sweep_parser() -> argparse.ArgumentParser:
         description='Put runs of growing load side by side: per '
         'operation the time per component stacked against the load, '
         'throughput, success, failure and retry rates, each service\'s '
-        'CPU and memory, and the load where it stops scaling.')
-    parser.add_argument('runs', nargs='+', metavar='RUN',
-                        help='[KEY=VALUE[,KEY=VALUE...]:]PATH: a JSON '
-                        'report, a directory holding report.json (the '
-                        'demo\'s output), or span files (a directory or '
-                        'glob); labels not given are read from the '
-                        'run.json beside it')
-    parser.add_argument('--by', metavar='KEY',
-                        help='the label that is the load (default: '
-                        'concurrency, else the first numeric label that '
-                        'differs between the runs)')
-    parser.add_argument('--json', metavar='FILE',
-                        help='write the sweep as JSON here; "-": standard '
-                        'output, instead of the text')
-    parser.add_argument('--html', metavar='FILE',
-                        help='write an HTML page with the stacked plots '
-                        'here; "-": standard output, instead of the text')
+        'CPU and memory, and the load where it stops scaling.',
+    )
+    parser.add_argument(
+        'runs',
+        nargs='+',
+        metavar='RUN',
+        help='[KEY=VALUE[,KEY=VALUE...]:]PATH: a JSON '
+        'report, a directory holding report.json (the '
+        'demo\'s output), or span files (a directory or '
+        'glob); labels not given are read from the '
+        'run.json beside it',
+    )
+    parser.add_argument(
+        '--by',
+        metavar='KEY',
+        help='the label that is the load (default: '
+        'concurrency, else the first numeric label that '
+        'differs between the runs)',
+    )
+    parser.add_argument(
+        '--json',
+        metavar='FILE',
+        help='write the sweep as JSON here; "-": standard '
+        'output, instead of the text',
+    )
+    parser.add_argument(
+        '--html',
+        metavar='FILE',
+        help='write an HTML page with the stacked plots '
+        'here; "-": standard output, instead of the text',
+    )
     _common(parser)
     return parser
 
 
 # ``KEY=VALUE[,KEY=VALUE...]:PATH``
-_LABELLED = re.compile(r'((?:[A-Za-z_][\w.-]*=[^,:=]*,)*'
-                       r'[A-Za-z_][\w.-]*=[^,:=]*):(.+)')
+_LABELLED = re.compile(
+    r'((?:[A-Za-z_][\w.-]*=[^,:=]*,)*'
+    r'[A-Za-z_][\w.-]*=[^,:=]*):(.+)'
+)
 RUN_META = 'run.json'
 REPORT_NAME = 'report.json'
 # the demo's truth, beside run.json: its ``waves`` (``--waves``)
@@ -854,10 +1009,17 @@ def run_waves(path: str) -> list:
             waves = json.load(f).get('waves') or []
     except (OSError, ValueError, AttributeError):
         return []
-    return [{'wave': w['wave'], 'servers': w['servers'],
-             'duration_s': w['duration_s'], 'boots_per_s': w['boots_per_s']}
-            for w in waves if isinstance(w, dict) and
-            {'wave', 'servers', 'duration_s', 'boots_per_s'} <= set(w)]
+    return [
+        {
+            'wave': w['wave'],
+            'servers': w['servers'],
+            'duration_s': w['duration_s'],
+            'boots_per_s': w['boots_per_s'],
+        }
+        for w in waves
+        if isinstance(w, dict)
+        and {'wave', 'servers', 'duration_s', 'boots_per_s'} <= set(w)
+    ]
 
 
 def run_labels(path: str) -> dict:
@@ -875,8 +1037,11 @@ def run_labels(path: str) -> dict:
         fail('%s: not a run description: %s' % (meta, exc))
     if not isinstance(data, dict):
         fail('%s: not a run description (a JSON object)' % meta)
-    return {str(k): str(v) for k, v in data.items()
-            if isinstance(v, (str, int, float, bool))}
+    return {
+        str(k): str(v)
+        for k, v in data.items()
+        if isinstance(v, (str, int, float, bool))
+    }
 
 
 def parse_run(arg: str) -> tuple:
@@ -915,10 +1080,13 @@ def main_sweep(argv: list) -> int:
         fail('a sweep needs two runs or more, got %d' % len(runs))
     for labels, path in runs:
         if not labels:
-            fail('%s: no label (give KEY=VALUE:%s, or a %s beside it)' % (
-                path, path, RUN_META))
-    check_outputs([(args.json, ()), (args.html, ())],
-                  [path for _labels, path in runs])
+            fail(
+                '%s: no label (give KEY=VALUE:%s, or a %s beside it)'
+                % (path, path, RUN_META)
+            )
+    check_outputs(
+        [(args.json, ()), (args.html, ())], [path for _labels, path in runs]
+    )
     # every run checked before any is analysed (which takes time)
     inputs = [_sweep_input(path) for _labels, path in runs]
     read = [_check_run('RUN', path) for path in inputs]
@@ -936,9 +1104,12 @@ def main_sweep(argv: list) -> int:
         fail(str(exc))
     if not piped:
         sys.stdout.write(sweep.render(result))
-    status = _write_all([
-        (args.json, lambda: report_json.dumps(result) + '\n'),
-        (args.html, lambda: sweep_html.render(result))])
+    status = _write_all(
+        [
+            (args.json, lambda: report_json.dumps(result) + '\n'),
+            (args.html, lambda: sweep_html.render(result)),
+        ]
+    )
     if status:
         raise SystemExit(status)
     return 0
@@ -951,39 +1122,67 @@ def build_follow_parser() -> argparse.ArgumentParser:
         'late hosts), finalise requests behind a watermark as the batch '
         'report does, and export per-operation counts, latency '
         'histograms, time per component and failures in Prometheus text '
-        'format (doc/source/metrics.rst).')
-    parser.add_argument('inputs', nargs='+', metavar='INPUT',
-                        help='span files, directories (searched '
-                        'recursively), globs')
-    parser.add_argument('--port', type=port_number, default=None,
-                        help='serve /metrics over HTTP on this port')
-    parser.add_argument('--address', default='127.0.0.1',
-                        help='address --port listens on (default '
-                        '127.0.0.1)')
-    parser.add_argument('--textfile', metavar='FILE',
-                        help='write the metrics to FILE after each poll, '
-                        'atomically (node_exporter\'s textfile '
-                        'collector: a name ending in .prom)')
-    parser.add_argument('--once', action='store_true',
-                        help='read what is there, finalise every request, '
-                        'write the metrics (standard output when neither '
-                        '--port nor --textfile) and exit')
-    parser.add_argument('--interval', type=seconds, default=5.0,
-                        metavar='SECONDS',
-                        help='seconds between polls (default 5)')
-    parser.add_argument('--lag', type=non_negative, default=30.0,
-                        metavar='SECONDS',
-                        help='requests are finalised behind the newest '
-                        'time read minus this much, then after --horizon '
-                        'or --hung as the batch report does; hosts whose '
-                        'lines arrive later than this are late (default '
-                        '30)')
+        'format (doc/source/metrics.rst).',
+    )
+    parser.add_argument(
+        'inputs',
+        nargs='+',
+        metavar='INPUT',
+        help='span files, directories (searched recursively), globs',
+    )
+    parser.add_argument(
+        '--port',
+        type=port_number,
+        default=None,
+        help='serve /metrics over HTTP on this port',
+    )
+    parser.add_argument(
+        '--address',
+        default='127.0.0.1',
+        help='address --port listens on (default 127.0.0.1)',
+    )
+    parser.add_argument(
+        '--textfile',
+        metavar='FILE',
+        help='write the metrics to FILE after each poll, '
+        'atomically (node_exporter\'s textfile '
+        'collector: a name ending in .prom)',
+    )
+    parser.add_argument(
+        '--once',
+        action='store_true',
+        help='read what is there, finalise every request, '
+        'write the metrics (standard output when neither '
+        '--port nor --textfile) and exit',
+    )
+    parser.add_argument(
+        '--interval',
+        type=seconds,
+        default=5.0,
+        metavar='SECONDS',
+        help='seconds between polls (default 5)',
+    )
+    parser.add_argument(
+        '--lag',
+        type=non_negative,
+        default=30.0,
+        metavar='SECONDS',
+        help='requests are finalised behind the newest '
+        'time read minus this much, then after --horizon '
+        'or --hung as the batch report does; hosts whose '
+        'lines arrive later than this are late (default '
+        '30)',
+    )
     _finality(parser, 'counted')
-    parser.add_argument('--max-open', type=count, default=100_000,
-                        metavar='N',
-                        help='requests kept open at most; the least '
-                        'recently active beyond are dropped unfinished '
-                        'and counted (default 100000)')
+    parser.add_argument(
+        '--max-open',
+        type=count,
+        default=100_000,
+        metavar='N',
+        help='requests kept open at most; the least '
+        'recently active beyond are dropped unfinished '
+        'and counted (default 100000)',
+    )
     return parser
 
 
@@ -992,7 +1191,8 @@ def port_number(text: str) -> int:
     value = _number(text, int, 'a port number')
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(
-            'a port number is 0 to 65535, got %s' % text)
+            'a port number is 0 to 65535, got %s' % text
+        )
     return value
 
 
@@ -1001,13 +1201,14 @@ def non_negative(text: str) -> float:
     value = _number(text, float, 'a number of seconds')
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(
-            'a number of seconds, 0 or more, got %s' % text)
+            'a number of seconds, 0 or more, got %s' % text
+        )
     return value
 
 
-def main_follow(argv: list,
-                stop: typing.Optional[typing.Callable[[], bool]] = None
-                ) -> int:
+def main_follow(
+    argv: list, stop: typing.Optional[typing.Callable[[], bool]] = None
+) -> int:
     """``instrument-report follow``; ``stop()`` true ends the loop
     (tests; else SIGTERM or Ctrl-C)."""
     args = build_follow_parser().parse_args(argv)
@@ -1015,26 +1216,40 @@ def main_follow(argv: list,
     if not args.once and args.port is None and args.textfile is None:
         fail('follow needs --port or --textfile (or --once)')
     check_outputs([(args.textfile, ())], args.inputs)
-    opts = follow.Options(lag_s=args.lag, idle_s=args.horizon,
-                          hung_s=args.hung, max_open=args.max_open)
+    opts = follow.Options(
+        lag_s=args.lag,
+        idle_s=args.horizon,
+        hung_s=args.hung,
+        max_open=args.max_open,
+    )
     follower = follow.Follower(args.inputs, opts)
     latest = {'text': ''}
     server = None
     if args.port is not None:
         try:
-            server = metrics_cmd.text_server(lambda: latest['text'],
-                                             args.address, args.port)
+            server = metrics_cmd.text_server(
+                lambda: latest['text'], args.address, args.port
+            )
         except OSError as exc:
-            fail('cannot listen on %s:%d: %s' % (args.address, args.port,
-                                                  _reason(exc)))
-        threading.Thread(target=server.serve_forever, daemon=True,
-                         name='instrument-follow-http').start()
+            fail(
+                'cannot listen on %s:%d: %s'
+                % (args.address, args.port, _reason(exc))
+            )
+        threading.Thread(
+            target=server.serve_forever,
+            daemon=True,
+            name='instrument-follow-http',
+        ).start()
     stopping = threading.Event()
 
     def on_term(signum, frame):
         stopping.set()
-    previous = signal.signal(signal.SIGTERM, on_term) \
-        if threading.current_thread() is threading.main_thread() else None
+
+    previous = (
+        signal.signal(signal.SIGTERM, on_term)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
 
     def publish() -> None:
         text = follower.exposition()
@@ -1044,6 +1259,7 @@ def main_follow(argv: list,
                 metrics_cmd.write_atomic(args.textfile, text)
             except OSError as exc:
                 warn('cannot write %s: %s' % (args.textfile, _reason(exc)))
+
     try:
         if args.once:
             follower.defer = True
@@ -1082,7 +1298,8 @@ def main(argv: typing.Optional[list] = None) -> int:
         return points_cmd.main(argv[1:])
     args = build_parser().parse_args(argv)
     report_html, report_json, report_text = analysis(
-        'render.html', 'render.json', 'render.text')
+        'render.html', 'render.json', 'render.text'
+    )
     piped = _to_stdout(args)
     opts = _options(args, all_lifecycles=args.all_lifecycles)
     check_outputs([(args.json, ()), (args.html, ())], args.inputs)
@@ -1094,9 +1311,12 @@ def main(argv: typing.Optional[list] = None) -> int:
     if not args.quiet and not piped:
         sys.stdout.write(report_text.render(report, sql_blocks=args.blocks))
     # every output that can be written is, also after one that cannot
-    status = _write_all([
-        (args.json, lambda: report_json.dumps(report) + '\n'),
-        (args.html, lambda: report_html.render(report))])
+    status = _write_all(
+        [
+            (args.json, lambda: report_json.dumps(report) + '\n'),
+            (args.html, lambda: report_html.render(report)),
+        ]
+    )
     if status:
         raise SystemExit(status)
     return 0

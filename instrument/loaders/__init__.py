@@ -48,8 +48,9 @@ def service_conf(conf):
 
 
 # Faults of starting the instrumentation (see instrument.runtime.faults).
-FAULTS = faults.Faults('the start of the instrumentation',
-                       what='nova runs uninstrumented')
+FAULTS = faults.Faults(
+    'the start of the instrumentation', what='nova runs uninstrumented'
+)
 
 # Messages logged once per process (each Notifier nova makes starts the
 # driver again).
@@ -109,14 +110,24 @@ def start(conf, service=None) -> None:
         opts.validate(real)
         group = real.instrument
         if not group.enabled:
-            _once(logging.INFO, 'instrument: loaded by %s but [%s] enabled '
-                  'is false; not recording', prog, opts.GROUP)
+            _once(
+                logging.INFO,
+                'instrument: loaded by %s but [%s] enabled '
+                'is false; not recording',
+                prog,
+                opts.GROUP,
+            )
             return
         name = service_name(prog, group.programs, service)
         if name is None:
-            _once(logging.INFO, 'instrument: loaded by %s, which is not '
-                  'one of [%s] programs (%s); not recording', prog,
-                  opts.GROUP, ', '.join(group.programs))
+            _once(
+                logging.INFO,
+                'instrument: loaded by %s, which is not '
+                'one of [%s] programs (%s); not recording',
+                prog,
+                opts.GROUP,
+                ', '.join(group.programs),
+            )
             return
         lifecycle.setup(real, name)
     except opts.InvalidOption as exc:
@@ -127,8 +138,11 @@ def start(conf, service=None) -> None:
         # Outside the except block: oslo.log would add the exception's
         # text again to the line.
         try:
-            _once(logging.ERROR, 'instrument: not started, %s',
-                  describe_invalid(real, invalid))
+            _once(
+                logging.ERROR,
+                'instrument: not started, %s',
+                describe_invalid(real, invalid),
+            )
         except Exception as exc:
             FAULTS(exc)
 
@@ -144,8 +158,12 @@ def describe_invalid(conf, exc: opts.InvalidOption) -> str:
     value, where = _written(conf, name)
     rule = _rule(opt) or _reason(cause)
     return 'fix %s: [%s] %s%s: %s' % (
-        where or 'nova.conf', opts.GROUP, name,
-        '' if value is None else ' = %s' % value, rule)
+        where or 'nova.conf',
+        opts.GROUP,
+        name,
+        '' if value is None else ' = %s' % value,
+        rule,
+    )
 
 
 def _opt(name: str):
@@ -160,7 +178,8 @@ def _written(conf, name: str) -> tuple:
     """(the value as written, the file) of option ``name``, or Nones."""
     try:
         values, location = conf._namespace._get_file_value(
-            [(opts.GROUP, name)])
+            [(opts.GROUP, name)]
+        )
         value = values[-1] if isinstance(values, list) else values
         value = str(value)
         if len(value) > 60:
@@ -183,12 +202,10 @@ def _rule(opt):
     if isinstance(kind, types.List):
         choices = _choices(getattr(kind, 'item_type', None))
         if choices:
-            return 'must be a comma-separated list of %s' % ', '.join(
-                choices)
+            return 'must be a comma-separated list of %s' % ', '.join(choices)
         return None
     if isinstance(kind, (types.Integer, types.Float)):
-        what = 'an integer' if isinstance(kind, types.Integer) else \
-            'a number'
+        what = 'an integer' if isinstance(kind, types.Integer) else 'a number'
         low, high = getattr(kind, 'min', None), getattr(kind, 'max', None)
         if low is not None and high is not None:
             return 'must be %s from %s to %s' % (what, low, high)

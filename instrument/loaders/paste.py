@@ -62,7 +62,8 @@ LOG = logging.getLogger(__name__)
 
 _ID_SEGMENT = re.compile(
     r'/(?:[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?'
-    r'[0-9a-fA-F]{12}|[0-9a-fA-F]{32}|\d+|req-[0-9a-fA-F-]{36})(?=/|$)')
+    r'[0-9a-fA-F]{12}|[0-9a-fA-F]{32}|\d+|req-[0-9a-fA-F-]{36})(?=/|$)'
+)
 
 
 def route_of(path: str) -> str:
@@ -72,8 +73,11 @@ def route_of(path: str) -> str:
 
 # the environ keys of an arrival time, first found wins: the server's
 # own clock first (same host), then the proxy's header
-_ARRIVAL_KEYS = ('mod_wsgi.request_start', 'mod_wsgi.queue_start',
-                 'HTTP_X_REQUEST_START')
+_ARRIVAL_KEYS = (
+    'mod_wsgi.request_start',
+    'mod_wsgi.queue_start',
+    'HTTP_X_REQUEST_START',
+)
 # a queue longer than this is a wrong clock or a wrong header, not a wait
 _QUEUE_MAX_US = 3600 * 1_000_000
 # a proxy's clock a little ahead of this host's: a wait of 0, not garbage
@@ -81,9 +85,10 @@ _QUEUE_SKEW_US = 1_000_000
 # arrival values ignored in this process: counted in the process's
 # instrument.faults records (a client's header, not a fault of ours:
 # never logged)
-QUEUE_UNREAD = faults.Faults('the paste filter: unreadable arrival time',
-                             what='the request is recorded without '
-                                  'queue_us')
+QUEUE_UNREAD = faults.Faults(
+    'the paste filter: unreadable arrival time',
+    what='the request is recorded without queue_us',
+)
 
 
 def queue_us(environ, now: float | None = None) -> int | None:
@@ -120,8 +125,9 @@ def queue_us(environ, now: float | None = None) -> int | None:
 
 
 # Faults of the filter in this process (see instrument.runtime.faults).
-FAULTS = faults.Faults('the paste filter',
-                       what='the request is answered unrecorded')
+FAULTS = faults.Faults(
+    'the paste filter', what='the request is answered unrecorded'
+)
 
 
 class InstrumentMiddleware:
@@ -167,16 +173,24 @@ class InstrumentMiddleware:
                 attrs = {
                     schema.ATTR_METHOD: environ.get('REQUEST_METHOD'),
                     schema.ATTR_ROUTE: route_of(
-                        environ.get('SCRIPT_NAME', '') +
-                        environ.get('PATH_INFO', ''))}
+                        environ.get('SCRIPT_NAME', '')
+                        + environ.get('PATH_INFO', '')
+                    ),
+                }
                 waited = queue_us(environ)
                 if waited is not None:
                     attrs[schema.ATTR_QUEUE_US] = waited
                 rec = tracer.begin(
-                    schema.EV_API_REQUEST, svc='api', attrs=attrs,
-                    ctx={'request_id': environ.get('openstack.request_id'),
-                         'global_request_id': environ.get(
-                             'openstack.global_request_id')})
+                    schema.EV_API_REQUEST,
+                    svc='api',
+                    attrs=attrs,
+                    ctx={
+                        'request_id': environ.get('openstack.request_id'),
+                        'global_request_id': environ.get(
+                            'openstack.global_request_id'
+                        ),
+                    },
+                )
         except Exception as exc:
             FAULTS(exc)
             rec = None
@@ -208,8 +222,10 @@ class InstrumentMiddleware:
                 if code is not None:
                     attrs = {schema.ATTR_STATUS: code}
                     if code >= 500 and err is None:
-                        st, err = (tracing.ST_ERROR,
-                                   ('HTTP %d' % code, status[0][:100]))
+                        st, err = (
+                            tracing.ST_ERROR,
+                            ('HTTP %d' % code, status[0][:100]),
+                        )
             action = environ.get(schema.ENV_ACTION)
             if action is not None:
                 attrs = dict(attrs or (), **{schema.ATTR_ACTION: action})
@@ -218,18 +234,20 @@ class InstrumentMiddleware:
                 # records written under the environ's id before the
                 # context existed (a B flushed while the request ran,
                 # its SQL) belong to the context's request: say so
-                attrs = dict(attrs or (), **{
-                    schema.ATTR_REQ_BEGAN: began})
+                attrs = dict(attrs or (), **{schema.ATTR_REQ_BEGAN: began})
             tracer.end(rec, st, err, attrs, req or None)
         except Exception as fault:
             FAULTS(fault)
-            recorder_mod.abandon(rec, tracing.ST_ERROR if exc is not None
-                                 else tracing.ST_OK)
+            recorder_mod.abandon(
+                rec, tracing.ST_ERROR if exc is not None else tracing.ST_OK
+            )
 
 
-FILTER_SECTION = ('[filter:instrument]\n'
-                  'paste.filter_factory = instrument.loaders.paste:'
-                  'filter_factory\n')
+FILTER_SECTION = (
+    '[filter:instrument]\n'
+    'paste.filter_factory = instrument.loaders.paste:'
+    'filter_factory\n'
+)
 
 
 def add_to_pipelines(ini_text: str, after: str = 'compute_req_id') -> str:
@@ -252,6 +270,8 @@ def add_to_pipelines(ini_text: str, after: str = 'compute_req_id') -> str:
 
 def filter_factory(global_conf, **local_conf):
     """``paste.filter_factory`` entry point."""
+
     def make(app):
         return InstrumentMiddleware(app)
+
     return make

@@ -59,8 +59,9 @@ def _call(callback, module) -> None:
     try:
         callback(module)
     except Exception:
-        LOG.exception('instrument: a post-import hook of %s failed',
-                      module.__name__)
+        LOG.exception(
+            'instrument: a post-import hook of %s failed', module.__name__
+        )
 
 
 def _imported(module) -> None:

@@ -104,8 +104,9 @@ class _PointState(faults_mod.Faults):
         reference kept somewhere) passes calls through; a point that
         its faults disabled stays disabled."""
         self.applied = applied
-        self.active = applied and (self.limit is None or
-                                   self.count < self.limit)
+        self.active = applied and (
+            self.limit is None or self.count < self.limit
+        )
 
     def reset(self) -> None:
         """Count afresh (``faults.reset``, at teardown)."""
@@ -204,8 +205,7 @@ class Patcher:
                 for module, _target in point.candidates():
                     if module in sys.modules:
                         # after the start record: a change to announce
-                        self._module_imported(module,
-                                              announce=self.headed)
+                        self._module_imported(module, announce=self.headed)
                     else:
                         _hook(module)
 
@@ -251,8 +251,7 @@ class Patcher:
                 else:
                     _restore_object(*installed)
             except Exception as exc:
-                LOG.warning('instrument: could not restore %s: %s', name,
-                            exc)
+                LOG.warning('instrument: could not restore %s: %s', name, exc)
         for ref, attr, original, own, new in reversed(objects):
             obj = ref()
             if obj is None:
@@ -260,8 +259,7 @@ class Patcher:
             try:
                 _restore_object(obj, attr, original, own, new)
             except Exception as exc:
-                LOG.warning('instrument: could not restore %s: %s', name,
-                            exc)
+                LOG.warning('instrument: could not restore %s: %s', name, exc)
         self._status[name] = REMOVED
 
     def banner(self) -> dict:
@@ -270,8 +268,11 @@ class Patcher:
         for name, status in self._status.items():
             key = status.split(':', 1)[0]
             if key in out:
-                out[key].append(name if key != FAILED else
-                                '%s (%s)' % (name, status[7:].strip()))
+                out[key].append(
+                    name
+                    if key != FAILED
+                    else '%s (%s)' % (name, status[7:].strip())
+                )
         return out
 
     def log_banner(self, totals: bool = True) -> None:
@@ -283,8 +284,12 @@ class Patcher:
             log_totals(banner)
         for key in (MISSING, FAILED):
             for name in banner[key]:
-                LOG.warning('instrument: point %s %s (%s); not recorded',
-                            name, key, self._other_release())
+                LOG.warning(
+                    'instrument: point %s %s (%s); not recorded',
+                    name,
+                    key,
+                    self._other_release(),
+                )
         for name in banner[PENDING]:
             LOG.debug('instrument: point %s pending', name)
 
@@ -384,11 +389,11 @@ class Patcher:
                 if point.kind == REPLACE:
                     new = _factory(point)(stored, state, owner)
                 else:
-                    new = wrappers.replacement(point, state, self.recorder,
-                                               owner, original)
+                    new = wrappers.replacement(
+                        point, state, self.recorder, owner, original
+                    )
                 setattr(owner, attr, new)
-                self._installed[point.name] = (owner, attr, stored, own,
-                                               new)
+                self._installed[point.name] = (owner, attr, stored, own, new)
         except Exception as exc:
             self._status[point.name] = 'failed: %s' % exc
             return FAILED
@@ -410,8 +415,12 @@ class Patcher:
             if result == PATCHED:
                 LOG.debug('instrument: patched %s', name)
             else:
-                LOG.warning('instrument: point %s %s (%s)', name, result,
-                            self._other_release())
+                LOG.warning(
+                    'instrument: point %s %s (%s)',
+                    name,
+                    result,
+                    self._other_release(),
+                )
         attrs = {}
         for name, result in changed:
             attrs.setdefault(result, []).append(name)
@@ -433,11 +442,13 @@ def _factory(point: PatchPoint) -> typing.Callable:
 def _listen(target, ev: str, fn, kwargs: dict) -> None:
     # sqlalchemy is imported: the module the point names was.
     from sqlalchemy import event
+
     event.listen(target, ev, fn, **kwargs)
 
 
 def _unlisten(target, ev: str, fn) -> None:
     from sqlalchemy import event
+
     if event.contains(target, ev, fn):
         event.remove(target, ev, fn)
 
@@ -465,10 +476,14 @@ def _restore_object(obj, attr, original, own, new) -> None:
 
 def log_totals(banner: dict) -> None:
     """The banner's one line: points patched, pending, missing, failed."""
-    LOG.info('instrument: %d points patched, %d pending (module not '
-             'imported yet), %d missing, %d failed',
-             len(banner[PATCHED]), len(banner[PENDING]),
-             len(banner[MISSING]), len(banner[FAILED]))
+    LOG.info(
+        'instrument: %d points patched, %d pending (module not '
+        'imported yet), %d missing, %d failed',
+        len(banner[PATCHED]),
+        len(banner[PENDING]),
+        len(banner[MISSING]),
+        len(banner[FAILED]),
+    )
 
 
 def merge_banners(banners) -> dict:

@@ -48,6 +48,7 @@ Extractor = typing.Callable[[object, tuple, dict], object] | object
 
 # -- extractors ---------------------------------------------------------------
 
+
 class Arg:
     """Argument ``name`` of the call, by keyword or by position.
 
@@ -76,13 +77,15 @@ class Arg:
         if params and params[0].name in ('self', 'cls'):
             params = params[1:]
         for n, param in enumerate(params):
-            if param.kind in (param.VAR_POSITIONAL, param.KEYWORD_ONLY,
-                              param.VAR_KEYWORD):
+            if param.kind in (
+                param.VAR_POSITIONAL,
+                param.KEYWORD_ONLY,
+                param.VAR_KEYWORD,
+            ):
                 break
             if param.name == self.name:
                 return n
         return -1
-
 
     def found(self, func) -> bool:
         """Can a call of ``func`` pass this argument?  Its name is a
@@ -101,8 +104,10 @@ class Arg:
                 return True
             if param.kind == param.VAR_POSITIONAL and self.pos is not None:
                 return True
-            if param.kind in (param.POSITIONAL_ONLY,
-                              param.POSITIONAL_OR_KEYWORD):
+            if param.kind in (
+                param.POSITIONAL_ONLY,
+                param.POSITIONAL_OR_KEYWORD,
+            ):
                 positional += 1
         return self.pos is not None and self.pos < positional
 
@@ -118,15 +123,20 @@ def parameters(func) -> list | None:
             params = list(inspect.signature(func).parameters.values())
         except (TypeError, ValueError):
             return None
-        if any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-               for p in params):
+        if any(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            for p in params
+        ):
             return params
         try:
             closure = getattr(inspect.unwrap(func), '__closure__', None)
         except ValueError:  # a __wrapped__ cycle
             return params
-        inner = [cell.cell_contents for cell in closure or ()
-                 if inspect.isfunction(_contents(cell))]
+        inner = [
+            cell.cell_contents
+            for cell in closure or ()
+            if inspect.isfunction(_contents(cell))
+        ]
         if len(inner) != 1:
             return params
         func = inner[0]
@@ -159,6 +169,7 @@ def chain(attrs):
             else:
                 value = getattr(value, attr, None)
         return value
+
     return follow
 
 
@@ -188,6 +199,7 @@ def _uuid_list(attr: str):
             return out or None
         value = getattr(value, attr, None)
         return [value] if value is not None else None
+
     convert.attr = attr  # type: ignore[attr-defined]
     return convert
 
@@ -256,8 +268,7 @@ class Reads:
 
     def __init__(self, fn, *specs) -> None:
         self.fn = fn
-        self.specs = tuple(Arg(s) if isinstance(s, str) else s
-                           for s in specs)
+        self.specs = tuple(Arg(s) if isinstance(s, str) else s for s in specs)
 
     def bind(self, func):
         """A plain ``(instance, args, kwargs, *rest)`` callable that
@@ -269,13 +280,19 @@ class Reads:
             one = compiled[0]
 
             def read_one(instance, args, kwargs, *rest):
-                return fn(instance, pick(one, instance, args, kwargs, 0),
-                          *rest)
+                return fn(
+                    instance, pick(one, instance, args, kwargs, 0), *rest
+                )
+
             return read_one
 
         def read(instance, args, kwargs, *rest):
-            return fn(instance, *[pick(spec, instance, args, kwargs, 0)
-                                  for spec in compiled], *rest)
+            return fn(
+                instance,
+                *[pick(spec, instance, args, kwargs, 0) for spec in compiled],
+                *rest,
+            )
+
         return read
 
     def __call__(self, instance, args, kwargs, *rest):
@@ -384,12 +401,22 @@ class PatchPoint:
         """The ``Arg`` specs this point reads of a call (its extractors
         and the arguments its ``reads`` hooks name)."""
         out = []
-        for spec in (self.context, self.instances, self.host,
-                     self.remote_parent, self.service_from):
+        for spec in (
+            self.context,
+            self.instances,
+            self.host,
+            self.remote_parent,
+            self.service_from,
+        ):
             if isinstance(spec, Arg):
                 out.append(spec)
-        for hook in (self.on_enter, self.on_exit, self.on_error, self.when,
-                     self.on_abandon):
+        for hook in (
+            self.on_enter,
+            self.on_exit,
+            self.on_error,
+            self.when,
+            self.on_abandon,
+        ):
             if isinstance(hook, Reads):
                 out.extend(s for s in hook.specs if isinstance(s, Arg))
         return out
@@ -397,24 +424,49 @@ class PatchPoint:
     def unread(self, func) -> list:
         """Names of the arguments this point reads that a call of
         ``func`` cannot pass (``Arg.found``): read as None, always."""
-        return [spec.name for spec in self.arguments()
-                if not spec.found(func)]
+        return [spec.name for spec in self.arguments() if not spec.found(func)]
 
 
-def replace(module: str, target: str, factory: typing.Callable,
-            per_object: bool = False, **kw) -> PatchPoint:
+def replace(
+    module: str,
+    target: str,
+    factory: typing.Callable,
+    per_object: bool = False,
+    **kw,
+) -> PatchPoint:
     """A REPLACE point: ``factory(original, state, owner)`` takes the
     place of ``module:target`` (``per_object``: of that attribute of
     the objects handed to ``Patcher.patch_object``)."""
-    return PatchPoint(module, target, '', kind=REPLACE, context=None,
-                      replace=factory, per_object=per_object, **kw)
+    return PatchPoint(
+        module,
+        target,
+        '',
+        kind=REPLACE,
+        context=None,
+        replace=factory,
+        per_object=per_object,
+        **kw,
+    )
 
 
-def listen(module: str, target: str, event: str, fn: typing.Callable,
-           per_object: bool = False, **listen_kw) -> PatchPoint:
+def listen(
+    module: str,
+    target: str,
+    event: str,
+    fn: typing.Callable,
+    per_object: bool = False,
+    **listen_kw,
+) -> PatchPoint:
     """A LISTEN point: ``fn`` listens to SQLAlchemy event ``event`` of
     class ``module:target`` (``per_object``: of the objects handed to
     ``Patcher.patch_object``), with ``listen_kw`` (``insert=True``,
     ``retval=True``)."""
-    return PatchPoint(module, target, '', kind=LISTEN, context=None,
-                      listen=(event, fn, listen_kw), per_object=per_object)
+    return PatchPoint(
+        module,
+        target,
+        '',
+        kind=LISTEN,
+        context=None,
+        listen=(event, fn, listen_kw),
+        per_object=per_object,
+    )

@@ -97,8 +97,9 @@ _LIVE = weakref.WeakSet()
 # A fault of the exit path itself (closing a buffer, at exit): counted,
 # logged once; never raised into the thread that exits.
 _EXIT_FAULTS = faults_mod.Faults(
-    'the flush at exit', what='the process exits as it would without '
-    'the instrumentation')
+    'the flush at exit',
+    what='the process exits as it would without the instrumentation',
+)
 
 
 def _after_fork_in_child():
@@ -124,8 +125,12 @@ def flush_before_exit(timeout: float = EXIT_TIMEOUT) -> bool:
     time.
     """
     try:
-        live = [buf for buf in list(_LIVE) if not buf._close_finished()
-                and (buf._closed or buf.writer is not None or buf.queue)]
+        live = [
+            buf
+            for buf in list(_LIVE)
+            if not buf._close_finished()
+            and (buf._closed or buf.writer is not None or buf.queue)
+        ]
         if not live:
             if not threads.in_os_worker():
                 # a fault's line handed over (a start that failed)
@@ -140,8 +145,10 @@ def flush_before_exit(timeout: float = EXIT_TIMEOUT) -> bool:
                     _EXIT_FAULTS(exc)
 
         done = threads.run_bounded(
-            close_all, sum(buf.close_bound(timeout) for buf in live),
-            'instrument-exit')
+            close_all,
+            sum(buf.close_bound(timeout) for buf in live),
+            'instrument-exit',
+        )
         if not threads.in_os_worker():
             # what was handed over to be logged is logged before the
             # process goes
@@ -169,8 +176,14 @@ atexit.register(_flush_all_at_exit)
 class EventBuffer:
     """The one queue between instrumented calls and the sinks."""
 
-    def __init__(self, sinks, max_records: int, flush_interval: float,
-                 identity=None, header=None) -> None:
+    def __init__(
+        self,
+        sinks,
+        max_records: int,
+        flush_interval: float,
+        identity=None,
+        header=None,
+    ) -> None:
         """``sinks``: objects with ``write(batch, first_seq, pid)``,
         ``name``, ``dropped`` and ``close()``.  ``identity``: the
         ``ProcessIdentity`` (host and service of drop records).
@@ -202,7 +215,9 @@ class EventBuffer:
         self._observers = []
         self._observer_faults = faults_mod.Faults(
             'an observer of the writer (the metrics)',
-            PERIODIC_FAULT_LIMIT, what='the writer runs on')
+            PERIODIC_FAULT_LIMIT,
+            what='the writer runs on',
+        )
         # One deque for the life of the buffer (a forked child empties
         # it): ``emit`` closes over it.
         self.queue = collections.deque()
@@ -265,6 +280,7 @@ class EventBuffer:
                 append(rec)
             else:
                 buf.drop()
+
         return emit
 
     def drop(self) -> None:
@@ -284,21 +300,24 @@ class EventBuffer:
         # a slow disk; the hub or the watchdog thread logs it.  Not
         # deferred (too much waiting): the writer warns instead.
         if not threads.defer(
-                _DEFERRED_LOG.warning,
-                'instrument: events are being dropped: the buffer of %d '
-                'events ([instrument] buffer_size) is full, the writer '
-                'does not keep up or is stuck writing to %s.  Raise '
-                '[instrument] buffer_size, or record less with '
-                '[instrument] slow_query_threshold or detail_sample_rate.  '
-                'Drops are counted in sink.drops records; more are '
-                'logged at most every %s.', self.max_records,
-                ', '.join(self._sink_names()),
-                _duration(self.warn_interval)):
+            _DEFERRED_LOG.warning,
+            'instrument: events are being dropped: the buffer of %d '
+            'events ([instrument] buffer_size) is full, the writer '
+            'does not keep up or is stuck writing to %s.  Raise '
+            '[instrument] buffer_size, or record less with '
+            '[instrument] slow_query_threshold or detail_sample_rate.  '
+            'Drops are counted in sink.drops records; more are '
+            'logged at most every %s.',
+            self.max_records,
+            ', '.join(self._sink_names()),
+            _duration(self.warn_interval),
+        ):
             self._warned.pop(BUFFER_FULL, None)
 
     def _sink_names(self) -> list:
-        return [getattr(sink, 'path', None) or sink.name
-                for sink in self.sinks]
+        return [
+            getattr(sink, 'path', None) or sink.name for sink in self.sinks
+        ]
 
     # -- writer ------------------------------------------------------------
 
@@ -323,7 +342,8 @@ class EventBuffer:
             self._wake = threads.os_event()
             generation = self._generation
             self.writer = threads.start_os_thread(
-                lambda: self._run(generation), 'instrument-writer')
+                lambda: self._run(generation), 'instrument-writer'
+            )
         threads.watch(_watch_all)
 
     def _run(self, generation: int) -> None:
@@ -338,25 +358,30 @@ class EventBuffer:
             except Exception:  # the writer must outlive any bug
                 if not failed:
                     failed = True
-                    LOG.exception('instrument: the writer failed; it '
-                                  'keeps running')
+                    LOG.exception(
+                        'instrument: the writer failed; it keeps running'
+                    )
             if self._closed:
                 return
 
     def _check_stall(self, now: float) -> None:
         """From the watchdog: report a drain that does not finish."""
         since = self._busy_since
-        if since is None or self._stalled or \
-                now - since < self.stall_after:
+        if since is None or self._stalled or now - since < self.stall_after:
             return
         self._stalled = True
         sink = self._busy_in
-        LOG.warning('instrument: the writer has been stuck for %.0f s '
-                    'writing to %s; events wait in memory up to '
-                    '[instrument] buffer_size (%d), then are dropped and '
-                    'counted', now - since,
-                    (getattr(sink, 'path', None) or sink.name)
-                    if sink is not None else 'its sinks', self.max_records)
+        LOG.warning(
+            'instrument: the writer has been stuck for %.0f s '
+            'writing to %s; events wait in memory up to '
+            '[instrument] buffer_size (%d), then are dropped and '
+            'counted',
+            now - since,
+            (getattr(sink, 'path', None) or sink.name)
+            if sink is not None
+            else 'its sinks',
+            self.max_records,
+        )
 
     def add_periodic(self, fn) -> None:
         """Run ``fn(final)`` in the writer before each drain (``final``
@@ -375,7 +400,9 @@ class EventBuffer:
         if fn not in self._periodic_faults:
             self._periodic_faults[fn] = faults_mod.Faults(
                 'the periodic callback %s of the writer' % _name_of(fn),
-                PERIODIC_FAULT_LIMIT, what='the writer runs on')
+                PERIODIC_FAULT_LIMIT,
+                what='the writer runs on',
+            )
         if self.writer is None:
             self.start()
 
@@ -421,8 +448,10 @@ class EventBuffer:
                 if counter is None:
                     counter = self._periodic_faults[fn] = faults_mod.Faults(
                         'the periodic callback %s of the writer'
-                        % _name_of(fn), PERIODIC_FAULT_LIMIT,
-                        what='the writer runs on')
+                        % _name_of(fn),
+                        PERIODIC_FAULT_LIMIT,
+                        what='the writer runs on',
+                    )
                 counter(exc)
         return again
 
@@ -463,8 +492,11 @@ class EventBuffer:
                 self._write_ended(pid)
             self._write_queue(pid)
             rounds = 1
-            while again and (rounds < PERIODIC_ROUNDS or
-                             self._closed and rounds < FINAL_ROUNDS):
+            while again and (
+                rounds < PERIODIC_ROUNDS
+                or self._closed
+                and rounds < FINAL_ROUNDS
+            ):
                 # a callback stopped for room: it goes on now that the
                 # queue is written
                 rounds += 1
@@ -490,8 +522,10 @@ class EventBuffer:
             self._busy_in = None
             if self._stalled and since is not None:
                 self._stalled = False
-                LOG.warning('instrument: the writer is writing again after '
-                            '%.0f s', time.monotonic() - since)
+                LOG.warning(
+                    'instrument: the writer is writing again after %.0f s',
+                    time.monotonic() - since,
+                )
             self._drain_lock.release()
 
     def _flush_sinks(self) -> None:
@@ -576,16 +610,18 @@ class EventBuffer:
                     missed.append((sink, sink.dropped))
                 sink.dropped += len(batch)
                 try:
-                    sink.last_error = '%s: %s' % (exc.__class__.__name__,
-                                                  exc)
+                    sink.last_error = '%s: %s' % (exc.__class__.__name__, exc)
                 except Exception:  # pragma: no cover - a frozen sink
                     pass
                 if not getattr(sink, '_instrument_failed', False):
                     sink._instrument_failed = True
-                    LOG.exception('instrument: sink %s failed; its lost '
-                                  'events are counted in sink.drops '
-                                  'records, further failures are not '
-                                  'logged', sink.name)
+                    LOG.exception(
+                        'instrument: sink %s failed; its lost '
+                        'events are counted in sink.drops '
+                        'records, further failures are not '
+                        'logged',
+                        sink.name,
+                    )
             else:
                 if sink.dropped != before:
                     whole = False
@@ -648,15 +684,21 @@ class EventBuffer:
         # A report no sink could take is not a lost record: it is
         # written anew at the next drain (``_write``).
         if counts != self._reported and any(counts.values()):
-            rec = record.counter(schema.EV_SINK_DROPS, host, svc, now,
-                                 dict(counts))
+            rec = record.counter(
+                schema.EV_SINK_DROPS, host, svc, now, dict(counts)
+            )
             if self._write([rec], pid, counted=False):
                 self._reported = counts
         for source in self._sources + self._retired:
             count = source.dropped
             if count != self._source_reported.get(source, 0):
-                rec = record.counter(source.drops_event, host, svc, now,
-                                     {schema.ATTR_COUNT: count})
+                rec = record.counter(
+                    source.drops_event,
+                    host,
+                    svc,
+                    now,
+                    {schema.ATTR_COUNT: count},
+                )
                 if self._write([rec], pid, counted=False):
                     self._source_reported[source] = count
 
@@ -678,11 +720,19 @@ class EventBuffer:
                 since = 'in the last %s' % _duration(now - when)
             self._warned[cause] = (now, count)
             what, advice, event = self._drop_cause(cause)
-            LOG.warning('instrument: events are being dropped: %d %s %s '
-                        '(%d in all); %s.  Drops are counted in %s '
-                        'records; this cause is logged at most every %s, '
-                        'and at close.', new, what, since, count, advice,
-                        event, _duration(self.warn_interval))
+            LOG.warning(
+                'instrument: events are being dropped: %d %s %s '
+                '(%d in all); %s.  Drops are counted in %s '
+                'records; this cause is logged at most every %s, '
+                'and at close.',
+                new,
+                what,
+                since,
+                count,
+                advice,
+                event,
+                _duration(self.warn_interval),
+            )
 
     def _source(self, cause: str):
         for source in self._sources + self._retired:
@@ -695,27 +745,38 @@ class EventBuffer:
         for a key of ``drop_counts()``."""
         drops = schema.EV_SINK_DROPS
         if cause == BUFFER_FULL:
-            return ('lost to a full buffer of %d events' % self.max_records,
-                    'the writer does not keep up with what is recorded: '
-                    'raise [instrument] buffer_size, or record less with '
-                    '[instrument] slow_query_threshold or '
-                    'detail_sample_rate', drops)
+            return (
+                'lost to a full buffer of %d events' % self.max_records,
+                'the writer does not keep up with what is recorded: '
+                'raise [instrument] buffer_size, or record less with '
+                '[instrument] slow_query_threshold or '
+                'detail_sample_rate',
+                drops,
+            )
         if cause == OPEN_UNTRACKED:
-            return ('span ends lost (more than %d spans ran at once)'
-                    % self.max_open, 'raise [instrument] buffer_size', drops)
+            return (
+                'span ends lost (more than %d spans ran at once)'
+                % self.max_open,
+                'raise [instrument] buffer_size',
+                drops,
+            )
         for sink in self.sinks:
             if sink.name == cause:
                 error = getattr(sink, 'last_error', None)
-                where = getattr(sink, 'path', None) or \
-                    getattr(sink, 'directory', None)
-                return ('lost by the %s sink%s' % (
-                    cause, ' (%s)' % where if where else ''),
-                    'the sink\'s error: %s' % error if error else
-                    'see the errors the sink logged', drops)
+                where = getattr(sink, 'path', None) or getattr(
+                    sink, 'directory', None
+                )
+                return (
+                    'lost by the %s sink%s'
+                    % (cause, ' (%s)' % where if where else ''),
+                    'the sink\'s error: %s' % error
+                    if error
+                    else 'see the errors the sink logged',
+                    drops,
+                )
         source = self._source(cause)
         if source is not None:
-            return source.drops_what(), source.drops_advice, \
-                source.drops_event
+            return source.drops_what(), source.drops_advice, source.drops_event
         return 'lost (%s)' % cause, 'see the errors logged before', drops
 
     # -- lifecycle ---------------------------------------------------------
@@ -786,16 +847,18 @@ class EventBuffer:
         # its eventlet hub (see ``instrument.sinks.otlp.interrupt``).  The
         # sink the writer is in stays open; the process's exit closes it.
         try:
-            if threads.acquire(self._drain_lock,
-                               0 if drained is False else timeout):
+            if threads.acquire(
+                self._drain_lock, 0 if drained is False else timeout
+            ):
                 try:
                     self._close_sinks(self.sinks)
                 finally:
                     self._drain_lock.release()
             else:
                 stuck = self._busy_in
-                self._close_sinks([sink for sink in self.sinks
-                                   if sink is not stuck])
+                self._close_sinks(
+                    [sink for sink in self.sinks if sink is not stuck]
+                )
         except Exception as exc:
             _EXIT_FAULTS(exc)
         self.log_final_counts(drained)
@@ -838,44 +901,67 @@ class EventBuffer:
         else:
             reported: dict = self._reported or {}
             written = reported.get(cause) == count
-        LOG.warning('instrument: at close, %d %s since the start, %d of '
-                    'them since the last warning; counted in %s '
-                    'records%s', count, what, since, event,
-                    '' if written else ' (the last one could not be '
-                    'written: this line is the only record of the total)')
+        LOG.warning(
+            'instrument: at close, %d %s since the start, %d of '
+            'them since the last warning; counted in %s '
+            'records%s',
+            count,
+            what,
+            since,
+            event,
+            ''
+            if written
+            else ' (the last one could not be '
+            'written: this line is the only record of the total)',
+        )
 
     def _log_unwritten(self, drained) -> None:
         events = len(self.queue) + sum(
-            1 for rec in self._open if rec[record.I_PH] != PH_BEGIN)
+            1 for rec in self._open if rec[record.I_PH] != PH_BEGIN
+        )
         stuck = self._busy_count if drained is False else 0
-        waiting = [(source.waiting(), source.drops_unit)
-                   for source in self._sources + self._retired]
+        waiting = [
+            (source.waiting(), source.drops_unit)
+            for source in self._sources + self._retired
+        ]
         waiting = [(n, unit) for n, unit in waiting if n]
         if not events and not stuck and not waiting:
             return
         if drained is False:
             sink = self._busy_in
-            why = 'the writer did not finish writing to %s within the ' \
-                'exit timeout' % ((getattr(sink, 'path', None) or
-                                   sink.name) if sink is not None
-                                  else 'its sinks')
+            why = (
+                'the writer did not finish writing to %s within the '
+                'exit timeout'
+                % (
+                    (getattr(sink, 'path', None) or sink.name)
+                    if sink is not None
+                    else 'its sinks'
+                )
+            )
         elif drained is None:
             why = 'the last write failed (see the fault logged)'
         else:
             why = 'recorded after the last write'
-        LOG.warning('instrument: at close, %d events%s%s were never '
-                    'written: %s', events + stuck,
-                    ' (%d of them in the write that did not return)' % stuck
-                    if stuck else '', ''.join(
-                        ' and %d %s' % item for item in waiting), why)
+        LOG.warning(
+            'instrument: at close, %d events%s%s were never written: %s',
+            events + stuck,
+            ' (%d of them in the write that did not return)' % stuck
+            if stuck
+            else '',
+            ''.join(' and %d %s' % item for item in waiting),
+            why,
+        )
 
     def _end_record(self) -> tuple:
         """The ``process.end`` record of a clean stop."""
         ident = self.identity
-        return record.meta(schema.EV_PROCESS_END,
-                           ident.host if ident is not None else '',
-                           ident.svc if ident is not None else '',
-                           time.time_ns() // 1000, {})
+        return record.meta(
+            schema.EV_PROCESS_END,
+            ident.host if ident is not None else '',
+            ident.svc if ident is not None else '',
+            time.time_ns() // 1000,
+            {},
+        )
 
     def _reset_after_fork(self) -> None:
         """In a forked child: start empty, with new locks and thread."""
@@ -893,8 +979,11 @@ class EventBuffer:
 
 def _name_of(fn) -> str:
     """A callback's name for a log line (``SqlListeners.process``)."""
-    return getattr(fn, '__qualname__', None) or \
-        getattr(fn, '__name__', None) or fn.__class__.__name__
+    return (
+        getattr(fn, '__qualname__', None)
+        or getattr(fn, '__name__', None)
+        or fn.__class__.__name__
+    )
 
 
 def _duration(seconds: float) -> str:

@@ -52,11 +52,22 @@ class Faults:
     """Counts the faults of one hook; logs the first; disables at
     ``limit`` (None: never)."""
 
-    __slots__ = ('name', 'limit', 'count', 'active', 'what', 'logged',
-                 '__weakref__')
+    __slots__ = (
+        'name',
+        'limit',
+        'count',
+        'active',
+        'what',
+        'logged',
+        '__weakref__',
+    )
 
-    def __init__(self, name: str, limit: int | None = None,
-                 what: str = 'the nova call is unaffected') -> None:
+    def __init__(
+        self,
+        name: str,
+        limit: int | None = None,
+        what: str = 'the nova call is unaffected',
+    ) -> None:
         self.name = name
         self.limit = limit
         self.what = what
@@ -76,15 +87,23 @@ class Faults:
                 # Not handed over (too much waiting): the next fault
                 # is logged instead.
                 try:
-                    self.logged = threads.defer(_log_fault, self.name,
-                                                self.what, exc)
+                    self.logged = threads.defer(
+                        _log_fault, self.name, self.what, exc
+                    )
                 except Exception:
                     self.logged = False
-            if self.limit is not None and self.count >= self.limit \
-                    and self.active:
+            if (
+                self.limit is not None
+                and self.count >= self.limit
+                and self.active
+            ):
                 self.active = False
-                threads.defer(LOG.error, 'instrument: %s disabled after %d '
-                              'faults', self.name, self.count)
+                threads.defer(
+                    LOG.error,
+                    'instrument: %s disabled after %d faults',
+                    self.name,
+                    self.count,
+                )
         except Exception:  # noqa: S110 - a fault handler must not fail
             pass
 
@@ -100,17 +119,25 @@ def _log_fault(name: str, what: str, exc: BaseException) -> None:
         kind = tracing.error_class(exc)
     except Exception:
         kind = '?'
-    LOG.warning('instrument: fault in %s (%s: %s); %s, further faults are '
-                'counted in instrument.faults records, not logged\n%s',
-                name, kind, tracing.short_message(exc), what, _where(exc))
+    LOG.warning(
+        'instrument: fault in %s (%s: %s); %s, further faults are '
+        'counted in instrument.faults records, not logged\n%s',
+        name,
+        kind,
+        tracing.short_message(exc),
+        what,
+        _where(exc),
+    )
 
 
 def _where(exc: BaseException) -> str:
     """The traceback, without the message: that is logged cut as span
     errors are (never an SQL statement or its parameters)."""
     try:
-        return 'Traceback (most recent call last):\n' + ''.join(
-            traceback.format_tb(exc.__traceback__)).rstrip()
+        return (
+            'Traceback (most recent call last):\n'
+            + ''.join(traceback.format_tb(exc.__traceback__)).rstrip()
+        )
     except Exception:
         return ''
 

@@ -74,13 +74,14 @@ def load_targets() -> tuple:
     failures = {}
 
     def failed(_manager, entrypoint, exc):
-        LOG.error('instrument: cannot load target %s: %s', entrypoint.name,
-                  exc)
+        LOG.error(
+            'instrument: cannot load target %s: %s', entrypoint.name, exc
+        )
         failures[entrypoint.name] = 'cannot load: %s' % exc
 
     mgr = extension.ExtensionManager(
-        TARGETS_NAMESPACE, invoke_on_load=True,
-        on_load_failure_callback=failed)
+        TARGETS_NAMESPACE, invoke_on_load=True, on_load_failure_callback=failed
+    )
     loaded = []
     for ext in mgr:
         target = ext.obj
@@ -104,7 +105,8 @@ def _targets(points=None, targets=None) -> tuple:
     loaded, failures = load_targets()
     if points is not None:
         loaded = [targets_base.PointsTarget(points)] + [
-            t for t in loaded if t.process_wide]
+            t for t in loaded if t.process_wide
+        ]
     return loaded, failures
 
 
@@ -141,13 +143,17 @@ class Runtime:
                 continue
             if reason:
                 self.status[name] = '%s: %s' % (targets_base.SKIPPED, reason)
-                LOG.info('instrument: target %s not installed: %s', name,
-                         reason)
+                LOG.info(
+                    'instrument: target %s not installed: %s', name, reason
+                )
                 continue
             ctx = targets_base.Context(
-                self.conf, self.recorder, self.tracer,
+                self.conf,
+                self.recorder,
+                self.tracer,
                 patcher_mod.Patcher([], self.recorder, target.release),
-                targets)
+                targets,
+            )
             # Listed first: a set-up that stops half-way removes it too.
             self.targets.append(target)
             try:
@@ -166,12 +172,15 @@ class Runtime:
         counter = self._install_faults.get(name)
         if counter is None:
             counter = self._install_faults[name] = faults.Faults(
-                'target %s' % name, what='it is not installed, the other '
-                'targets are')
+                'target %s' % name,
+                what='it is not installed, the other targets are',
+            )
         counter(exc)
         self.status[name] = '%s: %s: %s' % (
-            targets_base.FAILED, tracer_mod.error_class(exc),
-            tracer_mod.short_message(exc))
+            targets_base.FAILED,
+            tracer_mod.error_class(exc),
+            tracer_mod.short_message(exc),
+        )
 
     def target(self, name: str):
         """The installed target ``name``, or None."""
@@ -183,8 +192,10 @@ class Runtime:
     def banner(self) -> dict:
         """Every installed point by status (see ``Patcher.banner``)."""
         return patcher_mod.merge_banners(
-            banner for banner in (t.banner() for t in self.targets)
-            if banner is not None)
+            banner
+            for banner in (t.banner() for t in self.targets)
+            if banner is not None
+        )
 
     def point_state(self, name: str):
         """The state (fault count, active) of point ``name``."""
@@ -210,22 +221,27 @@ class Runtime:
         for target in self.targets:
             if target.patcher is not None:
                 target.patcher.headed = True
-        return [self.identity.start_record({
-            schema.ATTR_VERSION: version_mod.version(),
-            schema.ATTR_RELEASES: version_mod.releases(),
-            schema.ATTR_MODE: 'eventlet' if threads.eventlet_patched()
-            else 'threads',
-            schema.ATTR_POINTS: self.banner(),
-            schema.ATTR_TARGETS: dict(self.status),
-            schema.ATTR_OPTIONS: {
-                'services': list(group.services),
-                'sinks': list(group.sinks),
-                'sql_timing': group.sql_timing,
-                'slow_query_threshold': group.slow_query_threshold,
-                'detail_sample_rate': group.detail_sample_rate,
-            },
-            schema.ATTR_SETTINGS: settings.effective(self.conf),
-        })]
+        return [
+            self.identity.start_record(
+                {
+                    schema.ATTR_VERSION: version_mod.version(),
+                    schema.ATTR_RELEASES: version_mod.releases(),
+                    schema.ATTR_MODE: 'eventlet'
+                    if threads.eventlet_patched()
+                    else 'threads',
+                    schema.ATTR_POINTS: self.banner(),
+                    schema.ATTR_TARGETS: dict(self.status),
+                    schema.ATTR_OPTIONS: {
+                        'services': list(group.services),
+                        'sinks': list(group.sinks),
+                        'sql_timing': group.sql_timing,
+                        'slow_query_threshold': group.slow_query_threshold,
+                        'detail_sample_rate': group.detail_sample_rate,
+                    },
+                    schema.ATTR_SETTINGS: settings.effective(self.conf),
+                }
+            )
+        ]
 
     def report_faults(self, final: bool = False) -> None:
         """Writer periodic: an ``instrument.faults`` counter record
@@ -251,8 +267,12 @@ class Runtime:
                 LOG.exception('instrument: removing target %s', target.name)
 
 
-def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
-          points=None, targets=None):
+def setup(
+    conf: cfg.ConfigOpts,
+    service_name: str | None = None,
+    points=None,
+    targets=None,
+):
     """Start instrumenting this process as configured in ``conf``.
 
     ``service_name`` is the program (``nova-compute``); it names the span
@@ -277,31 +297,45 @@ def setup(conf: cfg.ConfigOpts, service_name: str | None = None,
         sinks = sink.load(group.sinks, conf, identity)
         runtime = None
         buf = buffer_mod.EventBuffer(
-            sinks, group.buffer_size, group.flush_interval, identity,
-            header=lambda: runtime.header())
+            sinks,
+            group.buffer_size,
+            group.flush_interval,
+            identity,
+            header=lambda: runtime.header(),
+        )
         # The writer starts once everything is set up: its first drain
         # writes the header, which names the points.
         buf.hold()
         try:
-            recorder = recorder_mod.Recorder(buf, identity,
-                                             group.detail_sample_rate)
-            runtime = Runtime(conf, identity, buf, recorder,
-                              tracer_mod.Tracer(recorder))
+            recorder = recorder_mod.Recorder(
+                buf, identity, group.detail_sample_rate
+            )
+            runtime = Runtime(
+                conf, identity, buf, recorder, tracer_mod.Tracer(recorder)
+            )
             runtime.install(*_targets(points, targets))
             runtime.log_banner()
             buf.add_periodic(runtime.report_faults)
             if group.metrics_dir:
-                buf.add_observer(metrics_mod.Metrics(
-                    metrics_sink.StateFile(group.metrics_dir, identity),
-                    group.flush_interval, group.metrics_max_series))
+                buf.add_observer(
+                    metrics_mod.Metrics(
+                        metrics_sink.StateFile(group.metrics_dir, identity),
+                        group.flush_interval,
+                        group.metrics_max_series,
+                    )
+                )
             buf.release()
         except BaseException:
             # Half a start is worse than none: undo what was done.
             _undo(runtime, buf)
             raise
         _ACTIVE = runtime
-        LOG.info('instrument: recording %s on %s to %s', identity.service,
-                 identity.host, ', '.join(group.sinks))
+        LOG.info(
+            'instrument: recording %s on %s to %s',
+            identity.service,
+            identity.host,
+            ', '.join(group.sinks),
+        )
         return runtime
 
 

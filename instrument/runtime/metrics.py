@@ -42,9 +42,26 @@ from instrument.runtime import record
 
 # Upper bounds of the latency histograms' buckets, seconds (1 ms to 10
 # minutes; +Inf is implied).
-LATENCY_BOUNDS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-                    600.0)
+LATENCY_BOUNDS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
 # The same in microseconds (records' unit), for bisect.
 _BOUNDS_US = tuple(int(round(b * 1000000)) for b in LATENCY_BOUNDS_S)
 _NBUCKETS = len(_BOUNDS_US) + 1
@@ -78,78 +95,150 @@ POINTS = 'instrument_points'
 POINT_STATUSES = ('patched', 'pending', 'missing', 'failed')
 
 FAMILIES = {
-    SPAN: ('histogram', 'Duration of instrumented calls (spans), by '
-           'component and event.', ('component', 'event')),
-    SPAN_ERRORS: ('counter', 'Instrumented calls that ended with an '
-                  'exception, by component, event and exception class.',
-                  ('component', 'event', 'error')),
-    SQL_STATEMENTS: ('counter', 'SQL statements, by database, statement '
-                     'kind and query class (MD5 of the fingerprint; '
-                     '"other" past the cap).', ('db', 'kind', 'query')),
-    SQL_SECONDS: ('counter', 'Time spent in SQL statements, by database, '
-                  'kind and query class.', ('db', 'kind', 'query')),
-    SQL_ROWS: ('counter', 'Rows returned or changed by SQL statements '
-               'whose driver gave a count.', ('db', 'kind', 'query')),
-    SQL_ERRORS: ('counter', 'SQL statements that failed, by database, '
-                 'query class and exception class.',
-                 ('db', 'query', 'error')),
-    SQL_DEADLOCKS: ('counter', 'SQL statements that failed with a '
-                    'deadlock, by database and query class.',
-                    ('db', 'query')),
-    DB_RETRIES: ('counter', 'oslo.db retries (wrap_db_retry), by the '
-                 'exception class that caused them and whether the '
-                 'retries were exhausted.', ('error', 'exhausted')),
-    SQL_RETRIES: ('counter', 'oslo.db retries (wrap_db_retry) caused by a '
-                  'failed SQL statement, by its database and query class, '
-                  'and whether the retries were exhausted.',
-                  ('db', 'query', 'exhausted')),
-    LOCK_WAIT: ('histogram', 'Time waited to acquire an oslo.concurrency '
-                'lock, by lock name (uuids and numbers replaced).',
-                ('lock',)),
-    LOCK_HELD: ('counter', 'Time oslo.concurrency locks were held, by lock '
-                'name (uuids and numbers replaced).', ('lock',)),
-    POOL_WAIT: ('histogram', 'Time a DB connection pool checkout waited '
-                'for a free connection, by database.', ('db',)),
-    POOL_TIMEOUTS: ('counter', 'DB connection pool checkouts that timed '
-                    'out, by database.', ('db',)),
-    DROPS: ('counter', 'Events the instrumentation could not record, by '
-            'cause (buffer_full, a sink name, sql_queue ...).',
-            ('cause',)),
-    SERVICE_CALLS: ('histogram', 'Calls to other OpenStack services '
-                    'through keystoneauth, by service type, HTTP method, '
-                    'route (ids replaced) and status class (2xx ... or '
-                    'the failure: read_timeout ...).',
-                    ('service_type', 'method', 'route', 'status')),
-    PERIODIC: ('histogram', 'Runs of oslo.service periodic tasks, by '
-               'task.', ('task',)),
-    BUF_FILL: ('gauge', 'Events queued in the instrumentation\'s buffer '
-               'at the last process sample.', ()),
-    POINTS: ('gauge', 'Patch points of the process by status (patched; '
-             'pending: module not imported yet, or patched per object; '
-             'missing: not in the installed release; failed), from its '
-             'process.start record and the later process.points '
-             'changes.  instrument-report points names them.',
-             ('status',)),
+    SPAN: (
+        'histogram',
+        'Duration of instrumented calls (spans), by component and event.',
+        ('component', 'event'),
+    ),
+    SPAN_ERRORS: (
+        'counter',
+        'Instrumented calls that ended with an '
+        'exception, by component, event and exception class.',
+        ('component', 'event', 'error'),
+    ),
+    SQL_STATEMENTS: (
+        'counter',
+        'SQL statements, by database, statement '
+        'kind and query class (MD5 of the fingerprint; '
+        '"other" past the cap).',
+        ('db', 'kind', 'query'),
+    ),
+    SQL_SECONDS: (
+        'counter',
+        'Time spent in SQL statements, by database, kind and query class.',
+        ('db', 'kind', 'query'),
+    ),
+    SQL_ROWS: (
+        'counter',
+        'Rows returned or changed by SQL statements '
+        'whose driver gave a count.',
+        ('db', 'kind', 'query'),
+    ),
+    SQL_ERRORS: (
+        'counter',
+        'SQL statements that failed, by database, '
+        'query class and exception class.',
+        ('db', 'query', 'error'),
+    ),
+    SQL_DEADLOCKS: (
+        'counter',
+        'SQL statements that failed with a '
+        'deadlock, by database and query class.',
+        ('db', 'query'),
+    ),
+    DB_RETRIES: (
+        'counter',
+        'oslo.db retries (wrap_db_retry), by the '
+        'exception class that caused them and whether the '
+        'retries were exhausted.',
+        ('error', 'exhausted'),
+    ),
+    SQL_RETRIES: (
+        'counter',
+        'oslo.db retries (wrap_db_retry) caused by a '
+        'failed SQL statement, by its database and query class, '
+        'and whether the retries were exhausted.',
+        ('db', 'query', 'exhausted'),
+    ),
+    LOCK_WAIT: (
+        'histogram',
+        'Time waited to acquire an oslo.concurrency '
+        'lock, by lock name (uuids and numbers replaced).',
+        ('lock',),
+    ),
+    LOCK_HELD: (
+        'counter',
+        'Time oslo.concurrency locks were held, by lock '
+        'name (uuids and numbers replaced).',
+        ('lock',),
+    ),
+    POOL_WAIT: (
+        'histogram',
+        'Time a DB connection pool checkout waited '
+        'for a free connection, by database.',
+        ('db',),
+    ),
+    POOL_TIMEOUTS: (
+        'counter',
+        'DB connection pool checkouts that timed out, by database.',
+        ('db',),
+    ),
+    DROPS: (
+        'counter',
+        'Events the instrumentation could not record, by '
+        'cause (buffer_full, a sink name, sql_queue ...).',
+        ('cause',),
+    ),
+    SERVICE_CALLS: (
+        'histogram',
+        'Calls to other OpenStack services '
+        'through keystoneauth, by service type, HTTP method, '
+        'route (ids replaced) and status class (2xx ... or '
+        'the failure: read_timeout ...).',
+        ('service_type', 'method', 'route', 'status'),
+    ),
+    PERIODIC: (
+        'histogram',
+        'Runs of oslo.service periodic tasks, by task.',
+        ('task',),
+    ),
+    BUF_FILL: (
+        'gauge',
+        'Events queued in the instrumentation\'s buffer '
+        'at the last process sample.',
+        (),
+    ),
+    POINTS: (
+        'gauge',
+        'Patch points of the process by status (patched; '
+        'pending: module not imported yet, or patched per object; '
+        'missing: not in the installed release; failed), from its '
+        'process.start record and the later process.points '
+        'changes.  instrument-report points names them.',
+        ('status',),
+    ),
 }
 
 # The labels whose values are open-ended (replaced by ``other`` past
 # the cap); the others (database, kind, component) are few by nature
 # and kept.
-_OPEN_LABELS = frozenset(('event', 'error', 'query', 'lock', 'cause',
-                          'route', 'task'))
-_CAPPED = {name: frozenset(n for n, label in enumerate(spec[2])
-                           if label in _OPEN_LABELS)
-           for name, spec in FAMILIES.items()}
+_OPEN_LABELS = frozenset(
+    ('event', 'error', 'query', 'lock', 'cause', 'route', 'task')
+)
+_CAPPED = {
+    name: frozenset(
+        n for n, label in enumerate(spec[2]) if label in _OPEN_LABELS
+    )
+    for name, spec in FAMILIES.items()
+}
 
 # Records that are waits or SQL, not calls of their own.
-_NOT_SPANS = frozenset((
-    schema.EV_SQL_QUERY, schema.EV_SQL_TXN, schema.EV_LOCK_WAIT,
-    schema.EV_DB_POOL_WAIT, schema.EV_POOL_WAIT))
+_NOT_SPANS = frozenset(
+    (
+        schema.EV_SQL_QUERY,
+        schema.EV_SQL_TXN,
+        schema.EV_LOCK_WAIT,
+        schema.EV_DB_POOL_WAIT,
+        schema.EV_POOL_WAIT,
+    )
+)
 # The drop-count record of a drop source, and the cause it counts.
 _SOURCE_CAUSES = {schema.EV_SQL_DROPPED: 'sql_queue'}
 
-_UUID = re.compile(r'[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?'
-                   r'[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}')
+_UUID = re.compile(
+    r'[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?'
+    r'[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}'
+)
 _NUMBER = re.compile(r'\d+')
 
 _LIVE = weakref.WeakSet()
@@ -185,8 +274,9 @@ def bucket(dur_us: int) -> int:
 class Metrics:
     """The aggregates of one process, fed batch by batch."""
 
-    def __init__(self, writer=None, interval: float = 0.0,
-                 max_series: int = MAX_SERIES) -> None:
+    def __init__(
+        self, writer=None, interval: float = 0.0, max_series: int = MAX_SERIES
+    ) -> None:
         """``writer``: called with ``state()`` by ``tick`` (the state
         file, ``instrument.sinks.metrics.StateFile``); ``interval``:
         the least seconds between two writes; ``max_series``: label
@@ -214,8 +304,9 @@ class Metrics:
         if labels in series or len(series) < self.max_series:
             return labels
         capped = _CAPPED[family]
-        return tuple(OTHER if n in capped else value
-                     for n, value in enumerate(labels))
+        return tuple(
+            OTHER if n in capped else value for n, value in enumerate(labels)
+        )
 
     def _add(self, family: str, labels: tuple, value) -> None:
         series = self.families[family]
@@ -237,9 +328,15 @@ class Metrics:
         hist[bisect.bisect_left(_BOUNDS_US, dur_us)] += 1
         hist[-1] += dur_us
 
-    def observe(self, batch, complete=schema.PH_COMPLETE,
-                not_spans=_NOT_SPANS, bounds=_BOUNDS_US,
-                where=bisect.bisect_left, extra=None) -> None:
+    def observe(
+        self,
+        batch,
+        complete=schema.PH_COMPLETE,
+        not_spans=_NOT_SPANS,
+        bounds=_BOUNDS_US,
+        where=bisect.bisect_left,
+        extra=None,
+    ) -> None:
         """Fold the records of ``batch`` (event tuples as the sinks get
         them; ``B`` snapshots are skipped: a span counts when it ends).
         Spans, the bulk of them, take the short way."""
@@ -267,18 +364,30 @@ class Metrics:
                 self._counter(rec)
             elif ph == schema.PH_META:
                 self._meta(rec)
-            elif ph == schema.PH_INSTANT and \
-                    rec[record.I_EV] == schema.EV_DB_RETRY:
+            elif (
+                ph == schema.PH_INSTANT
+                and rec[record.I_EV] == schema.EV_DB_RETRY
+            ):
                 attrs = rec[record.I_ATTRS] or {}
-                exhausted = 'true' if attrs.get(schema.ATTR_EXHAUSTED) \
-                    else 'false'
-                self._add(DB_RETRIES, (
-                    attrs.get(schema.ATTR_CLS) or '', exhausted), 1)
+                exhausted = (
+                    'true' if attrs.get(schema.ATTR_EXHAUSTED) else 'false'
+                )
+                self._add(
+                    DB_RETRIES,
+                    (attrs.get(schema.ATTR_CLS) or '', exhausted),
+                    1,
+                )
                 query = attrs.get(schema.ATTR_FP)
                 if query:
-                    self._add(SQL_RETRIES, (
-                        str(attrs.get(schema.ATTR_DB) or ''), str(query),
-                        exhausted), 1)
+                    self._add(
+                        SQL_RETRIES,
+                        (
+                            str(attrs.get(schema.ATTR_DB) or ''),
+                            str(query),
+                            exhausted,
+                        ),
+                        1,
+                    )
         self._changed = True
 
     def _complete(self, rec) -> None:
@@ -286,8 +395,13 @@ class Metrics:
         attrs = rec[record.I_ATTRS] or {}
         err = rec[record.I_ERR]
         if ev == schema.EV_SQL_QUERY:
-            self._statement(attrs, 1, rec[record.I_DUR] or 0,
-                            attrs.get(schema.ATTR_ROWS), err)
+            self._statement(
+                attrs,
+                1,
+                rec[record.I_DUR] or 0,
+                attrs.get(schema.ATTR_ROWS),
+                err,
+            )
         elif ev == schema.EV_LOCK_WAIT:
             lock = lock_label(attrs.get(schema.ATTR_LOCK))
             self._observe(LOCK_WAIT, (lock,), rec[record.I_DUR])
@@ -307,17 +421,24 @@ class Metrics:
             status = '%dxx' % (status // 100)
         else:
             status = attrs.get(schema.ATTR_FAILURE) or (
-                'error' if rec[record.I_ERR] is not None else '')
-        self._observe(SERVICE_CALLS, (
-            attrs.get(schema.ATTR_SERVICE_TYPE) or '',
-            attrs.get(schema.ATTR_METHOD) or '',
-            attrs.get(schema.ATTR_ROUTE) or '', status),
-            rec[record.I_DUR])
+                'error' if rec[record.I_ERR] is not None else ''
+            )
+        self._observe(
+            SERVICE_CALLS,
+            (
+                attrs.get(schema.ATTR_SERVICE_TYPE) or '',
+                attrs.get(schema.ATTR_METHOD) or '',
+                attrs.get(schema.ATTR_ROUTE) or '',
+                status,
+            ),
+            rec[record.I_DUR],
+        )
 
     def _periodic(self, rec) -> None:
         attrs = rec[record.I_ATTRS] or {}
-        self._observe(PERIODIC, (attrs.get(schema.ATTR_TASK) or '',),
-                      rec[record.I_DUR])
+        self._observe(
+            PERIODIC, (attrs.get(schema.ATTR_TASK) or '',), rec[record.I_DUR]
+        )
 
     def _statement(self, attrs, count, dur_us, rows, err) -> None:
         db = str(attrs.get(schema.ATTR_DB) or '')
@@ -341,13 +462,16 @@ class Metrics:
             kind = str(attrs.get(schema.ATTR_KIND) or '')
             query = str(attrs.get(schema.ATTR_FP) or '')
             labels = (db, kind, query)
-            self._add(SQL_STATEMENTS, labels,
-                      attrs.get(schema.ATTR_COUNT) or 0)
-            self._add(SQL_SECONDS, labels,
-                      (attrs.get(schema.ATTR_SUM_US) or 0) / 1000000)
+            self._add(
+                SQL_STATEMENTS, labels, attrs.get(schema.ATTR_COUNT) or 0
+            )
+            self._add(
+                SQL_SECONDS,
+                labels,
+                (attrs.get(schema.ATTR_SUM_US) or 0) / 1000000,
+            )
             if attrs.get(schema.ATTR_ROWS_KNOWN):
-                self._add(SQL_ROWS, labels,
-                          attrs.get(schema.ATTR_ROWS) or 0)
+                self._add(SQL_ROWS, labels, attrs.get(schema.ATTR_ROWS) or 0)
             errors = attrs.get(schema.ATTR_ERRORS) or 0
             if errors:  # aggregated failures carry no class
                 self._add(SQL_ERRORS, (db, query, OTHER), errors)
@@ -356,8 +480,9 @@ class Metrics:
             for cause, count in attrs.items():
                 self._set(DROPS, (str(cause),), count)
         elif ev in _SOURCE_CAUSES:
-            self._set(DROPS, (_SOURCE_CAUSES[ev],),
-                      attrs.get(schema.ATTR_COUNT) or 0)
+            self._set(
+                DROPS, (_SOURCE_CAUSES[ev],), attrs.get(schema.ATTR_COUNT) or 0
+            )
         elif ev == schema.EV_PROCESS_SAMPLE:
             fill = attrs.get(schema.ATTR_BUF_FILL)
             if fill is not None:
@@ -378,8 +503,7 @@ class Metrics:
         else:
             return
         for status, names in banner.items():
-            if status not in POINT_STATUSES or \
-                    not isinstance(names, list):
+            if status not in POINT_STATUSES or not isinstance(names, list):
                 continue
             for name in names:
                 # a failed point's name carries its reason: "name (...)"
@@ -387,8 +511,9 @@ class Metrics:
         counts = dict.fromkeys(POINT_STATUSES, 0)
         for status in self.points.values():
             counts[status] += 1
-        self.families[POINTS] = {(status,): count
-                                 for status, count in counts.items()}
+        self.families[POINTS] = {
+            (status,): count for status, count in counts.items()
+        }
 
     def _set(self, family: str, labels: tuple, value) -> None:
         series = self.families[family]
@@ -432,5 +557,7 @@ class Metrics:
 
 
 # Spans that feed a family of their own too (by their attrs).
-_EXTRA = {schema.EV_KSA_REQUEST: Metrics._service_call,
-          schema.EV_PERIODIC_TASK: Metrics._periodic}
+_EXTRA = {
+    schema.EV_KSA_REQUEST: Metrics._service_call,
+    schema.EV_PERIODIC_TASK: Metrics._periodic,
+}

@@ -33,7 +33,7 @@ def short_service(service_name: str) -> str:
     if name.startswith('nova-api'):
         return 'api'
     if name.startswith('nova-'):
-        name = name[len('nova-'):]
+        name = name[len('nova-') :]
     return name or 'unknown'
 
 
@@ -67,17 +67,28 @@ class ProcessIdentity:
     @classmethod
     def create(cls, service_name: str, host: str | None = None):
         service_name = service_name or guess_service_name()
-        return cls(host=host or socket.gethostname(),
-                   service=service_name,
-                   svc=short_service(service_name))
+        return cls(
+            host=host or socket.gethostname(),
+            service=service_name,
+            svc=short_service(service_name),
+        )
 
     def start_record(self, attrs: dict) -> tuple:
         """The ``process.start`` metadata event of this process."""
-        data = {schema.ATTR_SERVICE: self.service,
-                schema.ATTR_ARGV0: os.path.basename(sys.argv[0])
-                if sys.argv else '', schema.ATTR_PPID: os.getppid()}
+        data = {
+            schema.ATTR_SERVICE: self.service,
+            schema.ATTR_ARGV0: os.path.basename(sys.argv[0])
+            if sys.argv
+            else '',
+            schema.ATTR_PPID: os.getppid(),
+        }
         data.update(attrs)
         if SETUP:
             data[schema.ATTR_SETUP] = dict(SETUP)
-        return record.meta(schema.EV_PROCESS_START, self.host, self.svc,
-                           time.time_ns() // 1000, data)
+        return record.meta(
+            schema.EV_PROCESS_START,
+            self.host,
+            self.svc,
+            time.time_ns() // 1000,
+            data,
+        )

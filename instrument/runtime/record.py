@@ -68,8 +68,9 @@ I_T0 = 15
 I_TOKEN = 16
 SPAN_SIZE = 17
 
-_dumps = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False,
-                          default=str).encode
+_dumps = json.JSONEncoder(
+    separators=(',', ':'), ensure_ascii=False, default=str
+).encode
 
 
 def span_hex(span) -> str:
@@ -81,8 +82,12 @@ def span_hex(span) -> str:
 
 def to_dict(rec: tuple, seq: int, pid: int) -> dict:
     """The schema-v1 dict of one event tuple (``None`` fields left out)."""
-    out = {'v': schema.SCHEMA_VERSION, 'ph': rec[I_PH], 'seq': seq,
-           'ts': rec[I_TS]}
+    out = {
+        'v': schema.SCHEMA_VERSION,
+        'ph': rec[I_PH],
+        'seq': seq,
+        'ts': rec[I_TS],
+    }
     if rec[I_DUR] is not None:
         out['dur_us'] = rec[I_DUR]
     out['host'] = rec[I_HOST]
@@ -125,7 +130,7 @@ _JSON_SURROGATE_ERRORS = 'instrument-json-escape-surrogates'
 
 def _written_out(exc: UnicodeEncodeError, backslash: str) -> tuple:
     out = []
-    for char in exc.object[exc.start:exc.end]:
+    for char in exc.object[exc.start : exc.end]:
         code = ord(char)
         if 0xDC80 <= code <= 0xDCFF:
             out.append('%sx%02x' % (backslash, code - 0xDC00))
@@ -134,10 +139,10 @@ def _written_out(exc: UnicodeEncodeError, backslash: str) -> tuple:
     return ''.join(out), exc.end
 
 
-codecs.register_error(SURROGATE_ERRORS,
-                      lambda exc: _written_out(exc, '\\'))
-codecs.register_error(_JSON_SURROGATE_ERRORS,
-                      lambda exc: _written_out(exc, '\\\\'))
+codecs.register_error(SURROGATE_ERRORS, lambda exc: _written_out(exc, '\\'))
+codecs.register_error(
+    _JSON_SURROGATE_ERRORS, lambda exc: _written_out(exc, '\\\\')
+)
 
 
 def safe_text(text: str) -> str:
@@ -159,8 +164,7 @@ def _encode(d: dict) -> bytes:
         except TypeError:
             pass
         try:  # odd attrs: non-str keys, objects (slower options)
-            return orjson.dumps(d, default=str,
-                                option=orjson.OPT_NON_STR_KEYS)
+            return orjson.dumps(d, default=str, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:  # an int beyond 64 bits, a lone surrogate
             pass
     return _dumps(d).encode('utf-8', _JSON_SURROGATE_ERRORS)
@@ -200,8 +204,9 @@ else:  # pragma: no cover - a platform without msgspec's wheel
     _encode_structs = None
 
 
-def _lines_fast(batch, seq: int, pid: int, version=schema.SCHEMA_VERSION,
-                int_=int) -> bytes:
+def _lines_fast(
+    batch, seq: int, pid: int, version=schema.SCHEMA_VERSION, int_=int
+) -> bytes:
     """JSON lines for ``batch`` in one encoder call (see the module
     docstring); raises when any record cannot be encoded so."""
     line = Line
@@ -218,12 +223,30 @@ def _lines_fast(batch, seq: int, pid: int, version=schema.SCHEMA_VERSION,
         if err is not None:
             err = {'cls': err[0], 'msg': err[1]}
         inst = rec[11]
-        if inst and inst.__class__ is not list and \
-                inst.__class__ is not tuple:
+        if inst and inst.__class__ is not list and inst.__class__ is not tuple:
             inst = list(inst)
-        append(line(version, rec[0], seq, rec[1], rec[2], rec[3], rec[4],
-                    pid, rec[5], rec[6], span, parent, rec[9], rec[10],
-                    inst or None, rec[12], err, rec[14] or None))
+        append(
+            line(
+                version,
+                rec[0],
+                seq,
+                rec[1],
+                rec[2],
+                rec[3],
+                rec[4],
+                pid,
+                rec[5],
+                rec[6],
+                span,
+                parent,
+                rec[9],
+                rec[10],
+                inst or None,
+                rec[12],
+                err,
+                rec[14] or None,
+            )
+        )
         seq += 1
     return _encode_structs(structs)
 
@@ -286,34 +309,123 @@ def encode_batch(batch, first_seq: int, pid: int) -> bytes:
 
 def begin_snapshot(rec) -> tuple:
     """The ``B`` event of a span record that is still running."""
-    return (schema.PH_BEGIN, rec[I_TS], None, rec[I_HOST], rec[I_SVC],
-            rec[I_TID], rec[I_EV], rec[I_SPAN], rec[I_PARENT], rec[I_REQ],
-            rec[I_GREQ], rec[I_INST], None, None, rec[I_ATTRS])
+    return (
+        schema.PH_BEGIN,
+        rec[I_TS],
+        None,
+        rec[I_HOST],
+        rec[I_SVC],
+        rec[I_TID],
+        rec[I_EV],
+        rec[I_SPAN],
+        rec[I_PARENT],
+        rec[I_REQ],
+        rec[I_GREQ],
+        rec[I_INST],
+        None,
+        None,
+        rec[I_ATTRS],
+    )
 
 
-def instant(ts: int, host: str, svc: str, tid, ev: str, parent, req, greq,
-            inst, attrs) -> tuple:
+def instant(
+    ts: int, host: str, svc: str, tid, ev: str, parent, req, greq, inst, attrs
+) -> tuple:
     """A point-in-time (``I``) event tuple inside span ``parent``."""
-    return (schema.PH_INSTANT, ts, None, host, svc, tid, ev, None, parent,
-            req, greq, inst, None, None, attrs)
+    return (
+        schema.PH_INSTANT,
+        ts,
+        None,
+        host,
+        svc,
+        tid,
+        ev,
+        None,
+        parent,
+        req,
+        greq,
+        inst,
+        None,
+        None,
+        attrs,
+    )
 
 
-def complete(ts: int, dur: int, host: str, svc: str, ev: str, span, parent,
-             req, greq, inst, st: str, err, attrs) -> tuple:
+def complete(
+    ts: int,
+    dur: int,
+    host: str,
+    svc: str,
+    ev: str,
+    span,
+    parent,
+    req,
+    greq,
+    inst,
+    st: str,
+    err,
+    attrs,
+) -> tuple:
     """A complete span (``X``) event tuple, for a span measured outside
     ``Recorder.begin``/``end`` (no thread id)."""
-    return (schema.PH_COMPLETE, ts, dur, host, svc, None, ev, span, parent,
-            req, greq, inst, st, err, attrs)
+    return (
+        schema.PH_COMPLETE,
+        ts,
+        dur,
+        host,
+        svc,
+        None,
+        ev,
+        span,
+        parent,
+        req,
+        greq,
+        inst,
+        st,
+        err,
+        attrs,
+    )
 
 
 def meta(ev: str, host: str, svc: str, ts: int, attrs: dict) -> tuple:
     """A process-metadata (``M``) event tuple."""
-    return (schema.PH_META, ts, None, host, svc, None, ev, None, None,
-            None, None, None, None, None, attrs)
+    return (
+        schema.PH_META,
+        ts,
+        None,
+        host,
+        svc,
+        None,
+        ev,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        attrs,
+    )
 
 
-def counter(ev: str, host: str, svc: str, ts: int, attrs: dict,
-            req=None) -> tuple:
+def counter(
+    ev: str, host: str, svc: str, ts: int, attrs: dict, req=None
+) -> tuple:
     """A counter / aggregate (``C``) event tuple."""
-    return (schema.PH_COUNTER, ts, None, host, svc, None, ev, None, None,
-            req, None, None, None, None, attrs)
+    return (
+        schema.PH_COUNTER,
+        ts,
+        None,
+        host,
+        svc,
+        None,
+        ev,
+        None,
+        None,
+        req,
+        None,
+        None,
+        None,
+        None,
+        attrs,
+    )

@@ -66,7 +66,8 @@ I_TOKEN = record.I_TOKEN
 # its own context).
 F_SPAN, F_REQ, F_GREQ, F_INST, F_SVC, F_HOST, F_EV = range(7)
 _CURRENT: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
-    'instrument_frame', default=None)
+    'instrument_frame', default=None
+)
 current_frame = _CURRENT.get
 # A frame of no span and no request: made current around a call that
 # must not take oslo.context's current request (see PatchPoint
@@ -102,8 +103,10 @@ def current_request() -> tuple:
     octx = _current_oslo_context()
     if octx is None:
         return None, None
-    return (getattr(octx, 'request_id', None),
-            getattr(octx, 'global_request_id', None))
+    return (
+        getattr(octx, 'request_id', None),
+        getattr(octx, 'global_request_id', None),
+    )
 
 
 def request_id(ctx, frame):
@@ -124,6 +127,7 @@ def request_id(ctx, frame):
 
 
 # -- ids ----------------------------------------------------------------------
+
 
 def _new_prefix() -> int:
     return (int.from_bytes(os.urandom(4), 'big') | 1) << 32
@@ -152,8 +156,7 @@ def trace_id_hex(req: str) -> str:
 
     Derived, not carried, so every host computes the same id.
     """
-    return hashlib.md5(req.encode('utf-8'),
-                       usedforsecurity=False).hexdigest()
+    return hashlib.md5(req.encode('utf-8'), usedforsecurity=False).hexdigest()
 
 
 # -- the wall-clock anchor ----------------------------------------------------
@@ -202,6 +205,7 @@ def wall_us(perf_ns: int) -> int:
 
 # -- span records that cannot be ended normally -------------------------------
 
+
 def release(rec: list) -> None:
     """Make the frame a span record set current no longer current
     (a span given up before it was queued).  Never raises."""
@@ -235,8 +239,7 @@ def abandon(rec: list, st: str = ST_OK, t1: int | None = None) -> None:
 def _abandoned_duration(rec: list, t1: int | None) -> int:
     """The duration, in microseconds, of a span given up on."""
     try:
-        return max(0, ((_perf_ns() if t1 is None else t1) -
-                       rec[I_T0]) // 1000)
+        return max(0, ((_perf_ns() if t1 is None else t1) - rec[I_T0]) // 1000)
     except Exception:  # noqa: S110 - the fallback follows
         pass
     try:
@@ -254,8 +257,9 @@ class Recorder:
     the buffer's ``emit`` and ``end`` (see ``_span_functions``).
     """
 
-    def __init__(self, buffer, identity,
-                 detail_sample_rate: float = 1.0) -> None:
+    def __init__(
+        self, buffer, identity, detail_sample_rate: float = 1.0
+    ) -> None:
         self.buffer = buffer
         # The enqueue, bound once (see EventBuffer.emit).
         self.emit = buffer.emit
@@ -309,8 +313,7 @@ class Recorder:
         reset_frame_ = _CURRENT.reset
         oslo_request = current_request
 
-        def begin(ev: str, svc, host, ctx, inst, remote_parent,
-                  attrs) -> list:
+        def begin(ev: str, svc, host, ctx, inst, remote_parent, attrs) -> list:
             """Start a span and queue it; returns its record for ``end``.
 
             ``ctx`` is the call's request context (an object, a
@@ -348,8 +351,9 @@ class Recorder:
                     svc = frame[F_SVC]
                 if host is None:
                     host = frame[F_HOST]
-                parent = frame[F_SPAN] if remote_parent is None \
-                    else remote_parent
+                parent = (
+                    frame[F_SPAN] if remote_parent is None else remote_parent
+                )
             else:
                 parent = remote_parent
                 if req is None:
@@ -365,10 +369,25 @@ class Recorder:
             # The layout of instrument.runtime.record (I_*, then I_T0 and
             # I_TOKEN); the frame is set last (a fault before leaves
             # none).
-            rec = [PH_B, (t0 + _wall_offset_ns) // 1000, None, host, svc,
-                   get_ident(), ev, span, parent, req, greq, inst, None,
-                   None, attrs, t0,
-                   set_frame_((span, req, greq, inst, svc, host, ev))]
+            rec = [
+                PH_B,
+                (t0 + _wall_offset_ns) // 1000,
+                None,
+                host,
+                svc,
+                get_ident(),
+                ev,
+                span,
+                parent,
+                req,
+                greq,
+                inst,
+                None,
+                None,
+                attrs,
+                t0,
+                set_frame_((span, req, greq, inst, svc, host, ev)),
+            ]
             try:
                 emit(rec)
             except BaseException:
@@ -376,8 +395,15 @@ class Recorder:
                 raise
             return rec
 
-        def end(rec: list, t1: int, st: str = ST_OK, err=None, attrs=None,
-                req=None, inst=None) -> None:
+        def end(
+            rec: list,
+            t1: int,
+            st: str = ST_OK,
+            err=None,
+            attrs=None,
+            req=None,
+            inst=None,
+        ) -> None:
             """Finish the span ``begin`` returned, at monotonic time
             ``t1`` (``clock()``): ``attrs`` are merged into the start's,
             ``req`` and ``inst`` correct what was known at the start."""
@@ -414,8 +440,9 @@ class Recorder:
         """Wall-clock now, in microseconds, on the spans' anchor."""
         return (self.clock() + _wall_offset_ns) // 1000
 
-    def instant(self, ev: str, attrs=None, svc=None, host=None, req=None,
-                inst=None) -> None:
+    def instant(
+        self, ev: str, attrs=None, svc=None, host=None, req=None, inst=None
+    ) -> None:
         """A point-in-time event inside the current span."""
         frame = _CURRENT.get()
         parent = greq = None
@@ -426,29 +453,73 @@ class Recorder:
             inst = inst or frame[F_INST]
             svc = svc or frame[F_SVC]
             host = host or frame[F_HOST]
-        self.emit(record.instant(
-            self.now_us(), host or self.host, svc or self.svc,
-            self.get_ident(), ev, parent, req, greq, inst, attrs))
+        self.emit(
+            record.instant(
+                self.now_us(),
+                host or self.host,
+                svc or self.svc,
+                self.get_ident(),
+                ev,
+                parent,
+                req,
+                greq,
+                inst,
+                attrs,
+            )
+        )
 
-    def complete(self, ev: str, t0: int, t1: int, span, parent, req, greq,
-                 inst, svc, host, st: str, err, attrs) -> None:
+    def complete(
+        self,
+        ev: str,
+        t0: int,
+        t1: int,
+        span,
+        parent,
+        req,
+        greq,
+        inst,
+        svc,
+        host,
+        st: str,
+        err,
+        attrs,
+    ) -> None:
         """A span measured elsewhere (an SQL statement, timed on the
         calling thread and recorded by the writer): ``t0``/``t1`` are
         monotonic readings; ``span`` None gets a new id."""
-        self.emit(record.complete(
-            (t0 + _wall_offset_ns) // 1000, (t1 - t0) // 1000,
-            host or self.host, svc or self.svc, ev,
-            new_span_id() if span is None else span, parent, req, greq,
-            inst, st, err, attrs))
+        self.emit(
+            record.complete(
+                (t0 + _wall_offset_ns) // 1000,
+                (t1 - t0) // 1000,
+                host or self.host,
+                svc or self.svc,
+                ev,
+                new_span_id() if span is None else span,
+                parent,
+                req,
+                greq,
+                inst,
+                st,
+                err,
+                attrs,
+            )
+        )
 
     def meta(self, ev: str, attrs: dict) -> None:
         """A process-metadata (``M``) event."""
-        self.emit(record.meta(ev, self.host, self.svc, self.now_us(),
-                              attrs))
+        self.emit(record.meta(ev, self.host, self.svc, self.now_us(), attrs))
 
-    def counter(self, ev: str, attrs: dict, ts: int | None = None,
-                req=None) -> None:
+    def counter(
+        self, ev: str, attrs: dict, ts: int | None = None, req=None
+    ) -> None:
         """A counter / aggregate (``C``) event, at ``ts`` (µs) or now."""
-        self.emit(record.counter(ev, self.host, self.svc,
-                                 self.now_us() if ts is None else ts,
-                                 attrs, req))
+        self.emit(
+            record.counter(
+                ev,
+                self.host,
+                self.svc,
+                self.now_us() if ts is None else ts,
+                attrs,
+                req,
+            )
+        )

@@ -52,8 +52,10 @@ ENGINE_CONNECT = ('sqlalchemy.engine.base', 'Engine', 'engine_connect')
 POINT = '%s:%s@%s' % ENGINE_CONNECT
 
 _SAMPLERS = weakref.WeakSet()
-_FAULTS = faults.Faults('the resource sampler\'s engine listener',
-                        what='the connection is unaffected')
+_FAULTS = faults.Faults(
+    'the resource sampler\'s engine listener',
+    what='the connection is unaffected',
+)
 
 
 def _after_fork_in_child() -> None:
@@ -80,7 +82,7 @@ def proc_stat() -> tuple:
         return None, None
     # Fields after the command name, which may hold spaces: state is
     # the first, num_threads the 18th, rss (pages) the 22nd.
-    fields = data[data.rindex(b')') + 2:].split()
+    fields = data[data.rindex(b')') + 2 :].split()
     return int(fields[17]), int(fields[21]) * PAGE_KB
 
 
@@ -149,9 +151,11 @@ class Pools:
             while key in out:
                 key = '%s#%d' % (name, n)
                 n += 1
-            out[key] = [checked,
-                        max(0, overflow) if overflow is not None else None,
-                        size]
+            out[key] = [
+                checked,
+                max(0, overflow) if overflow is not None else None,
+                size,
+            ]
         return out
 
 
@@ -172,6 +176,7 @@ def _eventlet_hub():
         return None
     try:
         from eventlet import hubs
+
         return hubs.get_hub()
     except Exception:  # pragma: no cover - half-installed eventlet
         return None
@@ -205,8 +210,11 @@ class Sampler:
         by ``start`` and removed by ``stop``, when None."""
         self.recorder = recorder
         self.own_patcher = patcher is None
-        self.patcher = patcher if patcher is not None else \
-            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        self.patcher = (
+            patcher
+            if patcher is not None
+            else patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        )
         self.buffer = recorder.buffer
         self.interval = interval
         self.last: float | None = None

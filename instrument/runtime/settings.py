@@ -43,37 +43,83 @@ import typing
 
 # (group, (option, ...)); 'DEFAULT' is nova.conf's [DEFAULT].
 ALLOWED: tuple = (
-    ('DEFAULT', ('osapi_compute_workers', 'metadata_workers',
-                 'max_concurrent_builds', 'max_concurrent_snapshots',
-                 'max_concurrent_live_migrations',
-                 'update_resources_interval', 'rpc_response_timeout',
-                 'long_rpc_timeout', 'rpc_conn_pool_size',
-                 'executor_thread_pool_size', 'vif_plugging_timeout',
-                 'vif_plugging_is_fatal', 'network_allocate_retries',
-                 'report_interval',
-                 'service_down_time', 'heal_instance_info_cache_interval',
-                 'sync_power_state_interval')),
+    (
+        'DEFAULT',
+        (
+            'osapi_compute_workers',
+            'metadata_workers',
+            'max_concurrent_builds',
+            'max_concurrent_snapshots',
+            'max_concurrent_live_migrations',
+            'update_resources_interval',
+            'rpc_response_timeout',
+            'long_rpc_timeout',
+            'rpc_conn_pool_size',
+            'executor_thread_pool_size',
+            'vif_plugging_timeout',
+            'vif_plugging_is_fatal',
+            'network_allocate_retries',
+            'report_interval',
+            'service_down_time',
+            'heal_instance_info_cache_interval',
+            'sync_power_state_interval',
+        ),
+    ),
     ('conductor', ('workers',)),
-    ('scheduler', ('workers', 'max_attempts',
-                   'discover_hosts_in_cells_interval')),
+    (
+        'scheduler',
+        ('workers', 'max_attempts', 'discover_hosts_in_cells_interval'),
+    ),
     ('filter_scheduler', ('host_subset_size',)),
-    ('database', ('max_pool_size', 'max_overflow', 'pool_timeout',
-                  'max_retries', 'db_max_retries', 'db_retry_interval',
-                  'connection_recycle_time')),
-    ('api_database', ('max_pool_size', 'max_overflow', 'pool_timeout',
-                      'max_retries', 'db_max_retries', 'db_retry_interval',
-                      'connection_recycle_time')),
-    ('api', ('instance_list_per_project_cells',
-             'instance_list_cells_batch_strategy',
-             'instance_list_cells_batch_fixed_size',
-             'list_records_by_skipping_down_cells', 'max_limit')),
+    (
+        'database',
+        (
+            'max_pool_size',
+            'max_overflow',
+            'pool_timeout',
+            'max_retries',
+            'db_max_retries',
+            'db_retry_interval',
+            'connection_recycle_time',
+        ),
+    ),
+    (
+        'api_database',
+        (
+            'max_pool_size',
+            'max_overflow',
+            'pool_timeout',
+            'max_retries',
+            'db_max_retries',
+            'db_retry_interval',
+            'connection_recycle_time',
+        ),
+    ),
+    (
+        'api',
+        (
+            'instance_list_per_project_cells',
+            'instance_list_cells_batch_strategy',
+            'instance_list_cells_batch_fixed_size',
+            'list_records_by_skipping_down_cells',
+            'max_limit',
+        ),
+    ),
     ('neutron', ('timeout', 'http_retries', 'connect_retries')),
-    ('keystone_authtoken', ('memcached_servers', 'token_cache_time',
-                            'memcache_use_advanced_pool',
-                            'http_connect_timeout',
-                            'http_request_max_retries')),
-    ('oslo_messaging_rabbit', ('rabbit_qos_prefetch_count',
-                               'heartbeat_timeout_threshold')),
+    (
+        'keystone_authtoken',
+        (
+            'memcached_servers',
+            'token_cache_time',
+            'memcache_use_advanced_pool',
+            'http_connect_timeout',
+            'http_request_max_retries',
+        ),
+    ),
+    (
+        'oslo_messaging_rabbit',
+        ('rabbit_qos_prefetch_count', 'heartbeat_timeout_threshold'),
+    ),
 )
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -116,8 +162,7 @@ def effective(conf: typing.Any) -> dict:
             try:
                 if _secret(conf, name, gname):
                     continue
-                value = (conf[name] if gname is None
-                         else conf[gname][name])
+                value = conf[name] if gname is None else conf[gname][name]
             except Exception:  # noqa: BLE001 - unknown, unreadable
                 continue
             value = _safe(value)
@@ -155,14 +200,18 @@ def front_server(modules: typing.Any = None) -> dict:
     try:
         mod_wsgi = modules.get('mod_wsgi')
         uwsgi = modules.get('uwsgi')
-        if mod_wsgi is not None and \
-                getattr(mod_wsgi, 'process_group', None) is not None:
+        if (
+            mod_wsgi is not None
+            and getattr(mod_wsgi, 'process_group', None) is not None
+        ):
             out['server'] = 'mod_wsgi'
             group = mod_wsgi.process_group
             if isinstance(group, str) and group and _safe(group) is group:
                 out['process_group'] = group
-            for key, attr in (('processes', 'maximum_processes'),
-                              ('threads', 'threads_per_process')):
+            for key, attr in (
+                ('processes', 'maximum_processes'),
+                ('threads', 'threads_per_process'),
+            ):
                 n = _count(getattr(mod_wsgi, attr, None))
                 if n is not None:
                     out[key] = n

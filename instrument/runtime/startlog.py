@@ -55,13 +55,13 @@ _HELD = collections.deque()
 class _State:
     """What this module changed, and what it saw."""
 
-    dropped = 0                      # records past LIMIT
+    dropped = 0  # records past LIMIT
     handler: logging.Handler | None = None  # while holding
-    level: tuple | None = None       # (found, set) on the instrument logger
-    propagate = True                 # found on the instrument logger
-    wrapped = False                  # oslo_log.log.setup hooked
-    atexit = False                   # _at_exit registered
-    set_up = False                   # oslo_log.log.setup has returned
+    level: tuple | None = None  # (found, set) on the instrument logger
+    propagate = True  # found on the instrument logger
+    wrapped = False  # oslo_log.log.setup hooked
+    atexit = False  # _at_exit registered
+    set_up = False  # oslo_log.log.setup has returned
 
 
 _STATE = _State()
@@ -70,9 +70,11 @@ _STATE = _State()
 def _placeholder(handler) -> bool:
     """The bare stderr handler oslo.log's ``register_options`` adds to
     the root logger until ``setup`` replaces it."""
-    return (type(handler) is logging.StreamHandler and
-            handler.formatter is None and
-            getattr(handler, 'stream', None) is sys.stderr)
+    return (
+        type(handler) is logging.StreamHandler
+        and handler.formatter is None
+        and getattr(handler, 'stream', None) is sys.stderr
+    )
 
 
 def configured() -> bool:
@@ -174,7 +176,10 @@ def release() -> None:
         if dropped:
             logging.getLogger(__name__).warning(
                 'instrument: %d more start-up log lines were dropped (at '
-                'most %d are kept until logging is set up)', dropped, LIMIT)
+                'most %d are kept until logging is set up)',
+                dropped,
+                LIMIT,
+            )
     except Exception:  # noqa: S110 - logging must never fail nova
         pass
 
@@ -195,8 +200,10 @@ def _at_exit() -> None:
             if record.levelno >= logging.WARNING:
                 sys.stderr.write(formatter.format(record) + '\n')
         if dropped:
-            sys.stderr.write('instrument: %d more start-up log lines were '
-                             'dropped\n' % dropped)
+            sys.stderr.write(
+                'instrument: %d more start-up log lines were '
+                'dropped\n' % dropped
+            )
         sys.stderr.flush()
     except Exception:  # noqa: S110 - at exit, nothing may fail
         pass

@@ -81,10 +81,10 @@ def _surveyed(target: targets_base.Target, releases: dict) -> list:
             note = 'surveyed'
         elif any(_series(v) == _series(found) for v in versions):
             note = 'a point release of a surveyed one (%s)' % ', '.join(
-                versions)
+                versions
+            )
         else:
-            note = 'not surveyed (points are for %s)' % ', '.join(
-                versions)
+            note = 'not surveyed (points are for %s)' % ', '.join(versions)
         out.append((dist, found, note))
     return out
 
@@ -110,17 +110,21 @@ def _import_all(patchers) -> dict:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name and (module == exc.name or
-                             module.startswith(exc.name + '.')):
+            if exc.name and (
+                module == exc.name or module.startswith(exc.name + '.')
+            ):
                 # Not installed (a driver this host does not use).
                 errors[module] = None
             else:
                 errors[module] = '%s: %s' % (
                     tracer_mod.error_class(exc),
-                    tracer_mod.short_message(exc))
+                    tracer_mod.short_message(exc),
+                )
         except Exception as exc:
-            errors[module] = '%s: %s' % (tracer_mod.error_class(exc),
-                                         tracer_mod.short_message(exc))
+            errors[module] = '%s: %s' % (
+                tracer_mod.error_class(exc),
+                tracer_mod.short_message(exc),
+            )
     return errors
 
 
@@ -130,44 +134,67 @@ def _function(original):
     return getattr(original, '__func__', original)
 
 
-def describe(patcher: patcher_mod.Patcher, point: patcher_mod.PatchPoint,
-             import_errors: dict, release: str) -> dict:
+def describe(
+    patcher: patcher_mod.Patcher,
+    point: patcher_mod.PatchPoint,
+    import_errors: dict,
+    release: str,
+) -> dict:
     """One point: its place, event, status and why."""
     status = patcher.status(point.name)
     key = status.split(':', 1)[0]
-    out = {'point': point.name, 'kind': point.kind,
-           'event': point.event or None, 'service': point.service}
+    out = {
+        'point': point.name,
+        'kind': point.kind,
+        'event': point.event or None,
+        'service': point.service,
+    }
     why = ''
     if key == PATCHED:
         used = patcher.state(point.name).used
         out['place'] = used
         why = 'patched at %s' % used
         original = patcher.original(point.name)
-        if point.kind in (patcher_mod.SPAN, patcher_mod.HOOK) and \
-                original is not None:
+        if (
+            point.kind in (patcher_mod.SPAN, patcher_mod.HOOK)
+            and original is not None
+        ):
             unread = point.unread(_function(original))
             if unread:
                 key = MISSING
-                why = ('%s has no argument %s that the point reads (it '
-                       'would record None)' % (used, ', '.join(unread)))
+                why = (
+                    '%s has no argument %s that the point reads (it '
+                    'would record None)' % (used, ', '.join(unread))
+                )
     elif key == MISSING:
-        why = 'not in %s: %s' % (release, '; '.join(
-            '%s has no %s' % (m, t) for m, t in point.candidates()))
+        why = 'not in %s: %s' % (
+            release,
+            '; '.join('%s has no %s' % (m, t) for m, t in point.candidates()),
+        )
     elif key == FAILED:
         why = status.split(':', 1)[1].strip()
     elif key == PENDING:
-        failed = [(m, import_errors[m]) for m, _t in point.candidates()
-                  if m in import_errors]
+        failed = [
+            (m, import_errors[m])
+            for m, _t in point.candidates()
+            if m in import_errors
+        ]
         absent = [m for m, error in failed if error is None]
         if point.per_object:
             why = WHY_PER_OBJECT
         elif absent and len(absent) == len(failed):
-            why = '%s %s: %s' % (WHY_ABSENT, ', '.join(absent),
-                                 'patched if a process imports it')
+            why = '%s %s: %s' % (
+                WHY_ABSENT,
+                ', '.join(absent),
+                'patched if a process imports it',
+            )
         elif failed:
             key = MISSING
-            why = '; '.join('%s cannot be imported: %s' % f
-                            for f in failed if f[1] is not None)
+            why = '; '.join(
+                '%s cannot be imported: %s' % f
+                for f in failed
+                if f[1] is not None
+            )
         else:
             why = 'module not imported yet'
     out['status'] = key
@@ -177,10 +204,16 @@ def describe(patcher: patcher_mod.Patcher, point: patcher_mod.PatchPoint,
 
 def families(enabled: bool) -> list:
     """The metric families a process exposes (with ``metrics_dir``)."""
-    return [{'name': name, 'type': kind,
-             'labels': ['service'] + list(labels), 'help': text,
-             'enabled': enabled}
-            for name, (kind, text, labels) in metrics_mod.FAMILIES.items()]
+    return [
+        {
+            'name': name,
+            'type': kind,
+            'labels': ['service'] + list(labels),
+            'help': text,
+            'enabled': enabled,
+        }
+        for name, (kind, text, labels) in metrics_mod.FAMILIES.items()
+    ]
 
 
 def options(conf) -> dict:
@@ -194,8 +227,11 @@ def options(conf) -> dict:
     return out
 
 
-def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
-           service: str = 'instrument-points') -> dict:
+def survey(
+    conf: cfg.ConfigOpts,
+    targets: typing.Sequence | None = None,
+    service: str = 'instrument-points',
+) -> dict:
     """Everything this host's nova would record, as configured in
     ``conf`` (a parsed ``ConfigOpts``); ``targets`` replace the
     installed ones (tests).  Raises ``opts.InvalidOption`` for an
@@ -205,14 +241,16 @@ def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
     group = conf.instrument
     releases = version_mod.releases()
     identity = process.ProcessIdentity.create(service, group.host)
-    buf = buffer_mod.EventBuffer([], group.buffer_size, group.flush_interval,
-                                 identity)
+    buf = buffer_mod.EventBuffer(
+        [], group.buffer_size, group.flush_interval, identity
+    )
     # Nothing is ever written: the writer is held until the buffer is
     # closed, with no sink.
     buf.hold()
     recorder = recorder_mod.Recorder(buf, identity, group.detail_sample_rate)
-    runtime = lifecycle.Runtime(conf, identity, buf, recorder,
-                                tracer_mod.Tracer(recorder))
+    runtime = lifecycle.Runtime(
+        conf, identity, buf, recorder, tracer_mod.Tracer(recorder)
+    )
     if targets is None:
         loaded, failures = lifecycle.load_targets()
     else:
@@ -221,8 +259,9 @@ def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
     surveyed = {}
     try:
         runtime.install(loaded, failures)
-        patchers = [t.patcher for t in runtime.targets
-                    if t.patcher is not None]
+        patchers = [
+            t.patcher for t in runtime.targets if t.patcher is not None
+        ]
         import_errors = _import_all(patchers)
         for target in runtime.targets:
             if target.patcher is None:
@@ -233,8 +272,7 @@ def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
             for dist, version, note in _surveyed(target, releases):
                 surveyed['%s %s' % (dist, version)] = note
             for point in target.patcher.points:
-                entry = describe(target.patcher, point, import_errors,
-                                 label)
+                entry = describe(target.patcher, point, import_errors, label)
                 entry['target'] = target.name
                 points.append(entry)
     finally:
@@ -249,8 +287,11 @@ def survey(conf: cfg.ConfigOpts, targets: typing.Sequence | None = None,
         'options': options(conf),
         'points': points,
         'counts': counts(points),
-        'metrics': {'metrics_dir': group.metrics_dir, 'enabled': metrics_on,
-                    'families': families(metrics_on)},
+        'metrics': {
+            'metrics_dir': group.metrics_dir,
+            'enabled': metrics_on,
+            'families': families(metrics_on),
+        },
     }
 
 
@@ -277,13 +318,22 @@ def verdict(result: dict) -> tuple:
     points = result['points']
     bad = [p['point'] for p in points if p['status'] in (MISSING, FAILED)]
     failed_targets = sorted(
-        name for name, status in result['targets'].items()
-        if status.startswith(targets_base.FAILED))
-    waiting = [p['point'] for p in points if p['status'] == PENDING and
-               p['why'] != WHY_PER_OBJECT and
-               not p['why'].startswith(WHY_ABSENT)]
-    unsurveyed = sorted(k for k, note in result['surveyed'].items()
-                        if note.startswith('not surveyed'))
+        name
+        for name, status in result['targets'].items()
+        if status.startswith(targets_base.FAILED)
+    )
+    waiting = [
+        p['point']
+        for p in points
+        if p['status'] == PENDING
+        and p['why'] != WHY_PER_OBJECT
+        and not p['why'].startswith(WHY_ABSENT)
+    ]
+    unsurveyed = sorted(
+        k
+        for k, note in result['surveyed'].items()
+        if note.startswith('not surveyed')
+    )
     nova = result['releases'].get('nova')
     where = 'nova %s' % nova if nova else 'nova not installed'
     c = result['counts']
@@ -291,12 +341,18 @@ def verdict(result: dict) -> tuple:
         status = CRITICAL
         parts = []
         if bad:
-            parts.append('%d point%s missing: %s' % (
-                len(bad), '' if len(bad) == 1 else 's', _names(bad)))
+            parts.append(
+                '%d point%s missing: %s'
+                % (len(bad), '' if len(bad) == 1 else 's', _names(bad))
+            )
         if failed_targets:
-            parts.append('target%s failed: %s' % (
-                '' if len(failed_targets) == 1 else 's',
-                _names(failed_targets)))
+            parts.append(
+                'target%s failed: %s'
+                % (
+                    '' if len(failed_targets) == 1 else 's',
+                    _names(failed_targets),
+                )
+            )
         text = '; '.join(parts)
     elif not result['enabled'] or waiting or unsurveyed:
         status = WARNING
@@ -306,20 +362,35 @@ def verdict(result: dict) -> tuple:
         if unsurveyed:
             parts.append('%s not surveyed' % ', '.join(unsurveyed))
         if waiting:
-            parts.append('%d point%s pending: %s' % (
-                len(waiting), '' if len(waiting) == 1 else 's',
-                _names(waiting)))
+            parts.append(
+                '%d point%s pending: %s'
+                % (
+                    len(waiting),
+                    '' if len(waiting) == 1 else 's',
+                    _names(waiting),
+                )
+            )
         text = '; '.join(parts)
     else:
         status = OK
-        text = '%d points patched, %d pending (per object or not '\
+        text = (
+            '%d points patched, %d pending (per object or not '
             'installed), 0 missing' % (c[PATCHED], c[PENDING])
+        )
     perf = ' '.join('%s=%d' % (k, c[k]) for k in STATUSES)
     return status, '%s %s - %s (%s) | %s' % (
-        SERVICE, STATE_NAMES[status], text, where, perf)
+        SERVICE,
+        STATE_NAMES[status],
+        text,
+        where,
+        perf,
+    )
 
 
 def unknown(reason: str) -> tuple:
     """(UNKNOWN, its summary line): the survey could not be made."""
-    return UNKNOWN, '%s %s - %s' % (SERVICE, STATE_NAMES[UNKNOWN],
-                                    ' '.join(reason.split()))
+    return UNKNOWN, '%s %s - %s' % (
+        SERVICE,
+        STATE_NAMES[UNKNOWN],
+        ' '.join(reason.split()),
+    )

@@ -62,6 +62,7 @@ def eventlet_patched() -> bool:
 def _originals():
     if eventlet_patched():
         from eventlet import patcher
+
         return patcher.original('threading'), patcher.original('time')
     return threading, time
 
@@ -72,6 +73,7 @@ _WORKERS = set()
 def _real_ident() -> int:
     if eventlet_patched():
         from eventlet import patcher
+
         return patcher.original('_thread').get_ident()
     return threading.get_ident()
 
@@ -286,8 +288,7 @@ class SafeLogger:
             if method == 'exception':
                 method = 'error'
                 kwargs.setdefault('exc_info', sys.exc_info())
-            defer_to_hub(getattr(self._logger, method), msg, *args,
-                         **kwargs)
+            defer_to_hub(getattr(self._logger, method), msg, *args, **kwargs)
         else:
             getattr(self._logger, method)(msg, *args, **kwargs)
 
@@ -338,8 +339,9 @@ def _ensure_watchdog() -> None:
         wake = _watchdog_wake = os_event()
         _watchdog_pid = pid
         try:
-            start_os_thread(lambda: _watchdog(pid, wake),
-                            'instrument-watchdog')
+            start_os_thread(
+                lambda: _watchdog(pid, wake), 'instrument-watchdog'
+            )
         except RuntimeError:  # interpreter shutdown: no thread any more
             _watchdog_pid = None
 

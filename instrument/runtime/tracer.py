@@ -46,21 +46,23 @@ _SECRET_MARKERS = ('[SQL:', '[parameters:', '(Background on this error')
 # ``scrub_message`` turns them into ``?``.  First the message templates
 # whose value may hold quotes of its own (the server does not escape
 # it): the value runs to the template's fixed tail.
-_VALUE_TEMPLATES = tuple((re.compile(pattern, re.DOTALL), repl) for
-                         pattern, repl in (
-    # MySQL/MariaDB
-    (r"(Duplicate entry )'.*'( for key '[^']*')$", r'\1?\2'),
-    (r"(value: )'.*'( for column .*? at row \d+)$", r'\1?\2'),
-    (r"( near )'.*'( at line \d+)$", r'\1?\2'),
-    (r"(Cannot convert string )'.*'( from \S+ to \S+)$", r'\1?\2'),
-    (r"(to the value of )'.*'$", r'\1?'),
-    # MySQL "value: '...'", PostgreSQL 'for type integer: "..."'
-    (r"(: )'.*'$", r'\1?'),
-    (r'(: )".*"$', r'\1?'),
-    # PostgreSQL DETAIL lines
-    (r'(\bKey \(.*?\)=)\(.*\)', r'\1(?)'),
-    (r'(\bFailing row contains )\(.*\)', r'\1(?)'),
-))
+_VALUE_TEMPLATES = tuple(
+    (re.compile(pattern, re.DOTALL), repl)
+    for pattern, repl in (
+        # MySQL/MariaDB
+        (r"(Duplicate entry )'.*'( for key '[^']*')$", r'\1?\2'),
+        (r"(value: )'.*'( for column .*? at row \d+)$", r'\1?\2'),
+        (r"( near )'.*'( at line \d+)$", r'\1?\2'),
+        (r"(Cannot convert string )'.*'( from \S+ to \S+)$", r'\1?\2'),
+        (r"(to the value of )'.*'$", r'\1?'),
+        # MySQL "value: '...'", PostgreSQL 'for type integer: "..."'
+        (r"(: )'.*'$", r'\1?'),
+        (r'(: )".*"$', r'\1?'),
+        # PostgreSQL DETAIL lines
+        (r'(\bKey \(.*?\)=)\(.*\)', r'\1(?)'),
+        (r'(\bFailing row contains )\(.*\)', r'\1(?)'),
+    )
+)
 # Any other quoted literal ('...', "...", x'..', N'..', _utf8'..') is a
 # value unless a word that names an object precedes it (MySQL quotes
 # key and column names, PostgreSQL relations and constraints; both the
@@ -69,16 +71,20 @@ _VALUE_TEMPLATES = tuple((re.compile(pattern, re.DOTALL), repl) for
 _QUOTED = re.compile(
     r"""(?<!\w)(?:[xXbBnN]|_[A-Za-z0-9]+)?"""
     r"""(?:'(?:[^'\\]|\\.|'')*(?:'|$)|"(?:[^"\\]|\\.|"")*(?:"|$))""",
-    re.DOTALL)
+    re.DOTALL,
+)
 _NAME_BEFORE = re.compile(
     r'\b(?:key|column|constraint|relation|table|index|sequence|schema|'
     r'database|encoding|type|view|trigger|function|collation|savepoint|'
-    r'role|user|server on|server at)\s+$', re.IGNORECASE)
+    r'role|user|server on|server at)\s+$',
+    re.IGNORECASE,
+)
 _HEX = re.compile(r'\b0x[0-9a-fA-F]+(?:\s+0x[0-9a-fA-F]+)*')
 # PyMySQL's and mysqlclient's ``(1062, "Duplicate entry ...")``: the
 # server's message as a Python string literal.
 _DRIVER_TUPLE = re.compile(
-    r"""\((\d+), ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\)""")
+    r"""\((\d+), ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\)"""
+)
 
 
 def error_class(exc: BaseException) -> str:
@@ -126,15 +132,17 @@ def scrub_message(text: str) -> str:
     out = []
     pos = 0
     for match in _DRIVER_TUPLE.finditer(text):
-        out.append(_scrub_plain(text[pos:match.start()]))
+        out.append(_scrub_plain(text[pos : match.start()]))
         out.append(_driver_message(match))
         pos = match.end()
     out.append(_scrub_plain(text[pos:]))
     return ''.join(out)
 
 
-_URL = re.compile(r'\b[a-zA-Z][\w+.-]*://[^/\s\'"]*([^?#\s\'"]*)'
-                  r'[^\s\'"]*')
+_URL = re.compile(
+    r'\b[a-zA-Z][\w+.-]*://[^/\s\'"]*([^?#\s\'"]*)'
+    r'[^\s\'"]*'
+)
 
 
 def _url_path(match) -> str:
@@ -163,15 +171,25 @@ def short_message(exc: BaseException) -> str:
     except Exception:  # never let the scrubbing break the call
         return '?'
     if len(text) > MAX_MESSAGE:
-        text = text[:MAX_MESSAGE - 3] + '...'
+        text = text[: MAX_MESSAGE - 3] + '...'
     return text
 
 
 # Service clients: their exceptions' messages quote the URL (with its
 # query string) or the response body.
-CLIENT_PACKAGES = frozenset((
-    'keystoneauth1', 'neutronclient', 'glanceclient', 'cinderclient',
-    'novaclient', 'ironicclient', 'openstack', 'requests', 'urllib3'))
+CLIENT_PACKAGES = frozenset(
+    (
+        'keystoneauth1',
+        'neutronclient',
+        'glanceclient',
+        'cinderclient',
+        'novaclient',
+        'ironicclient',
+        'openstack',
+        'requests',
+        'urllib3',
+    )
+)
 
 
 def client_message(exc: BaseException) -> str:
@@ -208,8 +226,16 @@ class Tracer:
         self.host = recorder.host
         self.svc = recorder.svc
 
-    def begin(self, ev: str, svc=None, host=None, ctx=None, inst=None,
-              attrs=None, remote_parent=None) -> list:
+    def begin(
+        self,
+        ev: str,
+        svc=None,
+        host=None,
+        ctx=None,
+        inst=None,
+        attrs=None,
+        remote_parent=None,
+    ) -> list:
         """Start a span; returns its record, which ``end`` completes.
 
         What is not given is inherited from the enclosing span (see
@@ -218,14 +244,22 @@ class Tracer:
         """
         return self._begin(ev, svc, host, ctx, inst, remote_parent, attrs)
 
-    def end(self, rec: list, st: str = ST_OK, err=None, attrs=None,
-            req=None, inst=None) -> None:
+    def end(
+        self,
+        rec: list,
+        st: str = ST_OK,
+        err=None,
+        attrs=None,
+        req=None,
+        inst=None,
+    ) -> None:
         """Finish the span ``begin`` returned (``req`` and ``inst`` may
         correct what was known at the start)."""
         self._end(rec, self._clock(), st, err, attrs, req, inst)
 
-    def instant(self, ev: str, attrs=None, svc=None, host=None,
-                req=None, inst=None) -> None:
+    def instant(
+        self, ev: str, attrs=None, svc=None, host=None, req=None, inst=None
+    ) -> None:
         """A point-in-time event inside the current span."""
         self.recorder.instant(ev, attrs, svc, host, req, inst)
 
@@ -245,8 +279,15 @@ class Span:
     exception are never changed.
     """
 
-    __slots__ = ('_tracer', '_ev', '_kwargs', '_state', 'attrs', 'error',
-                 'req')
+    __slots__ = (
+        '_tracer',
+        '_ev',
+        '_kwargs',
+        '_state',
+        'attrs',
+        'error',
+        'req',
+    )
 
     def __init__(self, tracer: Tracer, ev: str, kwargs: dict) -> None:
         self._tracer = tracer
@@ -292,7 +333,9 @@ def span_faults():
     global _SPAN_FAULTS
     if _SPAN_FAULTS is None:
         from instrument.runtime import faults
+
         _SPAN_FAULTS = faults.Faults(
             'a span recorded by hand (tracer.span)',
-            what='the block runs unaffected')
+            what='the block runs unaffected',
+        )
     return _SPAN_FAULTS

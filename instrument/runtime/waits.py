@@ -52,7 +52,8 @@ class WaitRecorder:
     def __init__(self, recorder, what: str) -> None:
         self.recorder = recorder
         self.faults = faults_mod.Faults(
-            what, limit=100, what='the lock or pool is unaffected')
+            what, limit=100, what='the lock or pool is unaffected'
+        )
         self.record = self._make_record()
 
     def _make_record(self):
@@ -66,8 +67,9 @@ class WaitRecorder:
         faults = self.faults
         call_key = schema.ATTR_CALL
 
-        def record_wait(ev: str, t0: int, t1: int, attrs: dict,
-                        err=None) -> None:
+        def record_wait(
+            ev: str, t0: int, t1: int, attrs: dict, err=None
+        ) -> None:
             """Queue the wait ``[t0, t1)`` (``clock()`` readings) of the
             current thread; ``attrs`` gets ``call`` (the enclosing
             span's event).  Never raises.  The tuple has the layout of
@@ -80,17 +82,48 @@ class WaitRecorder:
                 ts = (t0 + rm._wall_offset_ns) // 1000
                 if frame is not None:
                     attrs[call_key] = frame[F_EV]
-                    emit((PH_X, ts, (t1 - t0) // 1000, frame[F_HOST],
-                          frame[F_SVC], None, ev, span, frame[F_SPAN],
-                          frame[F_REQ], frame[F_GREQ], frame[F_INST],
-                          ST_OK if err is None else ST_ERROR, err, attrs))
+                    emit(
+                        (
+                            PH_X,
+                            ts,
+                            (t1 - t0) // 1000,
+                            frame[F_HOST],
+                            frame[F_SVC],
+                            None,
+                            ev,
+                            span,
+                            frame[F_SPAN],
+                            frame[F_REQ],
+                            frame[F_GREQ],
+                            frame[F_INST],
+                            ST_OK if err is None else ST_ERROR,
+                            err,
+                            attrs,
+                        )
+                    )
                 else:
                     # no request: oslo.context's current one is stale
                     # outside a span (nova's periodic tasks and threads
                     # inherit an old one), as for SQL statements
-                    emit((PH_X, ts, (t1 - t0) // 1000, host, svc, None, ev,
-                          span, None, None, None, None,
-                          ST_OK if err is None else ST_ERROR, err, attrs))
+                    emit(
+                        (
+                            PH_X,
+                            ts,
+                            (t1 - t0) // 1000,
+                            host,
+                            svc,
+                            None,
+                            ev,
+                            span,
+                            None,
+                            None,
+                            None,
+                            None,
+                            ST_OK if err is None else ST_ERROR,
+                            err,
+                            attrs,
+                        )
+                    )
             except Exception as exc:  # noqa: BLE001 - counted, never raised
                 faults(exc)
 
@@ -101,4 +134,3 @@ def error_of(exc: BaseException) -> tuple:
     """The ``err`` of a failed wait: class name and a short message."""
     cls = type(exc)
     return ('%s.%s' % (cls.__module__, cls.__qualname__), str(exc)[:200])
-

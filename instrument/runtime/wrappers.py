@@ -53,22 +53,30 @@ def replacement(point, state, recorder, owner, original):
     make = hook_wrapper if point.kind == points_mod.HOOK else span_wrapper
     in_class = inspect.isclass(owner)
     if isinstance(original, staticmethod):
-        return staticmethod(make(point, state, recorder, original.__func__,
-                                 False))
+        return staticmethod(
+            make(point, state, recorder, original.__func__, False)
+        )
     if isinstance(original, classmethod):
-        return classmethod(make(point, state, recorder, original.__func__,
-                                True))
+        return classmethod(
+            make(point, state, recorder, original.__func__, True)
+        )
     if inspect.isfunction(original):
         return make(point, state, recorder, original, in_class)
     patched = make(point, state, recorder, None, False, original)
     return wrapt.FunctionWrapper(
-        original, lambda wrapped, instance, args, kwargs: patched(
-            *args, _instrument_call=wrapped, _instrument_self=instance,
-            **kwargs))
+        original,
+        lambda wrapped, instance, args, kwargs: patched(
+            *args,
+            _instrument_call=wrapped,
+            _instrument_self=instance,
+            **kwargs,
+        ),
+    )
 
 
-def span_wrapper(point, state, recorder, original, is_method: bool,
-                 signature=None):
+def span_wrapper(
+    point, state, recorder, original, is_method: bool, signature=None
+):
     """A closure that records ``point``'s span around ``original``
     (None: the callable comes with each call, behind wrapt's proxy,
     and ``signature`` is the callable whose signature names its
@@ -82,10 +90,12 @@ def span_wrapper(point, state, recorder, original, is_method: bool,
     offset = 1 if is_method else 0
     compile_spec = points_mod.compile_spec
     pick = points_mod.pick
-    c_kind, c_name, c_pos, c_fn = compile_spec(point.context, signature,
-                                               offset)
-    i_kind, i_name, i_pos, i_fn = compile_spec(point.instances, signature,
-                                               offset)
+    c_kind, c_name, c_pos, c_fn = compile_spec(
+        point.context, signature, offset
+    )
+    i_kind, i_name, i_pos, i_fn = compile_spec(
+        point.instances, signature, offset
+    )
     h_spec = compile_spec(point.host, signature, offset)
     h_kind, h_name, _h_pos, h_fn = h_spec
     r_spec = compile_spec(point.remote_parent, signature, offset)
@@ -147,7 +157,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool,
             elif c_kind:
                 ctx = c_fn(instance, args[offset:], kwargs)
             if (not detail or wants(ctx)) and (
-                    when is None or when(instance, args[offset:], kwargs)):
+                when is None or when(instance, args[offset:], kwargs)
+            ):
                 inst = None
                 if i_kind == 1:
                     if i_name in kwargs:
@@ -155,10 +166,8 @@ def span_wrapper(point, state, recorder, original, is_method: bool,
                     elif -1 < i_pos < len(args):
                         inst = args[i_pos]
                     if inst is not None and i_fn is not None:
-                        uuid = getattr(inst, i_attr, None) if i_attr \
-                            else None
-                        inst = [uuid] if uuid.__class__ is str \
-                            else i_fn(inst)
+                        uuid = getattr(inst, i_attr, None) if i_attr else None
+                        inst = [uuid] if uuid.__class__ is str else i_fn(inst)
                 elif i_kind:
                     inst = i_fn(instance, args[offset:], kwargs)
                 if h_kind == 2:  # self.host, the usual case: inline
@@ -169,15 +178,29 @@ def span_wrapper(point, state, recorder, original, is_method: bool,
                     host = pick(h_spec, instance, args, kwargs, offset)
                 else:
                     host = None
-                remote = pick(r_spec, instance, args, kwargs,
-                              offset) if r_kind else None
-                span_svc = (pick(s_spec, instance, args, kwargs,
-                                 offset) or svc) if s_kind else svc
+                remote = (
+                    pick(r_spec, instance, args, kwargs, offset)
+                    if r_kind
+                    else None
+                )
+                span_svc = (
+                    (pick(s_spec, instance, args, kwargs, offset) or svc)
+                    if s_kind
+                    else svc
+                )
                 if unowned and ctx is None and get_frame() is None:
                     outer = set_frame(no_frame)
-                rec = begin(ev, span_svc, host, ctx, inst, remote,
-                            on_enter(instance, args[offset:], kwargs)
-                            if on_enter else None)
+                rec = begin(
+                    ev,
+                    span_svc,
+                    host,
+                    ctx,
+                    inst,
+                    remote,
+                    on_enter(instance, args[offset:], kwargs)
+                    if on_enter
+                    else None,
+                )
         except Exception as exc:
             # Not queued (begin gives up what it could not queue).
             rec = False
@@ -191,8 +214,9 @@ def span_wrapper(point, state, recorder, original, is_method: bool,
             try:
                 return call(*args, **kwargs)
             finally:
-                _abandon_hook(on_abandon, fault, instance, args[offset:],
-                              kwargs)
+                _abandon_hook(
+                    on_abandon, fault, instance, args[offset:], kwargs
+                )
         # Ending it is guarded too, the clock read included: a fault
         # there never replaces nova's result or exception.
         try:
@@ -201,32 +225,43 @@ def span_wrapper(point, state, recorder, original, is_method: bool,
             t1 = None
             try:
                 t1 = clock()
-                attrs = on_error(instance, args[offset:], kwargs, exc) \
-                    if on_error is not None else None
+                attrs = (
+                    on_error(instance, args[offset:], kwargs, exc)
+                    if on_error is not None
+                    else None
+                )
                 end(rec, t1, ST_ERROR, error_of(exc), attrs)
             except Exception as exc_fault:
                 abandon(rec, ST_ERROR, t1)
                 fault(exc_fault)
                 if on_abandon is not None:
-                    _abandon_hook(on_abandon, fault, instance,
-                                  args[offset:], kwargs)
+                    _abandon_hook(
+                        on_abandon, fault, instance, args[offset:], kwargs
+                    )
             if outer is not None:
                 reset_frame(outer)
             raise
         t1 = None
         try:
             t1 = clock()
-            attrs = on_exit(instance, args[offset:], kwargs, result) \
-                if on_exit is not None else None
-            found = result_instances(result) \
-                if result_instances is not None else None
+            attrs = (
+                on_exit(instance, args[offset:], kwargs, result)
+                if on_exit is not None
+                else None
+            )
+            found = (
+                result_instances(result)
+                if result_instances is not None
+                else None
+            )
             end(rec, t1, ST_OK, None, attrs, None, found)
         except Exception as exc_fault:
             abandon(rec, ST_OK, t1)
             fault(exc_fault)
             if on_abandon is not None:
-                _abandon_hook(on_abandon, fault, instance, args[offset:],
-                              kwargs)
+                _abandon_hook(
+                    on_abandon, fault, instance, args[offset:], kwargs
+                )
         if outer is not None:
             reset_frame(outer)
         return result
@@ -242,8 +277,9 @@ def _abandon_hook(on_abandon, fault, instance, args, kwargs) -> None:
         fault(exc)
 
 
-def hook_wrapper(point, state, recorder, original, is_method: bool,
-                 signature=None):
+def hook_wrapper(
+    point, state, recorder, original, is_method: bool, signature=None
+):
     """A closure that runs ``point``'s hooks around ``original``."""
     if signature is None:
         signature = original
@@ -270,9 +306,10 @@ def hook_wrapper(point, state, recorder, original, is_method: bool,
                     new_args, new_kwargs = changed
                     new_args = args[:offset] + tuple(new_args)
                     if not isinstance(new_kwargs, dict):
-                        raise TypeError('on_enter of a hook returned '
-                                        'keywords of type %s' %
-                                        type(new_kwargs).__name__)
+                        raise TypeError(
+                            'on_enter of a hook returned '
+                            'keywords of type %s' % type(new_kwargs).__name__
+                        )
                     args, kwargs = new_args, new_kwargs
             except Exception as exc:
                 fault(exc)

@@ -73,8 +73,12 @@ def load(names, conf, identity) -> list:
     """Instantiate the sinks named in ``[instrument] sinks``."""
     sinks = []
     for name in names:
-        mgr = driver.DriverManager(NAMESPACE, name, invoke_on_load=True,
-                                   invoke_args=(conf, identity),
-                                   on_load_failure_callback=_raise)
+        mgr = driver.DriverManager(
+            NAMESPACE,
+            name,
+            invoke_on_load=True,
+            invoke_args=(conf, identity),
+            on_load_failure_callback=_raise,
+        )
         sinks.append(mgr.driver)
     return sinks

@@ -49,10 +49,15 @@ _UNSAFE = re.compile(r'[^A-Za-z0-9._-]+')
 
 def file_name(host: str, service: str, pid: int, started: float) -> str:
     """The span file name for one process."""
-    stamp = datetime.datetime.fromtimestamp(
-        started, datetime.UTC).strftime('%Y%m%dT%H%M%S')
-    parts = (_UNSAFE.sub('-', host), _UNSAFE.sub('-', service), str(pid),
-             stamp)
+    stamp = datetime.datetime.fromtimestamp(started, datetime.UTC).strftime(
+        '%Y%m%dT%H%M%S'
+    )
+    parts = (
+        _UNSAFE.sub('-', host),
+        _UNSAFE.sub('-', service),
+        str(pid),
+        stamp,
+    )
     return '_'.join(parts) + '.jsonl'
 
 
@@ -88,12 +93,20 @@ class FileSink(sink.Sink):
                 return self._fd
             else:
                 self._close_fd()
-        path = os.path.join(self.directory, file_name(
-            self.identity.host, self.identity.service, pid,
-            self.identity.started))
+        path = os.path.join(
+            self.directory,
+            file_name(
+                self.identity.host,
+                self.identity.service,
+                pid,
+                self.identity.started,
+            ),
+        )
         if self.path == path and not os.path.isdir(self.directory):
-            LOG.warning('instrument: span directory %s was deleted; '
-                        'creating it again', self.directory)
+            LOG.warning(
+                'instrument: span directory %s was deleted; creating it again',
+                self.directory,
+            )
         os.makedirs(self.directory, exist_ok=True)
         self.path = path
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
@@ -120,9 +133,12 @@ class FileSink(sink.Sink):
             if (st.st_dev, st.st_ino) == self._file_id:
                 return True
             what = 'replaced'
-        LOG.info('instrument: span file %s was moved or %s (log '
-                 'rotation?); writing to a new file at that path',
-                 self.path, what)
+        LOG.info(
+            'instrument: span file %s was moved or %s (log '
+            'rotation?); writing to a new file at that path',
+            self.path,
+            what,
+        )
         return False
 
     def write(self, batch: list, first_seq: int, pid: int) -> None:
@@ -149,16 +165,16 @@ class FileSink(sink.Sink):
                 while done < len(data):
                     written = self._os_write(fd, view[done:])
                     if written <= 0:
-                        raise OSError(errno.EIO, 'write returned %r'
-                                      % (written,))
+                        raise OSError(
+                            errno.EIO, 'write returned %r' % (written,)
+                        )
                     done += written
         except OSError as exc:
             # Only the records whose line was not written in full are
             # lost (the one cut short among them).
             self.dropped += data.count(b'\n', max(done, lead))
             if done:
-                self._cut = None if data[done - 1] == _NL \
-                    else self._file_id
+                self._cut = None if data[done - 1] == _NL else self._file_id
             self._report_failure(exc)
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 self._close_fd()
@@ -174,10 +190,13 @@ class FileSink(sink.Sink):
         if self._failing == key:
             return
         self._failing = key
-        LOG.error('instrument: cannot write span events to %s (%s); the '
-                  'service keeps running, lost events are counted in '
-                  'sink.drops records and this is logged once per cause',
-                  self.path or self.directory, exc)
+        LOG.error(
+            'instrument: cannot write span events to %s (%s); the '
+            'service keeps running, lost events are counted in '
+            'sink.drops records and this is logged once per cause',
+            self.path or self.directory,
+            exc,
+        )
 
     def _close_fd(self) -> None:
         if self._fd is not None:

@@ -56,7 +56,9 @@ def _log_lines(data: str) -> tuple:
 def _describe(error: BaseException) -> str:
     try:
         return 'the service log did not take a line: %s: %s' % (
-            error.__class__.__name__, error)
+            error.__class__.__name__,
+            error,
+        )
     except Exception:  # pragma: no cover - an unprintable exception
         return 'the service log did not take a line'
 
@@ -78,8 +80,9 @@ class LogSink(sink.Sink):
     def __init__(self, conf, identity) -> None:
         super().__init__(conf, identity)
         group = getattr(conf, 'instrument', None)
-        self.max_waiting = getattr(group, 'buffer_size', None) or \
-            DEFAULT_MAX_WAITING
+        self.max_waiting = (
+            getattr(group, 'buffer_size', None) or DEFAULT_MAX_WAITING
+        )
         self._init_counts()
 
     def _init_counts(self) -> None:
@@ -110,13 +113,16 @@ class LogSink(sink.Sink):
                 self.dropped += count
                 self.last_error = 'written after the sink was closed'
                 return
-            if self.waiting() + count > self.max_waiting or \
-                    not threads.defer_to_hub(self._log_handed, text, count):
+            if (
+                self.waiting() + count > self.max_waiting
+                or not threads.defer_to_hub(self._log_handed, text, count)
+            ):
                 self.dropped += count
                 self.last_error = (
                     'the lines waiting for the eventlet hub reached '
                     '[instrument] buffer_size (%d): the hub is busy or '
-                    'blocked' % self.max_waiting)
+                    'blocked' % self.max_waiting
+                )
                 return
             self._handed += count
             return
@@ -172,15 +178,18 @@ class LogSink(sink.Sink):
     def close(self) -> None:
         """What the hub has not logged within ``CLOSE_TIMEOUT`` is
         counted as lost, and is not logged after."""
-        if self._handed != self._logged and \
-                not threads.wait_until(self._delivered, CLOSE_TIMEOUT):
+        if self._handed != self._logged and not threads.wait_until(
+            self._delivered, CLOSE_TIMEOUT
+        ):
             with self._lock:
                 self._abandoned = True
                 self._failed += self._handed - self._logged
                 self._logged = self._handed
                 self._error = None
-            self.last_error = ('the eventlet hub did not log the lines it '
-                               'was handed before the exit')
+            self.last_error = (
+                'the eventlet hub did not log the lines it '
+                'was handed before the exit'
+            )
         with self._lock:
             self._abandoned = True
         self.settle()

@@ -52,16 +52,21 @@ class StateFile:
     def path(self, pid: int | None = None) -> str:
         pid = os.getpid() if pid is None else pid
         service = os.path.basename(self.identity.service) or 'unknown'
-        return os.path.join(self.directory, '%s_%d%s' % (service, pid,
-                                                         SUFFIX))
+        return os.path.join(self.directory, '%s_%d%s' % (service, pid, SUFFIX))
 
     def __call__(self, state: dict, final: bool = False) -> None:
         pid = os.getpid()
-        doc = {'v': STATE_VERSION, 'service': self.identity.service,
-               'svc': self.identity.svc, 'host': self.identity.host,
-               'pid': pid, 'written': time.time(), 'final': final,
-               'bounds': list(metrics_mod.LATENCY_BOUNDS_S),
-               'families': state}
+        doc = {
+            'v': STATE_VERSION,
+            'service': self.identity.service,
+            'svc': self.identity.svc,
+            'host': self.identity.host,
+            'pid': pid,
+            'written': time.time(),
+            'final': final,
+            'bounds': list(metrics_mod.LATENCY_BOUNDS_S),
+            'families': state,
+        }
         path = self.path(pid)
         tmp = '%s.tmp' % path
         try:
@@ -85,8 +90,11 @@ def read_states(directory: str) -> list:
                 doc = json.load(src)
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and doc.get('v') == STATE_VERSION and \
-                isinstance(doc.get('families'), dict):
+        if (
+            isinstance(doc, dict)
+            and doc.get('v') == STATE_VERSION
+            and isinstance(doc.get('families'), dict)
+        ):
             doc['path'] = path
             out.append(doc)
     return out
@@ -139,15 +147,18 @@ def merge(states: list) -> dict:
                 labels = (service,) + tuple(str(x) for x in row[:-1])
                 value = row[-1]
                 if kind == 'histogram':
-                    if not isinstance(value, list) or \
-                            len(value) != len(bounds) + 2:
+                    if (
+                        not isinstance(value, list)
+                        or len(value) != len(bounds) + 2
+                    ):
                         continue  # another release's buckets
                     have = series.get(labels)
                     if have is None:
                         series[labels] = list(value)
                     else:
-                        series[labels] = [a + b for a, b in
-                                          zip(have, value, strict=True)]
+                        series[labels] = [
+                            a + b for a, b in zip(have, value, strict=True)
+                        ]
                 elif isinstance(value, (int, float)):
                     series[labels] = series.get(labels, 0) + value
     return out
@@ -155,8 +166,7 @@ def merge(states: list) -> dict:
 
 def escape_label(value: str) -> str:
     """A label value as the text format quotes it."""
-    return value.replace('\\', '\\\\').replace('\n', '\\n').replace(
-        '"', '\\"')
+    return value.replace('\\', '\\\\').replace('\n', '\\n').replace('"', '\\"')
 
 
 def escape_help(text: str) -> str:
@@ -180,14 +190,16 @@ def number(value) -> str:
 
 
 def _labels(names, values, extra=()) -> str:
-    pairs = ['%s="%s"' % (n, escape_label(v))
-             for n, v in list(zip(names, values, strict=True)) +
-             list(extra)]
+    pairs = [
+        '%s="%s"' % (n, escape_label(v))
+        for n, v in list(zip(names, values, strict=True)) + list(extra)
+    ]
     return '{%s}' % ','.join(pairs) if pairs else ''
 
 
-def render(merged: dict, families: dict | None = None,
-           lead: tuple = ('service',)) -> str:
+def render(
+    merged: dict, families: dict | None = None, lead: tuple = ('service',)
+) -> str:
     """Prometheus text exposition of ``merge()``'s result: HELP and
     TYPE for each family that has series, histograms as cumulative
     ``_bucket`` (``le`` up to ``+Inf``, the bounds of
@@ -214,19 +226,24 @@ def render(merged: dict, families: dict | None = None,
         for labels in sorted(series):
             value = series[labels]
             if kind != 'histogram':
-                lines.append('%s%s %s' % (name, _labels(names, labels),
-                                          number(value)))
+                lines.append(
+                    '%s%s %s' % (name, _labels(names, labels), number(value))
+                )
                 continue
             counts, total = value[:-1], value[-1]
             running = 0
             for le, count in zip(bounds, counts, strict=True):
                 running += count
-                lines.append('%s_bucket%s %d' % (
-                    name, _labels(names, labels, [('le', le)]), running))
-            lines.append('%s_sum%s %s' % (name, _labels(names, labels),
-                                          number(total)))
-            lines.append('%s_count%s %d' % (name, _labels(names, labels),
-                                            running))
+                lines.append(
+                    '%s_bucket%s %d'
+                    % (name, _labels(names, labels, [('le', le)]), running)
+                )
+            lines.append(
+                '%s_sum%s %s' % (name, _labels(names, labels), number(total))
+            )
+            lines.append(
+                '%s_count%s %d' % (name, _labels(names, labels), running)
+            )
     return '\n'.join(lines) + '\n' if lines else ''
 
 

@@ -66,8 +66,11 @@ class Context:
         """Is ``point`` for a nova component this process records
         (``[instrument] services``)?  Points of no component are."""
         service = point.service
-        return (service is None or service not in opts.SERVICES or
-                service in self.conf.instrument.services)
+        return (
+            service is None
+            or service not in opts.SERVICES
+            or service in self.conf.instrument.services
+        )
 
 
 class Target:
@@ -108,11 +111,19 @@ class Target:
             if found is None:
                 return '%s is not installed' % dist
             if spec and not _satisfies(found, spec):
-                LOG.warning('instrument: %s %s is not supported by the '
-                            '%s target (needs %s); it is not instrumented',
-                            dist, found, self.name, spec)
-                return '%s %s is not supported (needs %s)' % (dist, found,
-                                                              spec)
+                LOG.warning(
+                    'instrument: %s %s is not supported by the '
+                    '%s target (needs %s); it is not instrumented',
+                    dist,
+                    found,
+                    self.name,
+                    spec,
+                )
+                return '%s %s is not supported (needs %s)' % (
+                    dist,
+                    found,
+                    spec,
+                )
             surveyed = self.surveyed.get(dist)
             if surveyed and found not in surveyed:
                 _report_unsurveyed(dist, found, surveyed)
@@ -126,8 +137,7 @@ class Target:
     def install(self, ctx: Context) -> None:
         """Start instrumenting: apply the points that ``ctx`` wants."""
         self.patcher = ctx.patcher
-        ctx.patcher.add_points([p for p in self.points(ctx)
-                                if ctx.wanted(p)])
+        ctx.patcher.add_points([p for p in self.points(ctx) if ctx.wanted(p)])
         ctx.patcher.apply()
 
     def remove(self) -> None:
@@ -169,15 +179,24 @@ def _report_unsurveyed(dist: str, found: str, surveyed: tuple) -> None:
         return
     _REPORTED.add(key)
     series = _series(found)
-    same = [v for v in surveyed
-            if series is not None and _series(v) == series]
+    same = [v for v in surveyed if series is not None and _series(v) == series]
     if same:
-        LOG.info('instrument: %s %s is a point release of %s, on which '
-                 'the points were surveyed', dist, found, ', '.join(same))
+        LOG.info(
+            'instrument: %s %s is a point release of %s, on which '
+            'the points were surveyed',
+            dist,
+            found,
+            ', '.join(same),
+        )
         return
-    LOG.warning('instrument: %s %s was not surveyed (points are for %s); '
-                'the start-up banner lists points that are missing in '
-                'this release', dist, found, ', '.join(surveyed))
+    LOG.warning(
+        'instrument: %s %s was not surveyed (points are for %s); '
+        'the start-up banner lists points that are missing in '
+        'this release',
+        dist,
+        found,
+        ', '.join(surveyed),
+    )
 
 
 def _series(found: str) -> tuple | None:
@@ -192,7 +211,8 @@ def _series(found: str) -> tuple | None:
 def _satisfies(found: str, spec: str) -> bool:
     try:
         return specifiers.SpecifierSet(spec).contains(
-            versions.Version(found), prereleases=True)
+            versions.Version(found), prereleases=True
+        )
     except (versions.InvalidVersion, specifiers.InvalidSpecifier):
         # A version that cannot be compared (a local build): try it; the
         # banner tells what is missing.

@@ -44,6 +44,7 @@ class DbPoolTarget(base.Target):
 
     def install(self, ctx: base.Context) -> None:
         from instrument.targets.sqlalchemy import pool
+
         super().install(ctx)
         self.taps = pool.PoolWaits(ctx.recorder, ctx.patcher).install()
 

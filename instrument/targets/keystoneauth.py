@@ -58,11 +58,13 @@ P = points_mod.PatchPoint
 # takes its entry off (``_pop``): on_exit, on_error, and on_abandon when
 # a fault of the point kept them from running.
 _CALL: contextvars.ContextVar[tuple | None] = contextvars.ContextVar(
-    'instrument_ksa_call', default=None)
+    'instrument_ksa_call', default=None
+)
 # The attrs of the call that just failed, for ``error_of`` (the wrapper
 # calls on_error, then the point's error function).
 _FAILED: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    'instrument_ksa_failed', default=None)
+    'instrument_ksa_failed', default=None
+)
 
 _VERSION = re.compile(r'^v\d+(?:\.\d+)*$')
 _ROUTES: dict = {}
@@ -89,8 +91,9 @@ def route_template(url) -> str:
     if route is not None:
         return route
     path = parse.urlsplit(url).path
-    route = '/'.join('{id}' if seg and _id_like(seg) else seg
-                     for seg in path.split('/'))
+    route = '/'.join(
+        '{id}' if seg and _id_like(seg) else seg for seg in path.split('/')
+    )
     if not route.startswith('/'):
         route = '/' + route
     if len(_ROUTES) >= MAX_ROUTES:
@@ -101,13 +104,34 @@ def route_template(url) -> str:
 
 # Well-known service types by a path segment or the default port of
 # an endpoint (an SDK proxy names only its ``endpoint_override``).
-KNOWN_TYPES = frozenset((
-    'placement', 'compute', 'network', 'image', 'volume', 'volumev3',
-    'block-storage', 'identity', 'baremetal', 'key-manager',
-    'accelerator', 'shared-file-system', 'object-store'))
-DEFAULT_PORTS = {8778: 'placement', 9696: 'network', 9292: 'image',
-                 8776: 'block-storage', 5000: 'identity', 35357: 'identity',
-                 8774: 'compute', 6385: 'baremetal', 9311: 'key-manager'}
+KNOWN_TYPES = frozenset(
+    (
+        'placement',
+        'compute',
+        'network',
+        'image',
+        'volume',
+        'volumev3',
+        'block-storage',
+        'identity',
+        'baremetal',
+        'key-manager',
+        'accelerator',
+        'shared-file-system',
+        'object-store',
+    )
+)
+DEFAULT_PORTS = {
+    8778: 'placement',
+    9696: 'network',
+    9292: 'image',
+    8776: 'block-storage',
+    5000: 'identity',
+    35357: 'identity',
+    8774: 'compute',
+    6385: 'baremetal',
+    9311: 'key-manager',
+}
 _ENDPOINTS: dict = {}
 
 
@@ -151,15 +175,16 @@ def _service_type(kwargs: dict, url, route: str):
         return stype
     headers = kwargs.get('headers')
     if headers:
-        version = headers.get('OpenStack-API-Version') or \
-            headers.get('openstack-api-version')
+        version = headers.get('OpenStack-API-Version') or headers.get(
+            'openstack-api-version'
+        )
         if isinstance(version, str) and ' ' in version:
             return version.split(' ', 1)[0]
     if '/auth/' in route:
         return 'identity'
-    return _endpoint_type(kwargs.get('endpoint_override')) or \
-        (_endpoint_type(url) if isinstance(url, str) and '://' in url
-         else None)
+    return _endpoint_type(kwargs.get('endpoint_override')) or (
+        _endpoint_type(url) if isinstance(url, str) and '://' in url else None
+    )
 
 
 def _request_attrs(instance, args, kwargs) -> dict:
@@ -167,9 +192,11 @@ def _request_attrs(instance, args, kwargs) -> dict:
     url = kwargs.get('url', args[0] if args else None)
     method = kwargs.get('method', args[1] if len(args) > 1 else None)
     route = route_template(url)
-    attrs = {schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
-             schema.ATTR_METHOD: method if isinstance(method, str) else None,
-             schema.ATTR_ROUTE: route}
+    attrs = {
+        schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
+        schema.ATTR_METHOD: method if isinstance(method, str) else None,
+        schema.ATTR_ROUTE: route,
+    }
     _CALL.set(([0], _CALL.get(), attrs, kwargs))
     return attrs
 
@@ -213,8 +240,10 @@ def _count_send(instance, args, kwargs) -> None:
 
 
 def _request_done(instance, args, kwargs, result) -> dict:
-    return {schema.ATTR_STATUS: getattr(result, 'status_code', None),
-            schema.ATTR_ATTEMPTS: _attempts(kwargs)}
+    return {
+        schema.ATTR_STATUS: getattr(result, 'status_code', None),
+        schema.ATTR_ATTEMPTS: _attempts(kwargs),
+    }
 
 
 def _names(exc: BaseException) -> set:
@@ -243,9 +272,11 @@ def failure_class(exc: BaseException) -> str:
 
 def _request_failed(instance, args, kwargs, exc) -> dict:
     status = getattr(exc, 'http_status', None)
-    return {schema.ATTR_STATUS: status if isinstance(status, int) else None,
-            schema.ATTR_FAILURE: failure_class(exc),
-            schema.ATTR_ATTEMPTS: _attempts(kwargs, failed=True)}
+    return {
+        schema.ATTR_STATUS: status if isinstance(status, int) else None,
+        schema.ATTR_FAILURE: failure_class(exc),
+        schema.ATTR_ATTEMPTS: _attempts(kwargs, failed=True),
+    }
 
 
 def error_of(exc: BaseException) -> tuple:
@@ -254,6 +285,7 @@ def error_of(exc: BaseException) -> tuple:
     ``network POST /v2.0/ports: HTTP 409`` (keystoneauth1's own
     messages quote the URL or the response body)."""
     from instrument.runtime import tracer
+
     kind = failure_class(exc)
     status = getattr(exc, 'http_status', None)
     if kind == 'http' and isinstance(status, int):
@@ -265,23 +297,45 @@ def error_of(exc: BaseException) -> tuple:
     if call:
         what = '%s %s %s: %s' % (
             call.get(schema.ATTR_SERVICE_TYPE) or 'unknown service',
-            call.get(schema.ATTR_METHOD), call.get(schema.ATTR_ROUTE), what)
+            call.get(schema.ATTR_METHOD),
+            call.get(schema.ATTR_ROUTE),
+            what,
+        )
     return tracer.error_class(exc), what
 
 
 KSA_POINTS = (
-    P('keystoneauth1.session', 'Session.request', schema.EV_KSA_REQUEST,
-      None, context=None, on_enter=_request_attrs, on_exit=_request_done,
-      on_error=_request_failed, on_abandon=_request_abandoned,
-      error=error_of, request_outside_spans=False),
-    P('keystoneauth1.session', 'Session._send_request', 'ksa.send',
-      kind=points_mod.HOOK, on_enter=_count_send),
+    P(
+        'keystoneauth1.session',
+        'Session.request',
+        schema.EV_KSA_REQUEST,
+        None,
+        context=None,
+        on_enter=_request_attrs,
+        on_exit=_request_done,
+        on_error=_request_failed,
+        on_abandon=_request_abandoned,
+        error=error_of,
+        request_outside_spans=False,
+    ),
+    P(
+        'keystoneauth1.session',
+        'Session._send_request',
+        'ksa.send',
+        kind=points_mod.HOOK,
+        on_enter=_count_send,
+    ),
 )
 
 AUTH_TOKEN_POINTS = (
-    P('keystonemiddleware.auth_token', 'AuthProtocol.process_request',
-      schema.EV_AUTH_TOKEN, 'api', context=None,
-      request_outside_spans=False),
+    P(
+        'keystonemiddleware.auth_token',
+        'AuthProtocol.process_request',
+        schema.EV_AUTH_TOKEN,
+        'api',
+        context=None,
+        request_outside_spans=False,
+    ),
 )
 
 

@@ -123,6 +123,7 @@ def timed_lock(original, record, faults, switch=None):
                 def locked(*a, **kw):
                     with lock(name, *args, **kwargs):
                         return func(*a, **kw)
+
                 return locked
             except Exception as fault:  # noqa: BLE001 - counted
                 faults(fault)
@@ -171,8 +172,7 @@ def timed_lock(original, record, faults, switch=None):
                 faults(fault)
 
         def _record(self, t1: int, t2: int, err) -> None:
-            attrs = {A_LOCK: lock_name(self.name),
-                     A_HELD: (t2 - t1) // 1000}
+            attrs = {A_LOCK: lock_name(self.name), A_HELD: (t2 - t1) // 1000}
             kwargs = self.kwargs
             if kwargs:
                 if kwargs.get('fair'):
@@ -224,8 +224,9 @@ class OsloConcurrencyTarget(base.Target):
     def _replacement(self, original, state, module):
         assert self.waits is not None  # noqa: S101 - set by install
         # state: the point's, inactive once removed (see Switch)
-        return timed_lock(original, self.waits.record, self.waits.faults,
-                          state)
+        return timed_lock(
+            original, self.waits.record, self.waits.faults, state
+        )
 
     def install(self, ctx: base.Context) -> None:
         self.waits = waits.WaitRecorder(ctx.recorder, 'the lock timing')
@@ -233,5 +234,7 @@ class OsloConcurrencyTarget(base.Target):
 
     @property
     def patched(self) -> bool:
-        return self.patcher is not None and \
-            self.patcher.status(POINT) == 'patched'
+        return (
+            self.patcher is not None
+            and self.patcher.status(POINT) == 'patched'
+        )

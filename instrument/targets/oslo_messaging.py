@@ -76,8 +76,11 @@ def _rpc_attrs(instance, args, kwargs):
         attrs[schema.ATTR_FANOUT] = True
     if _in_periodic_run():
         ctxt = kwargs.get('ctxt', args[0] if args else None)
-        req = ctxt.get('request_id') if ctxt.__class__ is dict else \
-            getattr(ctxt, 'request_id', None)
+        req = (
+            ctxt.get('request_id')
+            if ctxt.__class__ is dict
+            else getattr(ctxt, 'request_id', None)
+        )
         if req.__class__ is str:
             attrs[schema.ATTR_CONTEXT_REQ] = req
     return attrs
@@ -92,8 +95,11 @@ def _inject_traceparent(instance, args, kwargs):
     if isinstance(ctxt, dict):
         span = frame[recorder_mod.F_SPAN]
         req = frame[recorder_mod.F_REQ]
-        trace = recorder_mod.trace_id_hex(req) if req else \
-            recorder_mod.trace_id_hex('%016x' % span)
+        trace = (
+            recorder_mod.trace_id_hex(req)
+            if req
+            else recorder_mod.trace_id_hex('%016x' % span)
+        )
         ctxt[TRACEPARENT_KEY] = '00-%s-%016x-01' % (trace, span)
     return None
 
@@ -117,6 +123,7 @@ def _dispatch_service(endpoint_services: dict):
     def service(instance, args, kwargs):
         endpoint = _endpoint(instance, args, kwargs)
         return endpoint_services.get(type(endpoint).__module__)
+
     return service
 
 
@@ -126,25 +133,51 @@ def _dispatch_host(instance, args, kwargs):
 
 
 def _dispatch_attrs(instance, args, kwargs):
-    return {schema.ATTR_METHOD: kwargs.get(
-        'method', args[1] if len(args) > 1 else None)}
+    return {
+        schema.ATTR_METHOD: kwargs.get(
+            'method', args[1] if len(args) > 1 else None
+        )
+    }
 
 
 def points(endpoint_services=None) -> list:
     """The RPC points; ``endpoint_services`` maps the module of an
     endpoint class to the service its dispatched calls belong to."""
     return [
-        P('oslo_messaging.rpc.client', '_BaseCallContext.cast', 'rpc.cast',
-          None, context=_rpc_context, on_enter=_rpc_attrs),
-        P('oslo_messaging.rpc.client', '_BaseCallContext.call', 'rpc.call',
-          None, context=_rpc_context, on_enter=_rpc_attrs),
-        P('oslo_messaging.transport', 'Transport._send', 'rpc.send',
-          kind=points_mod.HOOK, on_enter=_inject_traceparent),
-        P('oslo_messaging.rpc.dispatcher', 'RPCDispatcher._do_dispatch',
-          'rpc.dispatch', None, context=points_mod.arg('ctxt'),
-          remote_parent=points_mod.Arg('ctxt', then=_remote_span),
-          service_from=_dispatch_service(dict(endpoint_services or {})),
-          host=_dispatch_host, on_enter=_dispatch_attrs),
+        P(
+            'oslo_messaging.rpc.client',
+            '_BaseCallContext.cast',
+            'rpc.cast',
+            None,
+            context=_rpc_context,
+            on_enter=_rpc_attrs,
+        ),
+        P(
+            'oslo_messaging.rpc.client',
+            '_BaseCallContext.call',
+            'rpc.call',
+            None,
+            context=_rpc_context,
+            on_enter=_rpc_attrs,
+        ),
+        P(
+            'oslo_messaging.transport',
+            'Transport._send',
+            'rpc.send',
+            kind=points_mod.HOOK,
+            on_enter=_inject_traceparent,
+        ),
+        P(
+            'oslo_messaging.rpc.dispatcher',
+            'RPCDispatcher._do_dispatch',
+            'rpc.dispatch',
+            None,
+            context=points_mod.arg('ctxt'),
+            remote_parent=points_mod.Arg('ctxt', then=_remote_span),
+            service_from=_dispatch_service(dict(endpoint_services or {})),
+            host=_dispatch_host,
+            on_enter=_dispatch_attrs,
+        ),
     ]
 
 
@@ -157,6 +190,7 @@ class OsloMessagingTarget(base.Target):
     def points(self, ctx: base.Context) -> list:
         services = {}
         for target in ctx.targets:
-            services.update(getattr(target, 'rpc_endpoint_services', None)
-                            or {})
+            services.update(
+                getattr(target, 'rpc_endpoint_services', None) or {}
+            )
         return points(services)

@@ -42,8 +42,9 @@ from instrument.runtime import tracer as tracing
 from instrument.targets import base
 
 ATTR = '_periodic_tasks'
-_FAULTS = faults.Faults('a periodic task span', what='the task runs '
-                        'unrecorded')
+_FAULTS = faults.Faults(
+    'a periodic task span', what='the task runs unrecorded'
+)
 
 
 def traced(recorder, owner: str, name: str, task):
@@ -60,11 +61,18 @@ def traced(recorder, owner: str, name: str, task):
             outer = recorder_mod.set_frame(recorder_mod.NO_FRAME)
             host = getattr(service, 'host', None)
             # (a periodic run is rare: a fresh id costs nothing here)
-            own = {'request_id': schema.periodic_req(
-                label, os.urandom(16).hex())}
-            rec = begin(schema.EV_PERIODIC_TASK, None,
-                        host if host.__class__ is str else None, own,
-                        None, None, {schema.ATTR_TASK: label})
+            own = {
+                'request_id': schema.periodic_req(label, os.urandom(16).hex())
+            }
+            rec = begin(
+                schema.EV_PERIODIC_TASK,
+                None,
+                host if host.__class__ is str else None,
+                own,
+                None,
+                None,
+                {schema.ATTR_TASK: label},
+            )
         except Exception as exc:
             _FAULTS(exc)
         if rec is None:
@@ -79,6 +87,7 @@ def traced(recorder, owner: str, name: str, task):
         _end(end, clock, rec, schema.ST_OK, None)
         _leave(outer)
         return result
+
     run.__instrument_task__ = task  # type: ignore[attr-defined]
     return run
 
@@ -89,8 +98,7 @@ def _end(end, clock, rec, st, exc) -> None:
     t1 = None
     try:
         t1 = clock()
-        end(rec, t1, st, tracing.error_of(exc) if exc is not None
-            else None)
+        end(rec, t1, st, tracing.error_of(exc) if exc is not None else None)
     except Exception as fault:
         recorder_mod.abandon(rec, st, t1)
         _FAULTS(fault)
@@ -110,8 +118,8 @@ def _hooks(recorder):
             return None
         owner = type(instance).__name__
         instance.__dict__[ATTR] = [
-            (name, traced(recorder, owner, name, task))
-            for name, task in tasks]
+            (name, traced(recorder, owner, name, task)) for name, task in tasks
+        ]
         return None
 
     def on_exit(instance, args, kwargs, result):
@@ -122,10 +130,16 @@ def _hooks(recorder):
 
 def points(recorder) -> list:
     on_enter, on_exit = _hooks(recorder)
-    return [points_mod.PatchPoint(
-        'oslo_service.periodic_task', 'PeriodicTasks.run_periodic_tasks',
-        'periodic.run', kind=points_mod.HOOK, on_enter=on_enter,
-        on_exit=on_exit)]
+    return [
+        points_mod.PatchPoint(
+            'oslo_service.periodic_task',
+            'PeriodicTasks.run_periodic_tasks',
+            'periodic.run',
+            kind=points_mod.HOOK,
+            on_enter=on_enter,
+            on_exit=on_exit,
+        )
+    ]
 
 
 class PeriodicTarget(base.Target):

@@ -29,9 +29,15 @@ def _flush_before_exit(instance, args, kwargs) -> None:
 
 
 EXIT_POINTS = (
-    points_mod.PatchPoint('os', '_exit', 'process.exit', None,
-                          context=None, kind=points_mod.HOOK,
-                          on_enter=_flush_before_exit),
+    points_mod.PatchPoint(
+        'os',
+        '_exit',
+        'process.exit',
+        None,
+        context=None,
+        kind=points_mod.HOOK,
+        on_enter=_flush_before_exit,
+    ),
 )
 
 

@@ -43,8 +43,10 @@ class ResourcesTarget(base.Target):
         record)."""
         self.patcher = ctx.patcher
         self.sampler = resources.Sampler(
-            ctx.recorder, ctx.conf.instrument.resource_sample_interval,
-            ctx.patcher)
+            ctx.recorder,
+            ctx.conf.instrument.resource_sample_interval,
+            ctx.patcher,
+        )
         self.sampler.start()
 
     def remove(self) -> None:

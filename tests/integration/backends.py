@@ -37,8 +37,10 @@ RABBIT_HOST = os.environ.get('INSTRUMENT_IT_RABBIT_HOST', '127.0.0.1')
 RABBIT_PORT = int(os.environ.get('INSTRUMENT_IT_RABBIT_PORT', '5672'))
 RABBIT_USER = 'guest'
 RABBIT_PASSWORD = 'guest'  # noqa: S105 - the broker's stock test account
-FAKETIME_LIBS = ('/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1',
-                 '/usr/lib/faketime/libfaketime.so.1')
+FAKETIME_LIBS = (
+    '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1',
+    '/usr/lib/faketime/libfaketime.so.1',
+)
 
 _DB_PREFIX = 'it_'
 _VHOST_PREFIX = 'instrument_it_'
@@ -55,39 +57,59 @@ def new_run_id() -> str:
 
 def faketime_library() -> str:
     override = os.environ.get('INSTRUMENT_IT_FAKETIME_LIB')
-    for path in ((override,) if override else FAKETIME_LIBS):
+    for path in (override,) if override else FAKETIME_LIBS:
         if path and os.path.exists(path):
             return path
-    raise Unavailable('libfaketime not found (%s); install the Debian '
-                      'package "faketime"' % ', '.join(FAKETIME_LIBS))
+    raise Unavailable(
+        'libfaketime not found (%s); install the Debian '
+        'package "faketime"' % ', '.join(FAKETIME_LIBS)
+    )
 
 
 def mysql(database: str = None):
     try:
-        return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT,
-                               user=MYSQL_USER, database=database,
-                               autocommit=True, connect_timeout=5)
+        return pymysql.connect(
+            host=MYSQL_HOST,
+            port=MYSQL_PORT,
+            user=MYSQL_USER,
+            database=database,
+            autocommit=True,
+            connect_timeout=5,
+        )
     except pymysql.MySQLError as exc:
-        raise Unavailable('MariaDB at %s:%d (user %s) is not usable: %s' % (
-            MYSQL_HOST, MYSQL_PORT, MYSQL_USER, exc)) from exc
+        raise Unavailable(
+            'MariaDB at %s:%d (user %s) is not usable: %s'
+            % (MYSQL_HOST, MYSQL_PORT, MYSQL_USER, exc)
+        ) from exc
 
 
 def mysql_url(database: str) -> str:
     return 'mysql+pymysql://%s@%s:%d/%s?charset=utf8' % (
-        MYSQL_USER, MYSQL_HOST, MYSQL_PORT, database)
+        MYSQL_USER,
+        MYSQL_HOST,
+        MYSQL_PORT,
+        database,
+    )
 
 
 def rabbitmqctl(*args: str, check: bool = True) -> str:
     tool = shutil.which('rabbitmqctl')
     if tool is None:
-        raise Unavailable('rabbitmqctl not found: it is needed to create '
-                          'the run\'s vhost')
-    proc = subprocess.run([tool, '-q', *args], capture_output=True,
-                          text=True, timeout=60)
+        raise Unavailable(
+            'rabbitmqctl not found: it is needed to create the run\'s vhost'
+        )
+    proc = subprocess.run(
+        [tool, '-q', *args], capture_output=True, text=True, timeout=60
+    )
     if check and proc.returncode != 0:
-        raise Unavailable('rabbitmqctl %s failed (%d): %s' % (
-            ' '.join(args), proc.returncode,
-            (proc.stderr or proc.stdout).strip()[-500:]))
+        raise Unavailable(
+            'rabbitmqctl %s failed (%d): %s'
+            % (
+                ' '.join(args),
+                proc.returncode,
+                (proc.stderr or proc.stdout).strip()[-500:],
+            )
+        )
     return proc.stdout
 
 
@@ -98,8 +120,10 @@ def require() -> None:
     try:
         socket.create_connection((RABBIT_HOST, RABBIT_PORT), 5).close()
     except OSError as exc:
-        raise Unavailable('RabbitMQ at %s:%d is not reachable: %s' % (
-            RABBIT_HOST, RABBIT_PORT, exc)) from exc
+        raise Unavailable(
+            'RabbitMQ at %s:%d is not reachable: %s'
+            % (RABBIT_HOST, RABBIT_PORT, exc)
+        ) from exc
     rabbitmqctl('list_vhosts')
 
 
@@ -132,8 +156,10 @@ class Backends:
         conn = mysql()
         try:
             with conn.cursor() as cur:
-                cur.execute('CREATE DATABASE `%s` CHARACTER SET utf8mb4 '
-                            'COLLATE utf8mb4_general_ci' % db)
+                cur.execute(
+                    'CREATE DATABASE `%s` CHARACTER SET utf8mb4 '
+                    'COLLATE utf8mb4_general_ci' % db
+                )
         finally:
             conn.close()
         self.databases.append(db)
@@ -141,11 +167,16 @@ class Backends:
 
     def transport_url(self) -> str:
         rabbitmqctl('add_vhost', self.vhost)
-        rabbitmqctl('set_permissions', '-p', self.vhost, RABBIT_USER,
-                    '.*', '.*', '.*')
+        rabbitmqctl(
+            'set_permissions', '-p', self.vhost, RABBIT_USER, '.*', '.*', '.*'
+        )
         return 'rabbit://%s:%s@%s:%d/%s' % (
-            RABBIT_USER, RABBIT_PASSWORD, RABBIT_HOST, RABBIT_PORT,
-            self.vhost)
+            RABBIT_USER,
+            RABBIT_PASSWORD,
+            RABBIT_HOST,
+            RABBIT_PORT,
+            self.vhost,
+        )
 
     def drop(self) -> list:
         """Remove everything of this run; returns what could not be."""
@@ -182,8 +213,7 @@ def _list_databases(pattern: str) -> list:
 
 
 def databases_of(run: str) -> list:
-    return _list_databases(_DB_PREFIX.replace('_', '\\_') +
-                           run + '\\_%')
+    return _list_databases(_DB_PREFIX.replace('_', '\\_') + run + '\\_%')
 
 
 def vhost_exists(vhost: str) -> bool:
@@ -194,14 +224,15 @@ def sweep() -> list:
     """Drop databases and vhosts of runs whose test process is gone."""
     removed = []
     for db in _list_databases(_DB_PREFIX.replace('_', '\\_') + '%'):
-        run = db[len(_DB_PREFIX):].split('_', 1)[0]
+        run = db[len(_DB_PREFIX) :].split('_', 1)[0]
         if _stale(run):
             _drop_database(db)
             removed.append(db)
     for line in rabbitmqctl('list_vhosts', 'name').splitlines():
         name = line.strip()
-        if name.startswith(_VHOST_PREFIX) and \
-                _stale(name[len(_VHOST_PREFIX):]):
+        if name.startswith(_VHOST_PREFIX) and _stale(
+            name[len(_VHOST_PREFIX) :]
+        ):
             rabbitmqctl('delete_vhost', name, check=False)
             removed.append(name)
     return removed

@@ -72,12 +72,14 @@ def burner(seconds: float):
 
     def burn() -> int:
         return sum(range(terms))
+
     return burn
 
 
 def install(seconds: float) -> None:
     """Make ``select_destinations`` burn ``seconds`` of CPU first."""
     from nova.scheduler import manager
+
     burn = burner(seconds)
     select = manager.SchedulerManager.select_destinations
 
@@ -98,14 +100,18 @@ def prioritise() -> None:
             with open(AUTOGROUP, 'w') as f:
                 f.write('%d\n' % PRIORITY)
     except OSError as exc:
-        print('busy_scheduler.py: priority unchanged: %s' % exc,
-              file=sys.stderr)
+        print(
+            'busy_scheduler.py: priority unchanged: %s' % exc, file=sys.stderr
+        )
 
 
 def main() -> int:
     prioritise()
-    entry = next(ep for ep in importlib.metadata.entry_points(
-        group='console_scripts') if ep.name == 'nova-scheduler')
+    entry = next(
+        ep
+        for ep in importlib.metadata.entry_points(group='console_scripts')
+        if ep.name == 'nova-scheduler'
+    )
     # nova.cmd.scheduler chooses threads or eventlet when imported,
     # before anything else of nova is.
     run = entry.load()

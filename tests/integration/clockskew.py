@@ -71,13 +71,18 @@ def install() -> None:
 
 def main() -> int:
     if len(sys.argv) < 2:
-        print('usage: clockskew.py CONSOLE_SCRIPT [ARGS...]',
-              file=sys.stderr)
+        print('usage: clockskew.py CONSOLE_SCRIPT [ARGS...]', file=sys.stderr)
         return 2
     install()
     name = sys.argv[1]
-    entry = next((ep for ep in importlib.metadata.entry_points(
-        group='console_scripts') if ep.name == name), None)
+    entry = next(
+        (
+            ep
+            for ep in importlib.metadata.entry_points(group='console_scripts')
+            if ep.name == name
+        ),
+        None,
+    )
     if entry is None:
         print('clockskew.py: no console script %r' % name, file=sys.stderr)
         return 2

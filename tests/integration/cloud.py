@@ -62,20 +62,24 @@ def _script(name: str) -> str:
     """A console script of this venv (nova-manage ...)."""
     path = os.path.join(os.path.dirname(sys.executable), name)
     if not os.path.exists(path):
-        raise procs.ServiceFailed('%s is not installed in %s' % (
-            name, sys.prefix))
+        raise procs.ServiceFailed(
+            '%s is not installed in %s' % (name, sys.prefix)
+        )
     return path
 
 
 def nova_paste_ini() -> str:
     """nova's api-paste.ini as the wheel installs it."""
-    for base in (os.path.join(sys.prefix, 'etc'),
-                 os.path.join(sysconfig.get_paths()['purelib'], 'etc')):
+    for base in (
+        os.path.join(sys.prefix, 'etc'),
+        os.path.join(sysconfig.get_paths()['purelib'], 'etc'),
+    ):
         path = os.path.join(base, 'nova', 'api-paste.ini')
         if os.path.exists(path):
             return path
-    raise procs.ServiceFailed('nova api-paste.ini not found under %s/etc'
-                              % sys.prefix)
+    raise procs.ServiceFailed(
+        'nova api-paste.ini not found under %s/etc' % sys.prefix
+    )
 
 
 def _http_ok(url: str, **kwargs) -> bool:
@@ -94,10 +98,14 @@ class Cloud:
     ``controller`` adds ``{section: {option: value}}`` to the
     controller's nova.conf."""
 
-    def __init__(self, computes: list, work_dir: str,
-                 scheduler: typing.Optional[list] = None,
-                 scheduler_env: typing.Optional[dict] = None,
-                 controller: typing.Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        computes: list,
+        work_dir: str,
+        scheduler: typing.Optional[list] = None,
+        scheduler_env: typing.Optional[dict] = None,
+        controller: typing.Optional[dict] = None,
+    ) -> None:
         self.computes = computes
         self.scheduler = scheduler
         self.scheduler_env = dict(scheduler_env or {})
@@ -128,8 +136,9 @@ class Cloud:
         return env
 
     def _service(self, name: str, argv: list, **env) -> procs.Service:
-        service = procs.Service(name, argv, self.log(name),
-                                self._env(**env)).start()
+        service = procs.Service(
+            name, argv, self.log(name), self._env(**env)
+        ).start()
         self.services.append(service)
         return service
 
@@ -166,49 +175,75 @@ class Cloud:
         api_port = free_port()
         self.api_url = 'http://127.0.0.1:%d/v2.1' % api_port
         ep = config.Endpoints(
-            transport_url=transport, api_db=api_db, cell0_db=cell0_db,
-            cell1_db=self.cell1_db, placement_db=placement_db,
-            placement_url=self.placement_url, glance_url=glance.url,
-            neutron_url=neutron.url, span_dir=self.span_dir)
+            transport_url=transport,
+            api_db=api_db,
+            cell0_db=cell0_db,
+            cell1_db=self.cell1_db,
+            placement_db=placement_db,
+            placement_url=self.placement_url,
+            glance_url=glance.url,
+            neutron_url=neutron.url,
+            span_dir=self.span_dir,
+        )
         ctl_dir = os.path.join(self.etc_dir, CONTROLLER)
-        ctl_conf = config.write(os.path.join(ctl_dir, 'nova.conf'),
-                                config.controller_conf(
-                                    ep, os.path.join(self.state_dir,
-                                                     CONTROLLER),
-                                    extra=self.controller))
+        ctl_conf = config.write(
+            os.path.join(ctl_dir, 'nova.conf'),
+            config.controller_conf(
+                ep,
+                os.path.join(self.state_dir, CONTROLLER),
+                extra=self.controller,
+            ),
+        )
         with open(nova_paste_ini()) as f:
-            config.write(os.path.join(ctl_dir, 'api-paste.ini'),
-                         config.api_paste_ini(f.read()))
+            config.write(
+                os.path.join(ctl_dir, 'api-paste.ini'),
+                config.api_paste_ini(f.read()),
+            )
         placement_dir = os.path.join(self.etc_dir, 'placement')
         placement_conf = config.write(
             os.path.join(placement_dir, 'placement.conf'),
-            config.placement_conf(ep))
+            config.placement_conf(ep),
+        )
         compute_confs = {}
         for c in self.computes:
             compute_confs[c.host] = config.write(
                 os.path.join(self.etc_dir, c.host, 'nova.conf'),
-                config.compute_conf(ep, c.host, os.path.join(
-                    self.state_dir, c.host), c.driver))
+                config.compute_conf(
+                    ep, c.host, os.path.join(self.state_dir, c.host), c.driver
+                ),
+            )
         t = self._mark('backends_and_config', t)
 
         # Schemas: placement's in parallel with nova's.
         manage = [_script('nova-manage'), '--config-file', ctl_conf]
         placement_sync = procs.Service(
-            'placement-manage', [_script('placement-manage'),
-                                 '--config-file', placement_conf,
-                                 'db', 'sync'],
-            self.log('placement-manage'), self._env()).start()
+            'placement-manage',
+            [
+                _script('placement-manage'),
+                '--config-file',
+                placement_conf,
+                'db',
+                'sync',
+            ],
+            self.log('placement-manage'),
+            self._env(),
+        ).start()
         setup_log = self.log('nova-manage')
-        procs.run('nova-manage api_db sync', manage + ['api_db', 'sync'],
-                  setup_log)
-        procs.run('nova-manage cell_v2 map_cell0',
-                  manage + ['cell_v2', 'map_cell0', '--database_connection',
-                            cell0_db], setup_log)
-        procs.run('nova-manage cell_v2 create_cell',
-                  manage + ['cell_v2', 'create_cell', '--name', 'cell1'],
-                  setup_log)
-        procs.run('nova-manage db sync', manage + ['db', 'sync'],
-                  setup_log)
+        procs.run(
+            'nova-manage api_db sync', manage + ['api_db', 'sync'], setup_log
+        )
+        procs.run(
+            'nova-manage cell_v2 map_cell0',
+            manage
+            + ['cell_v2', 'map_cell0', '--database_connection', cell0_db],
+            setup_log,
+        )
+        procs.run(
+            'nova-manage cell_v2 create_cell',
+            manage + ['cell_v2', 'create_cell', '--name', 'cell1'],
+            setup_log,
+        )
+        procs.run('nova-manage db sync', manage + ['db', 'sync'], setup_log)
         if placement_sync.proc.wait(300) != 0:
             raise placement_sync.failure('failed')
         t = self._mark('db_sync', t)
@@ -217,47 +252,92 @@ class Cloud:
         python = sys.executable
         server = os.path.join(HERE, 'wsgi_server.py')
         placement = self._service(
-            'placement-api', [python, server, '--threads', '4', '--port',
-                              self.placement_url.rsplit(':', 1)[1],
-                              'placement.wsgi.api'],
-            OS_PLACEMENT_CONFIG_DIR=placement_dir)
+            'placement-api',
+            [
+                python,
+                server,
+                '--threads',
+                '4',
+                '--port',
+                self.placement_url.rsplit(':', 1)[1],
+                'placement.wsgi.api',
+            ],
+            OS_PLACEMENT_CONFIG_DIR=placement_dir,
+        )
         conductor = self._service(
-            'nova-conductor', [_script('nova-conductor'), '--config-file',
-                               ctl_conf])
+            'nova-conductor',
+            [_script('nova-conductor'), '--config-file', ctl_conf],
+        )
         scheduler = self._service(
-            'nova-scheduler', (self.scheduler or [_script('nova-scheduler')])
-            + ['--config-file', ctl_conf], **self.scheduler_env)
+            'nova-scheduler',
+            (self.scheduler or [_script('nova-scheduler')])
+            + ['--config-file', ctl_conf],
+            **self.scheduler_env,
+        )
         api = self._service(
-            'nova-api', [python, server, '--threads', '8', '--port',
-                         str(api_port),
-                         'nova.wsgi.osapi_compute'],
-            OS_NOVA_CONFIG_DIR=ctl_dir)
+            'nova-api',
+            [
+                python,
+                server,
+                '--threads',
+                '8',
+                '--port',
+                str(api_port),
+                'nova.wsgi.osapi_compute',
+            ],
+            OS_NOVA_CONFIG_DIR=ctl_dir,
+        )
         skew = os.path.join(HERE, 'clockskew.py')
         computes = []
         for c in self.computes:
-            computes.append(self._service(
-                c.host, [python, skew, 'nova-compute', '--config-file',
-                         compute_confs[c.host]],
-                LD_PRELOAD=faketime, FAKETIME='%+.3f' % c.offset_s,
-                FAKETIME_DONT_FAKE_MONOTONIC='1', FAKETIME_NO_CACHE='1'))
+            computes.append(
+                self._service(
+                    c.host,
+                    [
+                        python,
+                        skew,
+                        'nova-compute',
+                        '--config-file',
+                        compute_confs[c.host],
+                    ],
+                    LD_PRELOAD=faketime,
+                    FAKETIME='%+.3f' % c.offset_s,
+                    FAKETIME_DONT_FAKE_MONOTONIC='1',
+                    FAKETIME_NO_CACHE='1',
+                )
+            )
         everyone = list(self.services)
-        procs.wait_for('placement', lambda: _http_ok(self.placement_url),
-                       everyone, 120)
-        procs.wait_for('nova-api', lambda: _http_ok(self.api_url + '/'),
-                       everyone, 180)
+        procs.wait_for(
+            'placement', lambda: _http_ok(self.placement_url), everyone, 120
+        )
+        procs.wait_for(
+            'nova-api', lambda: _http_ok(self.api_url + '/'), everyone, 180
+        )
         hosts = {c.host for c in self.computes}
-        procs.wait_for('every compute registered (cell1 compute_nodes)',
-                       lambda: self._registered() >= hosts, everyone, 180)
-        procs.wait_for('conductor and scheduler consuming RPC',
-                       lambda: {'conductor', 'scheduler'} <=
-                       self._consumed_queues(), [conductor, scheduler],
-                       120)
+        procs.wait_for(
+            'every compute registered (cell1 compute_nodes)',
+            lambda: self._registered() >= hosts,
+            everyone,
+            180,
+        )
+        procs.wait_for(
+            'conductor and scheduler consuming RPC',
+            lambda: {'conductor', 'scheduler'} <= self._consumed_queues(),
+            [conductor, scheduler],
+            120,
+        )
         t = self._mark('services_up', t)
-        procs.run('nova-manage cell_v2 discover_hosts',
-                  manage + ['cell_v2', 'discover_hosts', '--verbose'],
-                  setup_log)
-        procs.wait_for('placement inventories of every compute',
-                       lambda: self._providers() >= hosts, everyone, 120)
+        procs.run(
+            'nova-manage cell_v2 discover_hosts',
+            manage + ['cell_v2', 'discover_hosts', '--verbose'],
+            setup_log,
+        )
+        procs.wait_for(
+            'placement inventories of every compute',
+            lambda: self._providers() >= hosts,
+            everyone,
+            120,
+        )
         del api, placement, computes
         self._mark('discover', t)
         self.timings['start_total'] = round(time.monotonic() - t0, 1)
@@ -273,12 +353,17 @@ class Cloud:
             conn.close()
 
     def _registered(self) -> set:
-        return {row[0] for row in self._query(
-            'SELECT host FROM compute_nodes WHERE deleted = 0')}
+        return {
+            row[0]
+            for row in self._query(
+                'SELECT host FROM compute_nodes WHERE deleted = 0'
+            )
+        }
 
     def _consumed_queues(self) -> set:
-        out = backends.rabbitmqctl('list_queues', '-p', self.backends.vhost,
-                                   'name', 'consumers')
+        out = backends.rabbitmqctl(
+            'list_queues', '-p', self.backends.vhost, 'name', 'consumers'
+        )
         queues = set()
         for line in out.splitlines():
             parts = line.split()
@@ -289,9 +374,13 @@ class Cloud:
     def _providers(self) -> set:
         try:
             resp = requests.get(
-                self.placement_url + '/resource_providers', timeout=5,
-                headers={'X-Auth-Token': 'admin',
-                         'OpenStack-API-Version': 'placement latest'})
+                self.placement_url + '/resource_providers',
+                timeout=5,
+                headers={
+                    'X-Auth-Token': 'admin',
+                    'OpenStack-API-Version': 'placement latest',
+                },
+            )
         except requests.RequestException:
             return set()
         if resp.status_code != 200:
@@ -301,8 +390,11 @@ class Cloud:
     def leftovers(self) -> list:
         """What of this run is still there (after ``stop``): service
         processes, databases, the vhost."""
-        out = ['process %s (pid %d)' % (s.name, s.pid)
-               for s in self.services if s.alive()]
+        out = [
+            'process %s (pid %d)' % (s.name, s.pid)
+            for s in self.services
+            if s.alive()
+        ]
         out += ['database %s' % db for db in backends.databases_of(self.run)]
         if backends.vhost_exists(self.backends.vhost):
             out.append('vhost %s' % self.backends.vhost)
@@ -316,8 +408,9 @@ class Cloud:
         problems = []
         killed = procs.stop_all(self.services)
         if killed:
-            problems.append('killed after SIGTERM timed out: %s' %
-                            ', '.join(killed))
+            problems.append(
+                'killed after SIGTERM timed out: %s' % ', '.join(killed)
+            )
         for standin in self.standins:
             try:
                 standin.stop()

@@ -77,9 +77,18 @@ def api_paste_ini(nova_paste_text: str) -> str:
 class Endpoints:
     """Where the services of one run listen and store things."""
 
-    def __init__(self, transport_url: str, api_db: str, cell0_db: str,
-                 cell1_db: str, placement_db: str, placement_url: str,
-                 glance_url: str, neutron_url: str, span_dir: str) -> None:
+    def __init__(
+        self,
+        transport_url: str,
+        api_db: str,
+        cell0_db: str,
+        cell1_db: str,
+        placement_db: str,
+        placement_url: str,
+        glance_url: str,
+        neutron_url: str,
+        span_dir: str,
+    ) -> None:
         self.transport_url = transport_url
         self.api_db = api_db
         self.cell0_db = cell0_db
@@ -106,20 +115,28 @@ def _common(ep: Endpoints, host: str, state_path: str) -> dict:
         # README, "Enabling it in nova":
         'oslo_messaging_notifications': {'driver': 'instrument'},
         'instrument': {'enabled': True, 'output_dir': ep.span_dir},
-        'oslo_concurrency': {'lock_path': os.path.join(state_path,
-                                                       'locks')},
-        'placement': {'auth_type': 'admin_token', 'token': 'admin',
-                      'endpoint': ep.placement_url},
+        'oslo_concurrency': {'lock_path': os.path.join(state_path, 'locks')},
+        'placement': {
+            'auth_type': 'admin_token',
+            'token': 'admin',
+            'endpoint': ep.placement_url,
+        },
         'glance': {'api_servers': ep.glance_url},
-        'neutron': {'auth_type': 'none', 'endpoint': ep.neutron_url,
-                    'endpoint_override': ep.neutron_url},
+        'neutron': {
+            'auth_type': 'none',
+            'endpoint': ep.neutron_url,
+            'endpoint_override': ep.neutron_url,
+        },
         'cinder': {'catalog_info': 'volumev3:cinderv3:publicURL'},
     }
 
 
-def controller_conf(ep: Endpoints, state_path: str,
-                    host: str = 'controller',
-                    extra: typing.Optional[dict] = None) -> str:
+def controller_conf(
+    ep: Endpoints,
+    state_path: str,
+    host: str = 'controller',
+    extra: typing.Optional[dict] = None,
+) -> str:
     """nova.conf of nova-api, nova-conductor and nova-scheduler;
     ``extra`` adds or overrides ``{section: {option: value}}``."""
     sections = _common(ep, host, state_path)
@@ -137,24 +154,29 @@ def controller_conf(ep: Endpoints, state_path: str,
     return render(sections)
 
 
-def compute_conf(ep: Endpoints, host: str, state_path: str,
-                 driver: str) -> str:
+def compute_conf(
+    ep: Endpoints, host: str, state_path: str, driver: str
+) -> str:
     """nova.conf of one nova-compute (no database: it goes through the
     conductor, as deployed)."""
     sections = _common(ep, host, state_path)
-    sections['DEFAULT'].update({
-        'compute_driver': driver,
-        'instances_path': os.path.join(state_path, 'instances'),
-        # The resource tracker's periodic refresh: a steady flow of
-        # compute -> conductor calls, as in production.
-        'update_resources_interval': 10,
-    })
+    sections['DEFAULT'].update(
+        {
+            'compute_driver': driver,
+            'instances_path': os.path.join(state_path, 'instances'),
+            # The resource tracker's periodic refresh: a steady flow of
+            # compute -> conductor calls, as in production.
+            'update_resources_interval': 10,
+        }
+    )
     return render(sections)
 
 
 def placement_conf(ep: Endpoints) -> str:
-    return render({
-        'DEFAULT': {'debug': False, 'use_stderr': True},
-        'api': {'auth_strategy': 'noauth2'},
-        'placement_database': {'connection': ep.placement_db},
-    })
+    return render(
+        {
+            'DEFAULT': {'debug': False, 'use_stderr': True},
+            'api': {'auth_strategy': 'noauth2'},
+            'placement_database': {'connection': ep.placement_db},
+        }
+    )

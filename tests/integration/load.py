@@ -65,25 +65,38 @@ class Api:
         self.url = url.rstrip('/')
         self.timeout = timeout
 
-    def call(self, method: str, path: str, body=None,
-             ok=(200, 201, 202, 204)) -> requests.Response:
-        resp = requests.request(method, self.url + path, json=body,
-                                headers=HEADERS, timeout=self.timeout)
+    def call(
+        self, method: str, path: str, body=None, ok=(200, 201, 202, 204)
+    ) -> requests.Response:
+        resp = requests.request(
+            method,
+            self.url + path,
+            json=body,
+            headers=HEADERS,
+            timeout=self.timeout,
+        )
         if ok and resp.status_code not in ok:
-            raise ApiError('%s %s: %d %s' % (method, path,
-                                             resp.status_code,
-                                             resp.text[:500]))
+            raise ApiError(
+                '%s %s: %d %s'
+                % (method, path, resp.status_code, resp.text[:500])
+            )
         return resp
 
-    def create_flavor(self, name: str, vcpus: int, ram: int,
-                      disk: int) -> str:
-        body = {'flavor': {'name': name, 'vcpus': vcpus, 'ram': ram,
-                           'disk': disk}}
+    def create_flavor(self, name: str, vcpus: int, ram: int, disk: int) -> str:
+        body = {
+            'flavor': {'name': name, 'vcpus': vcpus, 'ram': ram, 'disk': disk}
+        }
         return self.call('POST', '/flavors', body).json()['flavor']['id']
 
     def boot(self, boot: Boot) -> Boot:
-        body = {'server': {'name': boot.name, 'imageRef': boot.image,
-                           'flavorRef': boot.flavor, 'networks': 'none'}}
+        body = {
+            'server': {
+                'name': boot.name,
+                'imageRef': boot.image,
+                'flavorRef': boot.flavor,
+                'networks': 'none',
+            }
+        }
         resp = self.call('POST', '/servers', body, ok=None)
         boot.status_code = resp.status_code
         boot.request_id = resp.headers.get('X-OpenStack-Request-ID')
@@ -109,14 +122,15 @@ class Api:
         started = time.monotonic()
         pending = {b.server_id: b for b in boots if b.server_id}
         while pending:
-            for server in self.call('GET', '/servers/detail?limit=1000'
-                                    ).json()['servers']:
+            for server in self.call(
+                'GET', '/servers/detail?limit=1000'
+            ).json()['servers']:
                 boot = pending.get(server['id'])
                 if boot is None:
                     continue
                 if server['status'] == 'ACTIVE' or (
-                        server['status'] == 'ERROR' and
-                        server.get('fault')):
+                    server['status'] == 'ERROR' and server.get('fault')
+                ):
                     boot.status = server['status']
                     boot.fault = server.get('fault')
                     boot.host = server.get('OS-EXT-SRV-ATTR:host')
@@ -124,16 +138,22 @@ class Api:
             if not pending:
                 break
             if time.monotonic() - started > timeout:
-                raise ApiError('%d servers still building after %ds: %s' % (
-                    len(pending), timeout, ', '.join(sorted(pending))))
+                raise ApiError(
+                    '%d servers still building after %ds: %s'
+                    % (len(pending), timeout, ', '.join(sorted(pending)))
+                )
             time.sleep(1.0)
         return time.monotonic() - started
 
     def build_hosts(self, boot: Boot) -> list:
         """Hosts of the build attempts of a server's create action (the
         instance-action events, in order)."""
-        resp = self.call('GET', '/servers/%s/os-instance-actions/%s' % (
-            boot.server_id, boot.request_id), ok=(200, 404))
+        resp = self.call(
+            'GET',
+            '/servers/%s/os-instance-actions/%s'
+            % (boot.server_id, boot.request_id),
+            ok=(200, 404),
+        )
         if resp.status_code == 404:
             # buried in cell0 before any action was recorded
             return []

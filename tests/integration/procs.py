@@ -56,8 +56,9 @@ class ServiceFailed(Exception):
 class Service:
     """One OS process of the cloud."""
 
-    def __init__(self, name: str, argv: list, log_path: str,
-                 env: dict = None) -> None:
+    def __init__(
+        self, name: str, argv: list, log_path: str, env: dict = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
@@ -68,10 +69,14 @@ class Service:
         log = open(self.log_path, 'ab')
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=self.env,
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if _prctl else None)
+                preexec_fn=_die_with_parent if _prctl else None,
+            )
         finally:
             log.close()
         return self
@@ -84,9 +89,16 @@ class Service:
         return self.proc is not None and self.proc.poll() is None
 
     def failure(self, what: str) -> ServiceFailed:
-        return ServiceFailed('%s %s (exit status %s); last lines of %s:\n%s'
-                             % (self.name, what, self.proc.poll(),
-                                self.log_path, tail(self.log_path)))
+        return ServiceFailed(
+            '%s %s (exit status %s); last lines of %s:\n%s'
+            % (
+                self.name,
+                what,
+                self.proc.poll(),
+                self.log_path,
+                tail(self.log_path),
+            )
+        )
 
     def check(self) -> None:
         if not self.alive():
@@ -100,29 +112,42 @@ class Service:
                 pass
 
 
-def run(name: str, argv: list, log_path: str, env: dict = None,
-        timeout: float = 300) -> None:
+def run(
+    name: str,
+    argv: list,
+    log_path: str,
+    env: dict = None,
+    timeout: float = 300,
+) -> None:
     """Run a one-shot command (nova-manage ...); raise with its log tail
     when it fails."""
     with open(log_path, 'ab') as log:
         log.write(('$ %s\n' % ' '.join(argv)).encode())
         log.flush()
         try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL,
-                                  stdout=log, stderr=subprocess.STDOUT,
-                                  env=env, timeout=timeout)
+            proc = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise ServiceFailed('%s timed out after %ds; last lines of '
-                                '%s:\n%s' % (name, timeout, log_path,
-                                             tail(log_path))) from exc
+            raise ServiceFailed(
+                '%s timed out after %ds; last lines of '
+                '%s:\n%s' % (name, timeout, log_path, tail(log_path))
+            ) from exc
     if proc.returncode != 0:
-        raise ServiceFailed('%s failed (exit status %d); last lines of '
-                            '%s:\n%s' % (name, proc.returncode, log_path,
-                                         tail(log_path)))
+        raise ServiceFailed(
+            '%s failed (exit status %d); last lines of '
+            '%s:\n%s' % (name, proc.returncode, log_path, tail(log_path))
+        )
 
 
-def wait_for(what: str, ready, services, timeout: float,
-             interval: float = 0.25):
+def wait_for(
+    what: str, ready, services, timeout: float, interval: float = 0.25
+):
     """Poll ``ready()`` until it returns a true value; fail early when one
     of ``services`` exits."""
     deadline = time.monotonic() + timeout
@@ -133,11 +158,18 @@ def wait_for(what: str, ready, services, timeout: float,
         if value:
             return value
         if time.monotonic() > deadline:
-            raise ServiceFailed('timed out after %ds waiting for %s%s' % (
-                timeout, what, ''.join(
-                    '\n--- %s (%s):\n%s' % (s.name, s.log_path,
-                                            tail(s.log_path, 15))
-                    for s in services)))
+            raise ServiceFailed(
+                'timed out after %ds waiting for %s%s'
+                % (
+                    timeout,
+                    what,
+                    ''.join(
+                        '\n--- %s (%s):\n%s'
+                        % (s.name, s.log_path, tail(s.log_path, 15))
+                        for s in services
+                    ),
+                )
+            )
         time.sleep(interval)
 
 

@@ -28,15 +28,29 @@ import uuid
 
 IMAGE_ID = '155d900f-4e14-4e4c-a73d-069cbf4541e6'
 IMAGE = {
-    'id': IMAGE_ID, 'name': 'cirros-fake', 'status': 'active',
-    'visibility': 'public', 'protected': False, 'owner': None,
-    'container_format': 'bare', 'disk_format': 'raw', 'size': 25165824,
-    'virtual_size': None, 'min_disk': 0, 'min_ram': 0, 'checksum': None,
-    'os_hash_algo': None, 'os_hash_value': None, 'os_hidden': False,
-    'tags': [], 'created_at': '2025-01-01T00:00:00Z',
+    'id': IMAGE_ID,
+    'name': 'cirros-fake',
+    'status': 'active',
+    'visibility': 'public',
+    'protected': False,
+    'owner': None,
+    'container_format': 'bare',
+    'disk_format': 'raw',
+    'size': 25165824,
+    'virtual_size': None,
+    'min_disk': 0,
+    'min_ram': 0,
+    'checksum': None,
+    'os_hash_algo': None,
+    'os_hash_value': None,
+    'os_hidden': False,
+    'tags': [],
+    'created_at': '2025-01-01T00:00:00Z',
     'updated_at': '2025-01-01T00:00:00Z',
-    'self': '/v2/images/' + IMAGE_ID, 'file': '/v2/images/%s/file' %
-    IMAGE_ID, 'schema': '/v2/schemas/image'}
+    'self': '/v2/images/' + IMAGE_ID,
+    'file': '/v2/images/%s/file' % IMAGE_ID,
+    'schema': '/v2/schemas/image',
+}
 IMAGE_SCHEMA = {
     'name': 'image',
     'properties': {name: {} for name in IMAGE if name != 'schema'},
@@ -47,8 +61,14 @@ IMAGE_SCHEMA = {
 
 def _error(code: int, message: str) -> dict:
     # the shape glanceclient and neutronclient both read
-    return {'error': {'code': code, 'message': message, 'type': 'NotFound',
-                      'detail': ''}}
+    return {
+        'error': {
+            'code': code,
+            'message': message,
+            'type': 'NotFound',
+            'detail': '',
+        }
+    }
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -68,8 +88,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header('Content-Type', 'application/json')
         self.send_header('Content-Length', str(len(data)))
-        self.send_header('X-Openstack-Request-Id',
-                         'req-' + str(uuid.uuid4()))
+        self.send_header('X-Openstack-Request-Id', 'req-' + str(uuid.uuid4()))
         self.end_headers()
         self.wfile.write(data)
 
@@ -86,11 +105,13 @@ class StandIn:
         self.unknown = []
         self._lock = threading.Lock()
         handler = type('Handler', (_Handler,), {'standin': self})
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
-                                                      handler)
+        self.server = http.server.ThreadingHTTPServer(
+            ('127.0.0.1', 0), handler
+        )
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       name=self.name, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name=self.name, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -113,8 +134,11 @@ class StandIn:
         if found is None:
             self.unknown.append('%s %s' % (method, path))
             self.log('UNKNOWN %s %s -> 404' % (method, path))
-            return 404, _error(404, 'the %s stand-in does not know %s %s'
-                               % (self.name, method, path))
+            return 404, _error(
+                404,
+                'the %s stand-in does not know %s %s'
+                % (self.name, method, path),
+            )
         return found
 
     def answer(self, method: str, path: str):
@@ -128,9 +152,15 @@ class Glance(StandIn):
         if method != 'GET':
             return None
         if path in ('', '/versions'):
-            return 200, {'versions': [{
-                'id': 'v2.16', 'status': 'CURRENT',
-                'links': [{'rel': 'self', 'href': self.url + '/v2/'}]}]}
+            return 200, {
+                'versions': [
+                    {
+                        'id': 'v2.16',
+                        'status': 'CURRENT',
+                        'links': [{'rel': 'self', 'href': self.url + '/v2/'}],
+                    }
+                ]
+            }
         if path == '/v2/schemas/image':
             return 200, IMAGE_SCHEMA
         if path == '/v2/images':
@@ -138,8 +168,9 @@ class Glance(StandIn):
         if path == '/v2/images/' + IMAGE_ID:
             return 200, IMAGE
         if path.startswith('/v2/images/'):
-            return 404, _error(404, 'No image found with ID %s' %
-                               path.rsplit('/', 1)[1])
+            return 404, _error(
+                404, 'No image found with ID %s' % path.rsplit('/', 1)[1]
+            )
         return None
 
 
@@ -153,15 +184,29 @@ class Neutron(StandIn):
         if method != 'GET':
             return None
         if path == '':
-            return 200, {'versions': [{
-                'id': 'v2.0', 'status': 'CURRENT',
-                'links': [{'rel': 'self', 'href': self.url + '/v2.0/'}]}]}
+            return 200, {
+                'versions': [
+                    {
+                        'id': 'v2.0',
+                        'status': 'CURRENT',
+                        'links': [
+                            {'rel': 'self', 'href': self.url + '/v2.0/'}
+                        ],
+                    }
+                ]
+            }
         match = _NEUTRON_LIST.match(path)
         if match is None:
             return None
         resource = match.group(1)
         if resource == 'security-groups':
-            return 200, {'security_groups': [{
-                'id': 'a4a3ae4d-1b6b-4e51-8b8e-5a6b1e6d9f00',
-                'name': 'default', 'security_group_rules': []}]}
+            return 200, {
+                'security_groups': [
+                    {
+                        'id': 'a4a3ae4d-1b6b-4e51-8b8e-5a6b1e6d9f00',
+                        'name': 'default',
+                        'security_group_rules': [],
+                    }
+                ]
+            }
         return 200, {resource.replace('-', '_'): []}

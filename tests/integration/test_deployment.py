@@ -68,8 +68,9 @@ COMPUTES = [
 # for 1 ms; runs here found 88..486 us).  INSTRUMENT_IT_OFFSET_TOLERANCE_US
 # widens it for a release whose RPC replies carry no timing (tox.ini,
 # integration-nova33).
-OFFSET_TOLERANCE_US = int(os.environ.get('INSTRUMENT_IT_OFFSET_TOLERANCE_US',
-                                         '1000'))
+OFFSET_TOLERANCE_US = int(
+    os.environ.get('INSTRUMENT_IT_OFFSET_TOLERANCE_US', '1000')
+)
 SERVERS = int(os.environ.get('INSTRUMENT_IT_SERVERS', '30'))
 CONCURRENCY = int(os.environ.get('INSTRUMENT_IT_CONCURRENCY', '10'))
 SETTLE_TIMEOUT_S = 240
@@ -80,10 +81,15 @@ GOOD = ('success', 'rescheduled_success')
 # (doc/source/releases.rst, "Modes"): the tier starts every service
 # without a mode switch, so this is what the services must report.
 DEFAULT_MODES = {
-    '34': dict.fromkeys(('api', 'conductor', 'scheduler', 'compute'),
-                        'threads'),
-    '33': {'api': 'threads', 'scheduler': 'threads',
-           'conductor': 'eventlet', 'compute': 'eventlet'},
+    '34': dict.fromkeys(
+        ('api', 'conductor', 'scheduler', 'compute'), 'threads'
+    ),
+    '33': {
+        'api': 'threads',
+        'scheduler': 'threads',
+        'conductor': 'eventlet',
+        'compute': 'eventlet',
+    },
 }
 # the plain computes, between which a server is live migrated and
 # another cold migrated after the boots
@@ -112,8 +118,7 @@ def plan(image: str, tiny: str, huge: str) -> list:
         if n % 10 == 4:
             boots.append(load.Boot('it-huge-%02d' % n, huge, image))
         elif n % 15 == 7:
-            boots.append(load.Boot('it-noimage-%02d' % n, tiny,
-                                   MISSING_IMAGE))
+            boots.append(load.Boot('it-noimage-%02d' % n, tiny, MISSING_IMAGE))
         else:
             boots.append(load.Boot('it-%02d' % n, tiny, image))
     return boots
@@ -125,8 +130,9 @@ def api_state(boot: load.Boot) -> str:
     if boot.server_id is None:
         return 'api_failure'
     if boot.status == 'ACTIVE':
-        return 'success' if len(boot.build_hosts) == 1 else \
-            'rescheduled_success'
+        return (
+            'success' if len(boot.build_hosts) == 1 else 'rescheduled_success'
+        )
     message = (boot.fault or {}).get('message', '')
     if 'No valid host' in message or 'Exceeded maximum number' in message:
         return 'scheduling_failure'
@@ -165,10 +171,10 @@ def run_scenario() -> Scenario:
         # More disk than any fake compute has (600000 GB): NoValidHost.
         huge = api.create_flavor('it.huge', 1, 64, 1000000)
         out.boots = plan(cloud.standins.IMAGE_ID, tiny, huge)
-        out.timings['post_s'] = round(
-            api.boot_all(out.boots, CONCURRENCY), 1)
-        out.timings['settle_s'] = round(api.settle(out.boots,
-                                                   SETTLE_TIMEOUT_S), 1)
+        out.timings['post_s'] = round(api.boot_all(out.boots, CONCURRENCY), 1)
+        out.timings['settle_s'] = round(
+            api.settle(out.boots, SETTLE_TIMEOUT_S), 1
+        )
         for boot in out.boots:
             if boot.server_id:
                 boot.build_hosts = api.build_hosts(boot)
@@ -179,8 +185,9 @@ def run_scenario() -> Scenario:
             out.move_error = str(exc)
         out.timings['moves_s'] = round(time.monotonic() - t, 1)
         for standin in the_cloud.standins:
-            out.unknown.extend('%s: %s' % (standin.name, u)
-                               for u in standin.unknown)
+            out.unknown.extend(
+                '%s: %s' % (standin.name, u) for u in standin.unknown
+            )
     finally:
         t = time.monotonic()
         out.problems.extend(the_cloud.stop())
@@ -189,12 +196,12 @@ def run_scenario() -> Scenario:
     out.span_dir = the_cloud.span_dir
     out.timings.update(the_cloud.timings)
     t = time.monotonic()
-    out.report = pipeline.analyse([the_cloud.span_dir], pipeline.Options(
-        jobs=1, all_lifecycles=True))
+    out.report = pipeline.analyse(
+        [the_cloud.span_dir], pipeline.Options(jobs=1, all_lifecycles=True)
+    )
     out.timings['analyse_s'] = round(time.monotonic() - t, 1)
     out.timings['total_s'] = round(time.monotonic() - started, 1)
-    report_json.write(out.report, os.path.join(out.work_dir,
-                                               'report.json'))
+    report_json.write(out.report, os.path.join(out.work_dir, 'report.json'))
     with open(os.path.join(out.work_dir, 'report.txt'), 'w') as f:
         f.write(report_text.render(out.report))
     with open(os.path.join(out.work_dir, 'summary.txt'), 'w') as f:
@@ -239,41 +246,65 @@ def analysed_boots(report: dict) -> dict:
 
 
 def build_hosts_of(row: dict) -> list:
-    return [e['host'] for e in sorted(row.get('lifecycle') or (),
-                                      key=lambda e: e['t_us'])
-            if e['ev'] == 'compute.build']
+    return [
+        e['host']
+        for e in sorted(row.get('lifecycle') or (), key=lambda e: e['t_us'])
+        if e['ev'] == 'compute.build'
+    ]
 
 
 def summary(out: Scenario) -> str:
-    lines = ['integration run: %d boots at concurrency %d; work dir %s' % (
-        len(out.boots), CONCURRENCY, out.work_dir),
-        'timings (s): ' + ', '.join('%s=%s' % kv for kv in
-                                    sorted(out.timings.items())), '',
-        '%-10s %12s %12s %10s %10s %8s' % (
-            'host', 'injected_us', 'found_us', 'error_us', 'interval',
-            'pairs')]
+    lines = [
+        'integration run: %d boots at concurrency %d; work dir %s'
+        % (len(out.boots), CONCURRENCY, out.work_dir),
+        'timings (s): '
+        + ', '.join('%s=%s' % kv for kv in sorted(out.timings.items())),
+        '',
+        '%-10s %12s %12s %10s %10s %8s'
+        % ('host', 'injected_us', 'found_us', 'error_us', 'interval', 'pairs'),
+    ]
     offsets = relative_offsets(out.report)
     hosts = out.report['clocks']['hosts']
     for c in COMPUTES:
         found, low, high = offsets.get(c.host, (None, None, None))
         truth = -round(c.offset_s * 1e6)
-        lines.append('%-10s %12d %12s %10s %10s %8s' % (
-            c.host, truth, found, None if found is None else found - truth,
-            None if low is None or high is None else high - low,
-            hosts.get(c.host, {}).get('pairs')))
-    lines += ['', '%-14s %-41s %-8s %-20s %-20s %s' % (
-        'server', 'request', 'api', 'api_state', 'analyser', 'builds')]
+        lines.append(
+            '%-10s %12d %12s %10s %10s %8s'
+            % (
+                c.host,
+                truth,
+                found,
+                None if found is None else found - truth,
+                None if low is None or high is None else high - low,
+                hosts.get(c.host, {}).get('pairs'),
+            )
+        )
+    lines += [
+        '',
+        '%-14s %-41s %-8s %-20s %-20s %s'
+        % ('server', 'request', 'api', 'api_state', 'analyser', 'builds'),
+    ]
     rows = analysed_boots(out.report)
     for boot in out.boots:
         row = rows.get(boot.request_id) or {}
         states = [i['state'] for i in row.get('instances') or ()]
-        lines.append('%-14s %-41s %-8s %-20s %-20s %s / %s' % (
-            boot.name, boot.request_id, boot.status or boot.status_code,
-            api_state(boot), ','.join(states) or '-',
-            boot.build_hosts, build_hosts_of(row)))
-    for title, items in (('teardown problems', out.problems),
-                         ('left behind', out.leftovers),
-                         ('unknown stand-in requests', out.unknown)):
+        lines.append(
+            '%-14s %-41s %-8s %-20s %-20s %s / %s'
+            % (
+                boot.name,
+                boot.request_id,
+                boot.status or boot.status_code,
+                api_state(boot),
+                ','.join(states) or '-',
+                boot.build_hosts,
+                build_hosts_of(row),
+            )
+        )
+    for title, items in (
+        ('teardown problems', out.problems),
+        ('left behind', out.leftovers),
+        ('unknown stand-in requests', out.unknown),
+    ):
         if items:
             lines += ['', title + ':'] + items
     return '\n'.join(lines) + '\n'
@@ -291,10 +322,12 @@ class DeploymentTest(testtools.TestCase):
             backends.require()
         except backends.Unavailable as exc:
             if _in_ci():
-                raise RuntimeError('integration back ends missing under '
-                                   'CI=true: %s' % exc) from exc
-            raise unittest.SkipTest('integration back ends missing: %s'
-                                    % exc) from exc
+                raise RuntimeError(
+                    'integration back ends missing under CI=true: %s' % exc
+                ) from exc
+            raise unittest.SkipTest(
+                'integration back ends missing: %s' % exc
+            ) from exc
         cls.scenario = run_scenario()
         # The figures of the run, also on the console of tox -e
         # integration (and in <work dir>/summary.txt).
@@ -303,8 +336,9 @@ class DeploymentTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addDetail('summary', testtools.content.text_content(
-            summary(self.scenario)))
+        self.addDetail(
+            'summary', testtools.content.text_content(summary(self.scenario))
+        )
 
     def test_teardown_left_nothing(self):
         self.assertEqual([], self.scenario.problems)
@@ -314,28 +348,39 @@ class DeploymentTest(testtools.TestCase):
         self.assertEqual([], self.scenario.unknown)
 
     def test_every_service_was_instrumented(self):
-        seen = {(p['host'], p['svc']) for p in
-                self.scenario.report['processes']}
-        expected = {(cloud.CONTROLLER, svc)
-                    for svc in ('api', 'conductor', 'scheduler')}
+        seen = {
+            (p['host'], p['svc']) for p in self.scenario.report['processes']
+        }
+        expected = {
+            (cloud.CONTROLLER, svc)
+            for svc in ('api', 'conductor', 'scheduler')
+        }
         expected |= {(c.host, 'compute') for c in COMPUTES}
         self.assertEqual(set(), expected - seen, seen)
 
     def test_services_ran_in_the_default_mode_of_their_release(self):
         wrong = []
         for p in self.scenario.report['processes']:
-            if p['svc'] not in ('api', 'conductor', 'scheduler',
-                                'compute'):
+            if p['svc'] not in ('api', 'conductor', 'scheduler', 'compute'):
                 continue
             version = p['releases']['nova']
             modes = DEFAULT_MODES.get(version.split('.', 1)[0])
             if modes is None:
-                wrong.append('%s: nova %s has no default modes here' % (
-                    p['file'], version))
+                wrong.append(
+                    '%s: nova %s has no default modes here'
+                    % (p['file'], version)
+                )
             elif p['mode'] != modes[p['svc']]:
-                wrong.append('%s: %s, nova %s runs %s in %s' % (
-                    p['file'], p['mode'], version, p['svc'],
-                    modes[p['svc']]))
+                wrong.append(
+                    '%s: %s, nova %s runs %s in %s'
+                    % (
+                        p['file'],
+                        p['mode'],
+                        version,
+                        p['svc'],
+                        modes[p['svc']],
+                    )
+                )
         self.assertEqual([], wrong)
 
     def test_every_point_patched_as_the_release_says(self):
@@ -346,22 +391,33 @@ class DeploymentTest(testtools.TestCase):
         for p in self.scenario.report['processes']:
             release = releases.release_of(p['releases']['nova'])
             if release is None:
-                wrong.append('%s: nova %s is not in RELEASES' % (
-                    p['file'], p['releases']['nova']))
+                wrong.append(
+                    '%s: nova %s is not in RELEASES'
+                    % (p['file'], p['releases']['nova'])
+                )
                 continue
-            points = banner_points(os.path.join(self.scenario.span_dir,
-                                                os.path.basename(p['file'])))
+            points = banner_points(
+                os.path.join(
+                    self.scenario.span_dir, os.path.basename(p['file'])
+                )
+            )
             if (sorted(points['missing']), points['failed']) != (
-                    sorted(release.missing), []):
-                wrong.append('%s: missing %s, failed %s' % (
-                    p['file'], sorted(points['missing']),
-                    points['failed']))
+                sorted(release.missing),
+                [],
+            ):
+                wrong.append(
+                    '%s: missing %s, failed %s'
+                    % (p['file'], sorted(points['missing']), points['failed'])
+                )
         self.assertEqual([], wrong)
 
     def test_span_files_are_whole(self):
         loaded = self.scenario.report['load']
-        self.assertEqual({}, {k: v for k, v in loaded['counts'].items()
-                              if v}, loaded['samples'])
+        self.assertEqual(
+            {},
+            {k: v for k, v in loaded['counts'].items() if v},
+            loaded['samples'],
+        )
         self.assertEqual([], loaded['loss'])
         self.assertEqual([], loaded['problems'])
 
@@ -373,20 +429,23 @@ class DeploymentTest(testtools.TestCase):
         for c in COMPUTES:
             truth = -round(c.offset_s * 1e6)
             found, low, high = offsets[c.host]
-            self.assertLessEqual(abs(found - truth), OFFSET_TOLERANCE_US,
-                                 '%s: found %d us, injected skew %+d us'
-                                 % (c.host, found, -truth))
+            self.assertLessEqual(
+                abs(found - truth),
+                OFFSET_TOLERANCE_US,
+                '%s: found %d us, injected skew %+d us'
+                % (c.host, found, -truth),
+            )
             if low is not None and high is not None:
                 # the uncertainty interval holds the truth
-                self.assertTrue(low <= truth <= high,
-                                '%s: %d not in [%d, %d]' % (
-                                    c.host, truth, low, high))
+                self.assertTrue(
+                    low <= truth <= high,
+                    '%s: %d not in [%d, %d]' % (c.host, truth, low, high),
+                )
 
     def test_no_causality_violation_after_correction(self):
         causality = self.scenario.report['causality']
         self.assertGreater(causality['checked'], 0)
-        self.assertEqual(0, causality['violations'],
-                         causality['examples'])
+        self.assertEqual(0, causality['violations'], causality['examples'])
 
     def test_final_states_match_the_api(self):
         rows = analysed_boots(self.scenario.report)
@@ -394,21 +453,33 @@ class DeploymentTest(testtools.TestCase):
         for boot in self.scenario.boots:
             row = rows.get(boot.request_id)
             if row is None:
-                mismatches.append('%s %s: no request in the report' % (
-                    boot.name, boot.request_id))
+                mismatches.append(
+                    '%s %s: no request in the report'
+                    % (boot.name, boot.request_id)
+                )
                 continue
             [inst] = row['instances']
             if inst['inst'] != boot.server_id:
-                mismatches.append('%s: instance %s, API says %s' % (
-                    boot.name, inst['inst'], boot.server_id))
+                mismatches.append(
+                    '%s: instance %s, API says %s'
+                    % (boot.name, inst['inst'], boot.server_id)
+                )
             if inst['state'] != api_state(boot):
-                mismatches.append('%s: analyser %s (%s), API %s %s' % (
-                    boot.name, inst['state'], inst.get('cause') or
-                    inst.get('stopped'), boot.status or boot.status_code,
-                    boot.fault or ''))
+                mismatches.append(
+                    '%s: analyser %s (%s), API %s %s'
+                    % (
+                        boot.name,
+                        inst['state'],
+                        inst.get('cause') or inst.get('stopped'),
+                        boot.status or boot.status_code,
+                        boot.fault or '',
+                    )
+                )
             if sorted(build_hosts_of(row)) != sorted(boot.build_hosts):
-                mismatches.append('%s: analyser built on %s, API %s' % (
-                    boot.name, build_hosts_of(row), boot.build_hosts))
+                mismatches.append(
+                    '%s: analyser built on %s, API %s'
+                    % (boot.name, build_hosts_of(row), boot.build_hosts)
+                )
         self.assertEqual([], mismatches)
 
     def test_load_had_every_outcome(self):
@@ -417,18 +488,23 @@ class DeploymentTest(testtools.TestCase):
         states = {api_state(b) for b in self.scenario.boots}
         for state in ('success', 'scheduling_failure', 'api_failure'):
             self.assertIn(state, states)
-        self.assertTrue({'compute_failure', 'rescheduled_success'} &
-                        states, states)
+        self.assertTrue(
+            {'compute_failure', 'rescheduled_success'} & states, states
+        )
 
     def test_moves_recorded_as_the_api_says(self):
         # a live migration and a confirmed cold migration between the
         # plain computes: every step under the API call's request id, on
         # the host (source or destination) the API reports
         self.assertIsNone(self.scenario.move_error)
-        self.assertEqual(['live-migration', 'migration'],
-                         [m.kind for m in self.scenario.moves])
-        self.assertEqual(['completed', 'confirmed'],
-                         [m.migration_status for m in self.scenario.moves])
+        self.assertEqual(
+            ['live-migration', 'migration'],
+            [m.kind for m in self.scenario.moves],
+        )
+        self.assertEqual(
+            ['completed', 'confirmed'],
+            [m.migration_status for m in self.scenario.moves],
+        )
         spans = moves_mod.read_spans(self.scenario.span_dir)
         problems = []
         for move in self.scenario.moves:
@@ -442,8 +518,11 @@ class DeploymentTest(testtools.TestCase):
         # context the runs' calls carry, and is charged to the runs.
         report = self.scenario.report
         spans = moves_mod.read_spans(self.scenario.span_dir)
-        contexts = {(r.get('attrs') or {}).get(schema.ATTR_CONTEXT_REQ)
-                    for r in spans if r['ev'] in ('rpc.call', 'rpc.cast')}
+        contexts = {
+            (r.get('attrs') or {}).get(schema.ATTR_CONTEXT_REQ)
+            for r in spans
+            if r['ev'] in ('rpc.call', 'rpc.cast')
+        }
         contexts.discard(None)
         self.assertTrue(contexts)
         tasks = {t['task']: t for t in report['periodic']['tasks']}
@@ -452,11 +531,19 @@ class DeploymentTest(testtools.TestCase):
         self.assertGreater(uar['sql_count'], 0)
         # every statement done for a run (the conductor's, and those of
         # the scheduler's own periodic tasks) counts in the section
-        statements = [r for r in spans if r['ev'] == 'sql.query' and (
-            r.get('req') in contexts or
-            schema.periodic_task_of(r.get('req')))]
-        self.assertEqual(len(statements),
-                         sum(t['sql_count'] for t in tasks.values()))
+        statements = [
+            r
+            for r in spans
+            if r['ev'] == 'sql.query'
+            and (
+                r.get('req') in contexts
+                or schema.periodic_task_of(r.get('req'))
+            )
+        ]
+        self.assertEqual(
+            len(statements), sum(t['sql_count'] for t in tasks.values())
+        )
         # and none of those ids is a request
-        self.assertEqual(set(), contexts & {
-            r['req'] for r in report['requests']})
+        self.assertEqual(
+            set(), contexts & {r['req'] for r in report['requests']}
+        )

@@ -46,14 +46,19 @@ def _endpoints() -> config.Endpoints:
         cell0_db='mysql+pymysql://root@127.0.0.1/c0',
         cell1_db='mysql+pymysql://root@127.0.0.1/c1',
         placement_db='mysql+pymysql://root@127.0.0.1/p',
-        placement_url='http://127.0.0.1:1', glance_url='http://127.0.0.1:2',
-        neutron_url='http://127.0.0.1:3', span_dir='/srv/spans')
+        placement_url='http://127.0.0.1:1',
+        glance_url='http://127.0.0.1:2',
+        neutron_url='http://127.0.0.1:3',
+        span_dir='/srv/spans',
+    )
 
 
 def _neutron(standin) -> neutron_client.Client:
-    return neutron_client.Client(endpoint_url=standin.url,
-                                 token=load.HEADERS['X-Auth-Token'],
-                                 auth_strategy='noauth')
+    return neutron_client.Client(
+        endpoint_url=standin.url,
+        token=load.HEADERS['X-Auth-Token'],
+        auth_strategy='noauth',
+    )
 
 
 def _parse(text: str) -> configparser.RawConfigParser:
@@ -63,26 +68,36 @@ def _parse(text: str) -> configparser.RawConfigParser:
 
 
 class ConfigTest(testtools.TestCase):
-
     def test_every_nova_conf_switches_the_library_on_like_readme(self):
         ep = _endpoints()
-        for text in (config.controller_conf(ep, '/srv/ctl'),
-                     config.compute_conf(ep, 'compute-9', '/srv/c9',
-                                         'fake.FakeDriver')):
+        for text in (
+            config.controller_conf(ep, '/srv/ctl'),
+            config.compute_conf(ep, 'compute-9', '/srv/c9', 'fake.FakeDriver'),
+        ):
             conf = _parse(text)
-            self.assertEqual('instrument', conf.get(
-                'oslo_messaging_notifications', 'driver'))
+            self.assertEqual(
+                'instrument',
+                conf.get('oslo_messaging_notifications', 'driver'),
+            )
             self.assertEqual('true', conf.get('instrument', 'enabled'))
-            self.assertEqual('/srv/spans', conf.get('instrument',
-                                                    'output_dir'))
+            self.assertEqual(
+                '/srv/spans', conf.get('instrument', 'output_dir')
+            )
 
     def test_controller_settings_of_a_test_add_to_the_conf(self):
-        conf = _parse(config.controller_conf(
-            _endpoints(), '/srv/ctl', extra={
-                'instrument': {'resource_sample_interval': 0.25},
-                'scheduler': {'workers': 2}}))
-        self.assertEqual('0.25', conf.get('instrument',
-                                          'resource_sample_interval'))
+        conf = _parse(
+            config.controller_conf(
+                _endpoints(),
+                '/srv/ctl',
+                extra={
+                    'instrument': {'resource_sample_interval': 0.25},
+                    'scheduler': {'workers': 2},
+                },
+            )
+        )
+        self.assertEqual(
+            '0.25', conf.get('instrument', 'resource_sample_interval')
+        )
         self.assertEqual('true', conf.get('instrument', 'enabled'))
         self.assertEqual('2', conf.get('scheduler', 'workers'))
         self.assertEqual('3', conf.get('scheduler', 'max_attempts'))
@@ -99,6 +114,7 @@ class ConfigTest(testtools.TestCase):
             while not stop.is_set():
                 ticks.append(time.monotonic())
                 time.sleep(0.001)
+
         ticker = threading.Thread(target=tick)
         ticker.start()
         try:
@@ -113,41 +129,51 @@ class ConfigTest(testtools.TestCase):
             ticker.join()
         self.assertGreater(cpu, 0.1)
         # the tick already running when the burn began, at most
-        self.assertLessEqual(len([t for t in ticks if began < t < ended]),
-                             1, (ended - began, cpu))
+        self.assertLessEqual(
+            len([t for t in ticks if began < t < ended]),
+            1,
+            (ended - began, cpu),
+        )
 
     def test_computes_have_no_database_and_their_own_host(self):
-        conf = _parse(config.compute_conf(_endpoints(), 'compute-9',
-                                          '/srv/c9', 'fake.FakeDriver'))
+        conf = _parse(
+            config.compute_conf(
+                _endpoints(), 'compute-9', '/srv/c9', 'fake.FakeDriver'
+            )
+        )
         self.assertFalse(conf.has_section('database'))
         self.assertFalse(conf.has_section('api_database'))
         self.assertEqual('compute-9', conf.get('DEFAULT', 'host'))
-        self.assertEqual('fake.FakeDriver', conf.get('DEFAULT',
-                                                     'compute_driver'))
+        self.assertEqual(
+            'fake.FakeDriver', conf.get('DEFAULT', 'compute_driver')
+        )
 
     def test_api_paste_has_the_filter_and_no_keystone(self):
         with open(cloud.nova_paste_ini()) as f:
             text = config.api_paste_ini(f.read())
         ini = _parse(text)
-        for section in ('composite:openstack_compute_api_v21',
-                        'composite:openstack_compute_api_v21_legacy_v2_'
-                        'compatible'):
+        for section in (
+            'composite:openstack_compute_api_v21',
+            'composite:openstack_compute_api_v21_legacy_v2_compatible',
+        ):
             words = ini.get(section, 'keystone').split()
             self.assertNotIn('authtoken', words)
-            self.assertEqual(words.index('compute_req_id') + 1,
-                             words.index('instrument'))
+            self.assertEqual(
+                words.index('compute_req_id') + 1, words.index('instrument')
+            )
             self.assertIn('keystonecontext', words)
-        self.assertEqual('instrument.loaders.paste:filter_factory',
-                         ini.get('filter:instrument',
-                                 'paste.filter_factory'))
+        self.assertEqual(
+            'instrument.loaders.paste:filter_factory',
+            ini.get('filter:instrument', 'paste.filter_factory'),
+        )
 
 
 class StandInTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
-        self.log = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                                'standin.log')
+        self.log = os.path.join(
+            self.useFixture(fixtures.TempDir()).path, 'standin.log'
+        )
 
     def _start(self, cls):
         standin = cls(self.log).start()
@@ -159,30 +185,39 @@ class StandInTest(testtools.TestCase):
         client = glanceclient.Client('2', endpoint=glance.url)
         image = client.images.get(standins.IMAGE_ID)
         self.assertEqual('active', image['status'])
-        self.assertRaises(glance_exc.HTTPNotFound, client.images.get,
-                          test_deployment.MISSING_IMAGE)
+        self.assertRaises(
+            glance_exc.HTTPNotFound,
+            client.images.get,
+            test_deployment.MISSING_IMAGE,
+        )
         self.assertEqual([], glance.unknown)
 
     def test_neutronclient_lists_nothing(self):
         neutron = self._start(standins.Neutron)
         client = _neutron(neutron)
         self.assertEqual({'ports': []}, client.list_ports(device_id='x'))
-        self.assertEqual(['default'], [
-            g['name'] for g in
-            client.list_security_groups()['security_groups']])
+        self.assertEqual(
+            ['default'],
+            [
+                g['name']
+                for g in client.list_security_groups()['security_groups']
+            ],
+        )
 
     def test_an_unknown_request_is_logged_and_kept(self):
         neutron = self._start(standins.Neutron)
         client = _neutron(neutron)
-        self.assertRaises(neutron_exc.NotFound, client.create_port,
-                          {'port': {'network_id': 'n'}})
+        self.assertRaises(
+            neutron_exc.NotFound,
+            client.create_port,
+            {'port': {'network_id': 'n'}},
+        )
         self.assertEqual(['POST /v2.0/ports'], neutron.unknown)
         with open(self.log) as f:
             self.assertIn('UNKNOWN POST /v2.0/ports', f.read())
 
 
 class VocabularyTest(testtools.TestCase):
-
     def _boot(self, server_id='s', status=None, fault=None, builds=()):
         boot = load.Boot('b', 'f', 'i')
         boot.server_id = server_id
@@ -194,25 +229,58 @@ class VocabularyTest(testtools.TestCase):
     def test_api_answers_map_to_final_states(self):
         state = test_deployment.api_state
         self.assertEqual('api_failure', state(self._boot(server_id=None)))
-        self.assertEqual('success', state(self._boot(
-            status='ACTIVE', builds=['compute-1'])))
-        self.assertEqual('rescheduled_success', state(self._boot(
-            status='ACTIVE', builds=['compute-3', 'compute-1'])))
-        self.assertEqual('scheduling_failure', state(self._boot(
-            status='ERROR', fault={'message': 'No valid host was found. '})))
-        self.assertEqual('scheduling_failure', state(self._boot(
-            status='ERROR', builds=['compute-3', 'compute-4', 'compute-3'],
-            fault={'message': 'Exceeded maximum number of retries. '})))
-        self.assertEqual('compute_failure', state(self._boot(
-            status='ERROR', builds=['compute-4'],
-            fault={'message': 'Build of instance s aborted: no'})))
+        self.assertEqual(
+            'success', state(self._boot(status='ACTIVE', builds=['compute-1']))
+        )
+        self.assertEqual(
+            'rescheduled_success',
+            state(
+                self._boot(status='ACTIVE', builds=['compute-3', 'compute-1'])
+            ),
+        )
+        self.assertEqual(
+            'scheduling_failure',
+            state(
+                self._boot(
+                    status='ERROR',
+                    fault={'message': 'No valid host was found. '},
+                )
+            ),
+        )
+        self.assertEqual(
+            'scheduling_failure',
+            state(
+                self._boot(
+                    status='ERROR',
+                    builds=['compute-3', 'compute-4', 'compute-3'],
+                    fault={'message': 'Exceeded maximum number of retries. '},
+                )
+            ),
+        )
+        self.assertEqual(
+            'compute_failure',
+            state(
+                self._boot(
+                    status='ERROR',
+                    builds=['compute-4'],
+                    fault={'message': 'Build of instance s aborted: no'},
+                )
+            ),
+        )
 
     def test_the_load_mixes_every_kind(self):
         boots = test_deployment.plan('img', 'tiny', 'huge')
         self.assertEqual(test_deployment.SERVERS, len(boots))
-        kinds = [('huge' if b.flavor == 'huge' else
-                  'noimage' if b.image != 'img' else 'plain')
-                 for b in boots]
+        kinds = [
+            (
+                'huge'
+                if b.flavor == 'huge'
+                else 'noimage'
+                if b.image != 'img'
+                else 'plain'
+            )
+            for b in boots
+        ]
         self.assertGreater(kinds.count('huge'), 0)
         self.assertGreater(kinds.count('noimage'), 0)
         self.assertGreater(kinds.count('plain'), kinds.count('huge') * 3)
@@ -248,7 +316,6 @@ print(time.time(), time.monotonic() - t0)
 
 
 class ClockSkewTest(testtools.TestCase):
-
     def test_an_eventlet_process_sleeps_on_a_skewed_wall_clock(self):
         try:
             faketime = backends.faketime_library()
@@ -256,12 +323,25 @@ class ClockSkewTest(testtools.TestCase):
             if test_deployment._in_ci():
                 raise
             raise unittest.SkipTest(str(exc)) from exc
-        env = dict(os.environ, LD_PRELOAD=faketime, FAKETIME='+1.500',
-                   FAKETIME_DONT_FAKE_MONOTONIC='1', FAKETIME_NO_CACHE='1')
+        env = dict(
+            os.environ,
+            LD_PRELOAD=faketime,
+            FAKETIME='+1.500',
+            FAKETIME_DONT_FAKE_MONOTONIC='1',
+            FAKETIME_NO_CACHE='1',
+        )
         proc = subprocess.run(
-            [sys.executable, '-c', _SKEWED_CHILD,
-             os.path.dirname(clockskew.__file__)],
-            capture_output=True, text=True, env=env, timeout=60)
+            [
+                sys.executable,
+                '-c',
+                _SKEWED_CHILD,
+                os.path.dirname(clockskew.__file__),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         now = time.time()
         self.assertEqual(0, proc.returncode, proc.stderr)
         wall, slept = (float(v) for v in proc.stdout.split())

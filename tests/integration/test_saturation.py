@@ -91,12 +91,14 @@ def run_burst(name: str, burn_s: float) -> Run:
     out.work_dir = work_dir(name)
     started = time.monotonic()
     the_cloud = cloud.Cloud(
-        COMPUTES, out.work_dir,
-        scheduler=[sys.executable, os.path.join(HERE,
-                                                'busy_scheduler.py')],
+        COMPUTES,
+        out.work_dir,
+        scheduler=[sys.executable, os.path.join(HERE, 'busy_scheduler.py')],
         scheduler_env={'INSTRUMENT_IT_BURN_S': str(burn_s)},
-        controller={'instrument': {
-            'resource_sample_interval': SAMPLE_INTERVAL_S}})
+        controller={
+            'instrument': {'resource_sample_interval': SAMPLE_INTERVAL_S}
+        },
+    )
     the_cloud.start()
     try:
         api = load.Api(the_cloud.api_url)
@@ -105,51 +107,67 @@ def run_burst(name: str, burn_s: float) -> Run:
         # before the next (the scheduler's first messages do not queue)
         t = time.monotonic()
         for n in range(CALM):
-            boot = api.boot(load.Boot('calm-%02d' % n, tiny,
-                                      cloud.standins.IMAGE_ID))
+            boot = api.boot(
+                load.Boot('calm-%02d' % n, tiny, cloud.standins.IMAGE_ID)
+            )
             api.settle([boot], SETTLE_TIMEOUT_S)
             out.boots.append(boot)
         out.timings['calm_s'] = round(time.monotonic() - t, 1)
-        burst = [load.Boot('burst-%02d' % n, tiny, cloud.standins.IMAGE_ID)
-                 for n in range(SERVERS)]
+        burst = [
+            load.Boot('burst-%02d' % n, tiny, cloud.standins.IMAGE_ID)
+            for n in range(SERVERS)
+        ]
         out.boots.extend(burst)
         out.timings['post_s'] = round(api.boot_all(burst, SERVERS), 1)
-        out.timings['settle_s'] = round(api.settle(burst,
-                                                   SETTLE_TIMEOUT_S), 1)
+        out.timings['settle_s'] = round(api.settle(burst, SETTLE_TIMEOUT_S), 1)
     finally:
         out.problems.extend(the_cloud.stop())
     out.timings.update(the_cloud.timings)
     out.span_dir = the_cloud.span_dir
-    out.report = pipeline.analyse([the_cloud.span_dir],
-                                  pipeline.Options(jobs=1))
+    out.report = pipeline.analyse(
+        [the_cloud.span_dir], pipeline.Options(jobs=1)
+    )
     out.timings['total_s'] = round(time.monotonic() - started, 1)
-    report_json.write(out.report, os.path.join(out.work_dir,
-                                               'report.json'))
+    report_json.write(out.report, os.path.join(out.work_dir, 'report.json'))
     with open(os.path.join(out.work_dir, 'report.txt'), 'w') as f:
         f.write(report_text.render(out.report))
     return out
 
 
 def scheduler_pids(report: dict) -> set:
-    return {p['pid'] for p in report['processes']
-            if p['svc'] == 'scheduler'}
+    return {p['pid'] for p in report['processes'] if p['svc'] == 'scheduler'}
 
 
 def measured(run: Run) -> str:
     """The scheduler's queue waits and its CPU rates, from the span
     files (for a failure's message)."""
     spans = moves_mod.read_spans(run.span_dir)
-    senders = {r['span']: r for r in spans
-               if r['ev'] in ('rpc.call', 'rpc.cast')}
+    senders = {
+        r['span']: r for r in spans if r['ev'] in ('rpc.call', 'rpc.cast')
+    }
     waits = []
-    for r in sorted((r for r in spans if r['ev'] == 'rpc.dispatch' and
-                     r.get('svc') == 'scheduler'), key=lambda r: r['ts']):
+    for r in sorted(
+        (
+            r
+            for r in spans
+            if r['ev'] == 'rpc.dispatch' and r.get('svc') == 'scheduler'
+        ),
+        key=lambda r: r['ts'],
+    ):
         sender = senders.get(r.get('parent'))
         if sender is not None:
-            waits.append('%s %.2f' % ((r.get('attrs') or {}).get('method'),
-                                       (r['ts'] - sender['ts']) / 1e6))
-    return ('timings %s; scheduler queue waits (s): %s; cpu rates: %s' % (
-        run.timings, ', '.join(waits), cpu_rates(run)))
+            waits.append(
+                '%s %.2f'
+                % (
+                    (r.get('attrs') or {}).get('method'),
+                    (r['ts'] - sender['ts']) / 1e6,
+                )
+            )
+    return 'timings %s; scheduler queue waits (s): %s; cpu rates: %s' % (
+        run.timings,
+        ', '.join(waits),
+        cpu_rates(run),
+    )
 
 
 def cpu_rates(run: Run) -> dict:
@@ -162,21 +180,21 @@ def cpu_rates(run: Run) -> dict:
                 rec = json.loads(line)
                 if rec.get('svc') == 'scheduler':
                     attrs = rec['attrs']
-                    samples.setdefault(rec['pid'], []).append((
-                        rec['ts'], attrs['cpu_user_s'] +
-                        attrs['cpu_sys_s']))
+                    samples.setdefault(rec['pid'], []).append(
+                        (rec['ts'], attrs['cpu_user_s'] + attrs['cpu_sys_s'])
+                    )
     out = {}
     for pid, rows in samples.items():
         rows.sort()
-        out[pid] = ['%.2f' % ((c1 - c0) / ((t1 - t0) / 1e6))
-                    for (t0, c0), (t1, c1) in zip(rows, rows[1:],
-                                                  strict=False)
-                    if t1 > t0 and c1 > c0]
+        out[pid] = [
+            '%.2f' % ((c1 - c0) / ((t1 - t0) / 1e6))
+            for (t0, c0), (t1, c1) in zip(rows, rows[1:], strict=False)
+            if t1 > t0 and c1 > c0
+        ]
     return out
 
 
 class _Burst(testtools.TestCase):
-
     name = None
     burn_s = 0.0
     burst = None
@@ -188,25 +206,33 @@ class _Burst(testtools.TestCase):
             backends.require()
         except backends.Unavailable as exc:
             if test_deployment._in_ci():
-                raise RuntimeError('integration back ends missing under '
-                                   'CI=true: %s' % exc) from exc
-            raise unittest.SkipTest('integration back ends missing: %s'
-                                    % exc) from exc
+                raise RuntimeError(
+                    'integration back ends missing under CI=true: %s' % exc
+                ) from exc
+            raise unittest.SkipTest(
+                'integration back ends missing: %s' % exc
+            ) from exc
         cls.burst = run_burst(cls.name, cls.burn_s)
         # the figures of the run, also on the console of tox -e
         # integration
-        sys.stderr.write('%s (burn %.1f s): %s\n' % (
-            cls.name, cls.burn_s, measured(cls.burst)))
+        sys.stderr.write(
+            '%s (burn %.1f s): %s\n'
+            % (cls.name, cls.burn_s, measured(cls.burst))
+        )
         sys.stderr.flush()
 
     def setUp(self):
         super().setUp()
-        self.addDetail('measured', testtools.content.text_content(
-            measured(self.burst)))
+        self.addDetail(
+            'measured', testtools.content.text_content(measured(self.burst))
+        )
 
     def fired(self) -> list:
-        return [f for f in self.burst.report['findings']['findings']
-                if f['rule'] == 'service_saturation']
+        return [
+            f
+            for f in self.burst.report['findings']['findings']
+            if f['rule'] == 'service_saturation'
+        ]
 
 
 class _Served:
@@ -216,12 +242,12 @@ class _Served:
     def test_every_boot_went_through(self):
         # the burst is a test of the rule only if the scheduler served it
         self.assertEqual([], self.burst.problems)
-        self.assertEqual(['ACTIVE'] * (CALM + SERVERS),
-                         [b.status for b in self.burst.boots])
+        self.assertEqual(
+            ['ACTIVE'] * (CALM + SERVERS), [b.status for b in self.burst.boots]
+        )
 
 
 class SaturatedSchedulerTest(_Served, _Burst):
-
     name = 'saturation-busy'
     burn_s = BURN_S
 
@@ -229,12 +255,21 @@ class SaturatedSchedulerTest(_Served, _Burst):
         [f] = self.fired()
         self.assertEqual('service_saturation:scheduler', f['key'])
         [knob] = f['settings']
-        self.assertEqual(('scheduler', 'workers'),
-                         (knob['section'], knob['option']))
+        self.assertEqual(
+            ('scheduler', 'workers'), (knob['section'], knob['option'])
+        )
         # the value nova-scheduler ran with (the cloud's nova.conf)
-        self.assertEqual([{'host': cloud.CONTROLLER, 'svc': 'scheduler',
-                           'value': 1, 'recorded': True}],
-                         knob['values'])
+        self.assertEqual(
+            [
+                {
+                    'host': cloud.CONTROLLER,
+                    'svc': 'scheduler',
+                    'value': 1,
+                    'recorded': True,
+                }
+            ],
+            knob['values'],
+        )
         # the process named is the scheduler's own, near a core
         [cpu] = f['figures']['cpu']
         self.assertIn(cpu['pid'], scheduler_pids(self.burst.report))
@@ -250,7 +285,6 @@ class SaturatedSchedulerTest(_Served, _Burst):
 
 
 class SchedulerAtEaseTest(_Served, _Burst):
-
     name = 'saturation-calm'
     burn_s = 0.0
 

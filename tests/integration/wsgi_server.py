@@ -35,8 +35,9 @@ import threading
 from wsgiref import simple_server
 
 
-class ThreadingWSGIServer(socketserver.ThreadingMixIn,
-                          simple_server.WSGIServer):
+class ThreadingWSGIServer(
+    socketserver.ThreadingMixIn, simple_server.WSGIServer
+):
     daemon_threads = True
     request_queue_size = 128
     allow_reuse_address = True
@@ -71,8 +72,12 @@ def main(argv=None) -> int:
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, required=True)
     parser.add_argument('--attr', default='application')
-    parser.add_argument('--threads', type=int, default=8,
-                        help='requests served at once (default 8)')
+    parser.add_argument(
+        '--threads',
+        type=int,
+        default=8,
+        help='requests served at once (default 8)',
+    )
     parser.add_argument('module')
     args = parser.parse_args(argv)
     # The application sees only its own name in argv (oslo.config reads
@@ -82,10 +87,16 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     ThreadingWSGIServer.slots = threading.BoundedSemaphore(args.threads)
     server = simple_server.make_server(
-        args.host, args.port, app, server_class=ThreadingWSGIServer,
-        handler_class=QuietHandler)
-    print('serving %s on http://%s:%d' % (args.module, args.host,
-                                          args.port), flush=True)
+        args.host,
+        args.port,
+        app,
+        server_class=ThreadingWSGIServer,
+        handler_class=QuietHandler,
+    )
+    print(
+        'serving %s on http://%s:%d' % (args.module, args.host, args.port),
+        flush=True,
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -43,8 +43,14 @@ from tests.synthetic.truth import Truth
 __all__ = ['Cloud', 'Truth', 'fingerprint_id', 'generate']
 
 
-def generate(directory: str, seed: int = 1, requests: int = 200,
-             rate: float = 4.0, **kwargs) -> Truth:
+def generate(
+    directory: str,
+    seed: int = 1,
+    requests: int = 200,
+    rate: float = 4.0,
+    **kwargs,
+) -> Truth:
     """Write a synthetic cloud's span files; return the truth."""
-    return Cloud(seed=seed, **kwargs).generate(directory, requests=requests,
-                                               rate=rate)
+    return Cloud(seed=seed, **kwargs).generate(
+        directory, requests=requests, rate=rate
+    )

@@ -34,21 +34,40 @@ from tests.synthetic import truth
 class Cloud:
     """Generates the span files of a synthetic nova cloud."""
 
-    def __init__(self, seed: int = 1, computes: int = 6, skew_us: int =
-                 3_000_000, api_hosts: int = 2, p_quota: float = 0.03,
-                 p_novalidhost: float = 0.03, p_port: float = 0.03,
-                 p_resched: float = 0.06, p_hang: float = 0.01,
-                 p_deadlock: float = 0.04, p_multi: float = 0.05,
-                 p_other: float = 0.1, max_attempts: int = 3,
-                 bad_input: bool = False, gzip_computes: bool = True,
-                 log_sink: bool = True, p_ops: float = 0.0,
-                 p_op_fail: float = 0.15,
-                 parallel_cells: bool = True,
-                 buffer_drops: int = 7) -> None:
+    def __init__(
+        self,
+        seed: int = 1,
+        computes: int = 6,
+        skew_us: int = 3_000_000,
+        api_hosts: int = 2,
+        p_quota: float = 0.03,
+        p_novalidhost: float = 0.03,
+        p_port: float = 0.03,
+        p_resched: float = 0.06,
+        p_hang: float = 0.01,
+        p_deadlock: float = 0.04,
+        p_multi: float = 0.05,
+        p_other: float = 0.1,
+        max_attempts: int = 3,
+        bad_input: bool = False,
+        gzip_computes: bool = True,
+        log_sink: bool = True,
+        p_ops: float = 0.0,
+        p_op_fail: float = 0.15,
+        parallel_cells: bool = True,
+        buffer_drops: int = 7,
+    ) -> None:
         self.rng = random.Random(seed)
-        self.p = dict(quota=p_quota, novalidhost=p_novalidhost,
-                      port=p_port, resched=p_resched, hang=p_hang,
-                      deadlock=p_deadlock, multi=p_multi, other=p_other)
+        self.p = dict(
+            quota=p_quota,
+            novalidhost=p_novalidhost,
+            port=p_port,
+            resched=p_resched,
+            hang=p_hang,
+            deadlock=p_deadlock,
+            multi=p_multi,
+            other=p_other,
+        )
         # share of requests that are server actions other than create
         # (operations.py; 0: none, and no random draw for them)
         self.p_ops = p_ops
@@ -59,26 +78,38 @@ class Cloud:
         self.buffer_drops = buffer_drops
         self.truth = truth.Truth()
         self.skews = {}
-        hosts = (['api-%d' % i for i in range(api_hosts)] + ['ctl-0'] +
-                 ['cmp-%03d' % i for i in range(computes)])
+        hosts = (
+            ['api-%d' % i for i in range(api_hosts)]
+            + ['ctl-0']
+            + ['cmp-%03d' % i for i in range(computes)]
+        )
         for host in hosts:
-            skew = (self.rng.randint(-skew_us, skew_us) if skew_us else 0)
+            skew = self.rng.randint(-skew_us, skew_us) if skew_us else 0
             self.skews[host] = skew
             self.truth.offsets[host] = -skew
         pid = iter(range(2000, 100000, 7))
         self.apis = []
         for i in range(api_hosts):
             fmt = 'log' if (log_sink and i == 1) else 'file'
-            self.apis.append(self._proc('api-%d' % i, 'api', 'nova-api',
-                                        next(pid), fmt=fmt))
-        self.conductor = self._proc('ctl-0', 'conductor', 'nova-conductor',
-                                    next(pid))
-        self.scheduler = self._proc('ctl-0', 'scheduler', 'nova-scheduler',
-                                    next(pid))
-        self.computes = [self._proc('cmp-%03d' % i, 'compute',
-                                    'nova-compute', next(pid),
-                                    gz=gzip_computes and i % 2 == 1)
-                         for i in range(computes)]
+            self.apis.append(
+                self._proc('api-%d' % i, 'api', 'nova-api', next(pid), fmt=fmt)
+            )
+        self.conductor = self._proc(
+            'ctl-0', 'conductor', 'nova-conductor', next(pid)
+        )
+        self.scheduler = self._proc(
+            'ctl-0', 'scheduler', 'nova-scheduler', next(pid)
+        )
+        self.computes = [
+            self._proc(
+                'cmp-%03d' % i,
+                'compute',
+                'nova-compute',
+                next(pid),
+                gz=gzip_computes and i % 2 == 1,
+            )
+            for i in range(computes)
+        ]
         self.procs = self.apis + [self.conductor, self.scheduler]
         self.procs += self.computes
         self.killed = None
@@ -90,13 +121,15 @@ class Cloud:
         self.spans = spans.Spans(self)
         self.nova = nova.NovaRequests(self, self.spans)
         self.ops = operations.OperationRequests(
-            self, self.spans, p_fail=p_op_fail,
-            parallel_cells=parallel_cells)
+            self, self.spans, p_fail=p_op_fail, parallel_cells=parallel_cells
+        )
 
-    def _proc(self, host: str, svc: str, service: str, pid: int,
-              **kwargs) -> procs.Proc:
-        return procs.Proc(self.rng, self.skews[host], host, svc, service,
-                          pid, **kwargs)
+    def _proc(
+        self, host: str, svc: str, service: str, pid: int, **kwargs
+    ) -> procs.Proc:
+        return procs.Proc(
+            self.rng, self.skews[host], host, svc, service, pid, **kwargs
+        )
 
     def draw(self, median: float, sigma: float = 0.25) -> int:
         """A duration around ``median`` microseconds (log-normal)."""
@@ -106,9 +139,14 @@ class Cloud:
         """A service's work: ``draw``, slower as the load rises."""
         return self.draw(median * self.load, sigma)
 
-    def generate(self, directory: str, requests: int = 200,
-                 rate: float = 4.0, phases: int = 4,
-                 start_us: int = 1_700_000_000_000_000) -> truth.Truth:
+    def generate(
+        self,
+        directory: str,
+        requests: int = 200,
+        rate: float = 4.0,
+        phases: int = 4,
+        start_us: int = 1_700_000_000_000_000,
+    ) -> truth.Truth:
         """Write the span files of ``requests`` requests into
         ``directory``; arrivals are Poisson, ``rate`` per second in the
         first phase, doubling each phase (rising concurrency)."""
@@ -123,7 +161,7 @@ class Cloud:
         for n in range(requests):
             phase = min(phases - 1, n // per_phase)
             self.load = 1.0 + 0.25 * phase
-            t += int(self.rng.expovariate(rate * (2 ** phase)) * 1e6) + 1
+            t += int(self.rng.expovariate(rate * (2**phase)) * 1e6) + 1
             while next_agg <= t:
                 for proc in self.computes:
                     self.nova.periodic_agg(proc, next_agg, 60)

@@ -44,41 +44,62 @@ class SpanFiles:
 
     def open(self, proc: procs.Proc, t: int) -> None:
         started = (t + proc.skew) / 1e6
-        name = file_sink.file_name(proc.host, proc.service, proc.pid,
-                                   started)
+        name = file_sink.file_name(proc.host, proc.service, proc.pid, started)
         if proc.fmt == 'log':
             name = '%s_%s_%d.log' % (proc.host, proc.service, proc.pid)
         if proc.gz:
             name += '.gz'
         proc.path = os.path.join(self.directory, name)
-        proc.fh = (gzip.open(proc.path, 'wt', encoding='utf-8')
-                   if proc.gz else open(proc.path, 'w', encoding='utf-8'))
+        proc.fh = (
+            gzip.open(proc.path, 'wt', encoding='utf-8')
+            if proc.gz
+            else open(proc.path, 'w', encoding='utf-8')
+        )
         self.cloud.truth.files.append(name)
-        proc.put(t, record.meta('process.start', proc.host, proc.svc,
-                                proc.raw(t), {
-                                    'service': proc.service,
-                                    'version': 'synthetic',
-                                    'mode': 'threads', 'points': {
-                                        'patched': [], 'pending': [],
-                                        'missing': [], 'failed': []}}))
+        proc.put(
+            t,
+            record.meta(
+                'process.start',
+                proc.host,
+                proc.svc,
+                proc.raw(t),
+                {
+                    'service': proc.service,
+                    'version': 'synthetic',
+                    'mode': 'threads',
+                    'points': {
+                        'patched': [],
+                        'pending': [],
+                        'missing': [],
+                        'failed': [],
+                    },
+                },
+            ),
+        )
 
-    _dumps = json.JSONEncoder(separators=(',', ':'), ensure_ascii=False,
-                              default=str).encode
+    _dumps = json.JSONEncoder(
+        separators=(',', ':'), ensure_ascii=False, default=str
+    ).encode
 
     def _write_line(self, proc: procs.Proc, text: str, kind=None) -> None:
         if proc.fmt == 'log':
             if proc.lines % 3 == 0:
-                proc.fh.write('2023-11-14 22:13:20.000 %d INFO '
-                              'nova.api.openstack.requestlog [-] GET '
-                              '/v2.1/servers status: 200\n' % proc.pid)
+                proc.fh.write(
+                    '2023-11-14 22:13:20.000 %d INFO '
+                    'nova.api.openstack.requestlog [-] GET '
+                    '/v2.1/servers status: 200\n' % proc.pid
+                )
                 proc.lines += 1
-            text = ('2023-11-14 22:13:20.000 %d INFO instrument.spans [-] '
-                    '%s' % (proc.pid, text))
+            text = (
+                '2023-11-14 22:13:20.000 %d INFO instrument.spans [-] '
+                '%s' % (proc.pid, text)
+            )
         proc.fh.write(text + '\n')
         proc.lines += 1
         if kind:
-            self.cloud.truth.bad_lines.append((os.path.basename(proc.path),
-                                         proc.lines, kind))
+            self.cloud.truth.bad_lines.append(
+                (os.path.basename(proc.path), proc.lines, kind)
+            )
 
     def flush(self, until: int) -> None:
         for proc in self.cloud.procs:
@@ -116,21 +137,37 @@ class SpanFiles:
         lost = self.cloud.buffer_drops
         if lost:
             proc = self.cloud.computes[0]
-            proc.put(t + 3_600_000_000, record.counter(
-                'sink.drops', proc.host, proc.svc,
-                proc.raw(t + 3_600_000_000),
-                {'buffer_full': lost, 'file': 0}))
+            proc.put(
+                t + 3_600_000_000,
+                record.counter(
+                    'sink.drops',
+                    proc.host,
+                    proc.svc,
+                    proc.raw(t + 3_600_000_000),
+                    {'buffer_full': lost, 'file': 0},
+                ),
+            )
             self.cloud.truth.drops[os.path.basename(proc.path)] = lost
         self.flush(1 << 62)
         for proc in self.cloud.procs:
             if proc is self.cloud.killed:
                 # killed mid-write: the last line is cut short
-                text = self._dumps(record.to_dict(record.meta(
-                    'process.points', proc.host, proc.svc, proc.raw(t),
-                    {'patched': ['x'], 'missing': []}), proc.seq, proc.pid))
-                proc.fh.write(text[:len(text) // 2])
+                text = self._dumps(
+                    record.to_dict(
+                        record.meta(
+                            'process.points',
+                            proc.host,
+                            proc.svc,
+                            proc.raw(t),
+                            {'patched': ['x'], 'missing': []},
+                        ),
+                        proc.seq,
+                        proc.pid,
+                    )
+                )
+                proc.fh.write(text[: len(text) // 2])
                 proc.lines += 1
-                self.cloud.truth.bad_lines.append((os.path.basename(proc.path),
-                                             proc.lines, 'truncated'))
+                self.cloud.truth.bad_lines.append(
+                    (os.path.basename(proc.path), proc.lines, 'truncated')
+                )
             proc.fh.close()
-

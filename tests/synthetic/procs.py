@@ -33,9 +33,17 @@ from tests.synthetic import truth
 class Proc:
     """One recording process: its host, clock and pending records."""
 
-    def __init__(self, rng: random.Random, skew: int, host: str, svc: str,
-                 service: str, pid: int, fmt: str = 'file',
-                 gz: bool = False) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        skew: int,
+        host: str,
+        svc: str,
+        service: str,
+        pid: int,
+        fmt: str = 'file',
+        gz: bool = False,
+    ) -> None:
         self.host = host
         self.svc = svc
         self.service = service
@@ -80,17 +88,26 @@ class Proc:
             return
         self.fps.add(name)
         text, kind, _db, _med = statements.SQL_CLASSES[name]
-        self.put(when, record.meta(
-            'sql.fingerprint', self.host, self.svc, self.raw(when),
-            {'fp': statements.fingerprint_id(text), 'text': text,
-             'kind': kind}))
+        self.put(
+            when,
+            record.meta(
+                'sql.fingerprint',
+                self.host,
+                self.svc,
+                self.raw(when),
+                {
+                    'fp': statements.fingerprint_id(text),
+                    'text': text,
+                    'kind': kind,
+                },
+            ),
+        )
 
 
 class Ctx:
     """The request being generated."""
 
-    def __init__(self, req: str, insts: list,
-                 rt: truth.RequestTruth) -> None:
+    def __init__(self, req: str, insts: list, rt: truth.RequestTruth) -> None:
         self.req = req
         self.greq = None
         self.insts = insts

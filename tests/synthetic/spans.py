@@ -67,9 +67,19 @@ class Spans:
         """A duration around ``median`` microseconds (``Cloud.draw``)."""
         return self.cloud.draw(median, sigma)
 
-    def span(self, proc: procs.Proc, ctx: procs.Ctx, ev: str, t: int,
-             body: list, parent, inst=None, attrs=None, xattrs=None,
-             tid=None) -> int:
+    def span(
+        self,
+        proc: procs.Proc,
+        ctx: procs.Ctx,
+        ev: str,
+        t: int,
+        body: list,
+        parent,
+        inst=None,
+        attrs=None,
+        xattrs=None,
+        tid=None,
+    ) -> int:
         """Write one span whose body runs ``body`` items in order: an int
         is self time, a callable ``f(t, sid, proc, comp, inst, tid)``
         returns the time it finished.  Returns the span's end time."""
@@ -77,8 +87,26 @@ class Spans:
         tid = tid or proc.tid
         comp = schema.EVENTS.get(ev) or proc.svc
         inst = inst if inst is not None else ctx.insts
-        proc.put(t, (B, proc.raw(t), None, proc.host, proc.svc, tid, ev, sid,
-                     parent, ctx.req, ctx.greq, inst, None, None, attrs))
+        proc.put(
+            t,
+            (
+                B,
+                proc.raw(t),
+                None,
+                proc.host,
+                proc.svc,
+                tid,
+                ev,
+                sid,
+                parent,
+                ctx.req,
+                ctx.greq,
+                inst,
+                None,
+                None,
+                attrs,
+            ),
+        )
         ctx.reach(t)
         self._call_names[sid] = ev
         cur = t
@@ -94,34 +122,99 @@ class Spans:
             if exc.origin is None:
                 exc.origin = (proc.svc, ev)
             exc.at = cur
-            proc.put(cur, self._x(proc, ctx, ev, t, cur, sid, parent, inst,
-                                  tid, 'error', (exc.cls, exc.msg), attrs,
-                                  xattrs))
+            proc.put(
+                cur,
+                self._x(
+                    proc,
+                    ctx,
+                    ev,
+                    t,
+                    cur,
+                    sid,
+                    parent,
+                    inst,
+                    tid,
+                    'error',
+                    (exc.cls, exc.msg),
+                    attrs,
+                    xattrs,
+                ),
+            )
             ctx.reach(cur)
             raise
         finally:
             del self._call_names[sid]
-        proc.put(cur, self._x(proc, ctx, ev, t, cur, sid, parent, inst, tid,
-                              'ok', None, attrs, xattrs))
+        proc.put(
+            cur,
+            self._x(
+                proc,
+                ctx,
+                ev,
+                t,
+                cur,
+                sid,
+                parent,
+                inst,
+                tid,
+                'ok',
+                None,
+                attrs,
+                xattrs,
+            ),
+        )
         ctx.reach(cur)
         return cur
 
     @staticmethod
-    def _x(proc, ctx, ev, t, end, sid, parent, inst, tid, st, err, attrs,
-           xattrs):
+    def _x(
+        proc, ctx, ev, t, end, sid, parent, inst, tid, st, err, attrs, xattrs
+    ):
         if xattrs:
             attrs = dict(attrs or {})
             attrs.update(xattrs)
-        return (X, proc.raw(t), end - t, proc.host, proc.svc, tid, ev, sid,
-                parent, ctx.req, ctx.greq, inst, st, err, attrs)
+        return (
+            X,
+            proc.raw(t),
+            end - t,
+            proc.host,
+            proc.svc,
+            tid,
+            ev,
+            sid,
+            parent,
+            ctx.req,
+            ctx.greq,
+            inst,
+            st,
+            err,
+            attrs,
+        )
 
-    def sub(self, ctx: procs.Ctx, ev: str, body: list, attrs=None, xattrs=None,
-            inst=None):
+    def sub(
+        self,
+        ctx: procs.Ctx,
+        ev: str,
+        body: list,
+        attrs=None,
+        xattrs=None,
+        inst=None,
+    ):
         """A child span of the same process and thread."""
+
         def run(t, sid, proc, comp, pinst, tid):
-            return self.span(proc, ctx, ev, t, body, sid,
-                             inst=inst if inst is not None else pinst,
-                             attrs=attrs, xattrs=xattrs, tid=tid)
+            return self.span(
+                proc,
+                ctx,
+                ev,
+                t,
+                body,
+                sid,
+                inst=inst if inst is not None else pinst,
+                attrs=attrs,
+                xattrs=xattrs,
+                tid=tid,
+            )
+
         return run
 
     def caught(self, exc: Failure, recovered: str = None) -> None:
@@ -138,30 +231,56 @@ class Spans:
 
     def sql(self, ctx: procs.Ctx, name: str, deadlock: bool = False):
         """One statement (``deadlock``: first fails, is retried)."""
+
         def run(t, sid, proc, comp, inst, tid):
             cur = t
             if deadlock:
-                cur = self._sql_record(ctx, proc, name, cur, sid, comp,
-                                       inst, tid, error=True)
-                key = (proc.svc, 'sql.query', statements.DEADLOCK_CLS,
-                       statements.DEADLOCK_NORM)
+                cur = self._sql_record(
+                    ctx, proc, name, cur, sid, comp, inst, tid, error=True
+                )
+                key = (
+                    proc.svc,
+                    'sql.query',
+                    statements.DEADLOCK_CLS,
+                    statements.DEADLOCK_NORM,
+                )
                 self.truth.failures[key] += 1
                 self.truth.recovered[(key, 'db_retry')] += 1
-                proc.put(cur, (schema.PH_INSTANT, proc.raw(cur), None,
-                               proc.host, proc.svc, tid, 'db.retry', None,
-                               sid, ctx.req, ctx.greq, inst, None, None,
-                               {'attempt': 1, 'func': 'quota_reserve',
-                                'cls': statements.DEADLOCK_CLS,
-                                'exhausted': False}))
+                proc.put(
+                    cur,
+                    (
+                        schema.PH_INSTANT,
+                        proc.raw(cur),
+                        None,
+                        proc.host,
+                        proc.svc,
+                        tid,
+                        'db.retry',
+                        None,
+                        sid,
+                        ctx.req,
+                        ctx.greq,
+                        inst,
+                        None,
+                        None,
+                        {
+                            'attempt': 1,
+                            'func': 'quota_reserve',
+                            'cls': statements.DEADLOCK_CLS,
+                            'exhausted': False,
+                        },
+                    ),
+                )
                 gap = self.draw(500)
                 ctx.rt.comp[comp] += gap
                 cur += gap
-            return self._sql_record(ctx, proc, name, cur, sid, comp, inst,
-                                    tid)
+            return self._sql_record(ctx, proc, name, cur, sid, comp, inst, tid)
+
         return run
 
-    def _sql_record(self, ctx, proc, name, t, parent, comp, inst, tid,
-                    error=False) -> int:
+    def _sql_record(
+        self, ctx, proc, name, t, parent, comp, inst, tid, error=False
+    ) -> int:
         text, kind, db, median = statements.SQL_CLASSES[name]
         fp = statements.fingerprint_id(text)
         proc.fingerprint(t, name)
@@ -171,13 +290,34 @@ class Spans:
         if error:
             st = 'error'
             err = (statements.DEADLOCK_CLS, statements.DEADLOCK_MSG)
-        attrs = {'fp': fp, 'db': db, 'kind': kind,
-                 'call': self._call_names.get(parent)}
+        attrs = {
+            'fp': fp,
+            'db': db,
+            'kind': kind,
+            'call': self._call_names.get(parent),
+        }
         if kind == 'SELECT':
             attrs['rows'] = 1
-        proc.put(t + dur, (X, proc.raw(t), dur, proc.host, proc.svc, tid,
-                           'sql.query', proc.new_span(), parent, ctx.req,
-                           ctx.greq, inst, st, err, attrs))
+        proc.put(
+            t + dur,
+            (
+                X,
+                proc.raw(t),
+                dur,
+                proc.host,
+                proc.svc,
+                tid,
+                'sql.query',
+                proc.new_span(),
+                parent,
+                ctx.req,
+                ctx.greq,
+                inst,
+                st,
+                err,
+                attrs,
+            ),
+        )
         ctx.rt.sql_in[comp] += dur
         stats = self.truth.sql.setdefault(fp, [0, 0, 0])
         stats[0] += 1
@@ -186,9 +326,16 @@ class Spans:
         ctx.reach(t + dur)
         return t + dur
 
-    def call(self, ctx: procs.Ctx, dst: procs.Proc, method: str, topic: str,
-             remote_body: list):
+    def call(
+        self,
+        ctx: procs.Ctx,
+        dst: procs.Proc,
+        method: str,
+        topic: str,
+        remote_body: list,
+    ):
         """An ``rpc.call``: the caller waits for the remote dispatch."""
+
         def run(t, sid, proc, comp, inst, tid):
             net1 = self.rng.randint(80, 300)
             net2 = self.rng.randint(80, 300)
@@ -196,23 +343,40 @@ class Spans:
             def remote(t2, call_sid, proc2, comp2, inst2, tid2):
                 ctx.rt.comp['rpc'] += net1 + net2
                 try:
-                    end = self.dispatch(ctx, dst, t2 + net1, call_sid,
-                                        method, topic, remote_body,
-                                        inst=inst2)
+                    end = self.dispatch(
+                        ctx,
+                        dst,
+                        t2 + net1,
+                        call_sid,
+                        method,
+                        topic,
+                        remote_body,
+                        inst=inst2,
+                    )
                 except Failure as exc:
                     exc.at += net2
                     raise
                 return end + net2
-            return self.span(proc, ctx, 'rpc.call', t,
-                             [self.draw(150), remote], sid, inst=inst,
-                             tid=tid, attrs={'method': method,
-                                             'topic': topic,
-                                             'server': dst.host})
+
+            return self.span(
+                proc,
+                ctx,
+                'rpc.call',
+                t,
+                [self.draw(150), remote],
+                sid,
+                inst=inst,
+                tid=tid,
+                attrs={'method': method, 'topic': topic, 'server': dst.host},
+            )
+
         return run
 
-    def cast(self, ctx: procs.Ctx, dst: procs.Proc, method: str,
-             topic: str, remote):
+    def cast(
+        self, ctx: procs.Ctx, dst: procs.Proc, method: str, topic: str, remote
+    ):
         """An ``rpc.cast``: ``remote(t, cast_sid)`` runs on ``dst``."""
+
         def run(t, sid, proc, comp, inst, tid):
             send = self.draw(200)
             net = self.rng.randint(80, 300)
@@ -223,20 +387,46 @@ class Spans:
                 holder.append(cast_sid)
                 ctx.rt.comp['rpc'] += send
                 return t2 + send
-            end = self.span(proc, ctx, 'rpc.cast', t, [send_item], sid,
-                            inst=inst, tid=tid,
-                            attrs={'method': method, 'topic': topic})
+
+            end = self.span(
+                proc,
+                ctx,
+                'rpc.cast',
+                t,
+                [send_item],
+                sid,
+                inst=inst,
+                tid=tid,
+                attrs={'method': method, 'topic': topic},
+            )
             ctx.rt.comp['rpc.queue'] += net + queue
             try:
                 remote(end + net + queue, holder[0])
             except (Failure, Hang):
                 pass
             return end
+
         return run
 
-    def dispatch(self, ctx: procs.Ctx, dst: procs.Proc, t: int,
-                 parent: int, method: str, topic: str, body: list,
-                 inst=None) -> int:
-        return self.span(dst, ctx, 'rpc.dispatch', t, [self.draw(80)] + body,
-                         parent, inst=inst, tid=dst.new_tid(),
-                         attrs={'method': method, 'topic': topic})
+    def dispatch(
+        self,
+        ctx: procs.Ctx,
+        dst: procs.Proc,
+        t: int,
+        parent: int,
+        method: str,
+        topic: str,
+        body: list,
+        inst=None,
+    ) -> int:
+        return self.span(
+            dst,
+            ctx,
+            'rpc.dispatch',
+            t,
+            [self.draw(80)] + body,
+            parent,
+            inst=inst,
+            tid=dst.new_tid(),
+            attrs={'method': method, 'topic': topic},
+        )

@@ -41,9 +41,11 @@ class RequestTruth:
     attempts: dict = dataclasses.field(default_factory=dict)
     # component: exclusive microseconds, and those spent in SQL
     comp: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
     sql_in: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
 
     @property
     def latency(self) -> int:
@@ -61,16 +63,19 @@ class Truth:
     sql: dict = dataclasses.field(default_factory=dict)
     # (svc, ev, cls, normalised message): count
     failures: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
     # of those, the ones that were an instance's (or the request's)
     # final cause, same keys; and the ones recovered, keyed
     # ((svc, ev, cls, normalised message), how): how is ``db_retry``
     # (oslo.db retried the statement) or ``rescheduled`` (the build
     # went to another host)
     final: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
     recovered: collections.Counter = dataclasses.field(
-        default_factory=collections.Counter)
+        default_factory=collections.Counter
+    )
     # (file name, line number, kind)
     bad_lines: list = dataclasses.field(default_factory=list)
     # file name: events reported lost in sink.drops

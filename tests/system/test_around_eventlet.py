@@ -115,18 +115,22 @@ print(json.dumps({'ticks': ticks[0]}))
 
 
 class GreenKeystoneauthTest(base.TestCase):
-
     def test_greenthreads(self):
         out = self.tmp + '/spans'
         proc = self.run_script(GREEN_KSA, out, timeout=90)
         self.assertEqual(0, proc.returncode, proc.stderr)
         ticks = json.loads(proc.stdout)['ticks']
-        records = [r for recs in base.read_span_files(out).values()
-                   for r in recs]
-        builds = {r['span']: r for r in records
-                  if r['ev'] == 'compute.build' and r['ph'] == 'X'}
-        calls = [r for r in records
-                 if r['ev'] == 'ksa.request' and r['ph'] == 'X']
+        records = [
+            r for recs in base.read_span_files(out).values() for r in recs
+        ]
+        builds = {
+            r['span']: r
+            for r in records
+            if r['ev'] == 'compute.build' and r['ph'] == 'X'
+        }
+        calls = [
+            r for r in records if r['ev'] == 'ksa.request' and r['ph'] == 'X'
+        ]
         self.assertEqual(8, len(calls))
         for call in calls:
             # each under its own greenthread's span and request
@@ -135,10 +139,11 @@ class GreenKeystoneauthTest(base.TestCase):
         self.assertEqual(1, len(failed))
         self.assertEqual('req-green-0', failed[0]['req'])
         self.assertEqual('read_timeout', failed[0]['attrs']['failure'])
-        self.assertEqual({'/v2.0/ports/{id}'}, {
-            c['attrs']['route'] for c in calls if c['st'] == 'ok'})
-        samples = [r['attrs'] for r in records
-                   if r['ev'] == 'process.sample']
+        self.assertEqual(
+            {'/v2.0/ports/{id}'},
+            {c['attrs']['route'] for c in calls if c['st'] == 'ok'},
+        )
+        samples = [r['attrs'] for r in records if r['ev'] == 'process.sample']
         self.assertTrue(samples)
         # the 50 sleepers (and the others) parked in the hub
         self.assertGreaterEqual(max(s['green'] for s in samples), 50)

@@ -91,12 +91,14 @@ class ProcessLifecycleTest(base.TestCase):
         seqs = [r['seq'] for r in parent]
         self.assertEqual(list(range(1, len(seqs) + 1)), seqs)
         spans = [r['span'] for r in parent + child if r['ph'] == 'X']
-        self.assertEqual(len(spans), len(set(spans)),
-                         'span ids repeat across fork')
+        self.assertEqual(
+            len(spans), len(set(spans)), 'span ids repeat across fork'
+        )
 
     def test_exit_flushes_what_is_buffered(self):
         script = FORK_SCRIPT.split('worker.work(\'before-fork\')')[0] + (
-            "for n in range(50):\n    worker.work(n)\n")
+            "for n in range(50):\n    worker.work(n)\n"
+        )
         out_dir = os.path.join(self.tmp, 'spans')
         self._run(script, out_dir)
         [records] = base.read_span_files(out_dir).values()
@@ -158,29 +160,38 @@ class ExitFaultTest(base.TestCase):
         self.assertNotIn('Traceback', proc.stderr)
         with open(log) as f:
             text = f.read()
-        self.assertEqual(1, text.count('fault in the flush at exit '
-                                       '(RuntimeError: injected fault)'),
-                         text)
+        self.assertEqual(
+            1,
+            text.count(
+                'fault in the flush at exit (RuntimeError: injected fault)'
+            ),
+            text,
+        )
         files = base.read_span_files(out) if os.path.isdir(out) else {}
         return [r for records in files.values() for r in records], text
 
     def test_enqueue_fault_at_os_exit(self):
         records, _log = self._run('enqueue', 'exit')
-        self.assertEqual(20, len([r for r in records
-                                  if r['ev'] == 'test.event']))
+        self.assertEqual(
+            20, len([r for r in records if r['ev'] == 'test.event'])
+        )
         self.assertNotIn('process.end', [r['ev'] for r in records])
 
     def test_enqueue_fault_at_interpreter_exit(self):
         records, _log = self._run('enqueue', 'atexit')
-        self.assertEqual(20, len([r for r in records
-                                  if r['ev'] == 'test.event']))
+        self.assertEqual(
+            20, len([r for r in records if r['ev'] == 'test.event'])
+        )
 
     def test_write_fault_at_os_exit_is_reported_with_its_count(self):
         records, log = self._run('drain', 'exit')
         self.assertEqual([], [r for r in records if r['ev'] == 'test.event'])
         # the 20 events and process.start, and the instrument.faults
         # record if a drain ran after the fault was counted
-        unwritten = re.search(r'at close, (\d+) events were never '
-                              r'written: the last write failed', log)
+        unwritten = re.search(
+            r'at close, (\d+) events were never '
+            r'written: the last write failed',
+            log,
+        )
         self.assertIsNotNone(unwritten, log)
         self.assertIn(int(unwritten.group(1)), (21, 22))

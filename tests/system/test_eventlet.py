@@ -212,10 +212,13 @@ class Worker:
 
 
 class EventletTest(base.TestCase):
-
     def _run(self, script: str, *args, timeout=60):
-        return self.run_script(script, *args, timeout=timeout,
-                               modules={'green_worker': GREEN_WORKER})
+        return self.run_script(
+            script,
+            *args,
+            timeout=timeout,
+            modules={'green_worker': GREEN_WORKER},
+        )
 
     def test_blocked_writer_blocks_neither_hub_nor_caller(self):
         fifo = os.path.join(self.tmp, 'fifo')
@@ -272,8 +275,9 @@ class EventletTest(base.TestCase):
         self.assertEqual('eventlet', records[0]['attrs']['mode'])
         done = [r for r in records if r['ph'] == 'X']
         self.assertEqual(20, len(done))
-        self.assertEqual({'req-%d' % n for n in range(20)},
-                         {r['req'] for r in done})
+        self.assertEqual(
+            {'req-%d' % n for n in range(20)}, {r['req'] for r in done}
+        )
         # Each greenthread has its own id, and its own current span.
         self.assertEqual(20, len({r['tid'] for r in done}))
         self.assertEqual(set(), {r.get('parent') for r in done} - {None})

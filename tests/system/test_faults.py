@@ -136,14 +136,17 @@ except KeyError as exc:
 
 
 class FaultAtExitTest(base.TestCase):
-
     def test_logged_before_the_process_goes(self):
         for mode in ('threads', 'eventlet'):
             proc = self.run_script(FAULT_AT_EXIT_SCRIPT, mode)
             self.assertEqual(0, proc.returncode, proc.stderr)
-            self.assertEqual(1, proc.stderr.count(
-                'fault in the start of the instrumentation (KeyError'),
-                (mode, proc.stderr))
+            self.assertEqual(
+                1,
+                proc.stderr.count(
+                    'fault in the start of the instrumentation (KeyError'
+                ),
+                (mode, proc.stderr),
+            )
             self.assertIn('in start', proc.stderr)
 
 
@@ -171,35 +174,53 @@ class HangingLogTest(base.TestCase):
         self.addCleanup(release.set)
         mod_name = self.make_module(TARGET)
         mod = importlib.import_module(mod_name)
-        lifecycle.setup(self.make_conf(sql_timing=False), 'nova-compute',
-                      points=[patcher.PatchPoint(
-                          mod_name, 'Manager.work', 'compute.work',
-                          'compute', on_enter=_boom)])
+        lifecycle.setup(
+            self.make_conf(sql_timing=False),
+            'nova-compute',
+            points=[
+                patcher.PatchPoint(
+                    mod_name,
+                    'Manager.work',
+                    'compute.work',
+                    'compute',
+                    on_enter=_boom,
+                )
+            ],
+        )
         for _ in range(3):
             t0 = time.monotonic()
             self.assertEqual('done', mod.Manager().work(None))
-            self.assertLess(time.monotonic() - t0, 1.0,
-                            'the faulted call waited for the log handler')
+            self.assertLess(
+                time.monotonic() - t0,
+                1.0,
+                'the faulted call waited for the log handler',
+            )
             self.assertTrue(entered.wait(5), 'the fault was not logged')
         release.set()
         log = self.logged()
-        self.assertEqual(1, log.count('fault in point %s:Manager.work'
-                                      % mod_name), log)
+        self.assertEqual(
+            1, log.count('fault in point %s:Manager.work' % mod_name), log
+        )
         self.assertIn('(KeyError: ', log)
         self.assertEqual(1, log.count('Traceback'), log)
         self.assertIn('in _boom', log)
 
     def run_mode(self, mode: str) -> dict:
-        proc = self.run_script(HANGING_LOG_SCRIPT, mode,
-                               modules={'fake_manager': TARGET})
+        proc = self.run_script(
+            HANGING_LOG_SCRIPT, mode, modules={'fake_manager': TARGET}
+        )
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         out = json.loads(proc.stdout.splitlines()[-1])
         self.assertEqual(['done'] * 3, out['answers'])
-        self.assertLess(out['slowest'], 1.0,
-                        'the faulted call waited for the log handler')
+        self.assertLess(
+            out['slowest'], 1.0, 'the faulted call waited for the log handler'
+        )
         log = proc.stderr
-        self.assertEqual(1, log.count('fault in point fake_manager:'
-                                      'Manager.work (KeyError: '), log)
+        self.assertEqual(
+            1,
+            log.count('fault in point fake_manager:Manager.work (KeyError: '),
+            log,
+        )
         self.assertEqual(1, log.count('Traceback'), log)
         self.assertIn('in boom', log)
         return out

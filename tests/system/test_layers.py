@@ -23,8 +23,9 @@ import zipfile
 import fixtures
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 class WheelTest(testtools.TestCase):
@@ -32,17 +33,31 @@ class WheelTest(testtools.TestCase):
 
     def _build(self) -> str:
         if shutil.which('git') is None:
-            self.fail('git is needed: pbr lists the files of the wheel '
-                      'from git')
+            self.fail(
+                'git is needed: pbr lists the files of the wheel from git'
+            )
         work = self.useFixture(fixtures.TempDir()).path
         src = os.path.join(work, 'src')
         # The tree as git sees it (committed or not, ignored files left
         # out), in a repository of its own: the build writes nothing
         # into this checkout.
-        listed = subprocess.run(
-            ['git', 'ls-files', '-z', '--cached', '--others',
-             '--exclude-standard'], cwd=ROOT, capture_output=True,
-            check=True).stdout.decode().split('\0')
+        listed = (
+            subprocess.run(
+                [
+                    'git',
+                    'ls-files',
+                    '-z',
+                    '--cached',
+                    '--others',
+                    '--exclude-standard',
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+            )
+            .stdout.decode()
+            .split('\0')
+        )
         for rel in filter(None, listed):
             source = os.path.join(ROOT, rel)
             if not os.path.isfile(source):  # deleted, not yet committed
@@ -50,19 +65,45 @@ class WheelTest(testtools.TestCase):
             target = os.path.join(src, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(source, target)
-        git = ['git', '-c', 'user.name=t', '-c', 'user.email=t@example.com',
-               '-c', 'commit.gpgsign=false']
-        for args in (['init', '-q'], ['add', '-A'],
-                     ['commit', '-q', '-m', 'tree']):
-            subprocess.run(git + args, cwd=src, check=True,
-                           capture_output=True)
+        git = [
+            'git',
+            '-c',
+            'user.name=t',
+            '-c',
+            'user.email=t@example.com',
+            '-c',
+            'commit.gpgsign=false',
+        ]
+        for args in (
+            ['init', '-q'],
+            ['add', '-A'],
+            ['commit', '-q', '-m', 'tree'],
+        ):
+            subprocess.run(
+                git + args, cwd=src, check=True, capture_output=True
+            )
         out = os.path.join(work, 'wheel')
         env = dict(os.environ)
         env.pop('PBR_VERSION', None)
         proc = subprocess.run(
-            [sys.executable, '-m', 'pip', 'wheel', '--no-deps',
-             '--no-build-isolation', '--no-index', '-q', '-w', out, src],
-            capture_output=True, text=True, timeout=300, env=env)
+            [
+                sys.executable,
+                '-m',
+                'pip',
+                'wheel',
+                '--no-deps',
+                '--no-build-isolation',
+                '--no-index',
+                '-q',
+                '-w',
+                out,
+                src,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
         wheels = [n for n in os.listdir(out) if n.endswith('.whl')]
         self.assertEqual(1, len(wheels), wheels)
@@ -72,17 +113,22 @@ class WheelTest(testtools.TestCase):
         with zipfile.ZipFile(self._build()) as whl:
             names = whl.namelist()
             entry_points = next(
-                whl.read(n).decode() for n in names
-                if n.endswith('.dist-info/entry_points.txt'))
-        tops = {n.split('/')[0] for n in names
-                if not n.split('/')[0].endswith('.dist-info')}
+                whl.read(n).decode()
+                for n in names
+                if n.endswith('.dist-info/entry_points.txt')
+            )
+        tops = {
+            n.split('/')[0]
+            for n in names
+            if not n.split('/')[0].endswith('.dist-info')
+        }
         self.assertEqual({'instrument'}, tops)
         self.assertIn('instrument/py.typed', names)
         # the JSON report's schema, for tools that read reports
-        self.assertIn('instrument/analysis/render/report.schema.json',
-                      names)
+        self.assertIn('instrument/analysis/render/report.schema.json', names)
         self.assertIn('instrument/analysis/pipeline.py', names)
-        self.assertEqual([], [n for n in names
-                              if 'demo' in n or 'synthetic' in n])
+        self.assertEqual(
+            [], [n for n in names if 'demo' in n or 'synthetic' in n]
+        )
         self.assertIn('instrument-report', entry_points)
         self.assertNotIn('instrument-demo', entry_points)

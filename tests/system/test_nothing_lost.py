@@ -209,19 +209,35 @@ CAUSE_WORDS = {
     'sql_queue': 'SQL statements dropped',
     'log': 'lost by the log sink',
 }
-FINAL_LINE = re.compile(r'instrument: at close, (\d+) (%s)' % '|'.join(
-    re.escape(words) for words in CAUSE_WORDS.values()))
-UNWRITTEN_LINE = re.compile(r'instrument: at close, (\d+) events .*were '
-                            r'never written')
+FINAL_LINE = re.compile(
+    r'instrument: at close, (\d+) (%s)'
+    % '|'.join(re.escape(words) for words in CAUSE_WORDS.values())
+)
+UNWRITTEN_LINE = re.compile(
+    r'instrument: at close, (\d+) events .*were '
+    r'never written'
+)
 # A record the log sink delivered: a line of the service log.
 SPAN_LINE = re.compile(r'^INFO instrument\.spans (\{.*\})$')
 # The transaction of the SQL case ends with a ROLLBACK (the connection
 # is closed without a commit): a statement of its own.
 SQL_ENDS = 1
 
-LossyRun = collections.namedtuple('LossyRun', (
-    'mode', 'cause', 'ending', 'span_dir', 'files', 'worker', 'log',
-    'logged', 'expected', 'returncode'))
+LossyRun = collections.namedtuple(
+    'LossyRun',
+    (
+        'mode',
+        'cause',
+        'ending',
+        'span_dir',
+        'files',
+        'worker',
+        'log',
+        'logged',
+        'expected',
+        'returncode',
+    ),
+)
 LossyRun.__doc__ = """One lossy process's run.
 
 ``files``: ``{file name: [records]}`` of the span directory (lines that
@@ -236,11 +252,13 @@ never wrote)."""
 
 def _read(span_dir: str) -> dict:
     files = {}
-    for name in sorted(os.listdir(span_dir)) if os.path.isdir(span_dir) \
-            else ():
+    for name in (
+        sorted(os.listdir(span_dir)) if os.path.isdir(span_dir) else ()
+    ):
         records = []
-        with open(os.path.join(span_dir, name), encoding='utf-8',
-                  errors='replace') as f:
+        with open(
+            os.path.join(span_dir, name), encoding='utf-8', errors='replace'
+        ) as f:
             for line in f:
                 try:
                     records.append(json.loads(line))
@@ -264,8 +282,12 @@ def worker_records(run: LossyRun) -> list:
     the service log's lines when the log sink is the only one)."""
     if not run.files:
         return worker_logged(run)
-    return [r for name, records in run.files.items()
-            if '_%d_' % run.worker in name for r in records]
+    return [
+        r
+        for name, records in run.files.items()
+        if '_%d_' % run.worker in name
+        for r in records
+    ]
 
 
 def worker_logged(run: LossyRun) -> list:
@@ -277,8 +299,9 @@ def _expected(cause: str, records: list, logged: list) -> dict:
     """The count the case lost, from what it did and what was written."""
     if cause in ('log', 'log_file'):
         # 300 events made, those in the service log were delivered
-        delivered = {r['attrs']['n'] for r in logged
-                     if r['ev'] == 'test.event'}
+        delivered = {
+            r['attrs']['n'] for r in logged if r['ev'] == 'test.event'
+        }
         return {'log': 300 - len(delivered)}
     evs = collections.Counter(r['ev'] for r in records)
     events = {r['attrs']['n'] for r in records if r['ev'] == 'test.event'}
@@ -292,14 +315,21 @@ def _expected(cause: str, records: list, logged: list) -> dict:
     if cause == 'buffer_full':
         return {'buffer_full': 300 - len(events)}
     if cause == 'open_untracked':
-        begun = {r['span'] for r in records if r['ev'] == 'test.span'
-                 and r['ph'] == 'B'}
-        ended = {r['span'] for r in records if r['ev'] == 'test.span'
-                 and r['ph'] == 'X'}
+        begun = {
+            r['span']
+            for r in records
+            if r['ev'] == 'test.span' and r['ph'] == 'B'
+        }
+        ended = {
+            r['span']
+            for r in records
+            if r['ev'] == 'test.span' and r['ph'] == 'X'
+        }
         return {'open_untracked': len(begun - ended)}
     if cause == 'sql_queue':
         recorded = evs['sql.query'] + sum(
-            r['attrs']['count'] for r in records if r['ev'] == 'sql.agg')
+            r['attrs']['count'] for r in records if r['ev'] == 'sql.agg'
+        )
         return {'sql_queue': 5000 + SQL_ENDS - recorded}
     if cause == 'stuck':
         # 100 events and the process.start record, none written
@@ -317,14 +347,32 @@ def lossy_run(tmp: str, mode: str, cause: str, ending: str) -> LossyRun:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.run(
         [sys.executable, script, mode, cause, ending, span_dir],
-        capture_output=True, text=True, env=env, timeout=120)
-    worker = json.loads(proc.stdout.splitlines()[-1])['worker'] \
-        if proc.stdout.strip() else None
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    worker = (
+        json.loads(proc.stdout.splitlines()[-1])['worker']
+        if proc.stdout.strip()
+        else None
+    )
     files = _read(span_dir)
-    run = LossyRun(mode, cause, ending, span_dir, files, worker,
-                   proc.stderr, _logged(proc.stderr), {}, proc.returncode)
-    return run._replace(expected=_expected(
-        cause, worker_records(run), worker_logged(run)))
+    run = LossyRun(
+        mode,
+        cause,
+        ending,
+        span_dir,
+        files,
+        worker,
+        proc.stderr,
+        _logged(proc.stderr),
+        {},
+        proc.returncode,
+    )
+    return run._replace(
+        expected=_expected(cause, worker_records(run), worker_logged(run))
+    )
 
 
 class NothingLostTest(base.TestCase):
@@ -403,32 +451,39 @@ class NothingLostTest(base.TestCase):
     def test_disk_full_until_exit(self):
         # Its total can only be in the service log: the line says so;
         # the span file has a count it could still take, or none.
-        for mode, ending in (('threads', 'os_exit'),
-                             ('eventlet', 'atexit')):
+        for mode, ending in (('threads', 'os_exit'), ('eventlet', 'atexit')):
             run = self.run_case(mode, 'disk_full_until_exit', ending)
             count = run.expected['file']
             self.assertGreater(count, 0)
-            self.assertEqual({'file': count}, self.final_counts(run),
-                             run.log[-3000:])
-            self.assertIn('this line is the only record of the total',
-                          run.log)
+            self.assertEqual(
+                {'file': count}, self.final_counts(run), run.log[-3000:]
+            )
+            self.assertIn('this line is the only record of the total', run.log)
             self.assertLess(self.last_counts(run).get('file', 0), count)
 
     def test_stuck_writer_at_exit(self):
         # What a writer stuck in a write that never returns did not
         # write: the service log says how much (the span file cannot).
-        for mode, ending in (('threads', 'os_exit'),
-                             ('eventlet', 'os_exit'),
-                             ('threads', 'fork_child')):
+        for mode, ending in (
+            ('threads', 'os_exit'),
+            ('eventlet', 'os_exit'),
+            ('threads', 'fork_child'),
+        ):
             run = self.run_case(mode, 'stuck', ending)
             count = run.expected['never_written']
             self.assertEqual(101, count)
-            lines = [found for found in map(UNWRITTEN_LINE.search,
-                                            run.log.splitlines()) if found]
-            self.assertEqual([count], [int(m.group(1)) for m in lines],
-                             run.log[-3000:])
-            self.assertIn('the writer did not finish writing to %s'
-                          % run.span_dir, run.log)
+            lines = [
+                found
+                for found in map(UNWRITTEN_LINE.search, run.log.splitlines())
+                if found
+            ]
+            self.assertEqual(
+                [count], [int(m.group(1)) for m in lines], run.log[-3000:]
+            )
+            self.assertIn(
+                'the writer did not finish writing to %s' % run.span_dir,
+                run.log,
+            )
 
     def test_log_sink_handler_failing_every_exit_path(self):
         # The service log's handler fails for one event in three: each
@@ -442,26 +497,43 @@ class NothingLostTest(base.TestCase):
     def test_log_sink_handler_failing_beside_the_file_sink(self):
         # The span file's last counter record has the exact count, and
         # so has the last one the log sink delivered.
-        for mode, ending in (('threads', 'os_exit'), ('eventlet', 'atexit'),
-                             ('eventlet', 'fork_child'),
-                             ('eventlet', 'teardown')):
+        for mode, ending in (
+            ('threads', 'os_exit'),
+            ('eventlet', 'atexit'),
+            ('eventlet', 'fork_child'),
+            ('eventlet', 'teardown'),
+        ):
             run = self.check(mode, 'log_file', ending)
             self.assertEqual({'log': 100}, run.expected)
-            self.assertEqual(run.expected,
-                             self.last_counts(run, worker_logged(run)),
-                             '%s %s\n%s' % (mode, ending, run.log[-3000:]))
+            self.assertEqual(
+                run.expected,
+                self.last_counts(run, worker_logged(run)),
+                '%s %s\n%s' % (mode, ending, run.log[-3000:]),
+            )
 
     # -- the report (instrument-report --json) ------------------------------
 
     def report_quality(self, run: LossyRun) -> dict:
         """``quality`` of ``instrument-report --json`` of ``run``; its
         loss is said on standard error even with ``-q``."""
-        out = os.path.join(self.tmp, 'report-%s-%s-%s.json' % (
-            run.mode, run.cause, run.ending))
+        out = os.path.join(
+            self.tmp,
+            'report-%s-%s-%s.json' % (run.mode, run.cause, run.ending),
+        )
         proc = subprocess.run(
-            [sys.executable, '-m', 'instrument.cmd.report', run.span_dir,
-             '--json', out, '-q'], capture_output=True, text=True,
-            timeout=120)
+            [
+                sys.executable,
+                '-m',
+                'instrument.cmd.report',
+                run.span_dir,
+                '--json',
+                out,
+                '-q',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr)
         self.assertIn('warning', proc.stderr)
         with open(out) as f:
@@ -473,30 +545,33 @@ class NothingLostTest(base.TestCase):
         # file sink's drop is also a seq gap: one record, not two).
         # The cases the service log alone can say (a disk full until
         # exit, a stuck writer) are above.
-        cases = (('threads', 'buffer_full', 'atexit', 'buffer_dropped'),
-                 ('eventlet', 'open_untracked', 'fork_child',
-                  'buffer_dropped'),
-                 ('threads', 'disk_full_freed', 'os_exit', 'sink_dropped'),
-                 ('eventlet', 'disk_full_freed', 'teardown',
-                  'sink_dropped'),
-                 ('threads', 'sql_queue', 'fork_child', 'sql_dropped'))
+        cases = (
+            ('threads', 'buffer_full', 'atexit', 'buffer_dropped'),
+            ('eventlet', 'open_untracked', 'fork_child', 'buffer_dropped'),
+            ('threads', 'disk_full_freed', 'os_exit', 'sink_dropped'),
+            ('eventlet', 'disk_full_freed', 'teardown', 'sink_dropped'),
+            ('threads', 'sql_queue', 'fork_child', 'sql_dropped'),
+        )
         for mode, cause, ending, field in cases:
             run = self.check(mode, cause, ending)
             [count] = run.expected.values()
             quality = self.report_quality(run)
-            [process] = [p for p in quality['processes']
-                         if p['pid'] == run.worker]
+            [process] = [
+                p for p in quality['processes'] if p['pid'] == run.worker
+            ]
             detail = '%s %s %s: %s' % (mode, cause, ending, process)
             if field == 'sink_dropped':
                 # the line a full disk cut short is a record the sink
                 # lost and an invalid line of the file: counted once,
                 # as the latter
-                self.assertEqual(count, process[field] + process['invalid'],
-                                 detail)
+                self.assertEqual(
+                    count, process[field] + process['invalid'], detail
+                )
             else:
                 self.assertEqual(count, process[field], detail)
-                self.assertEqual(count, quality['causes'].get(
-                    field, count), detail)
+                self.assertEqual(
+                    count, quality['causes'].get(field, count), detail
+                )
             if field == 'sql_dropped':
                 self.assertEqual(count, quality['sql_dropped'], detail)
                 self.assertEqual(0, process['lost'], detail)

@@ -56,7 +56,6 @@ print(json.dumps({'parent': os.getpid(), 'child': pid}))
 
 
 class ForkTest(base.TestCase):
-
     def test_child_samples_itself(self):
         out = os.path.join(self.tmp, 'spans')
         done = self.run_script(FORKED, out)
@@ -70,6 +69,7 @@ class ForkTest(base.TestCase):
         self.assertIn(pids['parent'], samples)
         self.assertIn(pids['child'], samples)
         self.assertGreaterEqual(len(samples[pids['child']]), 2)
-        self.assertGreater(max(s['rss_kb'] for s in samples[pids['child']]),
-                           max(s['rss_kb'] for s in samples[pids['parent']])
-                           + 32 * 1024)
+        self.assertGreater(
+            max(s['rss_kb'] for s in samples[pids['child']]),
+            max(s['rss_kb'] for s in samples[pids['parent']]) + 32 * 1024,
+        )

@@ -67,30 +67,45 @@ print(json.dumps({'child': pid, 'status': status}))
 
 def probe_counts(records: list) -> tuple:
     """(one-by-one records, aggregated count) of the probe statement."""
-    fps = {r['attrs']['fp'] for r in records
-           if r['ev'] == 'sql.fingerprint' and 'probe' in r['attrs']['text']}
-    single = [r for r in records
-              if r['ev'] == 'sql.query' and r['attrs']['fp'] in fps]
-    aggregated = sum(r['attrs']['count'] for r in records
-                     if r['ev'] == 'sql.agg' and r['attrs']['fp'] in fps)
+    fps = {
+        r['attrs']['fp']
+        for r in records
+        if r['ev'] == 'sql.fingerprint' and 'probe' in r['attrs']['text']
+    }
+    single = [
+        r
+        for r in records
+        if r['ev'] == 'sql.query' and r['attrs']['fp'] in fps
+    ]
+    aggregated = sum(
+        r['attrs']['count']
+        for r in records
+        if r['ev'] == 'sql.agg' and r['attrs']['fp'] in fps
+    )
     return len(single), aggregated
 
 
 class ForkedSqlWorkerTest(base.TestCase):
-
-    def _run(self, threshold: float, interval: float, ending: str,
-             count: int = 300) -> list:
+    def _run(
+        self, threshold: float, interval: float, ending: str, count: int = 300
+    ) -> list:
         out = os.path.join(self.tmp, 'spans')
-        proc = self.run_script(FORKED_SQL_WORKER, out,
-                               os.path.join(self.tmp, 'test.db'),
-                               str(count), str(threshold), str(interval),
-                               ending)
+        proc = self.run_script(
+            FORKED_SQL_WORKER,
+            out,
+            os.path.join(self.tmp, 'test.db'),
+            str(count),
+            str(threshold),
+            str(interval),
+            ending,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         child = json.loads(proc.stdout)['child']
         files = base.read_span_files(out) if os.path.isdir(out) else {}
         mine = [name for name in files if '_%d_' % child in name]
-        self.assertEqual(1, len(mine), 'no span file of the child: %s'
-                         % sorted(files))
+        self.assertEqual(
+            1, len(mine), 'no span file of the child: %s' % sorted(files)
+        )
         return files[mine[0]]
 
     def test_every_statement_written_at_os_exit(self):
@@ -167,22 +182,31 @@ class ConcurrentExitTest(base.TestCase):
 
     def _check(self, threshold: float) -> None:
         out = os.path.join(self.tmp, 'spans')
-        proc = self.run_script(TWO_EXITING_THREADS, out,
-                               os.path.join(self.tmp, 'test.db'),
-                               str(self.STATEMENTS), str(threshold),
-                               str(self.CHILDREN))
+        proc = self.run_script(
+            TWO_EXITING_THREADS,
+            out,
+            os.path.join(self.tmp, 'test.db'),
+            str(self.STATEMENTS),
+            str(threshold),
+            str(self.CHILDREN),
+        )
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         files = base.read_span_files(out) if os.path.isdir(out) else {}
         for pid, status in json.loads(proc.stdout):
             self.assertEqual(0, status)
             mine = [name for name in files if '_%d_' % pid in name]
-            self.assertEqual(1, len(mine), 'no span file of child %d: %s'
-                             % (pid, sorted(files)))
+            self.assertEqual(
+                1,
+                len(mine),
+                'no span file of child %d: %s' % (pid, sorted(files)),
+            )
             records = files[mine[0]]
-            self.assertEqual(self.STATEMENTS, sum(probe_counts(records)),
-                             'child %d' % pid)
-            self.assertEqual(1, sum(1 for r in records
-                                    if r['ev'] == 'process.end'))
+            self.assertEqual(
+                self.STATEMENTS, sum(probe_counts(records)), 'child %d' % pid
+            )
+            self.assertEqual(
+                1, sum(1 for r in records if r['ev'] == 'process.end')
+            )
 
     def test_every_statement_written_one_by_one(self):
         self._check(threshold=0)

@@ -40,14 +40,13 @@ class MemorySink(sink.Sink):
 
     def write(self, batch, first_seq, pid):
         for offset, rec in enumerate(batch):
-            self.records.append(record.to_dict(rec, first_seq + offset,
-                                               pid))
+            self.records.append(record.to_dict(rec, first_seq + offset, pid))
 
 
 class ListBuffer:
     """Stands in for EventBuffer: keeps event tuples, writes nothing."""
 
-    max_records = 10 ** 9
+    max_records = 10**9
     writer = 'no writer thread'
 
     def __init__(self) -> None:
@@ -55,19 +54,22 @@ class ListBuffer:
         self.emit = self.events.append
 
     def dicts(self) -> list:
-        return [schema.validate(record.to_dict(rec, n + 1, os.getpid()))
-                for n, rec in enumerate(self.events)]
+        return [
+            schema.validate(record.to_dict(rec, n + 1, os.getpid()))
+            for n, rec in enumerate(self.events)
+        ]
 
 
-def list_recorder(host: str = 'cmp-1', service: str = 'nova-compute'
-                  ) -> tuple:
+def list_recorder(host: str = 'cmp-1', service: str = 'nova-compute') -> tuple:
     """``(ListBuffer, Recorder)``: a recorder of ``service`` on ``host``
     whose events stay in the buffer."""
     from instrument.runtime import process
     from instrument.runtime import recorder
+
     buffer = ListBuffer()
     return buffer, recorder.Recorder(
-        buffer, process.ProcessIdentity.create(service, host))
+        buffer, process.ProcessIdentity.create(service, host)
+    )
 
 
 def read_span_files(directory: str) -> dict:
@@ -85,8 +87,11 @@ class TestCase(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
         self.tmp = self.useFixture(fixtures.TempDir()).path
-        self.logger = self.useFixture(fixtures.FakeLogger(
-            level='DEBUG', format='%(levelname)s %(name)s %(message)s'))
+        self.logger = self.useFixture(
+            fixtures.FakeLogger(
+                level='DEBUG', format='%(levelname)s %(name)s %(message)s'
+            )
+        )
         # What this test handed over to be logged is logged in its log.
         self.addCleanup(threads.wait_deferred)
         self.modules_dir = os.path.join(self.tmp, 'modules')
@@ -96,8 +101,9 @@ class TestCase(testtools.TestCase):
         self._made = []
         self.addCleanup(self._forget_modules)
         # Warnings given once per process are given once per test.
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.base._REPORTED', set()))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.targets.base._REPORTED', set())
+        )
         # Fault counters of the process (module-level ones too) count
         # this test's faults only.
         faults.reset()
@@ -115,31 +121,39 @@ class TestCase(testtools.TestCase):
 
     def make_module(self, source: str) -> str:
         """Write a fresh importable module; returns its (unique) name."""
-        name = 'fake_nova_%s_%d' % (self.id().rsplit('.', 1)[-1],
-                                    len(self._made))
+        name = 'fake_nova_%s_%d' % (
+            self.id().rsplit('.', 1)[-1],
+            len(self._made),
+        )
         path = os.path.join(self.modules_dir, name + '.py')
         with open(path, 'w') as f:
             f.write(textwrap.dedent(source))
         self._made.append(name)
         return name
 
-    def run_script(self, script: str, *args, modules=None,
-                   timeout: float = 120) -> subprocess.CompletedProcess:
+    def run_script(
+        self, script: str, *args, modules=None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """Run ``script`` in a fresh interpreter (fork, eventlet and exit
         tests must not run in the test runner), with ``modules``
         ({name: source}) importable."""
         for name, source in (modules or {}).items():
-            with open(os.path.join(self.modules_dir, name + '.py'),
-                      'w') as f:
+            with open(os.path.join(self.modules_dir, name + '.py'), 'w') as f:
                 f.write(source)
         path = os.path.join(self.tmp, 'script.py')
         with open(path, 'w') as f:
             f.write(textwrap.dedent(script))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [self.modules_dir] + sys.path))
-        return subprocess.run([sys.executable, path] + list(args),
-                              capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([self.modules_dir] + sys.path),
+        )
+        return subprocess.run(
+            [sys.executable, path] + list(args),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
 
     def make_conf(self, **overrides) -> cfg.ConfigOpts:
         conf = cfg.ConfigOpts()

@@ -22,8 +22,9 @@ import os
 
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 PACKAGES = ('instrument/analysis', 'instrument/cmd')
 
 
@@ -38,26 +39,40 @@ def _unannotated(path: str) -> list:
                 if not child.name.startswith('_'):
                     visit(child, prefix + child.name + '.')
             elif isinstance(child, ast.FunctionDef):
-                if child.name.startswith('_') and \
-                        child.name not in ('__init__', '__call__'):
+                if child.name.startswith('_') and child.name not in (
+                    '__init__',
+                    '__call__',
+                ):
                     continue
-                args = child.args.posonlyargs + child.args.args + \
-                    child.args.kwonlyargs
-                missing = [a.arg for a in args
-                           if a.annotation is None and
-                           a.arg not in ('self', 'cls')]
+                args = (
+                    child.args.posonlyargs
+                    + child.args.args
+                    + child.args.kwonlyargs
+                )
+                missing = [
+                    a.arg
+                    for a in args
+                    if a.annotation is None and a.arg not in ('self', 'cls')
+                ]
                 if child.returns is None:
                     missing.append('return')
                 if missing:
-                    out.append('%s:%d %s%s: %s' % (
-                        os.path.relpath(path, ROOT), child.lineno, prefix,
-                        child.name, ', '.join(missing)))
+                    out.append(
+                        '%s:%d %s%s: %s'
+                        % (
+                            os.path.relpath(path, ROOT),
+                            child.lineno,
+                            prefix,
+                            child.name,
+                            ', '.join(missing),
+                        )
+                    )
+
     visit(tree, '')
     return out
 
 
 class PublicAnnotationsTest(testtools.TestCase):
-
     def test_public_functions_are_annotated(self):
         found = []
         checked = 0

@@ -24,17 +24,18 @@ from tests.unit import base
 
 
 def _event(n: int) -> tuple:
-    return record.counter('test.event', 'h1', 'compute', 1700000000000000 + n,
-                          {'n': n})
+    return record.counter(
+        'test.event', 'h1', 'compute', 1700000000000000 + n, {'n': n}
+    )
 
 
 class BufferTest(base.TestCase):
-
     def make_buffer(self, max_records=1000, interval=60.0, header=None):
         sink = base.MemorySink()
         ident = process.ProcessIdentity.create('nova-compute', 'h1')
-        buf = buffer.EventBuffer([sink], max_records, interval, ident,
-                                 header=header)
+        buf = buffer.EventBuffer(
+            [sink], max_records, interval, ident, header=header
+        )
         self.addCleanup(buf.close)
         return buf, sink
 
@@ -46,20 +47,26 @@ class BufferTest(base.TestCase):
         buf.drain()
         self.assertEqual(0, buf.pending())
         self.assertEqual(list(range(1, 11)), [r['seq'] for r in sink.records])
-        self.assertEqual(list(range(10)),
-                         [r['attrs']['n'] for r in sink.records])
+        self.assertEqual(
+            list(range(10)), [r['attrs']['n'] for r in sink.records]
+        )
         for rec in sink.records:
             schema.validate(rec)
 
     def test_header_opens_the_output_once(self):
-        buf, sink = self.make_buffer(header=lambda: [record.meta(
-            'process.start', 'h1', 'compute', 1, {'x': 1})])
+        buf, sink = self.make_buffer(
+            header=lambda: [
+                record.meta('process.start', 'h1', 'compute', 1, {'x': 1})
+            ]
+        )
         buf.emit(_event(1))
         buf.drain()
         buf.emit(_event(2))
         buf.drain()
-        self.assertEqual(['process.start', 'test.event', 'test.event'],
-                         [r['ev'] for r in sink.records])
+        self.assertEqual(
+            ['process.start', 'test.event', 'test.event'],
+            [r['ev'] for r in sink.records],
+        )
 
     def test_full_buffer_drops_and_counts(self):
         buf, sink = self.make_buffer(max_records=16)
@@ -144,26 +151,28 @@ class BufferTest(base.TestCase):
         self.assertEqual(50, buf.dropped_full)
         # Not from the writer, which is still stuck, and not from the
         # emitting thread either (it only hands the call over).
-        self.wait_for(lambda: 'events are being dropped' in
-                      self.logger.output)
-        self.assertIn('/mnt/nfs/spans/h1_nova-compute.jsonl',
-                      self.logger.output)
+        self.wait_for(lambda: 'events are being dropped' in self.logger.output)
+        self.assertIn(
+            '/mnt/nfs/spans/h1_nova-compute.jsonl', self.logger.output
+        )
         self.assertTrue(buf.writer.is_alive())
         self.assertIsNotNone(buf._busy_since)
         release.set()
-        self.wait_for(lambda: any(r['ev'] == 'sink.drops'
-                                  for r in sink.records))
+        self.wait_for(
+            lambda: any(r['ev'] == 'sink.drops' for r in sink.records)
+        )
 
     def test_stuck_writer_is_reported_then_its_recovery(self):
         buf, sink, release = self.stuck_buffer()
         buf.stall_after = 0.3
         self.wait_for(lambda: 'writer has been stuck' in self.logger.output)
-        self.assertIn('writing to /mnt/nfs/spans/h1_nova-compute.jsonl',
-                      self.logger.output)
+        self.assertIn(
+            'writing to /mnt/nfs/spans/h1_nova-compute.jsonl',
+            self.logger.output,
+        )
         self.assertEqual(0, buf.dropped_full)  # nothing lost yet
         release.set()
-        self.wait_for(lambda: 'writer is writing again' in
-                      self.logger.output)
+        self.wait_for(lambda: 'writer is writing again' in self.logger.output)
         self.assertEqual(1, self.logger.output.count('has been stuck'))
 
     def test_running_spans_are_bounded_by_the_buffer_size(self):
@@ -175,8 +184,7 @@ class BufferTest(base.TestCase):
             if n % 10 == 9:
                 buf.drain()
         # 20 starts written; the 4 oldest are no longer followed.
-        self.assertEqual(20, len([r for r in sink.records
-                                  if r['ph'] == 'B']))
+        self.assertEqual(20, len([r for r in sink.records if r['ph'] == 'B']))
         self.assertEqual(4, buf.counts()['open_untracked'])
         self.assertEqual(16, len(buf._open))
 
@@ -205,13 +213,16 @@ class BufferTest(base.TestCase):
         # the 3 events, and the drop report the good sink took (its seq
         # number is missing from what the broken sink has)
         self.assertEqual(4, bad.dropped)
-        self.assertEqual(3, len([r for r in good.records
-                                 if r['ev'] == 'test.event']))
-        self.assertEqual({'buffer_full': 0, 'broken': 4, 'memory': 0},
-                         buf.counts())
-        self.assertEqual([{'buffer_full': 0, 'broken': 3, 'memory': 0}],
-                         [r['attrs'] for r in good.records
-                          if r['ev'] == 'sink.drops'])
+        self.assertEqual(
+            3, len([r for r in good.records if r['ev'] == 'test.event'])
+        )
+        self.assertEqual(
+            {'buffer_full': 0, 'broken': 4, 'memory': 0}, buf.counts()
+        )
+        self.assertEqual(
+            [{'buffer_full': 0, 'broken': 3, 'memory': 0}],
+            [r['attrs'] for r in good.records if r['ev'] == 'sink.drops'],
+        )
         buf.emit(_event(4))
         buf.drain()
         self.assertEqual(6, bad.dropped)
@@ -230,8 +241,9 @@ class BufferTest(base.TestCase):
 
             def write(self, batch, first_seq, pid):
                 if not fixed.is_set():
-                    raise NotADirectoryError(20, 'Not a directory',
-                                             '/srv/spans')
+                    raise NotADirectoryError(
+                        20, 'Not a directory', '/srv/spans'
+                    )
                 super().write(batch, first_seq, pid)
 
         sink = DirSink()
@@ -240,8 +252,11 @@ class BufferTest(base.TestCase):
         return buf, sink, fixed
 
     def drop_warnings(self) -> list:
-        return [line for line in self.logger.output.splitlines()
-                if 'being dropped' in line]
+        return [
+            line
+            for line in self.logger.output.splitlines()
+            if 'being dropped' in line
+        ]
 
     def test_drop_warning_names_the_cause_and_its_advice(self):
         buf, sink, fixed = self.failing_buffer()
@@ -249,10 +264,16 @@ class BufferTest(base.TestCase):
             buf.emit(_event(n))
         buf.drain()
         [warning] = self.drop_warnings()
-        self.assertIn('3 lost by the file sink (/srv/spans/h1_nova-'
-                      'compute.jsonl) since the start (3 in all)', warning)
-        self.assertIn("the sink's error: NotADirectoryError: [Errno 20] "
-                      "Not a directory: '/srv/spans'", warning)
+        self.assertIn(
+            '3 lost by the file sink (/srv/spans/h1_nova-'
+            'compute.jsonl) since the start (3 in all)',
+            warning,
+        )
+        self.assertIn(
+            "the sink's error: NotADirectoryError: [Errno 20] "
+            "Not a directory: '/srv/spans'",
+            warning,
+        )
         self.assertNotIn('buffer_size', warning)
         # The operator fixes the directory; a burst then overflows the
         # buffer: a cause of its own, warned about too, with its advice.
@@ -265,9 +286,12 @@ class BufferTest(base.TestCase):
         time.sleep(2 * threads.WATCH_INTERVAL)
         warnings = self.drop_warnings()
         self.assertEqual(2, len(warnings))
-        self.assertIn('[instrument] buffer_size, or record less with '
-                      '[instrument] slow_query_threshold or '
-                      'detail_sample_rate', warnings[1])
+        self.assertIn(
+            '[instrument] buffer_size, or record less with '
+            '[instrument] slow_query_threshold or '
+            'detail_sample_rate',
+            warnings[1],
+        )
         self.assertNotIn('Not a directory', warnings[1])
 
     def test_drop_warnings_are_rate_limited_per_cause(self):
@@ -284,16 +308,22 @@ class BufferTest(base.TestCase):
         buf.drain()  # nothing new since: the drops of the interval
         warnings = self.drop_warnings()
         self.assertEqual(2, len(warnings))
-        self.assertIn('1 lost by the file sink (/srv/spans/h1_nova-'
-                      'compute.jsonl) in the last', warnings[1])
+        self.assertIn(
+            '1 lost by the file sink (/srv/spans/h1_nova-'
+            'compute.jsonl) in the last',
+            warnings[1],
+        )
         self.assertIn('(4 in all)', warnings[1])
         time.sleep(0.6)
         buf.drain()  # no new drop: no warning
         self.assertEqual(2, len(self.drop_warnings()))
 
     def final_lines(self) -> list:
-        return [line for line in self.logger.output.splitlines()
-                if 'instrument: at close,' in line]
+        return [
+            line
+            for line in self.logger.output.splitlines()
+            if 'instrument: at close,' in line
+        ]
 
     def test_a_sink_broken_until_exit_logs_its_final_total(self):
         buf, sink, fixed = self.failing_buffer(max_records=1000)
@@ -307,11 +337,14 @@ class BufferTest(base.TestCase):
         # the 21 events and the process.end record
         self.assertEqual(22, sink.dropped)
         [line] = self.final_lines()
-        self.assertIn('at close, 22 lost by the file sink (/srv/spans/'
-                      'h1_nova-compute.jsonl) since the start, 15 of them '
-                      'since the last warning; counted in sink.drops '
-                      'records (the last one could not be written: this '
-                      'line is the only record of the total)', line)
+        self.assertIn(
+            'at close, 22 lost by the file sink (/srv/spans/'
+            'h1_nova-compute.jsonl) since the start, 15 of them '
+            'since the last warning; counted in sink.drops '
+            'records (the last one could not be written: this '
+            'line is the only record of the total)',
+            line,
+        )
 
     def test_final_total_written_when_the_sink_takes_it_again(self):
         buf, sink, fixed = self.failing_buffer(max_records=1000)
@@ -320,14 +353,13 @@ class BufferTest(base.TestCase):
         buf.drain()
         fixed.set()
         buf.close()
-        [drops] = [r['attrs'] for r in sink.records
-                   if r['ev'] == 'sink.drops']
+        [drops] = [r['attrs'] for r in sink.records if r['ev'] == 'sink.drops']
         self.assertEqual({'buffer_full': 0, 'file': 5}, drops)
         [line] = self.final_lines()
-        self.assertTrue(line.endswith('counted in sink.drops records'),
-                        line)
-        self.assertEqual(['process.end', 'sink.drops'],
-                         [r['ev'] for r in sink.records[-2:]])
+        self.assertTrue(line.endswith('counted in sink.drops records'), line)
+        self.assertEqual(
+            ['process.end', 'sink.drops'], [r['ev'] for r in sink.records[-2:]]
+        )
 
     def test_full_buffer_total_logged_at_close(self):
         buf, sink = self.make_buffer(max_records=16)
@@ -335,9 +367,11 @@ class BufferTest(base.TestCase):
             buf.emit(_event(n))
         buf.close()
         [line] = self.final_lines()
-        self.assertIn('at close, 24 lost to a full buffer of 16 events '
-                      'since the start, 23 of them since the last warning',
-                      line)
+        self.assertIn(
+            'at close, 24 lost to a full buffer of 16 events '
+            'since the start, 23 of them since the last warning',
+            line,
+        )
 
     def test_what_a_stuck_writer_never_wrote_is_logged_at_close(self):
         buf, sink, release = self.stuck_buffer()
@@ -346,10 +380,13 @@ class BufferTest(base.TestCase):
         buf.close(timeout=0.2)
         [line] = self.final_lines()
         # the 30 queued, and the one in the write that never returned
-        self.assertIn('at close, 31 events (1 of them in the write that '
-                      'did not return) were never written: the writer did '
-                      'not finish writing to /mnt/nfs/spans/h1_nova-'
-                      'compute.jsonl within the exit timeout', line)
+        self.assertIn(
+            'at close, 31 events (1 of them in the write that '
+            'did not return) were never written: the writer did '
+            'not finish writing to /mnt/nfs/spans/h1_nova-'
+            'compute.jsonl within the exit timeout',
+            line,
+        )
 
     def test_nothing_lost_nothing_logged_at_close(self):
         buf, sink = self.make_buffer()
@@ -429,7 +466,6 @@ class BufferTest(base.TestCase):
         self.assertFalse(buf2.drain())
         self.assertEqual(written, len(sink2.records))
 
-
     def test_a_stuck_writer_leaves_the_other_sinks_closed(self):
         # The writer is stuck in one sink's write (a hung disk): close
         # waits for the drain lock once, then closes every other sink
@@ -476,6 +512,7 @@ class PeriodicFaultTest(base.TestCase):
 
     def test_logged_once_counted_and_disabled(self):
         from instrument.runtime import faults
+
         sink = base.MemorySink()
         buf = buffer.EventBuffer([sink], 100, 3600.0)
         self.addCleanup(buf.close)
@@ -495,12 +532,22 @@ class PeriodicFaultTest(base.TestCase):
         self.assertEqual(drains, len(good))  # the others still run
         out = self.logged()
         self.assertEqual(1, out.count('fault in the periodic callback '))
-        self.assertIn('PeriodicFaultTest.test_logged_once_counted_and_'
-                      'disabled.<locals>.broken of the writer (RuntimeError:'
-                      ' callback bug)', out)
+        self.assertIn(
+            'PeriodicFaultTest.test_logged_once_counted_and_'
+            'disabled.<locals>.broken of the writer (RuntimeError:'
+            ' callback bug)',
+            out,
+        )
         self.assertEqual(1, out.count('Traceback'))
-        self.assertEqual(1, out.count('disabled after %d faults'
-                                      % buffer.PERIODIC_FAULT_LIMIT))
-        [(name, count)] = [item for item in faults.totals().items()
-                           if 'periodic callback' in item[0]]
+        self.assertEqual(
+            1,
+            out.count(
+                'disabled after %d faults' % buffer.PERIODIC_FAULT_LIMIT
+            ),
+        )
+        [(name, count)] = [
+            item
+            for item in faults.totals().items()
+            if 'periodic callback' in item[0]
+        ]
         self.assertEqual(buffer.PERIODIC_FAULT_LIMIT, count)

@@ -62,14 +62,18 @@ class RuntimeTest(testtools.TestCase):
             [point] = by_event.pop(step.event)
             self.assertEqual(
                 (step.module, step.target, step.service),
-                (point.module, point.target, point.service), step.event)
+                (point.module, point.target, point.service),
+                step.event,
+            )
         # the others: the API's cells (not a step of one operation)
-        self.assertEqual({nova.EV_SCATTER_GATHER, nova.EV_CELL_QUERY},
-                         set(by_event))
+        self.assertEqual(
+            {nova.EV_SCATTER_GATHER, nova.EV_CELL_QUERY}, set(by_event)
+        )
 
     def test_readers_are_of_steps(self):
-        self.assertEqual([], sorted(set(steps.reads_of()) -
-                                    set(catalogue.STEP_OF)))
+        self.assertEqual(
+            [], sorted(set(steps.reads_of()) - set(catalogue.STEP_OF))
+        )
 
     def test_steps_of_a_service_read_the_instance_and_host(self):
         point = steps.point(catalogue.STEP_OF['compute.stop_instance'])
@@ -85,11 +89,11 @@ class RuntimeTest(testtools.TestCase):
 
 
 class CatalogueTest(testtools.TestCase):
-
     def test_every_event_an_operation_names_is_a_step(self):
         for op in catalogue.OPERATIONS:
-            self.assertEqual([], sorted(op.events() -
-                                        set(catalogue.STEP_OF)), op.name)
+            self.assertEqual(
+                [], sorted(op.events() - set(catalogue.STEP_OF)), op.name
+            )
 
     def test_every_failure_is_a_state_of_its_operation(self):
         for op in catalogue.OPERATIONS:
@@ -120,52 +124,77 @@ class AnalyserTest(testtools.TestCase):
     """The analyser's rules are the catalogue's."""
 
     def test_specs_of_every_operation(self):
-        self.assertEqual({op.name for op in catalogue.OPERATIONS},
-                         set(operations.SPECS))
+        self.assertEqual(
+            {op.name for op in catalogue.OPERATIONS}, set(operations.SPECS)
+        )
         for op in catalogue.OPERATIONS:
             spec = operations.SPECS[op.name]
-            self.assertEqual((frozenset(op.done), dict(op.fail),
-                              frozenset(op.attempts), op.states),
-                             (spec.done, spec.fail, spec.attempts,
-                              spec.states), op.name)
+            self.assertEqual(
+                (
+                    frozenset(op.done),
+                    dict(op.fail),
+                    frozenset(op.attempts),
+                    op.states,
+                ),
+                (spec.done, spec.fail, spec.attempts, spec.states),
+                op.name,
+            )
             self.assertEqual(op.states, operations.states_of(op.name))
 
     def test_boot_events_are_the_catalogue_boots(self):
         boot = catalogue.OPERATION_OF[schema.OP_BOOT]
         self.assertEqual(boot.events(), classify.BOOT_EVENTS)
         self.assertEqual(boot.states, operations.states_of(schema.OP_BOOT))
-        self.assertEqual({'conductor.schedule',
-                          'scheduler.select_destinations'},
-                         classify.SCHEDULE_EVENTS)
+        self.assertEqual(
+            {'conductor.schedule', 'scheduler.select_destinations'},
+            classify.SCHEDULE_EVENTS,
+        )
 
     def test_each_step_names_its_operation_downstream(self):
         for op in catalogue.OPERATIONS:
             for ev in op.steps:
-                spans = _spans((1, ev, 'compute', 0, 5, None, 'ok', {},
-                                ['i-1']))
-                self.assertEqual(op.name, operations.operation_of(spans),
-                                 ev)
+                spans = _spans(
+                    (1, ev, 'compute', 0, 5, None, 'ok', {}, ['i-1'])
+                )
+                self.assertEqual(op.name, operations.operation_of(spans), ev)
 
     def test_each_route_and_action_names_its_operation(self):
         for op in catalogue.OPERATIONS:
             for method, route in op.routes:
-                self.assertEqual(op.name, operations.route_operation({
-                    schema.ATTR_METHOD: method,
-                    schema.ATTR_ROUTE: '/v2.1/servers' + route}))
+                self.assertEqual(
+                    op.name,
+                    operations.route_operation(
+                        {
+                            schema.ATTR_METHOD: method,
+                            schema.ATTR_ROUTE: '/v2.1/servers' + route,
+                        }
+                    ),
+                )
             for action in op.actions:
-                self.assertEqual(op.name, operations.route_operation({
-                    schema.ATTR_METHOD: 'POST',
-                    schema.ATTR_ROUTE: '/v2.1/servers/{id}/action',
-                    schema.ATTR_ACTION: action}))
+                self.assertEqual(
+                    op.name,
+                    operations.route_operation(
+                        {
+                            schema.ATTR_METHOD: 'POST',
+                            schema.ATTR_ROUTE: '/v2.1/servers/{id}/action',
+                            schema.ATTR_ACTION: action,
+                        }
+                    ),
+                )
 
     def test_done_step_ends_the_operation(self):
         # an operation of one host: its done step's success is success
         for op in catalogue.OPERATIONS:
-            if op.api_only or op.reschedule is not None or \
-                    len(op.done) != 1 or op.rollback:
+            if (
+                op.api_only
+                or op.reschedule is not None
+                or len(op.done) != 1
+                or op.rollback
+            ):
                 continue
-            spans = _spans((1, op.done[0], 'compute', 0, 5, None, 'ok', {},
-                            ['i-1']))
+            spans = _spans(
+                (1, op.done[0], 'compute', 0, 5, None, 'ok', {}, ['i-1'])
+            )
             [row] = operations.final_states(op.name, spans_mod.Tree(spans))
             self.assertEqual(catalogue.SUCCESS, row['state'], op.name)
 
@@ -179,47 +208,87 @@ class AddingAnOperationTest(testtools.TestCase):
         super().setUp()
         code = test_architecture.blocks()
         names = dict(vars(catalogue))
-        self.steps = eval('(%s)' % code['operation-steps'],  # noqa: S307
-                          names)
-        op = eval(code['operation-entry'].rstrip().rstrip(','),  # noqa: S307
-                  names)
+        self.steps = eval(  # noqa: S307
+            '(%s)' % code['operation-steps'],
+            names,
+        )
+        op = eval(  # noqa: S307
+            code['operation-entry'].rstrip().rstrip(','),
+            names,
+        )
         self.op = op
         made = operations.rules(catalogue.OPERATIONS + (op,))
-        for name, value in (('SPECS', made.specs), ('_API', made.api),
-                            ('_DOWNSTREAM', made.downstream),
-                            ('_ROUTES', made.routes),
-                            ('_ACTIONS', made.actions)):
-            self.useFixture(fixtures.MonkeyPatch(
-                'instrument.analysis.model.operations.' + name, value))
+        for name, value in (
+            ('SPECS', made.specs),
+            ('_API', made.api),
+            ('_DOWNSTREAM', made.downstream),
+            ('_ROUTES', made.routes),
+            ('_ACTIONS', made.actions),
+        ):
+            self.useFixture(
+                fixtures.MonkeyPatch(
+                    'instrument.analysis.model.operations.' + name, value
+                )
+            )
 
     def test_the_runtime_patches_its_steps(self):
-        made = {p.event: p for p in steps.points(catalogue.STEPS +
-                                                 self.steps)}
+        made = {p.event: p for p in steps.points(catalogue.STEPS + self.steps)}
         api = made['api.compute.suspend']
-        self.assertEqual(('nova.compute.api', 'API.suspend', 'api'),
-                         (api.module, api.target, api.service))
+        self.assertEqual(
+            ('nova.compute.api', 'API.suspend', 'api'),
+            (api.module, api.target, api.service),
+        )
         step = made['compute.suspend_instance']
-        self.assertEqual(('nova.compute.manager',
-                          'ComputeManager.suspend_instance', 'compute'),
-                         (step.module, step.target, step.service))
+        self.assertEqual(
+            (
+                'nova.compute.manager',
+                'ComputeManager.suspend_instance',
+                'compute',
+            ),
+            (step.module, step.target, step.service),
+        )
         self.assertEqual('instance', step.instances.name)
         self.assertIsInstance(step.host, points_mod.SelfAttr)
-        declared = {e.name: e for e in events.table(catalogue.STEPS +
-                                                    self.steps)}
-        self.assertEqual(events.NOVA,
-                         declared['compute.suspend_instance'].emitter)
-        self.assertEqual('compute',
-                         declared['compute.suspend_instance'].component)
+        declared = {
+            e.name: e for e in events.table(catalogue.STEPS + self.steps)
+        }
+        self.assertEqual(
+            events.NOVA, declared['compute.suspend_instance'].emitter
+        )
+        self.assertEqual(
+            'compute', declared['compute.suspend_instance'].component
+        )
 
     def _request(self, st='ok'):
         return _spans(
-            (1, schema.EV_API_REQUEST, 'api', 0, 50, None, 'ok',
-             {schema.ATTR_METHOD: 'POST',
-              schema.ATTR_ROUTE: '/v2.1/servers/{id}/action',
-              schema.ATTR_STATUS: 202}, None),
+            (
+                1,
+                schema.EV_API_REQUEST,
+                'api',
+                0,
+                50,
+                None,
+                'ok',
+                {
+                    schema.ATTR_METHOD: 'POST',
+                    schema.ATTR_ROUTE: '/v2.1/servers/{id}/action',
+                    schema.ATTR_STATUS: 202,
+                },
+                None,
+            ),
             (2, 'api.compute.suspend', 'api', 1, 20, 1, 'ok', {}, ['i-1']),
-            (3, 'compute.suspend_instance', 'compute', 30, 40, 2, st, {},
-             ['i-1']))
+            (
+                3,
+                'compute.suspend_instance',
+                'compute',
+                30,
+                40,
+                2,
+                st,
+                {},
+                ['i-1'],
+            ),
+        )
 
     def test_the_analyser_names_it_and_gives_its_states(self):
         spans = self._request()
@@ -230,10 +299,16 @@ class AddingAnOperationTest(testtools.TestCase):
         [row] = operations.final_states('suspend', spans_mod.Tree(spans))
         self.assertEqual(catalogue.COMPUTE_FAILURE, row['state'])
         # refused before API.suspend: the action it asked for
-        self.assertEqual('suspend', operations.route_operation({
-            schema.ATTR_METHOD: 'POST',
-            schema.ATTR_ROUTE: '/v2.1/servers/{id}/action',
-            schema.ATTR_ACTION: 'suspend'}))
+        self.assertEqual(
+            'suspend',
+            operations.route_operation(
+                {
+                    schema.ATTR_METHOD: 'POST',
+                    schema.ATTR_ROUTE: '/v2.1/servers/{id}/action',
+                    schema.ATTR_ACTION: 'suspend',
+                }
+            ),
+        )
         self.assertEqual(self.op.states, operations.states_of('suspend'))
 
 
@@ -250,12 +325,14 @@ class ContractTest(testtools.TestCase):
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom):
-                    names = ['%s.%s' % (node.module, a.name)
-                             for a in node.names]
+                    names = [
+                        '%s.%s' % (node.module, a.name) for a in node.names
+                    ]
                 else:
                     continue
                 for name in names:
                     top = name.split('.')[0]
                     self.assertTrue(
                         name in allowed or top in sys.stdlib_module_names,
-                        '%s imports %s' % (module.__name__, name))
+                        '%s imports %s' % (module.__name__, name),
+                    )

@@ -24,29 +24,38 @@ SECRET = 'tok-5e1f0c2b9a7d4e63'  # noqa: S105
 
 
 class ClientErrorTest(testtools.TestCase):
-
     def test_keystoneauth_http_error_keeps_its_status(self):
         exc = ksa_exc.http.Conflict(
-            message='{"conflict": "%s"}' % SECRET, http_status=409,
-            url='http://placement:8778/allocations/x?token=' + SECRET)
-        self.assertEqual(('keystoneauth1.exceptions.http.Conflict',
-                          'HTTP 409'), tracer.error_of(exc))
+            message='{"conflict": "%s"}' % SECRET,
+            http_status=409,
+            url='http://placement:8778/allocations/x?token=' + SECRET,
+        )
+        self.assertEqual(
+            ('keystoneauth1.exceptions.http.Conflict', 'HTTP 409'),
+            tracer.error_of(exc),
+        )
 
     def test_keystoneauth_time_out_keeps_nothing(self):
         exc = ksa_exc.ConnectTimeout(
             'Request to http://neutron:9696/v2.0/ports?device_id=%s timed '
-            'out' % SECRET)
-        self.assertEqual(('keystoneauth1.exceptions.connection.'
-                          'ConnectTimeout', ''), tracer.error_of(exc))
+            'out' % SECRET
+        )
+        self.assertEqual(
+            ('keystoneauth1.exceptions.connection.ConnectTimeout', ''),
+            tracer.error_of(exc),
+        )
 
     def test_requests_error(self):
         exc = requests.exceptions.ReadTimeout(
             'HTTPConnectionPool(host=x, port=1): Read timed out. '
-            '(read timeout=%s)' % SECRET)
+            '(read timeout=%s)' % SECRET
+        )
         self.assertNotIn(SECRET, tracer.error_of(exc)[1])
 
     def test_url_in_another_message_is_its_path(self):
-        exc = RuntimeError('image https://user:%s@glance:9292/v2/images/'
-                           'abc?x=%s#f not found' % (SECRET, SECRET))
+        exc = RuntimeError(
+            'image https://user:%s@glance:9292/v2/images/'
+            'abc?x=%s#f not found' % (SECRET, SECRET)
+        )
         cls, msg = tracer.error_of(exc)
         self.assertEqual('image /v2/images/abc not found', msg)

@@ -18,8 +18,9 @@ import re
 
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 SOURCE = os.path.join(ROOT, 'doc', 'source')
 
 
@@ -33,11 +34,14 @@ def _pages() -> dict:
 
 def _headings(text: str) -> list:
     lines = text.splitlines()
-    return [lines[i - 1] for i in range(1, len(lines))
-            if re.fullmatch(r'([=\-~^"]{3,})', lines[i]) and
-            lines[i - 1].strip() and
-            not re.fullmatch(r'[=\-~^"]+', lines[i - 1]) and
-            len(lines[i]) >= len(lines[i - 1].rstrip())]
+    return [
+        lines[i - 1]
+        for i in range(1, len(lines))
+        if re.fullmatch(r'([=\-~^"]{3,})', lines[i])
+        and lines[i - 1].strip()
+        and not re.fullmatch(r'[=\-~^"]+', lines[i - 1])
+        and len(lines[i]) >= len(lines[i - 1].rstrip())
+    ]
 
 
 def _prose(text: str) -> str:
@@ -56,22 +60,27 @@ def _prose(text: str) -> str:
 
 
 class DocsTest(testtools.TestCase):
-
     def test_no_heading_names_an_issue_number(self):
         # "Where issue 17 stands" says nothing to a reader without the
         # tracker
-        found = [(page, h) for page, text in _pages().items()
-                 for h in _headings(text)
-                 if re.search(r'issue \d+', h, re.I)]
+        found = [
+            (page, h)
+            for page, text in _pages().items()
+            for h in _headings(text)
+            if re.search(r'issue \d+', h, re.I)
+        ]
         self.assertEqual([], found)
 
     def test_no_file_colon_text_becomes_a_link(self):
         # docutils reads "file:line" in prose as a file: URI, a link to
         # nowhere
-        found = [(page, m.group(0)) for page, text in _pages().items()
-                 for m in re.finditer(r'(?<![\w`/.])file:\w+',
-                                      _prose(text))]
+        found = [
+            (page, m.group(0))
+            for page, text in _pages().items()
+            for m in re.finditer(r'(?<![\w`/.])file:\w+', _prose(text))
+        ]
         self.assertEqual([], found)
+
     def test_every_page_is_in_the_index(self):
         pages = _pages()
         index = pages.pop('index')
@@ -82,7 +91,9 @@ class DocsTest(testtools.TestCase):
 
     def test_how_to_read_defines_every_component(self):
         from instrument.analysis.render import views
+
         text = _pages()['reading']
-        missing = [name for name in views.PALETTE
-                   if '``%s``' % name not in text]
+        missing = [
+            name for name in views.PALETTE if '``%s``' % name not in text
+        ]
         self.assertEqual([], missing)

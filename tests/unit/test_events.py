@@ -40,8 +40,18 @@ SKIP = ('analysis', 'cmd')
 CONTRACT = ('schema.py', 'events.py', 'catalogue.py')
 # The recorder's calls that write an event named by their first
 # argument.
-WRITERS = frozenset(('begin', 'instant', 'meta', 'counter', 'complete',
-                     'record', '_instant', 'span'))
+WRITERS = frozenset(
+    (
+        'begin',
+        'instant',
+        'meta',
+        'counter',
+        'complete',
+        'record',
+        '_instant',
+        'span',
+    )
+)
 POINTS = frozenset(('P', 'PatchPoint'))
 SILENT_KINDS = frozenset(('HOOK', 'REPLACE', 'LISTEN'))
 
@@ -53,15 +63,14 @@ def _runtime_files():
             dirs[:] = []
             continue
         for name in sorted(files):
-            if name.endswith('.py') and not (rel == '.' and
-                                             name in CONTRACT):
+            if name.endswith('.py') and not (rel == '.' and name in CONTRACT):
                 yield os.path.join(top, name)
 
 
 def _module_of(path: str) -> str:
     rel = os.path.relpath(path, os.path.join(ROOT, '..'))
     name = rel[:-3].replace(os.sep, '.')
-    return name[:-len('.__init__')] if name.endswith('.__init__') else name
+    return name[: -len('.__init__')] if name.endswith('.__init__') else name
 
 
 def _aliases(tree: ast.Module, module: str) -> dict:
@@ -72,13 +81,17 @@ def _aliases(tree: ast.Module, module: str) -> dict:
         if isinstance(node, ast.Import):
             for a in node.names:
                 found[a.asname or a.name.split('.')[0]] = (
-                    a.name if a.asname else a.name.split('.')[0])
+                    a.name if a.asname else a.name.split('.')[0]
+                )
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ''
             if node.level:
-                base = '.'.join(package.split('.')[:len(
-                    package.split('.')) - node.level + 1] + (
-                    [base] if base else []))
+                base = '.'.join(
+                    package.split('.')[
+                        : len(package.split('.')) - node.level + 1
+                    ]
+                    + ([base] if base else [])
+                )
             for a in node.names:
                 found[a.asname or a.name] = base + '.' + a.name
     return found
@@ -117,8 +130,11 @@ def _silent(node: ast.Call) -> bool:
     for kw in node.keywords:
         if kw.arg == 'kind':
             value = kw.value
-            name = value.attr if isinstance(value, ast.Attribute) else (
-                value.id if isinstance(value, ast.Name) else None)
+            name = (
+                value.attr
+                if isinstance(value, ast.Attribute)
+                else (value.id if isinstance(value, ast.Name) else None)
+            )
             return name in SILENT_KINDS
     return False
 
@@ -136,9 +152,14 @@ def written_in(path: str) -> set:
         called = _called(node)
         arg = None
         if called in POINTS and not _silent(node):
-            arg = node.args[2] if len(node.args) > 2 else next(
-                (kw.value for kw in node.keywords if kw.arg == 'event'),
-                None)
+            arg = (
+                node.args[2]
+                if len(node.args) > 2
+                else next(
+                    (kw.value for kw in node.keywords if kw.arg == 'event'),
+                    None,
+                )
+            )
         elif called in WRITERS and node.args:
             arg = node.args[0]
         if arg is None:
@@ -167,33 +188,37 @@ def _within(module: str, emitter: str) -> bool:
 
 
 class EventTableTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.written = written()
 
     def test_every_event_written_is_declared_by_its_writer(self):
         for ev, modules in sorted(self.written.items()):
-            self.assertIn(ev, events.BY_NAME,
-                          '%s (written by %s) is not in the event table'
-                          % (ev, ', '.join(sorted(modules))))
+            self.assertIn(
+                ev,
+                events.BY_NAME,
+                '%s (written by %s) is not in the event table'
+                % (ev, ', '.join(sorted(modules))),
+            )
             emitter = events.BY_NAME[ev].emitter
             for module in modules:
-                self.assertTrue(_within(module, emitter),
-                                '%s is written by %s, declared by %s' % (
-                                    ev, module, emitter))
+                self.assertTrue(
+                    _within(module, emitter),
+                    '%s is written by %s, declared by %s'
+                    % (ev, module, emitter),
+                )
 
     def test_every_declared_event_is_written(self):
-        self.assertEqual([], sorted(set(events.BY_NAME) -
-                                    set(self.written)))
+        self.assertEqual([], sorted(set(events.BY_NAME) - set(self.written)))
 
     def test_each_event_declared_once(self):
         names = [e.name for e in events.TABLE]
         self.assertEqual(sorted(set(names)), sorted(names))
 
     def test_schema_events_are_the_table(self):
-        self.assertEqual({e.name: e.component for e in events.TABLE},
-                         schema.EVENTS)
+        self.assertEqual(
+            {e.name: e.component for e in events.TABLE}, schema.EVENTS
+        )
         for name in dir(schema):
             if name.startswith('EV_'):
                 self.assertIn(getattr(schema, name), events.BY_NAME, name)
@@ -201,23 +226,27 @@ class EventTableTest(testtools.TestCase):
     def test_the_steps_are_declared_by_the_catalogue(self):
         for step in catalogue.STEPS:
             self.assertEqual(events.NOVA, events.BY_NAME[step.event].emitter)
-            self.assertEqual(step.charged_to,
-                             events.BY_NAME[step.event].component)
+            self.assertEqual(
+                step.charged_to, events.BY_NAME[step.event].component
+            )
 
     def test_the_scan_sees_what_it_looks_for(self):
         # a literal, a module constant and a schema constant passed to
         # the recorder, a span point's event; not a HOOK's name
-        path = os.path.join(self.useFixture(
-            __import__('fixtures').TempDir()).path, 'probe.py')
+        path = os.path.join(
+            self.useFixture(__import__('fixtures').TempDir()).path, 'probe.py'
+        )
         with open(path, 'w') as f:
-            f.write('from instrument import schema\n'
-                    'from instrument import points\n'
-                    'def f(rec):\n'
-                    "    rec.begin('x.literal')\n"
-                    '    rec.counter(schema.EV_SQL_AGG, {})\n'
-                    "    points.PatchPoint('m', 't', 'x.span', 'api')\n"
-                    "    points.PatchPoint('m', 't', 'x.hook',\n"
-                    '                      kind=points.HOOK)\n')
+            f.write(
+                'from instrument import schema\n'
+                'from instrument import points\n'
+                'def f(rec):\n'
+                "    rec.begin('x.literal')\n"
+                '    rec.counter(schema.EV_SQL_AGG, {})\n'
+                "    points.PatchPoint('m', 't', 'x.span', 'api')\n"
+                "    points.PatchPoint('m', 't', 'x.hook',\n"
+                '                      kind=points.HOOK)\n'
+            )
         tree = ast.parse(open(path).read())
         aliases = _aliases(tree, 'probe')
         self.assertEqual('instrument.schema', aliases['schema'])
@@ -228,6 +257,7 @@ class EventTableTest(testtools.TestCase):
                 if called in POINTS and not _silent(node):
                     found.add(node.args[2].value)
                 elif called in WRITERS:
-                    found.add(_value(node.args[0], 'instrument.schema',
-                                     aliases))
+                    found.add(
+                        _value(node.args[0], 'instrument.schema', aliases)
+                    )
         self.assertEqual({'x.literal', 'sql.agg', 'x.span'}, found)

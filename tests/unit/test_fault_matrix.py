@@ -187,8 +187,10 @@ class Kind:
         ``site``."""
         buf = base.ListBuffer()
         rec = recorder_mod.Recorder(
-            buf, process.ProcessIdentity.create('nova-compute', 'cmp-1'),
-            detail_sample_rate=rate)
+            buf,
+            process.ProcessIdentity.create('nova-compute', 'cmp-1'),
+            detail_sample_rate=rate,
+        )
         if site in (CLOCK, EXIT_CLOCK):
             rec.clock = fault.wrap(rec.clock)
         elif site == RECORDER:
@@ -223,8 +225,9 @@ class SpanPoint(Kind):
         rec = self.recorder(site, fault, 0.5 if self.detail else 1.0)
         self.req = 'req-1'
         if self.detail:
-            self.req = next('req-%d' % n for n in range(1000)
-                            if rec.sampled('req-%d' % n))
+            self.req = next(
+                'req-%d' % n for n in range(1000) if rec.sampled('req-%d' % n)
+            )
             if site == RECORDER:  # the sampling decision
                 rec.sampled = fault.wrap(rec.sampled)
         if site == EXIT:
@@ -235,22 +238,30 @@ class SpanPoint(Kind):
 
         def on_exit(instance, args, kwargs, result):
             return {'count': 1}
+
         if site == EXTRACTOR:
             on_enter = fault.wrap(on_enter)
         self.mod = self.module()
         point = patcher_mod.PatchPoint(
-            self.mod.__name__, 'Manager.work', 'compute.build', 'compute',
+            self.mod.__name__,
+            'Manager.work',
+            'compute.build',
+            'compute',
             instances=patcher_mod.uuids('instance'),
-            host=patcher_mod.self_attr('host'), on_enter=on_enter,
-            on_exit=on_exit, detail=self.detail)
+            host=patcher_mod.self_attr('host'),
+            on_enter=on_enter,
+            on_exit=on_exit,
+            detail=self.detail,
+        )
         patcher = patcher_mod.Patcher([point], rec)
         self.test.addCleanup(patcher.remove)
         patcher.apply()
         self.state = patcher.state(point.name)
 
     def call(self, outcome):
-        return self.mod.Manager().work(self.mod.Ctx(self.req),
-                                       self.mod.Instance(), outcome)
+        return self.mod.Manager().work(
+            self.mod.Ctx(self.req), self.mod.Instance(), outcome
+        )
 
     def counters(self):
         return [self.state]
@@ -276,17 +287,25 @@ class HookPoint(Kind):
 
         def on_exit(instance, args, kwargs, result):
             return None
+
         if site == EXTRACTOR:
             on_enter = fault.wrap(on_enter)
         elif site == EXIT:
             on_exit = fault.wrap(on_exit)
         elif site == RECORDER:  # the frame switch in the thread
-            self.patch('instrument.runtime.recorder.set_frame',
-                       fault.wrap(recorder_mod.set_frame))
+            self.patch(
+                'instrument.runtime.recorder.set_frame',
+                fault.wrap(recorder_mod.set_frame),
+            )
         self.mod = self.module()
         point = patcher_mod.PatchPoint(
-            self.mod.__name__, 'spawn_on', 'thread.spawn',
-            kind=patcher_mod.HOOK, on_enter=on_enter, on_exit=on_exit)
+            self.mod.__name__,
+            'spawn_on',
+            'thread.spawn',
+            kind=patcher_mod.HOOK,
+            on_enter=on_enter,
+            on_exit=on_exit,
+        )
         patcher = patcher_mod.Patcher([point], rec)
         self.test.addCleanup(patcher.remove)
         patcher.apply()
@@ -295,7 +314,8 @@ class HookPoint(Kind):
     def call(self, outcome):
         # inside a span: the hook carries it into the function
         token = recorder_mod._CURRENT.set(
-            (1, 'req-1', None, None, 'compute', 'cmp-1', 'compute.build'))
+            (1, 'req-1', None, None, 'compute', 'cmp-1', 'compute.build')
+        )
         try:
             return self.mod.spawn_on('pool', self.nova, outcome)
         finally:
@@ -317,10 +337,16 @@ class CellQuery(Kind):
             rec.begin = fault.wrap(rec.begin)
         elif site == EXIT:
             rec.end = fault.wrap(rec.end)
-        frame = (1, 'req-1', None, None, 'api', 'ctl-1',
-                 nova_target.EV_SCATTER_GATHER)
-        self.run = nova_cells.cell_query(rec, frame, self.nova,
-                                         'cell-1', None)
+        frame = (
+            1,
+            'req-1',
+            None,
+            None,
+            'api',
+            'ctl-1',
+            nova_target.EV_SCATTER_GATHER,
+        )
+        self.run = nova_cells.cell_query(rec, frame, self.nova, 'cell-1', None)
 
     def call(self, outcome):
         return self.run(outcome)
@@ -338,19 +364,31 @@ class LockWrapper(Kind):
     def setup(self, site, fault):
         rec = self.recorder()
         if site in (CLOCK, EXIT_CLOCK):
-            self.patch('instrument.targets.oslo_concurrency.clock',
-                       fault.wrap(lock_target.clock))
+            self.patch(
+                'instrument.targets.oslo_concurrency.clock',
+                fault.wrap(lock_target.clock),
+            )
         elif site == EXTRACTOR:
-            self.patch('instrument.targets.oslo_concurrency.lock_name',
-                       fault.wrap(lock_target.lock_name))
+            self.patch(
+                'instrument.targets.oslo_concurrency.lock_name',
+                fault.wrap(lock_target.lock_name),
+            )
         elif site == RECORDER:
             make = waits_mod.WaitRecorder._make_record
-            self.patch('instrument.runtime.waits.WaitRecorder._make_record',
-                       lambda waits: fault.wrap(make(waits)))
+            self.patch(
+                'instrument.runtime.waits.WaitRecorder._make_record',
+                lambda waits: fault.wrap(make(waits)),
+            )
         self.target = lock_target.OsloConcurrencyTarget()
-        self.target.install(targets_base.Context(
-            self.test.make_conf(), rec, tracer_mod.Tracer(rec),
-            patcher_mod.Patcher([], rec), [self.target]))
+        self.target.install(
+            targets_base.Context(
+                self.test.make_conf(),
+                rec,
+                tracer_mod.Tracer(rec),
+                patcher_mod.Patcher([], rec),
+                [self.target],
+            )
+        )
         self.test.addCleanup(self.target.remove)
         self.lock = 'lock-%s' % self.test.id()
 
@@ -396,15 +434,18 @@ class BuildSlot(Kind):
     def setup(self, site, fault):
         rec = self.recorder()
         if site in (CLOCK, EXIT_CLOCK):
-            self.patch('instrument.targets.nova.pools.clock',
-                       fault.wrap(nova_pools.clock))
+            self.patch(
+                'instrument.targets.nova.pools.clock',
+                fault.wrap(nova_pools.clock),
+            )
         self.target = nova_pools.NovaPoolsTarget()
         self.target.waits = waits_mod.WaitRecorder(rec, 'the build slots')
         self.target.record = self.target.waits.record
         if site == RECORDER:
             self.target.record = fault.wrap(self.target.record)
         self.sem = nova_pools.TimedSemaphore(
-            _Slots(self), 'max_concurrent_builds', 2, self.target)
+            _Slots(self), 'max_concurrent_builds', 2, self.target
+        )
 
     def call(self, outcome):
         with self.sem:
@@ -437,16 +478,19 @@ class PoolCheckout(Kind):
     def setup(self, site, fault):
         rec = self.recorder()
         if site in (CLOCK, EXIT_CLOCK):
-            self.patch('instrument.targets.sqlalchemy.pool.clock',
-                       fault.wrap(pool_mod.clock))
+            self.patch(
+                'instrument.targets.sqlalchemy.pool.clock',
+                fault.wrap(pool_mod.clock),
+            )
         elif site == EXTRACTOR:
-            self.patch('instrument.targets.sqlalchemy.pool._attrs',
-                       fault.wrap(pool_mod._attrs))
+            self.patch(
+                'instrument.targets.sqlalchemy.pool._attrs',
+                fault.wrap(pool_mod._attrs),
+            )
         self.waits = pool_mod.PoolWaits(rec)
         if site == RECORDER:
             self.waits.waits.record = fault.wrap(self.waits.waits.record)
-        self.do_get = self.waits._timed(
-            lambda pool: self.nova(pool.outcome))
+        self.do_get = self.waits._timed(lambda pool: self.nova(pool.outcome))
         self.pool = _Pool()
 
     def call(self, outcome):
@@ -472,20 +516,28 @@ class SqlListeners(Kind):
         rec = self.recorder()
         if site in (CLOCK, EXIT_CLOCK):
             from instrument.targets.sqlalchemy import listeners
-            self.patch('instrument.targets.sqlalchemy.listeners._perf_ns',
-                       fault.wrap(listeners._perf_ns))
+
+            self.patch(
+                'instrument.targets.sqlalchemy.listeners._perf_ns',
+                fault.wrap(listeners._perf_ns),
+            )
         elif site == EXTRACTOR:
-            self.patch('instrument.runtime.recorder.current_frame',
-                       fault.wrap(recorder_mod.current_frame))
+            self.patch(
+                'instrument.runtime.recorder.current_frame',
+                fault.wrap(recorder_mod.current_frame),
+            )
         elif site == EXIT:
-            self.patch('instrument.runtime.tracer.error_of',
-                       fault.wrap(tracer_mod.error_of))
+            self.patch(
+                'instrument.runtime.tracer.error_of',
+                fault.wrap(tracer_mod.error_of),
+            )
         self.fault = fault
         timing = db_mod.SqlTiming(rec)
         if site == RECORDER:
             pending = timing.listeners.pending = _FaultyDeque()
             pending.append = fault.wrap(
-                collections.deque.append.__get__(pending))
+                collections.deque.append.__get__(pending)
+            )
             timing.listeners._build()
         timing.install()
         self.test.addCleanup(timing.remove)
@@ -494,8 +546,9 @@ class SqlListeners(Kind):
         self.test.addCleanup(self.engine.dispose)
 
     def where_exit(self):
-        return faultinject.in_functions('after_cursor_execute',
-                                        'early_error', depth=2)
+        return faultinject.in_functions(
+            'after_cursor_execute', 'early_error', depth=2
+        )
 
     def outcomes(self):
         ok = 'SELECT 1'
@@ -517,8 +570,9 @@ class SqlListeners(Kind):
     def call(self, statement):
         self.ran += 1
         with self.engine.connect() as conn:
-            return [tuple(row) for row in conn.execute(
-                sqlalchemy.text(statement))]
+            return [
+                tuple(row) for row in conn.execute(sqlalchemy.text(statement))
+            ]
 
     def counters(self):
         return [self.timing.listeners.faults]
@@ -554,11 +608,14 @@ class Keystoneauth(Kind):
         request, send = ksa_target.KSA_POINTS
         if site == EXTRACTOR:
             request = dataclasses.replace(
-                request, on_enter=fault.wrap(request.on_enter))
+                request, on_enter=fault.wrap(request.on_enter)
+            )
         elif site == EXIT:
             request = dataclasses.replace(
-                request, on_exit=fault.wrap(request.on_exit),
-                on_error=fault.wrap(request.on_error))
+                request,
+                on_exit=fault.wrap(request.on_exit),
+                on_error=fault.wrap(request.on_error),
+            )
         server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Server)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -571,14 +628,17 @@ class Keystoneauth(Kind):
         endpoint = 'http://127.0.0.1:%d/placement' % server.server_port
         self.placement = adapter.Adapter(
             ksa_session.Session(auth=token_endpoint.Token(endpoint, 'tok')),
-            service_type='placement')
+            service_type='placement',
+        )
 
     def where_exit(self):
         return _span_end
 
     def outcomes(self):
-        return [('/ok', ('value', 200)),
-                ('/missing', ('raised', 'NotFound', 404))]
+        return [
+            ('/ok', ('value', 200)),
+            ('/missing', ('raised', 'NotFound', 404)),
+        ]
 
     def answer(self, path):
         kind, got = super().answer(path)
@@ -610,11 +670,17 @@ class PeriodicTask(Kind):
             rec.end = fault.wrap(rec.end)
         elif site == EXTRACTOR:
             from instrument import schema
-            self.patch('instrument.schema.periodic_req',
-                       fault.wrap(schema.periodic_req))
+
+            self.patch(
+                'instrument.schema.periodic_req',
+                fault.wrap(schema.periodic_req),
+            )
         self.run = periodic_target.traced(
-            rec, 'ComputeManager', 'update_available_resource',
-            lambda service, context, outcome: self.nova(outcome))
+            rec,
+            'ComputeManager',
+            'update_available_resource',
+            lambda service, context, outcome: self.nova(outcome),
+        )
 
     def call(self, outcome):
         return self.run(object(), object(), outcome)
@@ -633,8 +699,10 @@ class PasteFilter(Kind):
         rec = self.recorder(site, fault)
         tracer = tracer_mod.Tracer(rec)
         if site == EXTRACTOR:
-            self.patch('instrument.loaders.paste.route_of',
-                       fault.wrap(paste_mod.route_of))
+            self.patch(
+                'instrument.loaders.paste.route_of',
+                fault.wrap(paste_mod.route_of),
+            )
         elif site == EXIT:
             tracer.end = fault.wrap(tracer.end)
         self.middleware = paste_mod.InstrumentMiddleware(self.app)
@@ -648,18 +716,22 @@ class PasteFilter(Kind):
         return self.nova(outcome)
 
     def call(self, outcome):
-        environ = {'REQUEST_METHOD': 'GET', 'SCRIPT_NAME': '/v2.1',
-                   'PATH_INFO': '/servers/42', 'test.outcome': outcome,
-                   'openstack.request_id': 'req-1'}
+        environ = {
+            'REQUEST_METHOD': 'GET',
+            'SCRIPT_NAME': '/v2.1',
+            'PATH_INFO': '/servers/42',
+            'test.outcome': outcome,
+            'openstack.request_id': 'req-1',
+        }
         started = len(self.started)
         try:
-            return self.middleware(
-                environ, lambda *a: self.started.append(a))
+            return self.middleware(environ, lambda *a: self.started.append(a))
         finally:
             if not isinstance(outcome, BaseException):
                 # nova's start_response got what nova's app gave
-                self.test.assertEqual([('200 OK', [('X-Test', '1')])],
-                                      self.started[started:])
+                self.test.assertEqual(
+                    [('200 OK', [('X-Test', '1')])], self.started[started:]
+                )
 
     def counters(self):
         return [paste_mod.FAULTS]
@@ -694,21 +766,27 @@ class NotifierDriver(Kind):
     def setup(self, site, fault):
         # the start itself stands in: nothing is set up for real
         if site == RECORDER:
-            self.patch('instrument.runtime.lifecycle.setup',
-                       fault.wrap(lambda conf, name: None))
+            self.patch(
+                'instrument.runtime.lifecycle.setup',
+                fault.wrap(lambda conf, name: None),
+            )
         else:
-            self.patch('instrument.runtime.lifecycle.setup',
-                       lambda conf, name: None)
-            self.patch('instrument.loaders.program_of',
-                       fault.wrap(loader_mod.program_of))
+            self.patch(
+                'instrument.runtime.lifecycle.setup', lambda conf, name: None
+            )
+            self.patch(
+                'instrument.loaders.program_of',
+                fault.wrap(loader_mod.program_of),
+            )
         self.conf = self.test.make_conf(programs=['*'])
 
     def outcomes(self):
         return [(None, ('value', None))]
 
     def call(self, outcome):
-        driver = notifier_mod.InstrumentDriver(self.conf, ['notifications'],
-                                               None)
+        driver = notifier_mod.InstrumentDriver(
+            self.conf, ['notifications'], None
+        )
         self.ran += 1
         self.after_nova = True
         return driver.notify({}, {'event_type': 'x'}, 'INFO', None)
@@ -724,8 +802,10 @@ class ExitHook(Kind):
     sites = (RECORDER,)
 
     def setup(self, site, fault):
-        self.patch('instrument.runtime.buffer.flush_before_exit',
-                   fault.wrap(lambda: True))
+        self.patch(
+            'instrument.runtime.buffer.flush_before_exit',
+            fault.wrap(lambda: True),
+        )
         rec = self.recorder()
         self.mod = self.module()
         [point] = process_target.EXIT_POINTS
@@ -764,28 +844,49 @@ class DbRetry(Kind):
         else:
             self.patch(
                 'instrument.targets.sqlalchemy.retries._retry_loop_locals',
-                fault.wrap(retries_mod._retry_loop_locals))
+                fault.wrap(retries_mod._retry_loop_locals),
+            )
         self.retries = retries_mod.RetryRecorder(rec)
         self.retries._active = True
         # the place of the exception, from the method's signature
-        self.retries._replacement(_RetryDecorator._is_exception_expected,
-                                  None, _RetryDecorator)
+        self.retries._replacement(
+            _RetryDecorator._is_exception_expected, None, _RetryDecorator
+        )
 
     def call(self, outcome):
-        return self.retries._wrapper(lambda exc: self.nova(outcome),
-                                     _RetryDecorator(), (outcome,), {})
+        return self.retries._wrapper(
+            lambda exc: self.nova(outcome), _RetryDecorator(), (outcome,), {}
+        )
 
     def counters(self):
         return [self.retries.faults]
 
 
-KINDS = (SpanPoint, DetailPoint, HookPoint, CellQuery, LockWrapper,
-         LockDecorator, BuildSlot, PoolCheckout, SqlListeners, Keystoneauth,
-         PeriodicTask, PasteFilter, SpanByHand, NotifierDriver, ExitHook,
-         DbRetry)
+KINDS = (
+    SpanPoint,
+    DetailPoint,
+    HookPoint,
+    CellQuery,
+    LockWrapper,
+    LockDecorator,
+    BuildSlot,
+    PoolCheckout,
+    SqlListeners,
+    Keystoneauth,
+    PeriodicTask,
+    PasteFilter,
+    SpanByHand,
+    NotifierDriver,
+    ExitHook,
+    DbRetry,
+)
 
-ROWS = tuple((kind, site, fault_kind) for kind in KINDS
-             for site in kind.sites for fault_kind in faultinject.KINDS)
+ROWS = tuple(
+    (kind, site, fault_kind)
+    for kind in KINDS
+    for site in kind.sites
+    for fault_kind in faultinject.KINDS
+)
 
 
 class FaultMatrixTest(base.TestCase):
@@ -803,8 +904,10 @@ class FaultMatrixTest(base.TestCase):
     def check(self, kind_cls, site: str, fault_kind: str) -> None:
         kind = kind_cls(self)
         fault = faultinject.Fault(
-            fault_kind, hang_s=0.02,
-            where=kind.where_exit() if site == EXIT_CLOCK else None)
+            fault_kind,
+            hang_s=0.02,
+            where=kind.where_exit() if site == EXIT_CLOCK else None,
+        )
         kind.setup(site, fault)
         before = self.counted(kind)
         outcomes = kind.outcomes()
@@ -814,20 +917,25 @@ class FaultMatrixTest(base.TestCase):
                 self.assertEqual(expected[0], got[0], got)
                 self.assertIs(expected[1], got[1], 'nova\'s answer changed')
                 if got[0] == 'raised':
-                    self.assertIsNone(got[1].__context__,
-                                      'nova\'s exception chained to a fault')
+                    self.assertIsNone(
+                        got[1].__context__,
+                        'nova\'s exception chained to a fault',
+                    )
             else:
                 self.assertEqual(expected, got)
-            self.assertEqual(n + 1, kind.ran,
-                             'nova\'s call must run exactly once')
-            self.assertIsNone(recorder_mod._CURRENT.get(),
-                              'a span was left current')
+            self.assertEqual(
+                n + 1, kind.ran, 'nova\'s call must run exactly once'
+            )
+            self.assertIsNone(
+                recorder_mod._CURRENT.get(), 'a span was left current'
+            )
         self.assertGreaterEqual(fault.hits, 1, 'the site was not reached')
         counted = self.counted(kind) - before
         if fault_kind == RAISE:
             self.assertGreaterEqual(fault.raised, 1)
-            self.assertEqual(fault.raised, counted,
-                             'each fault is counted once')
+            self.assertEqual(
+                fault.raised, counted, 'each fault is counted once'
+            )
         else:
             self.assertGreaterEqual(fault.hung, 1)
             self.assertEqual(0, counted, 'a hang is not a fault')
@@ -836,18 +944,26 @@ class FaultMatrixTest(base.TestCase):
 def _row_test(kind, site, fault_kind):
     def test(self):
         self.check(kind, site, fault_kind)
+
     test.__doc__ = '%s, fault at its %s: %s' % (kind.name, site, fault_kind)
     return test
 
 
 def _test_name(*parts) -> str:
-    return 'test_' + '_'.join(part.replace(' ', '_').replace('.', '_')
-                              for part in parts).lower()
+    return (
+        'test_'
+        + '_'.join(
+            part.replace(' ', '_').replace('.', '_') for part in parts
+        ).lower()
+    )
 
 
 for _kind, _site, _fault_kind in ROWS:
-    setattr(FaultMatrixTest, _test_name(_kind.name, _site, _fault_kind),
-            _row_test(_kind, _site, _fault_kind))
+    setattr(
+        FaultMatrixTest,
+        _test_name(_kind.name, _site, _fault_kind),
+        _row_test(_kind, _site, _fault_kind),
+    )
 
 
 # -- the sinks ----------------------------------------------------------------
@@ -865,8 +981,12 @@ def _file_site(test, fault, sink):
 
 def _log_site(test, fault, sink):
     from instrument.sinks import log
-    test.useFixture(fixtures.MonkeyPatch('instrument.sinks.log._log_lines',
-                                         fault.wrap(log._log_lines)))
+
+    test.useFixture(
+        fixtures.MonkeyPatch(
+            'instrument.sinks.log._log_lines', fault.wrap(log._log_lines)
+        )
+    )
 
 
 class _Exporter:
@@ -874,6 +994,7 @@ class _Exporter:
 
     def __init__(self, fault):
         from instrument.sinks.otlp import spans
+
         self.export = fault.wrap(lambda batch: spans.EXPORT_SUCCESS)
 
     def shutdown(self):
@@ -885,8 +1006,9 @@ def _otlp_site(test, fault, sink):
 
 
 SINKS = {'file': _file_site, 'log': _log_site, 'otlp': _otlp_site}
-SINK_ROWS = tuple((name, fault_kind) for name in SINKS
-                  for fault_kind in faultinject.KINDS)
+SINK_ROWS = tuple(
+    (name, fault_kind) for name in SINKS for fault_kind in faultinject.KINDS
+)
 
 
 class SinkFaultMatrixTest(base.TestCase):
@@ -894,14 +1016,19 @@ class SinkFaultMatrixTest(base.TestCase):
 
     def check(self, name: str, fault_kind: str) -> None:
         release = threading.Event()
-        fault = faultinject.Fault(fault_kind, hang_s=HANG_S, hang_times=1,
-                                  sleep=release.wait)
+        fault = faultinject.Fault(
+            fault_kind, hang_s=HANG_S, hang_times=1, sleep=release.wait
+        )
         if name == 'otlp':
-            self.useFixture(fixtures.MonkeyPatch(
-                'instrument.sinks.otlp.exporters.make_exporter',
-                lambda *args, **kwargs: _Exporter(fault)))
-        conf = self.make_conf(sinks=[name],
-                              otlp_endpoint='http://127.0.0.1:9/v1/traces')
+            self.useFixture(
+                fixtures.MonkeyPatch(
+                    'instrument.sinks.otlp.exporters.make_exporter',
+                    lambda *args, **kwargs: _Exporter(fault),
+                )
+            )
+        conf = self.make_conf(
+            sinks=[name], otlp_endpoint='http://127.0.0.1:9/v1/traces'
+        )
         identity = process.ProcessIdentity.create('nova-compute', 'cmp-1')
         [sink] = sink_mod.load([name], conf, identity)
         SINKS[name](self, fault, sink)
@@ -915,8 +1042,7 @@ class SinkFaultMatrixTest(base.TestCase):
         slowest = 0.0
         deadline = time.monotonic() + 10.0
         n = 0
-        while n < CALLS or (fault.hits == 0 and
-                            time.monotonic() < deadline):
+        while n < CALLS or (fault.hits == 0 and time.monotonic() < deadline):
             outcome = Result() if n % 2 else ValueError('nova failed')
             t0 = time.monotonic()
             got = kind.answer(outcome)
@@ -931,16 +1057,26 @@ class SinkFaultMatrixTest(base.TestCase):
         # one that hangs (HANG_S); a wall-clock bound of its own would
         # measure the machine's load (a call of the raising case once
         # took 1.6 s on a machine at load 10)
-        self.assertNotIn(threading.get_ident(), fault.thread_ids,
-                         'the sink was written from nova\'s thread')
-        self.assertLess(slowest, SINK_CALL_BOUND_S,
-                        'a call waited for the sink')
+        self.assertNotIn(
+            threading.get_ident(),
+            fault.thread_ids,
+            'the sink was written from nova\'s thread',
+        )
+        self.assertLess(
+            slowest, SINK_CALL_BOUND_S, 'a call waited for the sink'
+        )
         if fault_kind == HANG:
             # still stuck in the sink as nova's calls went on
             self.assertTrue(_wait(lambda: fault.hanging == 1))
         else:
-            self.assertTrue(_wait(lambda: buf.drain(1.0) and (
-                sink.dropped or buf.counts().get(name))))
+            self.assertTrue(
+                _wait(
+                    lambda: (
+                        buf.drain(1.0)
+                        and (sink.dropped or buf.counts().get(name))
+                    )
+                )
+            )
 
 
 def _wait(predicate, timeout=10.0):
@@ -953,10 +1089,14 @@ def _wait(predicate, timeout=10.0):
 def _sink_test(name, fault_kind):
     def test(self):
         self.check(name, fault_kind)
+
     test.__doc__ = 'the %s sink: %s' % (name, fault_kind)
     return test
 
 
 for _name, _fault_kind in SINK_ROWS:
-    setattr(SinkFaultMatrixTest, _test_name(_name, _fault_kind),
-            _sink_test(_name, _fault_kind))
+    setattr(
+        SinkFaultMatrixTest,
+        _test_name(_name, _fault_kind),
+        _sink_test(_name, _fault_kind),
+    )

@@ -35,7 +35,6 @@ def _boom(*args, **kwargs):
 
 
 class FaultsTest(base.TestCase):
-
     def test_counts_logs_the_first_and_disables_at_the_limit(self):
         counter = faults.Faults('a hook', limit=3)
         for n in range(5):
@@ -57,21 +56,27 @@ class FaultsTest(base.TestCase):
         class Broken(Exception):
             def __str__(self):
                 raise RuntimeError('no text')
+
         counter = faults.Faults('a hook')
         counter(Broken())
         self.assertEqual(1, counter.count)
 
 
 class RuntimeFaultTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.addCleanup(lifecycle.teardown)
         self.mod_name = self.make_module(TARGET)
         self.mod = importlib.import_module(self.mod_name)
-        self.points = [patcher.PatchPoint(self.mod_name, 'Manager.work',
-                                          'compute.work', 'compute',
-                                          on_enter=_boom)]
+        self.points = [
+            patcher.PatchPoint(
+                self.mod_name,
+                'Manager.work',
+                'compute.work',
+                'compute',
+                on_enter=_boom,
+            )
+        ]
 
     def test_faults_are_counted_in_the_span_log(self):
         conf = self.make_conf(sql_timing=False)
@@ -82,24 +87,33 @@ class RuntimeFaultTest(base.TestCase):
         self.assertEqual('done', self.mod.Manager().work(None))
         lifecycle.teardown()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
-        counts = [r['attrs'] for r in records
-                  if r['ev'] == faults.EVENT and r['ph'] == 'C']
+            os.path.join(self.tmp, 'spans')
+        ).values()
+        counts = [
+            r['attrs']
+            for r in records
+            if r['ev'] == faults.EVENT and r['ph'] == 'C'
+        ]
         name = 'point %s' % self.points[0].name
         self.assertEqual([{name: 3}, {name: 4}], counts)
         self.assertEqual({}, faults.totals(), 'teardown starts afresh')
 
     def test_a_start_that_fails_half_way_is_undone(self):
         # A failure of the runtime itself, after the targets installed.
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.lifecycle.Runtime.log_banner', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.lifecycle.Runtime.log_banner', _boom
+            )
+        )
         conf = self.make_conf(sql_timing=True)
-        self.assertRaises(KeyError, lifecycle.setup, conf, 'nova-compute',
-                          points=self.points)
+        self.assertRaises(
+            KeyError, lifecycle.setup, conf, 'nova-compute', points=self.points
+        )
         self.assertIsNone(lifecycle.active())
-        self.assertFalse(hasattr(self.mod.Manager.__dict__['work'],
-                                 '__instrument_point__'),
-                         'a failed start left nova patched')
+        self.assertFalse(
+            hasattr(self.mod.Manager.__dict__['work'], '__instrument_point__'),
+            'a failed start left nova patched',
+        )
 
     def test_a_target_that_fails_to_install_is_undone_alone(self):
         # Its points applied, then its install fails: they are removed,
@@ -112,31 +126,51 @@ class RuntimeFaultTest(base.TestCase):
                 raise KeyError('install bug')
 
         other = self.make_module(TARGET)
-        broken_point = patcher.PatchPoint(other, 'Manager.work',
-                                          'compute.other', 'compute')
+        broken_point = patcher.PatchPoint(
+            other, 'Manager.work', 'compute.other', 'compute'
+        )
         importlib.import_module(other)
         conf = self.make_conf(sql_timing=False)
-        active = lifecycle.setup(conf, 'nova-compute', targets=[
-            Broken([broken_point]),
-            targets_base.PointsTarget([patcher.PatchPoint(
-                self.mod_name, 'Manager.work', 'compute.work',
-                'compute')])])
+        active = lifecycle.setup(
+            conf,
+            'nova-compute',
+            targets=[
+                Broken([broken_point]),
+                targets_base.PointsTarget(
+                    [
+                        patcher.PatchPoint(
+                            self.mod_name,
+                            'Manager.work',
+                            'compute.work',
+                            'compute',
+                        )
+                    ]
+                ),
+            ],
+        )
         self.assertIsNotNone(active)
         self.assertEqual(['points'], [t.name for t in active.targets])
-        self.assertTrue(active.status['broken'].startswith(
-            'failed: KeyError'), active.status)
+        self.assertTrue(
+            active.status['broken'].startswith('failed: KeyError'),
+            active.status,
+        )
         self.assertEqual('installed', active.status['points'])
-        self.assertFalse(hasattr(
-            sys.modules[other].Manager.__dict__['work'],
-            '__instrument_point__'), 'the failed target left a patch')
+        self.assertFalse(
+            hasattr(
+                sys.modules[other].Manager.__dict__['work'],
+                '__instrument_point__',
+            ),
+            'the failed target left a patch',
+        )
         self.assertEqual(1, faults.totals()['target broken'])
-        self.assertEqual(1, self.logged().count('fault in target '
-                                                     'broken'))
+        self.assertEqual(1, self.logged().count('fault in target broken'))
         self.assertEqual('done', self.mod.Manager().work(None))
         lifecycle.teardown()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
-        self.assertEqual(['compute.work'],
-                         [r['ev'] for r in records if r['ph'] == 'X'])
+            os.path.join(self.tmp, 'spans')
+        ).values()
+        self.assertEqual(
+            ['compute.work'], [r['ev'] for r in records if r['ph'] == 'X']
+        )
         start = records[0]['attrs']
         self.assertEqual({'broken', 'points'}, set(start['targets']))

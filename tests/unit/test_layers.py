@@ -33,8 +33,9 @@ import sys
 import fixtures
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 PACKAGE = os.path.join(ROOT, 'instrument')
 
 # Not loaded by a nova host: the analyser and its command.
@@ -101,8 +102,7 @@ def _imports(name: str, path: str):
     those inside functions included; relative imports resolved."""
     with open(path, encoding='utf-8') as f:
         tree = ast.parse(f.read(), path)
-    package = name if path.endswith('__init__.py') else \
-        name.rpartition('.')[0]
+    package = name if path.endswith('__init__.py') else name.rpartition('.')[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -111,7 +111,7 @@ def _imports(name: str, path: str):
             base = node.module or ''
             if node.level:
                 parts = package.split('.')
-                parts = parts[:len(parts) - node.level + 1]
+                parts = parts[: len(parts) - node.level + 1]
                 base = '.'.join(parts + ([base] if base else []))
             yield node.lineno, base
             # "from instrument import analysis" imports a module too
@@ -133,24 +133,34 @@ def _tree(path: str) -> ast.Module:
 
 def _function_imports(tree: ast.Module):
     """Line numbers of the imports inside a function or a class."""
+
     def walk(node, inside):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)) and inside:
                 yield child.lineno
-            yield from walk(child, inside or isinstance(
-                child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                        ast.ClassDef, ast.Lambda)))
+            yield from walk(
+                child,
+                inside
+                or isinstance(
+                    child,
+                    (
+                        ast.FunctionDef,
+                        ast.AsyncFunctionDef,
+                        ast.ClassDef,
+                        ast.Lambda,
+                    ),
+                ),
+            )
+
     yield from walk(tree, False)
 
 
-def _bound_modules(name: str, path: str, tree: ast.Module,
-                   known: set) -> dict:
+def _bound_modules(name: str, path: str, tree: ast.Module, known: set) -> dict:
     """``{local name: module}`` of the package's modules ``path``
     imports as modules (``from instrument.analysis import load``,
     ``import instrument.schema as schema``)."""
     out = {}
-    package = name if path.endswith('__init__.py') else \
-        name.rpartition('.')[0]
+    package = name if path.endswith('__init__.py') else name.rpartition('.')[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -160,7 +170,7 @@ def _bound_modules(name: str, path: str, tree: ast.Module,
             base = node.module or ''
             if node.level:
                 parts = package.split('.')
-                parts = parts[:len(parts) - node.level + 1]
+                parts = parts[: len(parts) - node.level + 1]
                 base = '.'.join(parts + ([base] if base else []))
             for alias in node.names:
                 full = base + '.' + alias.name
@@ -177,13 +187,17 @@ def _private_uses(name: str, path: str, tree: ast.Module, known: set):
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if alias.name.startswith('_') and \
-                        not alias.name.startswith('__'):
+                if alias.name.startswith('_') and not alias.name.startswith(
+                    '__'
+                ):
                     yield node.lineno, '%s.%s' % (node.module, alias.name)
-        elif isinstance(node, ast.Attribute) and \
-                isinstance(node.value, ast.Name) and \
-                node.value.id in bound and node.attr.startswith('_') and \
-                not node.attr.startswith('__'):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+            and node.attr.startswith('_')
+            and not node.attr.startswith('__')
+        ):
             yield node.lineno, '%s.%s' % (bound[node.value.id], node.attr)
 
 
@@ -218,6 +232,7 @@ def _cycles(graph: dict) -> list:
                     break
             if len(comp) > 1 or v in graph.get(v, ()):
                 out.append(sorted(comp))
+
     for v in sorted(graph):
         if v not in index:
             visit(v)
@@ -230,8 +245,9 @@ def _names_of(path: str) -> set:
     for node in _tree(path).body:
         if isinstance(node, ast.Assign):
             for target in node.targets:
-                for t in (target.elts if isinstance(target, ast.Tuple)
-                          else [target]):
+                for t in (
+                    target.elts if isinstance(target, ast.Tuple) else [target]
+                ):
                     if isinstance(t, ast.Name):
                         out.add(t.id)
     return out
@@ -250,26 +266,41 @@ def _analysis_graph() -> dict:
         for _line, module in _imports(name, path):
             # "from instrument.analysis import x": the module x, not
             # the package's __init__
-            if module in modules and module != name and \
-                    _under(module, (ANALYSIS,)) and module != ANALYSIS:
+            if (
+                module in modules
+                and module != name
+                and _under(module, (ANALYSIS,))
+                and module != ANALYSIS
+            ):
                 deps.add(module)
         graph[name] = deps
     return graph
 
 
 class LayersTest(testtools.TestCase):
-
     def test_runtime_imports_neither_analysis_nor_nova(self):
-        proc = subprocess.run([sys.executable, '-c', CHECK],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, '-c', CHECK],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr)
         result = json.loads(proc.stdout)
-        for name in ('runtime.lifecycle', 'runtime.recorder',
-                     'runtime.wrappers', 'patching.points',
-                     'patching.patcher', 'sinks.file', 'loaders.paste',
-                     'targets.base', 'targets.nova',
-                     'targets.oslo_messaging', 'targets.sqlalchemy',
-                     'targets.process'):
+        for name in (
+            'runtime.lifecycle',
+            'runtime.recorder',
+            'runtime.wrappers',
+            'patching.points',
+            'patching.patcher',
+            'sinks.file',
+            'loaders.paste',
+            'targets.base',
+            'targets.nova',
+            'targets.oslo_messaging',
+            'targets.sqlalchemy',
+            'targets.process',
+        ):
             self.assertIn('instrument.' + name, result['loaded'])
         self.assertEqual([], result['analysis'])
         self.assertEqual([], result['demo'])
@@ -303,8 +334,10 @@ class LayersTest(testtools.TestCase):
         d = self.useFixture(fixtures.TempDir()).path
         path = os.path.join(d, 'mod.py')
         with open(path, 'w') as f:
-            f.write('def f():\n    from nova.tests import fixtures\n'
-                    'from ..analysis import pipeline\n')
+            f.write(
+                'def f():\n    from nova.tests import fixtures\n'
+                'from ..analysis import pipeline\n'
+            )
         found = [m for _line, m in _imports('instrument.db.mod', path)]
         self.assertIn('nova.tests.fixtures', found)
         self.assertIn('instrument.analysis.pipeline', found)
@@ -323,8 +356,9 @@ class AnalysisGraphTest(testtools.TestCase):
     # named here.  clocks imports scipy for clouds of more than
     # clocks.DENSE_HOSTS hosts only: a quarter of a CPU second of every
     # report's serial part otherwise.
-    LAZY = {'instrument.analysis.model.clocks': 'from scipy.sparse '
-                                                'import csgraph'}
+    LAZY = {
+        'instrument.analysis.model.clocks': 'from scipy.sparse import csgraph'
+    }
 
     def test_no_import_inside_a_function(self):
         found = []
@@ -332,10 +366,11 @@ class AnalysisGraphTest(testtools.TestCase):
             if _under(name, (ANALYSIS,)):
                 with open(path) as f:
                     text = f.read().splitlines()
-                found.extend('%s:%d' % (name, line)
-                             for line in _function_imports(_tree(path))
-                             if text[line - 1].strip() != self.LAZY.get(
-                                 name))
+                found.extend(
+                    '%s:%d' % (name, line)
+                    for line in _function_imports(_tree(path))
+                    if text[line - 1].strip() != self.LAZY.get(name)
+                )
         self.assertEqual([], found)
 
     def test_no_private_name_of_another_module(self):
@@ -344,9 +379,12 @@ class AnalysisGraphTest(testtools.TestCase):
         found = []
         for name, path in modules.items():
             if _under(name, (ANALYSIS,)):
-                found.extend('%s:%d uses %s' % (name, line, what)
-                             for line, what in _private_uses(
-                                 name, path, _tree(path), known))
+                found.extend(
+                    '%s:%d uses %s' % (name, line, what)
+                    for line, what in _private_uses(
+                        name, path, _tree(path), known
+                    )
+                )
         self.assertEqual([], found)
 
     def test_the_span_layout_is_declared_once(self):
@@ -361,35 +399,57 @@ class AnalysisGraphTest(testtools.TestCase):
                 if not isinstance(node, ast.Assign):
                     continue
                 for target in node.targets:
-                    names = target.elts if isinstance(
-                        target, ast.Tuple) else [target]
+                    names = (
+                        target.elts
+                        if isinstance(target, ast.Tuple)
+                        else [target]
+                    )
                     for t in names:
-                        if not (isinstance(t, ast.Name) and
-                                t.id.startswith('S_')):
+                        if not (
+                            isinstance(t, ast.Name) and t.id.startswith('S_')
+                        ):
                             continue
                         value = node.value
-                        if not (isinstance(value, ast.Attribute) and
-                                value.attr == t.id):
-                            found.append('%s:%d %s' % (name, node.lineno,
-                                                       t.id))
+                        if not (
+                            isinstance(value, ast.Attribute)
+                            and value.attr == t.id
+                        ):
+                            found.append(
+                                '%s:%d %s' % (name, node.lineno, t.id)
+                            )
         self.assertEqual([], found)
         self.assertIn('S_EV', _names_of(dict(_modules())[spans]))
 
     def test_the_checks_see_what_they_look_for(self):
         # the checks themselves, on a small made-up package
-        self.assertEqual([['a', 'b', 'c']],
-                         _cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'},
-                                  'd': {'a'}}))
+        self.assertEqual(
+            [['a', 'b', 'c']],
+            _cycles({'a': {'b'}, 'b': {'c'}, 'c': {'a'}, 'd': {'a'}}),
+        )
         self.assertEqual([], _cycles({'a': {'b'}, 'b': set()}))
-        tree = ast.parse('import os\n'
-                         'def f():\n    from x import y\n'
-                         'class C:\n    import z\n')
+        tree = ast.parse(
+            'import os\n'
+            'def f():\n    from x import y\n'
+            'class C:\n    import z\n'
+        )
         self.assertEqual([3, 5], list(_function_imports(tree)))
-        tree = ast.parse('from instrument.analysis import load\n'
-                         'from instrument.analysis.load import _p\n'
-                         'load._q(load.r)\n')
-        uses = list(_private_uses(
-            'instrument.analysis.x', 'x.py', tree,
-            {'instrument.analysis.load'}))
-        self.assertEqual([(2, 'instrument.analysis.load._p'),
-                          (3, 'instrument.analysis.load._q')], uses)
+        tree = ast.parse(
+            'from instrument.analysis import load\n'
+            'from instrument.analysis.load import _p\n'
+            'load._q(load.r)\n'
+        )
+        uses = list(
+            _private_uses(
+                'instrument.analysis.x',
+                'x.py',
+                tree,
+                {'instrument.analysis.load'},
+            )
+        )
+        self.assertEqual(
+            [
+                (2, 'instrument.analysis.load._p'),
+                (3, 'instrument.analysis.load._q'),
+            ],
+            uses,
+        )

@@ -34,34 +34,81 @@ UUID = '0d3a6c9e-3f4b-4c5d-8e9f-0a1b2c3d4e5f'
 
 
 def span(ev, dur_us, svc='conductor', err=None):
-    return record.complete(TS, dur_us, 'h1', svc, ev, 1, None, 'req-1',
-                           None, [UUID], 'error' if err else 'ok',
-                           (err, 'boom') if err else None, {})
+    return record.complete(
+        TS,
+        dur_us,
+        'h1',
+        svc,
+        ev,
+        1,
+        None,
+        'req-1',
+        None,
+        [UUID],
+        'error' if err else 'ok',
+        (err, 'boom') if err else None,
+        {},
+    )
 
 
 def sql(fp, dur_us, db='nova', kind='SELECT', rows=None, err=None):
-    return record.complete(TS, dur_us, 'h1', 'conductor',
-                           schema.EV_SQL_QUERY, None, 1, 'req-1', None,
-                           None, 'error' if err else 'ok',
-                           (err, 'x') if err else None,
-                           {schema.ATTR_FP: fp, schema.ATTR_DB: db,
-                            schema.ATTR_KIND: kind,
-                            schema.ATTR_ROWS: rows})
+    return record.complete(
+        TS,
+        dur_us,
+        'h1',
+        'conductor',
+        schema.EV_SQL_QUERY,
+        None,
+        1,
+        'req-1',
+        None,
+        None,
+        'error' if err else 'ok',
+        (err, 'x') if err else None,
+        {
+            schema.ATTR_FP: fp,
+            schema.ATTR_DB: db,
+            schema.ATTR_KIND: kind,
+            schema.ATTR_ROWS: rows,
+        },
+    )
 
 
 def sql_agg(fp, count, sum_us, rows=0, rows_known=0, errors=0):
-    return record.counter(schema.EV_SQL_AGG, 'h1', 'conductor', TS, {
-        schema.ATTR_FP: fp, schema.ATTR_DB: 'nova',
-        schema.ATTR_KIND: 'SELECT', schema.ATTR_COUNT: count,
-        schema.ATTR_SUM_US: sum_us, schema.ATTR_ROWS: rows,
-        schema.ATTR_ROWS_KNOWN: rows_known, schema.ATTR_ERRORS: errors})
+    return record.counter(
+        schema.EV_SQL_AGG,
+        'h1',
+        'conductor',
+        TS,
+        {
+            schema.ATTR_FP: fp,
+            schema.ATTR_DB: 'nova',
+            schema.ATTR_KIND: 'SELECT',
+            schema.ATTR_COUNT: count,
+            schema.ATTR_SUM_US: sum_us,
+            schema.ATTR_ROWS: rows,
+            schema.ATTR_ROWS_KNOWN: rows_known,
+            schema.ATTR_ERRORS: errors,
+        },
+    )
 
 
 def lock(name, wait_us, held_us):
-    return record.complete(TS, wait_us, 'h1', 'compute',
-                           schema.EV_LOCK_WAIT, None, 1, 'req-1', None,
-                           None, 'ok', None, {schema.ATTR_LOCK: name,
-                                              schema.ATTR_HELD_US: held_us})
+    return record.complete(
+        TS,
+        wait_us,
+        'h1',
+        'compute',
+        schema.EV_LOCK_WAIT,
+        None,
+        1,
+        'req-1',
+        None,
+        None,
+        'ok',
+        None,
+        {schema.ATTR_LOCK: name, schema.ATTR_HELD_US: held_us},
+    )
 
 
 def le(seconds):
@@ -70,23 +117,28 @@ def le(seconds):
 
 
 class AggregationTest(base.TestCase):
-
     def test_span_latency_buckets_and_errors(self):
         m = metrics.Metrics()
         running = list(span('conductor.build_instances', None)) + [0, None]
         running[record.I_PH] = schema.PH_BEGIN
-        m.observe([
-            span('conductor.build_instances', 500),
-            span('conductor.build_instances', 1000),   # le is inclusive
-            span('conductor.build_instances', 1001),
-            span('conductor.build_instances', 700 * 1000000),  # > 10 min
-            span('conductor.build_instances', 2000,
-                 err='nova.exception.NoValidHost'),
-            record.begin_snapshot(running),            # not counted
-            span('compute.build_and_run_instance', 3000000, svc='compute'),
-        ])
-        hist = m.families[metrics.SPAN][('conductor',
-                                         'conductor.build_instances')]
+        m.observe(
+            [
+                span('conductor.build_instances', 500),
+                span('conductor.build_instances', 1000),  # le is inclusive
+                span('conductor.build_instances', 1001),
+                span('conductor.build_instances', 700 * 1000000),  # > 10 min
+                span(
+                    'conductor.build_instances',
+                    2000,
+                    err='nova.exception.NoValidHost',
+                ),
+                record.begin_snapshot(running),  # not counted
+                span('compute.build_and_run_instance', 3000000, svc='compute'),
+            ]
+        )
+        hist = m.families[metrics.SPAN][
+            ('conductor', 'conductor.build_instances')
+        ]
         expected = [0] * (len(metrics.LATENCY_BOUNDS_S) + 1)
         expected[le(0.001)] = 2
         expected[le(0.0025)] = 2
@@ -96,182 +148,316 @@ class AggregationTest(base.TestCase):
         self.assertEqual(500 + 1000 + 1001 + 700000000 + 2000, hist[-1])
         [row] = [r for r in m.state()[metrics.SPAN] if r[0] == 'conductor']
         self.assertAlmostEqual(700.004501, row[-1][-1])
-        other = m.families[metrics.SPAN][('compute',
-                                          'compute.build_and_run_instance')]
+        other = m.families[metrics.SPAN][
+            ('compute', 'compute.build_and_run_instance')
+        ]
         self.assertEqual(1, other[le(5.0)])
         self.assertEqual(1, sum(other[:-1]))
         self.assertEqual(
-            {('conductor', 'conductor.build_instances',
-              'nova.exception.NoValidHost'): 1},
-            m.families[metrics.SPAN_ERRORS])
+            {
+                (
+                    'conductor',
+                    'conductor.build_instances',
+                    'nova.exception.NoValidHost',
+                ): 1
+            },
+            m.families[metrics.SPAN_ERRORS],
+        )
 
     def test_sql_statements_aggregates_errors_and_deadlocks(self):
         m = metrics.Metrics()
         deadlock = 'oslo_db.exception.DBDeadlock'
-        m.observe([
-            sql('a' * 32, 1500, rows=3),
-            sql('a' * 32, 500, rows=None),
-            sql('b' * 32, 2000, kind='UPDATE', rows=0, err=deadlock),
-            sql('b' * 32, 1000, kind='UPDATE',
-                err='oslo_db.exception.DBError'),
-            sql_agg('a' * 32, 10, 5000, rows=7, rows_known=4, errors=1),
-        ])
+        m.observe(
+            [
+                sql('a' * 32, 1500, rows=3),
+                sql('a' * 32, 500, rows=None),
+                sql('b' * 32, 2000, kind='UPDATE', rows=0, err=deadlock),
+                sql(
+                    'b' * 32,
+                    1000,
+                    kind='UPDATE',
+                    err='oslo_db.exception.DBError',
+                ),
+                sql_agg('a' * 32, 10, 5000, rows=7, rows_known=4, errors=1),
+            ]
+        )
         a = ('nova', 'SELECT', 'a' * 32)
         b = ('nova', 'UPDATE', 'b' * 32)
         self.assertEqual({a: 12, b: 2}, m.families[metrics.SQL_STATEMENTS])
         self.assertAlmostEqual(0.007, m.families[metrics.SQL_SECONDS][a])
         self.assertAlmostEqual(0.003, m.families[metrics.SQL_SECONDS][b])
         self.assertEqual({a: 10, b: 0}, m.families[metrics.SQL_ROWS])
-        self.assertEqual({('nova', 'b' * 32, deadlock): 1,
-                          ('nova', 'b' * 32, 'oslo_db.exception.DBError'): 1,
-                          ('nova', 'a' * 32, 'other'): 1},
-                         m.families[metrics.SQL_ERRORS])
-        self.assertEqual({('nova', 'b' * 32): 1},
-                         m.families[metrics.SQL_DEADLOCKS])
+        self.assertEqual(
+            {
+                ('nova', 'b' * 32, deadlock): 1,
+                ('nova', 'b' * 32, 'oslo_db.exception.DBError'): 1,
+                ('nova', 'a' * 32, 'other'): 1,
+            },
+            m.families[metrics.SQL_ERRORS],
+        )
+        self.assertEqual(
+            {('nova', 'b' * 32): 1}, m.families[metrics.SQL_DEADLOCKS]
+        )
 
     def test_locks_pools_retries_drops_and_fill(self):
         m = metrics.Metrics()
-        m.observe([
-            lock('compute_resources', 2000, 30000),
-            lock('compute_resources', 20000, 10000),
-            lock('refresh_cache-%s' % UUID, 100, 5000),
-            lock('refresh_cache-%s' % UUID.upper().replace('-', ''), 100,
-                 5000),
-            record.complete(TS, 40000, 'h1', 'conductor',
-                            schema.EV_DB_POOL_WAIT, None, 1, None, None,
-                            None, 'error', ('sqlalchemy.exc.TimeoutError',
-                                            'x'), {schema.ATTR_DB: 'nova'}),
-            record.instant(TS, 'h1', 'conductor', None, schema.EV_DB_RETRY,
-                           1, None, None, None,
-                           {schema.ATTR_CLS: 'oslo_db.exception.DBDeadlock',
-                            schema.ATTR_EXHAUSTED: False}),
-            record.counter(schema.EV_SINK_DROPS, 'h1', 'conductor', TS,
-                           {'buffer_full': 3, 'file': 1}),
-            record.counter(schema.EV_SINK_DROPS, 'h1', 'conductor', TS,
-                           {'buffer_full': 5, 'file': 1}),
-            record.counter(schema.EV_SQL_DROPPED, 'h1', 'conductor', TS,
-                           {schema.ATTR_COUNT: 4}),
-            record.counter(schema.EV_PROCESS_SAMPLE, 'h1', 'conductor', TS,
-                           {schema.ATTR_BUF_FILL: 17}),
-        ])
+        m.observe(
+            [
+                lock('compute_resources', 2000, 30000),
+                lock('compute_resources', 20000, 10000),
+                lock('refresh_cache-%s' % UUID, 100, 5000),
+                lock(
+                    'refresh_cache-%s' % UUID.upper().replace('-', ''),
+                    100,
+                    5000,
+                ),
+                record.complete(
+                    TS,
+                    40000,
+                    'h1',
+                    'conductor',
+                    schema.EV_DB_POOL_WAIT,
+                    None,
+                    1,
+                    None,
+                    None,
+                    None,
+                    'error',
+                    ('sqlalchemy.exc.TimeoutError', 'x'),
+                    {schema.ATTR_DB: 'nova'},
+                ),
+                record.instant(
+                    TS,
+                    'h1',
+                    'conductor',
+                    None,
+                    schema.EV_DB_RETRY,
+                    1,
+                    None,
+                    None,
+                    None,
+                    {
+                        schema.ATTR_CLS: 'oslo_db.exception.DBDeadlock',
+                        schema.ATTR_EXHAUSTED: False,
+                    },
+                ),
+                record.counter(
+                    schema.EV_SINK_DROPS,
+                    'h1',
+                    'conductor',
+                    TS,
+                    {'buffer_full': 3, 'file': 1},
+                ),
+                record.counter(
+                    schema.EV_SINK_DROPS,
+                    'h1',
+                    'conductor',
+                    TS,
+                    {'buffer_full': 5, 'file': 1},
+                ),
+                record.counter(
+                    schema.EV_SQL_DROPPED,
+                    'h1',
+                    'conductor',
+                    TS,
+                    {schema.ATTR_COUNT: 4},
+                ),
+                record.counter(
+                    schema.EV_PROCESS_SAMPLE,
+                    'h1',
+                    'conductor',
+                    TS,
+                    {schema.ATTR_BUF_FILL: 17},
+                ),
+            ]
+        )
         waits = m.families[metrics.LOCK_WAIT]
-        self.assertEqual({('compute_resources',),
-                          ('refresh_cache-{uuid}',)}, set(waits))
+        self.assertEqual(
+            {('compute_resources',), ('refresh_cache-{uuid}',)}, set(waits)
+        )
         self.assertEqual(1, waits[('compute_resources',)][le(0.0025)])
         self.assertEqual(1, waits[('compute_resources',)][le(0.025)])
         self.assertEqual(2, waits[('refresh_cache-{uuid}',)][le(0.001)])
-        self.assertAlmostEqual(0.04, m.families[metrics.LOCK_HELD][
-            ('compute_resources',)])
-        self.assertEqual(1, m.families[metrics.POOL_WAIT][('nova',)]
-                         [le(0.05)])
+        self.assertAlmostEqual(
+            0.04, m.families[metrics.LOCK_HELD][('compute_resources',)]
+        )
+        self.assertEqual(1, m.families[metrics.POOL_WAIT][('nova',)][le(0.05)])
         self.assertEqual({('nova',): 1}, m.families[metrics.POOL_TIMEOUTS])
-        self.assertEqual({('oslo_db.exception.DBDeadlock', 'false'): 1},
-                         m.families[metrics.DB_RETRIES])
+        self.assertEqual(
+            {('oslo_db.exception.DBDeadlock', 'false'): 1},
+            m.families[metrics.DB_RETRIES],
+        )
         # cumulative counts: the last one, not a sum
-        self.assertEqual({('buffer_full',): 5, ('file',): 1,
-                          ('sql_queue',): 4}, m.families[metrics.DROPS])
+        self.assertEqual(
+            {('buffer_full',): 5, ('file',): 1, ('sql_queue',): 4},
+            m.families[metrics.DROPS],
+        )
         self.assertEqual({(): 17}, m.families[metrics.BUF_FILL])
 
     def test_service_calls_and_periodic_tasks(self):
         m = metrics.Metrics()
 
         def ksa(dur_us, status, failure=None):
-            rec = list(span(schema.EV_KSA_REQUEST, dur_us, svc='compute',
-                            err='keystoneauth1.exceptions.ConnectTimeout'
-                            if failure else None))
+            rec = list(
+                span(
+                    schema.EV_KSA_REQUEST,
+                    dur_us,
+                    svc='compute',
+                    err='keystoneauth1.exceptions.ConnectTimeout'
+                    if failure
+                    else None,
+                )
+            )
             rec[record.I_ATTRS] = {
                 schema.ATTR_SERVICE_TYPE: 'placement',
                 schema.ATTR_METHOD: 'GET',
                 schema.ATTR_ROUTE: '/resource_providers/{id}',
-                schema.ATTR_STATUS: status, schema.ATTR_FAILURE: failure}
+                schema.ATTR_STATUS: status,
+                schema.ATTR_FAILURE: failure,
+            }
             return tuple(rec)
 
-        periodic = list(span(schema.EV_PERIODIC_TASK, 4000000,
-                             svc='compute'))
+        periodic = list(span(schema.EV_PERIODIC_TASK, 4000000, svc='compute'))
         periodic[record.I_ATTRS] = {
-            schema.ATTR_TASK: 'ComputeManager.update_available_resource'}
-        m.observe([ksa(3000, 200), ksa(4000, 204), ksa(30000, 404),
-                   ksa(60000000, None, 'read_timeout'), tuple(periodic)])
-        calls = {k[-1]: sum(v[:-1]) for k, v in
-                 m.families[metrics.SERVICE_CALLS].items()}
+            schema.ATTR_TASK: 'ComputeManager.update_available_resource'
+        }
+        m.observe(
+            [
+                ksa(3000, 200),
+                ksa(4000, 204),
+                ksa(30000, 404),
+                ksa(60000000, None, 'read_timeout'),
+                tuple(periodic),
+            ]
+        )
+        calls = {
+            k[-1]: sum(v[:-1])
+            for k, v in m.families[metrics.SERVICE_CALLS].items()
+        }
         self.assertEqual({'2xx': 2, '4xx': 1, 'read_timeout': 1}, calls)
         [task] = m.families[metrics.PERIODIC].items()
-        self.assertEqual(('ComputeManager.update_available_resource',),
-                         task[0])
+        self.assertEqual(
+            ('ComputeManager.update_available_resource',), task[0]
+        )
         self.assertEqual(1, task[1][le(5.0)])
         # they are spans too
-        self.assertEqual(4, sum(m.families[metrics.SPAN][
-            ('compute', schema.EV_KSA_REQUEST)][:-1]))
+        self.assertEqual(
+            4,
+            sum(
+                m.families[metrics.SPAN][('compute', schema.EV_KSA_REQUEST)][
+                    :-1
+                ]
+            ),
+        )
 
     def test_labels_are_bounded_under_a_flood(self):
         m = metrics.Metrics(max_series=50)
         m.observe([sql('%032x' % n, 10) for n in range(10000)])
-        m.observe([lock('lock-%s' % os.urandom(8).hex(), 10, 10)
-                   for _ in range(1000)])
+        m.observe(
+            [
+                lock('lock-%s' % os.urandom(8).hex(), 10, 10)
+                for _ in range(1000)
+            ]
+        )
         statements = m.families[metrics.SQL_STATEMENTS]
         self.assertEqual(51, len(statements))
         # past the cap: the query class is "other", the database kept
-        self.assertEqual(10000 - 50,
-                         statements[('nova', 'SELECT', 'other')])
+        self.assertEqual(10000 - 50, statements[('nova', 'SELECT', 'other')])
         self.assertEqual(10000, sum(statements.values()))
         self.assertLessEqual(len(m.families[metrics.LOCK_WAIT]), 51)
         # numbers are replaced before the cap: one lock name
-        self.assertEqual(
-            'lock-{n}', metrics.lock_label('lock-123'))
+        self.assertEqual('lock-{n}', metrics.lock_label('lock-123'))
 
     def test_no_request_id_uuid_or_sql_text_in_labels(self):
         m = metrics.Metrics()
         rec = sql('c' * 32, 10)
         rec[record.I_ATTRS][schema.ATTR_TEXT] = 'select * from x'
-        m.observe([rec, span('conductor.build_instances', 10),
-                   lock('instance-%s' % UUID, 10, 10)])
+        m.observe(
+            [
+                rec,
+                span('conductor.build_instances', 10),
+                lock('instance-%s' % UUID, 10, 10),
+            ]
+        )
         text = json.dumps(m.state())
         for secret in ('req-1', UUID, 'select'):
             self.assertNotIn(secret, text)
 
     def test_tick_writes_changed_state_at_most_once_per_interval(self):
         written = []
-        m = metrics.Metrics(lambda state, final: written.append(
-            (state, final)), interval=10.0)
+        m = metrics.Metrics(
+            lambda state, final: written.append((state, final)), interval=10.0
+        )
         self.assertTrue(m.tick(100.0))
-        self.assertFalse(m.tick(101.0))      # nothing changed
+        self.assertFalse(m.tick(101.0))  # nothing changed
         m.observe([span('a.b', 10)])
-        self.assertFalse(m.tick(105.0))      # too soon
+        self.assertFalse(m.tick(105.0))  # too soon
         self.assertTrue(m.tick(110.0))
         self.assertTrue(m.tick(111.0, final=True))
         self.assertEqual([False, False, True], [f for _, f in written])
         self.assertEqual(1, written[1][0][metrics.SPAN][0][-1][le(0.001)])
 
-
     def test_points_by_status_from_the_start_record_and_changes(self):
         m = metrics.Metrics()
         self.assertEqual({}, m.families[metrics.POINTS])
-        start = record.meta(schema.EV_PROCESS_START, 'h1', 'conductor', TS,
-                            {schema.ATTR_POINTS: {
-                                'patched': ['m:A.a', 'm:A.b', 'm:A.c'],
-                                'pending': ['m:B.d', 'm:B.e'],
-                                'missing': ['m:C.f'],
-                                'failed': ['m:D.g (boom: x)']}})
+        start = record.meta(
+            schema.EV_PROCESS_START,
+            'h1',
+            'conductor',
+            TS,
+            {
+                schema.ATTR_POINTS: {
+                    'patched': ['m:A.a', 'm:A.b', 'm:A.c'],
+                    'pending': ['m:B.d', 'm:B.e'],
+                    'missing': ['m:C.f'],
+                    'failed': ['m:D.g (boom: x)'],
+                }
+            },
+        )
         m.observe([start])
-        self.assertEqual({('patched',): 3, ('pending',): 2,
-                          ('missing',): 1, ('failed',): 1},
-                         m.families[metrics.POINTS])
+        self.assertEqual(
+            {
+                ('patched',): 3,
+                ('pending',): 2,
+                ('missing',): 1,
+                ('failed',): 1,
+            },
+            m.families[metrics.POINTS],
+        )
         # later: d imported and patched, e missing in this release
-        m.observe([
-            record.meta(schema.EV_PROCESS_POINTS, 'h1', 'conductor', TS,
-                        {'patched': ['m:B.d']}),
-            record.meta(schema.EV_PROCESS_POINTS, 'h1', 'conductor', TS,
-                        {'missing': ['m:B.e'], 'failed': ['m:D.g']})])
-        self.assertEqual({('patched',): 4, ('pending',): 0,
-                          ('missing',): 2, ('failed',): 1},
-                         m.families[metrics.POINTS])
+        m.observe(
+            [
+                record.meta(
+                    schema.EV_PROCESS_POINTS,
+                    'h1',
+                    'conductor',
+                    TS,
+                    {'patched': ['m:B.d']},
+                ),
+                record.meta(
+                    schema.EV_PROCESS_POINTS,
+                    'h1',
+                    'conductor',
+                    TS,
+                    {'missing': ['m:B.e'], 'failed': ['m:D.g']},
+                ),
+            ]
+        )
+        self.assertEqual(
+            {
+                ('patched',): 4,
+                ('pending',): 0,
+                ('missing',): 2,
+                ('failed',): 1,
+            },
+            m.families[metrics.POINTS],
+        )
         # a forked child's own start record starts afresh
         m.observe([start])
         self.assertEqual(3, m.families[metrics.POINTS][('patched',)])
 
 
 class BufferObserverTest(base.TestCase):
-
     def make(self, max_records=1000):
         sink = base.MemorySink()
         ident = process.ProcessIdentity.create('nova-conductor', 'h1')
@@ -288,7 +474,7 @@ class BufferObserverTest(base.TestCase):
 
     def test_the_writer_folds_what_it_writes_and_writes_the_file(self):
         buf, sink, m, state = self.make(max_records=3)
-        for n in range(5):   # two dropped: buffer_full
+        for n in range(5):  # two dropped: buffer_full
             buf.emit(span('conductor.build_instances', 1000 + n))
         buf.drain()
         doc = self.read(state)
@@ -298,15 +484,23 @@ class BufferObserverTest(base.TestCase):
         self.assertEqual(3, sum(rows[0][-1][:-1]))
         self.assertIn(['buffer_full', 2], doc['families'][metrics.DROPS])
         # the sink got every record the metrics counted
-        self.assertEqual(3, sum(1 for r in sink.records
-                                if r['ev'] == 'conductor.build_instances'))
-        self.assertFalse([n for n in os.listdir(self.tmp)
-                          if n.endswith('.tmp')])
+        self.assertEqual(
+            3,
+            sum(
+                1
+                for r in sink.records
+                if r['ev'] == 'conductor.build_instances'
+            ),
+        )
+        self.assertFalse(
+            [n for n in os.listdir(self.tmp) if n.endswith('.tmp')]
+        )
 
     def test_a_running_span_counts_when_it_ends(self):
         buf, sink, m, state = self.make()
-        rec = list(span('compute.build_and_run_instance', None,
-                        svc='compute')) + [0, None]
+        rec = list(
+            span('compute.build_and_run_instance', None, svc='compute')
+        ) + [0, None]
         rec[record.I_PH] = schema.PH_BEGIN
         buf.emit(rec)
         buf.drain()
@@ -315,7 +509,8 @@ class BufferObserverTest(base.TestCase):
         rec[record.I_DUR] = 2000000
         buf.drain()
         hist = m.families[metrics.SPAN][
-            ('compute', 'compute.build_and_run_instance')]
+            ('compute', 'compute.build_and_run_instance')
+        ]
         self.assertEqual(1, hist[le(2.5)])
 
     def test_the_last_drain_at_close_writes_the_final_state(self):
@@ -324,9 +519,10 @@ class BufferObserverTest(base.TestCase):
         buf.emit(span('a.b', 10))
         buf.drain()
         buf.emit(span('a.b', 10))
-        buf.drain()   # too soon: not written
-        self.assertEqual(1, sum(self.read(state)['families'][metrics.SPAN]
-                                [0][-1][:-1]))
+        buf.drain()  # too soon: not written
+        self.assertEqual(
+            1, sum(self.read(state)['families'][metrics.SPAN][0][-1][:-1])
+        )
         buf.close()
         doc = self.read(state)
         self.assertTrue(doc['final'])
@@ -383,25 +579,40 @@ class PointsGaugeTest(base.TestCase):
         importlib.import_module(mod)
         out = os.path.join(self.tmp, 'metrics')
         conf = self.make_conf(metrics_dir=out)
-        runtime = lifecycle.setup(conf, 'nova-conductor', targets=[
-            targets_base.PointsTarget([
-                points_mod.PatchPoint(mod, 'Manager.build', 'x.build'),
-                points_mod.PatchPoint(mod, 'Manager.gone', 'x.gone'),
-                points_mod.PatchPoint(mod + '_never_imported', 'X.y',
-                                      'x.y')])])
+        runtime = lifecycle.setup(
+            conf,
+            'nova-conductor',
+            targets=[
+                targets_base.PointsTarget(
+                    [
+                        points_mod.PatchPoint(mod, 'Manager.build', 'x.build'),
+                        points_mod.PatchPoint(mod, 'Manager.gone', 'x.gone'),
+                        points_mod.PatchPoint(
+                            mod + '_never_imported', 'X.y', 'x.y'
+                        ),
+                    ]
+                )
+            ],
+        )
         self.addCleanup(lifecycle.teardown)
         self.assertIsNotNone(runtime)
         lifecycle.teardown()
         text = metrics_sink.exposition(out)
-        for status, count in (('patched', 1), ('pending', 1),
-                              ('missing', 1), ('failed', 0)):
-            self.assertIn('instrument_points{service="nova-conductor",'
-                          'status="%s"} %d\n' % (status, count), text)
+        for status, count in (
+            ('patched', 1),
+            ('pending', 1),
+            ('missing', 1),
+            ('failed', 0),
+        ):
+            self.assertIn(
+                'instrument_points{service="nova-conductor",'
+                'status="%s"} %d\n' % (status, count),
+                text,
+            )
         self.assertIn('# TYPE instrument_points gauge\n', text)
 
 
 class ForkTest(base.TestCase):
-
     def test_a_forked_child_writes_its_own_file(self):
         self._fork('')
 
@@ -410,7 +621,9 @@ class ForkTest(base.TestCase):
 
     def _fork(self, prelude):
         out = os.path.join(self.tmp, 'metrics')
-        result = self.run_script(prelude + '''
+        result = self.run_script(
+            prelude
+            + '''
             import os, sys
             from instrument.runtime import buffer, metrics, process, record
             from instrument.sinks import metrics as metrics_sink
@@ -443,7 +656,9 @@ class ForkTest(base.TestCase):
             buf.emit(span('api.parent'))
             buf.close()
             print(pid)
-            ''', out)
+            ''',
+            out,
+        )
         self.assertEqual(0, result.returncode, result.stderr)
         child = int(result.stdout.split()[-1])
         docs = {d['pid']: d for d in metrics_sink.read_states(out)}
@@ -451,14 +666,19 @@ class ForkTest(base.TestCase):
         self.assertIn(child, docs)
 
         def events(doc):
-            return {row[1]: sum(row[-1][:-1])
-                    for row in doc['families'][metrics.SPAN]}
+            return {
+                row[1]: sum(row[-1][:-1])
+                for row in doc['families'][metrics.SPAN]
+            }
 
         self.assertEqual({'api.child': 2}, events(docs[child]))
         parent = [d for p, d in docs.items() if p != child][0]
         self.assertEqual({'api.parent': 2}, events(parent))
         merged = metrics_sink.merge(list(docs.values()))
         self.assertEqual(
-            {('nova-api', 'api', 'api.parent'): 2,
-             ('nova-api', 'api', 'api.child'): 2},
-            {k: sum(v[:-1]) for k, v in merged[metrics.SPAN].items()})
+            {
+                ('nova-api', 'api', 'api.parent'): 2,
+                ('nova-api', 'api', 'api.child'): 2,
+            },
+            {k: sum(v[:-1]) for k, v in merged[metrics.SPAN].items()},
+        )

@@ -47,11 +47,13 @@ from tests.unit import base
 from tests.unit import test_metrics as agg
 from tests.unit.sinks import test_metrics as sink_tests
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 RULES = os.path.join(ROOT, 'etc', 'prometheus', 'instrument-rules.yml')
-RULES_TEST = os.path.join(ROOT, 'etc', 'prometheus',
-                          'instrument-rules.test.yml')
+RULES_TEST = os.path.join(
+    ROOT, 'etc', 'prometheus', 'instrument-rules.test.yml'
+)
 DASHBOARD = os.path.join(ROOT, 'etc', 'grafana', 'instrument-dashboard.json')
 GENERATOR = os.path.join(ROOT, 'tools', 'grafana_dashboard.py')
 
@@ -60,12 +62,17 @@ GENERATOR = os.path.join(ROOT, 'tools', 'grafana_dashboard.py')
 _METRIC = re.compile(r'(?<![\w:"])(instrument_\w+)(?![\w:])')
 _RECORDED = re.compile(r'(?<![\w:"])(\w+:instrument_\w+:\w+)')
 # Grafana's variables, replaced by something PromQL parses.
-_VARS = {'$__rate_interval': '5m', '$service': '.*', '$instance': '.*',
-         '$operation': '.*'}
+_VARS = {
+    '$__rate_interval': '5m',
+    '$service': '.*',
+    '$instance': '.*',
+    '$operation': '.*',
+}
 # A finished run that ``instrument-report follow --once`` reads: what
 # the dashboard's per-operation row queries
-FOLLOWED = os.path.join(ROOT, 'tests', 'data', 'fidelity',
-                        'demo-threads.jsonl.gz')
+FOLLOWED = os.path.join(
+    ROOT, 'tests', 'data', 'fidelity', 'demo-threads.jsonl.gz'
+)
 
 
 def metric_names(expr: str) -> set:
@@ -79,44 +86,93 @@ def recorded_names(expr: str) -> set:
 def _ksa(status, failure=None):
     rec = list(agg.span(schema.EV_KSA_REQUEST, 3000, svc='compute'))
     rec[record.I_ATTRS] = {
-        schema.ATTR_SERVICE_TYPE: 'placement', schema.ATTR_METHOD: 'GET',
+        schema.ATTR_SERVICE_TYPE: 'placement',
+        schema.ATTR_METHOD: 'GET',
         schema.ATTR_ROUTE: '/resource_providers/{id}',
-        schema.ATTR_STATUS: status, schema.ATTR_FAILURE: failure}
+        schema.ATTR_STATUS: status,
+        schema.ATTR_FAILURE: failure,
+    }
     return tuple(rec)
 
 
 def _periodic():
     rec = list(agg.span(schema.EV_PERIODIC_TASK, 4000000, svc='compute'))
     rec[record.I_ATTRS] = {
-        schema.ATTR_TASK: 'ComputeManager.update_available_resource'}
+        schema.ATTR_TASK: 'ComputeManager.update_available_resource'
+    }
     return tuple(rec)
 
 
 # Records that feed every family of instrument.runtime.metrics.
 RECORDS = sink_tests.SAMPLE + [
     agg.sql_agg('c' * 32, 10, 5000, rows=7, rows_known=4),
-    record.complete(agg.TS, 40000, 'h1', 'conductor',
-                    schema.EV_DB_POOL_WAIT, None, 1, None, None, None,
-                    'error', ('sqlalchemy.exc.TimeoutError', 'x'),
-                    {schema.ATTR_DB: 'nova'}),
-    record.instant(agg.TS, 'h1', 'conductor', None, schema.EV_DB_RETRY,
-                   1, None, None, None,
-                   {schema.ATTR_CLS: 'oslo_db.exception.DBDeadlock',
-                    schema.ATTR_EXHAUSTED: True,
-                    schema.ATTR_FP: 'b' * 32, schema.ATTR_DB: 'nova'}),
-    record.counter(schema.EV_SINK_DROPS, 'h1', 'conductor', agg.TS,
-                   {'buffer_full': 3}),
-    record.counter(schema.EV_PROCESS_SAMPLE, 'h1', 'conductor', agg.TS,
-                   {schema.ATTR_BUF_FILL: 17}),
-    _ksa(200), _ksa(None, 'read_timeout'), _periodic(),
+    record.complete(
+        agg.TS,
+        40000,
+        'h1',
+        'conductor',
+        schema.EV_DB_POOL_WAIT,
+        None,
+        1,
+        None,
+        None,
+        None,
+        'error',
+        ('sqlalchemy.exc.TimeoutError', 'x'),
+        {schema.ATTR_DB: 'nova'},
+    ),
+    record.instant(
+        agg.TS,
+        'h1',
+        'conductor',
+        None,
+        schema.EV_DB_RETRY,
+        1,
+        None,
+        None,
+        None,
+        {
+            schema.ATTR_CLS: 'oslo_db.exception.DBDeadlock',
+            schema.ATTR_EXHAUSTED: True,
+            schema.ATTR_FP: 'b' * 32,
+            schema.ATTR_DB: 'nova',
+        },
+    ),
+    record.counter(
+        schema.EV_SINK_DROPS, 'h1', 'conductor', agg.TS, {'buffer_full': 3}
+    ),
+    record.counter(
+        schema.EV_PROCESS_SAMPLE,
+        'h1',
+        'conductor',
+        agg.TS,
+        {schema.ATTR_BUF_FILL: 17},
+    ),
+    _ksa(200),
+    _ksa(None, 'read_timeout'),
+    _periodic(),
     # what InstrumentPointsMissing counts
-    record.meta(schema.EV_PROCESS_START, 'h1', 'conductor', agg.TS,
-                {schema.ATTR_POINTS: {'patched': ['m:A.a', 'm:A.b'],
-                                      'pending': [], 'missing': ['m:A.c'],
-                                      'failed': []}}),
+    record.meta(
+        schema.EV_PROCESS_START,
+        'h1',
+        'conductor',
+        agg.TS,
+        {
+            schema.ATTR_POINTS: {
+                'patched': ['m:A.a', 'm:A.b'],
+                'pending': [],
+                'missing': ['m:A.c'],
+                'failed': [],
+            }
+        },
+    ),
     # what InstrumentRPCErrors matches
-    agg.span('rpc.call', 30000000, svc='api',
-             err='oslo_messaging.exceptions.MessagingTimeout'),
+    agg.span(
+        'rpc.call',
+        30000000,
+        svc='api',
+        err='oslo_messaging.exceptions.MessagingTimeout',
+    ),
 ]
 
 
@@ -147,40 +203,48 @@ def promql(expr: str) -> str:
 
 
 class MonitoringFilesTestBase(base.TestCase):
-
     def setUp(self):
         super().setUp()
         out = os.path.join(self.tmp, 'm')
         sink_tests.write_state(out, 'nova-conductor', 101, RECORDS)
         self.exposition = metrics_sink.exposition(out)
         self.follower = follow.once([FOLLOWED])
-        self.emitted = {s.name for text in (
-            self.exposition, self.follower.exposition())
+        self.emitted = {
+            s.name
+            for text in (self.exposition, self.follower.exposition())
             for f in parser.text_string_to_metric_families(text)
-            for s in f.samples}
+            for s in f.samples
+        }
 
     def promtool(self, *args, cwd=None):
         tool = sink_tests.promtool()
         if tool is None:
             self.skipTest('promtool is not installed')
-        return subprocess.run([tool] + list(args), capture_output=True,
-                              text=True, timeout=120, cwd=cwd)
+        return subprocess.run(
+            [tool] + list(args),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd,
+        )
 
 
 class ExtractionTest(base.TestCase):
-
     def test_metric_and_recorded_names(self):
-        expr = ('sum by (db) (rate(instrument_sql_deadlocks_total{'
-                'event=~"instrument_x"}[5m])) / '
-                'db:instrument_sql_statements:rate5m')
-        self.assertEqual({'instrument_sql_deadlocks_total'},
-                         metric_names(expr))
-        self.assertEqual({'db:instrument_sql_statements:rate5m'},
-                         recorded_names(expr))
+        expr = (
+            'sum by (db) (rate(instrument_sql_deadlocks_total{'
+            'event=~"instrument_x"}[5m])) / '
+            'db:instrument_sql_statements:rate5m'
+        )
+        self.assertEqual(
+            {'instrument_sql_deadlocks_total'}, metric_names(expr)
+        )
+        self.assertEqual(
+            {'db:instrument_sql_statements:rate5m'}, recorded_names(expr)
+        )
 
 
 class RulesTest(MonitoringFilesTestBase):
-
     def test_the_records_feed_every_family(self):
         # else a name missing from the exposition could be this test's
         # sample, not the exporter
@@ -197,23 +261,24 @@ class RulesTest(MonitoringFilesTestBase):
             names = metric_names(rule['expr'])
             self.assertTrue(names, rule)
             self.assertEqual(set(), names - self.emitted, rule)
-            self.assertEqual(set(), recorded_names(rule['expr']) - recorded,
-                             rule)
+            self.assertEqual(
+                set(), recorded_names(rule['expr']) - recorded, rule
+            )
             if 'alert' in rule:
-                self.assertEqual({'summary', 'description'},
-                                 set(rule['annotations']), rule)
+                self.assertEqual(
+                    {'summary', 'description'}, set(rule['annotations']), rule
+                )
 
     def test_promtool_check_rules(self):
         result = self.promtool('check', 'rules', RULES)
-        self.assertEqual(0, result.returncode,
-                         result.stdout + result.stderr)
-        self.assertIn('SUCCESS: %d rules found' % len(rule_exprs()),
-                      result.stdout)
+        self.assertEqual(0, result.returncode, result.stdout + result.stderr)
+        self.assertIn(
+            'SUCCESS: %d rules found' % len(rule_exprs()), result.stdout
+        )
 
     def test_promtool_test_rules(self):
         result = self.promtool('test', 'rules', RULES_TEST)
-        self.assertEqual(0, result.returncode,
-                         result.stdout + result.stderr)
+        self.assertEqual(0, result.returncode, result.stdout + result.stderr)
         self.assertIn('SUCCESS', result.stdout)
 
     def test_promtool_test_rules_catches_a_changed_threshold(self):
@@ -224,38 +289,48 @@ class RulesTest(MonitoringFilesTestBase):
         self.assertIn('* 60 > 1\n', text)
         work = os.path.join(self.tmp, 'rules')
         os.makedirs(work)
-        with open(os.path.join(work, 'instrument-rules.yml'), 'w',
-                  encoding='utf-8') as f:
+        with open(
+            os.path.join(work, 'instrument-rules.yml'), 'w', encoding='utf-8'
+        ) as f:
             f.write(text.replace('* 60 > 1\n', '* 60 > 100\n'))
         with open(RULES_TEST, encoding='utf-8') as f:
             tests = f.read()
-        with open(os.path.join(work, 'test.yml'), 'w',
-                  encoding='utf-8') as f:
+        with open(os.path.join(work, 'test.yml'), 'w', encoding='utf-8') as f:
             f.write(tests)
         result = self.promtool('test', 'rules', 'test.yml', cwd=work)
         self.assertNotEqual(0, result.returncode, result.stdout)
-        self.assertIn('InstrumentSQLDeadlocks', result.stdout +
-                      result.stderr)
+        self.assertIn('InstrumentSQLDeadlocks', result.stdout + result.stderr)
 
 
 class DashboardTest(MonitoringFilesTestBase):
-
     def test_is_the_generator_output(self):
-        spec = importlib.util.spec_from_file_location('grafana_dashboard',
-                                                      GENERATOR)
+        spec = importlib.util.spec_from_file_location(
+            'grafana_dashboard', GENERATOR
+        )
         gen = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(gen)
         with open(DASHBOARD, encoding='utf-8') as f:
-            self.assertEqual(gen.render(), f.read(),
-                             'run python tools/grafana_dashboard.py > '
-                             'etc/grafana/instrument-dashboard.json')
+            self.assertEqual(
+                gen.render(),
+                f.read(),
+                'run python tools/grafana_dashboard.py > '
+                'etc/grafana/instrument-dashboard.json',
+            )
 
     def test_panels(self):
         with open(DASHBOARD, encoding='utf-8') as f:
             doc = json.load(f)
         titles = ' '.join(p['title'] for p in doc['panels']).lower()
-        for word in ('latency', 'errors', 'sql time', 'deadlocks',
-                     'lock wait', 'pool', 'service calls', 'dropped'):
+        for word in (
+            'latency',
+            'errors',
+            'sql time',
+            'deadlocks',
+            'lock wait',
+            'pool',
+            'service calls',
+            'dropped',
+        ):
             self.assertIn(word, titles)
         ids = [p['id'] for p in doc['panels']]
         self.assertEqual(len(ids), len(set(ids)))
@@ -275,19 +350,29 @@ class DashboardTest(MonitoringFilesTestBase):
             self.assertTrue(any(u.startswith(name) for u in used), name)
 
     def test_promtool_parses_every_query(self):
-        exprs = [e for e in dashboard_exprs()
-                 if not e.startswith('label_values(')]
-        doc = {'groups': [{'name': 'dashboard', 'rules': [
-            {'record': 'dashboard:query_%d:test' % n, 'expr': promql(e)}
-            for n, e in enumerate(exprs)]}]}
+        exprs = [
+            e for e in dashboard_exprs() if not e.startswith('label_values(')
+        ]
+        doc = {
+            'groups': [
+                {
+                    'name': 'dashboard',
+                    'rules': [
+                        {
+                            'record': 'dashboard:query_%d:test' % n,
+                            'expr': promql(e),
+                        }
+                        for n, e in enumerate(exprs)
+                    ],
+                }
+            ]
+        }
         path = os.path.join(self.tmp, 'dashboard-rules.yml')
         with open(path, 'w', encoding='utf-8') as f:
             yaml.safe_dump(doc, f)
         result = self.promtool('check', 'rules', path)
-        self.assertEqual(0, result.returncode,
-                         result.stdout + result.stderr)
-        self.assertIn('SUCCESS: %d rules found' % len(exprs),
-                      result.stdout)
+        self.assertEqual(0, result.returncode, result.stdout + result.stderr)
+        self.assertIn('SUCCESS: %d rules found' % len(exprs), result.stdout)
 
 
 def _free_port() -> int:
@@ -308,42 +393,68 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         tool = shutil.which('prometheus')
         if tool is None:
             if os.environ.get('CI') == 'true':
-                raise AssertionError('prometheus is missing: apt-get '
-                                     'install prometheus')
+                raise AssertionError(
+                    'prometheus is missing: apt-get install prometheus'
+                )
             self.skipTest('prometheus is not installed')
-        server = metrics_cmd.make_server([os.path.join(self.tmp, 'm')],
-                                         '127.0.0.1', 0)
+        server = metrics_cmd.make_server(
+            [os.path.join(self.tmp, 'm')], '127.0.0.1', 0
+        )
         self.addCleanup(server.server_close)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.addCleanup(server.shutdown)
         target = '127.0.0.1:%d' % server.server_address[1]
         # and instrument-report follow's, for the per-operation row
-        followed = metrics_cmd.text_server(self.follower.exposition,
-                                           '127.0.0.1', 0)
+        followed = metrics_cmd.text_server(
+            self.follower.exposition, '127.0.0.1', 0
+        )
         self.addCleanup(followed.server_close)
-        threading.Thread(target=followed.serve_forever,
-                         daemon=True).start()
+        threading.Thread(target=followed.serve_forever, daemon=True).start()
         self.addCleanup(followed.shutdown)
         config = os.path.join(self.tmp, 'prometheus.yml')
         with open(config, 'w', encoding='utf-8') as f:
-            yaml.safe_dump({
-                'global': {'scrape_interval': '1s',
-                           'evaluation_interval': '1s'},
-                'scrape_configs': [
-                    {'job_name': 'instrument',
-                     'static_configs': [{'targets': [target]}]},
-                    {'job_name': 'instrument-follow',
-                     'static_configs': [{'targets': [
-                         '127.0.0.1:%d' % followed.server_address[1]]}]},
-                ]}, f)
+            yaml.safe_dump(
+                {
+                    'global': {
+                        'scrape_interval': '1s',
+                        'evaluation_interval': '1s',
+                    },
+                    'scrape_configs': [
+                        {
+                            'job_name': 'instrument',
+                            'static_configs': [{'targets': [target]}],
+                        },
+                        {
+                            'job_name': 'instrument-follow',
+                            'static_configs': [
+                                {
+                                    'targets': [
+                                        '127.0.0.1:%d'
+                                        % followed.server_address[1]
+                                    ]
+                                }
+                            ],
+                        },
+                    ],
+                },
+                f,
+            )
         self.port = _free_port()
         log = open(os.path.join(self.tmp, 'prometheus.log'), 'w')
         self.addCleanup(log.close)
         proc = subprocess.Popen(
-            [tool, '--config.file', config,
-             '--storage.tsdb.path', os.path.join(self.tmp, 'tsdb'),
-             '--web.listen-address', '127.0.0.1:%d' % self.port],
-            stdout=log, stderr=subprocess.STDOUT)
+            [
+                tool,
+                '--config.file',
+                config,
+                '--storage.tsdb.path',
+                os.path.join(self.tmp, 'tsdb'),
+                '--web.listen-address',
+                '127.0.0.1:%d' % self.port,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.addCleanup(proc.wait, 30)
         self.addCleanup(proc.terminate)
         # a few scrapes: rate() needs two samples in its range
@@ -351,23 +462,30 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         while True:
             self.assertIsNone(proc.poll(), 'prometheus exited')
             try:
-                got = self.query('count_over_time(up{job=~"instrument|'
-                                 'instrument-follow"}[1m])')
+                got = self.query(
+                    'count_over_time(up{job=~"instrument|'
+                    'instrument-follow"}[1m])'
+                )
             except OSError:
                 got = []
-            if len(got) == 2 and all(float(g['value'][1]) >= self.SCRAPES
-                                     for g in got):
+            if len(got) == 2 and all(
+                float(g['value'][1]) >= self.SCRAPES for g in got
+            ):
                 break
-            self.assertLess(time.monotonic(), deadline,
-                            'prometheus did not scrape instrument-metrics')
+            self.assertLess(
+                time.monotonic(),
+                deadline,
+                'prometheus did not scrape instrument-metrics',
+            )
             time.sleep(0.5)
 
     def query(self, expr: str) -> list:
-        conn = http.client.HTTPConnection('127.0.0.1', self.port,
-                                          timeout=30)
+        conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=30)
         try:
-            conn.request('GET', '/api/v1/query?%s' % urllib.parse.urlencode(
-                {'query': expr}))
+            conn.request(
+                'GET',
+                '/api/v1/query?%s' % urllib.parse.urlencode({'query': expr}),
+            )
             doc = json.load(conn.getresponse())
         finally:
             conn.close()
@@ -378,11 +496,12 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         for expr in dashboard_exprs():
             if expr.startswith('label_values('):
                 # Grafana's: the series it lists the label's values of
-                metric, label = expr[len('label_values('):-1].split(', ')
+                metric, label = expr[len('label_values(') : -1].split(', ')
                 result = self.query(metric)
                 self.assertTrue(result, expr)
-                self.assertTrue(all(r['metric'].get(label)
-                                    for r in result), expr)
+                self.assertTrue(
+                    all(r['metric'].get(label) for r in result), expr
+                )
                 continue
             query = promql(expr).replace('[5m]', '[30s]')
             self.assertTrue(self.query(query), (expr, query))
@@ -391,8 +510,12 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         # the alerts' thresholds are not reached by constant counters:
         # their expressions without the comparison
         for rule in rule_exprs():
-            expr = rule['expr'].replace('[5m]', '[30s]').replace(
-                '[10m]', '[30s]').replace('[15m]', '[30s]')
+            expr = (
+                rule['expr']
+                .replace('[5m]', '[30s]')
+                .replace('[10m]', '[30s]')
+                .replace('[15m]', '[30s]')
+            )
             expr = re.split(r'\s[<>]\s', expr)[0]
             if 'alert' in rule:
                 # rate(...) > 0 keeps nothing of constant counters

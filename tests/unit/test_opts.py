@@ -22,7 +22,6 @@ from tests.unit import base
 
 
 class OptionsTest(base.TestCase):
-
     def _conf_from_file(self, text: str) -> cfg.ConfigOpts:
         path = os.path.join(self.tmp, 'nova.conf')
         with open(path, 'w') as f:
@@ -36,8 +35,9 @@ class OptionsTest(base.TestCase):
         conf = self._conf_from_file('[DEFAULT]\n')
         group = conf.instrument
         self.assertFalse(group.enabled)
-        self.assertEqual(['api', 'conductor', 'scheduler', 'compute'],
-                         group.services)
+        self.assertEqual(
+            ['api', 'conductor', 'scheduler', 'compute'], group.services
+        )
         self.assertEqual(['file'], group.sinks)
         self.assertEqual('/var/log/nova/instrument', group.output_dir)
         self.assertEqual(50000, group.buffer_size)
@@ -57,7 +57,8 @@ class OptionsTest(base.TestCase):
     def test_values_from_file(self):
         conf = self._conf_from_file(
             '[instrument]\nenabled = true\nservices = compute\n'
-            'sinks = file,log\nbuffer_size = 128\n')
+            'sinks = file,log\nbuffer_size = 128\n'
+        )
         opts.validate(conf)
         self.assertTrue(conf.instrument.enabled)
         self.assertEqual(['compute'], conf.instrument.services)
@@ -71,19 +72,19 @@ class OptionsTest(base.TestCase):
         self.assertIn('[instrument] %s' % option, str(exc))
 
     def test_bad_integer_names_the_option(self):
-        self._assert_invalid('[instrument]\nbuffer_size = lots\n',
-                             'buffer_size')
+        self._assert_invalid(
+            '[instrument]\nbuffer_size = lots\n', 'buffer_size'
+        )
 
     def test_out_of_range_names_the_option(self):
-        self._assert_invalid('[instrument]\nbuffer_size = 2\n',
-                             'buffer_size')
-        self._assert_invalid('[instrument]\ndetail_sample_rate = 1.5\n',
-                             'detail_sample_rate')
+        self._assert_invalid('[instrument]\nbuffer_size = 2\n', 'buffer_size')
+        self._assert_invalid(
+            '[instrument]\ndetail_sample_rate = 1.5\n', 'detail_sample_rate'
+        )
 
     def test_unknown_choice_names_the_option(self):
         self._assert_invalid('[instrument]\nsinks = file,kafka\n', 'sinks')
-        self._assert_invalid('[instrument]\nservices = cinder\n',
-                             'services')
+        self._assert_invalid('[instrument]\nservices = cinder\n', 'services')
 
     def test_file_sink_needs_a_directory(self):
         self._assert_invalid('[instrument]\noutput_dir =\n', 'output_dir')
@@ -94,17 +95,25 @@ class OptionsTest(base.TestCase):
     def test_unknown_keys_are_warned_with_the_nearest_option(self):
         conf = self._conf_from_file(
             '[instrument]\nenable = true\nbuffersize = 100\n'
-            'output_dir = /tmp/x\n[DEFAULT]\nbuffersize = 1\n')
+            'output_dir = /tmp/x\n[DEFAULT]\nbuffersize = 1\n'
+        )
         path = os.path.join(self.tmp, 'nova.conf')
         opts.validate(conf)
         self.assertFalse(conf.instrument.enabled)  # the typo is ignored
-        warnings = [line for line in self.logger.output.splitlines()
-                    if 'unknown option' in line]
-        self.assertEqual([
-            'WARNING instrument.opts instrument: unknown options in '
-            '[instrument], ignored: enable (in %s; did you mean '
-            'enabled?), buffersize (in %s; did you mean buffer_size?)'
-            % (path, path)], warnings)
+        warnings = [
+            line
+            for line in self.logger.output.splitlines()
+            if 'unknown option' in line
+        ]
+        self.assertEqual(
+            [
+                'WARNING instrument.opts instrument: unknown options in '
+                '[instrument], ignored: enable (in %s; did you mean '
+                'enabled?), buffersize (in %s; did you mean buffer_size?)'
+                % (path, path)
+            ],
+            warnings,
+        )
         # Once per process: set-up runs validate at every notifier.
         opts.validate(conf)
         self.assertEqual(1, self.logger.output.count('unknown option'))
@@ -118,9 +127,11 @@ class OptionsTest(base.TestCase):
         opts.register_opts(conf)
         conf(['--config-dir', conf_d], project='nova')
         opts.validate(conf)
-        self.assertIn('unknown option in [instrument], ignored: sink (in '
-                      '%s/50-instrument.conf; did you mean sinks?)'
-                      % conf_d, self.logger.output)
+        self.assertIn(
+            'unknown option in [instrument], ignored: sink (in '
+            '%s/50-instrument.conf; did you mean sinks?)' % conf_d,
+            self.logger.output,
+        )
         self.assertNotIn('enabled (in', self.logger.output)
 
     def test_key_check_never_fails_the_start(self):
@@ -134,14 +145,17 @@ class OptionsTest(base.TestCase):
         opts.warn_unknown_keys(conf)
 
     def test_a_sink_named_twice_is_used_once(self):
-        conf = self._conf_from_file(
-            '[instrument]\nsinks = file,log,file\n')
+        conf = self._conf_from_file('[instrument]\nsinks = file,log,file\n')
         opts.validate(conf)
         self.assertEqual(['file', 'log'], conf.instrument.sinks)
         opts.validate(conf)
-        self.assertEqual(1, self.logger.output.count(
-            'sinks names a sink more than once (file, log, file); each '
-            'is used once: file, log'))
+        self.assertEqual(
+            1,
+            self.logger.output.count(
+                'sinks names a sink more than once (file, log, file); each '
+                'is used once: file, log'
+            ),
+        )
 
     def test_choices_are_described(self):
         [(group, options)] = opts.list_opts()
@@ -153,9 +167,17 @@ class OptionsTest(base.TestCase):
         [(group, options)] = opts.list_opts()
         self.assertEqual('instrument', group.name)
         names = {o.name for o in options}
-        for name in ('enabled', 'services', 'sinks', 'output_dir',
-                     'buffer_size', 'flush_interval', 'sql_timing',
-                     'slow_query_threshold', 'detail_sample_rate'):
+        for name in (
+            'enabled',
+            'services',
+            'sinks',
+            'output_dir',
+            'buffer_size',
+            'flush_interval',
+            'sql_timing',
+            'slow_query_threshold',
+            'detail_sample_rate',
+        ):
             self.assertIn(name, names)
         for option in options:
             self.assertGreater(len(option.help or ''), 20, option.name)
@@ -172,16 +194,27 @@ class OptionsTest(base.TestCase):
         self.assertIn('#enabled = false', text)
 
     def test_committed_sample_is_current(self):
-        root = os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__))))
-        sample = os.path.join(root, 'etc', 'instrument',
-                              'instrument.conf.sample')
+        root = os.path.dirname(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        )
+        sample = os.path.join(
+            root, 'etc', 'instrument', 'instrument.conf.sample'
+        )
         conf = cfg.ConfigOpts()
         generator.register_cli_opts(conf)
-        conf(['--config-file', os.path.join(
-            root, 'etc', 'oslo-config-generator', 'instrument.conf')])
+        conf(
+            [
+                '--config-file',
+                os.path.join(
+                    root, 'etc', 'oslo-config-generator', 'instrument.conf'
+                ),
+            ]
+        )
         out = io.StringIO()
         generator.generate(conf, output_file=out)
         with open(sample) as f:
-            self.assertEqual(out.getvalue(), f.read(),
-                             'run "tox -e genconfig" and commit the sample')
+            self.assertEqual(
+                out.getvalue(),
+                f.read(),
+                'run "tox -e genconfig" and commit the sample',
+            )

@@ -74,10 +74,13 @@ class Thing(Base):
 def _expected(*names):
     """A decorator that does not keep ``__wrapped__`` (as oslo.messaging's
     ``expected_exceptions``): the function is in its closure only."""
+
     def outer(func):
         def inner(*args, **kwargs):
             return func(*args, **kwargs)
+
         return inner
+
     return outer
 
 
@@ -88,7 +91,6 @@ class Endpoint:
 
 
 class KindsTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.buffer, self.recorder = base.list_recorder('ctl-1')
@@ -107,6 +109,7 @@ class KindsTest(base.TestCase):
 
             def replacement(value):
                 return ('replaced', original(value), state.active)
+
             return replacement
 
         p = self.make([points.replace(self.mod_name, 'helper', factory)])
@@ -125,14 +128,24 @@ class KindsTest(base.TestCase):
 
     def test_remove_restores_every_kind_of_callable(self):
         mod = importlib.import_module(self.mod_name)
-        before = {attr: vars(mod.Thing)[attr]
-                  for attr in ('static', 'klass', 'method')}
-        p = self.make([
-            patcher.PatchPoint(self.mod_name, 'Thing.' + attr, 'x.' + attr)
-            for attr in before] + [
-            patcher.PatchPoint(self.mod_name, 'Thing.inherited', 'x.i'),
-            points.replace(self.mod_name, 'Thing.send',
-                           lambda original, state, owner: original)])
+        before = {
+            attr: vars(mod.Thing)[attr]
+            for attr in ('static', 'klass', 'method')
+        }
+        p = self.make(
+            [
+                patcher.PatchPoint(self.mod_name, 'Thing.' + attr, 'x.' + attr)
+                for attr in before
+            ]
+            + [
+                patcher.PatchPoint(self.mod_name, 'Thing.inherited', 'x.i'),
+                points.replace(
+                    self.mod_name,
+                    'Thing.send',
+                    lambda original, state, owner: original,
+                ),
+            ]
+        )
         p.apply()
         for attr in before:
             self.assertIsNot(before[attr], vars(mod.Thing)[attr])
@@ -152,13 +165,24 @@ class KindsTest(base.TestCase):
 
         holder = Holder()
         own = holder.sem = object()
-        p = self.make([
-            points.replace(self.mod_name, 'Thing.method',
-                           lambda original, state, obj: functools.partial(
-                               original, 'ctx'), per_object=True),
-            points.replace(self.mod_name, 'Holder.sem',
-                           lambda original, state, obj: ('proxy', original),
-                           per_object=True)])
+        p = self.make(
+            [
+                points.replace(
+                    self.mod_name,
+                    'Thing.method',
+                    lambda original, state, obj: functools.partial(
+                        original, 'ctx'
+                    ),
+                    per_object=True,
+                ),
+                points.replace(
+                    self.mod_name,
+                    'Holder.sem',
+                    lambda original, state, obj: ('proxy', original),
+                    per_object=True,
+                ),
+            ]
+        )
         p.apply()
         method = '%s:Thing.method' % self.mod_name
         sem = '%s:Holder.sem' % self.mod_name
@@ -181,20 +205,24 @@ class KindsTest(base.TestCase):
         importlib.import_module(self.mod_name)
         p = self.make([])
         p.apply()
-        early = points.PatchPoint(self.mod_name, 'Thing.method', 'x.early',
-                                  context=None)
-        late = points.PatchPoint(self.mod_name, 'Thing.send', 'x.late',
-                                 context=None)
+        early = points.PatchPoint(
+            self.mod_name, 'Thing.method', 'x.early', context=None
+        )
+        late = points.PatchPoint(
+            self.mod_name, 'Thing.send', 'x.late', context=None
+        )
         p.add_points([early])
         # the runtime read the banner for the start record: from now on
         # an added point is a change (what instrument_points folds)
         p.headed = True
         p.add_points([late])
-        changes = [e['attrs'] for e in self.buffer.dicts()
-                   if e['ev'] == 'process.points']
+        changes = [
+            e['attrs']
+            for e in self.buffer.dicts()
+            if e['ev'] == 'process.points'
+        ]
         self.assertEqual([{'patched': [late.name]}], changes)
-        self.assertEqual([early.name, late.name],
-                         p.banner()[patcher.PATCHED])
+        self.assertEqual([early.name, late.name], p.banner()[patcher.PATCHED])
 
     def test_a_failing_factory_is_a_fault_not_an_error(self):
         mod = importlib.import_module(self.mod_name)
@@ -202,8 +230,13 @@ class KindsTest(base.TestCase):
         def broken(original, state, obj):
             raise RuntimeError('boom')
 
-        p = self.make([points.replace(self.mod_name, 'Thing.method',
-                                      broken, per_object=True)])
+        p = self.make(
+            [
+                points.replace(
+                    self.mod_name, 'Thing.method', broken, per_object=True
+                )
+            ]
+        )
         p.apply()
         name = '%s:Thing.method' % self.mod_name
         self.assertFalse(p.patch_object(name, mod.Thing()))
@@ -216,8 +249,13 @@ class KindsTest(base.TestCase):
         def on_connect(dbapi_connection, connection_record):
             calls.append(dbapi_connection)
 
-        p = self.make([points.listen('sqlalchemy.pool.base', 'Pool',
-                                     'connect', on_connect)])
+        p = self.make(
+            [
+                points.listen(
+                    'sqlalchemy.pool.base', 'Pool', 'connect', on_connect
+                )
+            ]
+        )
         p.apply()
         name = 'sqlalchemy.pool.base:Pool@connect'
         self.assertEqual([name], p.banner()[patcher.PATCHED])
@@ -225,27 +263,31 @@ class KindsTest(base.TestCase):
         with engine.connect():
             pass
         self.assertEqual(1, len(calls))
-        self.assertTrue(event.contains(pool_base.Pool, 'connect',
-                                       on_connect))
+        self.assertTrue(event.contains(pool_base.Pool, 'connect', on_connect))
         p.remove()
-        self.assertFalse(event.contains(pool_base.Pool, 'connect',
-                                        on_connect))
+        self.assertFalse(event.contains(pool_base.Pool, 'connect', on_connect))
         engine.dispose()
 
     def test_discard_undoes_some_points_and_keeps_the_others(self):
         mod = importlib.import_module(self.mod_name)
         helper = vars(mod)['helper']
-        p = self.make([
-            points.replace(self.mod_name, 'helper',
-                           lambda original, state, owner: len),
-            patcher.PatchPoint(self.mod_name, 'Thing.method', 'x.m')])
+        p = self.make(
+            [
+                points.replace(
+                    self.mod_name, 'helper', lambda original, state, owner: len
+                ),
+                patcher.PatchPoint(self.mod_name, 'Thing.method', 'x.m'),
+            ]
+        )
         p.apply()
         p.discard(['%s:helper' % self.mod_name])
         self.assertIs(helper, vars(mod)['helper'])
-        self.assertTrue(hasattr(vars(mod.Thing)['method'],
-                                '__instrument_point__'))
-        self.assertEqual(['%s:Thing.method' % self.mod_name],
-                         p.banner()[patcher.PATCHED])
+        self.assertTrue(
+            hasattr(vars(mod.Thing)['method'], '__instrument_point__')
+        )
+        self.assertEqual(
+            ['%s:Thing.method' % self.mod_name], p.banner()[patcher.PATCHED]
+        )
 
 
 class ReadsTest(base.TestCase):
@@ -256,38 +298,52 @@ class ReadsTest(base.TestCase):
         def method(self, context, size, name=None):
             pass
 
-        hook = points.reads(lambda inst, size, name: (inst, size, name),
-                            'size', 'name')
+        hook = points.reads(
+            lambda inst, size, name: (inst, size, name), 'size', 'name'
+        )
         bound = points.bind(hook, method)
         self.assertEqual(('i', 3, 'n'), bound('i', ('ctx', 3, 'n'), {}))
-        self.assertEqual(('i', 3, 'n'), bound('i', ('ctx',),
-                                              {'size': 3, 'name': 'n'}))
+        self.assertEqual(
+            ('i', 3, 'n'), bound('i', ('ctx',), {'size': 3, 'name': 'n'})
+        )
         self.assertEqual(('i', 3, None), bound('i', ('ctx', 3), {}))
         # unbound (no signature known): keywords only
-        self.assertEqual(('i', None, 'n'), hook('i', ('ctx', 3),
-                                                {'name': 'n'}))
+        self.assertEqual(
+            ('i', None, 'n'), hook('i', ('ctx', 3), {'name': 'n'})
+        )
 
     def test_the_rest_follows_the_arguments(self):
         def method(self, context, size):
             pass
 
-        hook = points.reads(lambda inst, size, result: size + result,
-                            'size')
-        self.assertEqual(5, points.bind(hook, method)(None, ('c', 2), {},
-                                                      3))
+        hook = points.reads(lambda inst, size, result: size + result, 'size')
+        self.assertEqual(5, points.bind(hook, method)(None, ('c', 2), {}, 3))
 
     def test_through_a_decorator_without_wrapped(self):
-        hook = points.reads(lambda inst, migration, dest: (migration, dest),
-                            'migration', 'dest')
+        hook = points.reads(
+            lambda inst, migration, dest: (migration, dest),
+            'migration',
+            'dest',
+        )
         bound = points.bind(hook, vars(Endpoint)['call'])
         self.assertEqual(('m', 'h'), bound(None, ('c', 'i', 'm', 'h'), {}))
 
     def test_a_span_point_binds_its_hooks(self):
         buffer, recorder = base.list_recorder('ctl-1')
-        p = patcher.Patcher([patcher.PatchPoint(
-            __name__, 'Endpoint.call', 'test.call',
-            on_enter=points.reads(lambda inst, migration: {
-                'migration': migration}, 'migration'))], recorder)
+        p = patcher.Patcher(
+            [
+                patcher.PatchPoint(
+                    __name__,
+                    'Endpoint.call',
+                    'test.call',
+                    on_enter=points.reads(
+                        lambda inst, migration: {'migration': migration},
+                        'migration',
+                    ),
+                )
+            ],
+            recorder,
+        )
         self.addCleanup(p.remove)
         p.apply()
         self.assertEqual('m', Endpoint().call('ctx', 'i', 'm'))
@@ -296,23 +352,38 @@ class ReadsTest(base.TestCase):
 
 
 # Every place the SQL, pool and lock timing patch or listen to.
-SQL_POINTS = [
-    'sqlalchemy.engine.base:Engine@' + name for name in (
-        'before_cursor_execute', 'after_cursor_execute', 'engine_connect',
-        'begin', 'handle_error')] + [
-    'sqlalchemy.pool.base:Pool@' + name for name in (
-        'first_connect', 'connect', 'checkout', 'invalidate')] + [
-    'oslo_db.api:wrap_db_retry._is_exception_expected']
+SQL_POINTS = (
+    [
+        'sqlalchemy.engine.base:Engine@' + name
+        for name in (
+            'before_cursor_execute',
+            'after_cursor_execute',
+            'engine_connect',
+            'begin',
+            'handle_error',
+        )
+    ]
+    + [
+        'sqlalchemy.pool.base:Pool@' + name
+        for name in ('first_connect', 'connect', 'checkout', 'invalidate')
+    ]
+    + ['oslo_db.api:wrap_db_retry._is_exception_expected']
+)
 POOL_POINTS = [
     'sqlalchemy.engine.base:Engine@engine_connect',
-    'sqlalchemy.pool.base:Pool@connect', 'sqlalchemy.pool.base:Pool@close',
+    'sqlalchemy.pool.base:Pool@connect',
+    'sqlalchemy.pool.base:Pool@close',
     'sqlalchemy.pool.base:Pool@invalidate',
     'sqlalchemy.pool.impl:QueuePool._do_get',
     # names an engine's pool when the engine is made
-    'sqlalchemy.engine.interfaces:Dialect.engine_created']
+    'sqlalchemy.engine.interfaces:Dialect.engine_created',
+]
 # made when an engine is first used (per dialect)
-DIALECT_POINTS = [listeners_mod.POINT_LATE_ERROR, listeners_mod.POINT_COMMIT,
-                  listeners_mod.POINT_ROLLBACK]
+DIALECT_POINTS = [
+    listeners_mod.POINT_LATE_ERROR,
+    listeners_mod.POINT_COMMIT,
+    listeners_mod.POINT_ROLLBACK,
+]
 
 
 class SqlPointsTest(base.TestCase):
@@ -326,21 +397,30 @@ class SqlPointsTest(base.TestCase):
     def setup_runtime(self):
         return lifecycle.setup(
             self.make_conf(sql_timing=True, wait_timing=True),
-            'nova-conductor', targets=[
+            'nova-conductor',
+            targets=[
                 sqlalchemy_target.SqlAlchemyTarget(),
                 db_pool.DbPoolTarget(),
                 oslo_concurrency.OsloConcurrencyTarget(),
-                resources_target.ResourcesTarget()])
+                resources_target.ResourcesTarget(),
+            ],
+        )
 
     def test_banner_and_start_record_list_the_sql_and_pool_points(self):
         active = self.setup_runtime()
         banner = active.banner()
-        for name in SQL_POINTS + POOL_POINTS + [oslo_concurrency.POINT,
-                                                resources.POINT]:
+        for name in (
+            SQL_POINTS
+            + POOL_POINTS
+            + [oslo_concurrency.POINT, resources.POINT]
+        ):
             self.assertIn(name, banner[patcher.PATCHED])
         pymysql = connect_mod.POINT
-        expected_pymysql = (patcher.PATCHED if 'pymysql.connections' in
-                            sys.modules else patcher.PENDING)
+        expected_pymysql = (
+            patcher.PATCHED
+            if 'pymysql.connections' in sys.modules
+            else patcher.PENDING
+        )
         self.assertIn(pymysql, banner[expected_pymysql])
         for name in DIALECT_POINTS:
             self.assertIn(name, banner[patcher.PENDING])
@@ -353,29 +433,48 @@ class SqlPointsTest(base.TestCase):
         lifecycle.teardown()
         engine.dispose()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         start = records[0]
         self.assertEqual('process.start', start['ev'])
-        listed = [name for names in start['attrs']['points'].values()
-                  for name in names]
-        for name in SQL_POINTS + POOL_POINTS + DIALECT_POINTS + [
-                pymysql, oslo_concurrency.POINT, resources.POINT]:
+        listed = [
+            name
+            for names in start['attrs']['points'].values()
+            for name in names
+        ]
+        for name in (
+            SQL_POINTS
+            + POOL_POINTS
+            + DIALECT_POINTS
+            + [pymysql, oslo_concurrency.POINT, resources.POINT]
+        ):
             self.assertIn(name, listed)
         # one status per patched place, in each target's own entry
         self.assertEqual(
             ['installed'] * 4,
-            [start['attrs']['targets'][name] for name in (
-                'sqlalchemy', 'db_pool', 'oslo_concurrency', 'resources')])
+            [
+                start['attrs']['targets'][name]
+                for name in (
+                    'sqlalchemy',
+                    'db_pool',
+                    'oslo_concurrency',
+                    'resources',
+                )
+            ],
+        )
 
     def test_teardown_restores_every_original(self):
         originals = {
-            (pool_impl.QueuePool, '_do_get'):
-                vars(pool_impl.QueuePool)['_do_get'],
-            (oslo_db_api.wrap_db_retry, retries_mod.METHOD):
-                vars(oslo_db_api.wrap_db_retry)[retries_mod.METHOD],
+            (pool_impl.QueuePool, '_do_get'): vars(pool_impl.QueuePool)[
+                '_do_get'
+            ],
+            (oslo_db_api.wrap_db_retry, retries_mod.METHOD): vars(
+                oslo_db_api.wrap_db_retry
+            )[retries_mod.METHOD],
             (lockutils, 'lock'): vars(lockutils)['lock'],
-            (engine_interfaces.Dialect, 'engine_created'):
-                vars(engine_interfaces.Dialect)['engine_created'],
+            (engine_interfaces.Dialect, 'engine_created'): vars(
+                engine_interfaces.Dialect
+            )['engine_created'],
         }
         active = self.setup_runtime()
         for (owner, attr), original in originals.items():
@@ -389,11 +488,11 @@ class SqlPointsTest(base.TestCase):
         pool_waits = active.target('db_pool').taps
         sampler_pools = active.target('resources').sampler.pools
         classes = {'Engine': engine_base.Engine, 'Pool': pool_base.Pool}
-        listened = [(classes[p.target], p.listen[0], p.listen[1])
-                    for p in sql._points + pool_waits._points + [
-                        sampler_pools.point()]
-                    if p.listen is not None and not p.per_object] + [
-            (dialect, 'handle_error', sql.handle_error)]
+        listened = [
+            (classes[p.target], p.listen[0], p.listen[1])
+            for p in sql._points + pool_waits._points + [sampler_pools.point()]
+            if p.listen is not None and not p.per_object
+        ] + [(dialect, 'handle_error', sql.handle_error)]
         self.assertEqual(15, len(listened))
         for target, name, fn in listened:
             self.assertTrue(event.contains(target, name, fn), name)
@@ -408,12 +507,13 @@ class SqlPointsTest(base.TestCase):
 
 
 class OneHookRegistryTest(base.TestCase):
-
     def test_only_the_hook_registry_registers_post_import_hooks(self):
         root = pathlib.Path(patcher.__file__).parent.parent
         registering = sorted(
-            str(path.relative_to(root)) for path in root.rglob('*.py')
-            if 'register_post_import_hook' in path.read_text())
+            str(path.relative_to(root))
+            for path in root.rglob('*.py')
+            if 'register_post_import_hook' in path.read_text()
+        )
         self.assertEqual(['patching/hooks.py'], registering)
         # the patcher and the start-up log (oslo.log's setup, before
         # any patcher exists) go through it
@@ -424,8 +524,7 @@ class OneHookRegistryTest(base.TestCase):
         p.apply()
         self.assertEqual((patcher._on_import,), hooks.registered(name))
         startlog._wrap_setup()
-        self.assertIn(startlog._wrap_module,
-                      hooks.registered('oslo_log.log'))
+        self.assertIn(startlog._wrap_module, hooks.registered('oslo_log.log'))
 
     def test_each_callback_once_when_imported_later(self):
         name = self.make_module('VALUE = 1\n')

@@ -98,7 +98,6 @@ class FaultyBuffer(buffer_mod.EventBuffer):
 
 
 class PointFaultTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.mod_name = self.make_module(TARGET)
@@ -112,10 +111,15 @@ class PointFaultTest(base.TestCase):
         self.recorder = recorder_mod.Recorder(
             buffer if buffer is not None else self.buffer,
             process.ProcessIdentity.create('nova-scheduler', 'ctl-1'),
-            detail_sample_rate=rate)
+            detail_sample_rate=rate,
+        )
         self.point = patcher.PatchPoint(
-            self.mod_name, 'HostManager.get_filtered_hosts',
-            'scheduler.filter', 'scheduler', **point)
+            self.mod_name,
+            'HostManager.get_filtered_hosts',
+            'scheduler.filter',
+            'scheduler',
+            **point,
+        )
         self.patcher = patcher.Patcher([self.point], self.recorder)
         self.addCleanup(self.patcher.remove)
         self.patcher.apply()
@@ -133,25 +137,34 @@ class PointFaultTest(base.TestCase):
         """Same outcome object, one call, ``faults`` counted and logged
         once (``logged``: fault lines of earlier calls in the test)."""
         self.assertIs(expected, outcome)
-        self.assertEqual(1, len(self.mod.calls),
-                         'the wrapped call must run exactly once')
+        self.assertEqual(
+            1, len(self.mod.calls), 'the wrapped call must run exactly once'
+        )
         self.assertEqual(faults, state.faults)
         if isinstance(outcome, BaseException):
-            self.assertIsNone(outcome.__context__,
-                              'the exception was chained to a fault')
-        self.assertIsNone(recorder_mod.current_frame(),
-                          'a fault must not leave a span current')
+            self.assertIsNone(
+                outcome.__context__, 'the exception was chained to a fault'
+            )
+        self.assertIsNone(
+            recorder_mod.current_frame(),
+            'a fault must not leave a span current',
+        )
         log = self.logged()
-        self.assertEqual(logged + min(faults, 1),
-                         log.count('fault in point'), log)
+        self.assertEqual(
+            logged + min(faults, 1), log.count('fault in point'), log
+        )
 
     # -- item 1 as reported ------------------------------------------------
 
     def test_unsampled_detail_point_raising_runs_nova_once(self):
-        state = self.apply(rate=0.5, detail=True, context=patcher.arg(
-            'context'))
-        req = next('req-%d' % n for n in range(100)
-                   if not self.recorder.sampled('req-%d' % n))
+        state = self.apply(
+            rate=0.5, detail=True, context=patcher.arg('context')
+        )
+        req = next(
+            'req-%d' % n
+            for n in range(100)
+            if not self.recorder.sampled('req-%d' % n)
+        )
         error = RuntimeError('filter exploded')
         outcome = self.call(self.mod.Ctx(req, error=error))
         self.assert_untouched(state, 0, outcome, error)
@@ -163,8 +176,10 @@ class PointFaultTest(base.TestCase):
         outcome = self.call(self.mod.Ctx('req-s', error=error))
         self.assert_untouched(state, 0, outcome, error)
         [end] = self.buffer.dicts()
-        self.assertEqual(('X', 'error', 'RuntimeError'),
-                         (end['ph'], end['st'], end['err']['cls']))
+        self.assertEqual(
+            ('X', 'error', 'RuntimeError'),
+            (end['ph'], end['st'], end['err']['cls']),
+        )
 
     # -- a fault in each part of the wrapper --------------------------------
 
@@ -172,16 +187,22 @@ class PointFaultTest(base.TestCase):
         for logged, outcome_kind in enumerate(('result', 'error')):
             self.mod.calls.clear()
             state = self.apply(buffer=buffer, rate=rate, **point)
-            expected = object() if outcome_kind == 'result' else \
-                ValueError('nova failed')
+            expected = (
+                object()
+                if outcome_kind == 'result'
+                else ValueError('nova failed')
+            )
             if outcome_kind == 'result':
                 ctx = self.mod.Ctx('req-b', result=expected)
             else:
                 ctx = self.mod.Ctx('req-b', error=expected)
             outcome = self.call(ctx)
             self.assert_untouched(state, 1, outcome, expected, logged)
-            self.assertEqual([], [e for e in self.buffer.events
-                                  if e[0] == 'B'], 'a span left open')
+            self.assertEqual(
+                [],
+                [e for e in self.buffer.events if e[0] == 'B'],
+                'a span left open',
+            )
             self.patcher.remove()
 
     def test_context_extractor_fault(self):
@@ -203,8 +224,11 @@ class PointFaultTest(base.TestCase):
         self._before_the_call(on_enter=_boom)
 
     def test_sampling_fault(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.recorder.Recorder.sampled', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.recorder.Recorder.sampled', _boom
+            )
+        )
         self._before_the_call(rate=0.5, detail=True)
 
     def test_enqueue_fault(self):
@@ -238,8 +262,9 @@ class PointFaultTest(base.TestCase):
         self.assertEqual(('X', 'error'), (end['ph'], end['st']))
 
     def test_error_description_fault(self):
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.tracer.error_of',
-                                             _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.tracer.error_of', _boom)
+        )
         state = self.apply()
         error = ValueError('nova failed')
         outcome = self.call(self.mod.Ctx('req-d', error=error))
@@ -251,22 +276,28 @@ class PointFaultTest(base.TestCase):
         # The span cannot start (its enqueue fails) after on_enter ran,
         # or its end fails: on_abandon undoes on_enter's work once
         # nova's call is over; raising there changes nothing for nova.
-        for where, kwargs in (('start', {'buffer': FaultyBuffer(
-                append=True)}), ('end', {'on_exit': _boom,
-                                         'on_error': _boom})):
+        for where, kwargs in (
+            ('start', {'buffer': FaultyBuffer(append=True)}),
+            ('end', {'on_exit': _boom, 'on_error': _boom}),
+        ):
             for outcome_kind in ('result', 'error'):
                 for raising in (False, True):
                     self.mod.calls.clear()
                     seen = []
 
-                    def abandon(instance, args, kw, raising=raising,
-                                seen=seen):
+                    def abandon(
+                        instance, args, kw, raising=raising, seen=seen
+                    ):
                         seen.append(len(self.mod.calls))
                         if raising:
                             raise KeyError('abandon bug')
+
                     state = self.apply(on_abandon=abandon, **kwargs)
-                    expected = object() if outcome_kind == 'result' else \
-                        ValueError('nova failed')
+                    expected = (
+                        object()
+                        if outcome_kind == 'result'
+                        else ValueError('nova failed')
+                    )
                     ctx = self.mod.Ctx('req-a', **{outcome_kind: expected})
                     outcome = self.call(ctx)
                     detail = (where, outcome_kind, raising)
@@ -280,21 +311,27 @@ class PointFaultTest(base.TestCase):
 
     def test_behind_wrapts_proxy_too(self):
         # A callable that is not a plain function keeps wrapt's proxy.
-        self.mod.HostManager.get_filtered_hosts = _Callable(
-            self.mod.calls)
+        self.mod.HostManager.get_filtered_hosts = _Callable(self.mod.calls)
         state = self.apply(rate=0.0, detail=True)
         error = RuntimeError('filter exploded')
         raised = self.assertRaises(
-            RuntimeError, self.mod.HostManager.get_filtered_hosts,
-            self.mod.Ctx('req-w', error=error), iter(['h']))
+            RuntimeError,
+            self.mod.HostManager.get_filtered_hosts,
+            self.mod.Ctx('req-w', error=error),
+            iter(['h']),
+        )
         self.assertIs(error, raised)
         self.assertEqual(1, len(self.mod.calls))
         self.assertEqual(0, state.faults)
         self.patcher.remove()
         state = self.apply(on_enter=_boom)
         result = object()
-        self.assertIs(result, self.mod.HostManager.get_filtered_hosts(
-            self.mod.Ctx('req-w', result=result), iter(['h'])))
+        self.assertIs(
+            result,
+            self.mod.HostManager.get_filtered_hosts(
+                self.mod.Ctx('req-w', result=result), iter(['h'])
+            ),
+        )
         self.assertEqual(2, len(self.mod.calls))
         self.assertEqual(1, state.faults)
 
@@ -303,8 +340,9 @@ class PointFaultTest(base.TestCase):
         calls = patcher.FAULT_LIMIT + 3
         for n in range(calls):
             result = object()
-            self.assertIs(result, self.call(self.mod.Ctx(
-                'req-%d' % n, result=result)))
+            self.assertIs(
+                result, self.call(self.mod.Ctx('req-%d' % n, result=result))
+            )
         self.assertEqual(calls, len(self.mod.calls))
         self.assertFalse(state.active)
         self.assertEqual(patcher.FAULT_LIMIT, state.faults)
@@ -322,9 +360,12 @@ class PointFaultTest(base.TestCase):
 
     def test_fault_message_never_carries_sql_parameters(self):
         def leaky(*args):
-            raise RuntimeError("(pymysql.err.OperationalError) boom "
-                               "[SQL: UPDATE x SET y=%(y)s] "
-                               "[parameters: {'y': 's3cr3t'}]")
+            raise RuntimeError(
+                "(pymysql.err.OperationalError) boom "
+                "[SQL: UPDATE x SET y=%(y)s] "
+                "[parameters: {'y': 's3cr3t'}]"
+            )
+
         self.apply(on_enter=leaky)
         self.call(self.mod.Ctx('req-p', result=1))
         log = self.logged()
@@ -356,12 +397,17 @@ class HookFaultTest(base.TestCase):
         self.mod_name = self.make_module(TARGET)
         self.mod = importlib.import_module(self.mod_name)
         self.recorder = recorder_mod.Recorder(
-            base.ListBuffer(), process.ProcessIdentity.create('nova', 'h'))
+            base.ListBuffer(), process.ProcessIdentity.create('nova', 'h')
+        )
 
     def apply(self, **point):
-        point = patcher.PatchPoint(self.mod_name, 'spawn_on',
-                                   'thread.spawn', kind=patcher.HOOK,
-                                   **point)
+        point = patcher.PatchPoint(
+            self.mod_name,
+            'spawn_on',
+            'thread.spawn',
+            kind=patcher.HOOK,
+            **point,
+        )
         p = patcher.Patcher([point], self.recorder)
         self.addCleanup(p.remove)
         p.apply()
@@ -378,6 +424,7 @@ class HookFaultTest(base.TestCase):
     def test_a_half_made_change_is_not_applied(self):
         def bad(instance, args, kwargs):
             return ('other-pool',) + tuple(args[1:]), ['not', 'keywords']
+
         state = self.apply(on_enter=bad)
         result = object()
         self.assertIs(result, self.mod.spawn_on('pool', lambda: result))
@@ -392,21 +439,25 @@ class HookFaultTest(base.TestCase):
         self.assertEqual(1, state.faults)
 
     def test_target_exception_passes_through_uncounted(self):
-        state = self.apply(on_enter=nova_threads.carry_span,
-                           on_exit=lambda *a: None)
+        state = self.apply(
+            on_enter=nova_threads.carry_span, on_exit=lambda *a: None
+        )
         error = ValueError('nova failed')
 
         def fail():
             raise error
-        raised = self.assertRaises(ValueError, self.mod.spawn_on, 'pool',
-                                   fail)
+
+        raised = self.assertRaises(ValueError, self.mod.spawn_on, 'pool', fail)
         self.assertIs(error, raised)
         self.assertEqual(1, len(self.mod.calls))
         self.assertEqual(0, state.faults)
 
     def test_carried_frame_fault_still_runs_the_thread_function_once(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.recorder.set_frame', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.recorder.set_frame', _boom
+            )
+        )
         counter = nova_frames.FAULTS
         before = counter.count
         ran = []
@@ -415,6 +466,7 @@ class HookFaultTest(base.TestCase):
         def func(x):
             ran.append(x)
             return result
+
         run = nova_frames.run_in_frame(('frame',), func)
         self.assertIs(result, run(7))
         self.assertEqual([7], ran)

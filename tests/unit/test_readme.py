@@ -22,8 +22,9 @@ from oslo_config import cfg
 from oslo_messaging import opts as messaging_opts
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 def _requirements() -> list:
@@ -39,14 +40,16 @@ def _requirements() -> list:
 def _section(title: str) -> str:
     with open(os.path.join(ROOT, 'README.rst'), encoding='utf-8') as f:
         text = f.read()
-    match = re.search(r'^%s\n=+\n(.*?)(?=^\S[^\n]*\n=+\n)' % re.escape(title),
-                      text, re.M | re.S)
+    match = re.search(
+        r'^%s\n=+\n(.*?)(?=^\S[^\n]*\n=+\n)' % re.escape(title),
+        text,
+        re.M | re.S,
+    )
     assert match, title
     return ' '.join(match.group(1).split())
 
 
 class ReadmeTest(testtools.TestCase):
-
     def test_install_and_design_name_every_runtime_requirement(self):
         names = _requirements()
         self.assertIn('orjson', names)
@@ -59,10 +62,12 @@ class ReadmeTest(testtools.TestCase):
         # .ci/run greps the test command; the main job is the demo
         with open(os.path.join(ROOT, 'README.rst'), encoding='utf-8') as f:
             lines = f.read().splitlines()
-        for command in ('    python3 -m venv .tox-venv && .tox-venv/bin/pip '
-                        'install tox && .tox-venv/bin/tox -e demo',
-                        '    python3 -m venv .tox-venv && .tox-venv/bin/pip '
-                        'install tox && .tox-venv/bin/tox -e py3,pep8'):
+        for command in (
+            '    python3 -m venv .tox-venv && .tox-venv/bin/pip '
+            'install tox && .tox-venv/bin/tox -e demo',
+            '    python3 -m venv .tox-venv && .tox-venv/bin/pip '
+            'install tox && .tox-venv/bin/tox -e py3,pep8',
+        ):
             self.assertIn(command, lines)
 
     def test_the_driver_lines_keep_the_other_notification_drivers(self):
@@ -75,7 +80,7 @@ class ReadmeTest(testtools.TestCase):
         with open(os.path.join(ROOT, 'README.rst'), encoding='utf-8') as f:
             readme = f.read()
         start = readme.index('    [oslo_messaging_notifications]\n')
-        block = readme[start:readme.index('\n\n', start)]
+        block = readme[start : readme.index('\n\n', start)]
         with tempfile.NamedTemporaryFile('w', suffix='.conf') as conf_file:
             conf_file.write(textwrap.dedent(block) + '\n')
             conf_file.flush()
@@ -92,6 +97,7 @@ class ReadmeTest(testtools.TestCase):
         text = _section('Install')
         self.assertIn('not on a package index yet', text)
         self.assertIn('pip install /path/to/openstack-instrument', text)
-        self.assertIn('pip wheel --no-deps -w dist/ '
-                      '/path/to/openstack-instrument', text)
+        self.assertIn(
+            'pip wheel --no-deps -w dist/ /path/to/openstack-instrument', text
+        )
         self.assertIn('pip install openstack_instrument-*.whl', text)

@@ -25,56 +25,83 @@ from instrument.runtime import record
 
 
 def _span(**changes) -> list:
-    rec = ['X', 1795000000000000, 1234, 'cmp-1', 'compute', 77,
-           'compute.spawn', 0x12345678_00000002, 0x12345678_00000001,
-           'req-5d1f6c43-7b7e-4c84-9a51-9a8c6f6a0f11', None,
-           ['0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'], 'ok', None,
-           {'selected': ['h1'], 'n': 3}, 0, None]
+    rec = [
+        'X',
+        1795000000000000,
+        1234,
+        'cmp-1',
+        'compute',
+        77,
+        'compute.spawn',
+        0x12345678_00000002,
+        0x12345678_00000001,
+        'req-5d1f6c43-7b7e-4c84-9a51-9a8c6f6a0f11',
+        None,
+        ['0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'],
+        'ok',
+        None,
+        {'selected': ['h1'], 'n': 3},
+        0,
+        None,
+    ]
     for index, value in changes.items():
         rec[getattr(record, index)] = value
     return rec
 
 
 class EncodeTest(testtools.TestCase):
-
     def decode(self, data: bytes) -> list:
         self.assertTrue(data.endswith(b'\n'))
-        return [schema.validate(json.loads(line))
-                for line in data.splitlines()]
+        return [
+            schema.validate(json.loads(line)) for line in data.splitlines()
+        ]
 
     def test_lines_are_the_schema_dicts(self):
-        batch = [_span(), _span(I_ERR=('nova.exception.X', 'bad "x"\né'),
-                                I_ST='error', I_ATTRS=None)]
+        batch = [
+            _span(),
+            _span(
+                I_ERR=('nova.exception.X', 'bad "x"\né'),
+                I_ST='error',
+                I_ATTRS=None,
+            ),
+        ]
         lines = self.decode(record.encode_batch(batch, 7, 42))
-        self.assertEqual([record.to_dict(batch[0], 7, 42),
-                          record.to_dict(batch[1], 8, 42)], lines)
+        self.assertEqual(
+            [record.to_dict(batch[0], 7, 42), record.to_dict(batch[1], 8, 42)],
+            lines,
+        )
         self.assertEqual('123456780000000', lines[0]['span'][:15])
 
     def test_odd_values_are_kept_not_lost(self):
-        attrs = {'when': datetime.datetime(2026, 1, 2, 3, 4, 5),
-                 7: 'int key', 'big': 2 ** 70, 'obj': object}
-        [line] = self.decode(record.encode_batch(
-            [_span(I_ATTRS=attrs)], 1, 1))
-        self.assertEqual(2 ** 70, line['attrs']['big'])
+        attrs = {
+            'when': datetime.datetime(2026, 1, 2, 3, 4, 5),
+            7: 'int key',
+            'big': 2**70,
+            'obj': object,
+        }
+        [line] = self.decode(record.encode_batch([_span(I_ATTRS=attrs)], 1, 1))
+        self.assertEqual(2**70, line['attrs']['big'])
         self.assertEqual('int key', line['attrs']['7'])
         self.assertIn('2026-01-02', line['attrs']['when'])
 
     def test_unencodable_record_is_written_with_the_reason(self):
         loop = {}
         loop['self'] = loop
-        [line] = self.decode(record.encode_batch(
-            [_span(I_ATTRS=loop)], 1, 1))
+        [line] = self.decode(record.encode_batch([_span(I_ATTRS=loop)], 1, 1))
         self.assertIn('unencodable', line['attrs'])
         self.assertEqual('compute.spawn', line['ev'])
 
     def test_without_orjson_the_same_lines(self):
         batch = [_span(), _span(I_ATTRS={'a': [1, 'b', None, True]})]
         fast = record.encode_batch(batch, 1, 9)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.record.orjson', None))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.record.orjson', None)
+        )
         slow = record.encode_batch(batch, 1, 9)
-        self.assertEqual([json.loads(x) for x in fast.splitlines()],
-                         [json.loads(x) for x in slow.splitlines()])
+        self.assertEqual(
+            [json.loads(x) for x in fast.splitlines()],
+            [json.loads(x) for x in slow.splitlines()],
+        )
 
 
 class BatchEncoderTest(testtools.TestCase):
@@ -85,31 +112,56 @@ class BatchEncoderTest(testtools.TestCase):
         return [
             _span(),
             _span(I_PARENT=None, I_INST=('a', 'b'), I_ATTRS={}),
-            _span(I_ERR=('nova.exception.X', 'bad "x"\n\u00e9'),
-                  I_ST='error', I_ATTRS={7: 'int key', 'f': 0.1}),
-            tuple(_span(I_PH='B', I_DUR=None, I_ST=None,
-                        I_SPAN='00000000000000ab'))[:record.SIZE],
-            record.meta('process.start', 'h', 's', 5,
-                        {'x': [1, 2.5, None, 'a\u2028b']}),
-            record.complete(1, 2, 'h', 's', 'sql.query', 7, None, 'r',
-                            'g', None, 'ok', None, {'n': 2 ** 70}),
-            record.instant(1, 'h', 's', None, 'ev', None, None, None,
-                           None, None),
+            _span(
+                I_ERR=('nova.exception.X', 'bad "x"\n\u00e9'),
+                I_ST='error',
+                I_ATTRS={7: 'int key', 'f': 0.1},
+            ),
+            tuple(
+                _span(
+                    I_PH='B', I_DUR=None, I_ST=None, I_SPAN='00000000000000ab'
+                )
+            )[: record.SIZE],
+            record.meta(
+                'process.start', 'h', 's', 5, {'x': [1, 2.5, None, 'a\u2028b']}
+            ),
+            record.complete(
+                1,
+                2,
+                'h',
+                's',
+                'sql.query',
+                7,
+                None,
+                'r',
+                'g',
+                None,
+                'ok',
+                None,
+                {'n': 2**70},
+            ),
+            record.instant(
+                1, 'h', 's', None, 'ev', None, None, None, None, None
+            ),
             record.counter('sink.drops', None, None, 4, {'file': 1}),
         ]
 
     def test_no_dict_per_record(self):
         batch = self._batch()
         want = record._encode_each(batch, 3, 77)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.record.to_dict', _no_dict))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.record.to_dict', _no_dict)
+        )
         self.assertEqual(want, record.encode_lines(batch, 3, 77))
 
     def test_without_msgspec_the_same_bytes(self):
         batch = self._batch()
         fast = record.encode_lines(batch, 3, 77)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.record._encode_structs', None))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.record._encode_structs', None
+            )
+        )
         self.assertEqual(fast, record.encode_lines(batch, 3, 77))
 
     def test_a_batch_msgspec_refuses_goes_record_by_record(self):
@@ -118,8 +170,9 @@ class BatchEncoderTest(testtools.TestCase):
         data, lost = record.encode_lines(batch, 1, 1)
         self.assertEqual(0, lost)
         lines = [json.loads(raw) for raw in data.splitlines()]
-        self.assertEqual(list(range(1, len(batch) + 1)),
-                         [line['seq'] for line in lines])
+        self.assertEqual(
+            list(range(1, len(batch) + 1)), [line['seq'] for line in lines]
+        )
         self.assertEqual('a\\xff', lines[1]['attrs']['path'])
 
 
@@ -136,8 +189,11 @@ class UnencodableRecordTest(testtools.TestCase):
 
     def _batch(self) -> list:
         batch = [_span(I_ATTRS={'n': n}) for n in range(1000)]
-        batch[500] = _span(I_ST='error', I_ATTRS={'n': 500},
-                           I_ERR=('OSError', 'No such file: ' + self.NAME))
+        batch[500] = _span(
+            I_ST='error',
+            I_ATTRS={'n': 500},
+            I_ERR=('OSError', 'No such file: ' + self.NAME),
+        )
         # One more lone surrogate, outside the surrogateescape range,
         # in attrs (a key and a value).
         batch[700] = _span(I_ATTRS={'n': 700, 'path\ud800': '\udbff'})
@@ -156,8 +212,10 @@ class UnencodableRecordTest(testtools.TestCase):
         self.assertEqual(list(range(1, 1001)), [r['seq'] for r in recs])
         self.assertEqual(list(range(1000)), [r['attrs']['n'] for r in recs])
         # Written out the way Python shows the string, nothing lost.
-        self.assertEqual('No such file: /var/lib/nova/instances/\\xff-disk',
-                         recs[500]['err']['msg'])
+        self.assertEqual(
+            'No such file: /var/lib/nova/instances/\\xff-disk',
+            recs[500]['err']['msg'],
+        )
         self.assertEqual('error', recs[500]['st'])
         self.assertEqual('\\udbff', recs[700]['attrs']['path\\ud800'])
 
@@ -166,8 +224,9 @@ class UnencodableRecordTest(testtools.TestCase):
         self._check(*record.encode_lines(self._batch(), 1, 42))
 
     def test_lone_surrogate_costs_nothing_without_orjson(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.record.orjson', None))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.record.orjson', None)
+        )
         self._check(*record.encode_lines(self._batch(), 1, 42))
 
     def test_a_record_beyond_saving_is_left_out_and_counted(self):
@@ -188,7 +247,9 @@ class UnencodableRecordTest(testtools.TestCase):
         self.assertIn('unencodable', recs[2]['attrs'])
 
     def test_safe_text_for_other_encoders(self):
-        self.assertEqual('a\\xffb\\ud800', record.safe_text(
-            os.fsdecode(b'a\xffb') + '\ud800'))
+        self.assertEqual(
+            'a\\xffb\\ud800',
+            record.safe_text(os.fsdecode(b'a\xffb') + '\ud800'),
+        )
         same = 'nova.exception.Foo: é'
         self.assertIs(same, record.safe_text(same))

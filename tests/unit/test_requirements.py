@@ -26,8 +26,9 @@ import sys
 
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 # Used only where the process already imported it.
 UNDECLARED = {'eventlet'}
 
@@ -50,10 +51,15 @@ def _declared() -> dict:
         runtime = _names(f)
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(ROOT, 'setup.cfg'))
-    extras = {name: _names(value.splitlines())
-              for name, value in cfg['extras'].items()}
-    return {'runtime': runtime, 'otlp': runtime | extras['otlp'],
-            'report': runtime | extras['report']}
+    extras = {
+        name: _names(value.splitlines())
+        for name, value in cfg['extras'].items()
+    }
+    return {
+        'runtime': runtime,
+        'otlp': runtime | extras['otlp'],
+        'report': runtime | extras['report'],
+    }
 
 
 def _part(module: str) -> str:
@@ -84,14 +90,15 @@ def _third_party_imports():
                 else:
                     continue
                 for top_name in tops:
-                    if top_name in sys.stdlib_module_names or \
-                            top_name == 'instrument':
+                    if (
+                        top_name in sys.stdlib_module_names
+                        or top_name == 'instrument'
+                    ):
                         continue
                     yield module, top_name
 
 
 class RequirementsTest(testtools.TestCase):
-
     def test_every_import_is_declared(self):
         declared = _declared()
         dists = importlib.metadata.packages_distributions()
@@ -102,12 +109,20 @@ class RequirementsTest(testtools.TestCase):
             if top_name in UNDECLARED:
                 continue
             names = {_canonical(d) for d in dists.get(top_name, ())}
-            self.assertTrue(names, '%s imports %s, which is not installed '
-                            'here' % (module, top_name))
+            self.assertTrue(
+                names,
+                '%s imports %s, which is not installed '
+                'here' % (module, top_name),
+            )
             if not names & declared[_part(module)]:
-                missing.append('%s: %s (%s)' % (module, top_name,
-                                                ', '.join(sorted(names))))
+                missing.append(
+                    '%s: %s (%s)'
+                    % (module, top_name, ', '.join(sorted(names)))
+                )
         self.assertEqual([], missing)
         # the scan sees the imports it is about
-        self.assertTrue({'oslo_messaging', 'sqlalchemy', 'wrapt', 'numpy',
-                         'opentelemetry'} <= seen, seen)
+        self.assertTrue(
+            {'oslo_messaging', 'sqlalchemy', 'wrapt', 'numpy', 'opentelemetry'}
+            <= seen,
+            seen,
+        )

@@ -22,13 +22,15 @@ import pathlib
 import fixtures
 import testtools
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 def _toxfile():
     spec = importlib.util.spec_from_file_location(
-        'toxfile_under_test', os.path.join(ROOT, 'toxfile.py'))
+        'toxfile_under_test', os.path.join(ROOT, 'toxfile.py')
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -53,52 +55,63 @@ class _Env:
 
 
 class ToxfileTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.toxfile = _toxfile()
         self.site = self.useFixture(fixtures.TempDir()).path
         self.out = self.useFixture(
-            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())
+        ).new_value
 
     def test_the_demo_build_is_announced_once(self):
         deps = _deps('demo')
-        self.toxfile.tox_on_install(_Env('demo', self.site), deps,
-                                    'deps', 'deps')
+        self.toxfile.tox_on_install(
+            _Env('demo', self.site), deps, 'deps', 'deps'
+        )
         said = self.out.getvalue()
         self.assertTrue(said.startswith('demo: installing nova 34'), said)
         self.assertIn('tox -v', said)
         # once nova is in the environment: nothing
         os.makedirs(os.path.join(self.site, 'nova'))
         self.out.truncate(0)
-        self.toxfile.tox_on_install(_Env('demo', self.site), deps,
-                                    'deps', 'deps')
+        self.toxfile.tox_on_install(
+            _Env('demo', self.site), deps, 'deps', 'deps'
+        )
         self.assertEqual('', self.out.getvalue())
 
     def test_an_older_release_is_named(self):
         # the deps of functional-nova29 once tox has applied its factors
-        deps = ['-c{toxinidir}/constraints/nova-29.txt',
-                '-r{toxinidir}/requirements/nova-29.txt',
-                '-r{toxinidir}/requirements.txt']
-        self.toxfile.tox_on_install(_Env('functional-nova29', self.site),
-                                    deps, 'deps', 'deps')
+        deps = [
+            '-c{toxinidir}/constraints/nova-29.txt',
+            '-r{toxinidir}/requirements/nova-29.txt',
+            '-r{toxinidir}/requirements.txt',
+        ]
+        self.toxfile.tox_on_install(
+            _Env('functional-nova29', self.site), deps, 'deps', 'deps'
+        )
         said = self.out.getvalue()
-        self.assertTrue(said.startswith(
-            'functional-nova29: installing nova 29,'), said)
+        self.assertTrue(
+            said.startswith('functional-nova29: installing nova 29,'), said
+        )
 
     def test_environments_without_nova_are_left_alone(self):
         for env in ('testenv:pep8', 'testenv:mypy'):
             self.toxfile.tox_on_install(
-                _Env(env, self.site), ['ruff', '-rrequirements.txt'],
-                'deps', 'deps')
+                _Env(env, self.site),
+                ['ruff', '-rrequirements.txt'],
+                'deps',
+                'deps',
+            )
         self.assertEqual('', self.out.getvalue())
 
     def test_a_failing_environment_never_stops_tox(self):
         class Broken(_Env):
             def env_site_package_dir(self):
                 raise RuntimeError('no site-packages yet')
-        self.toxfile.tox_on_install(Broken('demo', self.site),
-                                    _deps('demo'), 'deps', 'deps')
+
+        self.toxfile.tox_on_install(
+            Broken('demo', self.site), _deps('demo'), 'deps', 'deps'
+        )
         self.assertEqual('', self.out.getvalue())
 
 
@@ -116,12 +129,17 @@ class TiersTest(testtools.TestCase):
     def test_the_readme_command_is_the_unit_tier_and_pep8(self):
         tox = _tox()
         self.assertEqual('py3,pep8', tox['tox']['envlist'])
-        self.assertIn('stestr --test-path=./tests/unit run',
-                      tox['testenv']['commands'])
+        self.assertIn(
+            'stestr --test-path=./tests/unit run', tox['testenv']['commands']
+        )
         pep8 = tox['testenv:pep8']
         commands = pep8['commands'].split('\n')
-        self.assertTrue(commands[-2].strip().startswith('ruff check '),
-                        commands)
+        self.assertTrue(
+            commands[-3].strip().startswith('ruff check '), commands
+        )
+        self.assertTrue(
+            commands[-2].strip().startswith('ruff format --check '), commands
+        )
         self.assertEqual('mypy', commands[-1].strip())
         # mypy reads the annotations of the libraries it imports
         self.assertIn('{[testenv]deps}', pep8['deps'])
@@ -131,21 +149,27 @@ class TiersTest(testtools.TestCase):
         cfg.read(os.path.join(ROOT, 'setup.cfg'))
         self.assertEqual('True', cfg['mypy']['check_untyped_defs'])
         self.assertEqual('True', cfg['mypy']['no_implicit_optional'])
-        self.assertNotIn('implicit_optional', [
-            key for key in cfg['mypy'] if key != 'no_implicit_optional'])
+        self.assertNotIn(
+            'implicit_optional',
+            [key for key in cfg['mypy'] if key != 'no_implicit_optional'],
+        )
 
     def test_the_system_tier_runs_after_the_readme_command(self):
-        self.assertIn('stestr --test-path=./tests/system run',
-                      _tox()['testenv:system']['commands'])
+        self.assertIn(
+            'stestr --test-path=./tests/system run',
+            _tox()['testenv:system']['commands'],
+        )
         with open(os.path.join(ROOT, '.ci', 'run'), encoding='utf-8') as f:
             lines = [line.strip() for line in f]
         readme = lines.index('bash -c "$readme_tests"')
         self.assertIn('tier system', lines[readme:])
 
     def test_the_test_packages_are_the_tiers(self):
-        tiers = sorted(name for name in os.listdir(os.path.join(ROOT,
-                                                                'tests'))
-                       if os.path.isfile(os.path.join(ROOT, 'tests', name,
-                                                      '__init__.py')))
-        self.assertEqual(['functional', 'integration', 'synthetic',
-                          'system', 'unit'], tiers)
+        tiers = sorted(
+            name
+            for name in os.listdir(os.path.join(ROOT, 'tests'))
+            if os.path.isfile(os.path.join(ROOT, 'tests', name, '__init__.py'))
+        )
+        self.assertEqual(
+            ['functional', 'integration', 'synthetic', 'system', 'unit'], tiers
+        )

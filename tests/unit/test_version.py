@@ -23,18 +23,22 @@ from instrument.targets.nova import pools
 
 
 class VersionTest(testtools.TestCase):
-
     def test_version_from_metadata(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'importlib.metadata.version',
-            lambda name: {'openstack-instrument': '9.8.7'}[name]))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'importlib.metadata.version',
+                lambda name: {'openstack-instrument': '9.8.7'}[name],
+            )
+        )
         self.assertEqual('9.8.7', version.version())
 
     def test_version_unknown_without_metadata(self):
         def missing(name):
             raise metadata.PackageNotFoundError(name)
-        self.useFixture(fixtures.MonkeyPatch('importlib.metadata.version',
-                                             missing))
+
+        self.useFixture(
+            fixtures.MonkeyPatch('importlib.metadata.version', missing)
+        )
         self.assertEqual('unknown', version.version())
 
     def test_releases_names_what_is_installed_once(self):
@@ -46,10 +50,13 @@ class VersionTest(testtools.TestCase):
             if name not in found:
                 raise metadata.PackageNotFoundError(name)
             return found[name]
-        self.useFixture(fixtures.MonkeyPatch('importlib.metadata.version',
-                                             read))
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.version._RELEASES', None))
+
+        self.useFixture(
+            fixtures.MonkeyPatch('importlib.metadata.version', read)
+        )
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.version._RELEASES', None)
+        )
         self.assertEqual(found, version.releases())
         self.assertEqual(list(version.RELEASE_DISTRIBUTIONS), asked)
         # read once per process; a copy each time
@@ -59,7 +66,5 @@ class VersionTest(testtools.TestCase):
 
     def test_nova_targets_require_the_supported_releases(self):
         for target in (nova.NovaTarget, pools.NovaPoolsTarget):
-            self.assertEqual({'nova': version.NOVA_VERSIONS},
-                             target.requires)
-            self.assertEqual({'nova': version.TESTED_NOVA},
-                             target.surveyed)
+            self.assertEqual({'nova': version.NOVA_VERSIONS}, target.requires)
+            self.assertEqual({'nova': version.TESTED_NOVA}, target.surveyed)

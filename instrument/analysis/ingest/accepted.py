@@ -50,17 +50,30 @@ class AcceptedWriter:
         found = self._prefixes.get(fname)
         if found is None:
             found = self._prefixes[fname] = (
-                b'{"file_name":' + json.dumps(fname).encode() +
-                b',"line":')
+                b'{"file_name":' + json.dumps(fname).encode() + b',"line":'
+            )
         return found
 
-    def write(self, prefix: bytes, lineno: int, raw: bytes,
-              start: typing.Optional[int], offset: int) -> None:
+    def write(
+        self,
+        prefix: bytes,
+        lineno: int,
+        raw: bytes,
+        start: typing.Optional[int],
+        offset: int,
+    ) -> None:
         """One accepted record: ``raw`` is its line from ``{``."""
         self.records += 1
-        self._out.write(b'%s%d,"process_start":%s,"offset_us":%d,%s\n' % (
-            prefix, lineno, b'null' if start is None else b'%d' % start,
-            offset, raw[1:].rstrip()))
+        self._out.write(
+            b'%s%d,"process_start":%s,"offset_us":%d,%s\n'
+            % (
+                prefix,
+                lineno,
+                b'null' if start is None else b'%d' % start,
+                offset,
+                raw[1:].rstrip(),
+            )
+        )
 
     def close(self) -> None:
         self._out.close()

@@ -100,12 +100,13 @@ def request_hashes(lines: list) -> array.array:
             continue
         i += 7
         j = raw.find(b'"', i, i + 256)
-        append(crc32(raw[i:j if j > 0 else i + 40]))
+        append(crc32(raw[i : j if j > 0 else i + 40]))
     return out
 
 
 def rpc_span_decoder(
-        fast_decode: bool = True) -> typing.Callable[[bytes], typing.Any]:
+    fast_decode: bool = True,
+) -> typing.Callable[[bytes], typing.Any]:
     """``decode(raw)``: ``(host, ev, ts, end, span, parent, req)`` of an
     ``X`` record usable for clocks, else None.  ``end`` is None for an
     ``rpc.call`` that did not get its reply (timed out: its dispatch
@@ -122,8 +123,10 @@ def rpc_span_decoder(
             rec = loads(raw)
             # a record that lost its version or its phase (pass 2
             # repairs it the same way: codec.repair) still dates a hop
-            if rec.get('v', 1) != 1 or rec.get(
-                    'ph', 'X' if 'dur_us' in rec else 'B') != 'X':
+            if (
+                rec.get('v', 1) != 1
+                or rec.get('ph', 'X' if 'dur_us' in rec else 'B') != 'X'
+            ):
                 return None
             host = rec.get('host')  # (None: ``rpc_spans`` names it)
             ts = rec['ts']
@@ -131,13 +134,24 @@ def rpc_span_decoder(
             ev = rec['ev']
             if ev == CALL and not _replied(rec.get('st'), rec.get('err')):
                 end = None
-            fields = (host, ev, ts, end, rec['span'],
-                      rec.get('parent'), rec.get('req'))
+            fields = (
+                host,
+                ev,
+                ts,
+                end,
+                rec['span'],
+                rec.get('parent'),
+                rec.get('req'),
+            )
         except (ValueError, KeyError, TypeError):
             return None
-        if host is not None and host.__class__ is not str or \
-                ts.__class__ is not int or \
-                end is not None and end.__class__ is not int:
+        if (
+            host is not None
+            and host.__class__ is not str
+            or ts.__class__ is not int
+            or end is not None
+            and end.__class__ is not int
+        ):
             return None
         return fields
 
@@ -157,11 +171,9 @@ def rpc_span_decoder(
             return None
         ts = rec.ts
         ev = rec.ev
-        if ev == CALL and rec.st != 'ok' and \
-                not _replied(rec.st, rec.err):
+        if ev == CALL and rec.st != 'ok' and not _replied(rec.st, rec.err):
             return (rec.host, ev, ts, None, sid, rec.parent, rec.req)
-        return (rec.host, ev, ts, ts + rec.dur_us, sid, rec.parent,
-                rec.req)
+        return (rec.host, ev, ts, ts + rec.dur_us, sid, rec.parent, rec.req)
 
     return fast
 
@@ -170,7 +182,8 @@ def _replied(st: typing.Any, err: typing.Any) -> bool:
     """Whether an ``rpc.call`` record got its reply (``clocks.
     reply_received``): without it, no bound from its end."""
     return clocks.reply_received(
-        st, err.get('cls') if err.__class__ is dict else None)
+        st, err.get('cls') if err.__class__ is dict else None
+    )
 
 
 def decode_prefixed(raw: bytes) -> typing.Any:
@@ -196,9 +209,12 @@ def file_host(lines: list) -> typing.Optional[str]:
     return None
 
 
-def rpc_spans(lines: list, first: int,
-              decode: typing.Callable[[bytes], typing.Any],
-              begun: typing.Optional[dict] = None) -> list:
+def rpc_spans(
+    lines: list,
+    first: int,
+    decode: typing.Callable[[bytes], typing.Any],
+    begun: typing.Optional[dict] = None,
+) -> list:
     """``(host, ev, ts, end, span, parent, req, lineno)`` of the complete
     RPC spans in a chunk, in line order, and of its ``process.start``
     records (``ev`` ``process.start``, the pid in place of ``end``: pass
@@ -254,8 +270,11 @@ def rpc_spans(lines: list, first: int,
                 if j < 0:
                     continue
                 raw = raw[j:]
-            if raw[:15] != b'{"v":1,"ph":"X"' and b'"ph":"X"' not in raw \
-                    and (b'"ph":' in raw or b'"dur_us":' not in raw):
+            if (
+                raw[:15] != b'{"v":1,"ph":"X"'
+                and b'"ph":"X"' not in raw
+                and (b'"ph":' in raw or b'"dur_us":' not in raw)
+            ):
                 if periodic in raw:
                     _add_periodic_send(out, raw, lineno)
                 continue
@@ -287,8 +306,7 @@ def _note_start(begun: dict, raw: bytes) -> None:
         begun[rec['span']] = rec.get('ev')
 
 
-def _with_started_event(raw: bytes,
-                        begun: dict) -> typing.Optional[bytes]:
+def _with_started_event(raw: bytes, begun: dict) -> typing.Optional[bytes]:
     """The line of a span's end that lost its event name, with the
     event of its start when that was an RPC span's, else None."""
     try:
@@ -308,8 +326,10 @@ def neighbour_records(lines: list, at: int, reach: int = 32) -> list:
     """The records of the lines around ``lines[at]``, nearest first
     (before, then after): what ``codec.repair`` fills a field from."""
     out = []
-    for k in itertools.chain(range(at - 1, max(-1, at - reach), -1),
-                             range(at + 1, min(len(lines), at + reach))):
+    for k in itertools.chain(
+        range(at - 1, max(-1, at - reach), -1),
+        range(at + 1, min(len(lines), at + reach)),
+    ):
         line = lines[k]
         if line[:1] != b'{':
             j = line.find(spanfiles.LOG_MARKER)
@@ -325,8 +345,9 @@ def neighbour_records(lines: list, at: int, reach: int = 32) -> list:
     return out
 
 
-def _repaired_host(fields: tuple, raw: bytes, lines: list,
-                   at: int) -> typing.Optional[tuple]:
+def _repaired_host(
+    fields: tuple, raw: bytes, lines: list, at: int
+) -> typing.Optional[tuple]:
     """``fields`` of an RPC span without its host, with the host
     ``codec.repair`` gives it, or None."""
     try:
@@ -343,14 +364,15 @@ def _add_start(out: list, raw: bytes, lineno: int) -> None:
     """A ``process.start`` record, as ``(host, 'process.start', ts,
     pid, None, None, None, lineno)`` (the shape of an RPC span)."""
     rec = decode_prefixed(raw)
-    if rec.__class__ is not dict or rec.get('ev') != 'process.start' or \
-            rec.get('ph') != 'M':
+    if (
+        rec.__class__ is not dict
+        or rec.get('ev') != 'process.start'
+        or rec.get('ph') != 'M'
+    ):
         return
     host, pid, ts = rec.get('host'), rec.get('pid'), rec.get('ts')
-    if host.__class__ is str and pid.__class__ is int and \
-            ts.__class__ is int:
-        out.append((host, 'process.start', ts, pid, None, None, None,
-                    lineno))
+    if host.__class__ is str and pid.__class__ is int and ts.__class__ is int:
+        out.append((host, 'process.start', ts, pid, None, None, None, lineno))
 
 
 def _add_periodic_send(out: list, raw: bytes, lineno: int) -> None:
@@ -359,14 +381,30 @@ def _add_periodic_send(out: list, raw: bytes, lineno: int) -> None:
     running when its process stopped has no end, and what the other side
     did for it is still the run's."""
     rec = decode_prefixed(raw)
-    if rec.__class__ is not dict or rec.get('ph') != 'B' or \
-            rec.get('ev') not in SENDERS:
+    if (
+        rec.__class__ is not dict
+        or rec.get('ph') != 'B'
+        or rec.get('ev') not in SENDERS
+    ):
         return
     sid, req = rec.get('span'), rec.get('req')
-    if sid.__class__ is str and req.__class__ is str and \
-            req.startswith(PERIODIC):
-        out.append((rec.get('host'), PERIODIC_SEND, rec.get('ts'), None,
-                    sid, None, req, lineno))
+    if (
+        sid.__class__ is str
+        and req.__class__ is str
+        and req.startswith(PERIODIC)
+    ):
+        out.append(
+            (
+                rec.get('host'),
+                PERIODIC_SEND,
+                rec.get('ts'),
+                None,
+                sid,
+                None,
+                req,
+                lineno,
+            )
+        )
 
 
 def _add_api(out: list, raw: bytes, lineno: int) -> None:
@@ -384,32 +422,52 @@ def _add_api(out: list, raw: bytes, lineno: int) -> None:
     ev = rec.get('ev')
     if ev != API_REQUEST:
         ph, parent, req = rec.get('ph'), rec.get('parent'), rec.get('req')
-        if (ph == 'B' or ph == 'X') and ev.__class__ is str and \
-                ev.startswith('api.') and parent.__class__ is str and \
-                req.__class__ is str:
-            out.append((rec.get('host'), API_CHILD, rec.get('ts'), ph,
-                        rec.get('span'), parent, req, lineno))
+        if (
+            (ph == 'B' or ph == 'X')
+            and ev.__class__ is str
+            and ev.startswith('api.')
+            and parent.__class__ is str
+            and req.__class__ is str
+        ):
+            out.append(
+                (
+                    rec.get('host'),
+                    API_CHILD,
+                    rec.get('ts'),
+                    ph,
+                    rec.get('span'),
+                    parent,
+                    req,
+                    lineno,
+                )
+            )
         return
     ph, sid, req = rec.get('ph'), rec.get('span'), rec.get('req')
-    if (ph == 'B' or ph == 'X') and sid.__class__ is str and \
-            req.__class__ is str:
+    if (
+        (ph == 'B' or ph == 'X')
+        and sid.__class__ is str
+        and req.__class__ is str
+    ):
         host, ts = rec.get('host'), rec.get('ts')
         attrs = rec.get('attrs')
-        began = attrs.get(schema.ATTR_REQ_BEGAN) \
-            if attrs.__class__ is dict else None
+        began = (
+            attrs.get(schema.ATTR_REQ_BEGAN)
+            if attrs.__class__ is dict
+            else None
+        )
         if ph == 'X' and began.__class__ is str:
             # the end names the id it began with (instrument >= the
             # paste filter's req_began): as if its B had been read
-            out.append((host, API_REQUEST, ts, 'B', sid, None, began,
-                        lineno))
+            out.append((host, API_REQUEST, ts, 'B', sid, None, began, lineno))
         out.append((host, API_REQUEST, ts, ph, sid, None, req, lineno))
 
 
 class HopMatcher:
     """Sends and dispatches matched by span id, within a horizon."""
 
-    def __init__(self, horizon_us: int,
-                 max_waiting: int = MAX_WAITING) -> None:
+    def __init__(
+        self, horizon_us: int, max_waiting: int = MAX_WAITING
+    ) -> None:
         self.horizon = horizon_us
         # spans kept beyond the horizon while their other half is not
         # read (memory bound; the oldest are given up first)
@@ -442,8 +500,9 @@ class HopMatcher:
         # deletions)
         self.arrived = collections.deque()
 
-    def add(self, fname: str, spans: list,
-            watermark: typing.Optional[int]) -> None:
+    def add(
+        self, fname: str, spans: list, watermark: typing.Optional[int]
+    ) -> None:
         """The RPC spans of one chunk; then forget what the horizon
         says is complete."""
         entries = self.entries
@@ -458,9 +517,11 @@ class HopMatcher:
                 starts.add((host, end, ts))  # (host, pid, ts)
                 continue
             if ev == API_REQUEST:
-                if host.__class__ is str and ts.__class__ is int and (
-                        host not in first_of_host or
-                        ts < first_of_host[host]):
+                if (
+                    host.__class__ is str
+                    and ts.__class__ is int
+                    and (host not in first_of_host or ts < first_of_host[host])
+                ):
                     first_of_host[host] = ts
                 if end == 'B':
                     self.rejoin.begin(sid, req)
@@ -482,8 +543,15 @@ class HopMatcher:
             if ev in SENDERS:
                 e = entries.get(sid)
                 if e is None:
-                    entries[sid] = [host, ts, end, ev in sync_events,
-                                    None, ts, req]
+                    entries[sid] = [
+                        host,
+                        ts,
+                        end,
+                        ev in sync_events,
+                        None,
+                        ts,
+                        req,
+                    ]
                     arrival(sid)
                 else:
                     e[0] = host
@@ -496,8 +564,15 @@ class HopMatcher:
                     continue
                 e = entries.get(parent)
                 if e is None:
-                    e = entries[parent] = [None, None, None, False, None,
-                                           ts, None]
+                    e = entries[parent] = [
+                        None,
+                        None,
+                        None,
+                        False,
+                        None,
+                        ts,
+                        None,
+                    ]
                     arrival(parent)
                 if e[4] is None:
                     e[4] = {}
@@ -512,8 +587,9 @@ class HopMatcher:
                 if e[5] >= cut:
                     break
                 arrived.popleft()
-                if (e[0] is None or not e[4]) and \
-                        len(entries) <= self.max_waiting:
+                if (e[0] is None or not e[4]) and len(
+                    entries
+                ) <= self.max_waiting:
                     # its other half may be on a host whose clock is
                     # further off than the horizon: wait another one
                     e[5] = watermark
@@ -549,8 +625,9 @@ class HopMatcher:
             return
         for c_host, c_start, c_end, origin in kids.values():
             self.counts['hops'] += 1
-            self.collector.add_hop(p_host, p_start, p_end, c_host,
-                                   c_start, c_end, sync, origin)
+            self.collector.add_hop(
+                p_host, p_start, p_end, c_host, c_start, c_end, sync, origin
+            )
 
     def _periodic(self, run: str, kids: dict) -> None:
         """The dispatches of a send of periodic run ``run``: what the
@@ -559,8 +636,9 @@ class HopMatcher:
         contexts = self.periodic_contexts
         for sid, kid in kids.items():
             if len(hops) >= MAX_PERIODIC_HOPS:
-                self.counts['periodic_dropped'] = \
+                self.counts['periodic_dropped'] = (
                     self.counts.get('periodic_dropped', 0) + 1
+                )
                 continue
             hops[sid] = run
             req = kid[3][2]
@@ -568,10 +646,14 @@ class HopMatcher:
                 contexts.setdefault(req, run)
 
 
-def clock_pass(paths: list, horizon_us: int, jobs: int = 1,
-               fast_decode: bool = True,
-               report: typing.Optional[stream.Progress] = None,
-               hashes: bool = False) -> tuple:
+def clock_pass(
+    paths: list,
+    horizon_us: int,
+    jobs: int = 1,
+    fast_decode: bool = True,
+    report: typing.Optional[stream.Progress] = None,
+    hashes: bool = False,
+) -> tuple:
     """``(ClockResult, {file index: host}, first ts, hop stats)``;
     with ``hashes`` the result's ``line_hashes`` is ``{file index:
     request_hashes of its lines}`` (else empty)."""
@@ -611,19 +693,26 @@ def _chunks(paths, fast_decode, report, hashes=False):
     found = set()
     begun: dict = {}
     for f, lines, first, watermark in stream.chunks(
-            stream.open_files(paths), report):
+        stream.open_files(paths), report
+    ):
         host = None
         if f.index not in found:
             host = file_host(lines)
             if host is not None:
                 found.add(f.index)
-        yield f.index, f.name, host, rpc_spans(
-            lines, first, decode, begun.setdefault(f.index, {})), \
-            watermark, request_hashes(lines) if hashes else None
+        yield (
+            f.index,
+            f.name,
+            host,
+            rpc_spans(lines, first, decode, begun.setdefault(f.index, {})),
+            watermark,
+            request_hashes(lines) if hashes else None,
+        )
 
 
-def _worker(paths: list, mine: list, fast_decode: bool, out,
-            hashes: bool = False) -> None:
+def _worker(
+    paths: list, mine: list, fast_decode: bool, out, hashes: bool = False
+) -> None:
     """Read the files ``mine`` and send per read ``(index, lines read,
     time after, host or None, RPC spans, position, request_hashes or
     None)`` in batches."""
@@ -642,12 +731,14 @@ def _worker(paths: list, mine: list, fast_decode: bool, out,
                     host = file_host(lines)
                     if host is not None:
                         found.add(f.index)
-                spans = rpc_spans(lines, first, decode,
-                                  begun.setdefault(f.index, {}))
+                spans = rpc_spans(
+                    lines, first, decode, begun.setdefault(f.index, {})
+                )
                 if hashes:
                     crcs = request_hashes(lines)
-            batch.append((f.index, len(lines), f.time, host, spans,
-                          f.position(), crcs))
+            batch.append(
+                (f.index, len(lines), f.time, host, spans, f.position(), crcs)
+            )
             if len(batch) >= BATCH:
                 out.put(batch)
                 batch = []
@@ -659,8 +750,9 @@ def _worker(paths: list, mine: list, fast_decode: bool, out,
 
 def _split(paths: list, jobs: int) -> list:
     """File indices per worker, balanced by size (largest first)."""
-    sizes = sorted(((os.path.getsize(p), i)
-                    for i, p in enumerate(paths)), reverse=True)
+    sizes = sorted(
+        ((os.path.getsize(p), i) for i, p in enumerate(paths)), reverse=True
+    )
     # per worker: [bytes, file indices]
     loads = [0] * jobs
     members: list[list[int]] = [[] for _ in range(jobs)]
@@ -682,9 +774,13 @@ def _parallel_chunks(paths, jobs, fast_decode, report, hashes=False):
             owner[i] = k
         q = ctx.Queue(QUEUED)
         queues.append(q)
-        procs.append(ctx.Process(target=_worker, daemon=True,
-                                 args=(paths, mine, fast_decode, q,
-                                       hashes)))
+        procs.append(
+            ctx.Process(
+                target=_worker,
+                daemon=True,
+                args=(paths, mine, fast_decode, q, hashes),
+            )
+        )
     for p in procs:
         p.start()
     pending = [collections.deque() for _ in groups]
@@ -700,13 +796,12 @@ def _parallel_chunks(paths, jobs, fast_decode, report, hashes=False):
                     break
                 except queue_mod.Empty:
                     if not procs[k].is_alive():
-                        raise RuntimeError('clock pass worker %d died '
-                                           '(exit code %s)' % (
-                                               k, procs[k].exitcode)) \
-                            from None
+                        raise RuntimeError(
+                            'clock pass worker %d died '
+                            '(exit code %s)' % (k, procs[k].exitcode)
+                        ) from None
             if batch and batch[0] == 'error':
-                raise RuntimeError('clock pass worker failed:\n' +
-                                   batch[1])
+                raise RuntimeError('clock pass worker failed:\n' + batch[1])
             pending[k].extend(batch)
         read = pending[k].popleft()
         if read[0] != i:  # pragma: no cover - stream.order's promise

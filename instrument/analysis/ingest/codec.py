@@ -29,9 +29,11 @@ from instrument import schema
 loads: typing.Callable[[bytes], typing.Any]
 try:  # an optional accelerator (the ``report`` extra installs it)
     import orjson
+
     loads = orjson.loads
 except ImportError:  # pragma: no cover - exercised without orjson
     import json
+
     loads = json.loads
 try:  # decodes and type-checks a record in one go (``report`` extra)
     import msgspec
@@ -51,8 +53,10 @@ def decode_error(raw: bytes, at_eof: bool) -> tuple:
 
 
 # what a record's line names, read even when the line is cut short
-_NAMES = {name: re.compile(rb'"%s":\s*(\d+)' % name.encode())
-          for name in ('pid', 'seq', 'ts', 'dur_us')}
+_NAMES = {
+    name: re.compile(rb'"%s":\s*(\d+)' % name.encode())
+    for name in ('pid', 'seq', 'ts', 'dur_us')
+}
 _HOST = re.compile(rb'"host":\s*"([^"\\]{1,255})"')
 # what only a record's line holds (the writer writes ``v`` first)
 _RECORD_KEYS = (b'{"v":', b'"seq":', b'"ph":"')
@@ -88,8 +92,11 @@ def check_error(rec: typing.Any) -> tuple:
     if not isinstance(rec, dict):
         return 'malformed', 'not a JSON object'
     if rec.get('v') != schema.SCHEMA_VERSION:
-        return 'unknown_version', 'schema version %r (this analyser ' \
-            'reads %d)' % (rec.get('v'), schema.SCHEMA_VERSION)
+        return (
+            'unknown_version',
+            'schema version %r (this analyser '
+            'reads %d)' % (rec.get('v'), schema.SCHEMA_VERSION),
+        )
     try:
         schema.validate(rec)
     except schema.SchemaError as exc:
@@ -126,8 +133,11 @@ class Validator:
             return False
         ph = rec['ph']
         if ph == 'X':
-            if not rec['span'] or rec['dur_us'] < 0 or \
-                    rec['st'] not in ('ok', 'error'):
+            if (
+                not rec['span']
+                or rec['dur_us'] < 0
+                or rec['st'] not in ('ok', 'error')
+            ):
                 return False
         elif ph == 'B' and not rec['span']:
             return False
@@ -143,8 +153,11 @@ class Validator:
 FROM_NEIGHBOURS = ('host', 'svc', 'pid', 'ts')
 
 
-def repair(rec: typing.Any, neighbours: typing.Sequence[dict],
-           started: typing.Optional[str] = None) -> typing.Optional[tuple]:
+def repair(
+    rec: typing.Any,
+    neighbours: typing.Sequence[dict],
+    started: typing.Optional[str] = None,
+) -> typing.Optional[tuple]:
     """``(record, field, how)``: a decoded line ``rec`` that is a valid
     record but for one required field missing (or null), with that field
     filled in, or None when it cannot be (several fields, another
@@ -174,8 +187,13 @@ def repair(rec: typing.Any, neighbours: typing.Sequence[dict],
     elif field == 'ph':
         if not fixed.get('span'):
             return None
-        fixed['ph'] = schema.PH_COMPLETE if 'dur_us' in fixed else \
-            schema.PH_BEGIN if 'st' not in fixed else None
+        fixed['ph'] = (
+            schema.PH_COMPLETE
+            if 'dur_us' in fixed
+            else schema.PH_BEGIN
+            if 'st' not in fixed
+            else None
+        )
         if fixed['ph'] is None:
             return None
     elif field == 'seq':
@@ -205,22 +223,33 @@ def repair(rec: typing.Any, neighbours: typing.Sequence[dict],
     return out, field, how
 
 
-def _from_neighbours(field: str, rec: dict,
-                     neighbours: typing.Sequence[dict]) -> typing.Any:
+def _from_neighbours(
+    field: str, rec: dict, neighbours: typing.Sequence[dict]
+) -> typing.Any:
     """``field`` of the records of ``rec``'s thread in ``neighbours``,
     else of its process (for ``pid``: of its host and service), when
     they agree (for ``ts``: when the nearest was written); else None.
     Metadata records are not its process's work: left out."""
     # (records of its work: not the metadata a process writes for all)
-    neighbours = [n for n in neighbours if n.get(field) is not None and
-                  n.get('ph') != schema.PH_META]
+    neighbours = [
+        n
+        for n in neighbours
+        if n.get(field) is not None and n.get('ph') != schema.PH_META
+    ]
     if field == 'pid':
-        same = [n for n in neighbours if n.get('host') == rec.get('host')
-                and n.get('svc') == rec.get('svc')]
+        same = [
+            n
+            for n in neighbours
+            if n.get('host') == rec.get('host')
+            and n.get('svc') == rec.get('svc')
+        ]
     else:
-        same = [n for n in neighbours if n.get('pid') == rec.get('pid')
-                and (field in ('host', 'ts') or
-                     n.get('host') == rec.get('host'))]
+        same = [
+            n
+            for n in neighbours
+            if n.get('pid') == rec.get('pid')
+            and (field in ('host', 'ts') or n.get('host') == rec.get('host'))
+        ]
     mine = [n for n in same if n.get('tid') == rec.get('tid')]
     for group in (mine, same):
         if not group:
@@ -261,9 +290,14 @@ class Repaired(SlowRecord):
 
 def dumps(rec: typing.Any) -> bytes:
     """A record as its line would have been (its fields, not None)."""
-    return json.dumps({name: getattr(rec, name) for name in schema.FIELDS
-                       if getattr(rec, name) is not None},
-                      separators=(',', ':')).encode()
+    return json.dumps(
+        {
+            name: getattr(rec, name)
+            for name in schema.FIELDS
+            if getattr(rec, name) is not None
+        },
+        separators=(',', ':'),
+    ).encode()
 
 
 def _record_type():
@@ -271,10 +305,13 @@ def _record_type():
     the fields of ``schema.REQUIRED`` required and not null; integers
     limited to 64 bits (larger ones take the reference path); ``v`` and
     ``ph`` limited to the known values."""
-    int64 = typing.Annotated[int, msgspec.Meta(ge=-(1 << 63),
-                                               le=(1 << 63) - 1)]
-    special = {'v': typing.Literal[schema.SCHEMA_VERSION],
-               'ph': typing.Literal[tuple(sorted(schema.PHASES))]}
+    int64 = typing.Annotated[
+        int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)
+    ]
+    special = {
+        'v': typing.Literal[schema.SCHEMA_VERSION],
+        'ph': typing.Literal[tuple(sorted(schema.PHASES))],
+    }
     fields: list = []
     for name in schema.FIELDS:
         kind: typing.Any = schema.TYPES[name]
@@ -283,8 +320,9 @@ def _record_type():
             fields.append((name, kind))
         else:
             fields.append((name, typing.Optional[kind], None))
-    return msgspec.defstruct('Record', fields, kw_only=True,
-                             forbid_unknown_fields=True, gc=False)
+    return msgspec.defstruct(
+        'Record', fields, kw_only=True, forbid_unknown_fields=True, gc=False
+    )
 
 
 Record = _record_type() if msgspec is not None else None
@@ -319,8 +357,13 @@ class RecordDecoder:
             ph = rec.ph
             if ph == 'X':
                 st = rec.st
-                if not rec.span or rec.dur_us is None or rec.dur_us < 0 \
-                        or st != 'ok' and st != 'error':
+                if (
+                    not rec.span
+                    or rec.dur_us is None
+                    or rec.dur_us < 0
+                    or st != 'ok'
+                    and st != 'error'
+                ):
                     return slow(raw)
             elif ph == 'B' and not rec.span:
                 return slow(raw)
@@ -328,6 +371,7 @@ class RecordDecoder:
             if err is not None and err.get('cls').__class__ is not str:
                 return slow(raw)
             return rec
+
         return decode
 
     def slow(self, raw: bytes) -> typing.Optional['SlowRecord']:

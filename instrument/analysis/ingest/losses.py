@@ -38,8 +38,14 @@ lost.
 import array
 import typing
 
-KINDS = ('malformed', 'truncated', 'unknown_version', 'invalid',
-         'duplicate', 'late')
+KINDS = (
+    'malformed',
+    'truncated',
+    'unknown_version',
+    'invalid',
+    'duplicate',
+    'late',
+)
 MAX_SAMPLES = 20
 # The numbers of a process in buckets of ``BUCKET`` (``SeqSet.times``):
 # the earliest and the latest time of the records of each bucket read (a
@@ -80,12 +86,16 @@ def shown(raw: bytes) -> str:
     except UnicodeDecodeError:
         text = None
     if text is not None and not any(
-            ord(c) < 32 and c not in '\t\r\n' for c in text[:TEXT_SHOWN]):
+        ord(c) < 32 and c not in '\t\r\n' for c in text[:TEXT_SHOWN]
+    ):
         return '%r' % text[:TEXT_SHOWN] + (
-            '...' if len(text) > TEXT_SHOWN else '')
+            '...' if len(text) > TEXT_SHOWN else ''
+        )
     return 'binary data, %d bytes: %s%s' % (
-        len(raw), repr(raw[:BINARY_SHOWN])[1:],
-        '...' if len(raw) > BINARY_SHOWN else '')
+        len(raw),
+        repr(raw[:BINARY_SHOWN])[1:],
+        '...' if len(raw) > BINARY_SHOWN else '',
+    )
 
 
 class Issues:
@@ -107,8 +117,9 @@ class Issues:
         if len(samples) < MAX_SAMPLES:
             samples.append((fname, lineno, reason[:200]))
 
-    def no_record(self, fname: str, lineno: int, raw: bytes,
-                  log_file: bool) -> None:
+    def no_record(
+        self, fname: str, lineno: int, raw: bytes, log_file: bool
+    ) -> None:
         """A non-blank line without a span record: a service log's own
         line (counted), or garbage in a span file (a bad line)."""
         if not raw.strip():
@@ -116,8 +127,12 @@ class Issues:
         if log_file:
             self.other_lines += 1
         else:
-            self.add('malformed', fname, lineno,
-                     'not a span record: %s' % shown(raw))
+            self.add(
+                'malformed',
+                fname,
+                lineno,
+                'not a span record: %s' % shown(raw),
+            )
 
     def merge(self, other: 'Issues') -> None:
         for kind in KINDS:
@@ -125,7 +140,8 @@ class Issues:
             # the first lines of the files, whichever worker read them
             self.samples[kind] = sorted(
                 self.samples[kind] + other.samples[kind],
-                key=lambda s: (s[0], s[1]))[:MAX_SAMPLES]
+                key=lambda s: (s[0], s[1]),
+            )[:MAX_SAMPLES]
         for fname, per in other.per_file.items():
             mine = self.per_file.setdefault(fname, dict.fromkeys(KINDS, 0))
             for kind, n in per.items():
@@ -164,8 +180,18 @@ class SeqSet:
     it was)`` in its file.
     """
 
-    __slots__ = ('pages', 'invalid', 'first', 'key', 'last', 'ended',
-                 'hosts', 'times', 'bad', 'cuts')
+    __slots__ = (
+        'pages',
+        'invalid',
+        'first',
+        'key',
+        'last',
+        'ended',
+        'hosts',
+        'times',
+        'bad',
+        'cuts',
+    )
 
     def __init__(self, first: tuple, key: tuple = ()) -> None:
         self.pages: dict = {}
@@ -186,7 +212,8 @@ class SeqSet:
         page = self.times.get(pageno)
         if page is None:
             page = self.times[pageno] = array.array(
-                'q', bytes(16 << (TIMES_SHIFT - BUCKET_SHIFT)))
+                'q', bytes(16 << (TIMES_SHIFT - BUCKET_SHIFT))
+            )
         return page
 
     def merge(self, other: 'SeqSet') -> None:
@@ -196,8 +223,9 @@ class SeqSet:
             if mine is None:
                 self.pages[pageno] = bytearray(page)
             else:
-                value = int.from_bytes(mine, 'little') | \
-                    int.from_bytes(page, 'little')
+                value = int.from_bytes(mine, 'little') | int.from_bytes(
+                    page, 'little'
+                )
                 mine[:] = value.to_bytes(len(mine), 'little')
         for pageno, page in other.times.items():
             mine = self.times.get(pageno)
@@ -215,8 +243,8 @@ class SeqSet:
         self.last = max(self.last, other.last)
         self.ended = self.ended or other.ended
         self.hosts |= other.hosts
-        self.bad.extend(other.bad[:MAX_NOTED - len(self.bad)])
-        self.cuts.extend(other.cuts[:MAX_NOTED - len(self.cuts)])
+        self.bad.extend(other.bad[: MAX_NOTED - len(self.bad)])
+        self.cuts.extend(other.cuts[: MAX_NOTED - len(self.cuts)])
 
     def missing(self) -> typing.Iterator[tuple]:
         """``(first, last)`` of each run of numbers not read between the
@@ -236,8 +264,9 @@ class SeqSet:
             while holes:
                 low = (holes & -holes).bit_length() - 1
                 above = value >> low
-                length = (above & -above).bit_length() - 1 if above \
-                    else b + 1 - low
+                length = (
+                    (above & -above).bit_length() - 1 if above else b + 1 - low
+                )
                 length = min(length, b + 1 - low)
                 start = base + low
                 if run is not None and run[1] + 1 == start:
@@ -280,8 +309,10 @@ class SeqSet:
         found = [t for t in map(self._bucket, ks) if t is not None]
         if not found:
             return (0, FOREVER)
-        return (min(t[0] for t in found) if lo_seq < a else 0,
-                max(t[1] for t in found) if hi_seq > b else FOREVER)
+        return (
+            min(t[0] for t in found) if lo_seq < a else 0,
+            max(t[1] for t in found) if hi_seq > b else FOREVER,
+        )
 
     def _bucket(self, k: int) -> typing.Optional[tuple]:
         """``(earliest, latest)`` of bucket ``k``, None when none of its
@@ -332,8 +363,16 @@ class SeqSet:
         """``[count, lo, hi, first, invalid, last, ended, hosts]``
         (``count``: the valid records; what ``FileLoss.merge`` adds)."""
         n, lo, hi = self.span()
-        return [n - self.invalid, lo, hi, self.first, self.invalid,
-                self.last, self.ended, set(self.hosts)]
+        return [
+            n - self.invalid,
+            lo,
+            hi,
+            self.first,
+            self.invalid,
+            self.last,
+            self.ended,
+            set(self.hosts),
+        ]
 
 
 def process_label(key: tuple) -> str:
@@ -402,8 +441,13 @@ class FileLoss:
         self.repaired: dict = {}
         self.found: dict = {}
 
-    def report(self, key: tuple, ts: int, unnumbered: typing.Optional[int],
-               sql: typing.Optional[int]) -> None:
+    def report(
+        self,
+        key: tuple,
+        ts: int,
+        unnumbered: typing.Optional[int],
+        sql: typing.Optional[int],
+    ) -> None:
         """A drop counter of process ``key`` read, at ``ts``: the
         records it dropped before numbering them so far, or the SQL
         statements it dropped so far (None: not this counter)."""
@@ -420,7 +464,7 @@ class FileLoss:
                 mine.merge(s)
         for key, rows in other.reports.items():
             mine = self.reports.setdefault(key, [])
-            mine.extend(rows[:MAX_NOTED - len(mine)])
+            mine.extend(rows[: MAX_NOTED - len(mine)])
         self.cut_processes |= other.cut_processes
         for key, counts in other.drops.items():
             mine = self.drops.setdefault(key, {})
@@ -432,8 +476,14 @@ class FileLoss:
                 self.sql_dropped[key] = n
         for key, names in other.sinks.items():
             self.sinks[key] = self.sinks.get(key, set()) | names
-        for attr in ('bad', 'unnumbered', 'duplicates', 'read', 'repaired',
-                     'found'):
+        for attr in (
+            'bad',
+            'unnumbered',
+            'duplicates',
+            'read',
+            'repaired',
+            'found',
+        ):
             mine = getattr(self, attr)
             for key, n in getattr(other, attr).items():
                 mine[key] = mine.get(key, 0) + n
@@ -442,8 +492,9 @@ class FileLoss:
             row[2] = row[2] | hosts
 
     def records(self) -> int:
-        return sum(_seq_row(s)[0] for s in self.seqs.values()) + \
-            sum(self.found.values())
+        return sum(_seq_row(s)[0] for s in self.seqs.values()) + sum(
+            self.found.values()
+        )
 
     def windows(self) -> dict:
         """``{process key: [(from, to)]}``: when each process that lost
@@ -463,8 +514,9 @@ class FileLoss:
         out = {}
         for key, s in self.seqs.items():
             row = rows[key]
-            if not (row['lost'] or row['sql_dropped'] or
-                    key in self.cut_processes):
+            if not (
+                row['lost'] or row['sql_dropped'] or key in self.cut_processes
+            ):
                 continue
             _n, _lo, hi = s.span()
             spans = [s.around(a, b) for a, b in s.missing()]
@@ -474,8 +526,9 @@ class FileLoss:
                 # more than were noted: anywhere
                 spans.append((0, FOREVER))
             by_sink = row['dropped'] - row['buffer_dropped']
-            if hi is not None and (by_sink > row['missing'] or
-                                   key in self.cut_processes):
+            if hi is not None and (
+                by_sink > row['missing'] or key in self.cut_processes
+            ):
                 # a sink's drops after the last number read, or the
                 # unreadable end of a file
                 spans.append(s.around(hi + 1, hi + 1))
@@ -518,26 +571,35 @@ class FileLoss:
             missing = 0
             if lo is not None and hi is not None:
                 # (less the repaired records whose number was not read)
-                missing = max(0, hi - lo + 1 - n - numbered -
-                              self.found.get(key, 0))
+                missing = max(
+                    0, hi - lo + 1 - n - numbered - self.found.get(key, 0)
+                )
             unnumbered = self.unnumbered.get(key, 0)
             drops = self.drops.get(key) or {}
-            buffer_dropped = sum(n for cause, n in drops.items()
-                                 if cause in UNNUMBERED_DROPS)
+            buffer_dropped = sum(
+                n for cause, n in drops.items() if cause in UNNUMBERED_DROPS
+            )
             read_from = self.sinks.get(key) or {'file'}
             by_sink = min(drops.get(sink, 0) for sink in read_from)
             numbers = max(missing, unnumbered, by_sink)
             sink_dropped = min(by_sink, numbers - unnumbered)
-            row = {'key': key, 'file': first[1], 'host': host, 'pid': pid,
-                   'records': n + self.found.get(key, 0),
-                   'missing': missing,
-                   'dropped': buffer_dropped + by_sink,
-                   'sql_dropped': self.sql_dropped.get(key, 0),
-                   'invalid': numbered + unnumbered,
-                   'sink_dropped': sink_dropped,
-                   'buffer_dropped': buffer_dropped,
-                   'unreported_gaps': numbers - unnumbered - sink_dropped,
-                   'last_us': last, 'ended': ended, 'hosts': sorted(hosts)}
+            row = {
+                'key': key,
+                'file': first[1],
+                'host': host,
+                'pid': pid,
+                'records': n + self.found.get(key, 0),
+                'missing': missing,
+                'dropped': buffer_dropped + by_sink,
+                'sql_dropped': self.sql_dropped.get(key, 0),
+                'invalid': numbered + unnumbered,
+                'sink_dropped': sink_dropped,
+                'buffer_dropped': buffer_dropped,
+                'unreported_gaps': numbers - unnumbered - sink_dropped,
+                'last_us': last,
+                'ended': ended,
+                'hosts': sorted(hosts),
+            }
             row['lost'] = sum(row[cause] for cause in LOSS_CAUSES)
             rows[key] = row
         return rows
@@ -547,41 +609,66 @@ class FileLoss:
         sql_dropped, lost}`` and the causes of ``lost``
         (``LOSS_CAUSES``) of the processes that lost records or SQL
         statements (``file``: where each was first read)."""
-        keys = ('file', 'host', 'pid', 'records', 'missing', 'dropped',
-                'invalid', 'sql_dropped', 'lost') + LOSS_CAUSES
-        return [{k: r[k] for k in keys} for r in sorted(
-            self.lossy(), key=lambda r: (r['file'], r['pid'], r['host']))]
+        keys = (
+            'file',
+            'host',
+            'pid',
+            'records',
+            'missing',
+            'dropped',
+            'invalid',
+            'sql_dropped',
+            'lost',
+        ) + LOSS_CAUSES
+        return [
+            {k: r[k] for k in keys}
+            for r in sorted(
+                self.lossy(), key=lambda r: (r['file'], r['pid'], r['host'])
+            )
+        ]
 
     def lossy(self) -> list:
         """Rows of ``per_process`` that lost records or SQL
         statements."""
-        return sorted((r for r in self.per_process().values()
-                       if r['lost'] or r['sql_dropped']),
-                      key=lambda r: (r['host'], r['pid'], r['file']))
+        return sorted(
+            (
+                r
+                for r in self.per_process().values()
+                if r['lost'] or r['sql_dropped']
+            ),
+            key=lambda r: (r['host'], r['pid'], r['file']),
+        )
 
     def unended(self) -> list:
         """Rows ``{file, host, pid, last_us}`` of the processes read
         without a ``process.end`` record: killed (``kill -9``, the OOM
         killer), or still running when collected."""
-        return sorted(({k: r[k] for k in ('file', 'host', 'pid', 'last_us')}
-                       for r in self.per_process().values()
-                       if not r['ended'] and r['records']),
-                      key=lambda r: (r['host'], r['pid'], r['file']))
+        return sorted(
+            (
+                {k: r[k] for k in ('file', 'host', 'pid', 'last_us')}
+                for r in self.per_process().values()
+                if not r['ended'] and r['records']
+            ),
+            key=lambda r: (r['host'], r['pid'], r['file']),
+        )
 
     def duplicate_files(self) -> list:
         """Rows ``{file, duplicates, records}`` of the files holding
         records already read (``records``: all the valid records read
         from the file, duplicates included)."""
-        return sorted(({'file': f, 'duplicates': n,
-                        'records': self.read.get(f, n)}
-                       for f, n in self.duplicates.items() if n),
-                      key=lambda r: r['file'])
+        return sorted(
+            (
+                {'file': f, 'duplicates': n, 'records': self.read.get(f, n)}
+                for f, n in self.duplicates.items()
+                if n
+            ),
+            key=lambda r: r['file'],
+        )
 
 
 # The causes of lost records (``FileLoss.per_process``), each record
 # counted under one.
-LOSS_CAUSES = ('sink_dropped', 'buffer_dropped', 'unreported_gaps',
-               'invalid')
+LOSS_CAUSES = ('sink_dropped', 'buffer_dropped', 'unreported_gaps', 'invalid')
 # The drop counts of ``sink.drops`` that are not a sink's: records
 # dropped before they were numbered (``instrument.runtime.buffer``).
 UNNUMBERED_DROPS = ('buffer_full', 'open_untracked')

@@ -69,11 +69,13 @@ UNDECIDED = 255
 def chain(handlers: tuple) -> typing.Callable:
     """One handler calling ``handlers`` in turn; one that returns False
     (a span read twice) stops the others, and the chain returns False."""
+
     def handle(rec: typing.Any, ts: int, cursor: typing.Any) -> bool:
         for each in handlers:
             if each(rec, ts, cursor) is False:
                 return False
         return True
+
     return handle
 
 
@@ -91,17 +93,32 @@ class PartReader:
     # the reader's own: what the runtime said it lost, and which
     # processes ended (``losses.FileLoss``)
     routes = (
-        routing.Route('C', frozenset((schema.EV_SINK_DROPS,)),
-                      routing.ALL, 'sink_drops'),
-        routing.Route('C', frozenset((schema.EV_SQL_DROPPED,)),
-                      routing.ALL, 'sql_dropped'),
-        routing.Route('M', frozenset((schema.EV_PROCESS_END,)),
-                      routing.ALL, 'process_end'),
+        routing.Route(
+            'C', frozenset((schema.EV_SINK_DROPS,)), routing.ALL, 'sink_drops'
+        ),
+        routing.Route(
+            'C',
+            frozenset((schema.EV_SQL_DROPPED,)),
+            routing.ALL,
+            'sql_dropped',
+        ),
+        routing.Route(
+            'M',
+            frozenset((schema.EV_PROCESS_END,)),
+            routing.ALL,
+            'process_end',
+        ),
     )
 
-    def __init__(self, offsets: dict, part: int, nparts: int,
-                 opts: typing.Any, consumers: typing.Sequence = (),
-                 line_parts: typing.Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        offsets: dict,
+        part: int,
+        nparts: int,
+        opts: typing.Any,
+        consumers: typing.Sequence = (),
+        line_parts: typing.Optional[dict] = None,
+    ) -> None:
         # opts: pipeline.Options, its pass 1 findings set
         self.offsets = offsets
         # {file index: each line's partition} (``pipeline.line_parts``)
@@ -120,7 +137,8 @@ class PartReader:
                 if route.shared and route.events:
                     for ev in route.events:
                         self.shared.setdefault(ev, []).append(
-                            getattr(consumer, route.handler))
+                            getattr(consumer, route.handler)
+                        )
         self.decoder = codec.RecordDecoder(opts.fast_decode)
         # (file index, pid): the SeqSet of the process its records
         # belong to there (the last process.start read in that file)
@@ -131,8 +149,9 @@ class PartReader:
             self.starts.setdefault(pid, []).append((ts, host))
         self.start_hosts = {host for host, _p, _t in opts.process_starts}
         self.aliases = opts.aliases
-        self.raw_aliases = {a.encode(): b.encode()
-                            for a, b in opts.aliases.items()}
+        self.raw_aliases = {
+            a.encode(): b.encode() for a, b in opts.aliases.items()
+        }
         # request ids nova sent with periodic runs' RPC: their records
         # are the runs' (``periodic_run``); span id: run, grown by the
         # spans read under the dispatches
@@ -150,8 +169,11 @@ class PartReader:
         # (a losses.SeqSet once a record was read)
         self.process: typing.Any = None
         # the records accepted, written for the export (None: not)
-        self.accepted = None if opts.accepted_dir is None else \
-            accepted.AcceptedWriter(opts.accepted_dir, part)
+        self.accepted = (
+            None
+            if opts.accepted_dir is None
+            else accepted.AcceptedWriter(opts.accepted_dir, part)
+        )
 
     def handlers(self, ph: str, ev: str) -> tuple:
         """What takes records of phase ``ph`` and event ``ev``, per
@@ -159,17 +181,25 @@ class PartReader:
         several (made on the first such record, then looked up)."""
         per_context = []
         for context in (NONE, PERIODIC, REQUEST):
-            each = tuple(getattr(consumer, route.handler)
-                         for consumer in self.consumers
-                         for route in consumer.routes
-                         if route.takes(ph, ev, context))
-            per_context.append(None if not each else each[0]
-                               if len(each) == 1 else chain(each))
+            each = tuple(
+                getattr(consumer, route.handler)
+                for consumer in self.consumers
+                for route in consumer.routes
+                if route.takes(ph, ev, context)
+            )
+            per_context.append(
+                None
+                if not each
+                else each[0]
+                if len(each) == 1
+                else chain(each)
+            )
         found = self.table[ph][ev] = tuple(per_context)
         return found
 
-    def read(self, files: list,
-             progress: typing.Optional[stream.Progress] = None) -> None:
+    def read(
+        self, files: list, progress: typing.Optional[stream.Progress] = None
+    ) -> None:
         """Consume every chunk of ``files``; ``progress(bytes_done)``
         after each."""
         sweeps = [c.sweep for c in self.consumers if hasattr(c, 'sweep')]
@@ -218,10 +248,12 @@ class PartReader:
         if nparts > 1:
             parts = self.line_parts.get(fi)
             if parts is not None and len(parts) >= first + len(lines):
-                decided = parts[first:first + len(lines)]
-                pairs = [(k + first + 1, lines[k])
-                         for k, p in enumerate(decided)
-                         if p == part or p == UNDECIDED]
+                decided = parts[first : first + len(lines)]
+                pairs = [
+                    (k + first + 1, lines[k])
+                    for k, p in enumerate(decided)
+                    if p == part or p == UNDECIDED
+                ]
         # a file is mostly one process on one host: remember the last
         # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None
@@ -242,13 +274,13 @@ class PartReader:
                     if part == 0:
                         # (a bad line, not a record of any process: no
                         # record lost)
-                        issues.no_record(fname, line_of(lineno), raw,
-                                         log_file)
+                        issues.no_record(fname, line_of(lineno), raw, log_file)
                     continue
                 raw = raw[j:]
             meta = False
-            if nparts > 1 and (decided is None or
-                               decided[lineno - first - 1] == UNDECIDED):
+            if nparts > 1 and (
+                decided is None or decided[lineno - first - 1] == UNDECIDED
+            ):
                 i = raw.find(b'"req":"')
                 if i < 0:
                     meta = b'"ph":"M"' in raw[:24]
@@ -259,7 +291,7 @@ class PartReader:
                     # are 40 characters long)
                     i += 7
                     j = raw.find(b'"', i, i + 256)
-                    key = raw[i:j if j > 0 else i + 40]
+                    key = raw[i : j if j > 0 else i + 40]
                     if raw_aliases:
                         key = raw_aliases.get(key, key)
                     if crc32(key) % nparts != part:
@@ -272,11 +304,14 @@ class PartReader:
                 rec = self.repair(raw, f, lines, lineno - first - 1)
                 if rec is None:
                     issues.add(kind, fname, line_of(lineno), reason)
-                    self.bad_line(raw, f, lines, lineno - first - 1,
-                                  c_seq)
+                    self.bad_line(raw, f, lines, lineno - first - 1, c_seq)
                     continue
-                issues.add(kind, fname, line_of(lineno),
-                           '%s; repaired: %s' % (reason, rec.repaired))
+                issues.add(
+                    kind,
+                    fname,
+                    line_of(lineno),
+                    '%s; repaired: %s' % (reason, rec.repaired),
+                )
                 raw = codec.dumps(rec)
                 if rec.seq is None:
                     # (its number is none of those read)
@@ -300,14 +335,15 @@ class PartReader:
                     # a process (a new one, or one read before: a
                     # replay)
                     c_seq = current[(fi, pid)] = track(
-                        (rec.host, pid, rec.ts), fi, fname)
+                        (rec.host, pid, rec.ts), fi, fname
+                    )
                 else:
                     c_seq = current.get((fi, pid))
                     if c_seq is None:
                         # no process.start before it in this file
                         c_seq = current[(fi, pid)] = track(
-                            self.process_of(rec.host, pid, rec.ts), fi,
-                            fname)
+                            self.process_of(rec.host, pid, rec.ts), fi, fname
+                        )
                 c_pid = pid
                 self.process = c_seq
                 c_pages = c_seq.pages
@@ -336,9 +372,13 @@ class PartReader:
                     # (a repaired line is counted once, as a bad line)
                     nread -= 1
                     continue
-                issues.add('duplicate', fname, line_of(lineno),
-                           'seq %d of %s read before' % (
-                               seq, losses.process_label(c_seq.key)))
+                issues.add(
+                    'duplicate',
+                    fname,
+                    line_of(lineno),
+                    'seq %d of %s read before'
+                    % (seq, losses.process_label(c_seq.key)),
+                )
                 dups[fname] = dups.get(fname, 0) + 1
                 continue
             c_page[j] = byte | bit
@@ -373,16 +413,21 @@ class PartReader:
                 if not lo or t < lo:
                     c_times[k] = t
             if keep is not None:
-                keep.write(keep_prefix, line_of(lineno), raw, c_seq.key[2],
-                           c_off)
+                keep.write(
+                    keep_prefix, line_of(lineno), raw, c_seq.key[2], c_off
+                )
             try:
                 handlers = table[ph][rec.ev]
             except KeyError:  # the first record of its phase and event
                 handlers = self.handlers(ph, rec.ev)
             req = rec.req
             handle = handlers[
-                NONE if req is None else
-                PERIODIC if req.startswith(periodic_prefix) else REQUEST]
+                NONE
+                if req is None
+                else PERIODIC
+                if req.startswith(periodic_prefix)
+                else REQUEST
+            ]
             if handle is not None and handle(rec, ts, self) is False:
                 # a span read twice (not given to the other handlers)
                 self.duplicate_spans += 1
@@ -402,15 +447,24 @@ class PartReader:
         run = spans.get(rec.span)
         if run is None:
             run = spans.get(rec.parent)
-            if run is not None and rec.span is not None and \
-                    len(spans) < clockpass.MAX_PERIODIC_HOPS:
+            if (
+                run is not None
+                and rec.span is not None
+                and len(spans) < clockpass.MAX_PERIODIC_HOPS
+            ):
                 spans[rec.span] = run
         if run is None:
             run = self.periodic_contexts[rec.req]
         return run
 
-    def bad_line(self, raw: bytes, f: spanfiles.SpanFile, lines: list,
-                 at: int, last: typing.Optional[losses.SeqSet]) -> None:
+    def bad_line(
+        self,
+        raw: bytes,
+        f: spanfiles.SpanFile,
+        lines: list,
+        at: int,
+        last: typing.Optional[losses.SeqSet],
+    ) -> None:
         """Charge a line that is not a valid record (``lines[at]`` of
         file ``f``) to its process, when it is a record (or what is left
         of one): the process it names, with its ``seq`` (then not also
@@ -431,13 +485,18 @@ class PartReader:
             rec = None
         if rec.__class__ is dict:
             host, pid, seq = rec.get('host'), rec.get('pid'), rec.get('seq')
-            if host.__class__ is str and pid.__class__ is int and \
-                    seq.__class__ is int:
+            if (
+                host.__class__ is str
+                and pid.__class__ is int
+                and seq.__class__ is int
+            ):
                 s = self.current.get((fi, pid))
                 if s is None:
                     s = self.current[(fi, pid)] = self.track(
                         self.process_of(host, pid, rec.get('ts') or 0),
-                        fi, f.name)
+                        fi,
+                        f.name,
+                    )
                 if s.add(seq):
                     s.invalid += 1
                     if len(s.bad) < losses.MAX_NOTED:
@@ -459,27 +518,35 @@ class PartReader:
             if after[1] is not None:
                 break
             after = None
-        near = named if named[0] is not None and named[1] is not None \
+        near = (
+            named
+            if named[0] is not None and named[1] is not None
             else before or after
+        )
         s = None if near is None else self.current.get((fi, near[1]))
         if s is None:
             if near is None or near[0] is None:
                 s = last
             else:
                 s = self.current[(fi, near[1])] = self.track(
-                    self.process_of(near[0], near[1], near[3] or 0), fi,
-                    f.name)
+                    self.process_of(near[0], near[1], near[3] or 0), fi, f.name
+                )
         if s is None:
             return
         loss = self.loss
         loss.bad[s.key] = loss.bad.get(s.key, 0) + 1
         loss.unnumbered[s.key] = loss.unnumbered.get(s.key, 0) + 1
         if len(s.cuts) < losses.MAX_NOTED:
-            s.cuts.append((self._written(before, 0),
-                           self._written(after, losses.FOREVER)))
+            s.cuts.append(
+                (
+                    self._written(before, 0),
+                    self._written(after, losses.FOREVER),
+                )
+            )
 
-    def repair(self, raw: bytes, f: spanfiles.SpanFile, lines: list,
-               at: int) -> typing.Any:
+    def repair(
+        self, raw: bytes, f: spanfiles.SpanFile, lines: list, at: int
+    ) -> typing.Any:
         """Line ``lines[at]`` of ``f``, not a valid record, repaired
         when it is one but for one required field the records around it
         (or itself) say (``codec.repair``), else None.  The repaired
@@ -504,8 +571,12 @@ class PartReader:
         if under is not None and field == 'ev':
             # read with its start
             out.req = under
-        if field == 'ts' and started is None and out.req is not None \
-                and len(self.repaired) < MAX_REPAIRED:
+        if (
+            field == 'ts'
+            and started is None
+            and out.req is not None
+            and len(self.repaired) < MAX_REPAIRED
+        ):
             # its time is an estimate (a span's start, when read, is
             # not): its request is marked
             self.repaired.add(self.aliases.get(out.req, out.req))
@@ -522,8 +593,11 @@ class PartReader:
         if not sid or req.__class__ is not str:
             return None, None
         attrs = rec.get('attrs')
-        began = attrs.get(schema.ATTR_REQ_BEGAN) \
-            if attrs.__class__ is dict else None
+        began = (
+            attrs.get(schema.ATTR_REQ_BEGAN)
+            if attrs.__class__ is dict
+            else None
+        )
         for rid in (req, began):
             if rid.__class__ is not str:
                 continue
@@ -536,8 +610,9 @@ class PartReader:
                         return ev, rid
         return None, None
 
-    def unnumbered(self, rec: typing.Any, f: spanfiles.SpanFile,
-                   lineno: int) -> None:
+    def unnumbered(
+        self, rec: typing.Any, f: spanfiles.SpanFile, lineno: int
+    ) -> None:
         """A repaired record whose ``seq`` is missing: one of its
         process's missing numbers is this record (not lost), which is
         read as any other, but for the check that it was not read
@@ -546,7 +621,8 @@ class PartReader:
         s = self.current.get((fi, rec.pid))
         if s is None:
             s = self.current[(fi, rec.pid)] = self.track(
-                self.process_of(rec.host, rec.pid, rec.ts), fi, f.name)
+                self.process_of(rec.host, rec.pid, rec.ts), fi, f.name
+            )
         self.process = s
         loss = self.loss
         loss.found[s.key] = loss.found.get(s.key, 0) + 1
@@ -561,9 +637,13 @@ class PartReader:
         if ts > s.last:
             s.last = ts
         if self.accepted is not None:
-            self.accepted.write(self.accepted.prefix(f.name),
-                                f.line_of(lineno), codec.dumps(rec),
-                                s.key[2], off)
+            self.accepted.write(
+                self.accepted.prefix(f.name),
+                f.line_of(lineno),
+                codec.dumps(rec),
+                s.key[2],
+                off,
+            )
         self.loss.read[f.name] = self.loss.read.get(f.name, 0) + 1
         try:
             handlers = self.table[rec.ph][rec.ev]
@@ -571,8 +651,12 @@ class PartReader:
             handlers = self.handlers(rec.ph, rec.ev)
         req = rec.req
         handle = handlers[
-            NONE if req is None else
-            PERIODIC if req.startswith(routing.PERIODIC_PREFIX) else REQUEST]
+            NONE
+            if req is None
+            else PERIODIC
+            if req.startswith(routing.PERIODIC_PREFIX)
+            else REQUEST
+        ]
         if handle is not None and handle(rec, ts, self) is False:
             self.duplicate_spans += 1
 
@@ -611,13 +695,13 @@ class PartReader:
             s = self.loss.seqs[key] = losses.SeqSet((fi, fname), key)
         # the sink that wrote the file: its drops are this file's gaps
         self.loss.sinks.setdefault(key, set()).add(
-            'log' if spanfiles.is_log_name(fname) else 'file')
+            'log' if spanfiles.is_log_name(fname) else 'file'
+        )
         return s
 
     # -- the reader's own routes: losses.FileLoss --------------------------
 
-    def sink_drops(self, rec: typing.Any, ts: int, cursor: typing.Any
-                   ) -> None:
+    def sink_drops(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         """A ``sink.drops`` counter: the records each sink (and the
         buffer) dropped so far, cumulative per process."""
         key = self.process.key
@@ -626,13 +710,20 @@ class PartReader:
         for sink, n in attrs.items():
             if isinstance(n, int) and n > mine.get(sink, 0):
                 mine[sink] = n
-        self.loss.report(key, ts, sum(
-            n for cause, n in attrs.items()
-            if cause in losses.UNNUMBERED_DROPS and isinstance(n, int)),
-            None)
+        self.loss.report(
+            key,
+            ts,
+            sum(
+                n
+                for cause, n in attrs.items()
+                if cause in losses.UNNUMBERED_DROPS and isinstance(n, int)
+            ),
+            None,
+        )
 
-    def sql_dropped(self, rec: typing.Any, ts: int, cursor: typing.Any
-                    ) -> None:
+    def sql_dropped(
+        self, rec: typing.Any, ts: int, cursor: typing.Any
+    ) -> None:
         """A ``sql.dropped`` counter: the process's cumulative count of
         SQL statements dropped; the largest is its total."""
         n = (rec.attrs or {}).get(schema.ATTR_COUNT)
@@ -642,8 +733,9 @@ class PartReader:
                 self.loss.sql_dropped[key] = n
             self.loss.report(key, ts, None, n)
 
-    def process_end(self, rec: typing.Any, ts: int, cursor: typing.Any
-                    ) -> None:
+    def process_end(
+        self, rec: typing.Any, ts: int, cursor: typing.Any
+    ) -> None:
         """A ``process.end`` record: its process ended."""
         self.process.ended = True
 
@@ -654,19 +746,30 @@ class PartReader:
         for f in files:
             if f.error:
                 if self.part == 0:
-                    self.issues.problems.append(spanfiles.unreadable(
-                        f.name, f.error, f.lines))
+                    self.issues.problems.append(
+                        spanfiles.unreadable(f.name, f.error, f.lines)
+                    )
                 self.loss.unreadable[f.name] = [
-                    f.lines, f.error, set().union(*(
-                        s.hosts for (fi, _pid), s in self.current.items()
-                        if fi == f.index))]
+                    f.lines,
+                    f.error,
+                    set().union(
+                        *(
+                            s.hosts
+                            for (fi, _pid), s in self.current.items()
+                            if fi == f.index
+                        )
+                    ),
+                ]
                 self.loss.cut_processes.update(
-                    s.key for (fi, _pid), s in self.current.items()
-                    if fi == f.index)
+                    s.key
+                    for (fi, _pid), s in self.current.items()
+                    if fi == f.index
+                )
             if f.backwards is not None and self.part == 0:
                 self.issues.problems.append(
                     '%s: its records run backwards (their seq going down '
-                    'line after line): read from its end' % f.name)
+                    'line after line): read from its end' % f.name
+                )
         for consumer in self.consumers[1:]:
             finish = getattr(consumer, 'finish', None)
             if finish is not None:

@@ -93,8 +93,9 @@ def sniff(path: str) -> str:
     whitespace; ``'other'``: anything else.  A file that cannot be
     read here counts as ``'spans'``: the reader says what is wrong.
     """
-    opener: typing.Callable[..., typing.Any] = \
+    opener: typing.Callable[..., typing.Any] = (
         gzip.open if path.endswith('.gz') else open
+    )
     try:
         with opener(path, 'rb') as f:
             head = f.read(SNIFF_BYTES)
@@ -105,7 +106,7 @@ def sniff(path: str) -> str:
             if not is_log_name(os.path.basename(path)):
                 return 'empty' if not head.strip() else 'other'
             empty = not head.strip()
-            tail = head[-len(LOG_MARKER):]
+            tail = head[-len(LOG_MARKER) :]
             while True:
                 chunk = f.read(1 << 20)
                 if not chunk:
@@ -113,7 +114,7 @@ def sniff(path: str) -> str:
                 if LOG_MARKER in tail + chunk:
                     return 'spans'
                 empty = empty and not chunk.strip()
-                tail = chunk[-len(LOG_MARKER):]
+                tail = chunk[-len(LOG_MARKER) :]
     except (OSError, EOFError, ValueError, zlib.error):
         return 'spans'
 
@@ -129,18 +130,28 @@ def _skipped(reports: list, others: list, unnamed: list) -> list:
     """The lines that mention the files discovery left out."""
     out = []
     for path in reports:
-        out.append('skipped %s: a JSON report of instrument-report, not a '
-                   'span file (compare two runs with "instrument-report '
-                   'compare RUN_A RUN_B")' % path)
+        out.append(
+            'skipped %s: a JSON report of instrument-report, not a '
+            'span file (compare two runs with "instrument-report '
+            'compare RUN_A RUN_B")' % path
+        )
     if others:
-        out.append('skipped %d file%s holding no span record: %s' % (
-            len(others), '' if len(others) == 1 else 's', _names(others)))
+        out.append(
+            'skipped %d file%s holding no span record: %s'
+            % (len(others), '' if len(others) == 1 else 's', _names(others))
+        )
     if unnamed:
-        out.append('skipped %d file%s not named like span files (%s '
-                   'or *%s, optionally followed by .gz): %s' % (
-                       len(unnamed), '' if len(unnamed) == 1 else 's',
-                       ', '.join('*' + s for s in SPAN_SUFFIXES[:-1]),
-                       SPAN_SUFFIXES[-1], _names(unnamed)))
+        out.append(
+            'skipped %d file%s not named like span files (%s '
+            'or *%s, optionally followed by .gz): %s'
+            % (
+                len(unnamed),
+                '' if len(unnamed) == 1 else 's',
+                ', '.join('*' + s for s in SPAN_SUFFIXES[:-1]),
+                SPAN_SUFFIXES[-1],
+                _names(unnamed),
+            )
+        )
     return out
 
 
@@ -237,7 +248,10 @@ def _walk(directory: str) -> list:
 def unreadable(name: str, error: str, lines: int) -> str:
     """The problem of a file whose end could not be read."""
     return '%s: %s (the rest of the file after line %d is unreadable)' % (
-        name, error, lines)
+        name,
+        error,
+        lines,
+    )
 
 
 def runs_backwards(lines: list) -> bool:
@@ -304,8 +318,9 @@ class Backwards:
         return out
 
 
-def inflate(path: str, damage: typing.Optional[list] = None
-            ) -> typing.Iterator[bytes]:
+def inflate(
+    path: str, damage: typing.Optional[list] = None
+) -> typing.Iterator[bytes]:
     """The bytes of ``path``, decompressed (gzip members one after the
     other) by a ``zlib`` object that gives what it has, as far as the
     file can be read; ``damage`` (a list) gets why it stopped short."""
@@ -337,13 +352,15 @@ def inflate(path: str, damage: typing.Optional[list] = None
                         text = _up_to_error(before, data)
                         end = True
                         if damage is not None:
-                            damage.append('%s: %s' % (
-                                exc.__class__.__name__, exc))
+                            damage.append(
+                                '%s: %s' % (exc.__class__.__name__, exc)
+                            )
                 yield text
-            if d is not None and not d.eof and not end and \
-                    damage is not None:
-                damage.append('EOFError: Compressed file ended before the '
-                              'end-of-stream marker was reached')
+            if d is not None and not d.eof and not end and damage is not None:
+                damage.append(
+                    'EOFError: Compressed file ended before the '
+                    'end-of-stream marker was reached'
+                )
     except (OSError, EOFError, ValueError, zlib.error) as exc:
         # as far as it can be read
         if damage is not None:
@@ -356,16 +373,22 @@ def _up_to_error(d: typing.Any, data: bytes) -> bytes:
     out = []
     try:
         for i in range(len(data)):
-            out.append(d.decompress(data[i:i + 1]))
+            out.append(d.decompress(data[i : i + 1]))
     except zlib.error:
         pass
     return b''.join(out)
 
+
 class SpanFile:
     """One input file read in chunks of lines, with its position."""
 
-    def __init__(self, path: str, index: int, offset: int = 0,
-                 host_offsets: typing.Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        index: int,
+        offset: int = 0,
+        host_offsets: typing.Optional[dict] = None,
+    ) -> None:
         self.path = path
         self.name = os.path.basename(path)
         self.index = index
@@ -393,8 +416,9 @@ class SpanFile:
         self._raw = open(path, 'rb')
         self._f: typing.BinaryIO
         if path.endswith('.gz'):
-            self._f = typing.cast(typing.BinaryIO, gzip.GzipFile(
-                fileobj=self._raw, mode='rb'))
+            self._f = typing.cast(
+                typing.BinaryIO, gzip.GzipFile(fileobj=self._raw, mode='rb')
+            )
         else:
             self._f = self._raw
 
@@ -402,8 +426,12 @@ class SpanFile:
         """The next lines (bytes, newline kept); [] at the end."""
         if self.done:
             return []
-        if self._back is None and self.lineno == 0 and self.lines == 0 \
-                and self._runs_backwards():
+        if (
+            self._back is None
+            and self.lineno == 0
+            and self.lines == 0
+            and self._runs_backwards()
+        ):
             self._start_backwards()
         if self._back is not None:
             lines = self._back.readlines(hint)
@@ -452,7 +480,7 @@ class SpanFile:
                 at = -1
                 for _ in range(skip):
                     at = text.index(b'\n', at + 1)
-                text = text[at + 1:]
+                text = text[at + 1 :]
                 skip = 0
             out.append(text)
         if skip:
@@ -479,8 +507,9 @@ class SpanFile:
         as it can be)."""
         if self.path.endswith('.gz'):
             damage: list = []
-            tmp = self._tmp = typing.cast(typing.BinaryIO,
-                                          tempfile.TemporaryFile())
+            tmp = self._tmp = typing.cast(
+                typing.BinaryIO, tempfile.TemporaryFile()
+            )
             newlines = 0
             last = b''
             for text in inflate(self.path, damage):

@@ -34,8 +34,9 @@ CHUNK_BYTES = 1 << 18
 Progress = typing.Callable[[int], None]
 
 
-def reads(files: list, hint: typing.Optional[int] = None
-          ) -> typing.Iterator[tuple]:
+def reads(
+    files: list, hint: typing.Optional[int] = None
+) -> typing.Iterator[tuple]:
     """Yield ``(span_file, lines, first_lineno, heap)`` for every read,
     in the order ``chunks`` reads: the file that has progressed least
     first.  The last read of each file yields no lines.  ``heap`` holds
@@ -56,13 +57,17 @@ def reads(files: list, hint: typing.Optional[int] = None
         if lines:
             f.lineno += len(lines)
             if not f.done:
-                heapq.heappush(heap, (f.time if f.time is not None else -1,
-                                      f.index, f))
+                heapq.heappush(
+                    heap, (f.time if f.time is not None else -1, f.index, f)
+                )
         yield f, lines, first, heap
 
 
-def chunks(files: list, progress: typing.Optional[Progress] = None,
-           hint: typing.Optional[int] = None) -> typing.Iterator[tuple]:
+def chunks(
+    files: list,
+    progress: typing.Optional[Progress] = None,
+    hint: typing.Optional[int] = None,
+) -> typing.Iterator[tuple]:
     """Yield ``(span_file, lines, first_lineno, watermark)``.
 
     ``first_lineno`` is the number of the line before the chunk's first
@@ -81,9 +86,9 @@ def chunks(files: list, progress: typing.Optional[Progress] = None,
             yield f, lines, first, watermark
 
 
-def order(indices: typing.Iterable[int],
-          next_read: typing.Callable[[int], tuple]
-          ) -> typing.Iterator[tuple]:
+def order(
+    indices: typing.Iterable[int], next_read: typing.Callable[[int], tuple]
+) -> typing.Iterator[tuple]:
     """Rebuild the order of ``reads`` over files read elsewhere.
 
     ``next_read(index)`` returns ``(lines read, time)`` of the next read
@@ -100,12 +105,17 @@ def order(indices: typing.Iterable[int],
         yield i, (heap[0][0] if heap else None)
 
 
-def open_files(paths: list, offsets: typing.Optional[dict] = None,
-               host_offsets: typing.Optional[dict] = None) -> list:
+def open_files(
+    paths: list,
+    offsets: typing.Optional[dict] = None,
+    host_offsets: typing.Optional[dict] = None,
+) -> list:
     """``SpanFile`` readers; ``offsets`` maps file index to the clock
     correction of its (first) host, ``host_offsets`` host name to its
     correction (each line of a file that several hosts wrote is placed
     with its own host's)."""
     offsets = offsets or {}
-    return [spanfiles.SpanFile(path, i, offsets.get(i, 0), host_offsets)
-            for i, path in enumerate(paths)]
+    return [
+        spanfiles.SpanFile(path, i, offsets.get(i, 0), host_offsets)
+        for i, path in enumerate(paths)
+    ]

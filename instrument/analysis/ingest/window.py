@@ -35,8 +35,11 @@ class Window:
 
     __slots__ = ('since', 'until')
 
-    def __init__(self, since: typing.Optional[int] = None,
-                 until: typing.Optional[int] = None) -> None:
+    def __init__(
+        self,
+        since: typing.Optional[int] = None,
+        until: typing.Optional[int] = None,
+    ) -> None:
         self.since = since
         self.until = until
 
@@ -45,8 +48,9 @@ class Window:
 
     def contains(self, ts: int) -> bool:
         """Is ``ts`` (microseconds, corrected clock) in the window?"""
-        return (self.since is None or ts >= self.since) and \
-            (self.until is None or ts < self.until)
+        return (self.since is None or ts >= self.since) and (
+            self.until is None or ts < self.until
+        )
 
     def to_dict(self) -> dict:
         return {'since_us': self.since, 'until_us': self.until}
@@ -56,23 +60,29 @@ def _relative(value: Time) -> bool:
     return isinstance(value, str) and value.strip().startswith('+')
 
 
-def _parse(value: Time, start_us: typing.Optional[int]
-           ) -> typing.Optional[int]:
+def _parse(
+    value: Time, start_us: typing.Optional[int]
+) -> typing.Optional[int]:
     if value is None or isinstance(value, int):
         return value
     if start_us is None and _relative(value):
-        raise ValueError('%s is counted from the first request, and the '
-                         'input has none: give an absolute time' % value)
+        raise ValueError(
+            '%s is counted from the first request, and the '
+            'input has none: give an absolute time' % value
+        )
     try:
         return parse_time(value, start_us)
     except ValueError:
-        raise ValueError('cannot read time %r (use ISO 8601, epoch '
-                         'seconds or +10m)' % value) from None
+        raise ValueError(
+            'cannot read time %r (use ISO 8601, epoch seconds or +10m)' % value
+        ) from None
 
 
 def _empty(since: Time, until: Time) -> ValueError:
-    return ValueError('--since %s is not before --until %s: the window '
-                      'is empty' % (since, until))
+    return ValueError(
+        '--since %s is not before --until %s: the window '
+        'is empty' % (since, until)
+    )
 
 
 def check(since: Time, until: Time) -> None:
@@ -91,8 +101,9 @@ def check(since: Time, until: Time) -> None:
         raise _empty(since, until)
 
 
-def resolve(since: Time, until: Time,
-            first_us: typing.Optional[int]) -> Window:
+def resolve(
+    since: Time, until: Time, first_us: typing.Optional[int]
+) -> Window:
     """The window of the options, ``+DURATION`` counted from
     ``first_us`` (the first request's start, corrected); ValueError when it is
     empty or cannot be placed."""
@@ -103,8 +114,7 @@ def resolve(since: Time, until: Time,
     return Window(a, b)
 
 
-def parse_time(value: str,
-               start_us: typing.Optional[int] = None) -> int:
+def parse_time(value: str, start_us: typing.Optional[int] = None) -> int:
     """``--since``/``--until``: ISO 8601 time, epoch seconds, or
     ``+DURATION`` (``s``/``m``/``h``/``d``) after the first event."""
     value = value.strip()
@@ -123,8 +133,9 @@ def parse_time(value: str,
     try:
         when = datetime.datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError('cannot read time %r (use ISO 8601, epoch '
-                         'seconds or +10m)' % value) from None
+        raise ValueError(
+            'cannot read time %r (use ISO 8601, epoch seconds or +10m)' % value
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return int(when.timestamp() * 1e6)

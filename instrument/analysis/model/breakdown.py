@@ -73,10 +73,22 @@ QUEUE = 'rpc.queue'
 # service casting to itself, or the demo's services sharing one pid)
 DISPATCH = 'rpc.dispatch'
 GAP = 'gap'
-COMPONENT_ORDER = ('api', 'rpc', QUEUE, 'conductor', 'scheduler',
-                   'scheduler.db', 'scheduler.placement', 'compute',
-                   'compute.claim', 'compute.network',
-                   'compute.block_device', 'compute.spawn', 'sql', GAP)
+COMPONENT_ORDER = (
+    'api',
+    'rpc',
+    QUEUE,
+    'conductor',
+    'scheduler',
+    'scheduler.db',
+    'scheduler.placement',
+    'compute',
+    'compute.claim',
+    'compute.network',
+    'compute.block_device',
+    'compute.spawn',
+    'sql',
+    GAP,
+)
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -88,9 +100,12 @@ SERVICE: str = EVENTS[schema.EV_KSA_REQUEST] or 'service'
 _SERVICES: dict = {}
 # the service types of the service-types authority that some clients
 # call by an alias (cinder's volumev3): one component per service
-SERVICE_ALIASES = {'volume': 'block-storage', 'volumev2': 'block-storage',
-                   'volumev3': 'block-storage',
-                   'block-store': 'block-storage'}
+SERVICE_ALIASES = {
+    'volume': 'block-storage',
+    'volumev2': 'block-storage',
+    'volumev3': 'block-storage',
+    'block-store': 'block-storage',
+}
 
 
 def service_component(attrs: typing.Optional[dict]) -> str:
@@ -108,8 +123,9 @@ def service_component(attrs: typing.Optional[dict]) -> str:
     return name
 
 
-def component_of(ev: str, svc: str,
-                 attrs: typing.Optional[dict] = None) -> str:
+def component_of(
+    ev: str, svc: str, attrs: typing.Optional[dict] = None
+) -> str:
     """The component a span's time is charged to: its event's
     (``schema.EVENTS``), a call to another service's by its type
     (``attrs``: ``service_component``), else its service's."""
@@ -147,11 +163,34 @@ class RequestSummary:
     back as dicts; read each once where many are read.
     """
 
-    __slots__ = ('req', 'kind', 'state', 'instances', 'start', 'end',
-                 '_comp', '_sql_in', 'sql_us', 'sql_n', '_cp', 'attempts',
-                 'db_retries', 'errors', 'lifecycle', 'hosts', 'events',
-                 'critical', 'lost_ends', 'cells', 'waits', 'procs',
-                 'late', 'loss', 'if_lost', 'gaps')
+    __slots__ = (
+        'req',
+        'kind',
+        'state',
+        'instances',
+        'start',
+        'end',
+        '_comp',
+        '_sql_in',
+        'sql_us',
+        'sql_n',
+        '_cp',
+        'attempts',
+        'db_retries',
+        'errors',
+        'lifecycle',
+        'hosts',
+        'events',
+        'critical',
+        'lost_ends',
+        'cells',
+        'waits',
+        'procs',
+        'late',
+        'loss',
+        'if_lost',
+        'gaps',
+    )
 
     req: str
     kind: str
@@ -237,29 +276,47 @@ class RequestSummary:
         return self.end - self.start
 
     def to_dict(self) -> dict:
-        out = {'req': self.req, 'kind': self.kind, 'state': self.state,
-               'start_us': self.start, 'end_us': self.end,
-               'latency_us': self.latency, 'instances': self.instances,
-               'components_us': self.comp,
-               'sql_in_us': self.sql_in, 'sql_us': self.sql_us,
-               'sql_statements': self.sql_n,
-               'critical_path_us': self.cp,
-               'attempts': self.attempts, 'db_retries': self.db_retries,
-               'errors': self.errors, 'hosts': self.hosts,
-               'events': self.events,
-               'lost_ends': getattr(self, 'lost_ends', 0)}
+        out = {
+            'req': self.req,
+            'kind': self.kind,
+            'state': self.state,
+            'start_us': self.start,
+            'end_us': self.end,
+            'latency_us': self.latency,
+            'instances': self.instances,
+            'components_us': self.comp,
+            'sql_in_us': self.sql_in,
+            'sql_us': self.sql_us,
+            'sql_statements': self.sql_n,
+            'critical_path_us': self.cp,
+            'attempts': self.attempts,
+            'db_retries': self.db_retries,
+            'errors': self.errors,
+            'hosts': self.hosts,
+            'events': self.events,
+            'lost_ends': getattr(self, 'lost_ends', 0),
+        }
         if getattr(self, 'loss', None):
             out['loss'] = self.loss
         if self.cells is not None:
             out['cells'] = self.cells
         gaps = getattr(self, 'gaps', ())
         if gaps:
-            out['gaps'] = [{'after': g[0], 'before': g[1],
-                            'critical_us': g[2]} for g in gaps]
+            out['gaps'] = [
+                {'after': g[0], 'before': g[1], 'critical_us': g[2]}
+                for g in gaps
+            ]
         if self.waits:
             out['waits'] = [
-                {'in': w[0], 'kind': w[1], 'name': w[2], 'wait_us': w[3],
-                 'critical_us': w[4]} for w in self.waits]
+                {
+                    'in': w[0],
+                    'kind': w[1],
+                    'name': w[2],
+                    'wait_us': w[3],
+                    'critical_us': w[4],
+                }
+                for w in self.waits
+            ]
         if self.lifecycle is not None:
             out['lifecycle'] = [_lifecycle_entry(e) for e in self.lifecycle]
         return out
@@ -268,9 +325,17 @@ class RequestSummary:
 def _lifecycle_entry(e: tuple) -> dict:
     """A lifecycle entry (``lifecycle``) as the JSON report has it: the
     component (``comp``) only where the event does not say it."""
-    out = {'t_us': e[0], 'dur_us': e[1], 'host': e[2], 'svc': e[3],
-           'ev': e[4], 'st': e[5], 'sql_us': e[6], 'err': e[7],
-           'critical': e[8]}
+    out = {
+        't_us': e[0],
+        'dur_us': e[1],
+        'host': e[2],
+        'svc': e[3],
+        'ev': e[4],
+        'st': e[5],
+        'sql_us': e[6],
+        'err': e[7],
+        'critical': e[8],
+    }
     if e[9] is not None:
         out['comp'] = e[9]
     return out
@@ -291,8 +356,9 @@ def _union(intervals: list) -> int:
     return total + hi - lo
 
 
-def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
-              keep_lifecycle: bool = True) -> RequestSummary:
+def summarise(
+    r: spans_mod.OpenRequest, tree: spans_mod.Tree, keep_lifecycle: bool = True
+) -> RequestSummary:
     """Reduce a finished ``spans.OpenRequest`` to its summary.
 
     ``summary.critical`` holds the span ids on the critical path;
@@ -342,8 +408,7 @@ def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
                 w[2] = start
         ev = s[S_EV]
         name = events.get(ev) or s[S_SVC]
-        names[sid] = name if name != SERVICE else \
-            service_component(s[S_ATTRS])
+        names[sid] = name if name != SERVICE else service_component(s[S_ATTRS])
         hosts.add(s[S_HOST])
         if s[S_ST] == 'error':
             errors += 1
@@ -370,8 +435,11 @@ def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
             if len(kids) == 1:
                 c = spans[kids[0]]
                 cs = c[S_START]
-                if sync or (c[S_PID] == pid and c[S_HOST] == host and
-                            c[S_EV] != DISPATCH):
+                if sync or (
+                    c[S_PID] == pid
+                    and c[S_HOST] == host
+                    and c[S_EV] != DISPATCH
+                ):
                     ce = ends[kids[0]]
                     lo = cs if cs > start else start
                     hi = ce if ce < end else end
@@ -384,8 +452,11 @@ def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
                 for k in kids:
                     c = spans[k]
                     cs = c[S_START]
-                    if sync or (c[S_PID] == pid and c[S_HOST] == host and
-                            c[S_EV] != DISPATCH):
+                    if sync or (
+                        c[S_PID] == pid
+                        and c[S_HOST] == host
+                        and c[S_EV] != DISPATCH
+                    ):
                         ce = ends[k]
                         lo = cs if cs > start else start
                         hi = ce if ce < end else end
@@ -419,8 +490,7 @@ def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
         rows = operations.final_states(kind, tree)
         state = operations.request_state(kind, rows)
     gaps: dict = {}
-    cp, critical = critical_path(tree, ends, req_start, req_end, names,
-                                 gaps)
+    cp, critical = critical_path(tree, ends, req_start, req_end, names, gaps)
     out = RequestSummary()
     out.req = r.req
     out.kind = kind
@@ -435,8 +505,11 @@ def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
     out.cp = cp
     out.critical = critical
     out.waits = waits_mod.of_request(spans, names, cp, critical)
-    out.gaps = tuple(sorted(((k[0], k[1], us) for k, us in gaps.items()),
-                            key=lambda g: -g[2]))
+    out.gaps = tuple(
+        sorted(
+            ((k[0], k[1], us) for k, us in gaps.items()), key=lambda g: -g[2]
+        )
+    )
     out.attempts = max((row['attempts'] for row in rows), default=0)
     db_retries = 0
     for i in r.instants:
@@ -448,46 +521,67 @@ def summarise(r: spans_mod.OpenRequest, tree: spans_mod.Tree,
     out.events = r.events
     # a request with an outcome whose spans did not all end lost ends
     # (one whose spans all stayed open has no outcome: nothing ended)
-    out.lost_ends = len(open_ids) if state != classify.INCOMPLETE and \
-        len(open_ids) < len(spans) else 0
+    out.lost_ends = (
+        len(open_ids)
+        if state != classify.INCOMPLETE and len(open_ids) < len(spans)
+        else 0
+    )
     index = {h: i for i, h in enumerate(out.hosts)}
     procs = array.array('q')
     for (host, pid), (lo, hi, loose) in where.items():
-        procs.extend((index[host], pid if pid.__class__ is int else -1,
-                      lo, hi, loose))
+        procs.extend(
+            (index[host], pid if pid.__class__ is int else -1, lo, hi, loose)
+        )
     out.procs = procs
     out.late = 0
     out.loss = None
     # the state if its open spans' ends were lost (an API request whose
     # compute API call answered): ``damage.mark`` decides
     out.if_lost = None
-    if open_ids and state == classify.INCOMPLETE and len(open_ids) < len(
-            spans) and kind != operations.OTHER:
+    if (
+        open_ids
+        and state == classify.INCOMPLETE
+        and len(open_ids) < len(spans)
+        and kind != operations.OTHER
+    ):
         alt = operations.final_states(kind, tree, ended=True)
         alt_state = operations.request_state(kind, alt)
         if alt_state != state:
             out.if_lost = (alt_state, alt, len(open_ids))
-    out.cells = operations.cells(spans, req_start) \
-        if kind in ('list', 'show') else None
-    out.lifecycle = lifecycle(spans, ends, sql, req_start, critical) \
-        if keep_lifecycle else None
+    out.cells = (
+        operations.cells(spans, req_start)
+        if kind in ('list', 'show')
+        else None
+    )
+    out.lifecycle = (
+        lifecycle(spans, ends, sql, req_start, critical)
+        if keep_lifecycle
+        else None
+    )
     return out
 
 
-def add_lifecycle(summary: RequestSummary,
-                  r: spans_mod.OpenRequest) -> None:
+def add_lifecycle(summary: RequestSummary, r: spans_mod.OpenRequest) -> None:
     """Give ``summary`` the lifecycle of its request ``r`` (whose spans
     ``summarise`` reduced without one)."""
     spans = r.spans
     end = summary.end
-    ends = {sid: s[S_START] + s[S_DUR] if s[S_DUR] is not None else end
-            for sid, s in spans.items()}
-    summary.lifecycle = lifecycle(spans, ends, r.sql, summary.start,
-                                  summary.critical or frozenset())
+    ends = {
+        sid: s[S_START] + s[S_DUR] if s[S_DUR] is not None else end
+        for sid, s in spans.items()
+    }
+    summary.lifecycle = lifecycle(
+        spans, ends, r.sql, summary.start, summary.critical or frozenset()
+    )
 
 
-def lifecycle(spans: dict, ends: dict, sql: dict, req_start: int,
-              critical: typing.AbstractSet = frozenset()) -> list:
+def lifecycle(
+    spans: dict,
+    ends: dict,
+    sql: dict,
+    req_start: int,
+    critical: typing.AbstractSet = frozenset(),
+) -> list:
     """The request's spans in start order: ``(t, dur, host, svc, ev, st,
     sql_us, err_cls, on_critical_path, component)``; ``dur`` None for
     open spans; ``component`` only where the event alone does not say
@@ -498,12 +592,22 @@ def lifecycle(spans: dict, ends: dict, sql: dict, req_start: int,
         entry = sql.get(sid)
         err = s[S_ERR]
         ev = s[S_EV]
-        out.append((s[S_START] - req_start, s[S_DUR], s[S_HOST], s[S_SVC],
-                    ev, s[S_ST] or 'open',
-                    entry[0] if entry else 0,
-                    err.get('cls') if err else None, sid in critical,
-                    service_component(s[S_ATTRS])
-                    if ev == schema.EV_KSA_REQUEST else None))
+        out.append(
+            (
+                s[S_START] - req_start,
+                s[S_DUR],
+                s[S_HOST],
+                s[S_SVC],
+                ev,
+                s[S_ST] or 'open',
+                entry[0] if entry else 0,
+                err.get('cls') if err else None,
+                sid in critical,
+                service_component(s[S_ATTRS])
+                if ev == schema.EV_KSA_REQUEST
+                else None,
+            )
+        )
     out.sort(key=lambda e: (e[0], -(e[1] or 0)))
     return out
 
@@ -514,9 +618,14 @@ def _by_end(kids: list, eff: dict) -> list:
     return sorted(kids, key=eff.__getitem__, reverse=True)
 
 
-def critical_path(tree: spans_mod.Tree, ends: dict, req_start: int,
-                  req_end: int, names: typing.Optional[dict] = None,
-                  gaps: typing.Optional[dict] = None) -> tuple:
+def critical_path(
+    tree: spans_mod.Tree,
+    ends: dict,
+    req_start: int,
+    req_end: int,
+    names: typing.Optional[dict] = None,
+    gaps: typing.Optional[dict] = None,
+) -> tuple:
     """``({component: us}, {span ids on the path})``.
 
     A stretch of the path that no span covers (a span ended, the next
@@ -528,8 +637,10 @@ def critical_path(tree: spans_mod.Tree, ends: dict, req_start: int,
     event that started next, or None: the request's end): us}``.
     """
     if names is None:
-        names = {sid: component_of(s[S_EV], s[S_SVC], s[S_ATTRS])
-                 for sid, s in tree.spans.items()}
+        names = {
+            sid: component_of(s[S_EV], s[S_SVC], s[S_ATTRS])
+            for sid, s in tree.spans.items()
+        }
     spans = tree.spans
     children = tree.children
     get_kids = children.get
@@ -557,15 +668,20 @@ def critical_path(tree: spans_mod.Tree, ends: dict, req_start: int,
     def unrecorded(before, nxt, us) -> None:
         """Charge ``us`` between the end of ``before`` (None: the
         request's start) and the start of ``nxt`` (None: its end)."""
-        if nxt is not None and before is not None and \
-                spans[nxt][S_PARENT] == before and _queued(
-                    spans[before], spans[nxt]):
+        if (
+            nxt is not None
+            and before is not None
+            and spans[nxt][S_PARENT] == before
+            and _queued(spans[before], spans[nxt])
+        ):
             cp[QUEUE] = cp.get(QUEUE, 0) + us
             return
         cp[GAP] = cp.get(GAP, 0) + us
         if gaps is not None:
-            key = (spans[before][S_EV] if before is not None else None,
-                   spans[nxt][S_EV] if nxt is not None else None)
+            key = (
+                spans[before][S_EV] if before is not None else None,
+                spans[nxt][S_EV] if nxt is not None else None,
+            )
             gaps[key] = gaps.get(key, 0) + us
 
     # Walk back from the end: at each span take the child that ended
@@ -600,11 +716,15 @@ def critical_path(tree: spans_mod.Tree, ends: dict, req_start: int,
                     unrecorded(k, nxt, t - a)
                 else:
                     if a < end:
-                        cp[name] = cp.get(name, 0) + \
-                            (t if t < end else end) - a
+                        cp[name] = (
+                            cp.get(name, 0) + (t if t < end else end) - a
+                        )
                     if t > end:
-                        unrecorded(k if k is not None and a > end else sid,
-                                   nxt, t - (a if a > end else end))
+                        unrecorded(
+                            k if k is not None and a > end else sid,
+                            nxt,
+                            t - (a if a > end else end),
+                        )
             if k is None:
                 break
             on_path.add(k)
@@ -612,19 +732,24 @@ def critical_path(tree: spans_mod.Tree, ends: dict, req_start: int,
             t2 = ks if ks > start else start
             if grand:
                 push((sid, kids, i, start, t2, k))
-                push((k, _by_end(grand, eff), 0, ks, a,
-                      nxt if a == t else None))
+                push(
+                    (k, _by_end(grand, eff), 0, ks, a, nxt if a == t else None)
+                )
                 break
             # a leaf: all of [ks, a) is its own
             if a > ks:
                 kend = ends[k]
                 kname = names[k]
                 if ks < kend:
-                    cp[kname] = cp.get(kname, 0) + \
-                        (a if a < kend else kend) - ks
+                    cp[kname] = (
+                        cp.get(kname, 0) + (a if a < kend else kend) - ks
+                    )
                 if a > kend:
-                    unrecorded(k, nxt if a == t else None,
-                               a - (ks if ks > kend else kend))
+                    unrecorded(
+                        k,
+                        nxt if a == t else None,
+                        a - (ks if ks > kend else kend),
+                    )
             t = t2
             nxt = k
 
@@ -637,11 +762,14 @@ def _queued(parent: tuple, child: tuple) -> bool:
     asynchronous send's dispatch, or a child in another process under a
     span that does not wait for it."""
     return parent[S_EV] not in SYNC and (
-        child[S_EV] == DISPATCH or child[S_PID] != parent[S_PID] or
-        child[S_HOST] != parent[S_HOST])
+        child[S_EV] == DISPATCH
+        or child[S_PID] != parent[S_PID]
+        or child[S_HOST] != parent[S_HOST]
+    )
 
 
 # -- over a run ------------------------------------------------------------
+
 
 def stats(values: typing.Iterable[float]) -> dict:
     """min/median/p90/p95/p99/max/mean/sum/count of ``values`` (us)."""
@@ -649,11 +777,17 @@ def stats(values: typing.Iterable[float]) -> dict:
     if arr.size == 0:
         return {'count': 0}
     pct = numpy.percentile(arr, PERCENTILES)
-    return {'count': int(arr.size), 'min': float(arr.min()),
-            'median': float(pct[0]), 'p90': float(pct[1]),
-            'p95': float(pct[2]), 'p99': float(pct[3]),
-            'max': float(arr.max()), 'mean': float(arr.mean()),
-            'sum': float(arr.sum())}
+    return {
+        'count': int(arr.size),
+        'min': float(arr.min()),
+        'median': float(pct[0]),
+        'p90': float(pct[1]),
+        'p95': float(pct[2]),
+        'p99': float(pct[3]),
+        'max': float(arr.max()),
+        'mean': float(arr.mean()),
+        'sum': float(arr.sum()),
+    }
 
 
 def components(summaries: typing.Iterable[RequestSummary]) -> list:
@@ -666,17 +800,24 @@ def components(summaries: typing.Iterable[RequestSummary]) -> list:
     return known + sorted(names - set(known))
 
 
-def concurrency(start_times: typing.Iterable[int],
-                end_times: typing.Iterable[int], points: int = 400,
-                span: typing.Optional[tuple] = None) -> dict:
+def concurrency(
+    start_times: typing.Iterable[int],
+    end_times: typing.Iterable[int],
+    points: int = 400,
+    span: typing.Optional[tuple] = None,
+) -> dict:
     """Requests in flight: a sampled series and the level seen by each
     request when it started; ``span``: ``(t0, t1)`` the series covers
     (default: from the first start to the last end of these)."""
     starts = numpy.asarray(start_times, dtype=numpy.int64)
     ends = numpy.asarray(end_times, dtype=numpy.int64)
     if starts.size == 0:
-        return {'series': [], 'at_start': numpy.zeros(0, dtype=int),
-                'max': 0, 'mean': 0.0}
+        return {
+            'series': [],
+            'at_start': numpy.zeros(0, dtype=int),
+            'max': 0,
+            'mean': 0.0,
+        }
     s_sorted = numpy.sort(starts)
     e_sorted = numpy.sort(ends)
     if span is not None:
@@ -685,14 +826,21 @@ def concurrency(start_times: typing.Iterable[int],
         t0 = int(s_sorted[0])
         t1 = int(max(e_sorted[-1], t0 + 1))
     grid = numpy.linspace(t0, t1, points)
-    level = (numpy.searchsorted(s_sorted, grid, side='right') -
-             numpy.searchsorted(e_sorted, grid, side='right'))
-    at_start = (numpy.searchsorted(s_sorted, starts, side='right') -
-                numpy.searchsorted(e_sorted, starts, side='right'))
-    return {'series': [[round((float(g) - t0) / 1e6, 3), int(v)]
-                       for g, v in zip(grid, level, strict=True)],
-            'at_start': at_start, 'max': int(at_start.max()),
-            'mean': float(level.mean())}
+    level = numpy.searchsorted(
+        s_sorted, grid, side='right'
+    ) - numpy.searchsorted(e_sorted, grid, side='right')
+    at_start = numpy.searchsorted(
+        s_sorted, starts, side='right'
+    ) - numpy.searchsorted(e_sorted, starts, side='right')
+    return {
+        'series': [
+            [round((float(g) - t0) / 1e6, 3), int(v)]
+            for g, v in zip(grid, level, strict=True)
+        ],
+        'at_start': at_start,
+        'max': int(at_start.max()),
+        'mean': float(level.mean()),
+    }
 
 
 def level_label(n: int) -> str:
@@ -752,17 +900,20 @@ def aggregate(summaries: list) -> dict:
     # the chart's series: boots, and requests of every operation, both
     # over the whole run (from the first request's start)
     run = (t0, max(t1, t0 + 1))
-    boot_series = concurrency([s.start for s in boots],
-                              [s.end for s in boots], span=run)['series']
-    all_series = concurrency([s.start for s in every],
-                             [s.end for s in every], span=run)['series']
-    at_start = dict(zip((s.req for s in boots), conc['at_start'],
-                        strict=True))
+    boot_series = concurrency(
+        [s.start for s in boots], [s.end for s in boots], span=run
+    )['series']
+    all_series = concurrency(
+        [s.start for s in every], [s.end for s in every], span=run
+    )['series']
+    at_start = dict(zip((s.req for s in boots), conc['at_start'], strict=True))
     levels = {}
     for s, comp, sql_in in zip(good, comps, sql_ins, strict=True):
         label = level_label(int(at_start[s.req]))
-        lv = levels.setdefault(label, {'requests': 0, 'sum': {},
-                                       'latency': [], 'lo': at_start[s.req]})
+        lv = levels.setdefault(
+            label,
+            {'requests': 0, 'sum': {}, 'latency': [], 'lo': at_start[s.req]},
+        )
         lv['requests'] += 1
         lv['latency'].append(s.latency)
         lv['lo'] = min(lv['lo'], at_start[s.req])
@@ -773,59 +924,77 @@ def aggregate(summaries: list) -> dict:
     level_rows = []
     for label, lv in sorted(levels.items(), key=lambda kv: kv[1]['lo']):
         n = lv['requests']
-        level_rows.append({
-            'level': label, 'requests': n,
-            'mean_us': {k: v / n for k, v in lv['sum'].items()},
-            'latency': stats(lv['latency'])})
+        level_rows.append(
+            {
+                'level': label,
+                'requests': n,
+                'mean_us': {k: v / n for k, v in lv['sum'].items()},
+                'latency': stats(lv['latency']),
+            }
+        )
     by_state = {}
     for s in boots:
         by_state.setdefault(s.state, []).append(s.latency)
     return {
-        'requests': len(every), 'boots': len(boots),
-        'other_requests': len(others), 'instances': inst_rows,
-        'states': dict(states), 'causes': [
+        'requests': len(every),
+        'boots': len(boots),
+        'other_requests': len(others),
+        'instances': inst_rows,
+        'states': dict(states),
+        'causes': [
             {'state': st, 'cls': cls, 'count': n}
-            for (st, cls), n in causes.most_common()],
+            for (st, cls), n in causes.most_common()
+        ],
         'duration_s': duration,
         'throughput_rps': len(boots) / duration,
         'success_throughput_rps': succeeded / duration,
-        'success_rate': (states['success'] +
-                         states['rescheduled_success']) / inst_rows
-        if inst_rows else None,
+        'success_rate': (states['success'] + states['rescheduled_success'])
+        / inst_rows
+        if inst_rows
+        else None,
         'reschedule_rate': rescheduled / built if built else None,
         # the reschedule rate's base: instances that reached a compute
         'instances_built': built,
-        'db_retry_rate': (sum(1 for s in boots if s.db_retries) / len(boots)
-                          if boots else None),
+        'db_retry_rate': (
+            sum(1 for s in boots if s.db_retries) / len(boots)
+            if boots
+            else None
+        ),
         'latency': stats([s.latency for s in good]),
         'latency_by_state': {k: stats(v) for k, v in by_state.items()},
-        'components': comp_stats, 'sql_in_components': sql_stats,
+        'components': comp_stats,
+        'sql_in_components': sql_stats,
         'component_order': names,
         # successful boots of several instances: their instances' spans
         # (compute.*) ran side by side and their exclusive times add up
-        'multi_instance_boots': sum(1 for s in good
-                                    if len(s.instances) > 1),
+        'multi_instance_boots': sum(1 for s in good if len(s.instances) > 1),
         'critical_path_us': dict(cp_total),
-        'critical_path_share': {k: v / lat_total
-                                for k, v in cp_total.items()},
+        'critical_path_share': {k: v / lat_total for k, v in cp_total.items()},
         'gaps': gap_figures(good),
         # series: [seconds since the first request's start, boot
         # requests in flight], over the whole run; series_all: the same
         # of the requests of every operation
-        'concurrency': {'series': boot_series, 'max': conc['max'],
-                        'mean': conc['mean'],
-                        'series_all': all_series,
-                        'counted': 'boot requests in flight when the '
-                                   'request started (other operations, '
-                                   'e.g. status polls, not counted)'},
+        'concurrency': {
+            'series': boot_series,
+            'max': conc['max'],
+            'mean': conc['mean'],
+            'series_all': all_series,
+            'counted': 'boot requests in flight when the '
+            'request started (other operations, '
+            'e.g. status polls, not counted)',
+        },
         'levels': level_rows,
-        'start_us': t0, 'end_us': t1,
+        'start_us': t0,
+        'end_us': t1,
         'degraded': _degraded(degraded),
     }
 
 
-def gap_figures(summaries: typing.Iterable[RequestSummary],
-                examples: int = 3, limit: int = 10) -> list:
+def gap_figures(
+    summaries: typing.Iterable[RequestSummary],
+    examples: int = 3,
+    limit: int = 10,
+) -> list:
     """Where the critical paths of ``summaries`` crossed time no span
     covers (``gap``), longest in total first: ``after`` (the event that
     had ended; None: the request's start), ``before`` (the event that
@@ -842,11 +1011,20 @@ def gap_figures(summaries: typing.Iterable[RequestSummary],
             row[1] += us
             if len(row[2]) < examples:
                 row[2].append(s.req)
-    out = [{'after': k[0], 'before': k[1], 'requests': v[0],
-            'critical_us': v[1], 'mean_us': v[1] / v[0], 'examples': v[2]}
-           for k, v in rows.items()]
-    out.sort(key=lambda r: (-r['critical_us'], str(r['after']),
-                            str(r['before'])))
+    out = [
+        {
+            'after': k[0],
+            'before': k[1],
+            'requests': v[0],
+            'critical_us': v[1],
+            'mean_us': v[1] / v[0],
+            'examples': v[2],
+        }
+        for k, v in rows.items()
+    ]
+    out.sort(
+        key=lambda r: (-r['critical_us'], str(r['after']), str(r['before']))
+    )
     return out[:limit]
 
 
@@ -854,12 +1032,13 @@ def _degraded(degraded: list) -> dict:
     """The requests left out of the times: how many, how many boots,
     the span ends lost, examples; ``marked``: of them, those a loss may
     have touched (``damage.mark``; only when there are some)."""
-    out = {'requests': len(degraded),
-           'boots': sum(1 for s in degraded if s.kind == 'boot'),
-           'lost_ends': sum(getattr(s, 'lost_ends', 0) for s in degraded),
-           'examples': [s.req for s in degraded[:10]]}
+    out = {
+        'requests': len(degraded),
+        'boots': sum(1 for s in degraded if s.kind == 'boot'),
+        'lost_ends': sum(getattr(s, 'lost_ends', 0) for s in degraded),
+        'examples': [s.req for s in degraded[:10]],
+    }
     touched = sum(1 for s in degraded if getattr(s, 'loss', None))
     if touched:
         out['marked'] = touched
     return out
-

@@ -57,8 +57,14 @@ BOOT = catalogue.OPERATION_OF[schema.OP_BOOT]
 STATES = BOOT.states
 GOOD_STATES = (SUCCESS, RESCHEDULED_SUCCESS)
 # worst first: the state of a request whose instances differ
-_SEVERITY = (INCOMPLETE, COMPUTE_FAILURE, SCHEDULING_FAILURE, API_FAILURE,
-             RESCHEDULED_SUCCESS, SUCCESS)
+_SEVERITY = (
+    INCOMPLETE,
+    COMPUTE_FAILURE,
+    SCHEDULING_FAILURE,
+    API_FAILURE,
+    RESCHEDULED_SUCCESS,
+    SUCCESS,
+)
 
 _RESCHEDULE = typing.cast(catalogue.Reschedule, BOOT.reschedule)
 # every event of a boot's rules
@@ -75,19 +81,27 @@ EV_BURY = _RESCHEDULE.buried
 EV_RESCHEDULE_FAILED = _RESCHEDULE.given_up
 # the scheduling steps whose error is a scheduling failure
 SCHEDULE_EVENTS = frozenset(
-    ev for ev, state in BOOT.fail.items()
-    if state == SCHEDULING_FAILURE and ev not in (EV_BURY,
-                                                  EV_RESCHEDULE_FAILED))
+    ev
+    for ev, state in BOOT.fail.items()
+    if state == SCHEDULING_FAILURE
+    and ev not in (EV_BURY, EV_RESCHEDULE_FAILED)
+)
 # the compute API method that starts a boot
 EV_CREATE = BOOT.api[0]
 
-_UUID = re.compile(r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
-                   r'[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
+_UUID = re.compile(
+    r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
+    r'[0-9a-fA-F]{4}-[0-9a-fA-F]{12}'
+)
 _IP4 = re.compile(r'(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?![\w.])')
-_IP6 = re.compile(r'(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}'
-                  r'(?![\w:])')
-_HEX = re.compile(r'(?<![\w<])(?:0x)?(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}'
-                  r'(?![\w>])')
+_IP6 = re.compile(
+    r'(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}'
+    r'(?![\w:])'
+)
+_HEX = re.compile(
+    r'(?<![\w<])(?:0x)?(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}'
+    r'(?![\w>])'
+)
 _NUM = re.compile(r'(?<![\w<.])[-+]?\d+(?:\.\d+)?(?![\w>])')
 
 
@@ -106,7 +120,8 @@ class Normaliser:
         self.hosts |= new
         names = sorted(self.hosts, key=len, reverse=True)
         self._host_re = re.compile(
-            r'(?<![\w.-])(?:%s)(?![\w-])' % '|'.join(map(re.escape, names)))
+            r'(?<![\w.-])(?:%s)(?![\w-])' % '|'.join(map(re.escape, names))
+        )
 
     def __call__(self, msg: typing.Optional[str]) -> str:
         if not msg:
@@ -120,9 +135,9 @@ class Normaliser:
         return _NUM.sub('<n>', msg)
 
 
-def stopped_at(tree: spans_mod.Tree,
-               sids: typing.Optional[typing.Iterable[int]] = None
-               ) -> typing.Optional[dict]:
+def stopped_at(
+    tree: spans_mod.Tree, sids: typing.Optional[typing.Iterable[int]] = None
+) -> typing.Optional[dict]:
     """Where a request without an outcome stopped: its deepest open span,
     else the span that ended last."""
     sids = tree.spans if sids is None else sids
@@ -138,8 +153,7 @@ def stopped_at(tree: spans_mod.Tree,
     if best is None:
         return None
     s = tree.spans[best[1]]
-    return {'ev': s[S_EV], 'host': s[S_HOST],
-            'open': s[S_DUR] is None}
+    return {'ev': s[S_EV], 'host': s[S_HOST], 'open': s[S_DUR] is None}
 
 
 def is_boot(spans: dict) -> bool:
@@ -167,11 +181,9 @@ def final_states(tree: spans_mod.Tree) -> list:
         ev = s[S_EV]
         if ev == 'api.request':
             status = (s[S_ATTRS] or {}).get(schema.ATTR_STATUS)
-            if isinstance(status, int) and status >= 400 or \
-                    s[S_ST] == 'error':
+            if isinstance(status, int) and status >= 400 or s[S_ST] == 'error':
                 api_error = api_error or sid
-        elif ev == EV_CREATE and (s[S_ST] == 'error'
-                                             or s[S_ERR]):
+        elif ev == EV_CREATE and (s[S_ST] == 'error' or s[S_ERR]):
             api_error = sid
         elif s[S_SVC] == 'conductor' or ev.startswith('conductor.'):
             conductor_work = True
@@ -181,8 +193,9 @@ def final_states(tree: spans_mod.Tree) -> list:
     return out
 
 
-def _instance_state(tree: spans_mod.Tree, inst, api_error,
-                    conductor_work) -> dict:
+def _instance_state(
+    tree: spans_mod.Tree, inst, api_error, conductor_work
+) -> dict:
     spans = tree.spans
     outcomes = []
     builds = 0
@@ -195,16 +208,29 @@ def _instance_state(tree: spans_mod.Tree, inst, api_error,
                 continue
             builds += 1
             end = spans_mod.end(s)
-            outcomes.append((end if end is not None else float('inf'),
-                             s[S_START], 'build', sid))
+            outcomes.append(
+                (
+                    end if end is not None else float('inf'),
+                    s[S_START],
+                    'build',
+                    sid,
+                )
+            )
         elif ev in SCHEDULE_EVENTS and (s[S_ST] == 'error' or s[S_ERR]):
-            outcomes.append((spans_mod.end(s) or s[S_START], s[S_START],
-                             'sched', sid))
+            outcomes.append(
+                (spans_mod.end(s) or s[S_START], s[S_START], 'sched', sid)
+            )
         elif ev == EV_BURY or ev == EV_RESCHEDULE_FAILED:
-            outcomes.append((spans_mod.end(s) or s[S_START], s[S_START],
-                             'bury', sid))
-    row = {'inst': inst, 'state': INCOMPLETE, 'cause': None,
-           'stopped': None, 'attempts': builds}
+            outcomes.append(
+                (spans_mod.end(s) or s[S_START], s[S_START], 'bury', sid)
+            )
+    row = {
+        'inst': inst,
+        'state': INCOMPLETE,
+        'cause': None,
+        'stopped': None,
+        'attempts': builds,
+    }
     if not outcomes:
         if api_error is not None and not conductor_work:
             row['state'] = API_FAILURE
@@ -213,13 +239,19 @@ def _instance_state(tree: spans_mod.Tree, inst, api_error,
                 row['cause'] = spans_mod.cause(tree, deepest)
             else:
                 status = (spans[api_error][S_ATTRS] or {}).get(
-                    schema.ATTR_STATUS)
-                row['cause'] = {'cls': 'HTTP %s' % status, 'msg': '',
-                                'ev': spans[api_error][S_EV],
-                                'host': spans[api_error][S_HOST]}
+                    schema.ATTR_STATUS
+                )
+                row['cause'] = {
+                    'cls': 'HTTP %s' % status,
+                    'msg': '',
+                    'ev': spans[api_error][S_EV],
+                    'host': spans[api_error][S_HOST],
+                }
             return row
-        row['stopped'] = stopped_at(tree, [
-            sid for sid, s in spans.items() if spans_mod.belongs(s, inst)])
+        row['stopped'] = stopped_at(
+            tree,
+            [sid for sid, s in spans.items() if spans_mod.belongs(s, inst)],
+        )
         return row
     outcomes.sort(key=lambda o: (o[0], o[1]))
     _end_t, _start, what, sid = _last_outcome(spans, outcomes)
@@ -237,8 +269,10 @@ def _instance_state(tree: spans_mod.Tree, inst, api_error,
                 row['cause'] = spans_mod.cause(tree, deepest)
         else:
             # rescheduled (or no outcome) and nothing after it
-            row['stopped'] = stopped_at(tree, [
-                x for x, sp in spans.items() if spans_mod.belongs(sp, inst)])
+            row['stopped'] = stopped_at(
+                tree,
+                [x for x, sp in spans.items() if spans_mod.belongs(sp, inst)],
+            )
         return row
     row['state'] = SCHEDULING_FAILURE
     failing = [o[3] for o in outcomes if o[2] == 'sched']
@@ -250,10 +284,15 @@ def _instance_state(tree: spans_mod.Tree, inst, api_error,
         attrs = s[S_ATTRS] or {}
         given_up = s[S_EV] == EV_RESCHEDULE_FAILED
         reason = attrs.get(schema.ATTR_REASON) or (
-            'reschedule failed' if given_up else 'buried in cell0')
+            'reschedule failed' if given_up else 'buried in cell0'
+        )
         msg = attrs.get(schema.ATTR_MSG) if given_up else None
-        row['cause'] = {'cls': reason, 'msg': msg or '', 'ev': s[S_EV],
-                        'host': s[S_HOST]}
+        row['cause'] = {
+            'cls': reason,
+            'msg': msg or '',
+            'ev': s[S_EV],
+            'host': s[S_HOST],
+        }
     return row
 
 
@@ -265,11 +304,15 @@ def _last_outcome(spans: dict, outcomes: list) -> tuple:
     reschedule and then cleans up)."""
     last = outcomes[-1]
     if last[2] != 'build' or (spans[last[3]][S_ATTRS] or {}).get(
-            ATTR_OUTCOME) in (OUTCOME_ACTIVE, OUTCOME_FAILED):
+        ATTR_OUTCOME
+    ) in (OUTCOME_ACTIVE, OUTCOME_FAILED):
         return last
     for o in reversed(outcomes[:-1]):
-        if o[2] == 'bury' and o[1] >= last[1] and \
-                spans[o[3]][S_EV] == EV_RESCHEDULE_FAILED:
+        if (
+            o[2] == 'bury'
+            and o[1] >= last[1]
+            and spans[o[3]][S_EV] == EV_RESCHEDULE_FAILED
+        ):
             return o
     return last
 

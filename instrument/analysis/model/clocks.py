@@ -80,7 +80,7 @@ import numpy
 
 INF = float('inf')
 # the kinds of bound (``PairCollector.add_hop``)
-SEND = 'send'    # a dispatch starts after its send starts
+SEND = 'send'  # a dispatch starts after its send starts
 REPLY = 'reply'  # a call's dispatch ends before the call ends
 # What a caller's error class ends with when it is the remote side's
 # exception, brought back by the reply (oslo.messaging rebuilds it as a
@@ -108,8 +108,14 @@ class PairCollector:
         self.pairs = 0
         self.per_host = {}
 
-    def add(self, a: str, b: str, w: int, origin: typing.Any,
-            kind: typing.Optional[str] = None) -> None:
+    def add(
+        self,
+        a: str,
+        b: str,
+        w: int,
+        origin: typing.Any,
+        kind: typing.Optional[str] = None,
+    ) -> None:
         lst = self.bounds.get((a, b))
         if lst is None:
             self.bounds[(a, b)] = [(w, origin, kind)]
@@ -120,10 +126,17 @@ class PairCollector:
             lst.pop()
         bisect.insort(lst, (w, origin, kind), key=lambda item: item[0])
 
-    def add_hop(self, p_host: str, p_start: int,
-                p_end: typing.Optional[int], c_host: str, c_start: int,
-                c_end: typing.Optional[int], sync: bool,
-                origin: typing.Any) -> None:
+    def add_hop(
+        self,
+        p_host: str,
+        p_start: int,
+        p_end: typing.Optional[int],
+        c_host: str,
+        c_start: int,
+        c_end: typing.Optional[int],
+        sync: bool,
+        origin: typing.Any,
+    ) -> None:
         """One parent/child pair on two hosts (ends may be ``None``; a
         call without its reply has no end here)."""
         if p_host == c_host:
@@ -179,20 +192,27 @@ class ClockResult:
         """The earliest start of a request or an RPC span on the
         corrected clock (None: none read)."""
         offsets = self.offsets()
-        return min((ts + offsets.get(h, 0)
-                    for h, ts in self.first_of_host.items()), default=None)
+        return min(
+            (ts + offsets.get(h, 0) for h, ts in self.first_of_host.items()),
+            default=None,
+        )
 
     def to_dict(self) -> dict:
-        return {'hosts': self.hosts, 'dropped': self.dropped,
-                'groups': self.groups, 'pairs': self.pairs}
+        return {
+            'hosts': self.hosts,
+            'dropped': self.dropped,
+            'groups': self.groups,
+            'pairs': self.pairs,
+        }
 
 
 def _relax(dist: numpy.ndarray, u: int, v: int, w: float) -> None:
     """Add edge ``u -> v`` (``o[v] - o[u] <= w``) to the closed matrix."""
     if dist[u, v] <= w:
         return
-    numpy.minimum(dist, dist[:, u][:, None] + w + dist[v, :][None, :],
-                  out=dist)
+    numpy.minimum(
+        dist, dist[:, u][:, None] + w + dist[v, :][None, :], out=dist
+    )
 
 
 def centre(low: float, high: float) -> int:
@@ -209,8 +229,9 @@ def centre(low: float, high: float) -> int:
     return 0
 
 
-def place(dist: numpy.ndarray, members: typing.Sequence[int],
-          ref: int) -> dict:
+def place(
+    dist: numpy.ndarray, members: typing.Sequence[int], ref: int
+) -> dict:
     """``{host index: offset}`` of one group's hosts, the narrowest
     interval first, each at the centre of its own feasible interval or
     as near to it as the hosts already placed allow (see the module's
@@ -230,8 +251,9 @@ def place(dist: numpy.ndarray, members: typing.Sequence[int],
     while len(free):
         hi = high[free]
         lo = -neg_low[free]
-        open_ends = numpy.isinf(hi).astype(numpy.int64) + \
-            numpy.isinf(lo).astype(numpy.int64)
+        open_ends = numpy.isinf(hi).astype(numpy.int64) + numpy.isinf(
+            lo
+        ).astype(numpy.int64)
         with numpy.errstate(invalid='ignore'):
             width = numpy.where(open_ends > 0, INF, hi - lo)
         k = int(numpy.lexsort((free, width, open_ends))[0])
@@ -254,8 +276,13 @@ def place(dist: numpy.ndarray, members: typing.Sequence[int],
     return out
 
 
-def _tree(dist: numpy.ndarray, direct: numpy.ndarray, members: list,
-          ref: int, toward: bool) -> dict:
+def _tree(
+    dist: numpy.ndarray,
+    direct: numpy.ndarray,
+    members: list,
+    ref: int,
+    toward: bool,
+) -> dict:
     """The fewest-hop shortest paths between ``ref`` and each member,
     as ``{host: next host}``: towards ``ref`` (``toward``: the paths
     ``h -> ref`` that make each lower end) or from it (``h``'s
@@ -304,8 +331,9 @@ def _path(tree: dict, host: int, ref: int, toward: bool) -> list:
     return edges
 
 
-def _describe(edges: list, direct: numpy.ndarray, why: dict,
-              names: list) -> list:
+def _describe(
+    edges: list, direct: numpy.ndarray, why: dict, names: list
+) -> list:
     """Each bound of a path as ``{kind, parent, child, bound_us,
     origin}``: the hop that made it."""
     out = []
@@ -315,9 +343,15 @@ def _describe(edges: list, direct: numpy.ndarray, why: dict,
         # add(v, u): a send bound is add(parent, child), a reply
         # bound add(child, parent)
         parent, child = (v, u) if kind == SEND else (u, v)
-        out.append({'kind': kind, 'parent': names[parent],
-                    'child': names[child], 'bound_us': int(direct[u, v]),
-                    'origin': origin})
+        out.append(
+            {
+                'kind': kind,
+                'parent': names[parent],
+                'child': names[child],
+                'bound_us': int(direct[u, v]),
+                'origin': origin,
+            }
+        )
     return out
 
 
@@ -351,6 +385,7 @@ def _johnson(direct: numpy.ndarray) -> typing.Optional[numpy.ndarray]:
     """``closure`` by Johnson's algorithm (scipy: the graph is
     sparse)."""
     from scipy.sparse import csgraph
+
     graph = csgraph.csgraph_from_dense(direct, null_value=INF)
     try:
         return csgraph.shortest_path(graph, method='J')
@@ -358,8 +393,9 @@ def _johnson(direct: numpy.ndarray) -> typing.Optional[numpy.ndarray]:
         return None
 
 
-def _consistent(collector: PairCollector, names: list, index: dict,
-                result: ClockResult) -> tuple:
+def _consistent(
+    collector: PairCollector, names: list, index: dict, result: ClockResult
+) -> tuple:
     """``(dist, direct, why)`` of the bounds that do not contradict the
     others (step 1 of the module's docstring), those that do dropped
     into ``result``.  Only when the tightest bounds close a negative
@@ -379,17 +415,20 @@ def _consistent(collector: PairCollector, names: list, index: dict,
         typical = lst[len(lst) // 2][0]
         for w, origin, kind in lst:
             # o[a] - o[b] <= w  is the edge b -> a of weight w
-            edges.append((typical - w, w, index[b], index[a], origin,
-                          kind))
+            edges.append((typical - w, w, index[b], index[a], origin, kind))
     edges.sort(key=lambda e: (e[0], -e[1]))
     for _tightness, w, u, v, origin, kind in edges:
         if dist[v, u] + w < 0:
-            result.dropped.append({
-                'a': names[v], 'b': names[u], 'bound_us': w,
-                'origin': origin,
-                'reason': 'needs %s - %s <= %d us, other pairs need at '
-                          'least %d us' % (names[v], names[u], w,
-                                           -dist[v, u])})
+            result.dropped.append(
+                {
+                    'a': names[v],
+                    'b': names[u],
+                    'bound_us': w,
+                    'origin': origin,
+                    'reason': 'needs %s - %s <= %d us, other pairs need at '
+                    'least %d us' % (names[v], names[u], w, -dist[v, u]),
+                }
+            )
             continue
         _relax(dist, u, v, w)
         if w < direct[u, v]:
@@ -398,13 +437,13 @@ def _consistent(collector: PairCollector, names: list, index: dict,
     return dist, direct, why
 
 
-def solve(collector: PairCollector,
-          hosts: typing.Iterable[str] = ()) -> ClockResult:
+def solve(
+    collector: PairCollector, hosts: typing.Iterable[str] = ()
+) -> ClockResult:
     """Offsets for every host in ``hosts`` and in the collected pairs."""
     result = ClockResult()
     result.pairs = collector.pairs
-    names = sorted(set(hosts) | {h for pair in collector.bounds
-                                 for h in pair})
+    names = sorted(set(hosts) | {h for pair in collector.bounds for h in pair})
     index = {h: i for i, h in enumerate(names)}
     n = len(names)
     # the tightest bound of each edge, and where it came from
@@ -441,8 +480,7 @@ def solve(collector: PairCollector,
     result.groups = len(groups)
     per_host = collector.per_host
     for g, members in enumerate(groups):
-        ref = max(members, key=lambda i: (per_host.get(names[i], 0),
-                                          -i))
+        ref = max(members, key=lambda i: (per_host.get(names[i], 0), -i))
         offsets = place(dist, members, ref)
         down = _tree(dist, direct, members, ref, True)
         up = _tree(dist, direct, members, ref, False)
@@ -450,10 +488,17 @@ def solve(collector: PairCollector,
             value = offsets[i]
             if i == ref:
                 result.hosts[names[i]] = {
-                    'offset_us': 0, 'low_us': 0, 'high_us': 0,
-                    'width_us': 0, 'error_us': 0, 'low_by': [],
-                    'high_by': [], 'group': g, 'status': 'reference',
-                    'pairs': per_host.get(names[i], 0)}
+                    'offset_us': 0,
+                    'low_us': 0,
+                    'high_us': 0,
+                    'width_us': 0,
+                    'error_us': 0,
+                    'low_by': [],
+                    'high_by': [],
+                    'group': g,
+                    'status': 'reference',
+                    'pairs': per_host.get(names[i], 0),
+                }
                 continue
             low = -dist[i, ref]
             high = dist[ref, i]
@@ -464,19 +509,30 @@ def solve(collector: PairCollector,
                 'high_us': None if high == INF else int(high),
                 'width_us': int(high - low) if two_sided else None,
                 'error_us': int(max(value - low, high - value))
-                if two_sided else None,
-                'low_by': None if low == -INF else _describe(
-                    _path(down, i, ref, True), direct, why, names),
-                'high_by': None if high == INF else _describe(
-                    _path(up, i, ref, False), direct, why, names),
+                if two_sided
+                else None,
+                'low_by': None
+                if low == -INF
+                else _describe(_path(down, i, ref, True), direct, why, names),
+                'high_by': None
+                if high == INF
+                else _describe(_path(up, i, ref, False), direct, why, names),
                 'group': g,
                 'status': 'corrected' if two_sided else 'one-sided',
-                'pairs': per_host.get(names[i], 0)}
+                'pairs': per_host.get(names[i], 0),
+            }
     for name in names:
         if name not in result.hosts:
             result.hosts[name] = {
-                'offset_us': 0, 'low_us': None, 'high_us': None,
-                'width_us': None, 'error_us': None, 'low_by': None,
-                'high_by': None, 'group': None, 'status': 'uncorrected',
-                'pairs': 0}
+                'offset_us': 0,
+                'low_us': None,
+                'high_us': None,
+                'width_us': None,
+                'error_us': None,
+                'low_by': None,
+                'high_by': None,
+                'group': None,
+                'status': 'uncorrected',
+                'pairs': 0,
+            }
     return result

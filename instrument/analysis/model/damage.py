@@ -50,9 +50,13 @@ LATE = 'late'
 REPAIRED = 'repaired'
 
 
-def mark(summaries: typing.Iterable, windows: dict, hosts: dict,
-         repaired: typing.Collection = (), hung_us: int = 600_000_000
-         ) -> list:
+def mark(
+    summaries: typing.Iterable,
+    windows: dict,
+    hosts: dict,
+    repaired: typing.Collection = (),
+    hung_us: int = 600_000_000,
+) -> list:
     """Mark the requests the damage can touch (module doc); return
     them.
 
@@ -81,9 +85,11 @@ def mark(summaries: typing.Iterable, windows: dict, hosts: dict,
         procs = getattr(s, 'procs', ())
         if where and not procs:
             # (no span: SQL statements of no span read, of any process)
-            lost = any(_overlaps(starts, ends, s.start, s.end)
-                       for found in where.values()
-                       for starts, ends in found)
+            lost = any(
+                _overlaps(starts, ends, s.start, s.end)
+                for found in where.values()
+                for starts, ends in found
+            )
         elif where:
             names = s.hosts
             for i in range(0, len(procs), 5):

@@ -23,7 +23,7 @@ import math
 import typing
 
 EXACT_MAX = 10000
-HIST_STEPS = 8          # buckets per doubling
+HIST_STEPS = 8  # buckets per doubling
 
 
 def bucket(us: int) -> int:
@@ -41,8 +41,18 @@ class Durations:
     read a ``percentile``.  ``held_*`` and ``holder`` are a lock's
     holds (``sections.waits`` sets them)."""
 
-    __slots__ = ('count', 'errors', 'total', 'max', 'max_req', 'values',
-                 'hist', 'held_max', 'holder', 'held_total')
+    __slots__ = (
+        'count',
+        'errors',
+        'total',
+        'max',
+        'max_req',
+        'values',
+        'hist',
+        'held_max',
+        'holder',
+        'held_total',
+    )
 
     def __init__(self) -> None:
         self.count = 0
@@ -79,8 +89,11 @@ class Durations:
         self.total += other.total
         if other.max > self.max:
             self.max, self.max_req = other.max, other.max_req
-        if self.values is not None and other.values is not None and \
-                len(self.values) + len(other.values) <= EXACT_MAX:
+        if (
+            self.values is not None
+            and other.values is not None
+            and len(self.values) + len(other.values) <= EXACT_MAX
+        ):
             self.values.extend(other.values)
         else:
             self.values = None

@@ -119,14 +119,18 @@ class Spec:
     machine's, which reads it.
     """
 
-    def __init__(self, done: tuple = (),
-                 fail: typing.Optional[dict] = None,
-                 attempts: tuple = (), api_only: bool = False,
-                 states: tuple = (), api_may_finish: bool = False,
-                 rollback: typing.Optional[str] = None,
-                 reschedule: typing.Optional[catalogue.Reschedule] = None,
-                 conductor: typing.Optional[dict] = None
-                 ) -> None:
+    def __init__(
+        self,
+        done: tuple = (),
+        fail: typing.Optional[dict] = None,
+        attempts: tuple = (),
+        api_only: bool = False,
+        states: tuple = (),
+        api_may_finish: bool = False,
+        rollback: typing.Optional[str] = None,
+        reschedule: typing.Optional[catalogue.Reschedule] = None,
+        conductor: typing.Optional[dict] = None,
+    ) -> None:
         self.done = frozenset(done)
         self.fail = fail or {}
         self.conductor = conductor or {}
@@ -140,11 +144,17 @@ class Spec:
     @classmethod
     def of(cls, op: catalogue.Operation) -> 'Spec':
         """The spec of the catalogue's operation ``op``."""
-        return cls(done=op.done, fail=dict(op.fail), attempts=op.attempts,
-                   api_only=op.api_only, states=op.states,
-                   api_may_finish=op.api_may_finish, rollback=op.rollback,
-                   reschedule=op.reschedule,
-                   conductor=dict(op.conductor))
+        return cls(
+            done=op.done,
+            fail=dict(op.fail),
+            attempts=op.attempts,
+            api_only=op.api_only,
+            states=op.states,
+            api_may_finish=op.api_may_finish,
+            rollback=op.rollback,
+            reschedule=op.reschedule,
+            conductor=dict(op.conductor),
+        )
 
 
 # the compute steps of a resize or cold migration across cells
@@ -228,8 +238,10 @@ def _server_route(api_attrs: dict) -> typing.Optional[tuple]:
     at = route.rfind('/servers')
     if at < 0:
         return None
-    return (str(api_attrs.get(schema.ATTR_METHOD)),
-            route[at + len('/servers'):].rstrip('/'))
+    return (
+        str(api_attrs.get(schema.ATTR_METHOD)),
+        route[at + len('/servers') :].rstrip('/'),
+    )
 
 
 def route_operation(api_attrs: dict) -> typing.Optional[str]:
@@ -284,15 +296,17 @@ def operation_of(spans: dict) -> str:
                 api_op, api_start = op, s[S_START]
             continue
         op = _DOWNSTREAM.get(ev)
-        if op is not None and (down_start is None or
-                               s[S_START] < down_start):
+        if op is not None and (down_start is None or s[S_START] < down_start):
             # the operation of the first downstream step
             down, down_start = op, s[S_START]
     if api_op == 'api.compute.resize':
         for s in spans.values():
             if s[S_EV] == 'api.compute.resize':
-                return 'cold_migrate' if _is_cold(
-                    api_attrs, s[S_ATTRS] or {}) else 'resize'
+                return (
+                    'cold_migrate'
+                    if _is_cold(api_attrs, s[S_ATTRS] or {})
+                    else 'resize'
+                )
     if api_op is not None:
         return api_op
     if down is None and _refused(api_attrs, api_failed):
@@ -314,6 +328,7 @@ def operation_of(spans: dict) -> str:
 
 # -- final states -----------------------------------------------------------
 
+
 def _api_error(spans: dict) -> typing.Optional[typing.Any]:
     """The failed API span (HTTP status >= 400, or an error), if any."""
     found = None
@@ -321,8 +336,9 @@ def _api_error(spans: dict) -> typing.Optional[typing.Any]:
         ev = s[S_EV]
         if ev == schema.EV_API_REQUEST:
             status = (s[S_ATTRS] or {}).get(schema.ATTR_STATUS)
-            if (isinstance(status, int) and status >= 400) or \
-                    spans_mod.failed(s):
+            if (isinstance(status, int) and status >= 400) or spans_mod.failed(
+                s
+            ):
                 found = found or sid
         elif ev.startswith('api.compute.') and spans_mod.failed(s):
             return sid
@@ -335,16 +351,19 @@ def _api_cause(tree: spans_mod.Tree, sid) -> dict:
         return spans_mod.cause(tree, deepest)
     s = tree.spans[sid]
     status = (s[S_ATTRS] or {}).get(schema.ATTR_STATUS)
-    return {'cls': 'HTTP %s' % status, 'msg': '', 'ev': s[S_EV],
-            'host': s[S_HOST]}
+    return {
+        'cls': 'HTTP %s' % status,
+        'msg': '',
+        'ev': s[S_EV],
+        'host': s[S_HOST],
+    }
 
 
 def _downstream(s) -> bool:
     return s[S_SVC] != 'api' and not s[S_EV].startswith('api.')
 
 
-def final_states(op: str, tree: spans_mod.Tree,
-                 ended: bool = False) -> list:
+def final_states(op: str, tree: spans_mod.Tree, ended: bool = False) -> list:
     """One row per instance of a request of operation ``op`` (boot:
     ``classify.final_states``; ``other``: state ``other``).
 
@@ -354,8 +373,15 @@ def final_states(op: str, tree: spans_mod.Tree,
     end lost, not its request hung: ``damage.mark`` decides)."""
     spec = SPECS.get(op)
     if spec is None:
-        return [{'inst': None, 'state': classify.OTHER, 'cause': None,
-                 'stopped': None, 'attempts': 0}]
+        return [
+            {
+                'inst': None,
+                'state': classify.OTHER,
+                'cause': None,
+                'stopped': None,
+                'attempts': 0,
+            }
+        ]
     if spec.reschedule is not None:
         # a boot: builds rescheduled to other hosts (``classify``)
         return classify.final_states(tree)
@@ -367,15 +393,18 @@ def final_states(op: str, tree: spans_mod.Tree,
         for inst in s[S_INST] or ():
             if inst not in insts:
                 insts.append(inst)
-    return [_instance_state(spec, tree, inst, op)
-            for inst in insts or [None]]
+    return [_instance_state(spec, tree, inst, op) for inst in insts or [None]]
 
 
 def _api_only_state(tree: spans_mod.Tree, ended: bool = False) -> dict:
     spans = tree.spans
-    row: dict[str, typing.Any] = {'inst': None, 'state': INCOMPLETE,
-                                  'cause': None, 'stopped': None,
-                                  'attempts': 0}
+    row: dict[str, typing.Any] = {
+        'inst': None,
+        'state': INCOMPLETE,
+        'cause': None,
+        'stopped': None,
+        'attempts': 0,
+    }
     err = _api_error(spans)
     api = [s for s in spans.values() if s[S_EV] == schema.EV_API_REQUEST]
     if err is not None:
@@ -410,8 +439,7 @@ def _answered(spans: dict) -> bool:
     return answered
 
 
-def _step_state(spec: Spec, tree: spans_mod.Tree, sid) -> typing.Optional[
-        str]:
+def _step_state(spec: Spec, tree: spans_mod.Tree, sid) -> typing.Optional[str]:
     """The state an error in span ``sid`` means: its own, else that of
     the nearest enclosing span that has one (a conductor's dispatch of
     one of ``spec.conductor``'s methods has that method's)."""
@@ -432,8 +460,7 @@ def _step_state(spec: Spec, tree: spans_mod.Tree, sid) -> typing.Optional[
 def _conductor_state(spec: Spec, s) -> typing.Optional[str]:
     """The state of ``spec.conductor`` for span ``s`` when it is the
     conductor's dispatch of one of those methods, else None."""
-    if not spec.conductor or s[S_EV] != EV_DISPATCH or \
-            s[S_SVC] != 'conductor':
+    if not spec.conductor or s[S_EV] != EV_DISPATCH or s[S_SVC] != 'conductor':
         return None
     method = (s[S_ATTRS] or {}).get(schema.ATTR_METHOD)
     return spec.conductor.get(method) if isinstance(method, str) else None
@@ -453,9 +480,13 @@ def _role_state(s, state: str) -> str:
 def _instance_state(spec: Spec, tree: spans_mod.Tree, inst, op: str) -> dict:
     spans = tree.spans
     mine = [sid for sid, s in spans.items() if spans_mod.belongs(s, inst)]
-    row: dict[str, typing.Any] = {'inst': inst, 'state': INCOMPLETE,
-                                  'cause': None, 'stopped': None,
-                                  'attempts': 0}
+    row: dict[str, typing.Any] = {
+        'inst': inst,
+        'state': INCOMPLETE,
+        'cause': None,
+        'stopped': None,
+        'attempts': 0,
+    }
     attempts = 0
     done_ok = None
     rollback = None
@@ -472,17 +503,24 @@ def _instance_state(spec: Spec, tree: spans_mod.Tree, inst, op: str) -> dict:
         if _downstream(s):
             downstream = True
         if _conductor_state(spec, s) is not None and (
-                s[S_DUR] is None or spans_mod.failed(s)):
+            s[S_DUR] is None or spans_mod.failed(s)
+        ):
             unfinished = True
-        if ev in spec.done and s[S_DUR] is not None and \
-                not spans_mod.failed(s):
+        if (
+            ev in spec.done
+            and s[S_DUR] is not None
+            and not spans_mod.failed(s)
+        ):
             if done_ok is None or s[S_START] > spans[done_ok][S_START]:
                 done_ok = sid
         if ev == spec.rollback:
             rollback = sid
     for sid in tree.origins():
-        if sid in spans and spans_mod.belongs(spans[sid], inst) and \
-                not spans[sid][S_EV].startswith('api.'):
+        if (
+            sid in spans
+            and spans_mod.belongs(spans[sid], inst)
+            and not spans[sid][S_EV].startswith('api.')
+        ):
             failures.append(sid)
     row['attempts'] = attempts
     if done_ok is not None and not unfinished:
@@ -499,8 +537,9 @@ def _instance_state(spec: Spec, tree: spans_mod.Tree, inst, op: str) -> dict:
         return row
     if failures:
         # the failure that ended it: the last one raised
-        last = max(failures, key=lambda x: (spans[x][S_START] + (
-            spans[x][S_DUR] or 0)))
+        last = max(
+            failures, key=lambda x: spans[x][S_START] + (spans[x][S_DUR] or 0)
+        )
         state = _step_state(spec, tree, last)
         if state is not None:
             row['state'] = _role_state(spans[last], state)
@@ -512,8 +551,7 @@ def _instance_state(spec: Spec, tree: spans_mod.Tree, inst, op: str) -> dict:
             row['state'] = API_FAILURE
             row['cause'] = _api_cause(tree, err)
             return row
-        if spec.api_may_finish and _api_done(spans) and \
-                not _sent_on(spans):
+        if spec.api_may_finish and _api_done(spans) and not _sent_on(spans):
             # nova did it in the API (an instance without a host)
             row['state'] = SUCCESS
             return row
@@ -557,6 +595,7 @@ def terminal(op: str, spans: dict) -> bool:
 
 # -- cells of a list / show -----------------------------------------------
 
+
 def cells(spans: dict, req_start: int) -> typing.Optional[dict]:
     """The cells a request queried (``api.cells.query`` spans): ``{mode,
     cells: [{cell, db, start_us, dur_us, st}]}``, ``mode`` ``parallel``
@@ -570,12 +609,18 @@ def cells(spans: dict, req_start: int) -> typing.Optional[dict]:
             continue
         attrs = s[S_ATTRS] or {}
         dur = s[S_DUR]
-        rows.append({'cell': attrs.get(ATTR_CELL) or '?',
-                     'db': attrs.get(schema.ATTR_DB),
-                     'start_us': s[S_START] - req_start, 'dur_us': dur,
-                     'st': s[S_ST] or 'open'})
+        rows.append(
+            {
+                'cell': attrs.get(ATTR_CELL) or '?',
+                'db': attrs.get(schema.ATTR_DB),
+                'start_us': s[S_START] - req_start,
+                'dur_us': dur,
+                'st': s[S_ST] or 'open',
+            }
+        )
         groups.setdefault(s[S_PARENT], []).append(
-            (s[S_START], s[S_START] + (dur or 0)))
+            (s[S_START], s[S_START] + (dur or 0))
+        )
     if not rows:
         return None
     mode = 'single'

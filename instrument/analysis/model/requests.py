@@ -72,22 +72,32 @@ class Assembler:
     """Open requests, keyed by request id."""
 
     routes = (
-        routes.Route('X', None, (routes.NONE, routes.REQUEST), 'complete',
-                     exclude=spans_mod.NOT_SPANS),
+        routes.Route(
+            'X',
+            None,
+            (routes.NONE, routes.REQUEST),
+            'complete',
+            exclude=spans_mod.NOT_SPANS,
+        ),
         routes.Route('B', None, (routes.NONE, routes.REQUEST), 'begin'),
-        routes.Route('X', frozenset((schema.EV_SQL_QUERY,)),
-                     (routes.REQUEST,), 'sql'),
+        routes.Route(
+            'X', frozenset((schema.EV_SQL_QUERY,)), (routes.REQUEST,), 'sql'
+        ),
         routes.Route('I', None, routes.ALL, 'instant'),
         routes.Route('M', None, routes.ALL, 'metadata'),
     )
 
-    def __init__(self, idle_us: int = 30_000_000,
-                 hung_us: int = 600_000_000,
-                 normaliser: typing.Optional[classify.Normaliser] = None,
-                 hooks: typing.Iterable[
-                     typing.Callable[[Done], typing.Optional[bool]]] = (),
-                 keep_lifecycles: bool = True,
-                 window: typing.Any = None) -> None:
+    def __init__(
+        self,
+        idle_us: int = 30_000_000,
+        hung_us: int = 600_000_000,
+        normaliser: typing.Optional[classify.Normaliser] = None,
+        hooks: typing.Iterable[
+            typing.Callable[[Done], typing.Optional[bool]]
+        ] = (),
+        keep_lifecycles: bool = True,
+        window: typing.Any = None,
+    ) -> None:
         # hook(done) -> False: do not keep its lifecycle
         self.idle_us = idle_us
         self.hung_us = hung_us
@@ -121,8 +131,9 @@ class Assembler:
             r = self.open[req] = spans_mod.OpenRequest(req)
         return r
 
-    def complete(self, rec: typing.Any, ts: int, cursor: typing.Any = None
-                 ) -> bool:
+    def complete(
+        self, rec: typing.Any, ts: int, cursor: typing.Any = None
+    ) -> bool:
         """An ``X`` record of a span (``codec.RecordDecoder``); False
         for a duplicate."""
         req = rec.req
@@ -141,8 +152,19 @@ class Assembler:
         dur = rec.dur_us
         if s is None:
             # the fields in the order of spans.S_*
-            spans[sid] = [rec.ev, rec.host, rec.svc, rec.pid, ts, dur,
-                          rec.parent, rec.st, rec.err, rec.attrs, rec.inst]
+            spans[sid] = [
+                rec.ev,
+                rec.host,
+                rec.svc,
+                rec.pid,
+                ts,
+                dur,
+                rec.parent,
+                rec.st,
+                rec.err,
+                rec.attrs,
+                rec.inst,
+            ]
         elif s[S_DUR] is None:
             s[S_DUR] = dur
             s[S_ST] = rec.st
@@ -162,8 +184,9 @@ class Assembler:
             r.last = end
         return True
 
-    def begin(self, rec: typing.Any, ts: int, cursor: typing.Any = None
-              ) -> bool:
+    def begin(
+        self, rec: typing.Any, ts: int, cursor: typing.Any = None
+    ) -> bool:
         """A ``B`` record: a span started; False for a duplicate."""
         req = rec.req
         if req is None:
@@ -180,8 +203,11 @@ class Assembler:
         s = spans.get(sid)
         if s is not None:
             begun = r.begun
-            if s[S_DUR] is not None and s[S_EV] == rec.ev and (
-                    begun is None or sid not in begun):
+            if (
+                s[S_DUR] is not None
+                and s[S_EV] == rec.ev
+                and (begun is None or sid not in begun)
+            ):
                 # the start of a span whose end was read first (the
                 # order of a process's records does not matter): not a
                 # duplicate; a second one is
@@ -192,15 +218,25 @@ class Assembler:
             self.duplicates += 1
             return False
         # the fields in the order of spans.S_*
-        spans[sid] = [rec.ev, rec.host, rec.svc, rec.pid, ts, None,
-                      rec.parent, None, None, rec.attrs, rec.inst]
+        spans[sid] = [
+            rec.ev,
+            rec.host,
+            rec.svc,
+            rec.pid,
+            ts,
+            None,
+            rec.parent,
+            None,
+            None,
+            rec.attrs,
+            rec.inst,
+        ]
         r.open += 1
         if ts > r.last:
             r.last = ts
         return True
 
-    def sql(self, rec: typing.Any, ts: int, cursor: typing.Any = None
-            ) -> None:
+    def sql(self, rec: typing.Any, ts: int, cursor: typing.Any = None) -> None:
         """An ``sql.query`` record of a request."""
         r = self.open.get(rec.req)
         if r is None:
@@ -221,11 +257,13 @@ class Assembler:
             r.last = end
         if rec.st == 'error':
             err = rec.err or {}
-            r.sql_errors.append((parent, err.get('cls'), err.get('msg'),
-                                 rec.svc, rec.host))
+            r.sql_errors.append(
+                (parent, err.get('cls'), err.get('msg'), rec.svc, rec.host)
+            )
 
-    def instant(self, rec: typing.Any, ts: int,
-                cursor: typing.Any = None) -> None:
+    def instant(
+        self, rec: typing.Any, ts: int, cursor: typing.Any = None
+    ) -> None:
         """An ``I`` record (``db.retry``, ``db.pool.*``...)."""
         req = rec.req
         if req is None:
@@ -238,8 +276,9 @@ class Assembler:
         if ts > r.last:
             r.last = ts
 
-    def metadata(self, rec: typing.Any, ts: int,
-                 cursor: typing.Any = None) -> None:
+    def metadata(
+        self, rec: typing.Any, ts: int, cursor: typing.Any = None
+    ) -> None:
         """An ``M`` record: the host it names is one failure messages
         are normalised with."""
         self.normalise.add_hosts((rec.host,))
@@ -258,8 +297,10 @@ class Assembler:
         """Finalise requests that the horizon says are done."""
         if watermark is None or watermark < 0:
             return
-        if self._swept is not None and \
-                watermark - self._swept < self.idle_us // 4:
+        if (
+            self._swept is not None
+            and watermark - self._swept < self.idle_us // 4
+        ):
             return
         self._swept = watermark
         idle_cut = watermark - self.idle_us
@@ -288,8 +329,7 @@ class Assembler:
             return
         tree = spans_mod.Tree(r.spans, r.sql_errors)
         summary = breakdown.summarise(r, tree, keep_lifecycle=False)
-        if self.window is not None and not self.window.contains(
-                summary.start):
+        if self.window is not None and not self.window.contains(summary.start):
             self.outside += 1
             return
         self.summaries.append(summary)
@@ -310,8 +350,10 @@ def _terminal(r: spans_mod.OpenRequest) -> bool:
     op = operations.operation_of(spans)
     if op != operations.OP_BOOT:
         if op == operations.OTHER:
-            return any(s[S_EV] == 'api.request' and s[S_DUR] is not None
-                       for s in spans.values())
+            return any(
+                s[S_EV] == 'api.request' and s[S_DUR] is not None
+                for s in spans.values()
+            )
         return operations.terminal(op, spans)
     boot = False
     api_done = False
@@ -329,12 +371,15 @@ def _terminal(r: spans_mod.OpenRequest) -> bool:
                 return True
         elif ev == 'compute.build' and s[S_DUR] is not None:
             boot = True
-            if (s[S_ATTRS] or {}).get(schema.ATTR_OUTCOME) in ('active',
-                                                               'failed'):
+            if (s[S_ATTRS] or {}).get(schema.ATTR_OUTCOME) in (
+                'active',
+                'failed',
+            ):
                 done.update(s[S_INST] or ())
-        elif ev in ('conductor.bury_in_cell0',
-                    classify.EV_RESCHEDULE_FAILED) and \
-                s[S_DUR] is not None:
+        elif (
+            ev in ('conductor.bury_in_cell0', classify.EV_RESCHEDULE_FAILED)
+            and s[S_DUR] is not None
+        ):
             boot = True
             done.update(s[S_INST] or ())
         elif ev in classify.BOOT_EVENTS:

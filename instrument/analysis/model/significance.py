@@ -19,8 +19,9 @@ Mann-Whitney U test from ``scipy.stats``), which it gives the sections
 import typing
 
 
-def change(a: typing.Optional[float], b: typing.Optional[float]
-           ) -> typing.Optional[float]:
+def change(
+    a: typing.Optional[float], b: typing.Optional[float]
+) -> typing.Optional[float]:
     """``b`` relative to ``a`` (None without both, or from 0)."""
     if a is None or b is None or not a:
         return None

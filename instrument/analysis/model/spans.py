@@ -27,8 +27,19 @@ from instrument import schema
 # Positions of a span entry: event, host, service, pid, start (corrected
 # clock, us), duration (None: not ended), parent span id, status, error
 # ({cls, msg} or None), attrs, instance uuids.
-S_EV, S_HOST, S_SVC, S_PID, S_START, S_DUR, S_PARENT, S_ST, S_ERR, \
-    S_ATTRS, S_INST = range(11)
+(
+    S_EV,
+    S_HOST,
+    S_SVC,
+    S_PID,
+    S_START,
+    S_DUR,
+    S_PARENT,
+    S_ST,
+    S_ERR,
+    S_ATTRS,
+    S_INST,
+) = range(11)
 # The events of ``X`` records that are not spans of the tree: SQL
 # statements (summed per enclosing span) and transactions.
 NOT_SPANS = frozenset((schema.EV_SQL_QUERY, schema.EV_SQL_TXN))
@@ -39,8 +50,19 @@ class OpenRequest:
     its SQL time summed per enclosing span (``sql``), its SQL errors
     and instant events, and when it last did something (``last``)."""
 
-    __slots__ = ('req', 'spans', 'sql', 'sql_errors', 'instants', 'last',
-                 'open', 'terminal', 'greq', 'events', 'begun')
+    __slots__ = (
+        'req',
+        'spans',
+        'sql',
+        'sql_errors',
+        'instants',
+        'last',
+        'open',
+        'terminal',
+        'greq',
+        'events',
+        'begun',
+    )
 
     def __init__(self, req: str) -> None:
         self.req = req
@@ -153,5 +175,9 @@ def cause(tree: Tree, sid: typing.Any) -> dict:
     """The cause a final state names: the error of span ``sid``."""
     s = tree.spans[sid]
     err = s[S_ERR] or {}
-    return {'cls': err.get('cls') or 'error', 'msg': err.get('msg') or '',
-            'ev': s[S_EV], 'host': s[S_HOST]}
+    return {
+        'cls': err.get('cls') or 'error',
+        'msg': err.get('msg') or '',
+        'ev': s[S_EV],
+        'host': s[S_HOST],
+    }

@@ -46,16 +46,34 @@ PER_DECADE = 50
 DECADES = schema.SQL_DECADE_LABELS
 GROUPS = ('fingerprint', 'service', 'database', 'call', 'kind')
 ORDERS = ('sum', 'count', 'max', 'avg', 'p95', 'rows', 'errors')
-_ORDER_ALIASES = {'query_time:sum': 'sum', 'query_time:max': 'max',
-                  'query_time:avg': 'avg', 'query_time:cnt': 'count',
-                  'rows_sent:sum': 'rows', 'time': 'sum', 'calls': 'count'}
+_ORDER_ALIASES = {
+    'query_time:sum': 'sum',
+    'query_time:max': 'max',
+    'query_time:avg': 'avg',
+    'query_time:cnt': 'count',
+    'rows_sent:sum': 'rows',
+    'time': 'sum',
+    'calls': 'count',
+}
 _ITEM = re.compile(r'\b(?:from|into|update|join|table)\s+`?([\w.]+)', re.I)
 _log10 = math.log10
 
 # positions in a class's statistics list
 # (C_ROWS_N: statements whose row count is known, see ``add``)
-C_COUNT, C_SUM, C_SUMSQ, C_MIN, C_MAX, C_ROWS, C_ERRORS, C_HIST, C_FIRST, \
-    C_LAST, C_AGG, C_ROWS_N = range(12)
+(
+    C_COUNT,
+    C_SUM,
+    C_SUMSQ,
+    C_MIN,
+    C_MAX,
+    C_ROWS,
+    C_ERRORS,
+    C_HIST,
+    C_FIRST,
+    C_LAST,
+    C_AGG,
+    C_ROWS_N,
+) = range(12)
 
 
 def _new(ts: int) -> list:
@@ -73,8 +91,9 @@ _NBUCKETS = len(_BUCKETS)
 # Where the statements of each bucket of a sql.agg histogram are put:
 # bucket 0 ([0, 1 us)) at 0, bucket i at the middle (log scale) of the
 # decade that starts at its lower bound.
-_AGG_BUCKETS = (0,) + tuple(bucket(lower) + PER_DECADE // 2
-                            for lower in schema.SQL_HIST_BOUNDS_US)
+_AGG_BUCKETS = (0,) + tuple(
+    bucket(lower) + PER_DECADE // 2 for lower in schema.SQL_HIST_BOUNDS_US
+)
 
 
 def _agg_bucket(i: int) -> int:
@@ -88,16 +107,20 @@ def normalise_order(order: str) -> str:
     key = order.strip().lower()
     key = _ORDER_ALIASES.get(key, key)
     if key not in ORDERS:
-        raise ValueError('unknown --order-by %r (one of %s)' % (
-            order, ', '.join(ORDERS)))
+        raise ValueError(
+            'unknown --order-by %r (one of %s)' % (order, ', '.join(ORDERS))
+        )
     return key
 
 
 class SqlDigest:
     """Statistics per statement class."""
 
-    def __init__(self, since: typing.Optional[int] = None,
-                 until: typing.Optional[int] = None) -> None:
+    def __init__(
+        self,
+        since: typing.Optional[int] = None,
+        until: typing.Optional[int] = None,
+    ) -> None:
         self.since = since
         self.until = until
         self.classes = {}
@@ -108,13 +131,25 @@ class SqlDigest:
 
     # -- ingest (hot) ------------------------------------------------------
 
-    def add(self, ts: int, dur: int, fp: typing.Optional[str], svc: str,
-            db: typing.Optional[str], call: typing.Optional[str],
-            rows: typing.Optional[int], error: bool,
-            kind: typing.Optional[str] = None) -> None:
+    def add(
+        self,
+        ts: int,
+        dur: int,
+        fp: typing.Optional[str],
+        svc: str,
+        db: typing.Optional[str],
+        call: typing.Optional[str],
+        rows: typing.Optional[int],
+        error: bool,
+        kind: typing.Optional[str] = None,
+    ) -> None:
         """Count one statement of ``dur`` us that started at ``ts``."""
-        if self.since is not None and ts < self.since or \
-                self.until is not None and ts >= self.until:
+        if (
+            self.since is not None
+            and ts < self.since
+            or self.until is not None
+            and ts >= self.until
+        ):
             self.filtered += 1
             return
         key = (fp, svc, db, call, kind)
@@ -150,15 +185,24 @@ class SqlDigest:
     def add_agg(self, ts: int, svc: str, attrs: dict) -> None:
         """One ``sql.agg`` counter record."""
         count = int(attrs.get(schema.ATTR_COUNT) or 0)
-        if self.since is not None and ts < self.since or \
-                self.until is not None and ts >= self.until:
+        if (
+            self.since is not None
+            and ts < self.since
+            or self.until is not None
+            and ts >= self.until
+        ):
             # statements outside --since/--until, as for ``add``
             self.filtered += max(count, 0)
             return
         if count <= 0:
             return
-        key = (attrs.get(schema.ATTR_FP), svc, attrs.get(schema.ATTR_DB),
-               attrs.get(schema.ATTR_CALL), attrs.get(schema.ATTR_KIND))
+        key = (
+            attrs.get(schema.ATTR_FP),
+            svc,
+            attrs.get(schema.ATTR_DB),
+            attrs.get(schema.ATTR_CALL),
+            attrs.get(schema.ATTR_KIND),
+        )
         s = self.classes.get(key)
         if s is None:
             s = self.classes[key] = _new(ts)
@@ -198,9 +242,12 @@ class SqlDigest:
             b = bucket(mean) if mean >= 1 else 0
             h[b] = h.get(b, 0) + count - placed
 
-    def fingerprint(self, fp: typing.Optional[str],
-                    text: typing.Optional[str],
-                    kind: typing.Optional[str]) -> None:
+    def fingerprint(
+        self,
+        fp: typing.Optional[str],
+        text: typing.Optional[str],
+        kind: typing.Optional[str],
+    ) -> None:
         """Learn the text and kind of query id ``fp`` (first seen wins)."""
         if fp and fp not in self.texts:
             self.texts[fp] = text
@@ -213,9 +260,20 @@ class SqlDigest:
         for key, o in other.classes.items():
             s = self.classes.get(key)
             if s is None:
-                self.classes[key] = [o[0], o[1], o[2], o[3], o[4], o[5],
-                                     o[6], dict(o[7]), o[8], o[9], o[10],
-                                     o[11]]
+                self.classes[key] = [
+                    o[0],
+                    o[1],
+                    o[2],
+                    o[3],
+                    o[4],
+                    o[5],
+                    o[6],
+                    dict(o[7]),
+                    o[8],
+                    o[9],
+                    o[10],
+                    o[11],
+                ]
                 continue
             _combine(s, o)
 
@@ -223,8 +281,10 @@ class SqlDigest:
 
     def grouped(self, group_by: str = 'fingerprint') -> tuple:
         if group_by not in GROUPS:
-            raise ValueError('unknown --group-by %r (one of %s)' % (
-                group_by, ', '.join(GROUPS)))
+            raise ValueError(
+                'unknown --group-by %r (one of %s)'
+                % (group_by, ', '.join(GROUPS))
+            )
         pos = GROUPS.index(group_by)
         out = {}
         members = {}
@@ -232,15 +292,31 @@ class SqlDigest:
             g = key[pos]
             cur = out.get(g)
             if cur is None:
-                out[g] = [s[0], s[1], s[2], s[3], s[4], s[5], s[6],
-                          dict(s[7]), s[8], s[9], s[10], s[11]]
+                out[g] = [
+                    s[0],
+                    s[1],
+                    s[2],
+                    s[3],
+                    s[4],
+                    s[5],
+                    s[6],
+                    dict(s[7]),
+                    s[8],
+                    s[9],
+                    s[10],
+                    s[11],
+                ]
             else:
                 _combine(cur, s)
             members.setdefault(g, set()).add(key)
         return out, members
 
-    def profile(self, group_by: str = 'fingerprint', order_by: str = 'sum',
-                limit: int = 20) -> dict:
+    def profile(
+        self,
+        group_by: str = 'fingerprint',
+        order_by: str = 'sum',
+        limit: int = 20,
+    ) -> dict:
         """The profile table and one block per class, JSON-ready."""
         order = normalise_order(order_by)
         groups, members = self.grouped(group_by)
@@ -254,17 +330,25 @@ class SqlDigest:
             row['rank'] = rank
             row['pct_calls'] = row['calls'] / all_count if all_count else 0
         shown = rows[:limit] if limit else rows
-        rest = rows[len(shown):]
+        rest = rows[len(shown) :]
         return {
-            'group_by': group_by, 'order_by': order, 'limit': limit,
-            'classes': len(rows), 'calls': all_count,
+            'group_by': group_by,
+            'order_by': order,
+            'limit': limit,
+            'classes': len(rows),
+            'calls': all_count,
             'total_us': sum(s[C_SUM] for s in groups.values()),
             'filtered_out': self.filtered,
             'rows': shown,
-            'misc': {'classes': len(rest),
-                     'calls': sum(r['calls'] for r in rest),
-                     'total_us': sum(r['total_us'] for r in rest),
-                     'pct': sum(r['pct'] for r in rest)} if rest else None}
+            'misc': {
+                'classes': len(rest),
+                'calls': sum(r['calls'] for r in rest),
+                'total_us': sum(r['total_us'] for r in rest),
+                'pct': sum(r['pct'] for r in rest),
+            }
+            if rest
+            else None,
+        }
 
     def _block(self, g, s, keys, group_by, total) -> dict:
         n = s[C_COUNT]
@@ -281,38 +365,56 @@ class SqlDigest:
             item = _item(self.kinds.get(g), text)
         elif group_by == 'kind':
             text = None
-            item = '%s, %d quer%s' % (g or '?', len(fps),
-                                      'y' if len(fps) == 1 else 'ies')
+            item = '%s, %d quer%s' % (
+                g or '?',
+                len(fps),
+                'y' if len(fps) == 1 else 'ies',
+            )
         else:
             text = None
-            item = '%d quer%s' % (len(fps), 'y' if len(fps) == 1 else
-                                  'ies')
+            item = '%d quer%s' % (len(fps), 'y' if len(fps) == 1 else 'ies')
         return {
-            'id': g, 'total_us': s[C_SUM], 'pct': s[C_SUM] / total,
-            'calls': n, 'r_call_us': mean,
+            'id': g,
+            'total_us': s[C_SUM],
+            'pct': s[C_SUM] / total,
+            'calls': n,
+            'r_call_us': mean,
             # variance-to-mean ratio in seconds, as pt-query-digest
             'v_m': (var / 1e12) / (mean / 1e6) if mean else 0.0,
-            'item': item, 'fingerprint': text, 'query_ids': fps,
+            'item': item,
+            'fingerprint': text,
+            'query_ids': fps,
             'services': sorted({k[1] for k in keys if k[1]}),
             'databases': sorted({k[2] for k in keys if k[2]}),
             'calls_from': sorted({k[3] for k in keys if k[3]}),
             'kinds': dict(sorted(kinds.items())),
-            'min_us': s[C_MIN] if n else 0, 'max_us': s[C_MAX],
-            'avg_us': mean, 'p95_us': percentile(s, 95),
-            'median_us': percentile(s, 50), 'stddev_us': std,
+            'min_us': s[C_MIN] if n else 0,
+            'max_us': s[C_MAX],
+            'avg_us': mean,
+            'p95_us': percentile(s, 95),
+            'median_us': percentile(s, 50),
+            'stddev_us': std,
             # None when no statement of the class had a row count
             'rows': s[C_ROWS] if s[C_ROWS_N] else None,
             'rows_unknown': n - s[C_ROWS_N],
             'errors': s[C_ERRORS],
-            'aggregated': s[C_AGG], 'first_us': s[C_FIRST],
-            'last_us': s[C_LAST], 'histogram': decades(s[C_HIST])}
+            'aggregated': s[C_AGG],
+            'first_us': s[C_FIRST],
+            'last_us': s[C_LAST],
+            'histogram': decades(s[C_HIST]),
+        }
 
 
 def _order_value(row: dict, order: str) -> float:
-    return {'sum': row['total_us'], 'count': row['calls'],
-            'max': row['max_us'], 'avg': row['avg_us'],
-            'p95': row['p95_us'], 'rows': row['rows'] or 0,
-            'errors': row['errors']}[order]
+    return {
+        'sum': row['total_us'],
+        'count': row['calls'],
+        'max': row['max_us'],
+        'avg': row['avg_us'],
+        'p95': row['p95_us'],
+        'rows': row['rows'] or 0,
+        'errors': row['errors'],
+    }[order]
 
 
 def _combine(s: list, o: list) -> None:

@@ -35,15 +35,20 @@ S_DUR = spans_mod.S_DUR
 S_PARENT = spans_mod.S_PARENT
 S_ATTRS = spans_mod.S_ATTRS
 # What a wait is named by, per kind.
-NAME_KEYS = {'lock': schema.ATTR_LOCK, 'db_pool': schema.ATTR_DB,
-             'pool': schema.ATTR_POOL}
+NAME_KEYS = {
+    'lock': schema.ATTR_LOCK,
+    'db_pool': schema.ATTR_DB,
+    'pool': schema.ATTR_POOL,
+}
 # Per-request wait rows: (component that waited, kind, name, wait us,
 # critical-path us).
 W_IN, W_KIND, W_NAME, W_US, W_CP = range(5)
 
 
-_UUID = re.compile(r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
-                   r'[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
+_UUID = re.compile(
+    r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
+    r'[0-9a-fA-F]{4}-[0-9a-fA-F]{12}'
+)
 
 
 def wait_name(kind: str, attrs: typing.Any) -> str:
@@ -61,8 +66,9 @@ def wait_name(kind: str, attrs: typing.Any) -> str:
     return name
 
 
-def of_request(spans: dict, names: dict, cp: dict,
-               critical: typing.AbstractSet) -> tuple:
+def of_request(
+    spans: dict, names: dict, cp: dict, critical: typing.AbstractSet
+) -> tuple:
     """The waits of one request: rows ``(component, kind, name, us,
     critical us)`` summed per (component, kind, name).
 
@@ -83,8 +89,11 @@ def of_request(spans: dict, names: dict, cp: dict,
         where = names.get(s[S_PARENT]) if parent is not None else None
         if where is None:
             attrs = s[S_ATTRS]
-            where = (attrs.get(schema.ATTR_CALL) if isinstance(attrs, dict)
-                     else None) or s[S_SVC]
+            where = (
+                attrs.get(schema.ATTR_CALL)
+                if isinstance(attrs, dict)
+                else None
+            ) or s[S_SVC]
             where = schema.EVENTS.get(where) or where
         key = (where, kind, wait_name(kind, s[S_ATTRS]))
         row = rows.get(key)
@@ -99,5 +108,6 @@ def of_request(spans: dict, names: dict, cp: dict,
         charged = cp.get(comp, 0)
         for key, dur in items:
             rows[key][1] += charged * dur / total
-    return tuple((k[0], k[1], k[2], v[0], int(round(v[1])))
-                 for k, v in rows.items())
+    return tuple(
+        (k[0], k[1], k[2], v[0], int(round(v[1]))) for k, v in rows.items()
+    )

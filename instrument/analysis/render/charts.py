@@ -34,7 +34,7 @@ from instrument.analysis.render import glossary
 # The text colour of the page and the background of every chart.
 INK = '#222222'
 PAPER = '#ffffff'
-MUTED = '#595959'     # secondary text: 7:1 on white
+MUTED = '#595959'  # secondary text: 7:1 on white
 
 CSS = """
 .chart{max-width:100%;height:auto;display:block}
@@ -60,7 +60,8 @@ def nice_ticks(vmax: float, count: int = 5, integer: bool = False) -> list:
     step = mag * 10
     for m in (1.0, 2.0, 2.5, 5.0, 10.0):
         if m * mag >= raw * (1 - 1e-9) and (
-                not integer or (m * mag).is_integer()):
+            not integer or (m * mag).is_integer()
+        ):
             step = m * mag
             break
     if integer:
@@ -85,8 +86,12 @@ def time_unit(vmax_us: float) -> tuple:
     return 1.0, 'us'
 
 
-def axis(vmax: float, unit: typing.Optional[str] = None,
-         count: int = 5, integer: bool = False) -> tuple:
+def axis(
+    vmax: float,
+    unit: typing.Optional[str] = None,
+    count: int = 5,
+    integer: bool = False,
+) -> tuple:
     """``(ticks, divisor, unit)`` of a value axis up to ``vmax``.
 
     ``unit`` ``'us'`` or ``'s'`` is a time (given in that unit), shown
@@ -116,7 +121,7 @@ def _rgb(colour: str) -> tuple:
     c = colour.lstrip('#')
     if len(c) == 3:
         c = ''.join(ch * 2 for ch in c)
-    return tuple(int(c[i:i + 2], 16) for i in (0, 2, 4))
+    return tuple(int(c[i : i + 2], 16) for i in (0, 2, 4))
 
 
 def luminance(colour: str) -> float:
@@ -136,7 +141,8 @@ def blend(colour: str, alpha: float, under: str = PAPER) -> str:
     top, bottom = _rgb(colour), _rgb(under)
     return '#%02x%02x%02x' % tuple(
         round(alpha * t + (1 - alpha) * b)
-        for t, b in zip(top, bottom, strict=True))
+        for t, b in zip(top, bottom, strict=True)
+    )
 
 
 def lab(colour: str) -> tuple:
@@ -147,8 +153,8 @@ def lab(colour: str) -> tuple:
     z = (0.0193339 * r + 0.1191920 * g + 0.9503041 * b) / 1.08883
 
     def f(t: float) -> float:
-        return t ** (1 / 3) if t > 216 / 24389 else (
-            24389 / 27 * t + 16) / 116
+        return t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116
+
     fx, fy, fz = f(x), f(y), f(z)
     return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
 
@@ -160,7 +166,7 @@ def ciede2000(one: str, other: str) -> float:
     l1, a1, b1 = lab(one)
     l2, a2, b2 = lab(other)
     c7 = ((math.hypot(a1, b1) + math.hypot(a2, b2)) / 2) ** 7
-    g = 0.5 * (1 - math.sqrt(c7 / (c7 + 25 ** 7)))
+    g = 0.5 * (1 - math.sqrt(c7 / (c7 + 25**7)))
     a1, a2 = (1 + g) * a1, (1 + g) * a2
     c1, c2 = math.hypot(a1, b1), math.hypot(a2, b2)
     h1 = math.degrees(math.atan2(b1, a1)) % 360 if c1 else 0.0
@@ -177,12 +183,15 @@ def ciede2000(one: str, other: str) -> float:
         hm = (h1 + h2) / 2
     else:
         hm = (h1 + h2 + (360 if h1 + h2 < 360 else -360)) / 2
-    t = (1 - 0.17 * math.cos(math.radians(hm - 30)) +
-         0.24 * math.cos(math.radians(2 * hm)) +
-         0.32 * math.cos(math.radians(3 * hm + 6)) -
-         0.20 * math.cos(math.radians(4 * hm - 63)))
-    rot = 30 * math.exp(-((hm - 275) / 25) ** 2)
-    rc = 2 * math.sqrt(cm ** 7 / (cm ** 7 + 25 ** 7))
+    t = (
+        1
+        - 0.17 * math.cos(math.radians(hm - 30))
+        + 0.24 * math.cos(math.radians(2 * hm))
+        + 0.32 * math.cos(math.radians(3 * hm + 6))
+        - 0.20 * math.cos(math.radians(4 * hm - 63))
+    )
+    rot = 30 * math.exp(-(((hm - 275) / 25) ** 2))
+    rc = 2 * math.sqrt(cm**7 / (cm**7 + 25**7))
     sl = 1 + 0.015 * (lm - 50) ** 2 / math.sqrt(20 + (lm - 50) ** 2)
     sc = 1 + 0.045 * cm
     sh = 1 + 0.015 * cm * t
@@ -195,8 +204,11 @@ def ciede2000(one: str, other: str) -> float:
 def text_on(fill: str) -> str:
     """Black or white, whichever reads better on ``fill`` (at least
     4.58:1 for any fill)."""
-    return ('#000000' if contrast('#000000', fill) >=
-            contrast('#ffffff', fill) else '#ffffff')
+    return (
+        '#000000'
+        if contrast('#000000', fill) >= contrast('#ffffff', fill)
+        else '#ffffff'
+    )
 
 
 def legend(items: typing.Iterable[tuple]) -> str:
@@ -209,9 +221,14 @@ def legend(items: typing.Iterable[tuple]) -> str:
         style = 'background:%s' % colour if colour else ''
         if len(item) > 2 and item[2]:
             style += (';' if style else '') + item[2]
-        out.append('<span%s><i style="%s"></i>%s</span>' % (
-            fmt.tip(glossary.component(label)), fmt.esc(style),
-            fmt.esc(label)))
+        out.append(
+            '<span%s><i style="%s"></i>%s</span>'
+            % (
+                fmt.tip(glossary.component(label)),
+                fmt.esc(style),
+                fmt.esc(label),
+            )
+        )
     out.append('</div>')
     return ''.join(out)
 
@@ -219,14 +236,23 @@ def legend(items: typing.Iterable[tuple]) -> str:
 def svg_open(width: float, height: float, label: str) -> str:
     """An ``<svg>`` that scales down with the page, ``label`` for
     screen readers."""
-    return ('<svg xmlns="http://www.w3.org/2000/svg" class="chart" '
-            'viewBox="0 0 %d %d" width="%d" height="%d" role="img" '
-            'aria-label="%s" font-family="sans-serif">' % (
-                width, height, width, height, fmt.esc(label)))
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" class="chart" '
+        'viewBox="0 0 %d %d" width="%d" height="%d" role="img" '
+        'aria-label="%s" font-family="sans-serif">'
+        % (width, height, width, height, fmt.esc(label))
+    )
 
 
-def y_axis(parts: list, ticks: list, left: float, right: float,
-           top: float, bottom: float, title: str) -> typing.Callable:
+def y_axis(
+    parts: list,
+    ticks: list,
+    left: float,
+    right: float,
+    top: float,
+    bottom: float,
+    title: str,
+) -> typing.Callable:
     """Grid lines, tick labels and a rotated title of a value axis from
     ``bottom`` (0) to ``top`` (the last tick); returns the function
     that maps a value (in ticks' unit) to y."""
@@ -234,26 +260,39 @@ def y_axis(parts: list, ticks: list, left: float, right: float,
 
     def to_y(v: float) -> float:
         return bottom - (bottom - top) * v / span
+
     for t in ticks:
         y = to_y(t)
-        parts.append('<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" '
-                     'stroke="%s"/>' % (left, right, y, y,
-                                        '#888888' if t == 0 else '#e4e4e4'))
-        parts.append('<text class="ytick" x="%.1f" y="%.1f" '
-                     'font-size="12" fill="%s" text-anchor="end">%s'
-                     '</text>' % (left - 6, y + 4, INK,
-                                  fmt.esc(fmt_tick(t))))
+        parts.append(
+            '<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" '
+            'stroke="%s"/>'
+            % (left, right, y, y, '#888888' if t == 0 else '#e4e4e4')
+        )
+        parts.append(
+            '<text class="ytick" x="%.1f" y="%.1f" '
+            'font-size="12" fill="%s" text-anchor="end">%s'
+            '</text>' % (left - 6, y + 4, INK, fmt.esc(fmt_tick(t)))
+        )
     mid = (top + bottom) / 2
-    parts.append('<text class="ytitle" x="14" y="%.1f" font-size="12" '
-                 'fill="%s" text-anchor="middle" '
-                 'transform="rotate(-90 14 %.1f)">'
-                 '%s</text>' % (mid, INK, mid, fmt.esc(title)))
+    parts.append(
+        '<text class="ytitle" x="14" y="%.1f" font-size="12" '
+        'fill="%s" text-anchor="middle" '
+        'transform="rotate(-90 14 %.1f)">'
+        '%s</text>' % (mid, INK, mid, fmt.esc(title))
+    )
     return to_y
 
 
-def x_axis(parts: list, ticks: list, left: float, right: float,
-           y: float, title: str, grid_top: typing.Optional[float] = None,
-           width: typing.Optional[float] = None) -> typing.Callable:
+def x_axis(
+    parts: list,
+    ticks: list,
+    left: float,
+    right: float,
+    y: float,
+    title: str,
+    grid_top: typing.Optional[float] = None,
+    width: typing.Optional[float] = None,
+) -> typing.Callable:
     """Tick marks, labels and a title of a value axis along ``y`` from
     ``left`` (0) to ``right`` (the last tick); vertical grid lines up to
     ``grid_top`` when given.  Returns the value-to-x function.  With
@@ -264,21 +303,32 @@ def x_axis(parts: list, ticks: list, left: float, right: float,
 
     def to_x(v: float) -> float:
         return left + (right - left) * v / span
-    parts.append('<line x1="%s" x2="%s" y1="%.1f" y2="%.1f" '
-                 'stroke="#888888"/>' % (at(left), at(right), y, y))
+
+    parts.append(
+        '<line x1="%s" x2="%s" y1="%.1f" y2="%.1f" '
+        'stroke="#888888"/>' % (at(left), at(right), y, y)
+    )
     for t in ticks:
         x = at(to_x(t))
         if grid_top is not None:
-            parts.append('<line x1="%s" x2="%s" y1="%.1f" y2="%.1f" '
-                         'stroke="#e4e4e4"/>' % (x, x, grid_top, y))
-        parts.append('<line x1="%s" x2="%s" y1="%.1f" y2="%.1f" '
-                     'stroke="#888888"/>' % (x, x, y, y + 4))
-        parts.append('<text class="xtick" x="%s" y="%.1f" '
-                     'font-size="12" fill="%s" text-anchor="middle">%s'
-                     '</text>' % (x, y + 17, INK, fmt.esc(fmt_tick(t))))
-    parts.append('<text class="xtitle" x="%s" y="%.1f" font-size="12" '
-                 'fill="%s" text-anchor="middle">%s</text>' % (
-                     at((left + right) / 2), y + 34, INK, fmt.esc(title)))
+            parts.append(
+                '<line x1="%s" x2="%s" y1="%.1f" y2="%.1f" '
+                'stroke="#e4e4e4"/>' % (x, x, grid_top, y)
+            )
+        parts.append(
+            '<line x1="%s" x2="%s" y1="%.1f" y2="%.1f" '
+            'stroke="#888888"/>' % (x, x, y, y + 4)
+        )
+        parts.append(
+            '<text class="xtick" x="%s" y="%.1f" '
+            'font-size="12" fill="%s" text-anchor="middle">%s'
+            '</text>' % (x, y + 17, INK, fmt.esc(fmt_tick(t)))
+        )
+    parts.append(
+        '<text class="xtitle" x="%s" y="%.1f" font-size="12" '
+        'fill="%s" text-anchor="middle">%s</text>'
+        % (at((left + right) / 2), y + 34, INK, fmt.esc(title))
+    )
     return to_x
 
 
@@ -295,25 +345,33 @@ def stretched_open(width: float, height: float, label: str) -> str:
     (``xs``): it is ``width`` px wide at most and narrower with the
     page, and a zoom (``zoomable``) widens it, text unscaled, by the
     factor chosen; ``height`` px high whatever its width."""
-    return ('<svg xmlns="http://www.w3.org/2000/svg" class="chart '
-            'stretch" width="%d" height="%d" style="height:%dpx;'
-            'max-width:min(100%%,%dpx)" role="img" aria-label="%s" '
-            'font-family="sans-serif">' % (
-                width, height, height, width, fmt.esc(label)))
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" class="chart '
+        'stretch" width="%d" height="%d" style="height:%dpx;'
+        'max-width:min(100%%,%dpx)" role="img" aria-label="%s" '
+        'font-family="sans-serif">'
+        % (width, height, height, width, fmt.esc(label))
+    )
 
 
 # Zoom levels of a stretched chart, and the CSS that applies them: no
 # script; radio buttons, the chart in a box that scrolls when wider.
 ZOOMS = (1, 2, 4, 8)
 ZOOM_CSS = ''.join(
-    ['.zoom{margin:4px 0}.zoom>input{position:absolute;opacity:0}',
-     '.zoom>label{font-size:12px;border:1px solid #bbb;padding:0 6px;',
-     'margin-right:3px;cursor:pointer;user-select:none}',
-     '.zoom>input:checked+label{background:#e4e4e4;font-weight:bold}',
-     '.zoom>input:focus-visible+label{outline:2px solid #4e79a7}',
-     '.zbox{overflow-x:auto}'] +
-    ['.zoom>.z%d:checked~.zbox>.stretch{width:%d%%;max-width:none!important}'
-     % (z, 100 * z) for z in ZOOMS[1:]])
+    [
+        '.zoom{margin:4px 0}.zoom>input{position:absolute;opacity:0}',
+        '.zoom>label{font-size:12px;border:1px solid #bbb;padding:0 6px;',
+        'margin-right:3px;cursor:pointer;user-select:none}',
+        '.zoom>input:checked+label{background:#e4e4e4;font-weight:bold}',
+        '.zoom>input:focus-visible+label{outline:2px solid #4e79a7}',
+        '.zbox{overflow-x:auto}',
+    ]
+    + [
+        '.zoom>.z%d:checked~.zbox>.stretch{width:%d%%;max-width:none!important}'
+        % (z, 100 * z)
+        for z in ZOOMS[1:]
+    ]
+)
 
 
 def zoomable(chart: str, name: str) -> str:
@@ -325,20 +383,36 @@ def zoomable(chart: str, name: str) -> str:
         buttons.append(
             '<input type="radio" class="z%d" name="%s" id="%s"%s>'
             '<label for="%s" title="time axis %d times as wide">%d&times;'
-            '</label>' % (z, fmt.esc(name), fmt.esc(ident),
-                          ' checked' if z == 1 else '', fmt.esc(ident),
-                          z, z))
+            '</label>'
+            % (
+                z,
+                fmt.esc(name),
+                fmt.esc(ident),
+                ' checked' if z == 1 else '',
+                fmt.esc(ident),
+                z,
+                z,
+            )
+        )
     svg, _, rest = chart.partition('</svg>')
-    return ('<div class="zoom"><span class="note">zoom </span>%s'
-            '<div class="zbox">%s</svg></div></div>%s' % (
-                ''.join(buttons), svg, rest))
+    return (
+        '<div class="zoom"><span class="note">zoom </span>%s'
+        '<div class="zbox">%s</svg></div></div>%s'
+        % (''.join(buttons), svg, rest)
+    )
 
 
-def stacked_bars(groups: list, series: list, colours: dict,
-                 y_title: str, x_title: str,
-                 unit: typing.Optional[str] = 'us',
-                 notes: typing.Optional[list] = None,
-                 width: int = 760, height: int = 340) -> str:
+def stacked_bars(
+    groups: list,
+    series: list,
+    colours: dict,
+    y_title: str,
+    x_title: str,
+    unit: typing.Optional[str] = 'us',
+    notes: typing.Optional[list] = None,
+    width: int = 760,
+    height: int = 340,
+) -> str:
     """Vertical bars, one per group, each stacking the series' values.
 
     ``groups``: the labels under the bars; ``series``: ``(name,
@@ -348,13 +422,15 @@ def stacked_bars(groups: list, series: list, colours: dict,
     y title states); ``notes``: a second, muted line under each group
     label (e.g. ``n=12``).  Hover a segment for its name and value.
     The legend is separate (``legend``)."""
-    totals = [sum(vals[i] or 0 for _n, vals in series)
-              for i in range(len(groups))]
+    totals = [
+        sum(vals[i] or 0 for _n, vals in series) for i in range(len(groups))
+    ]
     ticks, div, shown = axis(max(totals, default=0), unit)
     left, right, top, bottom = 64, width - 10, 14, height - 58
     parts = [svg_open(width, height, titled(y_title, shown))]
-    to_y = y_axis(parts, ticks, left, right, top, bottom,
-                  titled(y_title, shown))
+    to_y = y_axis(
+        parts, ticks, left, right, top, bottom, titled(y_title, shown)
+    )
     step = (right - left) / max(len(groups), 1)
     bw = min(80.0, step * 0.7)
     for i, group in enumerate(groups):
@@ -370,48 +446,73 @@ def stacked_bars(groups: list, series: list, colours: dict,
                 value = fmt.fmt_us(v * (1e6 if unit == 's' else 1))
             else:
                 value = '%s %s' % (fmt_tick(round(v, 3)), unit or '')
-            parts.append('<rect x="%.1f" y="%.1f" width="%.1f" '
-                         'height="%.1f" fill="%s"><title>%s: %s</title>'
-                         '</rect>' % (x, y1, bw, max(y0 - y1, 0.0),
-                                      colours.get(name, '#999999'),
-                                      fmt.esc(name), fmt.esc(value.strip())))
-        parts.append('<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
-                     'text-anchor="middle">%s</text>' % (
-                         x + bw / 2, bottom + 16, INK, fmt.esc(group)))
+            parts.append(
+                '<rect x="%.1f" y="%.1f" width="%.1f" '
+                'height="%.1f" fill="%s"><title>%s: %s</title>'
+                '</rect>'
+                % (
+                    x,
+                    y1,
+                    bw,
+                    max(y0 - y1, 0.0),
+                    colours.get(name, '#999999'),
+                    fmt.esc(name),
+                    fmt.esc(value.strip()),
+                )
+            )
+        parts.append(
+            '<text x="%.1f" y="%.1f" font-size="12" fill="%s" '
+            'text-anchor="middle">%s</text>'
+            % (x + bw / 2, bottom + 16, INK, fmt.esc(group))
+        )
         if notes:
-            parts.append('<text x="%.1f" y="%.1f" font-size="11" '
-                         'fill="%s" text-anchor="middle">%s</text>' % (
-                             x + bw / 2, bottom + 30, MUTED,
-                             fmt.esc(notes[i])))
-    parts.append('<text class="xtitle" x="%.1f" y="%.1f" font-size="12" '
-                 'fill="%s" text-anchor="middle">%s</text>' % (
-                     (left + right) / 2, height - 8, INK, fmt.esc(x_title)))
+            parts.append(
+                '<text x="%.1f" y="%.1f" font-size="11" '
+                'fill="%s" text-anchor="middle">%s</text>'
+                % (x + bw / 2, bottom + 30, MUTED, fmt.esc(notes[i]))
+            )
+    parts.append(
+        '<text class="xtitle" x="%.1f" y="%.1f" font-size="12" '
+        'fill="%s" text-anchor="middle">%s</text>'
+        % ((left + right) / 2, height - 8, INK, fmt.esc(x_title))
+    )
     parts.append('</svg>')
     return ''.join(parts)
 
 
-def line_chart(points: list, x_title: str, y_title: str,
-               x_unit: typing.Optional[str] = 's',
-               y_unit: typing.Optional[str] = None,
-               colour: str = '#4e79a7', width: int = 760,
-               height: int = 220, y_integer: bool = False) -> str:
+def line_chart(
+    points: list,
+    x_title: str,
+    y_title: str,
+    x_unit: typing.Optional[str] = 's',
+    y_unit: typing.Optional[str] = None,
+    colour: str = '#4e79a7',
+    width: int = 760,
+    height: int = 220,
+    y_integer: bool = False,
+) -> str:
     """A line through ``(x, y)`` points (x ascending, from 0) with both
     axes ticked and titled; units as in ``axis`` (``y_integer``: y is
     a count, whole ticks only)."""
     if not points:
         return ''
     xt, xdiv, xshown = axis(max(p[0] for p in points), x_unit)
-    yt, ydiv, yshown = axis(max(p[1] for p in points), y_unit, 4,
-                            y_integer)
+    yt, ydiv, yshown = axis(max(p[1] for p in points), y_unit, 4, y_integer)
     left, right, top, bottom = 64, width - 16, 12, height - 44
     parts = [svg_open(width, height, titled(y_title, yshown))]
-    to_y = y_axis(parts, yt, left, right, top, bottom,
-                  titled(y_title, yshown))
+    to_y = y_axis(parts, yt, left, right, top, bottom, titled(y_title, yshown))
     to_x = x_axis(parts, xt, left, right, bottom, titled(x_title, xshown))
-    parts.append('<polyline fill="none" stroke="%s" stroke-width="1.5" '
-                 'points="%s"/>' % (colour, ' '.join(
-                     '%.1f,%.1f' % (to_x(x / xdiv), to_y(y / ydiv))
-                     for x, y in points)))
+    parts.append(
+        '<polyline fill="none" stroke="%s" stroke-width="1.5" '
+        'points="%s"/>'
+        % (
+            colour,
+            ' '.join(
+                '%.1f,%.1f' % (to_x(x / xdiv), to_y(y / ydiv))
+                for x, y in points
+            ),
+        )
+    )
     parts.append('</svg>')
     return ''.join(parts)
 
@@ -427,13 +528,18 @@ def _value(v: float, unit: typing.Optional[str]) -> str:
     return ('%s %s' % (fmt_tick(round(v, 3)), unit or '')).strip()
 
 
-def lines_chart(lines: list, x_title: str, y_title: str,
-                x_unit: typing.Optional[str] = 's',
-                y_unit: typing.Optional[str] = None,
-                width: int = 760, height: int = 220,
-                y_integer: bool = False,
-                marks: typing.Sequence[tuple] = (),
-                y_what: typing.Optional[str] = None) -> str:
+def lines_chart(
+    lines: list,
+    x_title: str,
+    y_title: str,
+    x_unit: typing.Optional[str] = 's',
+    y_unit: typing.Optional[str] = None,
+    width: int = 760,
+    height: int = 220,
+    y_integer: bool = False,
+    marks: typing.Sequence[tuple] = (),
+    y_what: typing.Optional[str] = None,
+) -> str:
     """Lines through ``(x, y)`` points (x ascending, from 0), one per
     ``(name, points, colour)`` of ``lines`` (y None: no value there),
     with both axes ticked and titled (units as in ``axis``; ``y_integer``:
@@ -442,8 +548,7 @@ def lines_chart(lines: list, x_title: str, y_title: str,
     vertical lines (their label on hover), in the x unit of the points.
     ``y_what`` names the value in a hover (default ``y_title``).  The
     legend is separate (``legend``)."""
-    pts = [p for _n, points, _c in lines for p in points
-           if p[1] is not None]
+    pts = [p for _n, points, _c in lines for p in points if p[1] is not None]
     if not pts:
         return ''
     xmax = max([p[0] for p in pts] + [m[0] for m in marks])
@@ -451,16 +556,17 @@ def lines_chart(lines: list, x_title: str, y_title: str,
     yt, ydiv, yshown = axis(max(p[1] for p in pts), y_unit, 4, y_integer)
     left, right, top, bottom = 64, width - 16, 12, height - 44
     parts = [svg_open(width, height, titled(y_title, yshown))]
-    to_y = y_axis(parts, yt, left, right, top, bottom,
-                  titled(y_title, yshown))
+    to_y = y_axis(parts, yt, left, right, top, bottom, titled(y_title, yshown))
     to_x = x_axis(parts, xt, left, right, bottom, titled(x_title, xshown))
     what = y_what or y_title
     for x, label, colour in marks:
         xx = to_x(x / xdiv)
-        parts.append('<line class="mark" x1="%.1f" x2="%.1f" y1="%.1f" '
-                     'y2="%.1f" stroke="%s" stroke-width="1.5">'
-                     '<title>%s</title></line>' % (
-                         xx, xx, top, bottom, colour, fmt.esc(label)))
+        parts.append(
+            '<line class="mark" x1="%.1f" x2="%.1f" y1="%.1f" '
+            'y2="%.1f" stroke="%s" stroke-width="1.5">'
+            '<title>%s</title></line>'
+            % (xx, xx, top, bottom, colour, fmt.esc(label))
+        )
     for name, points, colour in lines:
         runs: list = [[]]
         for x, y in points:
@@ -471,26 +577,42 @@ def lines_chart(lines: list, x_title: str, y_title: str,
             runs[-1].append('%.1f,%.1f' % (to_x(x / xdiv), to_y(y / ydiv)))
         for run in runs:
             if run:
-                parts.append('<polyline fill="none" stroke="%s" '
-                             'stroke-width="1.5" points="%s"><title>%s'
-                             '</title></polyline>' % (
-                                 colour, ' '.join(run), fmt.esc(name)))
+                parts.append(
+                    '<polyline fill="none" stroke="%s" '
+                    'stroke-width="1.5" points="%s"><title>%s'
+                    '</title></polyline>'
+                    % (colour, ' '.join(run), fmt.esc(name))
+                )
         shown = [p for p in points if p[1] is not None]
         step = max(1, math.ceil(len(shown) / MAX_HOVER))
         for x, y in shown[::step]:
-            parts.append('<circle class="hover" cx="%.1f" cy="%.1f" r="4" '
-                         'fill="%s" fill-opacity="0" stroke="none">'
-                         '<title>%s at %s: %s %s</title></circle>' % (
-                             to_x(x / xdiv), to_y(y / ydiv), colour,
-                             fmt.esc(name), fmt.esc(_value(x, x_unit)),
-                             fmt.esc(_value(y, y_unit)), fmt.esc(what)))
+            parts.append(
+                '<circle class="hover" cx="%.1f" cy="%.1f" r="4" '
+                'fill="%s" fill-opacity="0" stroke="none">'
+                '<title>%s at %s: %s %s</title></circle>'
+                % (
+                    to_x(x / xdiv),
+                    to_y(y / ydiv),
+                    colour,
+                    fmt.esc(name),
+                    fmt.esc(_value(x, x_unit)),
+                    fmt.esc(_value(y, y_unit)),
+                    fmt.esc(what),
+                )
+            )
     parts.append('</svg>')
     return ''.join(parts)
 
 
-def hbars(items: list, x_title: str, unit: typing.Optional[str] = 'us',
-          colours: typing.Optional[dict] = None, colour: str = '#4e79a7',
-          width: int = 760, label_width: int = 220) -> str:
+def hbars(
+    items: list,
+    x_title: str,
+    unit: typing.Optional[str] = 'us',
+    colours: typing.Optional[dict] = None,
+    colour: str = '#4e79a7',
+    width: int = 760,
+    label_width: int = 220,
+) -> str:
     """Horizontal bars, one per ``(label, value)`` item in the given
     order (e.g. the top waits, largest first), a ticked and titled value
     axis below; labels too long for ``label_width`` are cut after a word
@@ -502,29 +624,41 @@ def hbars(items: list, x_title: str, unit: typing.Optional[str] = 'us',
     top, left, right = 6, label_width + 8, width - 70
     bottom = top + rh * len(items) + 4
     parts = [svg_open(width, bottom + 44, titled(x_title, shown))]
-    to_x = x_axis(parts, ticks, left, right, bottom,
-                  titled(x_title, shown), grid_top=top)
+    to_x = x_axis(
+        parts, ticks, left, right, bottom, titled(x_title, shown), grid_top=top
+    )
     for i, (label, v) in enumerate(items):
         y = top + rh * i
         text = str(label)
-        short = fmt.clip_words(text, int(label_width / 6.6),
-                                       '._ /', '\u2026')
+        short = fmt.clip_words(text, int(label_width / 6.6), '._ /', '\u2026')
         if unit in ('us', 's'):
             value = fmt.fmt_us(v * (1e6 if unit == 's' else 1))
         else:
             value = '%s %s' % (fmt_tick(round(v, 3)), unit or '')
         fill = (colours or {}).get(text, colour)
-        parts.append('<text class="ylabel" x="%d" y="%d" font-size="12" '
-                     'fill="%s" text-anchor="end"><title>%s</title>%s'
-                     '</text>' % (left - 6, y + 15, INK, fmt.esc(text),
-                                  fmt.esc(short)))
+        parts.append(
+            '<text class="ylabel" x="%d" y="%d" font-size="12" '
+            'fill="%s" text-anchor="end"><title>%s</title>%s'
+            '</text>' % (left - 6, y + 15, INK, fmt.esc(text), fmt.esc(short))
+        )
         x1 = to_x((v or 0) / div)
-        parts.append('<rect x="%d" y="%d" width="%.1f" height="%d" '
-                     'fill="%s"><title>%s: %s</title></rect>' % (
-                         left, y + 3, max(x1 - left, 1.0), rh - 6, fill,
-                         fmt.esc(text), fmt.esc(value.strip())))
-        parts.append('<text class="value" x="%.1f" y="%d" font-size="12" '
-                     'fill="%s">%s</text>' % (x1 + 4, y + 15, INK,
-                                              fmt.esc(value.strip())))
+        parts.append(
+            '<rect x="%d" y="%d" width="%.1f" height="%d" '
+            'fill="%s"><title>%s: %s</title></rect>'
+            % (
+                left,
+                y + 3,
+                max(x1 - left, 1.0),
+                rh - 6,
+                fill,
+                fmt.esc(text),
+                fmt.esc(value.strip()),
+            )
+        )
+        parts.append(
+            '<text class="value" x="%.1f" y="%d" font-size="12" '
+            'fill="%s">%s</text>'
+            % (x1 + 4, y + 15, INK, fmt.esc(value.strip()))
+        )
     parts.append('</svg>')
     return ''.join(parts)

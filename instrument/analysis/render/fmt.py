@@ -51,8 +51,13 @@ def fmt_pct(value: typing.Optional[float]) -> str:
     return '-' if value is None else '%.1f%%' % (100.0 * value)
 
 
-def clip_words(text: str, width: int, seps: str = ' ',
-               ellipsis: str = '...', hard: bool = True) -> str:
+def clip_words(
+    text: str,
+    width: int,
+    seps: str = ' ',
+    ellipsis: str = '...',
+    hard: bool = True,
+) -> str:
     """``text`` in at most ``width`` characters: whole, or cut after the
     last complete word that fits (words end at a character of ``seps``)
     followed by ``ellipsis``; a first word longer than the room is cut
@@ -70,8 +75,9 @@ def clip_words(text: str, width: int, seps: str = ' ',
     return text[:cut].rstrip() + ellipsis
 
 
-def clip_distinct(texts: typing.Sequence[str], width: int,
-                  most: int = 400) -> list:
+def clip_distinct(
+    texts: typing.Sequence[str], width: int, most: int = 400
+) -> list:
     """Each of ``texts`` cut as ``clip_words`` cuts it at ``width``,
     except where what is left of it could be another of the texts: that
     one is cut where it differs from every other (up to ``most``
@@ -84,8 +90,7 @@ def clip_distinct(texts: typing.Sequence[str], width: int,
         kept = cut[:-3] if cut.endswith('...') else None
         others = [t for t in texts if t != text]
         if kept is not None and any(t.startswith(kept) for t in others):
-            common = max(len(os.path.commonprefix([text, t]))
-                         for t in others)
+            common = max(len(os.path.commonprefix([text, t])) for t in others)
             cut = clip_words(text, min(max(width, common + 24), most))
         out.append(cut)
     return out
@@ -100,8 +105,9 @@ def fmt_time(us: typing.Optional[int]) -> str:
     """Microseconds since the epoch as a UTC time to the millisecond."""
     if not us:
         return '-'
-    return datetime.datetime.fromtimestamp(
-        us / 1e6, datetime.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]
+    return datetime.datetime.fromtimestamp(us / 1e6, datetime.UTC).strftime(
+        '%Y-%m-%d %H:%M:%S.%f'
+    )[:-3]
 
 
 def title(text: str) -> list:
@@ -109,8 +115,11 @@ def title(text: str) -> list:
     return ['', text, '=' * len(text)]
 
 
-def table(headers: list, rows: typing.Iterable[typing.Sequence],
-          aligns: typing.Optional[str] = None) -> list:
+def table(
+    headers: list,
+    rows: typing.Iterable[typing.Sequence],
+    aligns: typing.Optional[str] = None,
+) -> list:
     """The lines of a plain-text table: a header line, a rule and one
     line per row.  ``aligns`` has one letter per column, ``l`` (left) or
     ``r`` (right); by default the first column is left-aligned, the
@@ -125,11 +134,14 @@ def table(headers: list, rows: typing.Iterable[typing.Sequence],
     def line(row):
         out = []
         for i, c in enumerate(row):
-            out.append(c.ljust(widths[i]) if aligns[i] == 'l'
-                       else c.rjust(widths[i]))
+            out.append(
+                c.ljust(widths[i]) if aligns[i] == 'l' else c.rjust(widths[i])
+            )
         return '  '.join(out).rstrip()
-    return [line(headers), '  '.join('-' * w for w in widths)] + \
-        [line(r) for r in cells]
+
+    return [line(headers), '  '.join('-' * w for w in widths)] + [
+        line(r) for r in cells
+    ]
 
 
 # Lines that would grow with the cloud (one per process, host or
@@ -143,8 +155,7 @@ def some(names: typing.Sequence, limit: int = EXAMPLES) -> str:
     names = [str(n) for n in names]
     if len(names) <= limit:
         return ', '.join(names)
-    return '%s and %d more' % (', '.join(names[:limit]),
-                               len(names) - limit)
+    return '%s and %d more' % (', '.join(names[:limit]), len(names) - limit)
 
 
 def where_phrase(hosts: list) -> str:
@@ -171,10 +182,12 @@ def tip(text: typing.Optional[str]) -> str:
     return ' title="%s"' % esc(text) if text else ''
 
 
-def html_table(headers: typing.Sequence,
-               rows: typing.Iterable[typing.Sequence],
-               left: typing.Container[int] = (0,),
-               terms: typing.Container[int] = ()) -> str:
+def html_table(
+    headers: typing.Sequence,
+    rows: typing.Iterable[typing.Sequence],
+    left: typing.Container[int] = (0,),
+    terms: typing.Container[int] = (),
+) -> str:
     """An HTML table: a header row, then ``rows``; the columns of
     ``left`` are text (left-aligned, dotted names may wrap), the others
     numbers; every cell escaped.  A header the glossary defines has its
@@ -182,16 +195,22 @@ def html_table(headers: typing.Sequence,
     ``terms`` (component names)."""
     out = ['<table><tr>']
     for i, h in enumerate(headers):
-        out.append('<th class="%s"%s>%s</th>' % (
-            'l' if i in left else '', tip(glossary.column(h)), esc(h)))
+        out.append(
+            '<th class="%s"%s>%s</th>'
+            % ('l' if i in left else '', tip(glossary.column(h)), esc(h))
+        )
     out.append('</tr>')
     for row in rows:
         out.append('<tr>')
         for i, c in enumerate(row):
-            out.append('<td class="%s"%s>%s</td>' % (
-                'l' if i in left else '',
-                tip(glossary.term(str(c))) if i in terms else '',
-                wrap_points(c) if i in left else esc(c)))
+            out.append(
+                '<td class="%s"%s>%s</td>'
+                % (
+                    'l' if i in left else '',
+                    tip(glossary.term(str(c))) if i in terms else '',
+                    wrap_points(c) if i in left else esc(c),
+                )
+            )
         out.append('</tr>')
     out.append('</table>')
     return ''.join(out)

@@ -29,55 +29,55 @@ import typing
 COMPONENTS = {
     'api': "nova-api's own work on the request.",
     'api.auth': 'nova-api validating the request\'s token '
-                '(keystonemiddleware).',
+    '(keystonemiddleware).',
     'api.cells': "nova-api's queries to the cell databases.",
     'rpc': "an RPC call or cast on the caller's side, until the callee "
-           'started to handle it.',
+    'started to handle it.',
     'rpc.queue': 'a message waiting between being sent and being '
-                 "dispatched (RabbitMQ and the callee's executor).",
+    "dispatched (RabbitMQ and the callee's executor).",
     'conductor': "nova-conductor's own work.",
     'scheduler': "nova-scheduler's own work (filters, weighers).",
     'scheduler.db': 'the scheduler refreshing the host states from the '
-                    'database.',
+    'database.',
     'scheduler.placement': "the scheduler's own part of its calls to "
-                           'placement (allocation candidates, claims), '
-                           'outside the HTTP call itself.',
+    'placement (allocation candidates, claims), '
+    'outside the HTTP call itself.',
     'compute': "nova-compute's own work.",
     'compute.claim': 'the build claiming resources on the host.',
     'compute.network': "the build setting up the instance's ports.",
     'compute.block_device': "the build preparing the instance's "
-                            'volumes and disks.',
+    'volumes and disks.',
     'compute.spawn': 'the virt driver creating the guest.',
     'periodic': "a periodic task's own work (the resource audit, the "
-                'power state sync).',
+    'power state sync).',
     'service': 'HTTP calls to another OpenStack service whose type '
-               'was not recorded (the Services called section names '
-               'each route).',
+    'was not recorded (the Services called section names '
+    'each route).',
     'service.placement': 'HTTP calls to placement (allocation '
-                         'candidates, allocations, resource providers).',
+    'candidates, allocations, resource providers).',
     'service.network': 'HTTP calls to neutron (ports, networks).',
     'service.image': 'HTTP calls to glance (images).',
     'service.identity': 'HTTP calls to keystone (tokens).',
     'service.block-storage': 'HTTP calls to cinder (volumes, '
-                             'attachments; service types volume, '
-                             'volumev3).',
+    'attachments; service types volume, '
+    'volumev3).',
     'service.compute': 'HTTP calls to nova itself (compute API).',
     'wait.lock': 'waiting for a lock (oslo.concurrency, e.g. '
-                 'compute_resources).',
+    'compute_resources).',
     'wait.db_pool': 'waiting for a database connection of the pool.',
     'wait.pool': "waiting for a slot of one of nova's worker pools or "
-                 'executors.',
+    'executors.',
     'sql': "the SQL statements' own time inside every component (not a "
-           'place of its own).',
+    'place of its own).',
     'gap': 'time on the critical path that no recorded span covers: a '
-           'wait nobody recorded (a queue inside nova, a thread '
-           'switch), charged to no component.',
+    'wait nobody recorded (a queue inside nova, a thread '
+    'switch), charged to no component.',
 }
 
 # Families: a name of the family outside ``COMPONENTS``.
 PATTERNS = {
     'service.*': 'HTTP calls to another OpenStack service, of the type '
-                 'after the dot (keystoneauth).',
+    'after the dot (keystoneauth).',
     'wait.*': 'waiting for a resource of the kind after the dot.',
 }
 
@@ -85,30 +85,30 @@ COLUMNS = {
     'component': 'where the time was spent (see the components).',
     'min': 'the shortest time over the successful requests.',
     'median': 'half the successful requests spent less (a request that '
-              'spent no time in the component counts 0).',
+    'spent no time in the component counts 0).',
     'p90': '90% of the successful requests spent less.',
     'p95': '95% of the successful requests spent less.',
     'p99': '99% of the successful requests spent less.',
     'max': 'the longest time over the successful requests.',
     'mean': 'the average over the successful requests.',
     'sql mean': "the mean time of the component's SQL statements, "
-                'inside its own time.',
+    'inside its own time.',
     'crit.path': 'the share of the end-to-end time the component was on '
-                 'the critical path (the chain of spans that made the '
-                 'request as long as it was).',
+    'the critical path (the chain of spans that made the '
+    'request as long as it was).',
     'end to end': "from the request's start to its last span's end.",
     'in flight': 'requests started and not yet ended when the request '
-                 'started.',
+    'started.',
     'median e2e': 'the median end-to-end time of the group.',
     'change': 'B relative to A.',
     'p': 'the Mann-Whitney U p-value of A and B being alike.',
     'significant': 'p below --alpha.',
     'raised': 'how many times an error was raised (each once, where '
-              'first raised).',
+    'first raised).',
     'final': 'of those, how many were the final cause of an instance.',
     'recovered': 'of those, how many were retried by oslo.db, '
-                 'rescheduled, or raised in an instance that still '
-                 'succeeded.',
+    'rescheduled, or raised in an instance that still '
+    'succeeded.',
 }
 
 # Headers that show a column of ``COLUMNS`` under another name.
@@ -116,8 +116,10 @@ ALIASES = {
     'critical path': 'crit.path',
     'SQL inside (mean)': 'sql mean',
     'component (successful)': 'component',
-    'median A': 'median', 'median B': 'median',
-    'p95 A': 'p95', 'p95 B': 'p95',
+    'median A': 'median',
+    'median B': 'median',
+    'p95 A': 'p95',
+    'p95 B': 'p95',
 }
 
 
@@ -143,10 +145,12 @@ def term(name: str) -> typing.Optional[str]:
     return component(name) or column(name)
 
 
-def legend_lines(components: typing.Iterable[str] = (),
-                 columns: typing.Iterable[str] = (),
-                 seen: typing.Optional[set] = None,
-                 width: int = 79) -> list:
+def legend_lines(
+    components: typing.Iterable[str] = (),
+    columns: typing.Iterable[str] = (),
+    seen: typing.Optional[set] = None,
+    width: int = 79,
+) -> list:
     """The text legend under a table: ``name: definition`` of each
     component and column that has one, in order, each once, wrapped to
     ``width``; those in ``seen`` (a report's terms defined above) left
@@ -168,9 +172,14 @@ def legend_lines(components: typing.Iterable[str] = (),
         return []
     out = ['where:']
     for name, text in items:
-        out.extend(textwrap.wrap('%s: %s' % (name, text), width,
-                                 initial_indent='  ',
-                                 subsequent_indent='      ',
-                                 break_on_hyphens=False)
-                   or ['  ' + name])
+        out.extend(
+            textwrap.wrap(
+                '%s: %s' % (name, text),
+                width,
+                initial_indent='  ',
+                subsequent_indent='      ',
+                break_on_hyphens=False,
+            )
+            or ['  ' + name]
+        )
     return out

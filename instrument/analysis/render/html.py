@@ -50,9 +50,11 @@ pre{background:#f8f8f8;padding:8px;font-size:11px;overflow-x:auto}
 def render(report: dict, title: str = 'instrument-report') -> str:
     """The HTML page of ``report`` (``pipeline.analyse``)."""
     page = base.Page(title=title)
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-           '<title>%s</title><style>%s</style></head><body>' % (
-               fmt.esc(title), CSS + charts.CSS + charts.ZOOM_CSS)]
+    out = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<title>%s</title><style>%s</style></head><body>'
+        % (fmt.esc(title), CSS + charts.CSS + charts.ZOOM_CSS)
+    ]
     for section in registry.in_html():
         out.extend(section.html(report, page))
     out.append('</body></html>')

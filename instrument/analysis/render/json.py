@@ -33,8 +33,9 @@ def _default(value):
 
 
 def dumps(report: dict) -> str:
-    return json.dumps(report, default=_default, separators=(',', ':'),
-                      ensure_ascii=False)
+    return json.dumps(
+        report, default=_default, separators=(',', ':'), ensure_ascii=False
+    )
 
 
 def write(report: dict, path: str) -> None:
@@ -49,8 +50,9 @@ def read(path: str) -> dict:
         try:
             data = json.load(src)
         except ValueError as exc:
-            raise ValueError('%s: not a JSON report (%s)' % (path, exc)) \
-                from None
+            raise ValueError(
+                '%s: not a JSON report (%s)' % (path, exc)
+            ) from None
     if not isinstance(data, dict) or 'report_version' not in data:
         raise ValueError('%s: not an instrument-report JSON report' % path)
     return data

@@ -35,18 +35,32 @@ from instrument.analysis.render import fmt
 # reds and the scheduler greens did).  The first nine are Tableau's;
 # the others were chosen to be farthest from those already taken.
 PALETTE = {
-    'api': '#4e79a7', 'api.auth': '#006644', 'api.cells': '#aa2266',
-    'rpc': '#a0cbe8', 'rpc.queue': '#8800cc', 'conductor': '#f28e2b',
-    'scheduler': '#59a14f', 'scheduler.db': '#00eecc',
-    'scheduler.placement': '#666600', 'compute': '#e15759',
-    'compute.claim': '#22ff00', 'compute.network': '#79706e',
-    'compute.block_device': '#884400', 'compute.spawn': '#b07aa1',
-    'service': '#ffccff', 'service.placement': '#003399',
-    'service.network': '#aa7755', 'service.image': '#665577',
-    'service.identity': '#9999aa', 'service.block-storage': '#ff2299',
+    'api': '#4e79a7',
+    'api.auth': '#006644',
+    'api.cells': '#aa2266',
+    'rpc': '#a0cbe8',
+    'rpc.queue': '#8800cc',
+    'conductor': '#f28e2b',
+    'scheduler': '#59a14f',
+    'scheduler.db': '#00eecc',
+    'scheduler.placement': '#666600',
+    'compute': '#e15759',
+    'compute.claim': '#22ff00',
+    'compute.network': '#79706e',
+    'compute.block_device': '#884400',
+    'compute.spawn': '#b07aa1',
+    'service': '#ffccff',
+    'service.placement': '#003399',
+    'service.network': '#aa7755',
+    'service.image': '#665577',
+    'service.identity': '#9999aa',
+    'service.block-storage': '#ff2299',
     'wait.lock': '#ee00ff',
-    'wait.db_pool': '#448888', 'wait.pool': '#ffaaaa',
-    'sql': '#edc948', 'gap': '#dddddd'}
+    'wait.db_pool': '#448888',
+    'wait.pool': '#ffaaaa',
+    'sql': '#edc948',
+    'gap': '#dddddd',
+}
 EXTRA = ('#aa8822', '#aa0022', '#aaaa88', '#aa88ff', '#aacc22')
 # What each cause of lost records (``losses.LOSS_CAUSES``) is called.
 LOSS_CAUSES = {
@@ -67,8 +81,9 @@ def color(name: str, extra: dict) -> str:
     return extra[name]
 
 
-def stacked_levels(levels: list, order: list, extra: dict,
-                   subject: str = 'boot') -> str:
+def stacked_levels(
+    levels: list, order: list, extra: dict, subject: str = 'boot'
+) -> str:
     """Mean exclusive time per component of the successful requests
     (``subject``: what they are, e.g. ``boot`` or ``resize``), stacked,
     one bar per concurrency level; its legend below."""
@@ -76,16 +91,20 @@ def stacked_levels(levels: list, order: list, extra: dict,
     names = list(dict.fromkeys(names))
     if not levels:
         return '<p class="note">no successful %s</p>' % fmt.esc(subject)
-    names = [n for n in names
-             if any(lv['mean_us'].get(n, 0) > 0 for lv in levels)]
+    names = [
+        n for n in names if any(lv['mean_us'].get(n, 0) > 0 for lv in levels)
+    ]
     colours = {n: color(n, extra) for n in names}
     svg = charts.stacked_bars(
         [lv['level'] for lv in levels],
         [(n, [lv['mean_us'].get(n, 0) for lv in levels]) for n in names],
-        colours, 'mean time per successful %s' % subject,
+        colours,
+        'mean time per successful %s' % subject,
         'requests in flight when the %s started (n: requests in the '
         'group)' % subject,
-        unit='us', notes=['n=%d' % lv['requests'] for lv in levels])
+        unit='us',
+        notes=['n=%d' % lv['requests'] for lv in levels],
+    )
     return svg + charts.legend((colours[n], n) for n in reversed(names))
 
 
@@ -100,46 +119,65 @@ def loss_text(q: dict) -> typing.Optional[str]:
     lost = []
     if q.get('lost_records'):
         causes = q.get('causes') or {}
-        lost.append('%d records lost in %d process(es)%s' % (
-            q['lost_records'],
-            sum(1 for p in q.get('processes') or () if p.get('lost', 1)),
-            ' (%s)' % ', '.join(
-                '%d %s' % (causes[k], name)
-                for k, name in LOSS_CAUSES.items() if causes.get(k))
-            if causes else ''))
+        lost.append(
+            '%d records lost in %d process(es)%s'
+            % (
+                q['lost_records'],
+                sum(1 for p in q.get('processes') or () if p.get('lost', 1)),
+                ' (%s)'
+                % ', '.join(
+                    '%d %s' % (causes[k], name)
+                    for k, name in LOSS_CAUSES.items()
+                    if causes.get(k)
+                )
+                if causes
+                else '',
+            )
+        )
     if sql_dropped:
-        lost.append('%d SQL statements dropped before they became '
-                    'records' % sql_dropped)
+        lost.append(
+            '%d SQL statements dropped before they became '
+            'records' % sql_dropped
+        )
     # what a file lost after the point it could not be read past is
     # not known: named, not counted
-    lost.extend('the rest of %s after line %d' % (u['file'], u['after_line'])
-                for u in cut[:3])
+    lost.extend(
+        'the rest of %s after line %d' % (u['file'], u['after_line'])
+        for u in cut[:3]
+    )
     if len(cut) > 3:
         lost.append('the rest of %d more file(s)' % (len(cut) - 3))
     if 'why' not in q:
         # (a report of an analyser that did not mark requests)
-        return ('computed from input with losses: %s%s; %d of %d '
-                'requests (%s) have events there and may be incomplete '
-                'or mis-timed (see Input problems)' % (
-                    ' and '.join(lost),
-                    ' on ' + ', '.join(q['hosts']) if q.get('hosts')
-                    else '', q.get('requests_affected') or 0,
-                    q.get('requests') or 0,
-                    fmt.fmt_pct((q.get('requests_affected') or 0) /
-                                (q.get('requests') or 1))))
+        return (
+            'computed from input with losses: %s%s; %d of %d '
+            'requests (%s) have events there and may be incomplete '
+            'or mis-timed (see Input problems)'
+            % (
+                ' and '.join(lost),
+                ' on ' + ', '.join(q['hosts']) if q.get('hosts') else '',
+                q.get('requests_affected') or 0,
+                q.get('requests') or 0,
+                fmt.fmt_pct(
+                    (q.get('requests_affected') or 0)
+                    / (q.get('requests') or 1)
+                ),
+            )
+        )
     return 'computed from input with losses: %s%s; %s' % (
         ' and '.join(lost),
         ' on ' + ', '.join(q['hosts']) if q.get('hosts') else '',
-        _marked_text(q, True))
+        _marked_text(q, True),
+    )
 
 
 # Why a request is marked (``model.damage``), as said.
 MARKED_WHY = {
     'lost': 'doing something in a process when it lost records',
     'late': 'with events read after it was finalised (its records out '
-            'of order beyond --horizon)',
+    'of order beyond --horizon)',
     'repaired': 'with a record whose time was missing (estimated from '
-                'the records around it)',
+    'the records around it)',
 }
 
 
@@ -150,20 +188,32 @@ def _marked_text(q: dict, lossy: bool = False) -> typing.Optional[str]:
     if not n:
         if not lossy:
             return None
-        return ('no request was doing something in those processes when '
-                'they lost records: no request figure is touched%s' % (
-                    '' if not (q.get('sql_touched') or
-                               q.get('sql_dropped')) else
-                    ' (the SQL profile may miss statements)'))
+        return (
+            'no request was doing something in those processes when '
+            'they lost records: no request figure is touched%s'
+            % (
+                ''
+                if not (q.get('sql_touched') or q.get('sql_dropped'))
+                else ' (the SQL profile may miss statements)'
+            )
+        )
     why = q.get('why') or {}
-    return ('%d of %d requests (%s) may miss some of their records: %s; '
-            'marked in the request table (loss), left out of the times, '
-            'counted in the states (e.g. %s)' % (
-                n, q.get('requests') or 0,
-                fmt.fmt_pct(n / (q.get('requests') or 1)),
-                ', '.join('%d %s' % (why[k], text)
-                          for k, text in MARKED_WHY.items() if why.get(k)),
-                (q.get('examples') or ['?'])[0]))
+    return (
+        '%d of %d requests (%s) may miss some of their records: %s; '
+        'marked in the request table (loss), left out of the times, '
+        'counted in the states (e.g. %s)'
+        % (
+            n,
+            q.get('requests') or 0,
+            fmt.fmt_pct(n / (q.get('requests') or 1)),
+            ', '.join(
+                '%d %s' % (why[k], text)
+                for k, text in MARKED_WHY.items()
+                if why.get(k)
+            ),
+            (q.get('examples') or ['?'])[0],
+        )
+    )
 
 
 def loss_note(report: dict) -> typing.Optional[str]:
@@ -173,9 +223,11 @@ def loss_note(report: dict) -> typing.Optional[str]:
     return None if text is None else '! ' + text
 
 
-def marked_line(report: dict, op: typing.Optional[str] = None,
-                total: typing.Optional[int] = None
-                ) -> typing.Optional[str]:
+def marked_line(
+    report: dict,
+    op: typing.Optional[str] = None,
+    total: typing.Optional[int] = None,
+) -> typing.Optional[str]:
     """The warning beside the figures of operation ``op``'s requests
     (None: of every request; ``total``: how many there are), when a
     loss may have touched some of them (``quality``), else None."""
@@ -187,15 +239,23 @@ def marked_line(report: dict, op: typing.Optional[str] = None,
         n = (q.get('by_operation') or {}).get(op, 0)
     if not n:
         return None
-    return ('! %d of the %d %srequests here may miss records lost on the '
-            'way (marked in the request table: loss): left out of the '
-            'times, counted in the states (see Input problems)' % (
-                n, total if total is not None else q.get('requests') or 0,
-                '' if op is None else op + ' '))
+    return (
+        '! %d of the %d %srequests here may miss records lost on the '
+        'way (marked in the request table: loss): left out of the '
+        'times, counted in the states (see Input problems)'
+        % (
+            n,
+            total if total is not None else q.get('requests') or 0,
+            '' if op is None else op + ' ',
+        )
+    )
 
 
-def marked_lines(report: dict, op: typing.Optional[str] = None,
-                 total: typing.Optional[int] = None) -> list:
+def marked_lines(
+    report: dict,
+    op: typing.Optional[str] = None,
+    total: typing.Optional[int] = None,
+) -> list:
     """``marked_line`` as the lines of a text section."""
     line = marked_line(report, op, total)
     return [line] if line else []
@@ -214,13 +274,18 @@ def sql_loss_line(report: dict) -> typing.Optional[str]:
         return None
     said = []
     if lost:
-        said.append('%d records were lost by processes that wrote these '
-                    'statements' % lost)
+        said.append(
+            '%d records were lost by processes that wrote these '
+            'statements' % lost
+        )
     if dropped:
-        said.append('%d statements were dropped before they became '
-                    'records' % dropped)
-    return ('! %s (see Input problems): the counts and times below may '
-            'be short' % ' and '.join(said))
+        said.append(
+            '%d statements were dropped before they became records' % dropped
+        )
+    return (
+        '! %s (see Input problems): the counts and times below may '
+        'be short' % ' and '.join(said)
+    )
 
 
 def loss_lines(report: dict) -> list:
@@ -237,16 +302,24 @@ def degraded_note(report: dict) -> typing.Optional[str]:
     if not deg.get('requests'):
         return None
     if deg.get('marked'):
-        return ('! %d request(s) (%d boots) left out of these times: '
-                '%d may miss records lost on the way (see Input '
-                'problems), the end of %d span(s) was lost (e.g. %s); '
-                'their states still count' % (
-                    deg['requests'], deg['boots'], deg['marked'],
-                    deg['lost_ends'], deg['examples'][0]))
-    return ('! %d request(s) (%d boots) left out of these times: the end '
-            'of %d span(s) was lost (e.g. %s); their states still count' % (
-                deg['requests'], deg['boots'], deg['lost_ends'],
-                deg['examples'][0]))
+        return (
+            '! %d request(s) (%d boots) left out of these times: '
+            '%d may miss records lost on the way (see Input '
+            'problems), the end of %d span(s) was lost (e.g. %s); '
+            'their states still count'
+            % (
+                deg['requests'],
+                deg['boots'],
+                deg['marked'],
+                deg['lost_ends'],
+                deg['examples'][0],
+            )
+        )
+    return (
+        '! %d request(s) (%d boots) left out of these times: the end '
+        'of %d span(s) was lost (e.g. %s); their states still count'
+        % (deg['requests'], deg['boots'], deg['lost_ends'], deg['examples'][0])
+    )
 
 
 def unended_lines(ld: dict) -> list:
@@ -254,25 +327,45 @@ def unended_lines(ld: dict) -> list:
     report): one line each when there are few, else one line for all of
     them and a few examples (those whose records stopped first)."""
     rows = ld.get('unended') or []
-    why = ('killed, or still running when collected; up to one flush '
-           'interval of %s events may be missing')
+    why = (
+        'killed, or still running when collected; up to one flush '
+        'interval of %s events may be missing'
+    )
     if len(rows) <= fmt.EXAMPLES:
-        return ['no end record from pid %s on %s (%s): %s; last record '
-                'at %s' % (row['pid'], row['host'], row['file'],
-                           why % 'its', fmt.fmt_time(row['last_us']))
-                for row in rows]
+        return [
+            'no end record from pid %s on %s (%s): %s; last record '
+            'at %s'
+            % (
+                row['pid'],
+                row['host'],
+                row['file'],
+                why % 'its',
+                fmt.fmt_time(row['last_us']),
+            )
+            for row in rows
+        ]
     hosts = sorted({row['host'] for row in rows})
     first = sorted(rows, key=lambda r: (r['last_us'], r['host'], r['pid']))
-    out = ['no end record from %d processes on %d hosts: %s; last '
-           'records %s .. %s; e.g. (stopped first):' % (
-               len(rows), len(hosts), why % 'each one\'s',
-               fmt.fmt_time(first[0]['last_us']),
-               fmt.fmt_time(first[-1]['last_us']))]
-    out.extend('  pid %s on %s (%s), last record at %s' % (
-        row['pid'], row['host'], row['file'], fmt.fmt_time(row['last_us']))
-        for row in first[:fmt.EXAMPLES])
-    out.append('  and %d more processes (every one in the JSON report, '
-               'load.unended)' % (len(rows) - fmt.EXAMPLES))
+    out = [
+        'no end record from %d processes on %d hosts: %s; last '
+        'records %s .. %s; e.g. (stopped first):'
+        % (
+            len(rows),
+            len(hosts),
+            why % 'each one\'s',
+            fmt.fmt_time(first[0]['last_us']),
+            fmt.fmt_time(first[-1]['last_us']),
+        )
+    ]
+    out.extend(
+        '  pid %s on %s (%s), last record at %s'
+        % (row['pid'], row['host'], row['file'], fmt.fmt_time(row['last_us']))
+        for row in first[: fmt.EXAMPLES]
+    )
+    out.append(
+        '  and %d more processes (every one in the JSON report, '
+        'load.unended)' % (len(rows) - fmt.EXAMPLES)
+    )
     return out
 
 
@@ -303,25 +396,30 @@ def setup_caveats(report: dict) -> list:
             'claim and by the resource audit) were shared by all of them: '
             'a deployment runs one nova-compute per host, each with its '
             'own; lock waits here are higher than one host\'s would be'
-            % computes)
+            % computes
+        )
     if interval is not None and interval < NOVA_PERIODIC_S:
         out.append(
             'caveat: the computes\' periodic tasks (resource audit, power '
             'state sync) ran every %gs, not at nova\'s intervals (60s, '
             '600s): their holds of compute_resources are more frequent '
-            'than in a deployment' % interval)
+            'than in a deployment' % interval
+        )
     return out
 
 
-GAP_NOTE = ('unrecorded: time on the critical path that no span covers '
-            '(a wait nobody recorded, e.g. a queue nova keeps without a '
-            'wait record), charged to no component')
+GAP_NOTE = (
+    'unrecorded: time on the critical path that no span covers '
+    '(a wait nobody recorded, e.g. a queue nova keeps without a '
+    'wait record), charged to no component'
+)
 
 
 def _gap_where(row: dict) -> str:
     return 'after %s, before %s' % (
         row['after'] or "the request's start",
-        row['before'] or "the request's end")
+        row['before'] or "the request's end",
+    )
 
 
 def gap_lines(f: dict) -> list:
@@ -331,12 +429,20 @@ def gap_lines(f: dict) -> list:
     rows = f.get('gaps') or []
     if not rows:
         return []
-    out = ['gap (%s): %s of the critical path:' % (
-        GAP_NOTE, fmt.fmt_pct(f['critical_path_share'].get('gap', 0)))]
+    out = [
+        'gap (%s): %s of the critical path:'
+        % (GAP_NOTE, fmt.fmt_pct(f['critical_path_share'].get('gap', 0)))
+    ]
     for r in rows:
-        out.append('  %s: mean %s in %d requests (e.g. %s)' % (
-            _gap_where(r), fmt.fmt_us(r['mean_us']), r['requests'],
-            r['examples'][0] if r['examples'] else '-'))
+        out.append(
+            '  %s: mean %s in %d requests (e.g. %s)'
+            % (
+                _gap_where(r),
+                fmt.fmt_us(r['mean_us']),
+                r['requests'],
+                r['examples'][0] if r['examples'] else '-',
+            )
+        )
     return out
 
 
@@ -348,11 +454,20 @@ def gap_html(f: dict) -> str:
     return '<p class="note">gap, %s: %s of the critical path.</p>%s' % (
         fmt.esc(GAP_NOTE),
         fmt.esc(fmt.fmt_pct(f['critical_path_share'].get('gap', 0))),
-        fmt.html_table(['unrecorded gap', 'mean', 'requests',
-                        'e.g. request'], [
-            (_gap_where(r), fmt.fmt_us(r['mean_us']), r['requests'],
-             r['examples'][0] if r['examples'] else '-')
-            for r in rows], left=(0, 3)))
+        fmt.html_table(
+            ['unrecorded gap', 'mean', 'requests', 'e.g. request'],
+            [
+                (
+                    _gap_where(r),
+                    fmt.fmt_us(r['mean_us']),
+                    r['requests'],
+                    r['examples'][0] if r['examples'] else '-',
+                )
+                for r in rows
+            ],
+            left=(0, 3),
+        ),
+    )
 
 
 def stopped_groups(rows: typing.Iterable[dict]) -> list:
@@ -362,15 +477,24 @@ def stopped_groups(rows: typing.Iterable[dict]) -> list:
     ``hosts`` too."""
     groups: dict = {}
     for row in rows:
-        g = groups.setdefault((row['ev'], bool(row['open'])), {
-            'ev': row['ev'], 'open': bool(row['open']), 'count': 0,
-            'per_host': {}, 'example': row['requests'][0]})
+        g = groups.setdefault(
+            (row['ev'], bool(row['open'])),
+            {
+                'ev': row['ev'],
+                'open': bool(row['open']),
+                'count': 0,
+                'per_host': {},
+                'example': row['requests'][0],
+            },
+        )
         g['count'] += row['count']
-        g['per_host'][row['host']] = g['per_host'].get(
-            row['host'], 0) + row['count']
+        g['per_host'][row['host']] = (
+            g['per_host'].get(row['host'], 0) + row['count']
+        )
     out = []
-    for g in sorted(groups.values(), key=lambda g: (-g['count'], g['ev'],
-                                                    g['open'])):
+    for g in sorted(
+        groups.values(), key=lambda g: (-g['count'], g['ev'], g['open'])
+    ):
         per_host = g.pop('per_host')
         g['hosts'] = sorted(per_host, key=lambda h: (-per_host[h], h))
         out.append(g)
@@ -379,7 +503,14 @@ def stopped_groups(rows: typing.Iterable[dict]) -> list:
 
 def stopped_lines(rows: typing.Iterable[dict]) -> list:
     """The indented lines of ``stopped_groups``: one per event."""
-    return ['  %-32s %-5s %5d instances on %s  e.g. %s' % (
-        g['ev'], 'open' if g['open'] else 'ended', g['count'],
-        fmt.where_phrase(g['hosts']), g['example'])
-        for g in stopped_groups(rows)]
+    return [
+        '  %-32s %-5s %5d instances on %s  e.g. %s'
+        % (
+            g['ev'],
+            'open' if g['open'] else 'ended',
+            g['count'],
+            fmt.where_phrase(g['hosts']),
+            g['example'],
+        )
+        for g in stopped_groups(rows)
+    ]

@@ -45,9 +45,12 @@ class Context:
     window, on the corrected clock (None: open), and the options
     (``pipeline.Options``: plain values)."""
 
-    def __init__(self, since: typing.Optional[int] = None,
-                 until: typing.Optional[int] = None,
-                 opts: typing.Any = None) -> None:
+    def __init__(
+        self,
+        since: typing.Optional[int] = None,
+        until: typing.Optional[int] = None,
+        opts: typing.Any = None,
+    ) -> None:
         self.since = since
         self.until = until
         self.opts = opts
@@ -61,8 +64,9 @@ class Page:
     terms its legends defined so far (``defined``:
     ``render.glossary.legend_lines``)."""
 
-    def __init__(self, title: str = 'instrument-report',
-                 sql_blocks: int = 5) -> None:
+    def __init__(
+        self, title: str = 'instrument-report', sql_blocks: int = 5
+    ) -> None:
         self.title = title
         self.sql_blocks = sql_blocks
         self.extra: dict = {}
@@ -154,15 +158,29 @@ class View:
     may read another's).
     """
 
-    def __init__(self, parts: dict, *, summaries: list, loss: typing.Any,
-                 issues: typing.Any, opts: typing.Any, clock_table: dict,
-                 hops: dict, paths: list, total_bytes: int, lines: int,
-                 records: int, first_us: typing.Optional[int],
-                 since: typing.Optional[int], until: typing.Optional[int],
-                 outside: int, duplicate_spans: int,
-                 no_request: typing.Mapping[str, int],
-                 windows: typing.Optional[dict] = None,
-                 marked: typing.Sequence = ()) -> None:
+    def __init__(
+        self,
+        parts: dict,
+        *,
+        summaries: list,
+        loss: typing.Any,
+        issues: typing.Any,
+        opts: typing.Any,
+        clock_table: dict,
+        hops: dict,
+        paths: list,
+        total_bytes: int,
+        lines: int,
+        records: int,
+        first_us: typing.Optional[int],
+        since: typing.Optional[int],
+        until: typing.Optional[int],
+        outside: int,
+        duplicate_spans: int,
+        no_request: typing.Mapping[str, int],
+        windows: typing.Optional[dict] = None,
+        marked: typing.Sequence = (),
+    ) -> None:
         self.parts = parts
         self.windows = windows or {}
         self.marked = marked
@@ -192,8 +210,10 @@ class View:
     def __getitem__(self, key: str) -> typing.Any:
         if key not in self._values:
             if key in self._making:
-                raise RuntimeError('sections read each other in a '
-                                   'cycle: %s' % ', '.join(self._making))
+                raise RuntimeError(
+                    'sections read each other in a '
+                    'cycle: %s' % ', '.join(self._making)
+                )
             self._making.add(key)
             try:
                 self._values[key] = self.parts[key].report(self)

@@ -44,7 +44,8 @@ def _replied(span: typing.Any) -> bool:
     before its dispatch does: no violation then)."""
     err = span[S_ERR]
     return clocks.reply_received(
-        span[S_ST], err.get('cls') if err.__class__ is dict else None)
+        span[S_ST], err.get('cls') if err.__class__ is dict else None
+    )
 
 
 class Causality(base.Section):
@@ -54,7 +55,10 @@ class Causality(base.Section):
 
     def __init__(self, ctx: base.Context) -> None:
         self.table: dict[str, typing.Any] = {
-            'checked': 0, 'violations': 0, 'examples': []}
+            'checked': 0,
+            'violations': 0,
+            'examples': [],
+        }
 
     def finished(self, done: typing.Any) -> None:
         """Check the request's cross-host hops against the corrected
@@ -71,26 +75,34 @@ class Causality(base.Section):
                 continue
             c['checked'] += 1
             bad = s[S_START] < p[S_START]
-            if not bad and p[S_EV] in SYNC and \
-                    p[S_DUR] is not None and \
-                    s[S_DUR] is not None and _replied(p):
-                bad = (s[S_START] + s[S_DUR] >
-                       p[S_START] + p[S_DUR])
+            if (
+                not bad
+                and p[S_EV] in SYNC
+                and p[S_DUR] is not None
+                and s[S_DUR] is not None
+                and _replied(p)
+            ):
+                bad = s[S_START] + s[S_DUR] > p[S_START] + p[S_DUR]
             if bad:
                 c['violations'] += 1
                 if len(c['examples']) < EXAMPLES:
-                    c['examples'].append({
-                        'req': r.req, 'parent': p[S_EV],
-                        'parent_host': p[S_HOST],
-                        'child': s[S_EV],
-                        'child_host': s[S_HOST]})
+                    c['examples'].append(
+                        {
+                            'req': r.req,
+                            'parent': p[S_EV],
+                            'parent_host': p[S_HOST],
+                            'child': s[S_EV],
+                            'child_host': s[S_HOST],
+                        }
+                    )
 
     def merge(self, other: 'Causality') -> None:
         mine = self.table
         mine['checked'] += other.table['checked']
         mine['violations'] += other.table['violations']
         mine['examples'].extend(
-            other.table['examples'][:EXAMPLES - len(mine['examples'])])
+            other.table['examples'][: EXAMPLES - len(mine['examples'])]
+        )
 
     def report(self, view: base.View) -> dict:
         return self.table

@@ -130,15 +130,28 @@ class Failures(base.Section):
             if sid in again:
                 continue
             at[sid] = len(rows)
-            rows.append([(op, s[S_SVC], s[S_EV],
-                          cls or 'error', norm(err.get('msg'))),
-                         fates.of_span(sid)])
+            rows.append(
+                [
+                    (
+                        op,
+                        s[S_SVC],
+                        s[S_EV],
+                        cls or 'error',
+                        norm(err.get('msg')),
+                    ),
+                    fates.of_span(sid),
+                ]
+            )
         for sid, below in again.items():
             if below in at and fates.is_final(sid):
                 rows[at[below]][1] = FINAL
         for i, (_parent, cls, msg, svc, _host) in enumerate(r.sql_errors):
-            rows.append([(op, svc, 'sql.query', cls or 'error', norm(msg)),
-                         fates.of_sql(i)])
+            rows.append(
+                [
+                    (op, svc, 'sql.query', cls or 'error', norm(msg)),
+                    fates.of_sql(i),
+                ]
+            )
         for key, fate in rows:
             self._add(key, r.req, fate)
 
@@ -157,15 +170,34 @@ class Failures(base.Section):
         # recovered: retried (oslo.db, a reschedule) or the instance
         # still succeeded (``Fates``)
         failures = [
-            {'operation': op, 'component': svc, 'ev': ev, 'cls': cls,
-             'message': msg, 'count': n, 'requests': reqs, 'final': final,
-             'recovered': sum(recovered.values()),
-             'recovered_by': dict(sorted(recovered.items()))}
-            for (op, svc, ev, cls, msg), (n, reqs, final, recovered)
-            in self.table.items()]
-        failures.sort(key=lambda r: (-r['count'], r['operation'],
-                                     r['component'], r['cls'],
-                                     r['message']))
+            {
+                'operation': op,
+                'component': svc,
+                'ev': ev,
+                'cls': cls,
+                'message': msg,
+                'count': n,
+                'requests': reqs,
+                'final': final,
+                'recovered': sum(recovered.values()),
+                'recovered_by': dict(sorted(recovered.items())),
+            }
+            for (op, svc, ev, cls, msg), (
+                n,
+                reqs,
+                final,
+                recovered,
+            ) in self.table.items()
+        ]
+        failures.sort(
+            key=lambda r: (
+                -r['count'],
+                r['operation'],
+                r['component'],
+                r['cls'],
+                r['message'],
+            )
+        )
         return failures
 
     @staticmethod
@@ -186,8 +218,9 @@ def _raised_again(tree: spans_mod.Tree, keyed: dict) -> dict:
         return {}
     out = {}
     for sid, key in keyed.items():
-        below = [d for d in tree.subtree(sid)
-                 if d != sid and keyed.get(d) == key]
+        below = [
+            d for d in tree.subtree(sid) if d != sid and keyed.get(d) == key
+        ]
         if below:
             out[sid] = max(below, key=tree.depth)
     return out
@@ -199,8 +232,12 @@ class Fates:
     how it was recovered (``DB_RETRY``, ``RESCHEDULED``,
     ``SUCCEEDED``), else None."""
 
-    def __init__(self, r: spans_mod.OpenRequest, tree: spans_mod.Tree,
-                 summary: typing.Any) -> None:
+    def __init__(
+        self,
+        r: spans_mod.OpenRequest,
+        tree: spans_mod.Tree,
+        summary: typing.Any,
+    ) -> None:
         self.r = r
         self.tree = tree
         self.finals = set()
@@ -212,16 +249,18 @@ class Fates:
                 if sid is not None:
                     self.finals.add(sid)
         good = operations.GOOD_STATES
-        self.good_insts = {row['inst'] for row in rows
-                           if row['state'] in good}
-        self.all_good = bool(rows) and all(row['state'] in good
-                                           for row in rows)
+        self.good_insts = {row['inst'] for row in rows if row['state'] in good}
+        self.all_good = bool(rows) and all(
+            row['state'] in good for row in rows
+        )
         # oslo.db retries per process (svc, host), in order; one that
         # was not the last (``exhausted``) retried one failed statement
         retries = {}
         for ev, _ts, host, svc, attrs in r.instants:
-            if ev == schema.EV_DB_RETRY and \
-                    (attrs or {}).get(schema.ATTR_EXHAUSTED) is not True:
+            if (
+                ev == schema.EV_DB_RETRY
+                and (attrs or {}).get(schema.ATTR_EXHAUSTED) is not True
+            ):
                 retries[(svc, host)] = retries.get((svc, host), 0) + 1
         self.retried = set()
         for i, e in enumerate(r.sql_errors):
@@ -258,8 +297,8 @@ class Fates:
                 break
             seen.add(cur)
             if c[S_EV] == 'compute.build' and str(
-                    (c[S_ATTRS] or {}).get(schema.ATTR_OUTCOME)
-                    ).startswith('rescheduled'):
+                (c[S_ATTRS] or {}).get(schema.ATTR_OUTCOME)
+            ).startswith('rescheduled'):
                 return RESCHEDULED
             cur = c[S_PARENT]
         insts = s[S_INST] if s is not None else None
@@ -278,16 +317,18 @@ def _cause_span(tree: spans_mod.Tree, cause: dict) -> typing.Any:
     best = None
     for sid, s in tree.spans.items():
         err = s[S_ERR]
-        if s[S_EV] != cause['ev'] or \
-                s[S_HOST] != cause['host'] or \
-                (err is None and s[S_ST] != 'error'):
+        if (
+            s[S_EV] != cause['ev']
+            or s[S_HOST] != cause['host']
+            or (err is None and s[S_ST] != 'error')
+        ):
             continue
         err = err or {}
-        if (err.get('cls') or 'error') != cause['cls'] or \
-                (err.get('msg') or '') != cause['msg']:
+        if (err.get('cls') or 'error') != cause['cls'] or (
+            err.get('msg') or ''
+        ) != cause['msg']:
             continue
-        key = (s[S_START] + (s[S_DUR] or 0),
-               s[S_START])
+        key = (s[S_START] + (s[S_DUR] or 0), s[S_START])
         if best is None or key > best[0]:
             best = (key, sid)
     return None if best is None else best[1]
@@ -296,8 +337,11 @@ def _cause_span(tree: spans_mod.Tree, cause: dict) -> typing.Any:
 # -- text and HTML ------------------------------------------------------------
 
 # how a recovered error was recovered (requests.Fates), as printed
-RECOVERED_BY = (('db_retry', 'db retry'), ('rescheduled', 'rescheduled'),
-                ('succeeded', 'succeeded'))
+RECOVERED_BY = (
+    ('db_retry', 'db retry'),
+    ('rescheduled', 'rescheduled'),
+    ('succeeded', 'succeeded'),
+)
 FAILED_STATES = ('compute_failure', 'scheduling_failure', 'api_failure')
 
 
@@ -311,55 +355,93 @@ def text_lines(report: dict) -> list:
         out.append('none')
     else:
         messages = fmt.clip_distinct([f['message'] for f in failures], 70)
-        rows = [(f.get('operation', '-'), f['component'], f['ev'],
-                 f['cls'].rsplit('.', 1)[-1], f['count'],
-                 f.get('final', '-'), f.get('recovered', '-'),
-                 recovered_how(f), message)
-                for f, message in zip(failures, messages, strict=True)]
-        out.extend(fmt.table(['operation', 'component', 'event', 'error',
-                          'raised', 'final', 'recovered', 'how',
-                          'message'], rows, 'llllrrrll'))
+        rows = [
+            (
+                f.get('operation', '-'),
+                f['component'],
+                f['ev'],
+                f['cls'].rsplit('.', 1)[-1],
+                f['count'],
+                f.get('final', '-'),
+                f.get('recovered', '-'),
+                recovered_how(f),
+                message,
+            )
+            for f, message in zip(failures, messages, strict=True)
+        ]
+        out.extend(
+            fmt.table(
+                [
+                    'operation',
+                    'component',
+                    'event',
+                    'error',
+                    'raised',
+                    'final',
+                    'recovered',
+                    'how',
+                    'message',
+                ],
+                rows,
+                'llllrrrll',
+            )
+        )
         out.append('')
-        out.extend([
-            'raised: times raised, each error once where it was raised '
-            '(one can end several instances)',
-            'final: of those, the final cause of an instance or request '
-            '(boots: per instance below)',
-            'recovered: retried by oslo.db, rescheduled to another host, '
-            'or raised in an instance that still succeeded'])
-        rest = sum(f['count'] - f['final'] - f['recovered']
-                   for f in failures if 'final' in f)
+        out.extend(
+            [
+                'raised: times raised, each error once where it was raised '
+                '(one can end several instances)',
+                'final: of those, the final cause of an instance or request '
+                '(boots: per instance below)',
+                'recovered: retried by oslo.db, rescheduled to another host, '
+                'or raised in an instance that still succeeded',
+            ]
+        )
+        rest = sum(
+            f['count'] - f['final'] - f['recovered']
+            for f in failures
+            if 'final' in f
+        )
         if rest:
-            out.append('%d raised neither final nor recovered (in a '
-                       'request without an outcome, or one that another '
-                       'error ended)' % rest)
+            out.append(
+                '%d raised neither final nor recovered (in a '
+                'request without an outcome, or one that another '
+                'error ended)' % rest
+            )
     out.extend(_final_causes(report))
     if report['retries']:
         out.append('')
         out.append('DB retries (oslo.db wrap_db_retry):')
-        out.extend(fmt.table(['function', 'cause', 'count'], [
-            (r['func'], r['cls'], r['count']) for r in report['retries']],
-            'llr'))
+        out.extend(
+            fmt.table(
+                ['function', 'cause', 'count'],
+                [(r['func'], r['cls'], r['count']) for r in report['retries']],
+                'llr',
+            )
+        )
     return out
 
 
 def recovered_how(f: dict) -> str:
     """How the recovered errors of a failure row were recovered."""
     by = f.get('recovered_by') or {}
-    return ', '.join(label for key, label in RECOVERED_BY
-                     if by.get(key)) or '-'
+    return (
+        ', '.join(label for key, label in RECOVERED_BY if by.get(key)) or '-'
+    )
 
 
 def final_cause_rows(summary: dict) -> list:
     """``(state, cause class, instances)`` of the boot instances that
     failed (``summary.causes``), with those of no cause recorded."""
     causes = summary.get('causes') or []
-    rows = [(c['state'], c['cls'].rsplit('.', 1)[-1], c['count'])
-            for c in causes]
+    rows = [
+        (c['state'], c['cls'].rsplit('.', 1)[-1], c['count']) for c in causes
+    ]
     states = summary.get('states') or {}
     for state in FAILED_STATES:
         missing = states.get(state, 0) - sum(
-            c['count'] for c in causes if c['state'] == state)
+            c['count'] for c in causes if c['state'] == state
+        )
         if missing > 0:
             rows.append((state, '(none recorded)', missing))
     return rows
@@ -370,8 +452,10 @@ def _final_causes(report: dict) -> list:
     if not rows:
         return []
     out = ['']
-    out.append('final causes of the boot instances that failed (other '
-               'operations: their sections):')
+    out.append(
+        'final causes of the boot instances that failed (other '
+        'operations: their sections):'
+    )
     out.extend(fmt.table(['final state', 'cause', 'instances'], rows, 'llr'))
     return out
 
@@ -389,33 +473,64 @@ def html_parts(report: dict) -> list:
     table = fmt.html_table
     out: list = []
     out.append('<h2>Failures: where each error was raised</h2>')
-    out.append('<p class="note">One row per component, event, error '
-               'class and message (numbers and ids in messages replaced '
-               'by &lt;n&gt; and &lt;uuid&gt;).  raised: times raised '
-               '(each error once, where raised; one error can end '
-               'several instances); final: of those, the final cause of '
-               'an instance or request; recovered: retried by oslo.db, '
-               'rescheduled to another host, or in an instance that '
-               'still succeeded.</p>')
+    out.append(
+        '<p class="note">One row per component, event, error '
+        'class and message (numbers and ids in messages replaced '
+        'by &lt;n&gt; and &lt;uuid&gt;).  raised: times raised '
+        '(each error once, where raised; one error can end '
+        'several instances); final: of those, the final cause of '
+        'an instance or request; recovered: retried by oslo.db, '
+        'rescheduled to another host, or in an instance that '
+        'still succeeded.</p>'
+    )
     if report['failures']:
-        out.append(table(['operation', 'component', 'event', 'error',
-                           'message', 'raised', 'final', 'recovered',
-                           'e.g. request'], [
-            (f.get('operation', '-'), f['component'], f['ev'], f['cls'],
-             f['message'], f['count'], f.get('final', '-'),
-             _recovered(f), (f['requests'] or [''])[0])
-            for f in report['failures']],
-            left=(0, 1, 2, 3, 4, 7, 8)))
+        out.append(
+            table(
+                [
+                    'operation',
+                    'component',
+                    'event',
+                    'error',
+                    'message',
+                    'raised',
+                    'final',
+                    'recovered',
+                    'e.g. request',
+                ],
+                [
+                    (
+                        f.get('operation', '-'),
+                        f['component'],
+                        f['ev'],
+                        f['cls'],
+                        f['message'],
+                        f['count'],
+                        f.get('final', '-'),
+                        _recovered(f),
+                        (f['requests'] or [''])[0],
+                    )
+                    for f in report['failures']
+                ],
+                left=(0, 1, 2, 3, 4, 7, 8),
+            )
+        )
     else:
         out.append('<p>none</p>')
     causes = final_cause_rows(report['summary'])
     if causes:
-        out.append('<p>Final causes of the boot instances that failed '
-                   '(other operations: their sections):</p>')
-        out.append(table(['final state', 'cause', 'instances'], causes,
-                          left=(0, 1)))
+        out.append(
+            '<p>Final causes of the boot instances that failed '
+            '(other operations: their sections):</p>'
+        )
+        out.append(
+            table(['final state', 'cause', 'instances'], causes, left=(0, 1))
+        )
     if report['retries']:
-        out.append(table(['DB retry in', 'cause', 'count'], [
-            (r['func'], r['cls'], r['count']) for r in report['retries']],
-            left=(0, 1)))
+        out.append(
+            table(
+                ['DB retry in', 'cause', 'count'],
+                [(r['func'], r['cls'], r['count']) for r in report['retries']],
+                left=(0, 1),
+            )
+        )
     return out

@@ -31,13 +31,22 @@ class Inputs(base.Section):
     key = 'inputs'
 
     def report(self, view: base.View) -> dict:
-        return {'files': [os.path.basename(p) for p in view.paths],
-                'paths': view.paths, 'bytes': view.total_bytes,
-                'lines': view.lines, 'records': view.records,
-                'first_us': view.first_us,
-                'last_us': max(
-                    (r['last_us'] for r in view.loss.per_process().values()
-                     if r['last_us']), default=None)}
+        return {
+            'files': [os.path.basename(p) for p in view.paths],
+            'paths': view.paths,
+            'bytes': view.total_bytes,
+            'lines': view.lines,
+            'records': view.records,
+            'first_us': view.first_us,
+            'last_us': max(
+                (
+                    r['last_us']
+                    for r in view.loss.per_process().values()
+                    if r['last_us']
+                ),
+                default=None,
+            ),
+        }
 
     @staticmethod
     def text(report: dict, page: base.Page) -> list:
@@ -48,12 +57,19 @@ class Inputs(base.Section):
         esc = fmt.esc
         s = report['summary']
         inp = report['inputs']
-        return ['<h1>%s</h1><p class="note">%d files, %.1f MB, %d '
-                'records; run %s .. %s (%.1f s)</p>' % (
-                    esc(page.title), len(inp['files']),
-                    inp['bytes'] / 1e6, inp['records'],
-                    esc(fmt.fmt_time(s['start_us'])),
-                    esc(fmt.fmt_time(s['end_us'])), s['duration_s'])]
+        return [
+            '<h1>%s</h1><p class="note">%d files, %.1f MB, %d '
+            'records; run %s .. %s (%.1f s)</p>'
+            % (
+                esc(page.title),
+                len(inp['files']),
+                inp['bytes'] / 1e6,
+                inp['records'],
+                esc(fmt.fmt_time(s['start_us'])),
+                esc(fmt.fmt_time(s['end_us'])),
+                s['duration_s'],
+            )
+        ]
 
 
 def text_lines(report: dict) -> list:
@@ -61,25 +77,41 @@ def text_lines(report: dict) -> list:
     out: list = []
     inp = report['inputs']
     summary = report['summary']
-    out.append('# instrument-report: %d files, %.1f MB, %d lines, %d '
-               'records' % (len(inp['files']), inp['bytes'] / 1e6,
-                            inp['lines'], inp['records']))
+    out.append(
+        '# instrument-report: %d files, %.1f MB, %d lines, %d '
+        'records'
+        % (len(inp['files']), inp['bytes'] / 1e6, inp['lines'], inp['records'])
+    )
     # the run's duration: one definition, the demo's too
-    out.append('# run %s .. %s UTC: %.1f s from the first request\'s start '
-               'to the last request\'s end (corrected clocks)' % (
-                   fmt.fmt_time(summary['start_us']),
-                   fmt.fmt_time(summary['end_us']), summary['duration_s']))
+    out.append(
+        '# run %s .. %s UTC: %.1f s from the first request\'s start '
+        'to the last request\'s end (corrected clocks)'
+        % (
+            fmt.fmt_time(summary['start_us']),
+            fmt.fmt_time(summary['end_us']),
+            summary['duration_s'],
+        )
+    )
     win = report.get('window') or {}
     if win.get('since_us') is not None or win.get('until_us') is not None:
-        out.append('# --since/--until %s .. %s: %d requests that started '
-                   'outside and %d SQL statements outside left out' % (
-                       fmt.fmt_time(win['since_us']),
-                       fmt.fmt_time(win['until_us']),
-                       win['requests_outside'], win['sql_outside']))
+        out.append(
+            '# --since/--until %s .. %s: %d requests that started '
+            'outside and %d SQL statements outside left out'
+            % (
+                fmt.fmt_time(win['since_us']),
+                fmt.fmt_time(win['until_us']),
+                win['requests_outside'],
+                win['sql_outside'],
+            )
+        )
     mixed = releases.text(report.get('releases') or [])
     if mixed:
         out.append(mixed)
-    out.append('# analysed in %.1f s with %d worker(s)' % (
-        report.get('run', {}).get('seconds', 0.0),
-        report.get('run', {}).get('jobs', 1)))
+    out.append(
+        '# analysed in %.1f s with %d worker(s)'
+        % (
+            report.get('run', {}).get('seconds', 0.0),
+            report.get('run', {}).get('jobs', 1),
+        )
+    )
     return out

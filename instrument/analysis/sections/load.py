@@ -34,18 +34,21 @@ class Load(base.Section):
     def report(self, view: base.View) -> dict:
         issues = view.issues
         loss = view.loss
-        return {'counts': issues.counts, 'samples': issues.samples,
-                'per_file': issues.per_file,
-                'other_lines': issues.other_lines,
-                'problems': issues.problems,
-                'loss': loss.summary(),
-                'duplicate_spans': view.duplicate_spans,
-                # records of a process already read (another copy of
-                # a file, a file holding them twice), per file
-                'duplicates': loss.duplicate_files(),
-                # processes without a process.end record (killed?)
-                'unended': loss.unended(),
-                'records_without_request': dict(view.no_request)}
+        return {
+            'counts': issues.counts,
+            'samples': issues.samples,
+            'per_file': issues.per_file,
+            'other_lines': issues.other_lines,
+            'problems': issues.problems,
+            'loss': loss.summary(),
+            'duplicate_spans': view.duplicate_spans,
+            # records of a process already read (another copy of
+            # a file, a file holding them twice), per file
+            'duplicates': loss.duplicate_files(),
+            # processes without a process.end record (killed?)
+            'unended': loss.unended(),
+            'records_without_request': dict(view.no_request),
+        }
 
     @staticmethod
     def text(report: dict, page: base.Page) -> list:
@@ -62,41 +65,55 @@ def text_lines(report: dict) -> list:
     out: list = []
     ld = report['load']
     bad = {k: v for k, v in ld['counts'].items() if v}
-    if not bad and not ld['loss'] and not ld['problems'] and \
-            not ld.get('duplicate_spans') and not ld.get('unended'):
+    if (
+        not bad
+        and not ld['loss']
+        and not ld['problems']
+        and not ld.get('duplicate_spans')
+        and not ld.get('unended')
+    ):
         out.append('# every line valid; no data loss reported')
         return out
     out.extend(fmt.title('Input problems'))
     out.extend(views.loss_lines(report))
     for problem in ld['problems']:
         out.append('! ' + problem)
-    out.extend(('  ' if line.startswith(' ') else '! ') + line
-               for line in views.unended_lines(ld))
+    out.extend(
+        ('  ' if line.startswith(' ') else '! ') + line
+        for line in views.unended_lines(ld)
+    )
     dups = ld.get('duplicates') or []
-    for row in dups[:fmt.EXAMPLES]:
-        out.append('! %s: %d of its %d records were read before (a '
-                   'copy, or records written twice); left out of every '
-                   'figure' % (row['file'], row['duplicates'],
-                               row['records']))
+    for row in dups[: fmt.EXAMPLES]:
+        out.append(
+            '! %s: %d of its %d records were read before (a '
+            'copy, or records written twice); left out of every '
+            'figure' % (row['file'], row['duplicates'], row['records'])
+        )
     if len(dups) > fmt.EXAMPLES:
-        out.append('! and %d more files with records read before (every '
-                   'one in the JSON report, load.duplicates)' % (
-                       len(dups) - fmt.EXAMPLES))
+        out.append(
+            '! and %d more files with records read before (every '
+            'one in the JSON report, load.duplicates)'
+            % (len(dups) - fmt.EXAMPLES)
+        )
     if bad:
-        out.append('bad lines: ' + ', '.join(
-            '%s %d' % (k, v) for k, v in bad.items()))
+        out.append(
+            'bad lines: ' + ', '.join('%s %d' % (k, v) for k, v in bad.items())
+        )
         for kind, fname, lineno, reason in samples_in_order(ld):
             out.append('  %s:%d: %s: %s' % (fname, lineno, kind, reason))
     if ld['loss']:
-        out.append('lost per process (records, each counted once: '
-                   'dropped by a sink or the buffer as its sink.drops '
-                   'says, seq gaps nothing reported, invalid lines; SQL '
-                   'statements dropped before they became records):')
+        out.append(
+            'lost per process (records, each counted once: '
+            'dropped by a sink or the buffer as its sink.drops '
+            'says, seq gaps nothing reported, invalid lines; SQL '
+            'statements dropped before they became records):'
+        )
         headers, rows = loss_table(ld['loss'])
         out.extend('  ' + line for line in fmt.table(headers, rows))
     if ld.get('duplicate_spans'):
-        out.append('duplicate span records ignored: %d' %
-                   ld['duplicate_spans'])
+        out.append(
+            'duplicate span records ignored: %d' % ld['duplicate_spans']
+        )
     return out
 
 
@@ -104,20 +121,46 @@ def samples_in_order(ld: dict) -> list:
     """``(kind, file, line, reason)`` of the bad lines the report
     keeps as examples (``load.samples``), in the order of the files'
     names and their lines."""
-    return sorted(((kind, f, n, why)
-                   for kind, lst in ld['samples'].items()
-                   for f, n, why in lst),
-                  key=lambda s: (s[1], s[2], s[0]))
+    return sorted(
+        (
+            (kind, f, n, why)
+            for kind, lst in ld['samples'].items()
+            for f, n, why in lst
+        ),
+        key=lambda s: (s[1], s[2], s[0]),
+    )
 
 
 def loss_table(rows: list) -> tuple:
     """``(headers, rows)`` of the data lost per process (``load.loss``
     of the report)."""
-    return (['file', 'pid', 'records', 'lost', 'sink', 'buffer', 'gaps',
-             'invalid', 'SQL dropped'],
-            [(r['file'], r['pid'], r['records'], r['lost'],
-              r['sink_dropped'], r['buffer_dropped'], r['unreported_gaps'],
-              r['invalid'], r['sql_dropped']) for r in rows])
+    return (
+        [
+            'file',
+            'pid',
+            'records',
+            'lost',
+            'sink',
+            'buffer',
+            'gaps',
+            'invalid',
+            'SQL dropped',
+        ],
+        [
+            (
+                r['file'],
+                r['pid'],
+                r['records'],
+                r['lost'],
+                r['sink_dropped'],
+                r['buffer_dropped'],
+                r['unreported_gaps'],
+                r['invalid'],
+                r['sql_dropped'],
+            )
+            for r in rows
+        ],
+    )
 
 
 def html_parts(report: dict) -> list:
@@ -128,20 +171,27 @@ def html_parts(report: dict) -> list:
     ld = report['load']
     out.append('<h2>Input</h2>')
     bad = {k: v for k, v in ld['counts'].items() if v}
-    out.append('<p>%s</p>' % esc(', '.join(
-        '%s: %d' % kv for kv in bad.items()) or 'every line valid'))
+    out.append(
+        '<p>%s</p>'
+        % esc(
+            ', '.join('%s: %d' % kv for kv in bad.items())
+            or 'every line valid'
+        )
+    )
     samples = samples_in_order(ld)
     if samples:
-        out.append(table(['kind', 'file', 'line', 'reason'], samples,
-                          left=(0, 1, 3)))
+        out.append(
+            table(['kind', 'file', 'line', 'reason'], samples, left=(0, 1, 3))
+        )
     if ld['loss']:
         out.append(table(*loss_table(ld['loss'])))
     for row in ld.get('duplicates') or ():
-        out.append('<p class="bad">%s: %d of its %d records were read '
-                   'before (a copy, or records written twice); left out '
-                   'of every figure</p>' % (esc(row['file']),
-                                            row['duplicates'],
-                                            row['records']))
+        out.append(
+            '<p class="bad">%s: %d of its %d records were read '
+            'before (a copy, or records written twice); left out '
+            'of every figure</p>'
+            % (esc(row['file']), row['duplicates'], row['records'])
+        )
     for problem in ld['problems']:
         out.append('<p class="bad">%s</p>' % esc(problem))
     return out

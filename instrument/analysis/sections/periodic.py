@@ -64,8 +64,18 @@ MAX_OPEN = 100_000
 class _Task:
     """What the runs of one periodic task added up to."""
 
-    __slots__ = ('durs', 'svcs', 'hosts', 'sql', 'sql_us', 'sql_errors',
-                 'calls', 'calls_us', 'locks', 'runs_seen')
+    __slots__ = (
+        'durs',
+        'svcs',
+        'hosts',
+        'sql',
+        'sql_us',
+        'sql_errors',
+        'calls',
+        'calls_us',
+        'locks',
+        'runs_seen',
+    )
 
     def __init__(self) -> None:
         # durations of the ended runs (count, errors, percentiles)
@@ -111,8 +121,9 @@ class PeriodicTable:
     waits of requests (``request_wait``) of a pass; partial tables of
     pipeline workers ``merge``."""
 
-    def __init__(self, since: int | None = None,
-                 until: int | None = None) -> None:
+    def __init__(
+        self, since: int | None = None, until: int | None = None
+    ) -> None:
         self.since = since
         self.until = until
         self.tasks: dict = {}
@@ -135,11 +146,17 @@ class PeriodicTable:
         return task
 
     def _outside(self, ts: int) -> bool:
-        return (self.since is not None and ts < self.since) or \
-            (self.until is not None and ts >= self.until)
+        return (self.since is not None and ts < self.since) or (
+            self.until is not None and ts >= self.until
+        )
 
-    def span(self, rec: typing.Any, ts: int, complete: bool,
-             process_of: typing.Callable) -> None:
+    def span(
+        self,
+        rec: typing.Any,
+        ts: int,
+        complete: bool,
+        process_of: typing.Callable,
+    ) -> None:
         """A ``B`` or ``X`` record of a periodic run (any event: the
         task's span, a lock wait, a call to another service...);
         ``process_of(host, pid, ts)`` names the process of a lock."""
@@ -176,9 +193,17 @@ class PeriodicTable:
             if held > 0 and rec.st != schema.ST_ERROR:
                 if len(self.holds) < MAX_INTERVALS:
                     start = ts + dur
-                    self.holds.append((
-                        name, process_of(rec.host, rec.pid, ts), start,
-                        start + held, TASK_OF(req) or '?', req, rec.host))
+                    self.holds.append(
+                        (
+                            name,
+                            process_of(rec.host, rec.pid, ts),
+                            start,
+                            start + held,
+                            TASK_OF(req) or '?',
+                            req,
+                            rec.host,
+                        )
+                    )
                 else:
                     self.dropped += 1
         elif ev == schema.EV_KSA_REQUEST:
@@ -196,8 +221,9 @@ class PeriodicTable:
         if error:
             task.sql_errors += 1
 
-    def request_wait(self, rec: typing.Any, ts: int,
-                     process_of: typing.Callable) -> None:
+    def request_wait(
+        self, rec: typing.Any, ts: int, process_of: typing.Callable
+    ) -> None:
         """A wait record of a user request (or of no request): its
         lock waits long enough to matter are kept for the holder
         join."""
@@ -210,9 +236,15 @@ class PeriodicTable:
             self.dropped += 1
             return
         attrs = rec.attrs if isinstance(rec.attrs, dict) else {}
-        self.waits.append((request_waits.wait_name('lock', attrs),
-                           process_of(rec.host, rec.pid, ts), ts, ts + dur,
-                           rec.req))
+        self.waits.append(
+            (
+                request_waits.wait_name('lock', attrs),
+                process_of(rec.host, rec.pid, ts),
+                ts,
+                ts + dur,
+                rec.req,
+            )
+        )
 
     def merge(self, other: 'PeriodicTable') -> None:
         for name, task in other.tasks.items():
@@ -286,7 +318,9 @@ class PeriodicTable:
                 row['held_by_periodic'] = [
                     {'task': task, 'lock': lock, 'wait_us': us}
                     for (task, lock), us in sorted(
-                        per.items(), key=lambda kv: -kv[1])]
+                        per.items(), key=lambda kv: -kv[1]
+                    )
+                ]
         return rows
 
     # -- the report --------------------------------------------------------
@@ -302,9 +336,16 @@ class PeriodicTable:
             row = delayed.get((task, lock))
             if row is None:
                 row = delayed[(task, lock)] = {
-                    'task': task, 'lock': lock, 'waits': 0,
-                    'requests': set(), 'wait_us': 0, 'max_us': 0,
-                    'hosts': set(), 'operations': {}, 'longest': []}
+                    'task': task,
+                    'lock': lock,
+                    'waits': 0,
+                    'requests': set(),
+                    'wait_us': 0,
+                    'max_us': 0,
+                    'hosts': set(),
+                    'operations': {},
+                    'longest': [],
+                }
             row['waits'] += 1
             row['wait_us'] += covered
             row['max_us'] = max(row['max_us'], covered)
@@ -327,15 +368,20 @@ class PeriodicTable:
             entry = per_task.setdefault(row['task'], [set(), 0])
             entry[0] |= row['requests']
             entry[1] += row['wait_us']
-            delayed_rows.append({
-                'task': row['task'], 'lock': row['lock'],
-                'hosts': sorted(h for h in row['hosts'] if h),
-                'requests': len(row['requests']), 'waits': row['waits'],
-                'wait_us': row['wait_us'], 'max_us': row['max_us'],
-                'operations': dict(sorted(row['operations'].items())),
-                'examples': examples})
-        delayed_rows.sort(key=lambda r: (-r['wait_us'], r['task'],
-                                         r['lock']))
+            delayed_rows.append(
+                {
+                    'task': row['task'],
+                    'lock': row['lock'],
+                    'hosts': sorted(h for h in row['hosts'] if h),
+                    'requests': len(row['requests']),
+                    'waits': row['waits'],
+                    'wait_us': row['wait_us'],
+                    'max_us': row['max_us'],
+                    'operations': dict(sorted(row['operations'].items())),
+                    'examples': examples,
+                }
+            )
+        delayed_rows.sort(key=lambda r: (-r['wait_us'], r['task'], r['lock']))
         unfinished: dict = {}
         for name in self.open.values():
             unfinished[name] = unfinished.get(name, 0) + 1
@@ -344,37 +390,51 @@ class PeriodicTable:
             task = self.tasks.get(name) or _Task()
             st = task.durs
             reqs, wait_us = per_task.get(name, (set(), 0))
-            locks = [{'lock': lock, 'acquisitions': n, 'wait_us': w,
-                      'held_us': h}
-                     for lock, (n, w, h) in sorted(
-                         task.locks.items(), key=lambda kv: -kv[1][2])]
-            rows.append({
-                'task': name, 'services': sorted(s for s in task.svcs
-                                                 if s),
-                'hosts': len(task.hosts), 'runs': st.count,
-                'errors': st.errors,
-                'unfinished': unfinished.get(name, 0),
-                'mean_us': st.total / st.count if st.count else None,
-                'p50_us': st.percentile(50), 'p95_us': st.percentile(95),
-                'max_us': st.max if st.count else None,
-                'total_us': st.total, 'longest_run': st.max_req,
-                'sql_count': task.sql, 'sql_us': task.sql_us,
-                'sql_errors': task.sql_errors,
-                'calls': task.calls, 'calls_us': task.calls_us,
-                'lock_wait_us': sum(x['wait_us'] for x in locks),
-                'lock_held_us': sum(x['held_us'] for x in locks),
-                'locks': locks,
-                'delayed_requests': len(reqs),
-                'delayed_wait_us': wait_us,
-                'runs_e_g': list(task.runs_seen)})
+            locks = [
+                {'lock': lock, 'acquisitions': n, 'wait_us': w, 'held_us': h}
+                for lock, (n, w, h) in sorted(
+                    task.locks.items(), key=lambda kv: -kv[1][2]
+                )
+            ]
+            rows.append(
+                {
+                    'task': name,
+                    'services': sorted(s for s in task.svcs if s),
+                    'hosts': len(task.hosts),
+                    'runs': st.count,
+                    'errors': st.errors,
+                    'unfinished': unfinished.get(name, 0),
+                    'mean_us': st.total / st.count if st.count else None,
+                    'p50_us': st.percentile(50),
+                    'p95_us': st.percentile(95),
+                    'max_us': st.max if st.count else None,
+                    'total_us': st.total,
+                    'longest_run': st.max_req,
+                    'sql_count': task.sql,
+                    'sql_us': task.sql_us,
+                    'sql_errors': task.sql_errors,
+                    'calls': task.calls,
+                    'calls_us': task.calls_us,
+                    'lock_wait_us': sum(x['wait_us'] for x in locks),
+                    'lock_held_us': sum(x['held_us'] for x in locks),
+                    'locks': locks,
+                    'delayed_requests': len(reqs),
+                    'delayed_wait_us': wait_us,
+                    'runs_e_g': list(task.runs_seen),
+                }
+            )
         rows.sort(key=lambda r: (-r['total_us'], r['task']))
-        return {'tasks': rows, 'delayed': delayed_rows,
-                'records': self.records, 'dropped': self.dropped,
-                'counted': 'periodic.task runs (never requests) and the '
-                           'records of their request ids; delayed: lock '
-                           'waits of requests (at least %d us) covered by '
-                           'a periodic run\'s hold of that lock in the '
-                           'same process' % MIN_WAIT_US}
+        return {
+            'tasks': rows,
+            'delayed': delayed_rows,
+            'records': self.records,
+            'dropped': self.dropped,
+            'counted': 'periodic.task runs (never requests) and the '
+            'records of their request ids; delayed: lock '
+            'waits of requests (at least %d us) covered by '
+            'a periodic run\'s hold of that lock in the '
+            'same process' % MIN_WAIT_US,
+        }
 
 
 class Periodic(base.Section):
@@ -383,21 +443,27 @@ class Periodic(base.Section):
 
     key = 'periodic'
     routes = (
-        routes.Route('X', None, (routes.PERIODIC,), 'complete',
-                     exclude=spans_mod.NOT_SPANS),
+        routes.Route(
+            'X',
+            None,
+            (routes.PERIODIC,),
+            'complete',
+            exclude=spans_mod.NOT_SPANS,
+        ),
         routes.Route('B', None, (routes.PERIODIC,), 'begin'),
-        routes.Route('X', frozenset((schema.EV_SQL_QUERY,)),
-                     (routes.PERIODIC,), 'sql'),
+        routes.Route(
+            'X', frozenset((schema.EV_SQL_QUERY,)), (routes.PERIODIC,), 'sql'
+        ),
         # the lock waits of requests, for the holder join
-        routes.Route('X', frozenset((EV_LOCK,)), (routes.REQUEST,),
-                     'request_wait'),
+        routes.Route(
+            'X', frozenset((EV_LOCK,)), (routes.REQUEST,), 'request_wait'
+        ),
     )
 
     def __init__(self, ctx: base.Context) -> None:
         self.table = PeriodicTable(ctx.since, ctx.until)
 
-    def complete(self, rec: typing.Any, ts: int, cursor: typing.Any
-                 ) -> None:
+    def complete(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         self.table.span(rec, ts, True, cursor.process_of)
 
     def begin(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
@@ -406,8 +472,9 @@ class Periodic(base.Section):
     def sql(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         self.table.sql(rec, ts, rec.dur_us, rec.st == 'error')
 
-    def request_wait(self, rec: typing.Any, ts: int, cursor: typing.Any
-                     ) -> None:
+    def request_wait(
+        self, rec: typing.Any, ts: int, cursor: typing.Any
+    ) -> None:
         self.table.request_wait(rec, ts, cursor.process_of)
 
     def merge(self, other: 'Periodic') -> None:
@@ -432,48 +499,94 @@ class Periodic(base.Section):
 
 # -- writers -----------------------------------------------------------------
 
-TASK_HEADERS = ['periodic task', 'runs', 'err', 'p50', 'p95', 'max', 'SQL',
-                'SQL time', 'lock wait', 'lock held', 'locks',
-                'requests held up']
-DELAYED_HEADERS = ['periodic task (holder)', 'lock', 'requests', 'waits',
-                   'waited', 'max', 'operations', 'e.g.']
+TASK_HEADERS = [
+    'periodic task',
+    'runs',
+    'err',
+    'p50',
+    'p95',
+    'max',
+    'SQL',
+    'SQL time',
+    'lock wait',
+    'lock held',
+    'locks',
+    'requests held up',
+]
+DELAYED_HEADERS = [
+    'periodic task (holder)',
+    'lock',
+    'requests',
+    'waits',
+    'waited',
+    'max',
+    'operations',
+    'e.g.',
+]
 
 
 def _locks(row: dict, us: typing.Callable) -> str:
-    return ', '.join('%s %dx held %s' % (x['lock'], x['acquisitions'],
-                                         us(x['held_us']))
-                     for x in row['locks'][:3]) or '-'
+    return (
+        ', '.join(
+            '%s %dx held %s' % (x['lock'], x['acquisitions'], us(x['held_us']))
+            for x in row['locks'][:3]
+        )
+        or '-'
+    )
 
 
 def _task_rows(section: dict, us: typing.Callable) -> list:
     rows = []
     for r in section.get('tasks') or ():
-        rows.append((
-            r['task'], r['runs'], r['errors'], us(r['p50_us']),
-            us(r['p95_us']), us(r['max_us']), r['sql_count'],
-            us(r['sql_us']), us(r['lock_wait_us']),
-            us(r['lock_held_us']), _locks(r, us),
-            '%d (%s)' % (r['delayed_requests'], us(r['delayed_wait_us']))
-            if r['delayed_requests'] else '-'))
+        rows.append(
+            (
+                r['task'],
+                r['runs'],
+                r['errors'],
+                us(r['p50_us']),
+                us(r['p95_us']),
+                us(r['max_us']),
+                r['sql_count'],
+                us(r['sql_us']),
+                us(r['lock_wait_us']),
+                us(r['lock_held_us']),
+                _locks(r, us),
+                '%d (%s)' % (r['delayed_requests'], us(r['delayed_wait_us']))
+                if r['delayed_requests']
+                else '-',
+            )
+        )
     return rows
 
 
-def _delayed_rows(section: dict, us: typing.Callable,
-                  keep: int = 1) -> list:
-    return [(r['task'], r['lock'], r['requests'], r['waits'],
-             us(r['wait_us']), us(r['max_us']),
-             ', '.join('%s %d' % kv for kv in r['operations'].items()),
-             ', '.join(r['examples'][:keep]) or '-')
-            for r in section.get('delayed') or ()]
+def _delayed_rows(section: dict, us: typing.Callable, keep: int = 1) -> list:
+    return [
+        (
+            r['task'],
+            r['lock'],
+            r['requests'],
+            r['waits'],
+            us(r['wait_us']),
+            us(r['max_us']),
+            ', '.join('%s %d' % kv for kv in r['operations'].items()),
+            ', '.join(r['examples'][:keep]) or '-',
+        )
+        for r in section.get('delayed') or ()
+    ]
 
 
 def _unfinished(section: dict) -> list:
-    runs = ['%s %d' % (r['task'], r['unfinished'])
-            for r in section.get('tasks') or () if r['unfinished']]
+    runs = [
+        '%s %d' % (r['task'], r['unfinished'])
+        for r in section.get('tasks') or ()
+        if r['unfinished']
+    ]
     if not runs:
         return []
-    return ['runs started and not ended in the files (not in the figures '
-            'above): ' + ', '.join(runs)]
+    return [
+        'runs started and not ended in the files (not in the figures '
+        'above): ' + ', '.join(runs)
+    ]
 
 
 def text_lines(section: dict | None) -> list:
@@ -483,50 +596,68 @@ def text_lines(section: dict | None) -> list:
     us = fmt.fmt_us
     title = 'Periodic tasks (not requests)'
     out = ['', title, '=' * len(title)]
-    out.extend(fmt.table(TASK_HEADERS, _task_rows(section, us),
-                         'lrrrrrrrrrll'))
-    out.append('SQL, locks: what the runs did under their own ids; '
-               'requests held up: requests whose lock wait a run\'s hold '
-               'covered (waited time covered)')
+    out.extend(
+        fmt.table(TASK_HEADERS, _task_rows(section, us), 'lrrrrrrrrrll')
+    )
+    out.append(
+        'SQL, locks: what the runs did under their own ids; '
+        'requests held up: requests whose lock wait a run\'s hold '
+        'covered (waited time covered)'
+    )
     out.extend(_unfinished(section))
     if section.get('delayed'):
         out.append('')
-        out.append('requests that waited for a lock a periodic task held '
-                   '(the holder named):')
-        out.extend(fmt.table(DELAYED_HEADERS, _delayed_rows(section, us),
-                             'llrrrrll'))
+        out.append(
+            'requests that waited for a lock a periodic task held '
+            '(the holder named):'
+        )
+        out.extend(
+            fmt.table(DELAYED_HEADERS, _delayed_rows(section, us), 'llrrrrll')
+        )
     return out
 
 
 def held_notes(req: dict, esc: typing.Callable[[typing.Any], str]) -> list:
     """HTML notes for a request's timeline: the periodic tasks that
     held a lock it waited for (``held_by_periodic``)."""
-    return ['<p class="note">waited %s for lock %s held by periodic task '
-            '%s</p>' % (esc(fmt.fmt_us(h['wait_us'])),
-                        esc(h['lock']), esc(h['task']))
-            for h in req.get('held_by_periodic') or ()]
+    return [
+        '<p class="note">waited %s for lock %s held by periodic task '
+        '%s</p>'
+        % (esc(fmt.fmt_us(h['wait_us'])), esc(h['lock']), esc(h['task']))
+        for h in req.get('held_by_periodic') or ()
+    ]
 
 
-def html_section(section: dict | None,
-                 table: typing.Callable[..., str]) -> str:
+def html_section(
+    section: dict | None, table: typing.Callable[..., str]
+) -> str:
     """The HTML report's section for ``report['periodic']``; ``table``
     (``fmt.html_table``) makes the tables, escaping every cell."""
     if not section or not section.get('tasks'):
         return ''
     us = fmt.fmt_us
-    parts = ['<h2>Periodic tasks</h2><p class="note">Each run of an '
-             'oslo.service periodic task, with the SQL and the lock '
-             'waits and holds made under its own id; never counted as a '
-             'request.</p>',
-             table(TASK_HEADERS, _task_rows(section, us), (0, 10, 11))]
-    parts.extend('<p class="note">%s</p>' % html.escape(line)
-                 for line in _unfinished(section))
+    parts = [
+        '<h2>Periodic tasks</h2><p class="note">Each run of an '
+        'oslo.service periodic task, with the SQL and the lock '
+        'waits and holds made under its own id; never counted as a '
+        'request.</p>',
+        table(TASK_HEADERS, _task_rows(section, us), (0, 10, 11)),
+    ]
+    parts.extend(
+        '<p class="note">%s</p>' % html.escape(line)
+        for line in _unfinished(section)
+    )
     if section.get('delayed'):
-        parts.append('<h3>Requests held up by a periodic task</h3>'
-                     '<p class="note">Lock waits of requests covered by '
-                     'a periodic run\'s hold of that lock in the same '
-                     'process: the periodic task is the holder; '
-                     '"waited": the time of the waits it covered.</p>')
-        parts.append(table(DELAYED_HEADERS,
-                           _delayed_rows(section, us, KEEP), (0, 1, 6, 7)))
+        parts.append(
+            '<h3>Requests held up by a periodic task</h3>'
+            '<p class="note">Lock waits of requests covered by '
+            'a periodic run\'s hold of that lock in the same '
+            'process: the periodic task is the holder; '
+            '"waited": the time of the waits it covered.</p>'
+        )
+        parts.append(
+            table(
+                DELAYED_HEADERS, _delayed_rows(section, us, KEEP), (0, 1, 6, 7)
+            )
+        )
     return ''.join(parts)

@@ -35,8 +35,9 @@ class Processes(base.Section):
 
     key = 'processes'
     routes = (
-        routes.Route('M', frozenset((schema.EV_PROCESS_START,)),
-                     routes.ALL, 'start'),
+        routes.Route(
+            'M', frozenset((schema.EV_PROCESS_START,)), routes.ALL, 'start'
+        ),
     )
 
     def __init__(self, ctx: base.Context) -> None:
@@ -45,14 +46,19 @@ class Processes(base.Section):
 
     def start(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         attrs = rec.attrs or {}
-        self.rows.append({
-            'file': cursor.fname, 'host': rec.host,
-            'svc': rec.svc, 'pid': rec.pid,
-            'service': attrs.get('service'),
-            'version': attrs.get('version'),
-            'releases': attrs.get('releases') or {},
-            'mode': attrs.get('mode'),
-            'points': _point_counts(attrs.get('points'))})
+        self.rows.append(
+            {
+                'file': cursor.fname,
+                'host': rec.host,
+                'svc': rec.svc,
+                'pid': rec.pid,
+                'service': attrs.get('service'),
+                'version': attrs.get('version'),
+                'releases': attrs.get('releases') or {},
+                'mode': attrs.get('mode'),
+                'points': _point_counts(attrs.get('points')),
+            }
+        )
         setup = attrs.get(schema.ATTR_SETUP)
         if isinstance(setup, dict) and setup:
             self.rows[-1]['setup'] = setup
@@ -65,5 +71,4 @@ class Processes(base.Section):
         self.rows.extend(other.rows)
 
     def report(self, view: base.View) -> list:
-        return sorted(self.rows,
-                      key=lambda p: (p['host'], p['svc'], p['pid']))
+        return sorted(self.rows, key=lambda p: (p['host'], p['svc'], p['pid']))

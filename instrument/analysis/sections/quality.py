@@ -42,8 +42,13 @@ class Quality(base.Section):
     key = 'quality'
 
     def report(self, view: base.View) -> dict:
-        lost = quality(view.loss, view.summaries, view.windows,
-                       view.marked, view.part('sql').writers)
+        lost = quality(
+            view.loss,
+            view.summaries,
+            view.windows,
+            view.marked,
+            view.part('sql').writers,
+        )
         # the warning of the input's losses (None: none)
         lost['note'] = views.loss_text(lost)
         return lost
@@ -53,10 +58,13 @@ class Quality(base.Section):
         return html_parts(report)
 
 
-def quality(loss: losses.FileLoss, summaries: list,
-            windows: typing.Optional[dict] = None,
-            marked: typing.Sequence = (),
-            sql_writers: typing.Collection = ()) -> dict:
+def quality(
+    loss: losses.FileLoss,
+    summaries: list,
+    windows: typing.Optional[dict] = None,
+    marked: typing.Sequence = (),
+    sql_writers: typing.Collection = (),
+) -> dict:
     """What the figures stand on: the records lost, each counted once,
     with their causes (``losses.LOSS_CAUSES``: dropped by a sink, by the
     buffer, ``seq`` gaps nothing reported, invalid lines), in all and
@@ -74,8 +82,11 @@ def quality(loss: losses.FileLoss, summaries: list,
     # files whose end could not be read: what they lost is not known
     for _line, _error, file_hosts in loss.unreadable.values():
         hosts.update(file_hosts)
-    keys = ('host', 'pid', 'file', 'records', 'lost') + \
-        losses.LOSS_CAUSES + ('missing', 'dropped', 'sql_dropped')
+    keys = (
+        ('host', 'pid', 'file', 'records', 'lost')
+        + losses.LOSS_CAUSES
+        + ('missing', 'dropped', 'sql_dropped')
+    )
     rows = []
     for r in lossy:
         row = {k: r[k] for k in keys}
@@ -85,16 +96,20 @@ def quality(loss: losses.FileLoss, summaries: list,
             # end), the first few
             row['windows'] = [
                 [a, None if b >= losses.FOREVER else b]
-                for a, b in spans[:fmt.EXAMPLES * 2]]
+                for a, b in spans[: fmt.EXAMPLES * 2]
+            ]
         rows.append(row)
     out = {
         'lost_records': sum(r['lost'] for r in lossy),
-        'causes': {cause: sum(r[cause] for r in lossy)
-                   for cause in losses.LOSS_CAUSES},
+        'causes': {
+            cause: sum(r[cause] for r in lossy) for cause in losses.LOSS_CAUSES
+        },
         'sql_dropped': sum(r['sql_dropped'] for r in lossy),
         'processes': rows,
-        'unreadable': [{'file': f, 'after_line': row[0], 'error': row[1]}
-                       for f, row in sorted(loss.unreadable.items())],
+        'unreadable': [
+            {'file': f, 'after_line': row[0], 'error': row[1]}
+            for f, row in sorted(loss.unreadable.items())
+        ],
         'hosts': sorted(hosts),
         'requests': len(summaries),
         'requests_affected': len(marked),
@@ -111,8 +126,9 @@ def quality(loss: losses.FileLoss, summaries: list,
         out['by_operation'] = dict(sorted(by_op.items()))
         out['why'] = dict(sorted(why.items()))
         # records lost by processes that wrote SQL statements
-        out['sql_touched'] = sum(r['lost'] for r in lossy
-                                 if r['key'] in sql_writers)
+        out['sql_touched'] = sum(
+            r['lost'] for r in lossy if r['key'] in sql_writers
+        )
     return out
 
 
@@ -120,12 +136,13 @@ def html_parts(report: dict) -> list:
     """Warnings that hold for every figure below: losses, requests
     left out of the times, duplicates, processes without an end."""
     out = []
-    for note in (views.loss_note(report),
-                 views.degraded_note(report)):
+    for note in (views.loss_note(report), views.degraded_note(report)):
         if note:
             out.append('<p class="bad">%s</p>' % fmt.esc(note.lstrip('! ')))
     lines = views.unended_lines(report['load'])
     if lines:
-        out.append('<p class="bad">%s</p>' % '<br>'.join(
-            fmt.esc(line.strip()) for line in lines))
+        out.append(
+            '<p class="bad">%s</p>'
+            % '<br>'.join(fmt.esc(line.strip()) for line in lines)
+        )
     return out

@@ -33,16 +33,28 @@ def summarise(processes: typing.Iterable[dict]) -> list:
     for proc in processes:
         nova = (proc.get('releases') or {}).get('nova') or UNKNOWN
         key = (nova, proc.get('mode') or UNKNOWN)
-        row = groups.setdefault(key, {'nova': key[0], 'mode': key[1],
-                                      'services': set(), 'hosts': set(),
-                                      'processes': 0})
+        row = groups.setdefault(
+            key,
+            {
+                'nova': key[0],
+                'mode': key[1],
+                'services': set(),
+                'hosts': set(),
+                'processes': 0,
+            },
+        )
         row['services'].add(proc.get('svc') or UNKNOWN)
         row['hosts'].add(proc.get('host') or UNKNOWN)
         row['processes'] += 1
     rows = []
     for row in groups.values():
-        rows.append(dict(row, services=sorted(row['services']),
-                         hosts=sorted(row['hosts'])))
+        rows.append(
+            dict(
+                row,
+                services=sorted(row['services']),
+                hosts=sorted(row['hosts']),
+            )
+        )
     rows.sort(key=lambda r: (-r['processes'], r['nova'], r['mode']))
     return rows
 
@@ -52,9 +64,17 @@ def text(rows: list) -> typing.Optional[str]:
     nova release or mode, else None."""
     if len(rows) < 2:
         return None
-    parts = ['%s %s (%s; %d host%s)' % (
-        r['nova'], r['mode'], ', '.join(r['services']), len(r['hosts']),
-        '' if len(r['hosts']) == 1 else 's') for r in rows]
+    parts = [
+        '%s %s (%s; %d host%s)'
+        % (
+            r['nova'],
+            r['mode'],
+            ', '.join(r['services']),
+            len(r['hosts']),
+            '' if len(r['hosts']) == 1 else 's',
+        )
+        for r in rows
+    ]
     return '# nova releases: ' + '; '.join(parts)
 
 

@@ -31,7 +31,8 @@ class Requests(base.Section):
 
     def report(self, view: base.View) -> list:
         return view.part('periodic').annotate(
-            [_request_row(s) for s in view.summaries])
+            [_request_row(s) for s in view.summaries]
+        )
 
 
 def _request_row(s) -> dict:

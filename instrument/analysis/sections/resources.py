@@ -59,20 +59,29 @@ class Samples:
     def add(self, rec: typing.Any, ts: int) -> None:
         """A ``process.sample`` record at corrected time ``ts``."""
         self.procs.setdefault((rec.host, rec.svc, rec.pid), []).append(
-            (ts, rec.attrs or {}))
+            (ts, rec.attrs or {})
+        )
 
     def periodic(self, rec: typing.Any, ts: int) -> None:
         """A ``periodic.task`` span (``X``) at corrected time ``ts``."""
         if len(self.marks) < MAX_MARKS:
             attrs = rec.attrs or {}
-            self.marks.append((ts, rec.dur_us, rec.host, rec.svc,
-                               attrs.get(schema.ATTR_TASK), rec.st,
-                               rec.req))
+            self.marks.append(
+                (
+                    ts,
+                    rec.dur_us,
+                    rec.host,
+                    rec.svc,
+                    attrs.get(schema.ATTR_TASK),
+                    rec.st,
+                    rec.req,
+                )
+            )
 
     def merge(self, other: 'Samples') -> None:
         for key, samples in other.procs.items():
             self.procs.setdefault(key, []).extend(samples)
-        self.marks.extend(other.marks[:MAX_MARKS - len(self.marks)])
+        self.marks.extend(other.marks[: MAX_MARKS - len(self.marks)])
 
 
 def _points(samples: list) -> list:
@@ -87,12 +96,12 @@ def _points(samples: list) -> list:
         if prev is not None and user is not None and sys_ is not None:
             pts, puser, psys = prev
             if ts > pts and puser is not None and psys is not None:
-                cpu = max(0.0, ((user - puser) + (sys_ - psys)) /
-                          ((ts - pts) / 1e6))
+                cpu = max(
+                    0.0, ((user - puser) + (sys_ - psys)) / ((ts - pts) / 1e6)
+                )
         prev = (ts, user, sys_)
         rss = attrs.get(schema.ATTR_RSS_KB)
-        out.append((ts, cpu, rss / 1024.0 if rss is not None else None,
-                    attrs))
+        out.append((ts, cpu, rss / 1024.0 if rss is not None else None, attrs))
     return out
 
 
@@ -100,8 +109,11 @@ def _pool_in_use(attrs: dict):
     """Connections checked out over the process's engines; None when
     no pool counts them (sqlite's StaticPool, NullPool)."""
     pools = attrs.get(schema.ATTR_POOLS) or {}
-    counts = [v[0] for v in pools.values()
-              if isinstance(v, list) and v and isinstance(v[0], int)]
+    counts = [
+        v[0]
+        for v in pools.values()
+        if isinstance(v, list) and v and isinstance(v[0], int)
+    ]
     return sum(counts) if counts else None
 
 
@@ -117,8 +129,10 @@ def _stat(values: list) -> dict:
     values = [v for v in values if v is not None]
     if not values:
         return {'mean': None, 'peak': None}
-    return {'mean': round(statistics.fmean(values), 3),
-            'peak': round(max(values), 3)}
+    return {
+        'mean': round(statistics.fmean(values), 3),
+        'peak': round(max(values), 3),
+    }
 
 
 def report(samples: Samples, summaries: list) -> dict:
@@ -137,13 +151,28 @@ def report(samples: Samples, summaries: list) -> dict:
     nb = (t1 - t0) // width + 1
     services: dict = {}
     for (host, svc, pid), pts in per_proc.items():
-        entry = services.setdefault(svc, {
-            'processes': 0, 'hosts': set(), 'writer': [0.0, 0.0, 0],
-            'cpu': [{} for _ in range(nb)],
-            'rss': [{} for _ in range(nb)],
-            'phase': {ph: {'cpu': [], 'rss': [], 'threads': [],
-                           'fds': [], 'db_in_use': [], 'buf_fill': [],
-                           'buf_drops': []} for ph in PHASES}})
+        entry = services.setdefault(
+            svc,
+            {
+                'processes': 0,
+                'hosts': set(),
+                'writer': [0.0, 0.0, 0],
+                'cpu': [{} for _ in range(nb)],
+                'rss': [{} for _ in range(nb)],
+                'phase': {
+                    ph: {
+                        'cpu': [],
+                        'rss': [],
+                        'threads': [],
+                        'fds': [],
+                        'db_in_use': [],
+                        'buf_fill': [],
+                        'buf_drops': [],
+                    }
+                    for ph in PHASES
+                },
+            },
+        )
         entry['processes'] += 1
         entry['hosts'].add(host)
         _library_cpu(entry['writer'], pts)
@@ -168,9 +197,12 @@ def report(samples: Samples, summaries: list) -> dict:
         rss_series = [_sum_of_means(acc, 1) for acc in entry['rss']]
         phases = {}
         for ph in PHASES:
-            idx = [b for b in range(nb)
-                   if _phase(t0 + b * width + width // 2, req_start,
-                             req_end) == ph]
+            idx = [
+                b
+                for b in range(nb)
+                if _phase(t0 + b * width + width // 2, req_start, req_end)
+                == ph
+            ]
             data = entry['phase'][ph]
             if not data['threads']:  # no sample in this phase
                 continue
@@ -187,9 +219,13 @@ def report(samples: Samples, summaries: list) -> dict:
         out_services[svc] = {
             'processes': entry['processes'],
             'hosts': sorted(entry['hosts']),
-            'library': {'writer_cpu_s': round(writer_s, 3),
-                        'process_cpu_s': round(process_s, 3),
-                        'processes': measured} if measured else None,
+            'library': {
+                'writer_cpu_s': round(writer_s, 3),
+                'process_cpu_s': round(process_s, 3),
+                'processes': measured,
+            }
+            if measured
+            else None,
             'phases': phases,
             'series': {'cpu_cores': cpu_series, 'rss_mb': rss_series},
         }
@@ -207,17 +243,31 @@ def report(samples: Samples, summaries: list) -> dict:
     marks = sorted(samples.marks, key=lambda m: (m[0], m[2], m[4] or ''))
     overlapped = _overlapped(marks, summaries)
     return {
-        'start_us': t0, 'bucket_us': width, 'buckets': nb,
-        'requests_start_us': req_start, 'requests_end_us': req_end,
+        'start_us': t0,
+        'bucket_us': width,
+        'buckets': nb,
+        'requests_start_us': req_start,
+        'requests_end_us': req_end,
         'in_flight': [round(v, 2) for v in in_flight],
-        'latency_p50_us': [int(statistics.median(v)) if v else None
-                           for v in latency],
+        'latency_p50_us': [
+            int(statistics.median(v)) if v else None for v in latency
+        ],
         'services': out_services,
-        'periodic': [{'ts_us': ts, 'dur_us': dur, 'host': host,
-                      'svc': svc, 'task': task, 'st': st,
-                      'overlapped': n, 'requests': reqs}
-                     for (ts, dur, host, svc, task, st, _req), (n, reqs)
-                     in zip(marks, overlapped, strict=True)],
+        'periodic': [
+            {
+                'ts_us': ts,
+                'dur_us': dur,
+                'host': host,
+                'svc': svc,
+                'task': task,
+                'st': st,
+                'overlapped': n,
+                'requests': reqs,
+            }
+            for (ts, dur, host, svc, task, st, _req), (n, reqs) in zip(
+                marks, overlapped, strict=True
+            )
+        ],
     }
 
 
@@ -230,8 +280,9 @@ def _library_cpu(acc: list, pts: list) -> None:
         if writer is None:
             continue
         acc[0] += writer
-        acc[1] += (attrs.get(schema.ATTR_CPU_USER_S) or 0) + \
-            (attrs.get(schema.ATTR_CPU_SYS_S) or 0)
+        acc[1] += (attrs.get(schema.ATTR_CPU_USER_S) or 0) + (
+            attrs.get(schema.ATTR_CPU_SYS_S) or 0
+        )
         acc[2] += 1
         return
 
@@ -244,13 +295,22 @@ def library_lines(res: dict) -> list:
         lib = entry.get('library')
         if not lib:
             continue
-        share = lib['writer_cpu_s'] / lib['process_cpu_s'] \
-            if lib['process_cpu_s'] else 0.0
-        out.append('%s: %.2f s of CPU in the library\'s writer thread of '
-                   '%.2f s of the process%s (%.1f%%)' % (
-                       svc, lib['writer_cpu_s'], lib['process_cpu_s'],
-                       'es' if lib['processes'] > 1 else '',
-                       share * 100))
+        share = (
+            lib['writer_cpu_s'] / lib['process_cpu_s']
+            if lib['process_cpu_s']
+            else 0.0
+        )
+        out.append(
+            '%s: %.2f s of CPU in the library\'s writer thread of '
+            '%.2f s of the process%s (%.1f%%)'
+            % (
+                svc,
+                lib['writer_cpu_s'],
+                lib['process_cpu_s'],
+                'es' if lib['processes'] > 1 else '',
+                share * 100,
+            )
+        )
     return out
 
 
@@ -294,9 +354,19 @@ def _fmt(value, scale: float = 1.0, digits: int = 2) -> str:
     return '%.*f' % (digits, value * scale)
 
 
-HEADERS = ['service', 'phase', 'CPU % mean', 'CPU % peak', 'RSS MB mean',
-           'RSS MB peak', 'threads', 'fds', 'DB conns', 'buffer',
-           'drops']
+HEADERS = [
+    'service',
+    'phase',
+    'CPU % mean',
+    'CPU % peak',
+    'RSS MB mean',
+    'RSS MB peak',
+    'threads',
+    'fds',
+    'DB conns',
+    'buffer',
+    'drops',
+]
 
 
 def _rows(res: dict) -> list:
@@ -306,21 +376,33 @@ def _rows(res: dict) -> list:
             p = entry['phases'].get(ph)
             if p is None:
                 continue
-            rows.append([svc, ph,
-                         _fmt(p['cpu_cores']['mean'], 100, 1),
-                         _fmt(p['cpu_cores']['peak'], 100, 1),
-                         _fmt(p['rss_mb']['mean'], 1, 1),
-                         _fmt(p['rss_mb']['peak'], 1, 1),
-                         _fmt(p['threads_peak'], 1, 0),
-                         _fmt(p['fds_peak'], 1, 0),
-                         _fmt(p['db_in_use_peak'], 1, 0),
-                         _fmt(p['buf_fill_peak'], 1, 0),
-                         _fmt(p['buf_drops'], 1, 0)])
+            rows.append(
+                [
+                    svc,
+                    ph,
+                    _fmt(p['cpu_cores']['mean'], 100, 1),
+                    _fmt(p['cpu_cores']['peak'], 100, 1),
+                    _fmt(p['rss_mb']['mean'], 1, 1),
+                    _fmt(p['rss_mb']['peak'], 1, 1),
+                    _fmt(p['threads_peak'], 1, 0),
+                    _fmt(p['fds_peak'], 1, 0),
+                    _fmt(p['db_in_use_peak'], 1, 0),
+                    _fmt(p['buf_fill_peak'], 1, 0),
+                    _fmt(p['buf_drops'], 1, 0),
+                ]
+            )
     return rows
 
 
-PERIODIC_HEADERS = ['service', 'periodic task', 'runs', 'mean ms',
-                    'max ms', 'requests', 'e.g.']
+PERIODIC_HEADERS = [
+    'service',
+    'periodic task',
+    'runs',
+    'mean ms',
+    'max ms',
+    'requests',
+    'e.g.',
+]
 
 
 def _periodic_summary(res: dict) -> list:
@@ -335,11 +417,18 @@ def _periodic_summary(res: dict) -> list:
         for req in m.get('requests') or ():
             if len(entry[4]) < 1 and req not in entry[4]:
                 entry[4].append(req)
-    return [[svc, task, str(n), '%.1f' % (total / n / 1000.0),
-             '%.1f' % (peak / 1000.0), str(over), ', '.join(reqs) or '-']
-            for (svc, task), (n, total, peak, over, reqs)
-            in sorted(tasks.items())]
-
+    return [
+        [
+            svc,
+            task,
+            str(n),
+            '%.1f' % (total / n / 1000.0),
+            '%.1f' % (peak / 1000.0),
+            str(over),
+            ', '.join(reqs) or '-',
+        ]
+        for (svc, task), (n, total, peak, over, reqs) in sorted(tasks.items())
+    ]
 
 
 class Resources(base.Section):
@@ -348,10 +437,12 @@ class Resources(base.Section):
 
     key = 'resources'
     routes = (
-        routes.Route('C', frozenset((schema.EV_PROCESS_SAMPLE,)),
-                     routes.ALL, 'sample'),
-        routes.Route('X', frozenset((schema.EV_PERIODIC_TASK,)),
-                     routes.ALL, 'mark'),
+        routes.Route(
+            'C', frozenset((schema.EV_PROCESS_SAMPLE,)), routes.ALL, 'sample'
+        ),
+        routes.Route(
+            'X', frozenset((schema.EV_PERIODIC_TASK,)), routes.ALL, 'mark'
+        ),
     )
 
     def __init__(self, ctx: base.Context) -> None:
@@ -379,6 +470,7 @@ class Resources(base.Section):
     def html(report: dict, page: base.Page) -> list:
         return [html_section(report)]
 
+
 def text(report: dict, out: list) -> None:
     """The "Resources" section of the text report."""
     res = report.get('resources')
@@ -386,33 +478,41 @@ def text(report: dict, out: list) -> None:
         return
     title = 'Resources per service (process.sample; CPU 100% = one core)'
     out.extend(['', title, '=' * len(title)])
-    out.extend(fmt.table(HEADERS, _rows(res), aligns='ll' +
-                                 'r' * (len(HEADERS) - 2)))
-    out.append('phases: before the first request, load (requests running), '
-               'after the last; peaks of threads, fds, DB connections '
-               'checked out, buffer fill')
+    out.extend(
+        fmt.table(HEADERS, _rows(res), aligns='ll' + 'r' * (len(HEADERS) - 2))
+    )
+    out.append(
+        'phases: before the first request, load (requests running), '
+        'after the last; peaks of threads, fds, DB connections '
+        'checked out, buffer fill'
+    )
     library = library_lines(res)
     if library:
-        out.append('the library\'s own cost, up to the last sample '
-                   '(encoding, aggregating, writing the records):')
+        out.append(
+            'the library\'s own cost, up to the last sample '
+            '(encoding, aggregating, writing the records):'
+        )
         out.extend('  ' + line for line in library)
     periodic = _periodic_summary(res)
     if periodic:
         out.append('')
         out.append('periodic tasks:')
-        out.extend('  ' + line for line in fmt.table(
-            PERIODIC_HEADERS, periodic, aligns='llrrrrl'))
-        out.append('  requests: those with a span on the task\'s host '
-                   'while it ran')
+        out.extend(
+            '  ' + line
+            for line in fmt.table(PERIODIC_HEADERS, periodic, aligns='llrrrrl')
+        )
+        out.append(
+            '  requests: those with a span on the task\'s host while it ran'
+        )
 
 
 # -- HTML ---------------------------------------------------------------------
 
+
 def _xs(res: dict) -> list:
     """The time of each bucket's centre, in seconds from the start."""
     width = res['bucket_us']
-    return [round((b + 0.5) * width / 1e6, 6)
-            for b in range(res['buckets'])]
+    return [round((b + 0.5) * width / 1e6, 6) for b in range(res['buckets'])]
 
 
 def _marks(res: dict, svc: typing.Optional[str]) -> list:
@@ -421,13 +521,24 @@ def _marks(res: dict, svc: typing.Optional[str]) -> list:
     t0 = res['start_us']
     marks = []
     if svc is not None:
-        marks.extend(((m['ts_us'] - t0) / 1e6,
-                      '%s (periodic task on %s): %s' % (
-                          m['task'], m.get('host') or '-',
-                          fmt.fmt_us(m['dur_us'] or 0)), '#d62728')
-                     for m in res['periodic'] if m['svc'] == svc)
-    for t, what in ((res['requests_start_us'], 'first request started'),
-                    (res['requests_end_us'], 'last request ended')):
+        marks.extend(
+            (
+                (m['ts_us'] - t0) / 1e6,
+                '%s (periodic task on %s): %s'
+                % (
+                    m['task'],
+                    m.get('host') or '-',
+                    fmt.fmt_us(m['dur_us'] or 0),
+                ),
+                '#d62728',
+            )
+            for m in res['periodic']
+            if m['svc'] == svc
+        )
+    for t, what in (
+        (res['requests_start_us'], 'first request started'),
+        (res['requests_end_us'], 'last request ended'),
+    ):
         if t is not None:
             marks.append(((t - t0) / 1e6, what, '#767676'))
     return marks
@@ -441,27 +552,55 @@ def _chart(res: dict, svc: typing.Optional[str]) -> str:
     marks = _marks(res, svc)
     if svc is None:
         flight = charts.lines_chart(
-            [('requests in flight', list(zip(xs, res['in_flight'],
-                                             strict=True)), '#4e79a7')],
-            x_title, 'requests in flight (mean)', y_what='in flight',
-            marks=marks, height=180)
+            [
+                (
+                    'requests in flight',
+                    list(zip(xs, res['in_flight'], strict=True)),
+                    '#4e79a7',
+                )
+            ],
+            x_title,
+            'requests in flight (mean)',
+            y_what='in flight',
+            marks=marks,
+            height=180,
+        )
         latency = charts.lines_chart(
-            [('median latency of requests ending', list(zip(
-                xs, res['latency_p50_us'], strict=True)), '#7b3294')],
-            x_title, 'median latency', y_unit='us',
-            y_what='median latency', marks=marks, height=180)
+            [
+                (
+                    'median latency of requests ending',
+                    list(zip(xs, res['latency_p50_us'], strict=True)),
+                    '#7b3294',
+                )
+            ],
+            x_title,
+            'median latency',
+            y_unit='us',
+            y_what='median latency',
+            marks=marks,
+            height=180,
+        )
         return flight + latency
     series = res['services'][svc]['series']
     cpu = [None if v is None else v * 100 for v in series['cpu_cores']]
     out = charts.lines_chart(
         [('CPU', list(zip(xs, cpu, strict=True)), '#1f77b4')],
-        x_title, 'CPU', y_unit='% of one core', y_what='CPU',
-        marks=marks, height=180)
+        x_title,
+        'CPU',
+        y_unit='% of one core',
+        y_what='CPU',
+        marks=marks,
+        height=180,
+    )
     out += charts.lines_chart(
-        [('RSS', list(zip(xs, series['rss_mb'], strict=True)),
-          '#c45a00')],
-        x_title, 'RSS', y_unit='MB', y_what='RSS', marks=marks,
-        height=180)
+        [('RSS', list(zip(xs, series['rss_mb'], strict=True)), '#c45a00')],
+        x_title,
+        'RSS',
+        y_unit='MB',
+        y_what='RSS',
+        marks=marks,
+        height=180,
+    )
     return out
 
 
@@ -470,32 +609,62 @@ def html_section(report: dict) -> str:
     res = report.get('resources')
     if not res:
         return ''
-    out = ['<h2>Resources over time</h2>',
-           '<p>Per service, CPU (100% = one core, summed over its '
-           'processes) and RSS from the processes\' own samples, over the '
-           'requests in flight and their median latency; red lines are '
-           'periodic tasks, grey lines the first request\'s start and '
-           'the last one\'s end (hover a line or a point for its '
-           'value).</p>',
-           '<h3>requests</h3>', _chart(res, None)]
+    out = [
+        '<h2>Resources over time</h2>',
+        '<p>Per service, CPU (100% = one core, summed over its '
+        'processes) and RSS from the processes\' own samples, over the '
+        'requests in flight and their median latency; red lines are '
+        'periodic tasks, grey lines the first request\'s start and '
+        'the last one\'s end (hover a line or a point for its '
+        'value).</p>',
+        '<h3>requests</h3>',
+        _chart(res, None),
+    ]
     for svc in res['services']:
         out.append('<h3>%s</h3>' % html.escape(svc))
         out.append(_chart(res, svc))
+
     def cls(i):
         return ' class="l"' if i < 2 else ''
-    head = ''.join('<th%s>%s</th>' % (cls(i), html.escape(h))
-                   for i, h in enumerate(HEADERS))
-    out.append('<table><tr>%s</tr>%s</table>' % (head, ''.join(
-        '<tr>%s</tr>' % ''.join('<td%s>%s</td>' % (cls(i), html.escape(c))
-                                for i, c in enumerate(row))
-        for row in _rows(res))))
+
+    head = ''.join(
+        '<th%s>%s</th>' % (cls(i), html.escape(h))
+        for i, h in enumerate(HEADERS)
+    )
+    out.append(
+        '<table><tr>%s</tr>%s</table>'
+        % (
+            head,
+            ''.join(
+                '<tr>%s</tr>'
+                % ''.join(
+                    '<td%s>%s</td>' % (cls(i), html.escape(c))
+                    for i, c in enumerate(row)
+                )
+                for row in _rows(res)
+            ),
+        )
+    )
     periodic = _periodic_summary(res)
     if periodic:
-        out.append('<table><tr>%s</tr>%s</table>' % (
-            ''.join('<th>%s</th>' % html.escape(h)
-                    for h in PERIODIC_HEADERS),
-            ''.join('<tr>%s</tr>' % ''.join(
-                '<td%s>%s</td>' % (' class="l"' if i in (0, 1, 6) else '',
-                                   html.escape(c))
-                for i, c in enumerate(row)) for row in periodic)))
+        out.append(
+            '<table><tr>%s</tr>%s</table>'
+            % (
+                ''.join(
+                    '<th>%s</th>' % html.escape(h) for h in PERIODIC_HEADERS
+                ),
+                ''.join(
+                    '<tr>%s</tr>'
+                    % ''.join(
+                        '<td%s>%s</td>'
+                        % (
+                            ' class="l"' if i in (0, 1, 6) else '',
+                            html.escape(c),
+                        )
+                        for i, c in enumerate(row)
+                    )
+                    for row in periodic
+                ),
+            )
+        )
     return '\n'.join(out)

@@ -30,8 +30,9 @@ class Retries(base.Section):
 
     key = 'retries'
     routes = (
-        routes.Route('I', frozenset((schema.EV_DB_RETRY,)), routes.ALL,
-                     'retry'),
+        routes.Route(
+            'I', frozenset((schema.EV_DB_RETRY,)), routes.ALL, 'retry'
+        ),
     )
 
     def __init__(self, ctx: base.Context) -> None:
@@ -41,15 +42,22 @@ class Retries(base.Section):
         self.counts: collections.Counter = collections.Counter()
 
     def retry(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
-        if (self.since is None or ts >= self.since) and \
-                (self.until is None or ts < self.until):
+        if (self.since is None or ts >= self.since) and (
+            self.until is None or ts < self.until
+        ):
             attrs = rec.attrs or {}
-            self.counts[(attrs.get(schema.ATTR_FUNC) or '?',
-                         attrs.get(schema.ATTR_CLS) or '?')] += 1
+            self.counts[
+                (
+                    attrs.get(schema.ATTR_FUNC) or '?',
+                    attrs.get(schema.ATTR_CLS) or '?',
+                )
+            ] += 1
 
     def merge(self, other: 'Retries') -> None:
         self.counts.update(other.counts)
 
     def report(self, view: base.View) -> list:
-        return [{'func': func, 'cls': cls, 'count': n}
-                for (func, cls), n in self.counts.most_common()]
+        return [
+            {'func': func, 'cls': cls, 'count': n}
+            for (func, cls), n in self.counts.most_common()
+        ]

@@ -60,16 +60,14 @@ S_ERR = spans_mod.S_ERR
 
 
 def http_error(attrs: dict) -> typing.Optional[int]:
-    """The HTTP error status (400 or more) of a call's attrs, or None.
-    """
+    """The HTTP error status (400 or more) of a call's attrs, or None."""
     status = attrs.get(schema.ATTR_STATUS)
     if isinstance(status, int) and status >= 400:
         return status
     return None
 
 
-def error_class(st: typing.Optional[str],
-                attrs: dict) -> typing.Optional[str]:
+def error_class(st: typing.Optional[str], attrs: dict) -> typing.Optional[str]:
     """The errors-by-class key of a call: its failure class, with the
     status for HTTP errors (``http_500``), whether raised or returned;
     None for a call that did not fail."""
@@ -86,8 +84,11 @@ def error_class(st: typing.Optional[str],
 
 def _where(attrs: dict) -> tuple:
     stype = attrs.get(schema.ATTR_SERVICE_TYPE) or 'unknown service'
-    return stype, '%s %s %s' % (stype, attrs.get(schema.ATTR_METHOD),
-                                attrs.get(schema.ATTR_ROUTE))
+    return stype, '%s %s %s' % (
+        stype,
+        attrs.get(schema.ATTR_METHOD),
+        attrs.get(schema.ATTR_ROUTE),
+    )
 
 
 def failure(tree: typing.Any, sid: typing.Any) -> typing.Optional[tuple]:
@@ -123,16 +124,22 @@ def failure(tree: typing.Any, sid: typing.Any) -> typing.Optional[tuple]:
         return None
     attrs = last[1][S_ATTRS]
     stype, where = _where(attrs)
-    return (stype, schema.EV_KSA_REQUEST, cls,
-            '%s: HTTP %s' % (where, http_error(attrs)))
+    return (
+        stype,
+        schema.EV_KSA_REQUEST,
+        cls,
+        '%s: HTTP %s' % (where, http_error(attrs)),
+    )
 
 
 def _key(ev: str, attrs: dict) -> tuple:
     if ev == schema.EV_AUTH_TOKEN:
         return 'identity', '-', 'token validation (keystonemiddleware)'
-    return (attrs.get(schema.ATTR_SERVICE_TYPE) or 'unknown',
-            attrs.get(schema.ATTR_METHOD) or '-',
-            attrs.get(schema.ATTR_ROUTE) or '-')
+    return (
+        attrs.get(schema.ATTR_SERVICE_TYPE) or 'unknown',
+        attrs.get(schema.ATTR_METHOD) or '-',
+        attrs.get(schema.ATTR_ROUTE) or '-',
+    )
 
 
 class _Row:
@@ -155,8 +162,11 @@ class _Row:
             self.retries += attempts - 1
         if critical:
             self.critical_us += dur
-        if req is not None and len(self.requests) < KEEP_REQUESTS and \
-                req not in self.requests:
+        if (
+            req is not None
+            and len(self.requests) < KEEP_REQUESTS
+            and req not in self.requests
+        ):
             self.requests.append(req)
 
     def merge(self, other: '_Row') -> None:
@@ -165,8 +175,7 @@ class _Row:
         self.retries += other.retries
         self.critical_us += other.critical_us
         for req in other.requests:
-            if len(self.requests) < KEEP_REQUESTS and \
-                    req not in self.requests:
+            if len(self.requests) < KEEP_REQUESTS and req not in self.requests:
                 self.requests.append(req)
 
 
@@ -201,8 +210,12 @@ class ServiceCalls:
             # critical path through that call: counted once.
             nested = parent is not None and parent[S_EV] in EVENTS
             self._row((op,) + _key(ev, attrs)).add(
-                dur, s[S_ST], attrs, summary.req,
-                sid in critical and not nested)
+                dur,
+                s[S_ST],
+                attrs,
+                summary.req,
+                sid in critical and not nested,
+            )
         # Every request of the operation counts in the denominator of
         # the critical-path share, with or without calls of its own.
         entry = self.ops.setdefault(op, [0, 0])
@@ -213,7 +226,8 @@ class ServiceCalls:
         """A call outside any request (an ``X`` record)."""
         attrs = rec.attrs or {}
         self._row((NO_REQUEST,) + _key(rec.ev, attrs)).add(
-            rec.dur_us, rec.st, attrs, None, False)
+            rec.dur_us, rec.st, attrs, None, False
+        )
 
     def merge(self, other: 'ServiceCalls') -> None:
         for key, row in other.rows.items():
@@ -230,19 +244,36 @@ class ServiceCalls:
             durs = sorted(row.durs)
             n = len(durs)
             total = self.ops.get(op, [0, 0])[1]
-            out.append({
-                'operation': op, 'service': stype, 'method': method,
-                'route': route, 'count': n,
-                'p50_us': _pct(durs, 0.50), 'p95_us': _pct(durs, 0.95),
-                'p99_us': _pct(durs, 0.99), 'max_us': durs[-1] if n else 0,
-                'total_us': sum(durs),
-                'errors': dict(row.errors), 'retries': row.retries,
-                'critical_share': (row.critical_us / total) if total
-                else None,
-                'requests': list(row.requests)})
-        out.sort(key=lambda r: (r['operation'] == NO_REQUEST,
-                                r['operation'], -r['count'], r['service'],
-                                r['route'], r['method']))
+            out.append(
+                {
+                    'operation': op,
+                    'service': stype,
+                    'method': method,
+                    'route': route,
+                    'count': n,
+                    'p50_us': _pct(durs, 0.50),
+                    'p95_us': _pct(durs, 0.95),
+                    'p99_us': _pct(durs, 0.99),
+                    'max_us': durs[-1] if n else 0,
+                    'total_us': sum(durs),
+                    'errors': dict(row.errors),
+                    'retries': row.retries,
+                    'critical_share': (row.critical_us / total)
+                    if total
+                    else None,
+                    'requests': list(row.requests),
+                }
+            )
+        out.sort(
+            key=lambda r: (
+                r['operation'] == NO_REQUEST,
+                r['operation'],
+                -r['count'],
+                r['service'],
+                r['route'],
+                r['method'],
+            )
+        )
         return out
 
 
@@ -253,8 +284,7 @@ class Services(base.Section):
     key = 'services'
     routes = (
         # the calls outside requests; a request's come with it finished
-        routes.Route('X', EVENTS, (routes.NONE, routes.PERIODIC),
-                     'orphan'),
+        routes.Route('X', EVENTS, (routes.NONE, routes.PERIODIC), 'orphan'),
     )
 
     def __init__(self, ctx: base.Context) -> None:
@@ -294,26 +324,45 @@ def _ms(us) -> str:
 
 
 def _errors(errors: dict) -> str:
-    return ', '.join('%s %d' % (k, v) for k, v in sorted(errors.items())) \
-        or '-'
+    return (
+        ', '.join('%s %d' % (k, v) for k, v in sorted(errors.items())) or '-'
+    )
 
 
 def _share(value) -> str:
     return '-' if value is None else '%.1f%%' % (100 * value)
 
 
-HEADERS = ['operation', 'service', 'method', 'route', 'calls', 'p50 ms',
-           'p95 ms', 'max ms', 'errors', 'retries', 'crit. path']
+HEADERS = [
+    'operation',
+    'service',
+    'method',
+    'route',
+    'calls',
+    'p50 ms',
+    'p95 ms',
+    'max ms',
+    'errors',
+    'retries',
+    'crit. path',
+]
 
 
 # The OpenStack project behind each service type of the service-types
 # authority (``breakdown.SERVICE_ALIASES`` maps the aliases, cinder's
 # volumev3, onto them).  placement is its own project's name.
-PROJECTS = {'network': 'neutron', 'image': 'glance',
-            'block-storage': 'cinder', 'identity': 'keystone',
-            'compute': 'nova', 'baremetal': 'ironic',
-            'key-manager': 'barbican', 'accelerator': 'cyborg',
-            'shared-file-system': 'manila', 'object-store': 'swift'}
+PROJECTS = {
+    'network': 'neutron',
+    'image': 'glance',
+    'block-storage': 'cinder',
+    'identity': 'keystone',
+    'compute': 'nova',
+    'baremetal': 'ironic',
+    'key-manager': 'barbican',
+    'accelerator': 'cyborg',
+    'shared-file-system': 'manila',
+    'object-store': 'swift',
+}
 
 
 def display_name(stype: str) -> str:
@@ -327,11 +376,19 @@ def display_name(stype: str) -> str:
 
 
 def _cells(r: dict) -> list:
-    return [r['operation'], display_name(r['service']), r['method'],
-            r['route'],
-            str(r['count']), _ms(r['p50_us']), _ms(r['p95_us']),
-            _ms(r['max_us']), _errors(r['errors']), str(r['retries']),
-            _share(r['critical_share'])]
+    return [
+        r['operation'],
+        display_name(r['service']),
+        r['method'],
+        r['route'],
+        str(r['count']),
+        _ms(r['p50_us']),
+        _ms(r['p95_us']),
+        _ms(r['max_us']),
+        _errors(r['errors']),
+        str(r['retries']),
+        _share(r['critical_share']),
+    ]
 
 
 def text(report: dict, out: list) -> None:
@@ -341,11 +398,15 @@ def text(report: dict, out: list) -> None:
         return
     title = 'Services called (keystoneauth1, keystonemiddleware)'
     out.extend(['', title, '=' * len(title)])
-    out.extend(fmt.table(
-        HEADERS, [_cells(r) for r in rows],
-        aligns='llll' + 'r' * 4 + 'lrr'))
-    out.append('crit. path: share of the operation\'s requests\' time spent '
-               'in these calls on their critical path')
+    out.extend(
+        fmt.table(
+            HEADERS, [_cells(r) for r in rows], aligns='llll' + 'r' * 4 + 'lrr'
+        )
+    )
+    out.append(
+        'crit. path: share of the operation\'s requests\' time spent '
+        'in these calls on their critical path'
+    )
 
 
 def html_section(report: dict) -> str:
@@ -357,20 +418,28 @@ def html_section(report: dict) -> str:
 
     def cls(i):
         return ' class="l"' if i in left else ''
-    head = ''.join('<th%s>%s</th>' % (cls(i), html.escape(h))
-                   for i, h in enumerate(HEADERS))
+
+    head = ''.join(
+        '<th%s>%s</th>' % (cls(i), html.escape(h))
+        for i, h in enumerate(HEADERS)
+    )
     body = []
     for r in rows:
         title = html.escape(', '.join(r['requests']))
-        cells = ['<td%s>%s</td>' % (cls(i), html.escape(c))
-                 for i, c in enumerate(_cells(r))]
+        cells = [
+            '<td%s>%s</td>' % (cls(i), html.escape(c))
+            for i, c in enumerate(_cells(r))
+        ]
         # the type as recorded (the JSON's), on the readable name
         cells[1] = '<td class="l" title="service type %s">%s</td>' % (
-            html.escape(r['service']), html.escape(display_name(
-                r['service'])))
+            html.escape(r['service']),
+            html.escape(display_name(r['service'])),
+        )
         body.append('<tr title="%s">%s</tr>' % (title, ''.join(cells)))
-    return ('<h2>Services called</h2>\n<p>Calls nova made through '
-            'keystoneauth1 (placement, neutron, glance, cinder, keystone) '
-            'and keystonemiddleware\'s token validation, per operation; '
-            'hover a row for request ids.</p>\n<table><tr>%s</tr>\n%s\n'
-            '</table>' % (head, '\n'.join(body)))
+    return (
+        '<h2>Services called</h2>\n<p>Calls nova made through '
+        'keystoneauth1 (placement, neutron, glance, cinder, keystone) '
+        'and keystonemiddleware\'s token validation, per operation; '
+        'hover a row for request ids.</p>\n<table><tr>%s</tr>\n%s\n'
+        '</table>' % (head, '\n'.join(body))
+    )

@@ -42,12 +42,17 @@ class Sql(base.Section):
 
     key = 'sql'
     routes = (
-        routes.Route('X', frozenset((schema.EV_SQL_QUERY,)), routes.ALL,
-                     'query'),
-        routes.Route('C', frozenset((schema.EV_SQL_AGG,)), routes.ALL,
-                     'agg'),
-        routes.Route('M', frozenset((schema.EV_SQL_FINGERPRINT,)),
-                     routes.ALL, 'fingerprint', shared=True),
+        routes.Route(
+            'X', frozenset((schema.EV_SQL_QUERY,)), routes.ALL, 'query'
+        ),
+        routes.Route('C', frozenset((schema.EV_SQL_AGG,)), routes.ALL, 'agg'),
+        routes.Route(
+            'M',
+            frozenset((schema.EV_SQL_FINGERPRINT,)),
+            routes.ALL,
+            'fingerprint',
+            shared=True,
+        ),
     )
 
     def __init__(self, ctx: base.Context) -> None:
@@ -63,10 +68,17 @@ class Sql(base.Section):
             self._writer = cursor.process
             self.writers.add(self._writer.key)
         attrs = rec.attrs or {}
-        self.digest.add(ts, rec.dur_us, attrs.get('fp'), rec.svc,
-                        attrs.get('db'), attrs.get('call'),
-                        attrs.get('rows'), rec.st == 'error',
-                        attrs.get('kind'))
+        self.digest.add(
+            ts,
+            rec.dur_us,
+            attrs.get('fp'),
+            rec.svc,
+            attrs.get('db'),
+            attrs.get('call'),
+            attrs.get('rows'),
+            rec.st == 'error',
+            attrs.get('kind'),
+        )
 
     def agg(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         """An ``sql.agg`` counter: statements the runtime aggregated."""
@@ -74,12 +86,14 @@ class Sql(base.Section):
             self.writers.add(cursor.process.key)
         self.digest.add_agg(ts, rec.svc, rec.attrs or {})
 
-    def fingerprint(self, rec: typing.Any, ts: int, cursor: typing.Any
-                    ) -> None:
+    def fingerprint(
+        self, rec: typing.Any, ts: int, cursor: typing.Any
+    ) -> None:
         """A ``sql.fingerprint`` record: the text of a query id."""
         attrs = rec.attrs or {}
-        self.digest.fingerprint(attrs.get('fp'), attrs.get('text'),
-                                attrs.get('kind'))
+        self.digest.fingerprint(
+            attrs.get('fp'), attrs.get('text'), attrs.get('kind')
+        )
 
     def merge(self, other: 'Sql') -> None:
         self.digest.merge(other.digest)
@@ -87,9 +101,10 @@ class Sql(base.Section):
 
     def report(self, view: base.View) -> dict:
         opts = view.opts
-        return dict(self.digest.profile(opts.group_by, opts.order_by,
-                                        opts.limit),
-                    dropped=view['quality']['sql_dropped'])
+        return dict(
+            self.digest.profile(opts.group_by, opts.order_by, opts.limit),
+            dropped=view['quality']['sql_dropped'],
+        )
 
     @staticmethod
     def text(report: dict, page: base.Page) -> list:
@@ -107,35 +122,64 @@ class Sql(base.Section):
         rows_a = {r['id']: r for r in a['sql']['rows']}
         rows_b = {r['id']: r for r in b['sql']['rows']}
         ids = [r['id'] for r in a['sql']['rows'][:top]]
-        ids += [i for i in (r['id'] for r in b['sql']['rows'][:top])
-                if i not in ids]
+        ids += [
+            i
+            for i in (r['id'] for r in b['sql']['rows'][:top])
+            if i not in ids
+        ]
         sql = []
         for qid in ids:
             ra, rb = rows_a.get(qid), rows_b.get(qid)
             item = (ra if ra is not None else rows_b[qid])['item']
-            sql.append({
-                'id': qid, 'item': item,
-                'calls_a': ra['calls'] if ra else 0,
-                'calls_b': rb['calls'] if rb else 0,
-                'r_call_a_us': ra['r_call_us'] if ra else None,
-                'r_call_b_us': rb['r_call_us'] if rb else None,
-                'total_a_us': ra['total_us'] if ra else 0,
-                'total_b_us': rb['total_us'] if rb else 0,
-                'change': significance.change(
-                    ra['r_call_us'] if ra else None,
-                    rb['r_call_us'] if rb else None)})
+            sql.append(
+                {
+                    'id': qid,
+                    'item': item,
+                    'calls_a': ra['calls'] if ra else 0,
+                    'calls_b': rb['calls'] if rb else 0,
+                    'r_call_a_us': ra['r_call_us'] if ra else None,
+                    'r_call_b_us': rb['r_call_us'] if rb else None,
+                    'total_a_us': ra['total_us'] if ra else 0,
+                    'total_b_us': rb['total_us'] if rb else 0,
+                    'change': significance.change(
+                        ra['r_call_us'] if ra else None,
+                        rb['r_call_us'] if rb else None,
+                    ),
+                }
+            )
         return {'sql': sql}
 
     @staticmethod
     def compare_text(cmp: dict, reminder: list) -> list:
         out = ['Top SQL classes']
         out.extend(reminder)
-        sql = [(r['id'], r['item'], r['calls_a'], r['calls_b'],
-                fmt.fmt_us(r['r_call_a_us']), fmt.fmt_us(r['r_call_b_us']),
-                fmt.fmt_change(r['change'])) for r in cmp['sql']]
-        out.extend(fmt.table(['Query ID', 'Item', 'calls A', 'calls B',
-                              'R/Call A', 'R/Call B', 'change'], sql,
-                             'llrrrrr'))
+        sql = [
+            (
+                r['id'],
+                r['item'],
+                r['calls_a'],
+                r['calls_b'],
+                fmt.fmt_us(r['r_call_a_us']),
+                fmt.fmt_us(r['r_call_b_us']),
+                fmt.fmt_change(r['change']),
+            )
+            for r in cmp['sql']
+        ]
+        out.extend(
+            fmt.table(
+                [
+                    'Query ID',
+                    'Item',
+                    'calls A',
+                    'calls B',
+                    'R/Call A',
+                    'R/Call B',
+                    'change',
+                ],
+                sql,
+                'llrrrrr',
+            )
+        )
         return out
 
 
@@ -146,8 +190,10 @@ def sql_dropped_text(sql: dict) -> str:
     dropped = sql.get('dropped') or 0
     if not dropped:
         return ''
-    return ('; %d more statements were dropped before they became '
-            'records and are not profiled (sql.dropped)' % dropped)
+    return (
+        '; %d more statements were dropped before they became '
+        'records and are not profiled (sql.dropped)' % dropped
+    )
 
 
 def text_lines(report: dict, blocks: int) -> list:
@@ -156,32 +202,74 @@ def text_lines(report: dict, blocks: int) -> list:
     us = fmt.fmt_us
     out: list = []
     sql = report['sql']
-    out.extend(fmt.title('SQL profile (grouped by %s, ordered by %s)' % (
-        sql['group_by'], sql['order_by'])))
+    out.extend(
+        fmt.title(
+            'SQL profile (grouped by %s, ordered by %s)'
+            % (sql['group_by'], sql['order_by'])
+        )
+    )
     note = views.sql_loss_line(report)
     if note:
         out.append(note)
     if not sql['rows']:
         out.append('no SQL statements' + sql_dropped_text(sql))
         return out
-    out.append('# %d statements in %d classes, %s total%s%s' % (
-        sql['calls'], sql['classes'], us(sql['total_us']),
-        ', %d outside --since/--until' % sql['filtered_out']
-        if sql['filtered_out'] else '', sql_dropped_text(sql)))
+    out.append(
+        '# %d statements in %d classes, %s total%s%s'
+        % (
+            sql['calls'],
+            sql['classes'],
+            us(sql['total_us']),
+            ', %d outside --since/--until' % sql['filtered_out']
+            if sql['filtered_out']
+            else '',
+            sql_dropped_text(sql),
+        )
+    )
     rows = []
     for r in sql['rows']:
-        rows.append((r['rank'], r['id'], '%.4f' % (r['total_us'] / 1e6),
-                     '%.1f%%' % (100 * r['pct']), r['calls'],
-                     '%.4f' % (r['r_call_us'] / 1e6), '%.2f' % r['v_m'],
-                     r['item']))
+        rows.append(
+            (
+                r['rank'],
+                r['id'],
+                '%.4f' % (r['total_us'] / 1e6),
+                '%.1f%%' % (100 * r['pct']),
+                r['calls'],
+                '%.4f' % (r['r_call_us'] / 1e6),
+                '%.2f' % r['v_m'],
+                r['item'],
+            )
+        )
     misc = sql['misc']
     if misc:
-        rows.append(('MISC', '0xMISC', '%.4f' % (misc['total_us'] / 1e6),
-                     '%.1f%%' % (100 * misc['pct']), misc['calls'], '',
-                     '', '<%d ITEMS>' % misc['classes']))
-    out.extend(fmt.table(['Rank', 'Query ID', 'Response time', '%',
-                          'Calls', 'R/Call', 'V/M', 'Item'], rows,
-                         'rlrrrrrl'))
+        rows.append(
+            (
+                'MISC',
+                '0xMISC',
+                '%.4f' % (misc['total_us'] / 1e6),
+                '%.1f%%' % (100 * misc['pct']),
+                misc['calls'],
+                '',
+                '',
+                '<%d ITEMS>' % misc['classes'],
+            )
+        )
+    out.extend(
+        fmt.table(
+            [
+                'Rank',
+                'Query ID',
+                'Response time',
+                '%',
+                'Calls',
+                'R/Call',
+                'V/M',
+                'Item',
+            ],
+            rows,
+            'rlrrrrrl',
+        )
+    )
     for r in sql['rows'][:blocks]:
         out.append('')
         out.extend(class_block(r, sql['group_by']))
@@ -199,39 +287,64 @@ def rows_cell(r: dict) -> tuple:
     unknown = r.get('rows_unknown') or 0
     if unknown:
         return str(rows), '  (%d of %d statements without a row count)' % (
-            unknown, r['calls'])
+            unknown,
+            r['calls'],
+        )
     return str(rows), ''
 
 
 def class_block(r: dict, group_by: str) -> list:
     """One pt-query-digest style block for a class."""
     us = fmt.fmt_us
-    lines = ['# Query %d: ID %s (%s %s)' % (
-        r['rank'], r['id'], group_by, r['item'])]
-    lines.append('# services %s; databases %s; called from %s' % (
-        ', '.join(r['services']) or '-', ', '.join(r['databases']) or '-',
-        ', '.join(r['calls_from'][:4]) or '-'))
+    lines = [
+        '# Query %d: ID %s (%s %s)' % (r['rank'], r['id'], group_by, r['item'])
+    ]
+    lines.append(
+        '# services %s; databases %s; called from %s'
+        % (
+            ', '.join(r['services']) or '-',
+            ', '.join(r['databases']) or '-',
+            ', '.join(r['calls_from'][:4]) or '-',
+        )
+    )
     kinds = r.get('kinds') or {}
     if len(kinds) > 1 or set(kinds) & SIDE_KINDS:
         # e.g. ROLLBACKs of transactions and of the pool's resets
-        lines.append('# kinds %s' % ', '.join(
-            '%s %d' % item for item in kinds.items()))
-    lines.append('# Attribute    pct   total     min     max     avg     '
-                 '95%  stddev  median')
-    lines.append('# ============ === ======= ======= ======= ======= '
-                 '======= ======= =======')
-    lines.append('# Count        %3d %7d' % (round(100 * r['pct_calls'])
-                                             if 'pct_calls' in r else 0,
-                                             r['calls']))
-    lines.append('# Exec time    %3d %7s %7s %7s %7s %7s %7s %7s' % (
-        round(100 * r['pct']), us(r['total_us']), us(r['min_us']),
-        us(r['max_us']), us(r['avg_us']), us(r['p95_us']),
-        us(r['stddev_us']), us(r['median_us'])))
+        lines.append(
+            '# kinds %s' % ', '.join('%s %d' % item for item in kinds.items())
+        )
+    lines.append(
+        '# Attribute    pct   total     min     max     avg     '
+        '95%  stddev  median'
+    )
+    lines.append(
+        '# ============ === ======= ======= ======= ======= '
+        '======= ======= ======='
+    )
+    lines.append(
+        '# Count        %3d %7d'
+        % (round(100 * r['pct_calls']) if 'pct_calls' in r else 0, r['calls'])
+    )
+    lines.append(
+        '# Exec time    %3d %7s %7s %7s %7s %7s %7s %7s'
+        % (
+            round(100 * r['pct']),
+            us(r['total_us']),
+            us(r['min_us']),
+            us(r['max_us']),
+            us(r['avg_us']),
+            us(r['p95_us']),
+            us(r['stddev_us']),
+            us(r['median_us']),
+        )
+    )
     lines.append('# Rows             %7s%s' % rows_cell(r))
     lines.append('# Errors           %7d' % r['errors'])
     if r['aggregated']:
-        lines.append('# (%d statements from sql.agg aggregates: their '
-                     'percentiles are estimated)' % r['aggregated'])
+        lines.append(
+            '# (%d statements from sql.agg aggregates: their '
+            'percentiles are estimated)' % r['aggregated']
+        )
     lines.append('# Query_time distribution')
     hist = r['histogram']
     peak = max(hist) or 1
@@ -250,20 +363,50 @@ def html_parts(report: dict) -> list:
     block."""
     esc = fmt.esc
     sql = report['sql']
-    out = ['<h2>SQL digest (grouped by %s, ordered by %s)</h2>' % (
-        esc(sql['group_by']), esc(sql['order_by']))]
-    out.append('<p class="note">%d statements in %d classes, %s%s. Query '
-               'ID = MD5 of the fingerprint.</p>' % (
-                   sql['calls'], sql['classes'],
-                   esc(fmt.fmt_us(sql['total_us'])),
-                   esc(sql_dropped_text(sql))))
-    out.append(fmt.html_table(['Rank', 'Query ID', 'Response time', '%',
-                               'Calls', 'R/Call', 'V/M', 'Item'], [
-        (r['rank'], r['id'], fmt.fmt_us(r['total_us']),
-         '%.1f%%' % (100 * r['pct']), r['calls'],
-         fmt.fmt_us(r['r_call_us']), '%.2f' % r['v_m'], r['item'])
-        for r in sql['rows']], left=(1, 7)))
+    out = [
+        '<h2>SQL digest (grouped by %s, ordered by %s)</h2>'
+        % (esc(sql['group_by']), esc(sql['order_by']))
+    ]
+    out.append(
+        '<p class="note">%d statements in %d classes, %s%s. Query '
+        'ID = MD5 of the fingerprint.</p>'
+        % (
+            sql['calls'],
+            sql['classes'],
+            esc(fmt.fmt_us(sql['total_us'])),
+            esc(sql_dropped_text(sql)),
+        )
+    )
+    out.append(
+        fmt.html_table(
+            [
+                'Rank',
+                'Query ID',
+                'Response time',
+                '%',
+                'Calls',
+                'R/Call',
+                'V/M',
+                'Item',
+            ],
+            [
+                (
+                    r['rank'],
+                    r['id'],
+                    fmt.fmt_us(r['total_us']),
+                    '%.1f%%' % (100 * r['pct']),
+                    r['calls'],
+                    fmt.fmt_us(r['r_call_us']),
+                    '%.2f' % r['v_m'],
+                    r['item'],
+                )
+                for r in sql['rows']
+            ],
+            left=(1, 7),
+        )
+    )
     for r in sql['rows']:
-        out.append('<pre>%s</pre>' % esc('\n'.join(
-            class_block(r, sql['group_by']))))
+        out.append(
+            '<pre>%s</pre>' % esc('\n'.join(class_block(r, sql['group_by'])))
+        )
     return out

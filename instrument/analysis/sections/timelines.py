@@ -52,8 +52,9 @@ class Keeper:
         self.slowest: dict = {}
         self.per_state = collections.Counter()
 
-    def __call__(self, summary: typing.Any, r: typing.Any,
-                 tree: typing.Any) -> bool:
+    def __call__(
+        self, summary: typing.Any, r: typing.Any, tree: typing.Any
+    ) -> bool:
         if self.keep_all:
             return True
         if summary.state not in classify.GOOD_STATES:
@@ -64,8 +65,7 @@ class Keeper:
         # the slowest successful requests of each operation and good
         # state (a slow first-attempt success is kept even when every
         # rescheduled one is slower)
-        slowest = self.slowest.setdefault((summary.kind, summary.state),
-                                          [])
+        slowest = self.slowest.setdefault((summary.kind, summary.state), [])
         item = (summary.latency, id(summary), summary)
         if len(slowest) < KEEP_SLOWEST:
             heapq.heappush(slowest, item)
@@ -83,8 +83,9 @@ class Timelines(base.Section):
     key = 'timelines'
 
     def __init__(self, ctx: base.Context) -> None:
-        self.keeper = Keeper(bool(ctx.opts is not None and
-                                  ctx.opts.all_lifecycles))
+        self.keeper = Keeper(
+            bool(ctx.opts is not None and ctx.opts.all_lifecycles)
+        )
 
     def finished(self, done: typing.Any) -> bool:
         """Keep this request's lifecycle?"""
@@ -92,8 +93,8 @@ class Timelines(base.Section):
 
     def report(self, view: base.View) -> list:
         return view.part('periodic').annotate(
-            [s.to_dict() for s in view.summaries
-             if s.lifecycle is not None])
+            [s.to_dict() for s in view.summaries if s.lifecycle is not None]
+        )
 
     @staticmethod
     def html(report: dict, page: base.Page) -> list:
@@ -104,32 +105,51 @@ class Timelines(base.Section):
 
 # The keys of a timeline's drawing, after its component colours.
 TIMELINE_KEYS = {
-    'critical': ('critical', '#ffffff', 'black outline: on the critical '
-                 'path (what set the end-to-end time); a span too short '
-                 'for the scale shows as a thin black mark',
-                 'border:2px solid #000'),
-    'open': ('open', None, 'dashed red: started, never ended',
-             'border:2px dashed #b00000'),
-    'error': ('error', '#555555', 'faded colour: ended in an error',
-              'opacity:.6'),
+    'critical': (
+        'critical',
+        '#ffffff',
+        'black outline: on the critical '
+        'path (what set the end-to-end time); a span too short '
+        'for the scale shows as a thin black mark',
+        'border:2px solid #000',
+    ),
+    'open': (
+        'open',
+        None,
+        'dashed red: started, never ended',
+        'border:2px dashed #b00000',
+    ),
+    'error': (
+        'error',
+        '#555555',
+        'faded colour: ended in an error',
+        'opacity:.6',
+    ),
 }
 
 
-def pick(timelines: list, slowest: int = 4,
-                    limit: int = 10) -> list:
+def pick(timelines: list, slowest: int = 4, limit: int = 10) -> list:
     """``[(label, timeline)]``: the ``slowest`` successful boots by
     end-to-end time, slowest first (of the kept lifecycles; a boot whose
     span end was lost is left out, as in the components table), the
     slowest boot that succeeded at its first attempt when none of those
     did, then the first request of each failure state, up to ``limit``
     in all."""
-    good = sorted((t for t in timelines
-                   if t.get('kind', 'boot') == 'boot' and
-                   t['state'] in classify.GOOD_STATES and
-                   not t.get('lost_ends') and not t.get('loss')),
-                  key=lambda t: (-t['latency_us'], t['req']))
-    out = [('slowest successful boot %d' % (i + 1), t)
-           for i, t in enumerate(good[:slowest])]
+    good = sorted(
+        (
+            t
+            for t in timelines
+            if t.get('kind', 'boot') == 'boot'
+            and t['state'] in classify.GOOD_STATES
+            and not t.get('lost_ends')
+            and not t.get('loss')
+        ),
+        key=lambda t: (-t['latency_us'], t['req']),
+    )
+    out = [
+        ('slowest successful boot %d' % (i + 1), t)
+        for i, t in enumerate(good[:slowest])
+    ]
     first = [t for t in good if t['state'] == classify.SUCCESS]
     if first and first[0] not in good[:slowest]:
         out.append((FIRST_ATTEMPT, first[0]))
@@ -137,11 +157,14 @@ def pick(timelines: list, slowest: int = 4,
     for t in timelines:
         if len(out) >= limit:
             break
-        if t['state'] not in classify.GOOD_STATES + (classify.OTHER,) \
-                and t['state'] not in seen_states:
+        if (
+            t['state'] not in classify.GOOD_STATES + (classify.OTHER,)
+            and t['state'] not in seen_states
+        ):
             seen_states.add(t['state'])
-            out.append(('%s %s, first seen' % (t.get('kind', 'boot'),
-                                                t['state']), t))
+            out.append(
+                ('%s %s, first seen' % (t.get('kind', 'boot'), t['state']), t)
+            )
     return out
 
 
@@ -152,41 +175,71 @@ def html_parts(report: dict, page: base.Page) -> list:
     out: list = []
     picked = pick(report.get('timelines') or [])
     labels = [label for label, _t in picked]
-    out.append('<h2>Timelines of the %d slowest successful boots%s and of '
-               'one request per failure state</h2>' % (
-                   sum(1 for label in labels
-                       if label.startswith('slowest successful boot ')),
-                   ', the slowest first-attempt success'
-                   if FIRST_ATTEMPT in labels else ''))
-    out.append('<p class="note">The successful boot requests (success '
-               'or rescheduled_success) with the longest end-to-end '
-               'times, slowest first (the first one: the max of the '
-               'components table), and the slowest that succeeded at its '
-               'first attempt if none of them did; then the first '
-               'request seen in each failure state. Each span of a '
-               'request on a common time axis, grouped by host and '
-               'service; a span nested in another is drawn below it. '
-               'Colours are components; the legend under each timeline '
-               'explains outlines and dashes. Hover a bar for its event, '
-               'duration and error.</p>')
+    out.append(
+        '<h2>Timelines of the %d slowest successful boots%s and of '
+        'one request per failure state</h2>'
+        % (
+            sum(
+                1
+                for label in labels
+                if label.startswith('slowest successful boot ')
+            ),
+            ', the slowest first-attempt success'
+            if FIRST_ATTEMPT in labels
+            else '',
+        )
+    )
+    out.append(
+        '<p class="note">The successful boot requests (success '
+        'or rescheduled_success) with the longest end-to-end '
+        'times, slowest first (the first one: the max of the '
+        'components table), and the slowest that succeeded at its '
+        'first attempt if none of them did; then the first '
+        'request seen in each failure state. Each span of a '
+        'request on a common time axis, grouped by host and '
+        'service; a span nested in another is drawn below it. '
+        'Colours are components; the legend under each timeline '
+        'explains outlines and dashes. Hover a bar for its event, '
+        'duration and error.</p>'
+    )
     for what, req in picked:
-        states = ', '.join(
-            '%s %s' % (i['inst'] or '-', i['state'])
-            for i in req['instances']) or req['state']
+        states = (
+            ', '.join(
+                '%s %s' % (i['inst'] or '-', i['state'])
+                for i in req['instances']
+            )
+            or req['state']
+        )
         # the findings link a request to its lifecycle here
         out.append('<a id="req-%s"></a>' % esc(req['req']))
-        out.append('<h3>%s: %s &mdash; %s, %s</h3>' % (
-            esc(what), esc(req['req']), esc(states),
-            esc(fmt.fmt_us(req['latency_us']))))
+        out.append(
+            '<h3>%s: %s &mdash; %s, %s</h3>'
+            % (
+                esc(what),
+                esc(req['req']),
+                esc(states),
+                esc(fmt.fmt_us(req['latency_us'])),
+            )
+        )
         for inst in req['instances']:
             if inst.get('cause'):
-                out.append('<p class="bad">%s: %s on %s: %s</p>' % (
-                    esc(inst['state']), esc(inst['cause']['cls']),
-                    esc(inst['cause']['host']), esc(inst['cause']['msg'])))
+                out.append(
+                    '<p class="bad">%s: %s on %s: %s</p>'
+                    % (
+                        esc(inst['state']),
+                        esc(inst['cause']['cls']),
+                        esc(inst['cause']['host']),
+                        esc(inst['cause']['msg']),
+                    )
+                )
             if inst.get('stopped'):
-                out.append('<p class="bad">stopped at %s on %s</p>' % (
-                    esc(inst['stopped']['ev']),
-                    esc(inst['stopped']['host'])))
+                out.append(
+                    '<p class="bad">stopped at %s on %s</p>'
+                    % (
+                        esc(inst['stopped']['ev']),
+                        esc(inst['stopped']['host']),
+                    )
+                )
         out.extend(periodic.held_notes(req, esc))
         chart = timeline(req, page.extra)
         if chart:
@@ -200,8 +253,9 @@ def timeline(req: dict, extra: dict) -> str:
     """One request's spans on a time axis, a group of rows per host and
     service (nested spans below their parents), bars labelled with
     their event when it fits, then a legend."""
-    events = [e for e in req.get('lifecycle') or []
-              if not e['ev'].startswith('sql.')]
+    events = [
+        e for e in req.get('lifecycle') or [] if not e['ev'].startswith('sql.')
+    ]
     if not events:
         return ''
     rows = []
@@ -216,10 +270,11 @@ def timeline(req: dict, extra: dict) -> str:
     placed = []
     for e in events:
         key = (e['host'], e['svc'])
-        end = e['t_us'] + (e['dur_us'] if e['dur_us'] is not None
-                           else total - e['t_us'])
+        end = e['t_us'] + (
+            e['dur_us'] if e['dur_us'] is not None else total - e['t_us']
+        )
         lane = 0
-        for (k2, s2, e2, l2) in placed:
+        for k2, s2, e2, l2 in placed:
             if k2 == key and s2 <= e['t_us'] < e2 and l2 >= lane:
                 lane = l2 + 1
         lanes[key] = max(lanes.get(key, 0), lane)
@@ -227,24 +282,36 @@ def timeline(req: dict, extra: dict) -> str:
     offsets = {}
     y = 8
     for key in rows:
-        y += 18                     # the group's title line
+        y += 18  # the group's title line
         offsets[key] = y
         y += rh * (lanes[key] + 1) + 8
     height = y + 44
     ticks, div, unit = charts.axis(total, 'us')
     # x as shares of the width: a zoom widens the time axis only
-    parts = [charts.stretched_open(w, height,
-                                   'timeline of %s' % req['req'])]
+    parts = [charts.stretched_open(w, height, 'timeline of %s' % req['req'])]
     at = charts.xs(w)
-    to_x = charts.x_axis(parts, ticks, left, right, y,
-                         charts.titled('time since the request started',
-                                       unit), grid_top=8, width=w)
+    to_x = charts.x_axis(
+        parts,
+        ticks,
+        left,
+        right,
+        y,
+        charts.titled('time since the request started', unit),
+        grid_top=8,
+        width=w,
+    )
     for key in rows:
-        parts.append('<text x="%s" y="%d" font-size="13" fill="%s" '
-                     'font-weight="bold">%s / %s</text>' % (
-                         at(left), offsets[key] - 5, charts.INK,
-                         fmt.esc(key[0]),
-                         fmt.esc(key[1])))
+        parts.append(
+            '<text x="%s" y="%d" font-size="13" fill="%s" '
+            'font-weight="bold">%s / %s</text>'
+            % (
+                at(left),
+                offsets[key] - 5,
+                charts.INK,
+                fmt.esc(key[0]),
+                fmt.esc(key[1]),
+            )
+        )
     used = []
     marks = set()
     for e, (key, start, end, lane) in zip(events, placed, strict=True):
@@ -268,26 +335,34 @@ def timeline(req: dict, extra: dict) -> str:
             fill = charts.blend(fill, 0.6)
             marks.add('error')
         title = '%s on %s: %s%s%s' % (
-            e['ev'], e['host'],
+            e['ev'],
+            e['host'],
             'open' if e['dur_us'] is None else fmt.fmt_us(e['dur_us']),
             ' (SQL %s)' % fmt.fmt_us(e['sql_us']) if e['sql_us'] else '',
-            ' error %s' % e['err'] if e['err'] else '')
-        parts.append('<rect x="%s" y="%d" width="%s" height="%d" %s>'
-                     '<title>%s</title></rect>' % (at(x), yy, at(bw),
-                                                   rh - 3, style,
-                                                   fmt.esc(title)))
-        label = fmt.clip_words(e['ev'], int((bw - 6) / 6.6),
-                                       '._ ', '\u2026', hard=False)
+            ' error %s' % e['err'] if e['err'] else '',
+        )
+        parts.append(
+            '<rect x="%s" y="%d" width="%s" height="%d" %s>'
+            '<title>%s</title></rect>'
+            % (at(x), yy, at(bw), rh - 3, style, fmt.esc(title))
+        )
+        label = fmt.clip_words(
+            e['ev'], int((bw - 6) / 6.6), '._ ', '\u2026', hard=False
+        )
         if label:
-            parts.append('<text class="barlabel" x="%s" dx="3" y="%d" '
-                         'font-size="12" fill="%s" data-bg="%s">%s'
-                         '</text>' % (
-                             at(x), yy + 14, charts.text_on(fill), fill,
-                             fmt.esc(label)))
+            parts.append(
+                '<text class="barlabel" x="%s" dx="3" y="%d" '
+                'font-size="12" fill="%s" data-bg="%s">%s'
+                '</text>'
+                % (at(x), yy + 14, charts.text_on(fill), fill, fmt.esc(label))
+            )
     parts.append('</svg>')
     keys: list = [(views.color(c, extra), c) for c in used]
-    keys += [TIMELINE_KEYS[m][1:] for m in ('critical', 'open', 'error')
-             if m in marks]
+    keys += [
+        TIMELINE_KEYS[m][1:]
+        for m in ('critical', 'open', 'error')
+        if m in marks
+    ]
     return ''.join(parts) + charts.legend(keys)
 
 

@@ -52,9 +52,13 @@ W_US = request_waits.W_US
 W_CP = request_waits.W_CP
 TOP = 20
 KEEP_REQUESTS = 5
-DB_POOL_INSTANTS = frozenset((schema.EV_DB_POOL_CONNECT,
-                              schema.EV_DB_POOL_CLOSE,
-                              schema.EV_DB_POOL_INVALIDATE))
+DB_POOL_INSTANTS = frozenset(
+    (
+        schema.EV_DB_POOL_CONNECT,
+        schema.EV_DB_POOL_CLOSE,
+        schema.EV_DB_POOL_INVALIDATE,
+    )
+)
 
 
 def work_vs_wait(summaries: list) -> list:
@@ -73,8 +77,12 @@ def work_vs_wait(summaries: list) -> list:
             key = (s.kind, row[W_IN])
             a = acc.get(key)
             if a is None:
-                a = acc[key] = {'work': 0, 'cp_work': 0, 'seen': set(),
-                                'waits': {}}
+                a = acc[key] = {
+                    'work': 0,
+                    'cp_work': 0,
+                    'seen': set(),
+                    'waits': {},
+                }
             a['seen'].add(s.req)
             w = a['waits'].get((row[W_KIND], row[W_NAME]))
             if w is None:
@@ -101,36 +109,50 @@ def work_vs_wait(summaries: list) -> list:
         waits = []
         for (wkind, name), (us, cp_us, reqs) in a['waits'].items():
             reqs.sort(reverse=True)
-            waits.append({'kind': wkind, 'name': name, 'mean_us': us / n,
-                          'critical_mean_us': cp_us / n,
-                          'requests': [r for _u, r in
-                                       reqs[:KEEP_REQUESTS]]})
+            waits.append(
+                {
+                    'kind': wkind,
+                    'name': name,
+                    'mean_us': us / n,
+                    'critical_mean_us': cp_us / n,
+                    'requests': [r for _u, r in reqs[:KEEP_REQUESTS]],
+                }
+            )
         waits.sort(key=lambda w: -w['mean_us'])
         wait_us = sum(w['mean_us'] for w in waits)
         cp_wait = sum(w['critical_mean_us'] for w in waits)
         work = a['work'] / n
         cp_work = a['cp_work'] / n
-        out.append({
-            'op': kind, 'component': where, 'requests': n,
-            'waited': len(a['seen']),
-            'work_mean_us': work, 'wait_mean_us': wait_us,
-            'wait_share': wait_us / (work + wait_us)
-            if work + wait_us else None,
-            'critical_work_mean_us': cp_work,
-            'critical_wait_mean_us': cp_wait,
-            'waits': waits})
+        out.append(
+            {
+                'op': kind,
+                'component': where,
+                'requests': n,
+                'waited': len(a['seen']),
+                'work_mean_us': work,
+                'wait_mean_us': wait_us,
+                'wait_share': wait_us / (work + wait_us)
+                if work + wait_us
+                else None,
+                'critical_work_mean_us': cp_work,
+                'critical_wait_mean_us': cp_wait,
+                'waits': waits,
+            }
+        )
     out.sort(key=lambda r: (r['op'], -r['wait_mean_us']))
     return out
 
 
 # -- every wait record -----------------------------------------------------
 
+
 class WaitTable:
     """Every wait record read (``add``), by kind and name; partial
     tables of pipeline workers ``merge``."""
 
-    def __init__(self, since: int | None = None,
-                 until: int | None = None) -> None:
+    def __init__(
+        self, since: int | None = None, until: int | None = None
+    ) -> None:
         self.since = since
         self.until = until
         self.stats: dict = {}
@@ -139,8 +161,9 @@ class WaitTable:
     def add(self, rec: typing.Any, ts: int) -> None:
         """An ``X`` record of a wait event (``load``'s decoded record,
         ``ts`` on corrected clocks)."""
-        if (self.since is not None and ts < self.since) or \
-                (self.until is not None and ts >= self.until):
+        if (self.since is not None and ts < self.since) or (
+            self.until is not None and ts >= self.until
+        ):
             return
         kind = WAIT_EVENTS.get(rec.ev)
         if kind is None:
@@ -157,8 +180,13 @@ class WaitTable:
             st.held_total += held
             if held > st.held_max:
                 st.held_max = held
-                st.holder = (rec.req, attrs.get(schema.ATTR_CALL),
-                             rec.host, rec.svc, ts)
+                st.holder = (
+                    rec.req,
+                    attrs.get(schema.ATTR_CALL),
+                    rec.host,
+                    rec.svc,
+                    ts,
+                )
 
     def instant(self, rec: typing.Any) -> None:
         """A ``db.pool.connect``/``close``/``invalidate`` record."""
@@ -180,21 +208,32 @@ class WaitTable:
         """The things waited for longest in total, with their stats."""
         rows = []
         for (kind, name), st in self.stats.items():
-            row = {'kind': kind, 'name': name, 'count': st.count,
-                   'errors': st.errors, 'total_us': st.total,
-                   'mean_us': st.total / st.count if st.count else None,
-                   'p50_us': st.percentile(50), 'p95_us': st.percentile(95),
-                   'max_us': st.max if st.count else None,
-                   'longest_wait_request': st.max_req,
-                   'exact': st.values is not None}
+            row = {
+                'kind': kind,
+                'name': name,
+                'count': st.count,
+                'errors': st.errors,
+                'total_us': st.total,
+                'mean_us': st.total / st.count if st.count else None,
+                'p50_us': st.percentile(50),
+                'p95_us': st.percentile(95),
+                'max_us': st.max if st.count else None,
+                'longest_wait_request': st.max_req,
+                'exact': st.values is not None,
+            }
             if st.holder is not None:
                 req, call, host, svc, ts = st.holder
                 row['held_total_us'] = st.held_total
                 row['longest_hold'] = {
-                    'held_us': st.held_max, 'request': req, 'call': call,
-                    'host': host, 'svc': svc, 'ts': ts,
+                    'held_us': st.held_max,
+                    'request': req,
+                    'call': call,
+                    'host': host,
+                    'svc': svc,
+                    'ts': ts,
                     # the holder named, when a periodic task's run
-                    'periodic_task': schema.periodic_task_of(req)}
+                    'periodic_task': schema.periodic_task_of(req),
+                }
             rows.append(row)
         rows.sort(key=lambda r: (-r['total_us'], r['kind'], r['name']))
         return rows[:limit]
@@ -203,18 +242,22 @@ class WaitTable:
         """Connections made/closed/invalidated per database."""
         dbs = {}
         for (what, db), n in self.connects.items():
-            dbs.setdefault(db, {'db': db, 'connect': 0, 'close': 0,
-                                'invalidate': 0})[what] = n
+            dbs.setdefault(
+                db, {'db': db, 'connect': 0, 'close': 0, 'invalidate': 0}
+            )[what] = n
         return [dbs[k] for k in sorted(dbs)]
 
 
 def report(table: WaitTable, summaries: list) -> dict:
     """The ``waits`` section of the report dict."""
-    return {'top': table.top(), 'work_vs_wait': work_vs_wait(summaries),
-            'connections': table.connections(),
-            'counted': 'wait records of every process; work vs wait per '
-                       'request of each operation (means over all its '
-                       'requests)'}
+    return {
+        'top': table.top(),
+        'work_vs_wait': work_vs_wait(summaries),
+        'connections': table.connections(),
+        'counted': 'wait records of every process; work vs wait per '
+        'request of each operation (means over all its '
+        'requests)',
+    }
 
 
 class Waits(base.Section):
@@ -232,8 +275,7 @@ class Waits(base.Section):
     def add(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         self.table.add(rec, ts)
 
-    def instant(self, rec: typing.Any, ts: int, cursor: typing.Any
-                ) -> None:
+    def instant(self, rec: typing.Any, ts: int, cursor: typing.Any) -> None:
         self.table.instant(rec)
 
     def merge(self, other: 'Waits') -> None:
@@ -254,12 +296,18 @@ class Waits(base.Section):
         out = html_section(report.get('waits'), fmt.html_table)
         caveats = views.setup_caveats(report)
         if out and caveats:
-            out = ''.join('<p class="note"><b>%s</b></p>' % fmt.esc(c)
-                          for c in caveats) + out
+            out = (
+                ''.join(
+                    '<p class="note"><b>%s</b></p>' % fmt.esc(c)
+                    for c in caveats
+                )
+                + out
+            )
         return [out]
 
 
 # -- writers -----------------------------------------------------------------
+
 
 def _holder(hold: dict) -> str:
     """The span a lock was held longest in: the periodic task's name
@@ -273,8 +321,7 @@ def _holder(hold: dict) -> str:
 def text_lines(section: dict | None) -> list:
     """The text report's lines for ``report['waits']``."""
     us = fmt.fmt_us
-    if not section or not (section.get('top') or
-                           section.get('work_vs_wait')):
+    if not section or not (section.get('top') or section.get('work_vs_wait')):
         return []
     title = 'Waits: locks, DB pool, worker pools'
     out = ['', title, '=' * len(title)]
@@ -283,53 +330,111 @@ def text_lines(section: dict | None) -> list:
         rows = []
         for r in top:
             hold = r.get('longest_hold') or {}
-            holder = '-' if not hold else '%s %s %s@%s' % (
-                us(hold.get('held_us')), _holder(hold),
-                hold.get('svc') or '-', hold.get('host') or '-')
-            rows.append((r['kind'], r['name'], r['count'],
-                         us(r['total_us']), us(r['p50_us']),
-                         us(r['p95_us']), us(r['max_us']), holder,
-                         (hold.get('request') or '-') if hold else '-'))
-        out.append('top waits (every wait record, with or without a '
-                   'request):')
-        out.extend(fmt.table(
-            ['kind', 'name', 'count', 'total', 'p50', 'p95', 'max',
-             'held longest (by)', 'held by request'], rows,
-            'llrrrrrll'))
+            holder = (
+                '-'
+                if not hold
+                else '%s %s %s@%s'
+                % (
+                    us(hold.get('held_us')),
+                    _holder(hold),
+                    hold.get('svc') or '-',
+                    hold.get('host') or '-',
+                )
+            )
+            rows.append(
+                (
+                    r['kind'],
+                    r['name'],
+                    r['count'],
+                    us(r['total_us']),
+                    us(r['p50_us']),
+                    us(r['p95_us']),
+                    us(r['max_us']),
+                    holder,
+                    (hold.get('request') or '-') if hold else '-',
+                )
+            )
+        out.append('top waits (every wait record, with or without a request):')
+        out.extend(
+            fmt.table(
+                [
+                    'kind',
+                    'name',
+                    'count',
+                    'total',
+                    'p50',
+                    'p95',
+                    'max',
+                    'held longest (by)',
+                    'held by request',
+                ],
+                rows,
+                'llrrrrrll',
+            )
+        )
     wvw = section.get('work_vs_wait') or []
     if wvw:
         out.append('')
-        out.append('work vs wait, mean per request of the operation '
-                   '(crit. = on the critical path):')
+        out.append(
+            'work vs wait, mean per request of the operation '
+            '(crit. = on the critical path):'
+        )
         rows = []
         for r in wvw:
-            names = ', '.join('%s %s %s' % (w['kind'], w['name'],
-                                            us(w['mean_us']))
-                              for w in r['waits'][:3])
-            rows.append((r['op'], r['component'], r['waited'],
-                         us(r['work_mean_us']), us(r['wait_mean_us']),
-                         fmt.fmt_pct(r['wait_share']),
-                         us(r['critical_work_mean_us']),
-                         us(r['critical_wait_mean_us']), names))
-        out.extend(fmt.table(
-            ['op', 'component', 'waited', 'work', 'wait', 'wait %',
-             'crit. work', 'crit. wait', 'waits'], rows, 'llrrrrrrl'))
+            names = ', '.join(
+                '%s %s %s' % (w['kind'], w['name'], us(w['mean_us']))
+                for w in r['waits'][:3]
+            )
+            rows.append(
+                (
+                    r['op'],
+                    r['component'],
+                    r['waited'],
+                    us(r['work_mean_us']),
+                    us(r['wait_mean_us']),
+                    fmt.fmt_pct(r['wait_share']),
+                    us(r['critical_work_mean_us']),
+                    us(r['critical_wait_mean_us']),
+                    names,
+                )
+            )
+        out.extend(
+            fmt.table(
+                [
+                    'op',
+                    'component',
+                    'waited',
+                    'work',
+                    'wait',
+                    'wait %',
+                    'crit. work',
+                    'crit. wait',
+                    'waits',
+                ],
+                rows,
+                'llrrrrrrl',
+            )
+        )
     conns = section.get('connections') or []
     if conns:
         out.append('')
-        out.append('DB connections: ' + '; '.join(
-            '%s: %d made, %d closed, %d invalidated' % (
-                c['db'] or '?', c['connect'], c['close'], c['invalidate'])
-            for c in conns))
+        out.append(
+            'DB connections: '
+            + '; '.join(
+                '%s: %d made, %d closed, %d invalidated'
+                % (c['db'] or '?', c['connect'], c['close'], c['invalidate'])
+                for c in conns
+            )
+        )
     return out
 
 
-def html_section(section: dict | None,
-                 table: typing.Callable[..., str]) -> str:
+def html_section(
+    section: dict | None, table: typing.Callable[..., str]
+) -> str:
     """The HTML report's section for ``report['waits']``; ``table``
     (``fmt.html_table``) makes the tables, escaping every cell."""
-    if not section or not (section.get('top') or
-                           section.get('work_vs_wait')):
+    if not section or not (section.get('top') or section.get('work_vs_wait')):
         return ''
     us = fmt.fmt_us
     parts = ['<h2>Waits: locks, DB pool, worker pools</h2>']
@@ -338,35 +443,87 @@ def html_section(section: dict | None,
         rows = []
         for r in top:
             hold = r.get('longest_hold') or {}
-            rows.append((
-                r['kind'], r['name'], r['count'], us(r['total_us']),
-                us(r['p50_us']), us(r['p95_us']), us(r['max_us']),
-                us(hold.get('held_us')) if hold else '-',
-                _holder(hold) if hold else '-',
-                '%s@%s' % (hold.get('svc'), hold.get('host')) if hold
-                else '-', hold.get('request') or '-'))
-        parts.append('<h3>Top waits</h3><p class="note">Every wait '
-                     'record, with or without a request; "held longest": '
-                     'the acquisition that held the lock longest, the '
-                     'span it was taken in and its request.</p>')
-        parts.append(table(['kind', 'name', 'count', 'total', 'p50', 'p95',
-                            'max', 'held longest', 'in span', 'on',
-                            'request'], rows, (0, 1, 8, 9, 10)))
+            rows.append(
+                (
+                    r['kind'],
+                    r['name'],
+                    r['count'],
+                    us(r['total_us']),
+                    us(r['p50_us']),
+                    us(r['p95_us']),
+                    us(r['max_us']),
+                    us(hold.get('held_us')) if hold else '-',
+                    _holder(hold) if hold else '-',
+                    '%s@%s' % (hold.get('svc'), hold.get('host'))
+                    if hold
+                    else '-',
+                    hold.get('request') or '-',
+                )
+            )
+        parts.append(
+            '<h3>Top waits</h3><p class="note">Every wait '
+            'record, with or without a request; "held longest": '
+            'the acquisition that held the lock longest, the '
+            'span it was taken in and its request.</p>'
+        )
+        parts.append(
+            table(
+                [
+                    'kind',
+                    'name',
+                    'count',
+                    'total',
+                    'p50',
+                    'p95',
+                    'max',
+                    'held longest',
+                    'in span',
+                    'on',
+                    'request',
+                ],
+                rows,
+                (0, 1, 8, 9, 10),
+            )
+        )
     wvw = section.get('work_vs_wait') or []
     if wvw:
         rows2 = []
         for r in wvw:
-            names = '; '.join('%s %s %s' % (w['kind'], w['name'],
-                                            us(w['mean_us']))
-                              for w in r['waits'][:5])
-            rows2.append((r['op'], r['component'], r['waited'],
-                          us(r['work_mean_us']), us(r['wait_mean_us']),
-                          us(r['critical_work_mean_us']),
-                          us(r['critical_wait_mean_us']), names))
-        parts.append('<h3>Work vs wait</h3><p class="note">Exclusive time '
-                     'of each component that waited, mean per request of '
-                     'the operation; crit. = on the critical path.</p>')
-        parts.append(table(['op', 'component', 'requests that waited',
-                            'work', 'wait', 'crit. work', 'crit. wait',
-                            'waits'], rows2, (0, 1, 7)))
+            names = '; '.join(
+                '%s %s %s' % (w['kind'], w['name'], us(w['mean_us']))
+                for w in r['waits'][:5]
+            )
+            rows2.append(
+                (
+                    r['op'],
+                    r['component'],
+                    r['waited'],
+                    us(r['work_mean_us']),
+                    us(r['wait_mean_us']),
+                    us(r['critical_work_mean_us']),
+                    us(r['critical_wait_mean_us']),
+                    names,
+                )
+            )
+        parts.append(
+            '<h3>Work vs wait</h3><p class="note">Exclusive time '
+            'of each component that waited, mean per request of '
+            'the operation; crit. = on the critical path.</p>'
+        )
+        parts.append(
+            table(
+                [
+                    'op',
+                    'component',
+                    'requests that waited',
+                    'work',
+                    'wait',
+                    'crit. work',
+                    'crit. wait',
+                    'waits',
+                ],
+                rows2,
+                (0, 1, 7),
+            )
+        )
     return ''.join(parts)

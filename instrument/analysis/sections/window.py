@@ -26,6 +26,9 @@ class Window(base.Section):
     key = 'window'
 
     def report(self, view: base.View) -> dict:
-        return {'since_us': view.since, 'until_us': view.until,
-                'requests_outside': view.outside,
-                'sql_outside': view.part('sql').digest.filtered}
+        return {
+            'since_us': view.since,
+            'until_us': view.until,
+            'requests_outside': view.outside,
+            'sql_outside': view.part('sql').digest.filtered,
+        }

@@ -87,8 +87,9 @@ class OtlpSink(sink.Sink):
         super().__init__(conf, identity)
         group = conf.instrument
         self.protocol = group.otlp_protocol
-        self.endpoint = exporters.endpoint_for(self.protocol,
-                                               group.otlp_endpoint)
+        self.endpoint = exporters.endpoint_for(
+            self.protocol, group.otlp_endpoint
+        )
         self.timeout = group.otlp_timeout
         self.queue_size = group.otlp_queue_size
         self._check_installed()
@@ -98,12 +99,15 @@ class OtlpSink(sink.Sink):
     def _check_installed(self) -> None:
         try:
             from instrument.sinks.otlp import spans  # noqa: F401
+
             exporters.exporter_class(self.protocol)
         except ImportError as exc:
             raise opts.InvalidOption(
-                'sinks', 'the "otlp" sink needs the OpenTelemetry SDK and '
+                'sinks',
+                'the "otlp" sink needs the OpenTelemetry SDK and '
                 'its OTLP exporters: pip install '
-                '"openstack-instrument[otlp]" (%s)' % exc) from exc
+                '"openstack-instrument[otlp]" (%s)' % exc,
+            ) from exc
 
     def _init_process_state(self) -> None:
         self._queue = collections.deque()
@@ -176,9 +180,14 @@ class OtlpSink(sink.Sink):
                     queued += 1
                 else:
                     lost += 1
-            elif room > 0 and not broken and (
-                    (ph == _PH_B and rec[record.I_REQ] is None) or
-                    (ph == _PH_M and rec[record.I_EV] in _META_KEPT)):
+            elif (
+                room > 0
+                and not broken
+                and (
+                    (ph == _PH_B and rec[record.I_REQ] is None)
+                    or (ph == _PH_M and rec[record.I_EV] in _META_KEPT)
+                )
+            ):
                 # Read for trace roots, resource and SQL text; a span of
                 # its own never, so losing one is not a lost event.
                 queue.append(rec)
@@ -188,14 +197,16 @@ class OtlpSink(sink.Sink):
                 self.last_error = (
                     'the export queue of %d spans ([instrument] '
                     'otlp_queue_size) is full: exports to %s are slow or '
-                    'failing' % (self.queue_size, self.endpoint))
+                    'failing' % (self.queue_size, self.endpoint)
+                )
             self._count_writer_drops(lost)
         if queued:
             self._accepted += queued
             if self._thread is None:
                 self._interrupt = interrupt.GreenInterrupt.create()
                 self._thread = threads.start_os_thread(
-                    self._run, 'instrument-otlp')
+                    self._run, 'instrument-otlp'
+                )
             self._wake.set()
 
     # -- exporter thread ---------------------------------------------------
@@ -219,18 +230,27 @@ class OtlpSink(sink.Sink):
     def _serve(self) -> None:
         try:
             from instrument.sinks.otlp import spans
+
             builder = spans.SpanBuilder(self.identity, version.version())
             with exporters.quiet_logs():
                 exporter = exporters.make_exporter(
-                    self.protocol, self.endpoint, self.timeout)
+                    self.protocol, self.endpoint, self.timeout
+                )
         except Exception as exc:
             self._broken = True
             self.last_error = 'cannot export to %s over %s: %s' % (
-                self.endpoint, self.protocol, exc)
-            LOG.error('instrument: cannot export spans to %s over %s (%s); '
-                      'the service keeps running, spans are dropped and '
-                      'counted in sink.drops records', self.endpoint,
-                      self.protocol, exc)
+                self.endpoint,
+                self.protocol,
+                exc,
+            )
+            LOG.error(
+                'instrument: cannot export spans to %s over %s (%s); '
+                'the service keeps running, spans are dropped and '
+                'counted in sink.drops records',
+                self.endpoint,
+                self.protocol,
+                exc,
+            )
             self._drop_queue()
             return
         success = spans.EXPORT_SUCCESS
@@ -272,8 +292,9 @@ class OtlpSink(sink.Sink):
                     pass
         self._settle(0, lost)
 
-    def _export_queued(self, builder, exporter, success,
-                       final: bool = False) -> None:
+    def _export_queued(
+        self, builder, exporter, success, final: bool = False
+    ) -> None:
         """Export everything queued, in batches.  Spans held for a parent
         that did not come go out once stale, or all when ``final``.
 
@@ -283,8 +304,11 @@ class OtlpSink(sink.Sink):
         """
         queue = self._queue
         pid = self._pid
-        stale = None if final else (
-            time.time_ns() // 1000 - int(HOLD_SECONDS * 1000000))
+        stale = (
+            None
+            if final
+            else (time.time_ns() // 1000 - int(HOLD_SECONDS * 1000000))
+        )
         while not self._abandoned:
             batch = []
             broken = 0
@@ -298,8 +322,11 @@ class OtlpSink(sink.Sink):
                 except Exception as exc:
                     if rec[record.I_PH] in _COUNTED:
                         broken += 1
-                    LOG.debug('instrument: record %r not exported: %s',
-                              rec[record.I_EV], exc)
+                    LOG.debug(
+                        'instrument: record %r not exported: %s',
+                        rec[record.I_EV],
+                        exc,
+                    )
             if not queue and builder.held:
                 builder.release(stale, pid, batch)
             self._held = builder.held
@@ -329,19 +356,26 @@ class OtlpSink(sink.Sink):
                 cause = '%s: %s' % (exc.__class__.__name__, exc)
         if ok:
             if self._failing is not None:
-                LOG.warning('instrument: exporting spans to %s again',
-                            self.endpoint)
+                LOG.warning(
+                    'instrument: exporting spans to %s again', self.endpoint
+                )
                 self._failing = None
             return True
         if self._failing is None:
-            LOG.error('instrument: cannot export spans to %s over %s (%s); '
-                      'the service keeps running, lost spans are counted '
-                      'in sink.drops records and this is logged once until '
-                      'export works again', self.endpoint, self.protocol,
-                      cause or 'export failed')
+            LOG.error(
+                'instrument: cannot export spans to %s over %s (%s); '
+                'the service keeps running, lost spans are counted '
+                'in sink.drops records and this is logged once until '
+                'export works again',
+                self.endpoint,
+                self.protocol,
+                cause or 'export failed',
+            )
         self._failing = cause or 'export failed'
-        self.last_error = 'export to %s failed: %s' % (self.endpoint,
-                                                       self._failing)
+        self.last_error = 'export to %s failed: %s' % (
+            self.endpoint,
+            self._failing,
+        )
         return False
 
     # -- lifecycle ---------------------------------------------------------
@@ -370,9 +404,13 @@ class OtlpSink(sink.Sink):
                 self._settled = self._accepted
             self._queue.clear()
             if lost:
-                LOG.warning('instrument: %d spans not exported to %s at '
-                            'exit (export failing or slow); counted as '
-                            'dropped', lost, self.endpoint)
+                LOG.warning(
+                    'instrument: %d spans not exported to %s at '
+                    'exit (export failing or slow); counted as '
+                    'dropped',
+                    lost,
+                    self.endpoint,
+                )
             if self._interrupt is not None:
                 # Under eventlet the thread must not be left in its hub
                 # (see ``interrupt``): throw it out and let it end.

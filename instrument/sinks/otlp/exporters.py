@@ -63,8 +63,9 @@ def exporter_class(protocol: str):
 def make_exporter(protocol: str, endpoint: str, timeout: float):
     """A new SDK exporter.  ``http://`` gRPC endpoints are plaintext,
     ``https://`` ones use TLS (the SDK's rule)."""
-    return exporter_class(protocol)(endpoint=endpoint_for(protocol, endpoint),
-                                    timeout=timeout)
+    return exporter_class(protocol)(
+        endpoint=endpoint_for(protocol, endpoint), timeout=timeout
+    )
 
 
 class _QuietFilter(logging.Filter):
@@ -113,7 +114,10 @@ def quiet_logs():
     local.active = True
     local.first = local.last = None
     try:
-        yield lambda: ' / '.join(t for t in (local.first, local.last) if t) \
-            or None
+        yield (
+            lambda: (
+                ' / '.join(t for t in (local.first, local.last) if t) or None
+            )
+        )
     finally:
         local.active = False

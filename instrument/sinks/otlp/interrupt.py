@@ -86,6 +86,7 @@ class GreenInterrupt:
         if not threads.eventlet_patched():
             return None
         from eventlet import patcher
+
         try:
             # The unpatched module: these sockets never wait on a hub.
             return cls(patcher.original('socket'))
@@ -110,8 +111,9 @@ class GreenInterrupt:
         def obsolete(*_args):
             pass
 
-        return hub, hub.add(hub.READ, self._read.fileno(), interrupt,
-                            obsolete, obsolete)
+        return hub, hub.add(
+            hub.READ, self._read.fileno(), interrupt, obsolete, obsolete
+        )
 
     @staticmethod
     def disarm(armed) -> None:

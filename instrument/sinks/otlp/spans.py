@@ -79,8 +79,11 @@ _KINDS = {
 # attrs keys copied to OpenTelemetry semantic-convention names, per event
 # prefix (the instrument.attrs.* copies stay, so nothing is renamed away).
 _SEMCONV = {
-    'api.': (('method', 'http.request.method'), ('route', 'http.route'),
-             ('status', 'http.response.status_code')),
+    'api.': (
+        ('method', 'http.request.method'),
+        ('route', 'http.route'),
+        ('status', 'http.response.status_code'),
+    ),
     'rpc.': (('method', 'rpc.method'), ('topic', 'rpc.service')),
     'sql.': (('db', 'db.namespace'), ('kind', 'db.operation.name')),
 }
@@ -114,8 +117,10 @@ def _value(value):
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(v, str) for v in value):
             return tuple(_text(v) for v in value)
-        if value and all(isinstance(v, (int, float)) and
-                         not isinstance(v, bool) for v in value):
+        if value and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool)
+            for v in value
+        ):
             return tuple(value)
         return _text(record._dumps(value))
     return _text(record._dumps(value))
@@ -154,8 +159,7 @@ class SpanBuilder:
 
     def __init__(self, identity, version: str = 'unknown') -> None:
         self.identity = identity
-        self.scope = instrumentation.InstrumentationScope(
-            SCOPE_NAME, version)
+        self.scope = instrumentation.InstrumentationScope(SCOPE_NAME, version)
         self._salt = (int.from_bytes(os.urandom(8), 'big') | 1) << 64
         # span id -> local trace id, for spans without request id.
         self._roots = {}
@@ -207,8 +211,9 @@ class SpanBuilder:
         if ph == schema.PH_COMPLETE:
             span = span_int(rec[_R.I_SPAN])
             if rec[_R.I_REQ] is not None:
-                out.append(self._span(rec, span, trace_int(rec[_R.I_REQ]),
-                                      pid))
+                out.append(
+                    self._span(rec, span, trace_int(rec[_R.I_REQ]), pid)
+                )
             else:
                 self._local(rec, span, pid, out)
         elif ph == schema.PH_INSTANT:
@@ -216,8 +221,9 @@ class SpanBuilder:
             # its own (instants have none).
             span = recorder.new_span_id()
             if rec[_R.I_REQ] is not None:
-                out.append(self._span(rec, span, trace_int(rec[_R.I_REQ]),
-                                      pid))
+                out.append(
+                    self._span(rec, span, trace_int(rec[_R.I_REQ]), pid)
+                )
             else:
                 self._local(rec, span, pid, out)
         elif ph == schema.PH_BEGIN:
@@ -243,8 +249,10 @@ class SpanBuilder:
         held = self._held
         while held:
             parent, group = next(iter(held.items()))
-            if older_than_us is not None and _end_us(group[0]) >= \
-                    older_than_us:
+            if (
+                older_than_us is not None
+                and _end_us(group[0]) >= older_than_us
+            ):
                 return
             del held[parent]
             self.held -= len(group)
@@ -282,15 +290,15 @@ class SpanBuilder:
             trace = self._salt | span
         self._resolve(rec, span, trace, pid, out)
 
-    def _hold(self, parent: int, rec, span: int, pid: int,
-              out: list) -> None:
+    def _hold(self, parent: int, rec, span: int, pid: int, out: list) -> None:
         if self.held >= MAX_HELD:
             self.release(None, pid, out)
         self._held.setdefault(parent, []).append((rec, span))
         self.held += 1
 
-    def _resolve(self, rec, span: int, trace: int, pid: int,
-                 out: list) -> None:
+    def _resolve(
+        self, rec, span: int, trace: int, pid: int, out: list
+    ) -> None:
         """Export ``rec`` in ``trace``, and the held spans below it."""
         todo = [(rec, span)]
         while todo:
@@ -343,7 +351,8 @@ class SpanBuilder:
         if parent is not None:
             parent = span_int(parent)
             parent_ctx = trace_api.SpanContext(
-                trace, parent, (parent >> 32) != (span >> 32), _SAMPLED)
+                trace, parent, (parent >> 32) != (span >> 32), _SAMPLED
+            )
         err = rec[_R.I_ERR]
         if rec[_R.I_ST] == schema.ST_ERROR or err is not None:
             desc = _text('%s: %s' % (err[0], err[1])) if err else None
@@ -352,12 +361,17 @@ class SpanBuilder:
             status = trace_api.Status(trace_api.StatusCode.UNSET)
         start = rec[_R.I_TS] * 1000
         return sdk_trace.ReadableSpan(
-            name=rec[_R.I_EV], context=context, parent=parent_ctx,
-            resource=self.resource(pid), attributes=self._attributes(rec),
+            name=rec[_R.I_EV],
+            context=context,
+            parent=parent_ctx,
+            resource=self.resource(pid),
+            attributes=self._attributes(rec),
             kind=_KINDS.get(rec[_R.I_EV], trace_api.SpanKind.INTERNAL),
-            status=status, start_time=start,
+            status=status,
+            start_time=start,
             end_time=start + (rec[_R.I_DUR] or 0) * 1000,
-            instrumentation_scope=self.scope)
+            instrumentation_scope=self.scope,
+        )
 
 
 def _end_us(entry) -> int:

@@ -74,8 +74,12 @@ ENDPOINT_SERVICES = {
 def points(patcher=None) -> list:
     """Every patch point of nova; ``patcher`` (the target's) gets the
     point of the compute driver's spawn once it is known."""
-    return ([threads.point(patcher)] + steps.points() +
-            [driver.point(patcher), steps.action_point()] + cells.points())
+    return (
+        [threads.point(patcher)]
+        + steps.points()
+        + [driver.point(patcher), steps.action_point()]
+        + cells.points()
+    )
 
 
 class NovaTarget(base.Target):
@@ -88,4 +92,5 @@ class NovaTarget(base.Target):
 
     def points(self, ctx: base.Context) -> list:
         return points(ctx.patcher) + release_points(
-            base.distribution_version('nova'))
+            base.distribution_version('nova')
+        )

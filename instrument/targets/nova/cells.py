@@ -63,7 +63,9 @@ def _gather_layout(func):
             # the cell's context: what follows fn (the first of *args)
             after = params[fn + 1] if fn + 1 < len(params) else None
             if after is not None and after.kind in (
-                    after.POSITIONAL_OR_KEYWORD, after.VAR_POSITIONAL):
+                after.POSITIONAL_OR_KEYWORD,
+                after.VAR_POSITIONAL,
+            ):
                 layout = (names.index('cell_uuid'), fn, fn + 1)
     except (TypeError, ValueError):
         pass
@@ -82,9 +84,11 @@ def gather_call(func, rest):
         return None
     uuid, fn, first = layout
     size = len(rest)
-    return (rest[uuid] if uuid < size else None,
-            rest[fn] if fn < size else None,
-            rest[first] if first < size else None)
+    return (
+        rest[uuid] if uuid < size else None,
+        rest[fn] if fn < size else None,
+        rest[first] if first < size else None,
+    )
 
 
 def cell_batch(instance, ctx):
@@ -105,6 +109,7 @@ def in_api(instance, args, kwargs) -> bool:
 def database_of(url) -> str | None:
     try:
         from sqlalchemy.engine import make_url
+
         return names.database_name(make_url(url)) or None
     except Exception:  # not a URL (a test's label): no database name
         return None
@@ -122,8 +127,11 @@ def _remember_cell(mapping) -> None:
         db = database_of(mapping.database_connection)
     except Exception:
         db = None
-    CELLS[uuid] = {schema.ATTR_CELL: uuid, schema.ATTR_CELL_NAME: name,
-                    schema.ATTR_DB: db}
+    CELLS[uuid] = {
+        schema.ATTR_CELL: uuid,
+        schema.ATTR_CELL_NAME: name,
+        schema.ATTR_DB: db,
+    }
 
 
 def cells_enter(instance, mappings):
@@ -177,6 +185,7 @@ def cell_query(recorder, frame, func, uuid, ctx):
         if token is not None:
             frames.leave(token)
         return result
+
     return run
 
 
@@ -191,15 +200,15 @@ def _end_cell(end, clock, rec, outcome, raised: bool) -> None:
     t1 = None
     try:
         t1 = clock()
-        exc = outcome if raised or isinstance(outcome, BaseException) \
-            else None
+        exc = outcome if raised or isinstance(outcome, BaseException) else None
         if exc is None:
             end(rec, t1)
         else:
             end(rec, t1, schema.ST_ERROR, tracing.error_of(exc))
     except Exception as fault:
-        recorder_mod.abandon(rec, schema.ST_ERROR if exc is not None
-                             else schema.ST_OK, t1)
+        recorder_mod.abandon(
+            rec, schema.ST_ERROR if exc is not None else schema.ST_OK, t1
+        )
         frames.FAULTS(fault)
 
 
@@ -212,14 +221,33 @@ def points() -> list:
     reads = points_mod.reads
     ctx = points_mod.arg('ctx')
     return [
-        P('nova.context', 'scatter_gather_cells', EV_SCATTER_GATHER, None,
-          when=in_api, on_enter=reads(cells_enter, 'cell_mappings'),
-          on_exit=cells_exit),
-        P('nova.compute.instance_list', 'InstanceLister.get_by_filters',
-          EV_CELL_QUERY, None, context=ctx, when=in_api,
-          on_enter=reads(cell_batch, 'ctx'), on_exit=extract.listed),
-        P('nova.compute.migration_list', 'MigrationLister.get_by_filters',
-          EV_CELL_QUERY, None, context=ctx, when=in_api,
-          on_enter=reads(cell_batch, 'ctx'), on_exit=extract.listed),
+        P(
+            'nova.context',
+            'scatter_gather_cells',
+            EV_SCATTER_GATHER,
+            None,
+            when=in_api,
+            on_enter=reads(cells_enter, 'cell_mappings'),
+            on_exit=cells_exit,
+        ),
+        P(
+            'nova.compute.instance_list',
+            'InstanceLister.get_by_filters',
+            EV_CELL_QUERY,
+            None,
+            context=ctx,
+            when=in_api,
+            on_enter=reads(cell_batch, 'ctx'),
+            on_exit=extract.listed,
+        ),
+        P(
+            'nova.compute.migration_list',
+            'MigrationLister.get_by_filters',
+            EV_CELL_QUERY,
+            None,
+            context=ctx,
+            when=in_api,
+            on_enter=reads(cell_batch, 'ctx'),
+            on_exit=extract.listed,
+        ),
     ]
-

@@ -26,20 +26,34 @@ def patch_driver_spawn(patcher, driver):
             if 'spawn' in vars(base):
                 cls = base
                 break
-    patcher.add_points([points_mod.PatchPoint(
-        cls.__module__, cls.__qualname__ + '.spawn', 'compute.spawn',
-        'compute', instances=points_mod.uuids('instance'))])
+    patcher.add_points(
+        [
+            points_mod.PatchPoint(
+                cls.__module__,
+                cls.__qualname__ + '.spawn',
+                'compute.spawn',
+                'compute',
+                instances=points_mod.uuids('instance'),
+            )
+        ]
+    )
 
 
 def driver_loaded(patcher):
     """The HOOK's ``on_exit`` on ``load_compute_driver``."""
+
     def on_exit(instance, args, kwargs, driver):
         patch_driver_spawn(patcher, driver)
+
     return on_exit
 
 
 def point(patcher=None) -> points_mod.PatchPoint:
     """The HOOK on ``load_compute_driver``."""
     return points_mod.PatchPoint(
-        'nova.virt.driver', 'load_compute_driver', 'compute.driver',
-        kind=points_mod.HOOK, on_exit=driver_loaded(patcher))
+        'nova.virt.driver',
+        'load_compute_driver',
+        'compute.driver',
+        kind=points_mod.HOOK,
+        on_exit=driver_loaded(patcher),
+    )

@@ -23,13 +23,17 @@ reads = points_mod.reads
 
 # -- a boot ------------------------------------------------------------------
 
+
 def count(instance, value):
     return {schema.ATTR_COUNT: len(value)} if isinstance(value, list) else None
 
 
 def _attempt(filter_properties):
-    retry = filter_properties.get('retry') if isinstance(
-        filter_properties, dict) else None
+    retry = (
+        filter_properties.get('retry')
+        if isinstance(filter_properties, dict)
+        else None
+    )
     if isinstance(retry, dict):
         return retry.get('num_attempts')
     return None
@@ -92,8 +96,7 @@ def candidates(instance, args, kwargs, result):
 
 def host_count(instance, args, kwargs, result):
     if isinstance(result, tuple) and result and isinstance(result[0], dict):
-        return {schema.ATTR_COUNT: sum(len(v) for v in
-                                       result[0].values())}
+        return {schema.ATTR_COUNT: sum(len(v) for v in result[0].values())}
     return None
 
 
@@ -101,8 +104,7 @@ def hosts_in(instance, compute_nodes):
     # _get_host_states(context, compute_nodes, services): the compute
     # nodes of each cell
     if isinstance(compute_nodes, dict):
-        return {schema.ATTR_COUNT: sum(len(v) for v in
-                                       compute_nodes.values())}
+        return {schema.ATTR_COUNT: sum(len(v) for v in compute_nodes.values())}
     return None
 
 
@@ -118,11 +120,13 @@ def claimed(instance, args, kwargs, result):
 
 def reason(name):
     """``on_enter``: the exception in argument ``name``."""
+
     def attrs(instance, exc):
         if isinstance(exc, BaseException):
             cls, msg = tracing.error_of(exc)
             return {schema.ATTR_REASON: cls, schema.ATTR_MSG: msg}
         return None
+
     return reads(attrs, name)
 
 
@@ -130,10 +134,13 @@ def reason(name):
 
 # -- server actions other than create ---------------------------------------
 
+
 def const(attrs):
     """An ``on_enter`` that gives the same attrs to every call."""
+
     def on_enter(instance, args, kwargs):
         return attrs
+
     return on_enter
 
 
@@ -151,8 +158,7 @@ def _set(obj, field):
 def _move_attrs(base, migration, dest):
     attrs = dict(base)
     if migration is not None:
-        attrs[schema.ATTR_MIGRATION_TYPE] = _set(migration,
-                                                 'migration_type')
+        attrs[schema.ATTR_MIGRATION_TYPE] = _set(migration, 'migration_type')
         attrs[schema.ATTR_SOURCE] = _set(migration, 'source_compute')
         attrs[schema.ATTR_DEST] = _set(migration, 'dest_compute')
     if dest.__class__ is str:
@@ -166,21 +172,29 @@ def move(role, name='migration', other=None):
     both hosts; ``other`` names a destination argument."""
     base = {schema.ATTR_ROLE: role} if role else {}
     if name is not None and other is not None:
-        return reads(lambda instance, migration, dest: _move_attrs(
-            base, migration, dest), name, other)
+        return reads(
+            lambda instance, migration, dest: _move_attrs(
+                base, migration, dest
+            ),
+            name,
+            other,
+        )
     if name is not None:
-        return reads(lambda instance, migration: _move_attrs(
-            base, migration, None), name)
-    return reads(lambda instance, dest: _move_attrs(base, None, dest),
-                 other)
+        return reads(
+            lambda instance, migration: _move_attrs(base, migration, None),
+            name,
+        )
+    return reads(lambda instance, dest: _move_attrs(base, None, dest), other)
 
 
 def arg_attr(key, name):
     """``on_enter``: argument ``name`` (a plain value) as ``key``."""
+
     def on_enter(instance, value):
         if value is None or value.__class__ in (str, bool, int):
             return {key: value}
         return None
+
     return reads(on_enter, name)
 
 
@@ -222,9 +236,11 @@ def rollback_attrs(instance, dest, status):
     #                          migration_status='failed', ...)
     if status is None:
         status = 'failed'
-    return {schema.ATTR_ROLE: schema.ROLE_SOURCE,
-            schema.ATTR_MIGRATION_STATUS: status,
-            schema.ATTR_DEST: dest if dest.__class__ is str else None}
+    return {
+        schema.ATTR_ROLE: schema.ROLE_SOURCE,
+        schema.ATTR_MIGRATION_STATUS: status,
+        schema.ATTR_DEST: dest if dest.__class__ is str else None,
+    }
 
 
 def action_found(instance, request, meth):
@@ -258,6 +274,9 @@ AT_DEST = {schema.ATTR_ROLE: schema.ROLE_DEST}
 def resize_attrs(instance, flavor, host):
     # resize(context, instance, flavor_id=None, clean_shutdown=True,
     #        host_name=None, ...): no flavor is a cold migration
-    return {schema.ATTR_FLAVOR_ID: flavor if flavor is None or
-            flavor.__class__ in (str, int) else str(flavor),
-            schema.ATTR_DEST: host if host.__class__ is str else None}
+    return {
+        schema.ATTR_FLAVOR_ID: flavor
+        if flavor is None or flavor.__class__ in (str, int)
+        else str(flavor),
+        schema.ATTR_DEST: host if host.__class__ is str else None,
+    }

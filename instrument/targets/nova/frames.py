@@ -18,8 +18,9 @@ from instrument.runtime import faults
 from instrument.runtime import recorder as recorder_mod
 
 # Faults of the frame switch in a spawned thread (no point state there).
-FAULTS = faults.Faults('the span carried into a thread',
-                               what='the thread runs unaffected')
+FAULTS = faults.Faults(
+    'the span carried into a thread', what='the thread runs unaffected'
+)
 
 
 def enter(frame):
@@ -40,6 +41,7 @@ def leave(token) -> None:
 def run_in_frame(frame, func):
     """``func`` run inside ``frame``: called once whatever the frame
     switch does, its result and exception passed through."""
+
     @functools.wraps(func)
     def run(*args, **kwargs):
         token = enter(frame)
@@ -48,4 +50,5 @@ def run_in_frame(frame, func):
         finally:
             if token is not None:
                 leave(token)
+
     return run

@@ -65,21 +65,25 @@ A_POOL = schema.ATTR_POOL
 A_SIZE = schema.ATTR_SIZE
 A_QUEUED = schema.ATTR_QUEUED
 # attribute of ComputeManager: the option that sizes it
-SEMAPHORES = (('_build_semaphore', 'max_concurrent_builds'),
-              ('_snapshot_semaphore', 'max_concurrent_snapshots'))
+SEMAPHORES = (
+    ('_build_semaphore', 'max_concurrent_builds'),
+    ('_snapshot_semaphore', 'max_concurrent_snapshots'),
+)
 # executors of ComputeManager (nova 29 to 33): the pool's name
 EXECUTORS = (('_live_migration_executor', 'live_migration'),)
 
 MODULE = 'nova.compute.manager'
-POINTS = tuple('%s:ComputeManager.%s' % (MODULE, attr)
-               for attr, _pool in SEMAPHORES)
+POINTS = tuple(
+    '%s:ComputeManager.%s' % (MODULE, attr) for attr, _pool in SEMAPHORES
+)
 # each executor's submit (nova 34's pools, the live-migration executor)
 POINT_SUBMIT = 'futurist:Executor.submit'
 
 clock = waits.clock
 # Faults of a proxy that outlived its target's removal.
-_FAULTS = faults_mod.Faults('the build slot timing',
-                            what='the semaphore is unaffected')
+_FAULTS = faults_mod.Faults(
+    'the build slot timing', what='the semaphore is unaffected'
+)
 
 
 class TimedSemaphore(wrapt.ObjectProxy):
@@ -105,8 +109,12 @@ class TimedSemaphore(wrapt.ObjectProxy):
         value = self.__wrapped__.__enter__()
         if t0 is not None:
             try:
-                owner.record(EV, t0, clock(), {A_POOL: self._self_pool,
-                                               A_SIZE: self._self_size})
+                owner.record(
+                    EV,
+                    t0,
+                    clock(),
+                    {A_POOL: self._self_pool, A_SIZE: self._self_size},
+                )
             except Exception as fault:  # noqa: BLE001 - counted
                 owner.fault(fault)
         return value
@@ -118,13 +126,15 @@ class TimedSemaphore(wrapt.ObjectProxy):
 def _timed_submit(owner, submit, pool: str, size):
     """``submit`` of an executor whose tasks' waits for a worker are
     recorded by ``owner`` (a ``NovaPoolsTarget``)."""
+
     def timed(fn, *args, **kwargs):
         t0 = None
         try:
             if owner.active:
                 t0 = clock()
-                run = _started(owner, fn, pool, size, t0,
-                               recorder_mod.current_frame())
+                run = _started(
+                    owner, fn, pool, size, t0, recorder_mod.current_frame()
+                )
         except Exception as fault:  # noqa: BLE001 - counted
             owner.fault(fault)
             t0 = None
@@ -132,6 +142,7 @@ def _timed_submit(owner, submit, pool: str, size):
         if t0 is None:
             return submit(fn, *args, **kwargs)
         return submit(run, *args, **kwargs)
+
     # mypy does not model an attribute set on a function (its issue
     # 2087): the marker that this submit is ours, and what it wraps
     timed.instrument_submit = submit  # type: ignore[attr-defined]
@@ -147,14 +158,16 @@ def _started(owner, fn, pool: str, size, t0: int, frame):
     ``submit`` (through ``nova.utils.pass_context``), which nothing
     else carries the span across; nova 32 and later by ``spawn_on``,
     whose function carries it again (the same frame)."""
+
     def run(*args, **kwargs):
         token = None
         try:
             t1 = clock()
             if owner.active:
                 token = recorder_mod.set_frame(frame)
-                owner.record(EV, t0, t1, {A_POOL: pool, A_SIZE: size,
-                                          A_QUEUED: True})
+                owner.record(
+                    EV, t0, t1, {A_POOL: pool, A_SIZE: size, A_QUEUED: True}
+                )
         except Exception as fault:  # noqa: BLE001 - counted
             owner.fault(fault)
         if token is not None and frame is None:
@@ -166,6 +179,7 @@ def _started(owner, fn, pool: str, size, t0: int, frame):
         finally:
             if token is not None:
                 recorder_mod.reset_frame(token)
+
     return run
 
 
@@ -209,33 +223,58 @@ class NovaPoolsTarget(base.Target):
         return super().check(conf)
 
     def points(self, ctx: base.Context) -> list:
-        return [points_mod.PatchPoint(
-            MODULE, 'ComputeManager.__init__',
-            'compute.manager.init', 'compute', context=None,
-            kind=points_mod.HOOK, on_exit=self._manager_made),
-            # nova 34: every pool, as the factory makes it
-            points_mod.PatchPoint(
-                'nova.thread_pool_factory',
-                'ThreadPoolFactory._new_executor', 'thread.pool.new',
-                None, context=None, kind=points_mod.HOOK,
-                on_exit=points_mod.reads(self._executor_made, 'name'))] + [
-            points_mod.replace(MODULE, 'ComputeManager.' + attr,
-                               self._proxy(pool), per_object=True)
-            for attr, pool in SEMAPHORES] + [
-            points_mod.replace('futurist', 'Executor.submit',
-                               self._submit, per_object=True)]
+        return (
+            [
+                points_mod.PatchPoint(
+                    MODULE,
+                    'ComputeManager.__init__',
+                    'compute.manager.init',
+                    'compute',
+                    context=None,
+                    kind=points_mod.HOOK,
+                    on_exit=self._manager_made,
+                ),
+                # nova 34: every pool, as the factory makes it
+                points_mod.PatchPoint(
+                    'nova.thread_pool_factory',
+                    'ThreadPoolFactory._new_executor',
+                    'thread.pool.new',
+                    None,
+                    context=None,
+                    kind=points_mod.HOOK,
+                    on_exit=points_mod.reads(self._executor_made, 'name'),
+                ),
+            ]
+            + [
+                points_mod.replace(
+                    MODULE,
+                    'ComputeManager.' + attr,
+                    self._proxy(pool),
+                    per_object=True,
+                )
+                for attr, pool in SEMAPHORES
+            ]
+            + [
+                points_mod.replace(
+                    'futurist',
+                    'Executor.submit',
+                    self._submit,
+                    per_object=True,
+                )
+            ]
+        )
 
     def _proxy(self, pool: str):
         def factory(sem, state, manager):
             return TimedSemaphore(sem, pool, _size(sem), self)
+
         return factory
 
     def _submit(self, submit, state, executor, pool: str):
         return _timed_submit(self, submit, pool, _workers(executor))
 
     def install(self, ctx: base.Context) -> None:
-        self.waits = waits.WaitRecorder(ctx.recorder,
-                                        'the build slot timing')
+        self.waits = waits.WaitRecorder(ctx.recorder, 'the build slot timing')
         self.record = self.waits.record
         super().install(ctx)
 
@@ -248,8 +287,11 @@ class NovaPoolsTarget(base.Target):
             return
         for (attr, _pool), name in zip(SEMAPHORES, POINTS, strict=True):
             sem = getattr(manager, attr, None)
-            if sem is None or isinstance(sem, TimedSemaphore) or \
-                    type(sem).__name__ == 'UnlimitedSemaphore':
+            if (
+                sem is None
+                or isinstance(sem, TimedSemaphore)
+                or type(sem).__name__ == 'UnlimitedSemaphore'
+            ):
                 continue
             patcher.patch_object(name, manager)
         for attr, pool in EXECUTORS:
@@ -258,13 +300,16 @@ class NovaPoolsTarget(base.Target):
     def _executor_made(self, factory, name, result) -> None:
         """HOOK after ``ThreadPoolFactory._new_executor(max_workers,
         name)`` (nova 34): time the new pool's queue."""
-        self._time_executor(result, name if isinstance(name, str)
-                            else None)
+        self._time_executor(result, name if isinstance(name, str) else None)
 
     def _time_executor(self, executor, pool) -> None:
         submit = getattr(executor, 'submit', None)
-        if submit is None or pool is None or self.patcher is None or \
-                hasattr(submit, 'instrument_submit'):
+        if (
+            submit is None
+            or pool is None
+            or self.patcher is None
+            or hasattr(submit, 'instrument_submit')
+        ):
             return
         self.patcher.patch_object(POINT_SUBMIT, executor, pool)
 

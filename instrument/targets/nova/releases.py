@@ -19,6 +19,8 @@ from instrument.targets.nova import threads
 
 THREAD_HOOK = 'nova.thread_pool_factory:spawn_on'
 SPAWN_N = 'nova.utils:spawn_n'
+
+
 def _major(found: str | None) -> int | None:
     try:
         return int((found or '').split('.', 1)[0])
@@ -34,7 +36,13 @@ def release_points(found: str | None) -> list:
     major = _major(found)
     if major is not None and major < 32:
         module, target = SPAWN_N.split(':')
-        return [points_mod.PatchPoint(
-            module, target, 'thread.spawn', kind=points_mod.HOOK,
-            on_enter=threads.carry_span)]
+        return [
+            points_mod.PatchPoint(
+                module,
+                target,
+                'thread.spawn',
+                kind=points_mod.HOOK,
+                on_enter=threads.carry_span,
+            )
+        ]
     return []

@@ -37,6 +37,7 @@ def carry_span_of(patcher):
 
     def carry(instance, args, kwargs):
         return carry_span(instance, args, kwargs, recorder)
+
     return carry
 
 
@@ -49,17 +50,23 @@ def _carry(recorder, args, kwargs):
         return args, kwargs
     for n, value in enumerate(args):
         if callable(value) and not isinstance(value, type):
-            gather = cells.gather_call(value, args[n + 1:]) if (
-                recorder is not None and
-                frame[recorder_mod.F_EV] == cells.EV_SCATTER_GATHER) else None
+            gather = (
+                cells.gather_call(value, args[n + 1 :])
+                if (
+                    recorder is not None
+                    and frame[recorder_mod.F_EV] == cells.EV_SCATTER_GATHER
+                )
+                else None
+            )
             if gather is not None and not cells.lazy(gather[1]):
                 # scatter_gather_cells spawns gather_result(cell_uuid,
                 # fn, cell_context, ...): one thread per cell
-                run = cells.cell_query(recorder, frame, value, gather[0],
-                                  gather[2])
+                run = cells.cell_query(
+                    recorder, frame, value, gather[0], gather[2]
+                )
             else:
                 run = frames.run_in_frame(frame, value)
-            args = args[:n] + (run,) + args[n + 1:]
+            args = args[:n] + (run,) + args[n + 1 :]
             return args, kwargs
     return None
 
@@ -69,6 +76,10 @@ def point(patcher=None) -> points_mod.PatchPoint:
     (spawn calls it); 29-31: nova.utils.spawn, and spawn_n
     (``releases.release_points``)."""
     return points_mod.PatchPoint(
-        'nova.thread_pool_factory', 'spawn_on', 'thread.spawn',
-        kind=points_mod.HOOK, on_enter=carry_span_of(patcher),
-        alternatives=(('nova.utils', 'spawn_on'), ('nova.utils', 'spawn')))
+        'nova.thread_pool_factory',
+        'spawn_on',
+        'thread.spawn',
+        kind=points_mod.HOOK,
+        on_enter=carry_span_of(patcher),
+        alternatives=(('nova.utils', 'spawn_on'), ('nova.utils', 'spawn')),
+    )

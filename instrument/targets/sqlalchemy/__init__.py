@@ -68,6 +68,7 @@ class SqlAlchemyTarget(base.Target):
     def install(self, ctx: base.Context) -> None:
         super().install(ctx)
         from instrument.targets.sqlalchemy import timing
+
         self.timing = timing.install(ctx.recorder, ctx.conf, ctx.patcher)
 
     def remove(self) -> None:

@@ -70,14 +70,24 @@ class Aggregator:
         self._start_us = None
         self._lock = threading.Lock()
 
-    def add(self, qid: str, db: str, kind: str, call, dur: int, rows,
-            failed: bool) -> None:
+    def add(
+        self, qid: str, db: str, kind: str, call, dur: int, rows, failed: bool
+    ) -> None:
         """Count one statement of ``dur`` microseconds."""
         key = (qid, db, kind, call)
         agg = self._classes.get(key)
         if agg is None:
-            agg = self._classes[key] = [0, 0, 0, dur, dur, 0, 0,
-                                        [0] * HIST_SIZE, 0]
+            agg = self._classes[key] = [
+                0,
+                0,
+                0,
+                dur,
+                dur,
+                0,
+                0,
+                [0] * HIST_SIZE,
+                0,
+            ]
         agg[_COUNT] += 1
         if failed:
             agg[_ERRORS] += 1
@@ -97,20 +107,26 @@ class Aggregator:
     def _emit(self, start_us: int, interval_s: float) -> None:
         counter = self.recorder.counter
         for (qid, db, kind, call), agg in self._classes.items():
-            counter(EV_AGG, {
-                schema.ATTR_FP: qid, schema.ATTR_DB: db,
-                schema.ATTR_KIND: kind, schema.ATTR_CALL: call,
-                schema.ATTR_COUNT: agg[_COUNT],
-                schema.ATTR_ERRORS: agg[_ERRORS],
-                schema.ATTR_SUM_US: agg[_SUM],
-                schema.ATTR_MIN_US: agg[_MIN],
-                schema.ATTR_MAX_US: agg[_MAX],
-                schema.ATTR_SUMSQ_US: agg[_SUMSQ],
-                schema.ATTR_ROWS: agg[_ROWS],
-                schema.ATTR_ROWS_KNOWN: agg[_ROWS_N],
-                schema.ATTR_HIST: agg[_HIST],
-                schema.ATTR_INTERVAL_S: interval_s,
-            }, start_us)
+            counter(
+                EV_AGG,
+                {
+                    schema.ATTR_FP: qid,
+                    schema.ATTR_DB: db,
+                    schema.ATTR_KIND: kind,
+                    schema.ATTR_CALL: call,
+                    schema.ATTR_COUNT: agg[_COUNT],
+                    schema.ATTR_ERRORS: agg[_ERRORS],
+                    schema.ATTR_SUM_US: agg[_SUM],
+                    schema.ATTR_MIN_US: agg[_MIN],
+                    schema.ATTR_MAX_US: agg[_MAX],
+                    schema.ATTR_SUMSQ_US: agg[_SUMSQ],
+                    schema.ATTR_ROWS: agg[_ROWS],
+                    schema.ATTR_ROWS_KNOWN: agg[_ROWS_N],
+                    schema.ATTR_HIST: agg[_HIST],
+                    schema.ATTR_INTERVAL_S: interval_s,
+                },
+                start_us,
+            )
         self._classes = {}
 
     def rollover(self, final: bool = False) -> None:

@@ -54,14 +54,15 @@ LOG = threads.safe_logger(logging.getLogger(__name__))
 
 MODULE = 'pymysql.connections'
 CLASS = 'Connection'
-COM_QUERY = 3   # pymysql.constants.COMMAND.COM_QUERY (MySQL protocol)
+COM_QUERY = 3  # pymysql.constants.COMMAND.COM_QUERY (MySQL protocol)
 
 _perf_ns = time.perf_counter_ns
 
 # The tap of a connection whose connect() just returned, for the pool
 # event that follows in the same thread (or greenthread).
-_CONNECTING: 'contextvars.ContextVar[WireTap | None]' = \
-    contextvars.ContextVar('instrument_sql_connecting', default=None)
+_CONNECTING: 'contextvars.ContextVar[WireTap | None]' = contextvars.ContextVar(
+    'instrument_sql_connecting', default=None
+)
 
 POINT = '%s:%s.connect' % (MODULE, CLASS)
 
@@ -76,8 +77,15 @@ def _database(conn) -> str:
 class WireTap:
     """Times the COM_QUERY commands of one PyMySQL connection."""
 
-    __slots__ = ('conn', 'queue', 'faults', 'db', 'open', 'last',
-                 '__weakref__')
+    __slots__ = (
+        'conn',
+        'queue',
+        'faults',
+        'db',
+        'open',
+        'last',
+        '__weakref__',
+    )
 
     def __init__(self, conn, queue, faults) -> None:
         self.conn = conn
@@ -120,8 +128,7 @@ class WireTap:
             self._close(None)
             if command == COM_QUERY:
                 self.last = None
-                self.open = [_perf_ns(), sql,
-                             recorder_mod.current_frame()]
+                self.open = [_perf_ns(), sql, recorder_mod.current_frame()]
         except Exception as exc:
             self.faults(exc)
         return type(conn)._execute_command(conn, command, sql)
@@ -168,8 +175,9 @@ class ConnectTaps:
 
     def points(self) -> list:
         """The REPLACE point of PyMySQL's ``Connection.connect``."""
-        return [points_mod.replace(MODULE, CLASS + '.connect',
-                                   self._replacement)]
+        return [
+            points_mod.replace(MODULE, CLASS + '.connect', self._replacement)
+        ]
 
     def install(self) -> None:
         self._active = True
@@ -230,8 +238,9 @@ class ConnectTaps:
         except Exception as exc:
             self.faults(exc)
 
-    def on_checkout(self, dbapi_connection, connection_record,
-                    connection_proxy) -> None:
+    def on_checkout(
+        self, dbapi_connection, connection_record, connection_proxy
+    ) -> None:
         """Pool ``checkout``: the set-up is over."""
         taps = self.taps
         if not taps:

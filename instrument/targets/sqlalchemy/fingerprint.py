@@ -74,8 +74,11 @@ _NAMED = re.compile(r'(?<![:\w]):[a-z_]\w*', re.IGNORECASE)
 _NUMERIC = re.compile(r'\$\d+')
 _POSTCOMPILE = re.compile(r'\(?__\[postcompile_\w+\]\)?', re.IGNORECASE)
 _HEX = re.compile(r'\b0x[0-9a-f]+\b', re.IGNORECASE)
-_NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d*)?(?:e[+-]?\d+)?\b'
-                     r'|(?<![\w.])\.\d+(?:e[+-]?\d+)?\b', re.IGNORECASE)
+_NUMBER = re.compile(
+    r'(?<![\w.])\d+(?:\.\d*)?(?:e[+-]?\d+)?\b'
+    r'|(?<![\w.])\.\d+(?:e[+-]?\d+)?\b',
+    re.IGNORECASE,
+)
 _SIGNED = re.compile(r'(?<=[\s(,=<>])[+-]\?')
 _IDENT_QUOTES = re.compile(r'[`"]')
 _NULL = re.compile(r'\bnull\b')
@@ -88,14 +91,16 @@ _GROUP = r'\((?:[^()]|\([^()]*\))*\)'
 _REPEATED_ROWS = re.compile(r'\bvalues ?(' + _GROUP + r')(?:, ?\1)+')
 _PLACEHOLDER_LIST = re.compile(
     r'\b(in|values?) ?\((?:[\s?,]*|(?: ?\([\s?,]*\) ?,?)+)\)'
-    r'(?:, ?\([\s?,]*\))*')
+    r'(?:, ?\([\s?,]*\))*'
+)
 _UNION = re.compile(r'\b(select .*?)(?:( union(?: all)?) \1)+')
 _LIMIT = re.compile(r'\blimit \?(?:, ?\?| offset \?)?')
 _OFFSET_ONLY = re.compile(r'\boffset \?')
 _ORDER_BY = re.compile(r'\border by ')
 _ASC = re.compile(r'\s+asc\b')
 _SAVEPOINT = re.compile(
-    r'\b(savepoint|release savepoint|rollback to savepoint) \S+')
+    r'\b(savepoint|release savepoint|rollback to savepoint) \S+'
+)
 _FIRST_WORD = re.compile(r'[\s(]*([a-z]+)')
 _MAIN_VERB = re.compile(r'\b(insert|update|delete|select)\b')
 
@@ -163,8 +168,7 @@ def statement_kind(sql: str) -> str:
 
 def query_id(fp: str) -> str:
     """MD5 of a fingerprint, 32 hex digits."""
-    return hashlib.md5(fp.encode('utf-8'),
-                       usedforsecurity=False).hexdigest()
+    return hashlib.md5(fp.encode('utf-8'), usedforsecurity=False).hexdigest()
 
 
 QueryClass = collections.namedtuple('QueryClass', 'qid kind text')
@@ -192,8 +196,9 @@ class Memo:
     Both are safe under threads and greenthreads (no yield inside).
     """
 
-    def __init__(self, max_statements: int = 8192,
-                 max_ids: int = 65536) -> None:
+    def __init__(
+        self, max_statements: int = 8192, max_ids: int = 65536
+    ) -> None:
         self.max_statements = max_statements
         self.max_ids = max_ids
         self._known = {}

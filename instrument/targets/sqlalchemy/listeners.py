@@ -115,11 +115,11 @@ MAX_PENDING = 50000
 ROOM = 3
 
 # Attributes this module keeps on SQLAlchemy objects.
-ATTR_T0 = '_instrument_t0'          # ExecutionContext (or Connection)
-ATTR_TXN = '_instrument_txn'        # Connection
+ATTR_T0 = '_instrument_t0'  # ExecutionContext (or Connection)
+ATTR_TXN = '_instrument_txn'  # Connection
 # Dialect: (owner, database name, double-quoted strings)
 ATTR_DB = '_instrument_db'
-ATTR_ERROR = '_instrument_error'    # Connection: failure being handled
+ATTR_ERROR = '_instrument_error'  # Connection: failure being handled
 # On the exception of a failed statement (and of a failed COMMIT):
 # (statement text, database, double-quoted strings), which
 # ``instrument.targets.sqlalchemy.retries`` reads to name the query
@@ -138,8 +138,8 @@ A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 # Entry kinds and layout: (kind, t0, t1, statement, txn, frame, rows,
 # many, err, disconnect, outcome or, for a statement, its Connection).
 K_STMT = 0
-K_END = 1       # COMMIT/ROLLBACK round trip, then the transaction
-K_TXN = 2       # the transaction only (no round trip happened)
+K_END = 1  # COMMIT/ROLLBACK round trip, then the transaction
+K_TXN = 2  # the transaction only (no round trip happened)
 # A statement outside the engine's events: the pool's reset-on-return,
 # a connection's set-up; its last item is (kind, dialect or database).
 K_SIDE = 3
@@ -178,6 +178,7 @@ def engine_connect_listener(fn):
 
     def engine_connect(conn, branch):
         return fn(conn)
+
     return engine_connect
 
 
@@ -232,15 +233,24 @@ _NO_BUFFER = _NoBuffer()
 class SqlListeners:
     """The engine listeners of one ``install``; ``remove`` undoes them."""
 
-    def __init__(self, recorder, aggregator, memo=None,
-                 slow_query_threshold_ms: float = 0.0,
-                 max_pending: int = MAX_PENDING, patcher=None) -> None:
+    def __init__(
+        self,
+        recorder,
+        aggregator,
+        memo=None,
+        slow_query_threshold_ms: float = 0.0,
+        max_pending: int = MAX_PENDING,
+        patcher=None,
+    ) -> None:
         """``patcher`` (``instrument.patching.patcher.Patcher``) applies the
         listeners and replacements (one of its own when None); its
         points are undone by ``remove``."""
         self.recorder = recorder
-        self.patcher = patcher if patcher is not None else \
-            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        self.patcher = (
+            patcher
+            if patcher is not None
+            else patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        )
         self.aggregator = aggregator
         self.memo = memo if memo is not None else fingerprint.Memo()
         self.slow_ns = int(slow_query_threshold_ms * 1000000)
@@ -254,15 +264,17 @@ class SqlListeners:
         self._drops_source_of = None
         self._drops_by_buffer = False
         self.faults = faults_mod.Faults(
-            'the SQL listeners', what='the statement is unaffected')
+            'the SQL listeners', what='the statement is unaffected'
+        )
         self._adopted = weakref.WeakKeyDictionary()
         # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
         self._dq_strings = weakref.WeakKeyDictionary()
         self._adopt_lock = threading.Lock()
         # The classes of a transaction's COMMIT and ROLLBACK (writer).
         self._end_classes: dict = {}
-        self.connect_taps = connect_mod.ConnectTaps(self._queue_setup,
-                                                    self.faults)
+        self.connect_taps = connect_mod.ConnectTaps(
+            self._queue_setup, self.faults
+        )
         self._pool_events = []
         self._process_lock = threading.Lock()
         self._events = []
@@ -288,11 +300,19 @@ class SqlListeners:
     def points(self) -> list:
         """Every place listened to or replaced, as patch points."""
         self._events = [
-            ('before_cursor_execute', self.before_cursor_execute,
-             {'retval': True}),
+            (
+                'before_cursor_execute',
+                self.before_cursor_execute,
+                {'retval': True},
+            ),
             ('after_cursor_execute', self.after_cursor_execute, {}),
-            ('engine_connect', self.on_engine_connect
-             if DIALECT_HANDLE_ERROR else self.on_engine_connect_14, {}),
+            (
+                'engine_connect',
+                self.on_engine_connect
+                if DIALECT_HANDLE_ERROR
+                else self.on_engine_connect_14,
+                {},
+            ),
             ('begin', self.on_begin, {}),
             ('handle_error', self.early_error, {}),
         ]
@@ -308,22 +328,40 @@ class SqlListeners:
         ]
         listen = points_mod.listen
         replace = points_mod.replace
-        return [listen(*ENGINE, name, fn, **kw)
-                for name, fn, kw in self._events] + [
-            listen(*POOL, name, fn, **kw)
-            for name, fn, kw in self._pool_events] + \
-            taps.points() + [
-            # on each dialect adopted (see _adopt)
-            listen(*DIALECT, 'handle_error', self.handle_error,
-                   per_object=True),
-            replace(DIALECT[0], DIALECT[1] + '.do_commit',
-                    self._end_timer(OUTCOME_COMMIT), per_object=True),
-            replace(DIALECT[0], DIALECT[1] + '.do_rollback',
-                    self._end_timer(OUTCOME_ROLLBACK), per_object=True)]
+        return (
+            [listen(*ENGINE, name, fn, **kw) for name, fn, kw in self._events]
+            + [
+                listen(*POOL, name, fn, **kw)
+                for name, fn, kw in self._pool_events
+            ]
+            + taps.points()
+            + [
+                # on each dialect adopted (see _adopt)
+                listen(
+                    *DIALECT,
+                    'handle_error',
+                    self.handle_error,
+                    per_object=True,
+                ),
+                replace(
+                    DIALECT[0],
+                    DIALECT[1] + '.do_commit',
+                    self._end_timer(OUTCOME_COMMIT),
+                    per_object=True,
+                ),
+                replace(
+                    DIALECT[0],
+                    DIALECT[1] + '.do_rollback',
+                    self._end_timer(OUTCOME_ROLLBACK),
+                    per_object=True,
+                ),
+            ]
+        )
 
     def _end_timer(self, outcome: str):
         def factory(original, state, dialect):
             return self._timed_end(original, outcome, dialect)
+
         return factory
 
     def install(self) -> None:
@@ -410,8 +448,9 @@ class SqlListeners:
 
         # Both are guarded from their first line: whatever fails in
         # them, the statement runs and its result is the caller's.
-        def before_cursor_execute(conn, cursor, statement, parameters,
-                                  context, executemany):
+        def before_cursor_execute(
+            conn, cursor, statement, parameters, context, executemany
+        ):
             try:
                 if context is not None:
                     context._instrument_t0 = perf_ns()
@@ -421,17 +460,29 @@ class SqlListeners:
                 faults(exc)
             return statement, parameters
 
-        def after_cursor_execute(conn, cursor, statement, parameters,
-                                 context, executemany):
+        def after_cursor_execute(
+            conn, cursor, statement, parameters, context, executemany
+        ):
             try:
                 t1 = perf_ns()
                 if len(pending) < max_pending:
-                    append((K_STMT,
-                            context._instrument_t0 if context is not None
+                    append(
+                        (
+                            K_STMT,
+                            context._instrument_t0
+                            if context is not None
                             else conn._instrument_t0,
-                            t1, statement, getattr(conn, ATTR_TXN, None),
-                            current_frame(), cursor.rowcount, executemany,
-                            None, False, conn))
+                            t1,
+                            statement,
+                            getattr(conn, ATTR_TXN, None),
+                            current_frame(),
+                            cursor.rowcount,
+                            executemany,
+                            None,
+                            False,
+                            conn,
+                        )
+                    )
                     if buf.writer is None:
                         buf.start()
                 else:
@@ -457,8 +508,7 @@ class SqlListeners:
     def _buffer(self):
         """The recorder's buffer (what ``start()``s the writer)."""
         buf = getattr(self.recorder, 'buffer', None)
-        return buf if getattr(buf, 'start', None) is not None \
-            else _NO_BUFFER
+        return buf if getattr(buf, 'start', None) is not None else _NO_BUFFER
 
     def drop(self) -> None:
         """Count one entry lost to a full queue; the first is reported
@@ -471,30 +521,50 @@ class SqlListeners:
                 'instrument: SQL statements are being dropped: %d wait for '
                 'the writer ([instrument] buffer_size), which does not keep '
                 'up or is stuck; counted in sql.dropped records, the count '
-                'logged by the writer and at exit', self.max_pending)
+                'logged by the writer and at exit',
+                self.max_pending,
+            )
 
     # -- what the buffer asks of a drop source (add_drop_source) ----------
 
     drops_cause = 'sql_queue'
     drops_event = EV_DROPPED
     drops_unit = 'SQL statements waiting to become records'
-    drops_advice = ('the writer does not keep up with the statements of '
-                    'the process: raise [instrument] buffer_size (every '
-                    'statement is queued, whatever slow_query_threshold)')
+    drops_advice = (
+        'the writer does not keep up with the statements of '
+        'the process: raise [instrument] buffer_size (every '
+        'statement is queued, whatever slow_query_threshold)'
+    )
 
     def drops_what(self) -> str:
-        return 'SQL statements dropped (more than %d waited for the ' \
+        return (
+            'SQL statements dropped (more than %d waited for the '
             'writer)' % self.max_pending
+        )
 
     def waiting(self) -> int:
         """Statements queued for the writer, not yet records."""
         return len(self.pending)
 
-    def _queue_setup(self, t0: int, t1: int, statement, frame, error,
-                     db: str) -> None:
+    def _queue_setup(
+        self, t0: int, t1: int, statement, frame, error, db: str
+    ) -> None:
         """A connection's set-up statement (from its tap)."""
-        self._queue((K_SIDE, t0, t1, statement, None, frame, None, False,
-                     error, False, (fingerprint.KIND_CONNECT, db)))
+        self._queue(
+            (
+                K_SIDE,
+                t0,
+                t1,
+                statement,
+                None,
+                frame,
+                None,
+                False,
+                error,
+                False,
+                (fingerprint.KIND_CONNECT, db),
+            )
+        )
 
     @staticmethod
     def _attribution() -> tuple:
@@ -531,11 +601,21 @@ class SqlListeners:
             error = [tracing.error_of(raw), bool(ctx.is_disconnect), False]
             conn._instrument_error = error
             self._tag(raw, statement, conn.dialect)
-            self._queue((K_STMT, t0, t1, statement,
-                         getattr(conn, ATTR_TXN, None),
-                         recorder_mod.current_frame(), None, many, error,
-                         False,
-                         conn))
+            self._queue(
+                (
+                    K_STMT,
+                    t0,
+                    t1,
+                    statement,
+                    getattr(conn, ATTR_TXN, None),
+                    recorder_mod.current_frame(),
+                    None,
+                    many,
+                    error,
+                    False,
+                    conn,
+                )
+            )
         except Exception as fault:
             self.faults(fault)
         return None
@@ -600,11 +680,20 @@ class SqlListeners:
         try:
             fairy = conn._dbapi_connection
             owned = getattr(conn.dialect, ATTR_DB, None)
-            db = owned[1] if owned is not None and owned[0] is self \
+            db = (
+                owned[1]
+                if owned is not None and owned[0] is self
                 else self._adopt(conn)
+            )
             frame = _current_frame()
-            txn = [_perf_ns(), db, NO_FRAME if frame is None else frame,
-                   None, 0, conn]
+            txn = [
+                _perf_ns(),
+                db,
+                NO_FRAME if frame is None else frame,
+                None,
+                0,
+                conn,
+            ]
             stale = conn.__dict__.get(ATTR_TXN)
             if stale is not None:
                 self._stale(stale)
@@ -614,8 +703,9 @@ class SqlListeners:
         except Exception as exc:
             self.faults(exc)
 
-    def on_invalidate(self, dbapi_connection, connection_record,
-                      exception=None) -> None:
+    def on_invalidate(
+        self, dbapi_connection, connection_record, exception=None
+    ) -> None:
         """Pool ``invalidate``: the connection is discarded (a lost
         connection, ``Connection.invalidate()``), and with it its open
         transaction, which the server rolls back: no COMMIT/ROLLBACK
@@ -637,8 +727,21 @@ class SqlListeners:
         txn[T_CONN] = None
         if conn is not None and conn.__dict__.get(ATTR_TXN) is txn:
             conn._instrument_txn = None
-        self._queue((K_TXN, None, _perf_ns(), None, txn, None, None,
-                     False, None, False, OUTCOME_ROLLBACK))
+        self._queue(
+            (
+                K_TXN,
+                None,
+                _perf_ns(),
+                None,
+                txn,
+                None,
+                None,
+                False,
+                None,
+                False,
+                OUTCOME_ROLLBACK,
+            )
+        )
 
     def _timed_end(self, original, outcome: str, dialect=None):
         """``dialect.do_commit``/``do_rollback``, one hook for both
@@ -657,8 +760,7 @@ class SqlListeners:
         fairy_cls = _FAIRY
         error_of = tracing.error_of
         reset_kind = (fingerprint.KIND_POOL_RESET, dialect)
-        reset_statement = 'COMMIT' if outcome == OUTCOME_COMMIT \
-            else 'ROLLBACK'
+        reset_statement = 'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK'
 
         def timed(dbapi_connection, *args, **kwargs):
             if dbapi_connection.__class__ is not fairy_cls:
@@ -687,28 +789,80 @@ class SqlListeners:
                 try:
                     t1 = perf_ns()
                     if txn is None:
-                        queue((K_SIDE, t0, t1, reset_statement, None, frame,
-                               None, False, [error_of(exc), False, True],
-                               False, reset_kind))
+                        queue(
+                            (
+                                K_SIDE,
+                                t0,
+                                t1,
+                                reset_statement,
+                                None,
+                                frame,
+                                None,
+                                False,
+                                [error_of(exc), False, True],
+                                False,
+                                reset_kind,
+                            )
+                        )
                     else:
                         error = [error_of(exc), False, False]
                         if conn is not None:
                             conn._instrument_error = error
-                        setattr(exc, ATTR_SQL, (reset_statement,
-                                                txn[T_DB], False))
-                        queue((K_END, t0, t1, None, txn, None, None, False,
-                               error, False, outcome))
+                        setattr(
+                            exc, ATTR_SQL, (reset_statement, txn[T_DB], False)
+                        )
+                        queue(
+                            (
+                                K_END,
+                                t0,
+                                t1,
+                                None,
+                                txn,
+                                None,
+                                None,
+                                False,
+                                error,
+                                False,
+                                outcome,
+                            )
+                        )
                 except Exception as fault:
                     faults(fault)
                 raise
             try:
                 t1 = perf_ns()
                 if txn is None:
-                    queue((K_SIDE, t0, t1, reset_statement, None, frame,
-                           None, False, None, False, reset_kind))
+                    queue(
+                        (
+                            K_SIDE,
+                            t0,
+                            t1,
+                            reset_statement,
+                            None,
+                            frame,
+                            None,
+                            False,
+                            None,
+                            False,
+                            reset_kind,
+                        )
+                    )
                 else:
-                    queue((K_END, t0, t1, None, txn, None, None, False,
-                           None, False, outcome))
+                    queue(
+                        (
+                            K_END,
+                            t0,
+                            t1,
+                            None,
+                            txn,
+                            None,
+                            None,
+                            False,
+                            None,
+                            False,
+                            outcome,
+                        )
+                    )
             except Exception as fault:
                 faults(fault)
             return result
@@ -724,10 +878,14 @@ class SqlListeners:
         if qclass is None:
             qclass, new = self.memo.learn(statement, dq_strings)
             if new:
-                self.recorder.meta(EV_FINGERPRINT, {
-                    schema.ATTR_FP: qclass.qid,
-                    schema.ATTR_TEXT: qclass.text,
-                    schema.ATTR_KIND: qclass.kind})
+                self.recorder.meta(
+                    EV_FINGERPRINT,
+                    {
+                        schema.ATTR_FP: qclass.qid,
+                        schema.ATTR_TEXT: qclass.text,
+                        schema.ATTR_KIND: qclass.kind,
+                    },
+                )
         return qclass
 
     def process(self, final: bool = False) -> bool:
@@ -766,8 +924,12 @@ class SqlListeners:
                 except IndexError:  # pragma: no cover - raced a reset
                     break
                 error = entry[8]
-                if error is not None and not error[E_SETTLED] and \
-                        not final and now - entry[2] < SETTLE_NS:
+                if (
+                    error is not None
+                    and not error[E_SETTLED]
+                    and not final
+                    and now - entry[2] < SETTLE_NS
+                ):
                     # oslo.db's translation may still be on its way;
                     # keep the order: wait for the next round.
                     pending.appendleft(entry)
@@ -801,23 +963,25 @@ class SqlListeners:
         return span
 
     def _statement(self, entry: tuple) -> None:
-        (_k, t0, t1, statement, txn, frame, rows, many, error, _d,
-         conn) = entry
+        (_k, t0, t1, statement, txn, frame, rows, many, error, _d, conn) = (
+            entry
+        )
         err = disconnect = None
         if error is not None:
             err, disconnect = error[E_ERR], error[E_DISCONNECT]
-        if t0 is None:      # failed before it reached the cursor
+        if t0 is None:  # failed before it reached the cursor
             t0 = t1
         dur_ns = t1 - t0
         dialect = conn.dialect
         owned = getattr(dialect, ATTR_DB, None)
         if owned is not None and owned[0] is self:
             db, dq = owned[1], owned[2]
-        else:   # removed meanwhile
+        else:  # removed meanwhile
             db = self._adopted.get(dialect) or ''
             dq = self._dq_strings.get(dialect, False)
-        qclass = self.memo.get(statement if not dq or '"' not in statement
-                               else (statement, True))
+        qclass = self.memo.get(
+            statement if not dq or '"' not in statement else (statement, True)
+        )
         if qclass is None:
             qclass = self._query_class(statement, dq)
         if txn is not None:
@@ -830,22 +994,52 @@ class SqlListeners:
         if rows is not None and rows < 0:
             rows = None
         if not self._detail(dur_ns, req, err):
-            self.aggregator.add(qclass.qid, db, qclass.kind, call,
-                                dur_ns // 1000, rows, False)
+            self.aggregator.add(
+                qclass.qid, db, qclass.kind, call, dur_ns // 1000, rows, False
+            )
             return
         self.recorder.complete(
-            EV_QUERY, t0, t1, None, parent, req, greq, inst, svc, host,
-            ST_OK if err is None else ST_ERROR, err,
-            _query_attrs(qclass.qid, db, qclass.kind, rows, many,
-                         self._txn_span(txn) if txn is not None else None,
-                         call, disconnect))
+            EV_QUERY,
+            t0,
+            t1,
+            None,
+            parent,
+            req,
+            greq,
+            inst,
+            svc,
+            host,
+            ST_OK if err is None else ST_ERROR,
+            err,
+            _query_attrs(
+                qclass.qid,
+                db,
+                qclass.kind,
+                rows,
+                many,
+                self._txn_span(txn) if txn is not None else None,
+                call,
+                disconnect,
+            ),
+        )
 
     def _side_statement(self, entry: tuple) -> None:
         """A pool reset or a connection's set-up statement: a statement
         of its own kind, outside any transaction, aggregated or written
         like the others."""
-        (_k, t0, t1, statement, _txn, frame, _r, _m, error, _d,
-         (kind, source)) = entry
+        (
+            _k,
+            t0,
+            t1,
+            statement,
+            _txn,
+            frame,
+            _r,
+            _m,
+            error,
+            _d,
+            (kind, source),
+        ) = entry
         err = None
         if error is not None:
             err = error[E_ERR]
@@ -855,22 +1049,36 @@ class SqlListeners:
             db = source
         else:
             owned = getattr(source, ATTR_DB, None)
-            db = owned[1] if owned is not None and owned[0] is self \
+            db = (
+                owned[1]
+                if owned is not None and owned[0] is self
                 else self._adopted.get(source) or ''
-        qclass = self._query_class(
-            statement, kind == fingerprint.KIND_CONNECT)
-        parent, req, greq, inst, svc, host, call = \
+            )
+        qclass = self._query_class(statement, kind == fingerprint.KIND_CONNECT)
+        parent, req, greq, inst, svc, host, call = (
             frame if frame is not None else NO_FRAME
+        )
         dur_ns = t1 - t0
         if not self._detail(dur_ns, req, err):
-            self.aggregator.add(qclass.qid, db, kind, call, dur_ns // 1000,
-                                None, False)
+            self.aggregator.add(
+                qclass.qid, db, kind, call, dur_ns // 1000, None, False
+            )
             return
         self.recorder.complete(
-            EV_QUERY, t0, t1, None, parent, req, greq, inst, svc, host,
-            ST_OK if err is None else ST_ERROR, err,
-            _query_attrs(qclass.qid, db, kind, None, False, None, call,
-                         False))
+            EV_QUERY,
+            t0,
+            t1,
+            None,
+            parent,
+            req,
+            greq,
+            inst,
+            svc,
+            host,
+            ST_OK if err is None else ST_ERROR,
+            err,
+            _query_attrs(qclass.qid, db, kind, None, False, None, call, False),
+        )
 
     def _transaction_end(self, entry: tuple) -> None:
         (kind, t0, t1, _s, txn, _f, _r, _m, error, _d, outcome) = entry
@@ -885,24 +1093,66 @@ class SqlListeners:
             qclass = self._end_classes.get(outcome)
             if qclass is None:
                 qclass = self._end_classes[outcome] = self._query_class(
-                    'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK')
+                    'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK'
+                )
             dur_ns = t1 - t0
             if self._detail(dur_ns, req, err):
                 recorder.complete(
-                    EV_QUERY, t0, t1, None, parent, req, greq, inst, svc,
-                    host, st, err, _query_attrs(
-                        qclass.qid, db, qclass.kind, None, False,
-                        self._txn_span(txn), call, disconnect))
+                    EV_QUERY,
+                    t0,
+                    t1,
+                    None,
+                    parent,
+                    req,
+                    greq,
+                    inst,
+                    svc,
+                    host,
+                    st,
+                    err,
+                    _query_attrs(
+                        qclass.qid,
+                        db,
+                        qclass.kind,
+                        None,
+                        False,
+                        self._txn_span(txn),
+                        call,
+                        disconnect,
+                    ),
+                )
             else:
-                self.aggregator.add(qclass.qid, db, qclass.kind, call,
-                                    dur_ns // 1000, None, False)
+                self.aggregator.add(
+                    qclass.qid,
+                    db,
+                    qclass.kind,
+                    call,
+                    dur_ns // 1000,
+                    None,
+                    False,
+                )
         if not self._detail(t1 - txn[T_T0], req, err):
             return
         recorder.complete(
-            EV_TXN, txn[T_T0], t1, self._txn_span(txn), parent, req, greq,
-            inst, svc, host, st, err,
-            {schema.ATTR_DB: db, schema.ATTR_STATEMENTS: txn[T_COUNT],
-             schema.ATTR_OUTCOME: outcome, schema.ATTR_CALL: call})
+            EV_TXN,
+            txn[T_T0],
+            t1,
+            self._txn_span(txn),
+            parent,
+            req,
+            greq,
+            inst,
+            svc,
+            host,
+            st,
+            err,
+            {
+                schema.ATTR_DB: db,
+                schema.ATTR_STATEMENTS: txn[T_COUNT],
+                schema.ATTR_OUTCOME: outcome,
+                schema.ATTR_CALL: call,
+            },
+        )
 
     def _report_dropped(self) -> None:
         dropped = self.dropped
@@ -912,14 +1162,21 @@ class SqlListeners:
         self.recorder.counter(EV_DROPPED, {schema.ATTR_COUNT: dropped})
 
 
-def _query_attrs(qid: str, db: str, kind: str, rows, many, txn_span, call,
-                 disconnect) -> dict:
+def _query_attrs(
+    qid: str, db: str, kind: str, rows, many, txn_span, call, disconnect
+) -> dict:
     """The attrs of a ``sql.query`` record."""
-    attrs = {schema.ATTR_FP: qid, schema.ATTR_DB: db, schema.ATTR_KIND: kind,
-             schema.ATTR_ROWS: rows, schema.ATTR_MANY: bool(many),
-             schema.ATTR_TXN: record.span_hex(txn_span)
-             if txn_span is not None else None,
-             schema.ATTR_CALL: call}
+    attrs = {
+        schema.ATTR_FP: qid,
+        schema.ATTR_DB: db,
+        schema.ATTR_KIND: kind,
+        schema.ATTR_ROWS: rows,
+        schema.ATTR_MANY: bool(many),
+        schema.ATTR_TXN: record.span_hex(txn_span)
+        if txn_span is not None
+        else None,
+        schema.ATTR_CALL: call,
+    }
     if disconnect:
         attrs[schema.ATTR_DISCONNECT] = True
     return attrs

@@ -32,8 +32,11 @@ def database_name(url) -> str:
     except Exception:  # a URL-like object without the method
         pass
     if backend == 'sqlite':
-        if not database or database == MEMORY_DB or \
-                database.startswith('file::memory:'):
+        if (
+            not database
+            or database == MEMORY_DB
+            or database.startswith('file::memory:')
+        ):
             return MEMORY_DB
         return os.path.basename(database.split('?', 1)[0]) or database
     return database or ''

@@ -70,16 +70,19 @@ class PoolWaits:
         """``patcher`` applies the points (one of its own when None);
         ``remove`` undoes them."""
         self.recorder = recorder
-        self.patcher = patcher if patcher is not None else \
-            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        self.patcher = (
+            patcher
+            if patcher is not None
+            else patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        )
         self.waits = waits.WaitRecorder(recorder, 'the DB pool timing')
         self.faults = self.waits.faults
-        self.pool_db: weakref.WeakKeyDictionary = \
-            weakref.WeakKeyDictionary()
+        self.pool_db: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # an engine's dialect: its database name (a pool its engine
         # made again after dispose() has the same dialect)
-        self.dialect_db: weakref.WeakKeyDictionary = \
+        self.dialect_db: weakref.WeakKeyDictionary = (
             weakref.WeakKeyDictionary()
+        )
         self._points: list = []
         self._installed = False
 
@@ -88,9 +91,11 @@ class PoolWaits:
         the ``Engine.__init__`` that names the engine's pool."""
         listen = points_mod.listen
         return [
-            listen(*listeners_mod.ENGINE, 'engine_connect',
-                   listeners_mod.engine_connect_listener(
-                       self.on_engine_connect)),
+            listen(
+                *listeners_mod.ENGINE,
+                'engine_connect',
+                listeners_mod.engine_connect_listener(self.on_engine_connect),
+            ),
             listen(*listeners_mod.POOL, 'connect', self.on_connect),
             listen(*listeners_mod.POOL, 'close', self.on_close),
             listen(*listeners_mod.POOL, 'invalidate', self.on_invalidate),
@@ -129,9 +134,11 @@ class PoolWaits:
             try:
                 # Everything the pool may open is open and none is idle:
                 # this checkout waits for a connection to come back.
-                waiting = (faults.active and
-                           -1 < pool._max_overflow <= pool._overflow and
-                           pool._pool.qsize() == 0)
+                waiting = (
+                    faults.active
+                    and -1 < pool._max_overflow <= pool._overflow
+                    and pool._pool.qsize() == 0
+                )
             except Exception as exc:  # noqa: BLE001 - other SQLAlchemy
                 faults(exc)
                 waiting = False
@@ -152,8 +159,13 @@ class PoolWaits:
                 entry = original(pool)
             except Exception as exc:
                 try:
-                    record(EV_WAIT, t0, clock(), _attrs(pool, pool_db),
-                           waits.error_of(exc))
+                    record(
+                        EV_WAIT,
+                        t0,
+                        clock(),
+                        _attrs(pool, pool_db),
+                        waits.error_of(exc),
+                    )
                 except Exception as fault:  # noqa: BLE001 - counted
                     faults(fault)
                 raise
@@ -185,8 +197,9 @@ class PoolWaits:
             name(engine)
 
         engine_created.__wrapped__ = func  # type: ignore[attr-defined]
-        engine_created.__qualname__ = getattr(func, '__qualname__',
-                                              'engine_created')
+        engine_created.__qualname__ = getattr(
+            func, '__qualname__', 'engine_created'
+        )
         return classmethod(engine_created)
 
     def name(self, engine) -> None:
@@ -223,8 +236,9 @@ class PoolWaits:
             db = connect_mod._database(dbapi_connection)
         return db or ''
 
-    def _instant(self, ev: str, dbapi_connection, connection_record,
-                 exc=None) -> None:
+    def _instant(
+        self, ev: str, dbapi_connection, connection_record, exc=None
+    ) -> None:
         if not self.faults.active:
             return
         try:
@@ -236,17 +250,24 @@ class PoolWaits:
             self.faults(fault)
 
     def on_connect(self, dbapi_connection, connection_record) -> None:
-        self._instant(schema.EV_DB_POOL_CONNECT, dbapi_connection,
-                      connection_record)
+        self._instant(
+            schema.EV_DB_POOL_CONNECT, dbapi_connection, connection_record
+        )
 
     def on_close(self, dbapi_connection, connection_record) -> None:
-        self._instant(schema.EV_DB_POOL_CLOSE, dbapi_connection,
-                      connection_record)
+        self._instant(
+            schema.EV_DB_POOL_CLOSE, dbapi_connection, connection_record
+        )
 
-    def on_invalidate(self, dbapi_connection, connection_record,
-                      exception) -> None:
-        self._instant(schema.EV_DB_POOL_INVALIDATE, dbapi_connection,
-                      connection_record, exception)
+    def on_invalidate(
+        self, dbapi_connection, connection_record, exception
+    ) -> None:
+        self._instant(
+            schema.EV_DB_POOL_INVALIDATE,
+            dbapi_connection,
+            connection_record,
+            exception,
+        )
 
 
 def _attrs(pool, pool_db) -> dict:

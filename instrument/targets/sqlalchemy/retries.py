@@ -66,8 +66,7 @@ def _callable_name(fn) -> str | None:
     if fn is None:
         return None
     module = getattr(fn, '__module__', None)
-    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__',
-                                                        None)
+    name = getattr(fn, '__qualname__', None) or getattr(fn, '__name__', None)
     if name is None:
         return None
     return '%s.%s' % (module, name) if module else name
@@ -78,8 +77,10 @@ def _retry_loop_locals(frame):
     depth = 0
     while frame is not None and depth < MAX_FRAME_DEPTH:
         code = frame.f_code
-        if code.co_filename.endswith(_API_FILE) and \
-                'remaining' in code.co_varnames:
+        if (
+            code.co_filename.endswith(_API_FILE)
+            and 'remaining' in code.co_varnames
+        ):
             return frame.f_locals
         frame = frame.f_back
         depth += 1
@@ -98,11 +99,13 @@ def failed_statement(exc) -> tuple | None:
         tag = getattr(exc, listeners.ATTR_SQL, None)
         if tag is not None:
             return tag
-        exc = (getattr(exc, 'inner_exc', None) or
-               getattr(exc, 'inner_exception', None) or
-               getattr(exc, 'orig', None) or
-               getattr(exc, '__cause__', None) or
-               getattr(exc, '__context__', None))
+        exc = (
+            getattr(exc, 'inner_exc', None)
+            or getattr(exc, 'inner_exception', None)
+            or getattr(exc, 'orig', None)
+            or getattr(exc, '__cause__', None)
+            or getattr(exc, '__context__', None)
+        )
     return None
 
 
@@ -119,16 +122,23 @@ class RetryRecorder:
         self.recorder = recorder
         self.memo = memo
         self.faults = faults_mod.Faults(
-            'the DB retry recorder', what='the retry is unaffected')
-        self.patcher = patcher if patcher is not None else \
-            patcher_mod.Patcher([], recorder, 'oslo.db')
+            'the DB retry recorder', what='the retry is unaffected'
+        )
+        self.patcher = (
+            patcher
+            if patcher is not None
+            else patcher_mod.Patcher([], recorder, 'oslo.db')
+        )
         self._active = False
         self._exc_pos = -1
 
     def points(self) -> list:
         """The REPLACE point of ``_is_exception_expected``."""
-        return [points_mod.replace(MODULE, '%s.%s' % (CLASS, METHOD),
-                                   self._replacement)]
+        return [
+            points_mod.replace(
+                MODULE, '%s.%s' % (CLASS, METHOD), self._replacement
+            )
+        ]
 
     def _replacement(self, original, state, owner):
         # the exception checked, read by keyword or at its position in
@@ -158,8 +168,13 @@ class RetryRecorder:
         if expected and self._active:
             try:
                 pos = self._exc_pos
-                exc = kwargs[EXC_ARG] if EXC_ARG in kwargs else \
-                    args[pos] if -1 < pos < len(args) else None
+                exc = (
+                    kwargs[EXC_ARG]
+                    if EXC_ARG in kwargs
+                    else args[pos]
+                    if -1 < pos < len(args)
+                    else None
+                )
                 self._record(instance, exc, sys._getframe(1))
             except Exception as exc:
                 self.faults(exc)
@@ -179,8 +194,11 @@ class RetryRecorder:
         attrs = {
             schema.ATTR_ATTEMPT: attempt,
             schema.ATTR_CLS: tracing.error_class(cause)
-            if cause is not None else None,
-            schema.ATTR_FUNC: func, schema.ATTR_EXHAUSTED: exhausted}
+            if cause is not None
+            else None,
+            schema.ATTR_FUNC: func,
+            schema.ATTR_EXHAUSTED: exhausted,
+        }
         failed = failed_statement(exc)
         if failed is not None:
             statement, db, dq = failed

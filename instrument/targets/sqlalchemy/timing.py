@@ -45,22 +45,32 @@ DRAIN_TIMEOUT = 2.0
 class SqlTiming:
     """The installed SQL instrumentation of a process."""
 
-    def __init__(self, recorder, slow_query_threshold_ms: float = 0.0,
-                 aggregate_interval_s: float = 10.0,
-                 max_pending: int = listeners_mod.MAX_PENDING,
-                 patcher=None) -> None:
+    def __init__(
+        self,
+        recorder,
+        slow_query_threshold_ms: float = 0.0,
+        aggregate_interval_s: float = 10.0,
+        max_pending: int = listeners_mod.MAX_PENDING,
+        patcher=None,
+    ) -> None:
         self.recorder = recorder
         # Where every listener and replacement is a point.
-        self.patcher = patcher if patcher is not None else \
-            patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        self.patcher = (
+            patcher
+            if patcher is not None
+            else patcher_mod.Patcher([], recorder, 'SQLAlchemy')
+        )
         self.memo = fingerprint.Memo()
-        self.aggregator = aggregate.Aggregator(recorder,
-                                               aggregate_interval_s)
+        self.aggregator = aggregate.Aggregator(recorder, aggregate_interval_s)
         self.listeners = listeners_mod.SqlListeners(
-            recorder, self.aggregator, self.memo, slow_query_threshold_ms,
-            max_pending, self.patcher)
-        self.retries = retries.RetryRecorder(recorder, self.patcher,
-                                             self.memo)
+            recorder,
+            self.aggregator,
+            self.memo,
+            slow_query_threshold_ms,
+            max_pending,
+            self.patcher,
+        )
+        self.retries = retries.RetryRecorder(recorder, self.patcher, self.memo)
         self._buffer = getattr(recorder, 'buffer', None)
         self._installed = False
 
@@ -98,8 +108,11 @@ class SqlTiming:
             # What the buffer has no room for waits for its next write.
             drain = getattr(self._buffer, 'drain', None)
             for _ in range(REMOVE_ROUNDS):
-                if not self.listeners.process(final=True) or \
-                        drain is None or not drain(timeout=DRAIN_TIMEOUT):
+                if (
+                    not self.listeners.process(final=True)
+                    or drain is None
+                    or not drain(timeout=DRAIN_TIMEOUT)
+                ):
                     break
         except Exception:
             LOG.exception('instrument: writing the last SQL records')
@@ -112,6 +125,10 @@ def install(recorder, conf, patcher=None) -> SqlTiming:
     handle (``remove()``)."""
     group = conf.instrument
     # The statements waiting for the writer are bounded like the buffer.
-    return SqlTiming(recorder, group.slow_query_threshold,
-                     group.sql_aggregate_interval,
-                     group.buffer_size, patcher).install()
+    return SqlTiming(
+        recorder,
+        group.slow_query_threshold,
+        group.sql_aggregate_interval,
+        group.buffer_size,
+        patcher,
+    ).install()

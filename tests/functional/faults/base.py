@@ -36,10 +36,14 @@ from instrument.runtime import lifecycle
 from instrument.runtime import threads
 from tests.functional.nova import base
 
-UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
-                  r'[0-9a-f]{12}')
-TIME = re.compile(r'\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?'
-                  r'(Z|[+-]\d{2}:?\d{2})?')
+UUID = re.compile(
+    r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+    r'[0-9a-f]{12}'
+)
+TIME = re.compile(
+    r'\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?'
+    r'(Z|[+-]\d{2}:?\d{2})?'
+)
 INSTANCE_NAME = re.compile(r'instance-[0-9a-f]{8}')
 REQUEST_ID = re.compile(r'req-<uuid-\d+>')
 # Values that differ between two runs by design.
@@ -47,8 +51,10 @@ MASKED = {'adminPass', 'OS-EXT-SRV-ATTR:reservation_id'}
 # A frame of the library's wrappers in a traceback nova stored (an
 # instance fault's details, admins only): the one difference a wrapper
 # cannot avoid.  Everything else in the traceback must be the same.
-WRAPPER_FRAME = re.compile(r'  File "[^"]*/instrument/[^"]*", line \d+, '
-                           r'in \w+\n(?:    [^\n]*\n)*')
+WRAPPER_FRAME = re.compile(
+    r'  File "[^"]*/instrument/[^"]*", line \d+, '
+    r'in \w+\n(?:    [^\n]*\n)*'
+)
 POLL = 0.05
 
 
@@ -60,8 +66,9 @@ class Transcript:
         self._uuids = {}
 
     def _uuid(self, match) -> str:
-        return self._uuids.setdefault(match.group(0), '<uuid-%d>' % (
-            len(self._uuids) + 1))
+        return self._uuids.setdefault(
+            match.group(0), '<uuid-%d>' % (len(self._uuids) + 1)
+        )
 
     def text(self, value: str) -> str:
         value = UUID.sub(self._uuid, value)
@@ -82,8 +89,9 @@ class Transcript:
             # differs from one cloud to the next.
             value = sorted(value, key=lambda f: str(f.get('name')))
         if isinstance(value, dict):
-            return {self.text(k): self.norm(v, k)
-                    for k, v in sorted(value.items())}
+            return {
+                self.text(k): self.norm(v, k) for k, v in sorted(value.items())
+            }
         if isinstance(value, list):
             return [self.norm(v) for v in value]
         if isinstance(value, str):
@@ -106,14 +114,19 @@ class FaultTestCase(base.InstrumentedCloud):
         super().setUp()
         # Built first: it takes the first flavor, which the big one
         # might otherwise be.
-        self.ok_server = self._build_server(name='fault-tier-ok',
-                                            networks='none')
+        self.ok_server = self._build_server(
+            name='fault-tier-ok', networks='none'
+        )
         self.big_flavor = self._create_flavor(
-            name='fault-tier-too-big', memory_mb=512, vcpu=1,
-            disk=100000, ephemeral=0)
+            name='fault-tier-too-big',
+            memory_mb=512,
+            vcpu=1,
+            disk=100000,
+            ephemeral=0,
+        )
         self.big_server = self._build_server(
-            name='fault-tier-big', flavor_id=self.big_flavor,
-            networks='none')
+            name='fault-tier-big', flavor_id=self.big_flavor, networks='none'
+        )
 
     def _configure_instrument(self, settings) -> None:
         super()._configure_instrument(settings)
@@ -127,9 +140,11 @@ class FaultTestCase(base.InstrumentedCloud):
 
     def request(self, t: Transcript, method: str, path: str, body=None):
         response = self.api.api_request(
-            path, method=method,
+            path,
+            method=method,
             body=json.dumps(body) if body is not None else None,
-            check_response_status=None)
+            check_response_status=None,
+        )
         try:
             answer = response.json() if response.content else None
         except ValueError:
@@ -140,17 +155,21 @@ class FaultTestCase(base.InstrumentedCloud):
     def wait_for(self, server_id: str, status: str, timeout=20.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            response = self.api.api_request('/servers/%s' % server_id,
-                                            check_response_status=None)
+            response = self.api.api_request(
+                '/servers/%s' % server_id, check_response_status=None
+            )
             if status is None and response.status_code == 404:
                 return
             if response.status_code >= 500:
-                self.fail('GET server %s: %s %s' % (
-                    server_id, response.status_code, response.text[:500]))
+                self.fail(
+                    'GET server %s: %s %s'
+                    % (server_id, response.status_code, response.text[:500])
+                )
             if response.status_code == 200:
                 server = response.json()['server']
                 if server['status'] == status and (
-                        status != 'ERROR' or 'fault' in server):
+                    status != 'ERROR' or 'fault' in server
+                ):
                     return
             time.sleep(POLL)
         self.fail('server %s never reached %s' % (server_id, status))
@@ -160,29 +179,50 @@ class FaultTestCase(base.InstrumentedCloud):
         self.notifier.reset()
         t = Transcript()
         self.request(t, 'GET', '/flavors')
-        ok = self.request(t, 'POST', '/servers',
-                          {'server': self.ok_server})['server']['id']
+        ok = self.request(t, 'POST', '/servers', {'server': self.ok_server})[
+            'server'
+        ]['id']
         self.wait_for(ok, 'ACTIVE')
-        big = self.request(t, 'POST', '/servers',
-                           {'server': self.big_server})['server']['id']
+        big = self.request(t, 'POST', '/servers', {'server': self.big_server})[
+            'server'
+        ]['id']
         self.wait_for(big, 'ERROR')
         self.request(t, 'GET', '/servers/%s' % ok)
         self.request(t, 'GET', '/servers/%s' % big)
         self.request(t, 'GET', '/servers/detail')
-        self.request(t, 'POST', '/flavors', {'flavor': {
-            'name': 'fault-tier-too-big', 'ram': 64, 'vcpus': 1,
-            'disk': 1}})
-        self.request(t, 'GET', '/servers/%s' % (
-            '00000000-0000-0000-0000-00000000f00d'))
-        self.request(t, 'POST', '/servers', {'server': dict(
-            self.ok_server, flavorRef='no-such-flavor')})
+        self.request(
+            t,
+            'POST',
+            '/flavors',
+            {
+                'flavor': {
+                    'name': 'fault-tier-too-big',
+                    'ram': 64,
+                    'vcpus': 1,
+                    'disk': 1,
+                }
+            },
+        )
+        self.request(
+            t, 'GET', '/servers/%s' % ('00000000-0000-0000-0000-00000000f00d')
+        )
+        self.request(
+            t,
+            'POST',
+            '/servers',
+            {'server': dict(self.ok_server, flavorRef='no-such-flavor')},
+        )
         for server in (ok, big):
             self.request(t, 'DELETE', '/servers/%s' % server)
             self.wait_for(server, None)
         self.notifier.wait_for_versioned_notifications('instance.delete.end')
         self.request(t, 'GET', '/servers/detail')
-        t.add('notifications', sorted(
-            n['event_type'] for n in self.notifier.versioned_notifications))
+        t.add(
+            'notifications',
+            sorted(
+                n['event_type'] for n in self.notifier.versioned_notifications
+            ),
+        )
         return t.entries
 
     def uninstrumented(self) -> list:
@@ -195,8 +235,10 @@ class FaultTestCase(base.InstrumentedCloud):
         """``faulted`` equals an uninstrumented run, and is a real run."""
         clean = self.uninstrumented()
         statuses = [e[2] for e in clean if e[0] != 'notifications']
-        self.assertEqual([200, 202, 202, 200, 200, 200, 409, 404, 400,
-                          204, 204, 200], statuses)
+        self.assertEqual(
+            [200, 202, 202, 200, 200, 200, 409, 404, 400, 204, 204, 200],
+            statuses,
+        )
         self.assertIn('No valid host', json.dumps(clean[4]))
         self.assertEqual(clean, faulted)
 

@@ -48,22 +48,27 @@ def _point_name(module, target):
 
 RPC_CAST = _point_name('oslo_messaging.rpc.client', '_BaseCallContext.cast')
 RPC_CALL = _point_name('oslo_messaging.rpc.client', '_BaseCallContext.call')
-SELECT = _point_name('nova.scheduler.manager',
-                     'SchedulerManager.select_destinations')
-BUILD = _point_name('nova.compute.manager',
-                    'ComputeManager._do_build_and_run_instance')
-FILTER = _point_name('nova.scheduler.host_manager',
-                     'HostManager.get_filtered_hosts')
+SELECT = _point_name(
+    'nova.scheduler.manager', 'SchedulerManager.select_destinations'
+)
+BUILD = _point_name(
+    'nova.compute.manager', 'ComputeManager._do_build_and_run_instance'
+)
+FILTER = _point_name(
+    'nova.scheduler.host_manager', 'HostManager.get_filtered_hosts'
+)
 SEND = _point_name('oslo_messaging.transport', 'Transport._send')
 SPAWN_ON = _point_name('nova.thread_pool_factory', 'spawn_on')
 DRIVER = _point_name('nova.virt.driver', 'load_compute_driver')
 
 
 class PasteFilterFaultTest(base.FaultTestCase):
-
     def test_a_fault_recording_a_request_changes_no_answer(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.tracer.Tracer.begin', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.tracer.Tracer.begin', _boom
+            )
+        )
         faulted = self.scenario()
         self.assertGreaterEqual(paste.FAULTS.count, 12)
         self.assertEqual(1, self.log_count('fault in the paste filter'))
@@ -71,13 +76,16 @@ class PasteFilterFaultTest(base.FaultTestCase):
 
 
 class SpanPointFaultTest(base.FaultTestCase):
-
     def inject_before_start(self):
         # The points capture their functions when they are applied.
-        for name in ('oslo_messaging._rpc_attrs', 'nova.extract.selected',
-                     'nova.extract.compute_build_attrs'):
-            self.useFixture(fixtures.MonkeyPatch(
-                'instrument.targets.' + name, _boom))
+        for name in (
+            'oslo_messaging._rpc_attrs',
+            'nova.extract.selected',
+            'nova.extract.compute_build_attrs',
+        ):
+            self.useFixture(
+                fixtures.MonkeyPatch('instrument.targets.' + name, _boom)
+            )
 
     def test_faults_in_span_points_change_no_answer(self):
         faulted = self.scenario()
@@ -85,24 +93,29 @@ class SpanPointFaultTest(base.FaultTestCase):
         for name in (RPC_CAST, RPC_CALL, SELECT, BUILD):
             state = active.point_state(name)
             self.assertGreaterEqual(state.faults, 1, name)
-            self.assertEqual(1, self.log_count('fault in point %s ' % name),
-                             name)
-            self.assertEqual(state.faults < patcher.FAULT_LIMIT,
-                             state.active, name)
+            self.assertEqual(
+                1, self.log_count('fault in point %s ' % name), name
+            )
+            self.assertEqual(
+                state.faults < patcher.FAULT_LIMIT, state.active, name
+            )
         self.assert_nova_unaffected(faulted)
 
 
 class DetailPointTest(base.FaultTestCase):
-
     instrument_flags = {'detail_sample_rate': 0.0}
 
     def test_unsampled_detail_point_passes_nova_errors_through(self):
         # Issue 19 item 1: a scheduler filter raising made every boot
         # fail with "No valid host" (nova's call ran twice) instead of
         # its real error.
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.scheduler.filters.compute_filter.ComputeFilter.'
-            'host_passes', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'nova.scheduler.filters.compute_filter.ComputeFilter.'
+                'host_passes',
+                _boom,
+            )
+        )
         faulted = self.failed_boot()
         self.assertEqual(0, lifecycle.active().point_state(FILTER).faults)
         self.assertEqual(0, self.log_count('fault in point'))
@@ -112,18 +125,23 @@ class DetailPointTest(base.FaultTestCase):
         self.assertEqual(clean, faulted)
 
     def test_a_fault_sampling_changes_no_answer(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.recorder.Recorder.sampled', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.recorder.Recorder.sampled', _boom
+            )
+        )
         faulted = self.scenario()
         self.assertGreaterEqual(
-            lifecycle.active().point_state(FILTER).faults, 1)
+            lifecycle.active().point_state(FILTER).faults, 1
+        )
         self.assertEqual(1, self.log_count('fault in point %s ' % FILTER))
         self.assert_nova_unaffected(faulted)
 
     def failed_boot(self):
         t = base.Transcript()
-        server = self.request(t, 'POST', '/servers',
-                              {'server': self.ok_server})['server']['id']
+        server = self.request(
+            t, 'POST', '/servers', {'server': self.ok_server}
+        )['server']['id']
         self.wait_for(server, 'ERROR')
         self.request(t, 'GET', '/servers/%s' % server)
         self.request(t, 'DELETE', '/servers/%s' % server)
@@ -136,22 +154,24 @@ class DetailPointTest(base.FaultTestCase):
 
 
 class HookPointFaultTest(base.FaultTestCase):
-
     def inject_before_start(self):
-        for name in ('oslo_messaging._inject_traceparent',
-                     'nova.threads.carry_span',
-                     'nova.driver.patch_driver_spawn'):
-            self.useFixture(fixtures.MonkeyPatch(
-                'instrument.targets.' + name, _boom))
+        for name in (
+            'oslo_messaging._inject_traceparent',
+            'nova.threads.carry_span',
+            'nova.driver.patch_driver_spawn',
+        ):
+            self.useFixture(
+                fixtures.MonkeyPatch('instrument.targets.' + name, _boom)
+            )
 
     def test_faults_in_hooks_change_no_answer(self):
         faulted = self.scenario()
         active = lifecycle.active()
         for name in (SEND, SPAWN_ON, DRIVER):
-            self.assertGreaterEqual(active.point_state(name).faults, 1,
-                                    name)
-            self.assertEqual(1, self.log_count('fault in point %s ' % name),
-                             name)
+            self.assertGreaterEqual(active.point_state(name).faults, 1, name)
+            self.assertEqual(
+                1, self.log_count('fault in point %s ' % name), name
+            )
         self.assert_nova_unaffected(faulted)
 
 
@@ -169,10 +189,12 @@ class _Armed:
 
 
 class SqlListenerFaultTest(base.FaultTestCase):
-
     def listener_faults(self):
-        return lifecycle.active().target('sqlalchemy').timing.listeners \
-            .faults.count
+        return (
+            lifecycle.active()
+            .target('sqlalchemy')
+            .timing.listeners.faults.count
+        )
 
     def test_a_fault_timing_statements_changes_no_answer(self):
         self.clock.armed = True
@@ -186,15 +208,20 @@ class SqlListenerFaultTest(base.FaultTestCase):
     def inject_before_start(self):
         if self._testMethodName.startswith('test_a_fault_timing'):
             from instrument.targets.sqlalchemy import listeners
+
             self.clock = _Armed(listeners._perf_ns)
-            self.useFixture(fixtures.MonkeyPatch(
-                'instrument.targets.sqlalchemy.listeners._perf_ns',
-                self.clock))
+            self.useFixture(
+                fixtures.MonkeyPatch(
+                    'instrument.targets.sqlalchemy.listeners._perf_ns',
+                    self.clock,
+                )
+            )
 
     def test_a_fault_in_transaction_listeners_changes_no_answer(self):
         # the BEGIN listener (``on_begin``) fails at every transaction;
         # the COMMIT/ROLLBACK timer then finds no transaction state
         from instrument.targets.sqlalchemy import listeners
+
         real = listeners._current_frame
 
         def current_frame():
@@ -202,9 +229,12 @@ class SqlListenerFaultTest(base.FaultTestCase):
                 _boom()
             return real()
 
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.sqlalchemy.listeners._current_frame',
-            current_frame))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.sqlalchemy.listeners._current_frame',
+                current_frame,
+            )
+        )
         faulted = self.scenario()
         self.assertGreaterEqual(self.listener_faults(), 1)
         self.assertEqual(1, self.log_count('fault in the SQL listeners'))
@@ -213,8 +243,9 @@ class SqlListenerFaultTest(base.FaultTestCase):
     def test_a_fault_in_the_error_listeners_changes_no_answer(self):
         # The duplicate flavor of the scenario is an IntegrityError that
         # oslo.db turns into DBDuplicateEntry (nova: 409).
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.tracer.error_of',
-                                             _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.tracer.error_of', _boom)
+        )
         faulted = self.scenario()
         self.assertGreaterEqual(self.listener_faults(), 1)
         self.assertEqual(1, self.log_count('fault in the SQL listeners'))
@@ -222,20 +253,21 @@ class SqlListenerFaultTest(base.FaultTestCase):
 
 
 class NotifierDriverFaultTest(base.FaultTestCase):
-
     require_instrumentation = False
 
     def inject_before_start(self):
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup',
-                                             _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup', _boom)
+        )
 
     def test_a_fault_starting_leaves_nova_running_uninstrumented(self):
         self.assertIsNone(lifecycle.active())
         faulted = self.scenario()
         # The driver of each notifier nova made, and the paste filter.
         self.assertGreaterEqual(loader.FAULTS.count, 2)
-        self.assertEqual(1, self.log_count(
-            'fault in the start of the instrumentation'))
+        self.assertEqual(
+            1, self.log_count('fault in the start of the instrumentation')
+        )
         self.assert_nova_unaffected(faulted)
 
 
@@ -247,16 +279,18 @@ def _wait(predicate, timeout=10.0):
 
 
 class WriterFaultTest(base.FaultTestCase):
-
     def test_a_failing_sink_changes_no_answer(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.sinks.file.FileSink.write', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.sinks.file.FileSink.write', _boom)
+        )
         faulted = self.scenario()
         buf = lifecycle.active().buffer
         buf.drain()
         self.assertGreater(buf.counts()['file'], 0)
-        self.assertTrue(_wait(lambda: self.log_count(
-            'sink file failed') == 1), self.stdlog.logger.output[-2000:])
+        self.assertTrue(
+            _wait(lambda: self.log_count('sink file failed') == 1),
+            self.stdlog.logger.output[-2000:],
+        )
         self.assert_nova_unaffected(faulted)
 
 
@@ -271,14 +305,18 @@ class FailingExporter:
 
 
 class OtlpExporterFaultTest(base.FaultTestCase):
-
-    instrument_flags = {'sinks': ['file', 'otlp'],
-                        'otlp_endpoint': 'http://127.0.0.1:9/v1/traces'}
+    instrument_flags = {
+        'sinks': ['file', 'otlp'],
+        'otlp_endpoint': 'http://127.0.0.1:9/v1/traces',
+    }
 
     def inject_before_start(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.sinks.otlp.exporters.make_exporter',
-            lambda *args, **kwargs: FailingExporter()))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.sinks.otlp.exporters.make_exporter',
+                lambda *args, **kwargs: FailingExporter(),
+            )
+        )
 
     def test_a_failing_export_changes_no_answer(self):
         faulted = self.scenario()
@@ -288,8 +326,10 @@ class OtlpExporterFaultTest(base.FaultTestCase):
         self.assertTrue(_wait(lambda: otlp.wait_idle(0.1)))
         self.assertGreater(otlp.dropped, 0)
         self.assertEqual(0, otlp.exported)
-        self.assertTrue(_wait(lambda: self.log_count(
-            'cannot export spans') == 1), self.stdlog.logger.output[-2000:])
+        self.assertTrue(
+            _wait(lambda: self.log_count('cannot export spans') == 1),
+            self.stdlog.logger.output[-2000:],
+        )
         self.assert_nova_unaffected(faulted)
 
 
@@ -297,13 +337,15 @@ class FaultRecordTest(base.FaultTestCase):
     """Faults are counted in the span log, not only in memory."""
 
     def inject_before_start(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.nova.extract.compute_build_attrs', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.nova.extract.compute_build_attrs', _boom
+            )
+        )
 
     def test_faults_are_written_as_counter_records(self):
         self.scenario()
         spans = self.spans()
-        counts = [r['attrs'] for r in spans.records
-                  if r['ev'] == faults.EVENT]
+        counts = [r['attrs'] for r in spans.records if r['ev'] == faults.EVENT]
         self.assertTrue(counts)
         self.assertGreaterEqual(counts[-1].get('point %s' % BUILD, 0), 1)

@@ -69,7 +69,7 @@ EXIT = 'exit'
 EVENTLET = 'eventlet'
 THREADS = 'threads'
 
-POINTS = 'point '   # every patch point's counter ("point <name>")
+POINTS = 'point '  # every patch point's counter ("point <name>")
 PASTE = paste_mod.FAULTS.name
 LOCKS = 'the lock timing'
 SLOTS = 'the build slot timing'
@@ -111,10 +111,16 @@ def _clock(where):
     """The recorder's clock (spans' starts and ends), in scope; never
     the read of ``abandon``, which ends a span on a fault path (a
     fault there counts nothing, by design)."""
+
     def inject(test, fault):
         fault.where = _not_in('abandon', where)
-        _wrap(test, fault, 'instrument.runtime.recorder._perf_ns',
-              recorder_mod._perf_ns)
+        _wrap(
+            test,
+            fault,
+            'instrument.runtime.recorder._perf_ns',
+            recorder_mod._perf_ns,
+        )
+
     return inject
 
 
@@ -132,8 +138,13 @@ def _span_functions(where, which=('begin',)):
             if 'end' in which:
                 end = fault.wrap(end)
             return begin, end
-        _patch(test, 'instrument.runtime.recorder.Recorder._span_functions',
-               span_functions)
+
+        _patch(
+            test,
+            'instrument.runtime.recorder.Recorder._span_functions',
+            span_functions,
+        )
+
     return inject
 
 
@@ -154,11 +165,13 @@ def _resolve(dotted: str):
 def _functions(*names, where=None):
     """Functions or methods (``module.attr`` or ``module.Class.attr``
     under ``instrument``)."""
+
     def inject(test, fault):
         fault.where = where
         for name in names:
             name = 'instrument.' + name
             _wrap(test, fault, name, _resolve(name))
+
     return inject
 
 
@@ -166,6 +179,7 @@ def _all(*injects):
     def inject(test, fault):
         for one in injects:
             one(test, fault)
+
     return inject
 
 
@@ -175,31 +189,40 @@ def _wait_records(where):
 
     def inject(test, fault):
         fault.where = where
-        _patch(test, 'instrument.runtime.waits.WaitRecorder._make_record',
-               lambda waits: fault.wrap(make(waits)))
+        _patch(
+            test,
+            'instrument.runtime.waits.WaitRecorder._make_record',
+            lambda waits: fault.wrap(make(waits)),
+        )
+
     return inject
 
 
 def _ksa_points(**hooks):
     """keystoneauth1's span point with its ``hooks`` faulted."""
+
     def inject(test, fault):
         request, send = ksa_target.KSA_POINTS
-        request = dataclasses.replace(request, **{
-            name: fault.wrap(getattr(request, name)) for name in hooks})
-        _patch(test, 'instrument.targets.keystoneauth.KSA_POINTS',
-               (request, send))
+        request = dataclasses.replace(
+            request,
+            **{name: fault.wrap(getattr(request, name)) for name in hooks},
+        )
+        _patch(
+            test, 'instrument.targets.keystoneauth.KSA_POINTS', (request, send)
+        )
+
     return inject
 
 
 def _in_file(path, depth=3):
-    return faultinject.in_files(os.path.join('instrument', path),
-                                depth=depth)
+    return faultinject.in_files(os.path.join('instrument', path), depth=depth)
 
 
 def _not_in(name, where=None):
     """``where``, for calls not made by the function ``name``."""
-    return lambda frame: frame.f_code.co_name != name and (
-        where is None or where(frame))
+    return lambda frame: (
+        frame.f_code.co_name != name and (where is None or where(frame))
+    )
 
 
 SPAN_POINT = faultinject.in_span_wrapper(detail=False)
@@ -208,132 +231,222 @@ KSA = faultinject.in_span_wrapper(ev=schema.EV_KSA_REQUEST)
 
 MATRIX = {
     'paste filter': {
-        CLOCK: Site(_clock(_in_file('loaders/paste.py')),
-                    (PASTE,)),
-        EXIT_CLOCK: Site(_clock(faultinject.all_of(
-            _in_file('loaders/paste.py'),
-            faultinject.in_functions('_end', depth=2))), (PASTE,)),
+        CLOCK: Site(_clock(_in_file('loaders/paste.py')), (PASTE,)),
+        EXIT_CLOCK: Site(
+            _clock(
+                faultinject.all_of(
+                    _in_file('loaders/paste.py'),
+                    faultinject.in_functions('_end', depth=2),
+                )
+            ),
+            (PASTE,),
+        ),
         RECORDER: Site(_functions('runtime.tracer.Tracer.begin'), (PASTE,)),
         EXTRACTOR: Site(_functions('loaders.paste.route_of'), (PASTE,)),
         EXIT: Site(_functions('runtime.tracer.Tracer.end'), (PASTE,)),
     },
     'span point': {
         CLOCK: Site(_clock(SPAN_POINT), (POINTS,)),
-        EXIT_CLOCK: Site(_clock(faultinject.in_span_wrapper(
-            depth=1, detail=False)), (POINTS,)),
+        EXIT_CLOCK: Site(
+            _clock(faultinject.in_span_wrapper(depth=1, detail=False)),
+            (POINTS,),
+        ),
         RECORDER: Site(_span_functions(SPAN_POINT), (POINTS,)),
-        EXTRACTOR: Site(_functions(
-            'targets.nova.extract.compute_build_attrs',
-            'targets.nova.extract.count',
-            'targets.oslo_messaging._rpc_attrs',
-            'targets.oslo_messaging._rpc_context'), (POINTS,)),
-        EXIT: Site(_all(
-            _span_functions(SPAN_POINT, ('end',)),
-            _functions('targets.nova.extract.selected',
-                       'targets.nova.extract.outcome',
-                       'targets.nova.extract.created_attrs',
-                       where=SPAN_POINT)), (POINTS,)),
+        EXTRACTOR: Site(
+            _functions(
+                'targets.nova.extract.compute_build_attrs',
+                'targets.nova.extract.count',
+                'targets.oslo_messaging._rpc_attrs',
+                'targets.oslo_messaging._rpc_context',
+            ),
+            (POINTS,),
+        ),
+        EXIT: Site(
+            _all(
+                _span_functions(SPAN_POINT, ('end',)),
+                _functions(
+                    'targets.nova.extract.selected',
+                    'targets.nova.extract.outcome',
+                    'targets.nova.extract.created_attrs',
+                    where=SPAN_POINT,
+                ),
+            ),
+            (POINTS,),
+        ),
     },
     'detail point': {
         CLOCK: Site(_clock(DETAIL_POINT), (POINTS,)),
-        EXIT_CLOCK: Site(_clock(faultinject.in_span_wrapper(
-            depth=1, detail=True)), (POINTS,)),
-        RECORDER: Site(_functions('runtime.recorder.Recorder.wants'),
-                       (POINTS,)),
-        EXIT: Site(_all(
-            _span_functions(DETAIL_POINT, ('end',)),
-            _functions('targets.nova.extract.len_result',
-                       where=DETAIL_POINT)),
-            (POINTS,)),
+        EXIT_CLOCK: Site(
+            _clock(faultinject.in_span_wrapper(depth=1, detail=True)),
+            (POINTS,),
+        ),
+        RECORDER: Site(
+            _functions('runtime.recorder.Recorder.wants'), (POINTS,)
+        ),
+        EXIT: Site(
+            _all(
+                _span_functions(DETAIL_POINT, ('end',)),
+                _functions(
+                    'targets.nova.extract.len_result', where=DETAIL_POINT
+                ),
+            ),
+            (POINTS,),
+        ),
     },
     'hook point': {
         # the frame switch in a thread nova started
-        RECORDER: Site(_functions(
-            'runtime.recorder.set_frame',
-            where=_in_file('targets/nova/frames.py', 1)),
-            (CELLS,)),
-        EXTRACTOR: Site(_functions(
-            'targets.nova.threads.carry_span',
-            'targets.oslo_messaging._inject_traceparent'), (POINTS,)),
+        RECORDER: Site(
+            _functions(
+                'runtime.recorder.set_frame',
+                where=_in_file('targets/nova/frames.py', 1),
+            ),
+            (CELLS,),
+        ),
+        EXTRACTOR: Site(
+            _functions(
+                'targets.nova.threads.carry_span',
+                'targets.oslo_messaging._inject_traceparent',
+            ),
+            (POINTS,),
+        ),
         # the compute driver's hook: when nova-compute starts
-        EXIT: Site(_functions(
-            'targets.nova.driver.patch_driver_spawn'),
-                   (POINTS,), at_start=True),
+        EXIT: Site(
+            _functions('targets.nova.driver.patch_driver_spawn'),
+            (POINTS,),
+            at_start=True,
+        ),
     },
     'lock wrapper': {
-        CLOCK: Site(_functions('targets.oslo_concurrency.clock'),
-                    (LOCKS,)),
-        EXIT_CLOCK: Site(_functions(
-            'targets.oslo_concurrency.clock', where=faultinject.all_of(
-                faultinject.in_functions('__exit__', depth=1),
-                _in_file('targets/oslo_concurrency.py', 1))), (LOCKS,)),
-        RECORDER: Site(_wait_records(_in_file(
-            'targets/oslo_concurrency.py', 2)), (LOCKS,)),
-        EXTRACTOR: Site(_functions('targets.oslo_concurrency.lock_name'),
-                        (LOCKS,)),
+        CLOCK: Site(_functions('targets.oslo_concurrency.clock'), (LOCKS,)),
+        EXIT_CLOCK: Site(
+            _functions(
+                'targets.oslo_concurrency.clock',
+                where=faultinject.all_of(
+                    faultinject.in_functions('__exit__', depth=1),
+                    _in_file('targets/oslo_concurrency.py', 1),
+                ),
+            ),
+            (LOCKS,),
+        ),
+        RECORDER: Site(
+            _wait_records(_in_file('targets/oslo_concurrency.py', 2)), (LOCKS,)
+        ),
+        EXTRACTOR: Site(
+            _functions('targets.oslo_concurrency.lock_name'), (LOCKS,)
+        ),
     },
     'build slot': {
-        CLOCK: Site(_functions('targets.nova.pools.clock'), (SLOTS,),
-                    modes=(EVENTLET,)),
-        EXIT_CLOCK: Site(_functions(
-            'targets.nova.pools.clock', where=faultinject.after_line(
-                nova_pools.TimedSemaphore.__enter__,
-                'value = self.__wrapped__.__enter__()')), (SLOTS,),
-            modes=(EVENTLET,)),
-        RECORDER: Site(_wait_records(_in_file('targets/nova/pools.py', 1)),
-                       (SLOTS,), modes=(EVENTLET,)),
+        CLOCK: Site(
+            _functions('targets.nova.pools.clock'), (SLOTS,), modes=(EVENTLET,)
+        ),
+        EXIT_CLOCK: Site(
+            _functions(
+                'targets.nova.pools.clock',
+                where=faultinject.after_line(
+                    nova_pools.TimedSemaphore.__enter__,
+                    'value = self.__wrapped__.__enter__()',
+                ),
+            ),
+            (SLOTS,),
+            modes=(EVENTLET,),
+        ),
+        RECORDER: Site(
+            _wait_records(_in_file('targets/nova/pools.py', 1)),
+            (SLOTS,),
+            modes=(EVENTLET,),
+        ),
     },
     'SQL listeners': {
         # (the writer's reads are not nova's: its process())
-        CLOCK: Site(_functions('targets.sqlalchemy.listeners._perf_ns',
-                               where=_not_in('process')), (SQL,)),
-        EXIT_CLOCK: Site(_functions(
-            'targets.sqlalchemy.listeners._perf_ns',
-            where=faultinject.in_functions('after_cursor_execute',
-                                           depth=1)), (SQL,)),
+        CLOCK: Site(
+            _functions(
+                'targets.sqlalchemy.listeners._perf_ns',
+                where=_not_in('process'),
+            ),
+            (SQL,),
+        ),
+        EXIT_CLOCK: Site(
+            _functions(
+                'targets.sqlalchemy.listeners._perf_ns',
+                where=faultinject.in_functions(
+                    'after_cursor_execute', depth=1
+                ),
+            ),
+            (SQL,),
+        ),
         # (no RECORDER row: a statement is queued by an append inside
         # the listener closures, under their guard, with no call a fault
         # can be put in; tests/unit/test_fault_matrix.py holds the
         # guard of every listener)
-        EXTRACTOR: Site(_functions(
-            'runtime.recorder.current_frame',
-            where=_in_file('targets/sqlalchemy/listeners.py', 1)),
-            (SQL,)),
+        EXTRACTOR: Site(
+            _functions(
+                'runtime.recorder.current_frame',
+                where=_in_file('targets/sqlalchemy/listeners.py', 1),
+            ),
+            (SQL,),
+        ),
         # the error listeners (the duplicate flavor, a DB error that
         # nova answers with 409)
-        EXIT: Site(_functions(
-            'runtime.tracer.error_of',
-            where=_in_file('targets/sqlalchemy/listeners.py', 1)), (SQL,)),
+        EXIT: Site(
+            _functions(
+                'runtime.tracer.error_of',
+                where=_in_file('targets/sqlalchemy/listeners.py', 1),
+            ),
+            (SQL,),
+        ),
     },
     'keystoneauth': {
         CLOCK: Site(_clock(KSA), (POINTS,)),
-        EXIT_CLOCK: Site(_clock(faultinject.in_span_wrapper(
-            depth=1, ev=schema.EV_KSA_REQUEST)), (POINTS,)),
+        EXIT_CLOCK: Site(
+            _clock(
+                faultinject.in_span_wrapper(depth=1, ev=schema.EV_KSA_REQUEST)
+            ),
+            (POINTS,),
+        ),
         RECORDER: Site(_span_functions(KSA), (POINTS,)),
         EXTRACTOR: Site(_ksa_points(on_enter=True), (POINTS,)),
         EXIT: Site(_ksa_points(on_exit=True, on_error=True), (POINTS,)),
     },
     'periodic task': {
-        CLOCK: Site(_clock(_in_file('targets/periodic.py')),
-                    (PERIODIC,), periodic=True),
-        EXIT_CLOCK: Site(_clock(faultinject.in_functions('_end', depth=1)),
-                         (PERIODIC,), periodic=True),
-        RECORDER: Site(_span_functions(_in_file('targets/periodic.py', 1)),
-                       (PERIODIC,), periodic=True),
-        EXTRACTOR: Site(_functions(
-            'schema.periodic_req', where=_in_file('targets/periodic.py', 1)),
-            (PERIODIC,), periodic=True),
-        EXIT: Site(_span_functions(_in_file('targets/periodic.py', 1),
-                                   ('end',)), (PERIODIC,), periodic=True),
+        CLOCK: Site(
+            _clock(_in_file('targets/periodic.py')), (PERIODIC,), periodic=True
+        ),
+        EXIT_CLOCK: Site(
+            _clock(faultinject.in_functions('_end', depth=1)),
+            (PERIODIC,),
+            periodic=True,
+        ),
+        RECORDER: Site(
+            _span_functions(_in_file('targets/periodic.py', 1)),
+            (PERIODIC,),
+            periodic=True,
+        ),
+        EXTRACTOR: Site(
+            _functions(
+                'schema.periodic_req', where=_in_file('targets/periodic.py', 1)
+            ),
+            (PERIODIC,),
+            periodic=True,
+        ),
+        EXIT: Site(
+            _span_functions(_in_file('targets/periodic.py', 1), ('end',)),
+            (PERIODIC,),
+            periodic=True,
+        ),
     },
     'notifier driver': {
-        RECORDER: Site(_functions('runtime.lifecycle.setup'), (START,),
-                       at_start=True),
+        RECORDER: Site(
+            _functions('runtime.lifecycle.setup'), (START,), at_start=True
+        ),
     },
 }
 
-ROWS = tuple((kind, site, fault_kind) for kind, sites in MATRIX.items()
-             for site in sites for fault_kind in faultinject.KINDS)
+ROWS = tuple(
+    (kind, site, fault_kind)
+    for kind, sites in MATRIX.items()
+    for site in sites
+    for fault_kind in faultinject.KINDS
+)
 
 # What the scenario answers uninstrumented, per process (one mode):
 # {periodic: transcript}.
@@ -341,14 +454,18 @@ _CLEAN = {}
 
 
 def _counted_by(name: str, names) -> bool:
-    return any(name == n or (n.endswith(' ') and name.startswith(n))
-               for n in names)
+    return any(
+        name == n or (n.endswith(' ') and name.startswith(n)) for n in names
+    )
 
 
 def _counted(names) -> int:
     """Faults counted by the counters ``names`` (see ``Site``)."""
-    return sum(count for name, count in faults_mod.totals().items()
-               if _counted_by(name, names))
+    return sum(
+        count
+        for name, count in faults_mod.totals().items()
+        if _counted_by(name, names)
+    )
 
 
 class MatrixTestCase(base.FaultTestCase):
@@ -371,10 +488,15 @@ class MatrixTestCase(base.FaultTestCase):
         clean = _CLEAN.get(periodic)
         if clean is None:
             clean = _CLEAN[periodic] = self.uninstrumented(periodic)
-            statuses = [e[2] for e in clean if e[0] not in (
-                'notifications', 'periodic')]
-            self.assertEqual([200, 202, 202, 200, 200, 200, 409, 404, 400,
-                              204, 204, 200], statuses)
+            statuses = [
+                e[2]
+                for e in clean
+                if e[0] not in ('notifications', 'periodic')
+            ]
+            self.assertEqual(
+                [200, 202, 202, 200, 200, 200, 409, 404, 400, 204, 204, 200],
+                statuses,
+            )
             self.assertIn('No valid host', str(clean[4]))
         self.assertEqual(clean, faulted)
 
@@ -395,6 +517,7 @@ class MatrixTestCase(base.FaultTestCase):
         audited, task errors nova logged)``."""
         from nova import context as nova_context
         from oslo_service import periodic_task
+
         manager = self.compute.manager
         driver = manager.driver
         original = driver.update_provider_tree
@@ -403,18 +526,24 @@ class MatrixTestCase(base.FaultTestCase):
         def update_provider_tree(*args, **kwargs):
             audited.append(1)
             return original(*args, **kwargs)
+
         driver.update_provider_tree = update_provider_tree
         errors = self.log_count('Error during ')
         try:
             manager._periodic_last_run = {
-                name: None if name == 'update_available_resource'
+                name: None
+                if name == 'update_available_resource'
                 else periodic_task.now()
-                for name in manager._periodic_last_run}
+                for name in manager._periodic_last_run
+            }
             manager.run_periodic_tasks(nova_context.get_admin_context())
         finally:
             driver.update_provider_tree = original
-        return ['periodic', len(audited), self.log_count('Error during ') -
-                errors]
+        return [
+            'periodic',
+            len(audited),
+            self.log_count('Error during ') - errors,
+        ]
 
 
 class FaultMatrixTest(MatrixTestCase):
@@ -427,8 +556,9 @@ class FaultMatrixTest(MatrixTestCase):
         kind, site, fault_kind = self._row
         spec = MATRIX[kind][site]
         if _mode() not in spec.modes:
-            self.skipTest('%s: not in %s mode (nova does not use it)' % (
-                kind, _mode()))
+            self.skipTest(
+                '%s: not in %s mode (nova does not use it)' % (kind, _mode())
+            )
         fault = faultinject.Fault(fault_kind, hang_s=0.05, hang_times=3)
         fault.armed = spec.at_start
         self.spec = spec
@@ -439,9 +569,12 @@ class FaultMatrixTest(MatrixTestCase):
 
     def _configure_instrument(self, settings):
         super()._configure_instrument(settings)
-        if self.row() is not None and self.spec.at_start and \
-                self.fault.kind == RAISE and \
-                self.spec.counters == (START,):
+        if (
+            self.row() is not None
+            and self.spec.at_start
+            and self.fault.kind == RAISE
+            and self.spec.counters == (START,)
+        ):
             self.require_instrumentation = False
 
     def check(self):
@@ -454,12 +587,14 @@ class FaultMatrixTest(MatrixTestCase):
         counted = _counted(spec.counters)
         if fault.kind == RAISE:
             self.assertGreaterEqual(fault.raised, 1)
-            self.assertEqual(fault.raised, counted,
-                             'each fault is counted once by its kind')
+            self.assertEqual(
+                fault.raised, counted, 'each fault is counted once by its kind'
+            )
             for name in faults_mod.totals():
                 if _counted_by(name, spec.counters):
-                    self.assertEqual(1, self.log_count(
-                        'fault in %s (' % name), name)
+                    self.assertEqual(
+                        1, self.log_count('fault in %s (' % name), name
+                    )
         else:
             self.assertGreaterEqual(fault.hung, 1, 'nothing hung')
             self.assertEqual(0, counted, 'a hang is not a fault')
@@ -469,13 +604,18 @@ class FaultMatrixTest(MatrixTestCase):
 def _row_test(doc):
     def test(self):
         self.check()
+
     test.__doc__ = doc
     return test
 
 
 def _test_name(*parts) -> str:
-    return 'test_' + '_'.join(part.replace(' ', '_').replace('.', '_')
-                              for part in parts).lower()
+    return (
+        'test_'
+        + '_'.join(
+            part.replace(' ', '_').replace('.', '_') for part in parts
+        ).lower()
+    )
 
 
 # One class per row: a row's fault is put in place before its cloud
@@ -484,8 +624,10 @@ for _row in ROWS:
     _name = _test_name(*_row)
     _doc = '%s, fault at its %s: %s' % _row
     globals()['FaultMatrix_' + _name[5:]] = type(
-        'FaultMatrix_' + _name[5:], (FaultMatrixTest,),
-        {'_row': _row, _name: _row_test(_doc), '__doc__': _doc})
+        'FaultMatrix_' + _name[5:],
+        (FaultMatrixTest,),
+        {'_row': _row, _name: _row_test(_doc), '__doc__': _doc},
+    )
 
 
 # -- the sinks ----------------------------------------------------------------
@@ -500,6 +642,7 @@ class _Exporter:
 
     def __init__(self, fault):
         from instrument.sinks.otlp import spans
+
         self.export = fault.wrap(lambda batch: spans.EXPORT_SUCCESS)
 
     def shutdown(self):
@@ -508,18 +651,24 @@ class _Exporter:
 
 def _file_site(test, fault):
     from instrument.sinks import file as file_sink
-    _patch(test, 'instrument.sinks.file.FileSink._os_write',
-           staticmethod(fault.wrap(file_sink.FileSink._os_write)))
+
+    _patch(
+        test,
+        'instrument.sinks.file.FileSink._os_write',
+        staticmethod(fault.wrap(file_sink.FileSink._os_write)),
+    )
 
 
 def _log_site(test, fault):
-    _wrap(test, fault, 'instrument.sinks.log._log_lines',
-          log_sink._log_lines)
+    _wrap(test, fault, 'instrument.sinks.log._log_lines', log_sink._log_lines)
 
 
 def _otlp_site(test, fault):
-    _patch(test, 'instrument.sinks.otlp.exporters.make_exporter',
-           lambda *args, **kwargs: _Exporter(fault))
+    _patch(
+        test,
+        'instrument.sinks.otlp.exporters.make_exporter',
+        lambda *args, **kwargs: _Exporter(fault),
+    )
 
 
 # sink: (its site, [instrument] sinks, the event its hang waits on)
@@ -529,8 +678,9 @@ SINKS = {
     'log': (_log_site, ['log'], lambda: threading.Event()),
     'otlp': (_otlp_site, ['file', 'otlp'], threads.os_event),
 }
-SINK_ROWS = tuple((name, fault_kind) for name in SINKS
-                  for fault_kind in faultinject.KINDS)
+SINK_ROWS = tuple(
+    (name, fault_kind) for name in SINKS for fault_kind in faultinject.KINDS
+)
 
 
 class SinkMatrixTest(MatrixTestCase):
@@ -546,10 +696,15 @@ class SinkMatrixTest(MatrixTestCase):
         self.addCleanup(self.release.set)
         self.instrument_flags = {'sinks': sinks}
         if name == 'otlp':
-            self.instrument_flags['otlp_endpoint'] = \
+            self.instrument_flags['otlp_endpoint'] = (
                 'http://127.0.0.1:9/v1/traces'
-        return faultinject.Fault(fault_kind, hang_s=SINK_HANG_S,
-                                 hang_times=1, sleep=self.release.wait)
+            )
+        return faultinject.Fault(
+            fault_kind,
+            hang_s=SINK_HANG_S,
+            hang_times=1,
+            sleep=self.release.wait,
+        )
 
     def setup_fault(self):
         SINKS[self._row[0]][0](self, self.fault)
@@ -560,14 +715,21 @@ class SinkMatrixTest(MatrixTestCase):
         faulted = self.run_scenario()
         active = lifecycle.active()
         [sink] = [s for s in active.buffer.sinks if s.name == name]
-        self.assertTrue(_wait(lambda: fault.hits >= 1),
-                        'the sink was not reached')
+        self.assertTrue(
+            _wait(lambda: fault.hits >= 1), 'the sink was not reached'
+        )
         if fault_kind == HANG:
             # nova's scenario is over; the sink is still stuck
             self.assertEqual(1, fault.hanging, fault)
         else:
-            self.assertTrue(_wait(lambda: active.buffer.drain(1.0) and
-                                  active.buffer.counts().get(name)))
+            self.assertTrue(
+                _wait(
+                    lambda: (
+                        active.buffer.drain(1.0)
+                        and active.buffer.counts().get(name)
+                    )
+                )
+            )
         self.release.set()
         fault.armed = False
         self.assert_unaffected(faulted)
@@ -584,5 +746,7 @@ for _row in SINK_ROWS:
     _name = _test_name(*_row)
     _doc = 'the %s sink: %s' % _row
     globals()['SinkMatrix_' + _name[5:]] = type(
-        'SinkMatrix_' + _name[5:], (SinkMatrixTest,),
-        {'_row': _row, _name: _row_test(_doc), '__doc__': _doc})
+        'SinkMatrix_' + _name[5:],
+        (SinkMatrixTest,),
+        {'_row': _row, _name: _row_test(_doc), '__doc__': _doc},
+    )

@@ -29,37 +29,42 @@ def _boom(*args, **kwargs):
 
 
 class NotifierDriverFaultTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.addCleanup(lifecycle.teardown)
         # The test runner is no nova service.
         self.conf = self.make_conf(sql_timing=False, programs=['*'])
-        self.conf.register_opts(notifier._notifier_opts,
-                                group='oslo_messaging_notifications')
+        self.conf.register_opts(
+            notifier._notifier_opts, group='oslo_messaging_notifications'
+        )
         # Beside another driver, as operators list it.
-        self.conf.set_override('driver', ['instrument', 'test'],
-                               'oslo_messaging_notifications')
+        self.conf.set_override(
+            'driver', ['instrument', 'test'], 'oslo_messaging_notifications'
+        )
         _impl_test.reset()
         self.addCleanup(_impl_test.reset)
         self.transport = oslo_messaging.get_notification_transport(
-            self.conf, url='fake:/')
+            self.conf, url='fake:/'
+        )
 
     def notifier(self):
         return oslo_messaging.Notifier(self.transport, 'compute.cmp-1')
 
     def test_a_fault_starting_leaves_notifications_working(self):
         # Each Notifier nova makes builds its drivers: two starts here.
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup',
-                                             _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup', _boom)
+        )
         first = self.notifier()
         second = self.notifier()
         for n in (first, second):
             n.info({}, 'compute.instance.create.end', {'x': 1})
         self.assertEqual(
             ['compute.instance.create.end'] * 2,
-            [m['event_type'] for _c, m, _p, _r in _impl_test.NOTIFICATIONS])
+            [m['event_type'] for _c, m, _p, _r in _impl_test.NOTIFICATIONS],
+        )
         self.assertIsNone(lifecycle.active())
         self.assertEqual(2, loader.FAULTS.count)
-        self.assertEqual(1, self.logged().count(
-            'fault in the start of the instrumentation'))
+        self.assertEqual(
+            1, self.logged().count('fault in the start of the instrumentation')
+        )

@@ -33,7 +33,6 @@ from tests.functional.mysql import test_sql_timing
 
 
 class _Rounds(test_sql_timing.MariaDBTestCase):
-
     def rounds(self, crossed: bool, retries=(1, 1, 0)) -> tuple:
         """One round per ``retries``: two requests at once, each
         updating both rows (``crossed``: in opposite orders) in one
@@ -44,31 +43,37 @@ class _Rounds(test_sql_timing.MariaDBTestCase):
             first = threading.Barrier(2)
             attempts: dict = {}
 
-            def reserve(name, rows, retries=max_retries, first=first,
-                        attempts=attempts):
+            def reserve(
+                name, rows, retries=max_retries, first=first, attempts=attempts
+            ):
                 attempts[name] = attempts.get(name, 0) + 1
                 with self.engine.begin() as conn:
                     conn.exec_driver_sql(
-                        'SET SESSION innodb_lock_wait_timeout = 20')
+                        'SET SESSION innodb_lock_wait_timeout = 20'
+                    )
                     conn.execute(self.update, {'h': 'param-x', 'i': rows[0]})
                     if crossed and attempts[name] == 1:
-                        first.wait(10)   # both hold their first row
+                        first.wait(10)  # both hold their first row
                     conn.execute(self.update, {'h': 'param-y', 'i': rows[1]})
+
             retried = oslo_db_api.wrap_db_retry(
-                max_retries=max_retries, retry_interval=0.05,
-                retry_on_deadlock=True)(reserve)
+                max_retries=max_retries,
+                retry_interval=0.05,
+                retry_on_deadlock=True,
+            )(reserve)
 
             def request(name, rows, n=n, retried=retried):
                 req = 'req-%d-%s' % (n, name)
                 ctx = oslo_context.RequestContext(request_id=req)
                 try:
-                    with self.timing.tracer.span('api.compute.create',
-                                                 ctx=ctx):
+                    with self.timing.tracer.span(
+                        'api.compute.create', ctx=ctx
+                    ):
                         retried(name, rows)
                 except db_exc.DBDeadlock:
                     failed.append(req)
-            other = threading.Thread(target=request, args=(
-                'a', (1, 2)))
+
+            other = threading.Thread(target=request, args=('a', (1, 2)))
             other.start()
             request('b', (2, 1) if crossed else (1, 2))
             other.join(30)
@@ -79,12 +84,14 @@ class _Rounds(test_sql_timing.MariaDBTestCase):
         return failed, pipeline.analyse([path])
 
     def fired(self, report):
-        return [f for f in report['findings']['findings']
-                if f['rule'] == 'db_deadlocks']
+        return [
+            f
+            for f in report['findings']['findings']
+            if f['rule'] == 'db_deadlocks'
+        ]
 
 
 class DeadlockFindingTest(_Rounds):
-
     def test_fires_naming_the_function_and_the_failed_request(self):
         failed, report = self.rounds(crossed=True)
         # the last round allowed no retry: its loser failed
@@ -93,24 +100,28 @@ class DeadlockFindingTest(_Rounds):
         [f] = self.fired(report)
         self.assertTrue(f['key'].endswith('reserve'), f['key'])
         figures = f['figures']
-        self.assertEqual((3, {'DBDeadlock': 3}, 1),
-                         (figures['retries'], figures['classes'],
-                          figures['exhausted']))
+        self.assertEqual(
+            (3, {'DBDeadlock': 3}, 1),
+            (figures['retries'], figures['classes'], figures['exhausted']),
+        )
         self.assertEqual(failed, figures['failed_requests'])
         self.assertEqual(failed[0], f['requests'][0])
         # the statement that deadlocked: the update, on database test
         [query] = figures['deadlocked_queries']
-        self.assertEqual(('test', 'api.compute.create', 3),
-                         (query['db'], query['call'], query['count']))
+        self.assertEqual(
+            ('test', 'api.compute.create', 3),
+            (query['db'], query['call'], query['count']),
+        )
         options = [(s['section'], s['option']) for s in f['settings']]
-        self.assertEqual([('database', 'connection'),
-                          ('database', 'db_max_retries')], options)
+        self.assertEqual(
+            [('database', 'connection'), ('database', 'db_max_retries')],
+            options,
+        )
         self.assertIn('raise', f['settings'][1]['direction'])
         self.assertNotIn('param-', json.dumps(report))
 
 
 class OrderedUpdatesTest(_Rounds):
-
     def test_silent(self):
         failed, report = self.rounds(crossed=False)
         self.assertEqual([], failed)

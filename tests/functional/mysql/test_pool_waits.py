@@ -36,23 +36,23 @@ HOLD_S = 0.3
 
 
 class PoolWaitTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
         test_sql_timing._reachable_or_skip(self)
         self.buffer = base.ListBuffer()
         self.recorder = recorder_mod.Recorder(
-            self.buffer, process.ProcessIdentity.create('nova-conductor',
-                                                        'ctl-1'))
+            self.buffer,
+            process.ProcessIdentity.create('nova-conductor', 'ctl-1'),
+        )
         self.tracer = tracer_mod.Tracer(self.recorder)
         self.taps = pool_mod.PoolWaits(self.recorder).install()
         self.addCleanup(self.taps.remove)
 
     def engine(self, **kwargs):
-        engine = engines.create_engine(test_sql_timing.URL, max_pool_size=1,
-                                       max_overflow=0, **kwargs)
+        engine = engines.create_engine(
+            test_sql_timing.URL, max_pool_size=1, max_overflow=0, **kwargs
+        )
         self.addCleanup(engine.dispose)
         return engine
 
@@ -84,8 +84,10 @@ class PoolWaitTest(testtools.TestCase):
                 truth['wait'] = (time.perf_counter_ns() - t0) // 1000
                 raw.close()
 
-        threads = [threading.Thread(target=request_a),
-                   threading.Thread(target=request_b)]
+        threads = [
+            threading.Thread(target=request_a),
+            threading.Thread(target=request_b),
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -118,9 +120,10 @@ class PoolWaitTest(testtools.TestCase):
         self.assertEqual(1, row['count'])
         self.assertEqual(wait['dur_us'], row['total_us'])
         self.assertEqual('req-b', row['longest_wait_request'])
-        self.assertEqual([{'db': 'test', 'connect': 1, 'close': 0,
-                           'invalidate': 0}],
-                         report['waits']['connections'])
+        self.assertEqual(
+            [{'db': 'test', 'connect': 1, 'close': 0, 'invalidate': 0}],
+            report['waits']['connections'],
+        )
 
     def test_checkout_timeout_is_an_error(self):
         engine = self.engine(pool_timeout=0.2)
@@ -155,22 +158,35 @@ class PoolWaitTest(testtools.TestCase):
                 conn.invalidate()  # as after a lost connection
         # the idle one closed by dispose(), the invalidated one
         closes = self.records('db.pool.close')
-        self.assertEqual([('test', None), ('test', 'req-new')],
-                         [(c['attrs']['db'], c.get('req')) for c in closes])
+        self.assertEqual(
+            [('test', None), ('test', 'req-new')],
+            [(c['attrs']['db'], c.get('req')) for c in closes],
+        )
         connects = self.records('db.pool.connect')
         self.assertEqual(2, len(connects))
-        self.assertEqual(('req-new', 'test', 'conductor.schedule'), (
-            connects[1]['req'], connects[1]['attrs']['db'],
-            {r['span']: r['ev'] for r in self.records(
-                'conductor.schedule')}[connects[1]['parent']]))
+        self.assertEqual(
+            ('req-new', 'test', 'conductor.schedule'),
+            (
+                connects[1]['req'],
+                connects[1]['attrs']['db'],
+                {
+                    r['span']: r['ev']
+                    for r in self.records('conductor.schedule')
+                }[connects[1]['parent']],
+            ),
+        )
         [invalid] = self.records('db.pool.invalidate')
-        self.assertEqual(('req-new', 'test'),
-                         (invalid['req'], invalid['attrs']['db']))
+        self.assertEqual(
+            ('req-new', 'test'), (invalid['req'], invalid['attrs']['db'])
+        )
 
     def test_remove_restores_the_pool(self):
         from sqlalchemy.pool import impl
-        self.assertTrue(getattr(impl.QueuePool._do_get, '_instrument_timed',
-                                False))
+
+        self.assertTrue(
+            getattr(impl.QueuePool._do_get, '_instrument_timed', False)
+        )
         self.taps.remove()
-        self.assertFalse(getattr(impl.QueuePool._do_get,
-                                 '_instrument_timed', False))
+        self.assertFalse(
+            getattr(impl.QueuePool._do_get, '_instrument_timed', False)
+        )

@@ -43,8 +43,9 @@ from instrument.runtime import lifecycle
 from instrument.targets.sqlalchemy import fingerprint
 from tests.unit.targets.sqlalchemy import fixtures as db_fixtures
 
-URL = os.environ.get('INSTRUMENT_TEST_MYSQL_URL',
-                     'mysql+pymysql://root@127.0.0.1:3306/test')
+URL = os.environ.get(
+    'INSTRUMENT_TEST_MYSQL_URL', 'mysql+pymysql://root@127.0.0.1:3306/test'
+)
 
 
 def _in_ci() -> bool:
@@ -58,10 +59,12 @@ def _reachable_or_skip(test) -> None:
             conn.exec_driver_sql('SELECT 1')
         probe.dispose()
     except Exception as exc:
-        reason = ('MariaDB not reachable at %s (%s: %s); start it, e.g. '
-                  'start-stop-daemon --start --oknodo --background '
-                  '--exec /usr/sbin/mariadbd' % (
-                      URL, exc.__class__.__name__, str(exc)[:200]))
+        reason = (
+            'MariaDB not reachable at %s (%s: %s); start it, e.g. '
+            'start-stop-daemon --start --oknodo --background '
+            '--exec /usr/sbin/mariadbd'
+            % (URL, exc.__class__.__name__, str(exc)[:200])
+        )
         if _in_ci():
             test.fail('CI=true: ' + reason)
         test.skipTest(reason)
@@ -72,25 +75,30 @@ class MariaDBTestCase(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
         _reachable_or_skip(self)
         self.table = sa.Table(
-            'instrument_ft_%s' % uuid.uuid4().hex[:8], sa.MetaData(),
-            sa.Column('id', sa.Integer, primary_key=True,
-                      autoincrement=False),
-            sa.Column('host', sa.String(64)), mysql_engine='InnoDB')
+            'instrument_ft_%s' % uuid.uuid4().hex[:8],
+            sa.MetaData(),
+            sa.Column('id', sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column('host', sa.String(64)),
+            mysql_engine='InnoDB',
+        )
         self.engine = engines.create_engine(URL)
         self.addCleanup(self.engine.dispose)
         with self.engine.begin() as conn:
             self.table.create(conn)
-            conn.execute(self.table.insert(), [
-                {'id': 1, 'host': 'param-a'}, {'id': 2, 'host': 'param-b'}])
+            conn.execute(
+                self.table.insert(),
+                [{'id': 1, 'host': 'param-a'}, {'id': 2, 'host': 'param-b'}],
+            )
         self.addCleanup(self._drop)
         self.timing = self.useFixture(db_fixtures.SqlTiming())
-        self.update = self.table.update().where(
-            self.table.c.id == sa.bindparam('i')).values(
-                host=sa.bindparam('h'))
+        self.update = (
+            self.table.update()
+            .where(self.table.c.id == sa.bindparam('i'))
+            .values(host=sa.bindparam('h'))
+        )
 
     def _drop(self):
         with self.engine.begin() as conn:
@@ -98,20 +106,24 @@ class MariaDBTestCase(testtools.TestCase):
 
 
 class TestMariaDB(MariaDBTestCase):
-
     def test_records_through_pymysql(self):
         ctx = oslo_context.RequestContext(request_id='req-mysql')
         with self.timing.tracer.span('scheduler.host_states', ctx=ctx):
             with self.engine.begin() as conn:
-                rows = conn.execute(sa.select(self.table.c.host).where(
-                    self.table.c.id.in_([1, 2]))).fetchall()
-                conn.execute(self.update, [{'h': 'param-c', 'i': 1},
-                                           {'h': 'param-d', 'i': 2}])
+                rows = conn.execute(
+                    sa.select(self.table.c.host).where(
+                        self.table.c.id.in_([1, 2])
+                    )
+                ).fetchall()
+                conn.execute(
+                    self.update,
+                    [{'h': 'param-c', 'i': 1}, {'h': 'param-d', 'i': 2}],
+                )
         self.assertEqual(2, len(rows))
         queries = self.timing.records('sql.query')
-        select, = [q for q in queries if q['attrs']['kind'] == 'SELECT']
-        update, = [q for q in queries if q['attrs']['kind'] == 'UPDATE']
-        commit, = [q for q in queries if q['attrs']['kind'] == 'COMMIT']
+        (select,) = [q for q in queries if q['attrs']['kind'] == 'SELECT']
+        (update,) = [q for q in queries if q['attrs']['kind'] == 'UPDATE']
+        (commit,) = [q for q in queries if q['attrs']['kind'] == 'COMMIT']
         for rec in (select, update, commit):
             self.assertEqual('test', rec['attrs']['db'])
             self.assertEqual('req-mysql', rec['req'])
@@ -120,8 +132,11 @@ class TestMariaDB(MariaDBTestCase):
         self.assertEqual(2, select['attrs']['rows'])
         self.assertEqual(2, update['attrs']['rows'])
         self.assertTrue(update['attrs']['many'])
-        txn, = [t for t in self.timing.records('sql.txn')
-                if t['span'] == select['attrs']['txn']]
+        (txn,) = [
+            t
+            for t in self.timing.records('sql.txn')
+            if t['span'] == select['attrs']['txn']
+        ]
         self.assertEqual(2, txn['attrs']['statements'])
         self.assertEqual('commit', txn['attrs']['outcome'])
         self.assertNotIn('param-', repr(self.timing.records()))
@@ -151,19 +166,19 @@ class TestMariaDB(MariaDBTestCase):
 
         waiter = threading.Thread(target=request, args=('a', a, 2))
         waiter.start()
-        time.sleep(0.5)             # a now waits for b's row lock
-        request('b', b, 1)          # closes the cycle
+        time.sleep(0.5)  # a now waits for b's row lock
+        request('b', b, 1)  # closes the cycle
         waiter.join(30)
-        self.assertEqual(['deadlock', 'ok'], sorted(outcome.values()),
-                         outcome)
-        loser = 'req-' + [n for n, o in outcome.items()
-                          if o == 'deadlock'][0]
+        self.assertEqual(['deadlock', 'ok'], sorted(outcome.values()), outcome)
+        loser = 'req-' + [n for n, o in outcome.items() if o == 'deadlock'][0]
         self.timing.remove()
-        failed = [q for q in self.timing.records('sql.query')
-                  if q['st'] == 'error']
+        failed = [
+            q for q in self.timing.records('sql.query') if q['st'] == 'error'
+        ]
         self.assertEqual(1, len(failed), failed)
-        self.assertEqual('oslo_db.exception.DBDeadlock',
-                         failed[0]['err']['cls'])
+        self.assertEqual(
+            'oslo_db.exception.DBDeadlock', failed[0]['err']['cls']
+        )
         self.assertEqual(loser, failed[0]['req'])
         self.assertEqual('UPDATE', failed[0]['attrs']['kind'])
         self.assertNotIn('param-', repr(self.timing.records()))
@@ -171,21 +186,25 @@ class TestMariaDB(MariaDBTestCase):
     def test_killed_connection_recorded_as_disconnect(self):
         victim = self.engine.connect()
         self.addCleanup(victim.close)
-        victim_id = victim.exec_driver_sql(
-            'SELECT CONNECTION_ID()').scalar()
+        victim_id = victim.exec_driver_sql('SELECT CONNECTION_ID()').scalar()
         victim.commit()
         with self.engine.connect() as killer:
             killer.exec_driver_sql('KILL %d' % int(victim_id))
         ctx = oslo_context.RequestContext(request_id='req-gone')
         with self.timing.tracer.span('conductor.schedule', ctx=ctx):
-            self.assertRaises(db_exc.DBConnectionError, victim.execute,
-                              sa.select(self.table.c.host))
+            self.assertRaises(
+                db_exc.DBConnectionError,
+                victim.execute,
+                sa.select(self.table.c.host),
+            )
         self.timing.remove()
-        failed = [q for q in self.timing.records('sql.query')
-                  if q['st'] == 'error']
+        failed = [
+            q for q in self.timing.records('sql.query') if q['st'] == 'error'
+        ]
         self.assertEqual(1, len(failed), failed)
-        self.assertEqual('oslo_db.exception.DBConnectionError',
-                         failed[0]['err']['cls'])
+        self.assertEqual(
+            'oslo_db.exception.DBConnectionError', failed[0]['err']['cls']
+        )
         self.assertIs(True, failed[0]['attrs']['disconnect'])
         self.assertEqual('req-gone', failed[0]['req'])
 
@@ -195,17 +214,25 @@ class TestMariaDB(MariaDBTestCase):
             for value in ('dq-x1', 'dq-y2'):
                 conn.exec_driver_sql(
                     'SELECT host FROM %s WHERE host = "%s"'  # noqa: S608
-                    % (self.table.name, value)).fetchall()
-        selects = [q for q in self.timing.records('sql.query')
-                   if q['attrs']['kind'] == 'SELECT']
+                    % (self.table.name, value)
+                ).fetchall()
+        selects = [
+            q
+            for q in self.timing.records('sql.query')
+            if q['attrs']['kind'] == 'SELECT'
+        ]
         self.assertEqual(2, len(selects))
         self.assertEqual(1, len({q['attrs']['fp'] for q in selects}))
-        text, = [m['attrs']['text']
-                 for m in self.timing.records('sql.fingerprint')
-                 if m['attrs']['fp'] == selects[0]['attrs']['fp']]
+        (text,) = [
+            m['attrs']['text']
+            for m in self.timing.records('sql.fingerprint')
+            if m['attrs']['fp'] == selects[0]['attrs']['fp']
+        ]
         self.assertEqual(
             'select host from %s where host = ?'  # noqa: S608
-            % self.table.name, text)
+            % self.table.name,
+            text,
+        )
         self.assertNotIn('dq-', repr(self.timing.records()))
 
 
@@ -227,8 +254,7 @@ class TestEveryStatement(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
         _reachable_or_skip(self)
         import pymysql.connections
 
@@ -236,7 +262,7 @@ class TestEveryStatement(testtools.TestCase):
         real = pymysql.connections.Connection._execute_command
 
         def counting(conn, command, sql):
-            if command == 3:    # COM_QUERY
+            if command == 3:  # COM_QUERY
                 text = sql.decode() if isinstance(sql, bytes) else sql
                 self.sent[fingerprint.classify(text, True).text] += 1
             return real(conn, command, sql)
@@ -247,14 +273,20 @@ class TestEveryStatement(testtools.TestCase):
         conf([], project='instrument-test')
         opts.register_opts(conf)
         # Aggregated, as fast statements are in production.
-        for key, value in dict(enabled=True, sinks=['file'],
-                               output_dir=self.spans,
-                               slow_query_threshold=60000.0).items():
+        for key, value in dict(
+            enabled=True,
+            sinks=['file'],
+            output_dir=self.spans,
+            slow_query_threshold=60000.0,
+        ).items():
             conf.set_override(key, value, opts.GROUP)
         self.runtime = instrument.setup(conf, 'nova-conductor', points=[])
         self.addCleanup(lifecycle.teardown)
-        self.useFixture(fixtures.MonkeyPatch(
-            'pymysql.connections.Connection._execute_command', counting))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'pymysql.connections.Connection._execute_command', counting
+            )
+        )
         self.table = 'instrument_every_%s' % uuid.uuid4().hex[:8]
 
     def sessions(self):
@@ -264,15 +296,18 @@ class TestEveryStatement(testtools.TestCase):
         other = Context(request_id='req-other')
         insert = sa.text(
             'INSERT INTO %s (id, name) VALUES (:i, :n)'  # noqa: S608
-            % self.table)
-        select = sa.text(
-            'SELECT name FROM %s WHERE id > :i' % self.table)  # noqa: S608
+            % self.table
+        )
+        select = sa.text('SELECT name FROM %s WHERE id > :i' % self.table)  # noqa: S608
         tracer = self.runtime.tracer
         with tracer.span('conductor.build_instances', ctx=ctx):
             with manager.writer.using(ctx) as session:
-                session.execute(sa.text(
-                    'CREATE TABLE %s (id INTEGER PRIMARY KEY, '
-                    'name VARCHAR(32))' % self.table))
+                session.execute(
+                    sa.text(
+                        'CREATE TABLE %s (id INTEGER PRIMARY KEY, '
+                        'name VARCHAR(32))' % self.table
+                    )
+                )
             for i in range(5):
                 with manager.writer.using(ctx) as session:
                     session.execute(insert, {'i': i, 'n': 'n%d' % i})
@@ -295,14 +330,17 @@ class TestEveryStatement(testtools.TestCase):
     def test_every_statement_pymysql_sent_is_recorded(self):
         self.sessions()
         self.runtime.target('sqlalchemy').timing.process()
-        lifecycle.teardown()      # the last aggregates, the file closed
+        lifecycle.teardown()  # the last aggregates, the file closed
         sent = dict(self.sent)
         records = []
         for name in os.listdir(self.spans):
             with open(os.path.join(self.spans, name)) as f:
                 records.extend(json.loads(line) for line in f)
-        texts = {r['attrs']['fp']: r['attrs']['text'] for r in records
-                 if r['ev'] == 'sql.fingerprint'}
+        texts = {
+            r['attrs']['fp']: r['attrs']['text']
+            for r in records
+            if r['ev'] == 'sql.fingerprint'
+        }
         recorded = collections.Counter()
         kinds = collections.defaultdict(collections.Counter)
         for rec in records:
@@ -319,9 +357,13 @@ class TestEveryStatement(testtools.TestCase):
         self.assertEqual(sent, dict(recorded))
         self.assertEqual([], [r for r in records if r['ev'] == 'sql.dropped'])
         # What was not recorded before, as kinds of its own.
-        for text in ('set names utf8', 'set autocommit = ?',
-                     'set session sql_mode = ?', 'show variables like ?',
-                     'select database()'):
+        for text in (
+            'set names utf8',
+            'set autocommit = ?',
+            'set session sql_mode = ?',
+            'show variables like ?',
+            'select database()',
+        ):
             self.assertEqual({'CONNECT'}, set(kinds[text]), text)
         # Two connections: PyMySQL's and the dialect's SET NAMES each.
         self.assertEqual(4, kinds['set names utf8']['CONNECT'])
@@ -338,14 +380,20 @@ class TestEveryStatement(testtools.TestCase):
         report = pipeline.analyse([self.spans], pipeline.Options(limit=0))
         rows = report['sql']['rows']
         self.assertEqual(sent, {r['fingerprint']: r['calls'] for r in rows})
-        rollback, = [r for r in rows if r['fingerprint'] == 'rollback']
+        (rollback,) = [r for r in rows if r['fingerprint'] == 'rollback']
         self.assertEqual(dict(rollbacks), rollback['kinds'])
-        by_kind = pipeline.analyse([self.spans], pipeline.Options(
-            limit=0, group_by='kind'))['sql']['rows']
+        by_kind = pipeline.analyse(
+            [self.spans], pipeline.Options(limit=0, group_by='kind')
+        )['sql']['rows']
         self.assertEqual(
-            {kind: sum(k[kind] for k in kinds.values())
-             for kind in ('POOL_RESET', 'CONNECT', 'COMMIT')},
-            {r['id']: r['calls'] for r in by_kind
-             if r['id'] in ('POOL_RESET', 'CONNECT', 'COMMIT')})
-        self.assertEqual(sum(sent.values()),
-                         sum(r['calls'] for r in by_kind))
+            {
+                kind: sum(k[kind] for k in kinds.values())
+                for kind in ('POOL_RESET', 'CONNECT', 'COMMIT')
+            },
+            {
+                r['id']: r['calls']
+                for r in by_kind
+                if r['id'] in ('POOL_RESET', 'CONNECT', 'COMMIT')
+            },
+        )
+        self.assertEqual(sum(sent.values()), sum(r['calls'] for r in by_kind))

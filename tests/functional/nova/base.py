@@ -55,9 +55,13 @@ class Spans:
 
     def received(self, sender: dict) -> list:
         """Server-side dispatch spans of an rpc.call/rpc.cast span."""
-        return [r for r in self.records if r['ph'] == 'X' and
-                r['ev'] == 'rpc.dispatch' and
-                r.get('parent') == sender['span']]
+        return [
+            r
+            for r in self.records
+            if r['ph'] == 'X'
+            and r['ev'] == 'rpc.dispatch'
+            and r.get('parent') == sender['span']
+        ]
 
 
 class InstrumentedCloud(cloud.InstrumentedCloud):
@@ -87,8 +91,7 @@ class InstrumentedCloud(cloud.InstrumentedCloud):
         """Boot a server and wait for its build to end: ``(uuid, request
         id, spans, the request's ksa.request spans)``."""
         uuid = self.boot(**kwargs)['id']
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid))
+        spans = self.spans(until=lambda s: s.done('compute.build', inst=uuid))
         [create] = spans.done('api.compute.create', inst=uuid)
         req = create['req']
         return uuid, req, spans, spans.done('ksa.request', req=req)

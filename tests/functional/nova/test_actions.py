@@ -31,7 +31,6 @@ NOVA_MAJOR = int(targets_base.distribution_version('nova').split('.')[0])
 
 
 class ActionsBase(base.InstrumentedCloud):
-
     def api_span(self, spans, ev, uuid, index=-1):
         """The API span of ``ev`` on server ``uuid`` (the latest one
         unless ``index``), checked to sit under an HTTP request."""
@@ -40,9 +39,11 @@ class ActionsBase(base.InstrumentedCloud):
         rec = found[index]
         self.assertEqual('api', rec['svc'])
         self.assertTrue(rec['req'].startswith('req-'), rec['req'])
-        [http] = [r for r in spans.done('api.request', req=rec['req'])
-                  if r['span'] == rec['parent'] or
-                  self._ancestor(spans, rec, r)]
+        [http] = [
+            r
+            for r in spans.done('api.request', req=rec['req'])
+            if r['span'] == rec['parent'] or self._ancestor(spans, rec, r)
+        ]
         self.assertEqual('api', http['svc'])
         return rec
 
@@ -52,8 +53,7 @@ class ActionsBase(base.InstrumentedCloud):
         while parent:
             if parent == ancestor['span']:
                 return True
-            done = [r for r in spans.by_span.get(parent, ())
-                    if r['ph'] == 'X']
+            done = [r for r in spans.by_span.get(parent, ()) if r['ph'] == 'X']
             parent = done[0].get('parent') if done else None
         return False
 
@@ -61,8 +61,7 @@ class ActionsBase(base.InstrumentedCloud):
         """The one span ``ev`` of request ``req`` on server ``uuid``,
         checked for its host, role and status."""
         found = [r for r in spans.done(ev, inst=uuid) if r['req'] == req]
-        self.assertEqual(1, len(found), '%s under %s: %s' % (
-            ev, req, found))
+        self.assertEqual(1, len(found), '%s under %s: %s' % (ev, req, found))
         [rec] = found
         if host is not None:
             self.assertEqual(host, rec['host'], ev)
@@ -73,8 +72,11 @@ class ActionsBase(base.InstrumentedCloud):
 
     def wait_for(self, ev, req, uuid, count=1):
         def check(spans):
-            return len([r for r in spans.done(ev, inst=uuid)
-                        if r['req'] == req]) >= count
+            return (
+                len([r for r in spans.done(ev, inst=uuid) if r['req'] == req])
+                >= count
+            )
+
         return self.spans(until=check)
 
     def req_of(self, ev, uuid):
@@ -89,7 +91,8 @@ class ActionsBase(base.InstrumentedCloud):
         nova 30 on)."""
         self.api.post_server_action(
             server['id'],
-            {'os-migrateLive': {'host': host, 'block_migration': 'auto'}})
+            {'os-migrateLive': {'host': host, 'block_migration': 'auto'}},
+        )
         self._wait_for_migration_status(server, [migration_state])
         return self._wait_for_state_change(server, 'ACTIVE')
 
@@ -99,16 +102,22 @@ class ActionsBase(base.InstrumentedCloud):
         ``api.cells.query`` span per cell of ``cells`` (uuids), in its
         own thread, within the gather, on the cell's database (and the
         databases ``dbs``)."""
-        def queries_of(gather):
-            return [q for q in spans.done('api.cells.query', req=req)
-                    if q['parent'] == gather['span']]
 
-        gathers = [r for r in spans.done('api.cells.scatter_gather', req=req)
-                   if queries_of(r)]
+        def queries_of(gather):
+            return [
+                q
+                for q in spans.done('api.cells.query', req=req)
+                if q['parent'] == gather['span']
+            ]
+
+        gathers = [
+            r
+            for r in spans.done('api.cells.scatter_gather', req=req)
+            if queries_of(r)
+        ]
         self.assertTrue(gathers, req)
         for gather in gathers:
-            self.assertEqual(gather['attrs']['count'],
-                             len(queries_of(gather)))
+            self.assertEqual(gather['attrs']['count'], len(queries_of(gather)))
         gather = max(gathers, key=lambda r: r['attrs']['count'])
         queries = queries_of(gather)
         self.assertEqual(len(cells), len(queries))
@@ -119,27 +128,35 @@ class ActionsBase(base.InstrumentedCloud):
             self.assertEqual('ok', q['st'])
             self.assertNotEqual(gather['tid'], q['tid'])
             self.assertGreaterEqual(q['ts'], gather['ts'])
-            self.assertLessEqual(q['ts'] + q['dur_us'],
-                                 gather['ts'] + gather['dur_us'])
-            queried = {r['attrs']['db'] for r in spans.records
-                       if r['ev'] == 'sql.query' and
-                       r.get('parent') == q['span']}
-            self.assertLessEqual(queried,
-                                 {'nova_' + q['attrs']['cell_name'], *dbs})
+            self.assertLessEqual(
+                q['ts'] + q['dur_us'], gather['ts'] + gather['dur_us']
+            )
+            queried = {
+                r['attrs']['db']
+                for r in spans.records
+                if r['ev'] == 'sql.query' and r.get('parent') == q['span']
+            }
+            self.assertLessEqual(
+                queried, {'nova_' + q['attrs']['cell_name'], *dbs}
+            )
         return gather
 
     def migration(self, uuid, migration_type):
-        migrations = [m for m in self.api.get_migrations()
-                      if m['instance_uuid'] == uuid and
-                      m['migration_type'] == migration_type]
+        migrations = [
+            m
+            for m in self.api.get_migrations()
+            if m['instance_uuid'] == uuid
+            and m['migration_type'] == migration_type
+        ]
         return sorted(migrations, key=lambda m: m['id'])[-1]
 
 
 class MoveOperationsTest(ActionsBase):
     """Resize, cold migrate, live migrate between two computes."""
 
-    settings = base.cloud.Settings(computes=('host1', 'host2'),
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(
+        computes=('host1', 'host2'), flush_interval=0.05
+    )
 
     def test_moves_record_both_hosts_under_their_request(self):
         server = self.boot()
@@ -156,24 +173,31 @@ class MoveOperationsTest(ActionsBase):
         self.assertIsNone(api['attrs']['flavor_id'])
         self.step(spans, 'conductor.migrate_server', req, uuid)
         self.step(spans, 'conductor.cold_migrate', req, uuid)
-        [select] = [r for r in spans.done('scheduler.select_destinations',
-                                          inst=uuid) if r['req'] == req]
+        [select] = [
+            r
+            for r in spans.done('scheduler.select_destinations', inst=uuid)
+            if r['req'] == req
+        ]
         self.assertEqual([dst], select['attrs']['selected'])
-        prep = self.step(spans, 'compute.prep_resize', req, uuid, dst,
-                         'destination')
+        prep = self.step(
+            spans, 'compute.prep_resize', req, uuid, dst, 'destination'
+        )
         self.assertEqual('migration', prep['attrs']['migration_type'])
-        resize = self.step(spans, 'compute.resize_instance', req, uuid,
-                           src, 'source')
+        resize = self.step(
+            spans, 'compute.resize_instance', req, uuid, src, 'source'
+        )
         self.assertEqual(src, resize['attrs']['source'])
         self.assertEqual(dst, resize['attrs']['dest'])
-        self.step(spans, 'compute.finish_resize', req, uuid, dst,
-                  'destination')
+        self.step(
+            spans, 'compute.finish_resize', req, uuid, dst, 'destination'
+        )
         self._confirm_resize(server)
         req = self.req_of('api.compute.confirm_resize', uuid)
         spans = self.wait_for('compute.confirm_resize', req, uuid)
         self.step(spans, 'compute.confirm_resize', req, uuid, src, 'source')
-        self.assertEqual('confirmed',
-                         self.migration(uuid, 'migration')['status'])
+        self.assertEqual(
+            'confirmed', self.migration(uuid, 'migration')['status']
+        )
 
         # -- resize to another flavor, then revert --------------------------
         src, dst = dst, src
@@ -184,8 +208,9 @@ class MoveOperationsTest(ActionsBase):
         spans = self.wait_for('compute.finish_resize', req, uuid)
         api = self.api_span(spans, 'api.compute.resize', uuid)
         self.assertEqual(str(flavor), str(api['attrs']['flavor_id']))
-        prep = self.step(spans, 'compute.prep_resize', req, uuid,
-                         role='destination')
+        prep = self.step(
+            spans, 'compute.prep_resize', req, uuid, role='destination'
+        )
         self.assertEqual('resize', prep['attrs']['migration_type'])
         moved_to = server['OS-EXT-SRV-ATTR:host']
         self.assertEqual(moved_to, prep['host'])
@@ -194,92 +219,147 @@ class MoveOperationsTest(ActionsBase):
         self.assertEqual(src, server['OS-EXT-SRV-ATTR:host'])
         req = self.req_of('api.compute.revert_resize', uuid)
         spans = self.wait_for('compute.finish_revert_resize', req, uuid)
-        self.step(spans, 'compute.revert_resize', req, uuid, moved_to,
-                  'destination')
-        self.step(spans, 'compute.finish_revert_resize', req, uuid, src,
-                  'source')
-        self.assertEqual('reverted',
-                         self.migration(uuid, 'resize')['status'])
+        self.step(
+            spans, 'compute.revert_resize', req, uuid, moved_to, 'destination'
+        )
+        self.step(
+            spans, 'compute.finish_revert_resize', req, uuid, src, 'source'
+        )
+        self.assertEqual('reverted', self.migration(uuid, 'resize')['status'])
 
         # -- live migration ---------------------------------------------------
         server = self.live_migrate(server, 'completed', host=dst)
         self.assertEqual(dst, server['OS-EXT-SRV-ATTR:host'])
         req = self.req_of('api.compute.live_migrate', uuid)
-        spans = self.wait_for('compute.post_live_migration_at_destination',
-                              req, uuid)
+        spans = self.wait_for(
+            'compute.post_live_migration_at_destination', req, uuid
+        )
         api = self.api_span(spans, 'api.compute.live_migrate', uuid)
         self.assertEqual(dst, api['attrs']['dest'])
         conduct = self.step(spans, 'conductor.live_migrate', req, uuid)
         self.assertEqual(dst, conduct['attrs']['dest'])
-        checks = self.step(spans, 'conductor.live_migrate.checks', req,
-                           uuid)
+        checks = self.step(spans, 'conductor.live_migrate.checks', req, uuid)
         self.assertEqual(dst, checks['attrs']['dest'])
         self.assertEqual(conduct['span'], checks['parent'])
-        self.step(spans, 'compute.check_can_live_migrate_destination', req,
-                  uuid, dst, 'destination')
-        self.step(spans, 'compute.check_can_live_migrate_source', req,
-                  uuid, src, 'source')
-        self.step(spans, 'compute.pre_live_migration', req, uuid, dst,
-                  'destination')
-        whole = self.step(spans, 'compute.live_migration', req, uuid, src,
-                          'source')
+        self.step(
+            spans,
+            'compute.check_can_live_migrate_destination',
+            req,
+            uuid,
+            dst,
+            'destination',
+        )
+        self.step(
+            spans,
+            'compute.check_can_live_migrate_source',
+            req,
+            uuid,
+            src,
+            'source',
+        )
+        self.step(
+            spans, 'compute.pre_live_migration', req, uuid, dst, 'destination'
+        )
+        whole = self.step(
+            spans, 'compute.live_migration', req, uuid, src, 'source'
+        )
         self.assertEqual('live-migration', whole['attrs']['migration_type'])
         self.assertEqual(dst, whole['attrs']['dest'])
-        post = self.step(spans, 'compute.post_live_migration', req, uuid,
-                         src, 'source')
+        post = self.step(
+            spans, 'compute.post_live_migration', req, uuid, src, 'source'
+        )
         self.assertEqual(whole['span'], post['parent'])
-        self.step(spans, 'compute.post_live_migration_at_destination', req,
-                  uuid, dst, 'destination')
+        self.step(
+            spans,
+            'compute.post_live_migration_at_destination',
+            req,
+            uuid,
+            dst,
+            'destination',
+        )
         src, dst = dst, src
 
         # -- live migration whose destination pre-check fails ------------
-        with mock.patch('nova.virt.fake.FakeDriver.'
-                        'check_can_live_migrate_destination',
-                        side_effect=exception.MigrationPreCheckError(
-                            reason='injected')):
+        with mock.patch(
+            'nova.virt.fake.FakeDriver.check_can_live_migrate_destination',
+            side_effect=exception.MigrationPreCheckError(reason='injected'),
+        ):
             server = self.live_migrate(server, 'error', host=dst)
         self.assertEqual(src, server['OS-EXT-SRV-ATTR:host'])
         self.assertEqual(
-            'error', self.migration(uuid, 'live-migration')['status'])
+            'error', self.migration(uuid, 'live-migration')['status']
+        )
         req = self.req_of('api.compute.live_migrate', uuid)
         spans = self.wait_for('conductor.live_migrate', req, uuid)
-        check = self.step(spans, 'compute.check_can_live_migrate_destination',
-                          req, uuid, dst, 'destination', st='error')
-        self.assertEqual('nova.exception.MigrationPreCheckError',
-                         check['err']['cls'])
-        self.step(spans, 'conductor.live_migrate.checks', req, uuid,
-                  st='error')
+        check = self.step(
+            spans,
+            'compute.check_can_live_migrate_destination',
+            req,
+            uuid,
+            dst,
+            'destination',
+            st='error',
+        )
+        self.assertEqual(
+            'nova.exception.MigrationPreCheckError', check['err']['cls']
+        )
+        self.step(
+            spans, 'conductor.live_migrate.checks', req, uuid, st='error'
+        )
         self.step(spans, 'conductor.live_migrate', req, uuid, st='error')
-        self.assertEqual([], [r for r in spans.done(
-            'compute.pre_live_migration', inst=uuid) if r['req'] == req])
+        self.assertEqual(
+            [],
+            [
+                r
+                for r in spans.done('compute.pre_live_migration', inst=uuid)
+                if r['req'] == req
+            ],
+        )
 
         # -- live migration rolled back: pre_live_migration fails ---------
-        with mock.patch('nova.virt.fake.FakeDriver.pre_live_migration',
-                        side_effect=exception.MigrationError(
-                            reason='injected')):
+        with mock.patch(
+            'nova.virt.fake.FakeDriver.pre_live_migration',
+            side_effect=exception.MigrationError(reason='injected'),
+        ):
             server = self.live_migrate(server, 'failed', host=dst)
         self.assertEqual(src, server['OS-EXT-SRV-ATTR:host'])
         req = self.req_of('api.compute.live_migrate', uuid)
         spans = self.wait_for('compute.rollback_live_migration', req, uuid)
-        self.step(spans, 'compute.pre_live_migration', req, uuid, dst,
-                  'destination', st='error')
-        rollback = self.step(spans, 'compute.rollback_live_migration', req,
-                             uuid, src, 'source')
+        self.step(
+            spans,
+            'compute.pre_live_migration',
+            req,
+            uuid,
+            dst,
+            'destination',
+            st='error',
+        )
+        rollback = self.step(
+            spans, 'compute.rollback_live_migration', req, uuid, src, 'source'
+        )
         self.assertEqual(dst, rollback['attrs']['dest'])
         # the status the rollback gave the migration is the API's
         self.assertEqual(
             self.migration(uuid, 'live-migration')['status'],
-            rollback['attrs']['migration_status'])
+            rollback['attrs']['migration_status'],
+        )
         self.assertEqual('failed', rollback['attrs']['migration_status'])
-        whole = self.step(spans, 'compute.live_migration', req, uuid, src,
-                          'source', st='error')
+        whole = self.step(
+            spans,
+            'compute.live_migration',
+            req,
+            uuid,
+            src,
+            'source',
+            st='error',
+        )
         self.assertEqual(whole['span'], rollback['parent'])
 
 
 class EvacuateTest(ActionsBase):
-
-    settings = base.cloud.Settings(computes=('host1', 'host2'),
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(
+        computes=('host1', 'host2'), flush_interval=0.05
+    )
 
     def test_evacuate_records_the_destination(self):
         server = self.boot()
@@ -294,13 +374,13 @@ class EvacuateTest(ActionsBase):
         spans = self.wait_for('compute.rebuild_instance', req, uuid)
         conduct = self.step(spans, 'conductor.rebuild_instance', req, uuid)
         self.assertTrue(conduct['attrs']['evacuate'])
-        rebuild = self.step(spans, 'compute.rebuild_instance', req, uuid,
-                            dst, 'destination')
+        rebuild = self.step(
+            spans, 'compute.rebuild_instance', req, uuid, dst, 'destination'
+        )
         self.assertTrue(rebuild['attrs']['evacuate'])
         self.assertEqual('evacuation', rebuild['attrs']['migration_type'])
         self.assertEqual(src, rebuild['attrs']['source'])
-        self.assertEqual('done',
-                         self.migration(uuid, 'evacuation')['status'])
+        self.assertEqual('done', self.migration(uuid, 'evacuation')['status'])
 
 
 class OneHostOperationsTest(ActionsBase):
@@ -324,36 +404,50 @@ class OneHostOperationsTest(ActionsBase):
             return spans, req
 
         self._reboot_server(server, hard=True)
-        one('api.compute.reboot', 'compute.reboot_instance',
-            {'reboot_type': 'HARD'})
+        one(
+            'api.compute.reboot',
+            'compute.reboot_instance',
+            {'reboot_type': 'HARD'},
+        )
         self._stop_server(server)
         one('api.compute.stop', 'compute.stop_instance')
         self._start_server(server)
         one('api.compute.start', 'compute.start_instance')
         self._rebuild_server(server, server['image']['id'])
-        spans, req = one('api.compute.rebuild', 'compute.rebuild_instance',
-                         {'evacuate': False})
+        spans, req = one(
+            'api.compute.rebuild',
+            'compute.rebuild_instance',
+            {'evacuate': False},
+        )
         self.step(spans, 'conductor.rebuild_instance', req, uuid)
 
         server = self._shelve_server(server)
         spans, req = one('api.compute.shelve', 'compute.shelve_instance')
-        self.step(spans, 'compute.shelve_offload_instance', req, uuid,
-                  host)
+        self.step(spans, 'compute.shelve_offload_instance', req, uuid, host)
         server = self._unshelve_server(server)
         self.assertEqual(host, server['OS-EXT-SRV-ATTR:host'])
         spans, req = one('api.compute.unshelve', 'compute.unshelve_instance')
         self.step(spans, 'conductor.unshelve_instance', req, uuid)
-        [select] = [r for r in spans.done('scheduler.select_destinations',
-                                          inst=uuid) if r['req'] == req]
+        [select] = [
+            r
+            for r in spans.done('scheduler.select_destinations', inst=uuid)
+            if r['req'] == req
+        ]
         self.assertEqual([host], select['attrs']['selected'])
 
         # -- show and list ------------------------------------------------
         self.api.get_server(uuid)
         req = self.req_of('api.compute.get', uuid)
-        self.assertEqual([], [r for r in self.spans().records
-                              if r.get('req') == req and
-                              r['ev'].startswith('api.compute.') and
-                              r['ev'] != 'api.compute.get'])
+        self.assertEqual(
+            [],
+            [
+                r
+                for r in self.spans().records
+                if r.get('req') == req
+                and r['ev'].startswith('api.compute.')
+                and r['ev'] != 'api.compute.get'
+            ],
+        )
         listed = self.api.get_servers()
         self.assertIn(uuid, [s['id'] for s in listed])
         spans = self.spans(until=lambda s: s.done('api.compute.get_all'))
@@ -366,20 +460,29 @@ class OneHostOperationsTest(ActionsBase):
         # thread merges them: one api.cells.query per batch, under
         # api.compute.get_all, one after another, with each cell's
         # statements on its database
-        batches = [r for r in spans.done('api.cells.query', req=req)
-                   if r['parent'] == get_all['span']]
-        self.assertEqual({'cell0', 'cell1', 'cell2'},
-                         {q['attrs']['cell_name'] for q in batches})
+        batches = [
+            r
+            for r in spans.done('api.cells.query', req=req)
+            if r['parent'] == get_all['span']
+        ]
+        self.assertEqual(
+            {'cell0', 'cell1', 'cell2'},
+            {q['attrs']['cell_name'] for q in batches},
+        )
         self.assertEqual(mappings, {q['attrs']['cell'] for q in batches})
-        self.assertEqual(len(listed), sum(q['attrs']['count']
-                                          for q in batches))
+        self.assertEqual(
+            len(listed), sum(q['attrs']['count'] for q in batches)
+        )
         batches.sort(key=lambda q: q['ts'])
         for q, after in zip(batches, batches[1:], strict=False):
             self.assertEqual(get_all['tid'], q['tid'])
             self.assertLessEqual(q['ts'] + q['dur_us'], after['ts'])
         for q in batches:
-            dbs = {r['attrs']['db'] for r in spans.records
-                   if r['ev'] == 'sql.query' and r.get('parent') == q['span']}
+            dbs = {
+                r['attrs']['db']
+                for r in spans.records
+                if r['ev'] == 'sql.query' and r.get('parent') == q['span']
+            }
             self.assertEqual({'nova_' + q['attrs']['cell_name']}, dbs)
         # the other scatter-gathers of the request (not lazy) query
         # each cell in a thread of its own: one span per cell.  On nova
@@ -391,21 +494,35 @@ class OneHostOperationsTest(ActionsBase):
             self.check_gather(spans, req, mappings)
         else:
             cell = objects.InstanceMapping.get_by_instance_uuid(
-                context.get_admin_context(), uuid).cell_mapping.uuid
+                context.get_admin_context(), uuid
+            ).cell_mapping.uuid
             self.check_gather(spans, req, {cell})
         # on every release, the service list gathers every cell's
         # services (ServiceList.get_all across cells; their availability
         # zones are read from the API database)
         self.api.get_services()
-        spans = self.spans(until=lambda s: [
-            r for r in s.done('api.request')
-            if '/os-services' in r['attrs'].get('route', '')])
-        [services] = [r for r in spans.done('api.request')
-                      if '/os-services' in r['attrs'].get('route', '')]
+        spans = self.spans(
+            until=lambda s: [
+                r
+                for r in s.done('api.request')
+                if '/os-services' in r['attrs'].get('route', '')
+            ]
+        )
+        [services] = [
+            r
+            for r in spans.done('api.request')
+            if '/os-services' in r['attrs'].get('route', '')
+        ]
         self.check_gather(spans, services['req'], mappings, {'nova_api'})
         # the scheduler's scatter-gathers stay inside its own spans
-        self.assertEqual([], [r for r in spans.done(
-            'api.cells.scatter_gather') if r['svc'] != 'api'])
+        self.assertEqual(
+            [],
+            [
+                r
+                for r in spans.done('api.cells.scatter_gather')
+                if r['svc'] != 'api'
+            ],
+        )
 
         # -- delete -----------------------------------------------------------
         self._delete_server(server)

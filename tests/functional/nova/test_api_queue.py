@@ -25,9 +25,7 @@ from tests.functional.nova import base
 
 
 class ApiQueueTest(base.InstrumentedCloud):
-
-    settings = base.cloud.Settings(computes=('host1',),
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def _get(self, uri, stamp=None):
         """GET ``uri`` with ``stamp(now)`` as its X-Request-Start;
@@ -40,22 +38,27 @@ class ApiQueueTest(base.InstrumentedCloud):
         return time.time() - t0
 
     def _queue(self, spans, route):
-        [http] = [r for r in spans.done('api.request')
-                  if r['attrs']['route'] == route]
+        [http] = [
+            r
+            for r in spans.done('api.request')
+            if r['attrs']['route'] == route
+        ]
         return http['attrs']
 
     def test_x_request_start_is_recorded_as_queue_us(self):
         # Apache mod_headers' form, microseconds: arrived 300 ms ago
-        took_us = self._get('/flavors', lambda now: 't=%d' % (
-            (now - 0.3) * 1e6)) * 1e6
+        took_us = (
+            self._get('/flavors', lambda now: 't=%d' % ((now - 0.3) * 1e6))
+            * 1e6
+        )
         # nginx's t=${msec}: seconds with milliseconds, 200 ms ago
-        took_ms = self._get('/os-keypairs', lambda now: 't=%.3f' % (
-            now - 0.2)) * 1e6
+        took_ms = (
+            self._get('/os-keypairs', lambda now: 't=%.3f' % (now - 0.2)) * 1e6
+        )
         # no front server stamp; a garbage one
         self._get('/servers')
         self._get('/os-availability-zone', lambda now: 't=yesterday')
-        spans = self.spans(until=lambda s: len(
-            s.done('api.request')) >= 4)
+        spans = self.spans(until=lambda s: len(s.done('api.request')) >= 4)
         waited = self._queue(spans, '/v2.1/flavors')['queue_us']
         self.assertGreaterEqual(waited, 300_000)
         self.assertLess(waited, 300_000 + took_us)
@@ -64,9 +67,16 @@ class ApiQueueTest(base.InstrumentedCloud):
         self.assertGreaterEqual(waited, 199_000)
         self.assertLess(waited, 201_000 + took_ms)
         self.assertNotIn('queue_us', self._queue(spans, '/v2.1/servers'))
-        self.assertNotIn('queue_us', self._queue(
-            spans, '/v2.1/os-availability-zone'))
+        self.assertNotIn(
+            'queue_us', self._queue(spans, '/v2.1/os-availability-zone')
+        )
         # a flat, short queue on an idle API: rule 8 silent
         report = pipeline.analyse([self.span_dir], pipeline.Options(jobs=1))
-        self.assertEqual([], [f for f in report['findings']['findings']
-                              if f['rule'] == 'service_saturation'])
+        self.assertEqual(
+            [],
+            [
+                f
+                for f in report['findings']['findings']
+                if f['rule'] == 'service_saturation'
+            ],
+        )

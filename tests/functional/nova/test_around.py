@@ -38,7 +38,6 @@ from tests.unit import base as unit_base
 
 
 class AroundTest(base.InstrumentedCloud):
-
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def test_boot_shows_placement_calls_under_its_request(self):
@@ -46,18 +45,21 @@ class AroundTest(base.InstrumentedCloud):
         self.assertTrue(calls, 'no ksa.request under %s' % req)
         by_svc = {}
         for call in calls:
-            self.assertEqual('placement', call['attrs']['service_type'],
-                             call)
+            self.assertEqual('placement', call['attrs']['service_type'], call)
             self.assertNotIn('?', call['attrs']['route'])
             self.assertNotIn(uuid, call['attrs']['route'])
             by_svc.setdefault(call['svc'], []).append(
-                (call['attrs']['method'], call['attrs']['route'],
-                 call['attrs']['status']))
+                (
+                    call['attrs']['method'],
+                    call['attrs']['route'],
+                    call['attrs']['status'],
+                )
+            )
         # The scheduler asks for candidates and claims.
-        self.assertIn(('GET', '/allocation_candidates', 200),
-                      by_svc['scheduler'])
-        self.assertIn(('PUT', '/allocations/{id}', 204),
-                      by_svc['scheduler'])
+        self.assertIn(
+            ('GET', '/allocation_candidates', 200), by_svc['scheduler']
+        )
+        self.assertIn(('PUT', '/allocations/{id}', 204), by_svc['scheduler'])
         [select] = spans.done('scheduler.select_destinations', inst=uuid)
         parents = {r['span']: r for r in spans.records if r.get('span')}
         for call in calls:
@@ -69,20 +71,21 @@ class AroundTest(base.InstrumentedCloud):
                 node = parents.get(node.get('parent'))
             self.assertIsNotNone(node, call)
         report = pipeline.analyse([self.span_dir], pipeline.Options())
-        rows = [r for r in report['services']
-                if r['operation'] == 'boot' and
-                r['route'] == '/allocation_candidates']
+        rows = [
+            r
+            for r in report['services']
+            if r['operation'] == 'boot'
+            and r['route'] == '/allocation_candidates'
+        ]
         self.assertEqual(1, rows[0]['count'])
         self.assertIn(req, rows[0]['requests'])
 
     def test_compute_periodic_task_and_samples(self):
         server = self.boot()
-        self.spans(until=lambda s: s.done('compute.build',
-                                          inst=server['id']))
+        self.spans(until=lambda s: s.done('compute.build', inst=server['id']))
         manager = self.compute.manager
         # Every task due now, as if its spacing had passed.
-        manager._periodic_last_run = dict.fromkeys(
-            manager._periodic_last_run)
+        manager._periodic_last_run = dict.fromkeys(manager._periodic_last_run)
         manager.run_periodic_tasks(nova_context.get_admin_context())
         lifecycle.active().buffer.drain()
         spans = self.spans(until=lambda s: s.done('periodic.task'))
@@ -94,8 +97,10 @@ class AroundTest(base.InstrumentedCloud):
         self.assertGreater(attrs['rss_kb'], 10 * 1024)
         self.assertGreater(attrs['threads'], 0)
         report = pipeline.analyse([self.span_dir], pipeline.Options())
-        self.assertIn('ComputeManager.update_available_resource',
-                      {m['task'] for m in report['resources']['periodic']})
+        self.assertIn(
+            'ComputeManager.update_available_resource',
+            {m['task'] for m in report['resources']['periodic']},
+        )
 
 
 class KeystoneMiddlewareTest(testtools.TestCase):
@@ -105,22 +110,31 @@ class KeystoneMiddlewareTest(testtools.TestCase):
     def test_token_validation_is_a_span(self):
         buf = unit_base.ListBuffer()
         recorder = recorder_mod.Recorder(
-            buf, process.ProcessIdentity.create('nova-api', 'ctl'))
-        patcher = patcher_mod.Patcher(list(keystoneauth.AUTH_TOKEN_POINTS),
-                                      recorder, 'keystonemiddleware')
+            buf, process.ProcessIdentity.create('nova-api', 'ctl')
+        )
+        patcher = patcher_mod.Patcher(
+            list(keystoneauth.AUTH_TOKEN_POINTS),
+            recorder,
+            'keystonemiddleware',
+        )
         patcher.apply()
         self.addCleanup(patcher.remove)
         self.assertEqual(
             ['keystonemiddleware.auth_token:AuthProtocol.process_request'],
-            patcher.banner()['patched'])
+            patcher.banner()['patched'],
+        )
 
         def app(environ, start_response):
             start_response('200 OK', [])
             return [b'ok']
 
-        middleware = auth_token.AuthProtocol(app, {
-            'delay_auth_decision': 'true',
-            'www_authenticate_uri': 'http://127.0.0.1:9/identity'})
+        middleware = auth_token.AuthProtocol(
+            app,
+            {
+                'delay_auth_decision': 'true',
+                'www_authenticate_uri': 'http://127.0.0.1:9/identity',
+            },
+        )
         resp = webob.Request.blank('/v2.1/servers').get_response(middleware)
         self.assertEqual(200, resp.status_int)
         [span] = [r for r in buf.dicts() if r['ev'] == 'api.auth_token']

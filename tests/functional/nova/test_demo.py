@@ -35,19 +35,27 @@ from instrument_demo import faults
 from tests.functional.nova import test_waits
 
 # operation -> the API point its requests are named by
-OPERATION_POINTS = {'resize': 'api.compute.resize',
-                    'confirm_resize': 'api.compute.confirm_resize',
-                    'live_migrate': 'api.compute.live_migrate',
-                    'delete': 'api.compute.delete',
-                    'list': 'api.compute.get_all'}
+OPERATION_POINTS = {
+    'resize': 'api.compute.resize',
+    'confirm_resize': 'api.compute.confirm_resize',
+    'live_migrate': 'api.compute.live_migrate',
+    'delete': 'api.compute.delete',
+    'list': 'api.compute.get_all',
+}
 
 
 def declared_events() -> set:
     """Event names of the nova points this runtime declares."""
     return {getattr(p, 'event', None) for p in nova_target.points()}
 
-LOGICAL_DATABASES = {'nova_api', 'nova_cell0', 'nova_cell1', 'placement',
-                     'nova'}
+
+LOGICAL_DATABASES = {
+    'nova_api',
+    'nova_cell0',
+    'nova_cell1',
+    'placement',
+    'nova',
+}
 
 
 class _HTMLCheck(html.parser.HTMLParser):
@@ -60,7 +68,6 @@ class _HTMLCheck(html.parser.HTMLParser):
 
 
 class DemoTest(testtools.TestCase):
-
     mode = 'threads'
 
     def _demo(self, out: str, *args) -> subprocess.CompletedProcess:
@@ -69,26 +76,59 @@ class DemoTest(testtools.TestCase):
         # a crash (e.g. at interpreter exit) prints every thread's stack
         env['PYTHONFAULTHANDLER'] = '1'
         proc = subprocess.run(
-            [sys.executable, '-m', 'instrument_demo', '--output', out,
-             '--mode', self.mode] + list(args),
-            capture_output=True, text=True, timeout=600, env=env)
+            [
+                sys.executable,
+                '-m',
+                'instrument_demo',
+                '--output',
+                out,
+                '--mode',
+                self.mode,
+            ]
+            + list(args),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         # The exit status and the demo's own lines last: a CI log keeps
         # the tail of a failure's message.
-        self.assertEqual(0, proc.returncode,
-                         '--- stderr\n%s\n--- stdout\n%s\n--- exit status '
-                         '%d' % (proc.stderr[-3000:], proc.stdout[-3000:],
-                                 proc.returncode))
+        self.assertEqual(
+            0,
+            proc.returncode,
+            '--- stderr\n%s\n--- stdout\n%s\n--- exit status '
+            '%d' % (proc.stderr[-3000:], proc.stdout[-3000:], proc.returncode),
+        )
         return proc
 
     def test_demo_output_matches_what_the_api_said(self):
         out = self.useFixture(fixtures.TempDir()).path
         servers, seed = 8, 3
-        proc = self._demo(out, '--servers', str(servers), '--concurrency',
-                          '4', '--computes', '2', '--fail', '0.25',
-                          '--reschedule', '0.25', '--seed', str(seed),
-                          '--resizes', '2', '--live-migrations', '2',
-                          '--deletes', '1', '--lists', '2', '--op-fail',
-                          '0.5')
+        proc = self._demo(
+            out,
+            '--servers',
+            str(servers),
+            '--concurrency',
+            '4',
+            '--computes',
+            '2',
+            '--fail',
+            '0.25',
+            '--reschedule',
+            '0.25',
+            '--seed',
+            str(seed),
+            '--resizes',
+            '2',
+            '--live-migrations',
+            '2',
+            '--deletes',
+            '1',
+            '--lists',
+            '2',
+            '--op-fail',
+            '0.5',
+        )
         self.assertIn('booted %d/%d' % (servers, servers), proc.stderr)
         with open(os.path.join(out, 'servers.json')) as f:
             everything = json.load(f)
@@ -100,8 +140,7 @@ class DemoTest(testtools.TestCase):
         self.assertEqual(2, list(plan.values()).count('reschedule'))
         fates = {s['id']: faults.fate(s['name']) for s in truth}
         for server in truth:
-            expected = 'ERROR' if fates[server['id']] == 'fail' \
-                else 'ACTIVE'
+            expected = 'ERROR' if fates[server['id']] == 'fail' else 'ACTIVE'
             self.assertEqual(expected, server['status'], server)
         # Span files: every service recorded its part.
         spans = os.path.join(out, 'spans')
@@ -113,12 +152,13 @@ class DemoTest(testtools.TestCase):
                     rec = json.loads(line)
                     services.add(rec['svc'])
                     if rec['ev'] == 'sql.query':
-                        where = (rec['attrs']['kind'],
-                                 rec['attrs']['call'])
-                        databases.setdefault(rec['attrs']['db'],
-                                             set()).add(where)
-        self.assertTrue({'api', 'conductor', 'scheduler', 'compute'}
-                        <= services, services)
+                        where = (rec['attrs']['kind'], rec['attrs']['call'])
+                        databases.setdefault(rec['attrs']['db'], set()).add(
+                            where
+                        )
+        self.assertTrue(
+            {'api', 'conductor', 'scheduler', 'compute'} <= services, services
+        )
         # Issue 14, item 6: the databases' names are a deployment's,
         # not nova's fixtures' temporary files
         self.assertLessEqual(LOGICAL_DATABASES - {'nova'}, set(databases))
@@ -128,40 +168,56 @@ class DemoTest(testtools.TestCase):
         if others:
             # (and, with nova 29's oslo.db 15, its connection ping)
             self.assertIn(('POOL_RESET', None), databases[':memory:'])
-            self.assertLessEqual(databases[':memory:'],
-                                 {('POOL_RESET', None), ('SELECT', None)})
+            self.assertLessEqual(
+                databases[':memory:'], {('POOL_RESET', None), ('SELECT', None)}
+            )
         # The report counts what was booted and what was injected.
         with open(os.path.join(out, 'report.json')) as f:
             report = json.load(f)
         states = report['summary']['states']
         self.assertEqual(servers, report['summary']['instances'])
-        self.assertEqual(list(fates.values()).count('fail'),
-                         states.get('compute_failure', 0))
-        self.assertEqual(list(fates.values()).count('reschedule'),
-                         states.get('rescheduled_success', 0))
-        self.assertEqual(list(fates.values()).count('ok'),
-                         states.get('success', 0))
+        self.assertEqual(
+            list(fates.values()).count('fail'),
+            states.get('compute_failure', 0),
+        )
+        self.assertEqual(
+            list(fates.values()).count('reschedule'),
+            states.get('rescheduled_success', 0),
+        )
+        self.assertEqual(
+            list(fates.values()).count('ok'), states.get('success', 0)
+        )
         # the boots' rows only: the other operations act on the same
         # instances (issue 12: boot figures count boots only)
-        by_inst = {i['inst']: i['state'] for r in report['requests']
-                   if r['kind'] == 'boot' for i in r['instances']}
-        self.assertEqual(servers, sum(1 for r in report['requests']
-                                      if r['kind'] == 'boot'))
+        by_inst = {
+            i['inst']: i['state']
+            for r in report['requests']
+            if r['kind'] == 'boot'
+            for i in r['instances']
+        }
+        self.assertEqual(
+            servers, sum(1 for r in report['requests'] if r['kind'] == 'boot')
+        )
         # issue 13: boots in flight, not their status polls: the level
         # at each boot's start counts boots only
         rows = [r for r in report['requests'] if r['kind'] == 'boot']
 
         def in_flight(t, among):
-            return sum(1 for r in among if r['start_us'] <= t) - \
-                sum(1 for r in among if r['end_us'] <= t)
+            return sum(1 for r in among if r['start_us'] <= t) - sum(
+                1 for r in among if r['end_us'] <= t
+            )
+
         self.assertEqual(
             max(in_flight(r['start_us'], rows) for r in rows),
-            report['summary']['concurrency']['max'])
+            report['summary']['concurrency']['max'],
+        )
         self.assertIn('boot', report['summary']['concurrency']['counted'])
         for server in truth:
-            want = {'fail': 'compute_failure', 'ok': 'success',
-                    'reschedule': 'rescheduled_success'}[
-                        fates[server['id']]]
+            want = {
+                'fail': 'compute_failure',
+                'ok': 'success',
+                'reschedule': 'rescheduled_success',
+            }[fates[server['id']]]
             self.assertEqual(want, by_inst[server['id']], server['id'])
         # The HTML report parses and carries its plots.
         checker = _HTMLCheck()
@@ -179,10 +235,10 @@ class DemoTest(testtools.TestCase):
             if r['operation'] == 'boot':
                 key = (r['service'], r['method'], r['route'])
                 called[key] = called.get(key, 0) + r['count']
-        self.assertIn(('placement', 'GET', '/allocation_candidates'),
-                      called)
+        self.assertIn(('placement', 'GET', '/allocation_candidates'), called)
         self.assertGreaterEqual(
-            called.get(('network', 'POST', '/v2.0/ports'), 0), servers)
+            called.get(('network', 'POST', '/v2.0/ports'), 0), servers
+        )
         self.assertIn('/v2.0/ports', text)
         # Issue 21: the computes' periodic tasks ran (the first at the
         # workload's start, on every compute) with their SQL and the
@@ -191,26 +247,32 @@ class DemoTest(testtools.TestCase):
         audit = tasks['ComputeManager.update_available_resource']
         self.assertGreaterEqual(audit['runs'], 2)
         self.assertGreater(audit['sql_count'], 0)
-        self.assertIn('compute_resources',
-                      {x['lock'] for x in audit['locks']})
-        self.assertFalse([r['req'] for r in report['requests']
-                          if r['req'].startswith('periodic-')])
+        self.assertIn('compute_resources', {x['lock'] for x in audit['locks']})
+        self.assertFalse(
+            [
+                r['req']
+                for r in report['requests']
+                if r['req'].startswith('periodic-')
+            ]
+        )
         self.assertIn('Periodic tasks (not requests)', text)
         # Issue 32, item 6: the computes share the demo's process (and
         # nova's named locks), said beside the lock figures; the
         # periodic tasks ran at nova's intervals (no such caveat)
         self.assertEqual(
             [{'computes': 2}],
-            [p['setup'] for p in report['processes'] if p.get('setup')])
+            [p['setup'] for p in report['processes'] if p.get('setup')],
+        )
         self.assertIn('2 compute services ran in one process', text)
         self.assertNotIn("not at nova's intervals", text)
         # Issue 32, item 3: no component gets more of a request's
         # critical path than it recorded
         for r in report['requests']:
-            self.assertEqual([], test_waits.path_beyond_own_time(r),
-                             r['req'])
-        self.assertIn('ComputeManager.update_available_resource',
-                      {m['task'] for m in report['resources']['periodic']})
+            self.assertEqual([], test_waits.path_beyond_own_time(r), r['req'])
+        self.assertIn(
+            'ComputeManager.update_available_resource',
+            {m['task'] for m in report['resources']['periodic']},
+        )
         # Issue 14, item 7: one definition of the run's time, stated in
         # the demo's line and in the report, and the same on this run
         with open(os.path.join(out, 'servers.json')) as f:
@@ -220,18 +282,24 @@ class DemoTest(testtools.TestCase):
         # HTTP hop: tens of ms under a loaded machine; a different
         # definition, e.g. counting periodic runs, differs by seconds)
         self.assertLess(abs(demo_s - report_s), 0.25, (demo_s, report_s))
-        self.assertIn('booted %d servers and ran %d other operations in '
-                      '%.1f s (from the first API request to the last '
-                      'answer)' % (servers, len(ops), demo_s), proc.stdout)
-        self.assertIn('%.1f s from the first request\'s start to the last '
-                      'request\'s end' % report_s, text)
+        self.assertIn(
+            'booted %d servers and ran %d other operations in '
+            '%.1f s (from the first API request to the last '
+            'answer)' % (servers, len(ops), demo_s),
+            proc.stdout,
+        )
+        self.assertIn(
+            '%.1f s from the first request\'s start to the last '
+            'request\'s end' % report_s,
+            text,
+        )
         # Issue 14, item 4: sqlite gives no row count for a SELECT:
         # unknown, never 0
-        selects = [r for r in report['sql']['rows']
-                   if set(r['kinds']) == {'SELECT'}]
+        selects = [
+            r for r in report['sql']['rows'] if set(r['kinds']) == {'SELECT'}
+        ]
         self.assertGreater(len(selects), 3)
-        self.assertEqual([None] * len(selects),
-                         [r['rows'] for r in selects])
+        self.assertEqual([None] * len(selects), [r['rows'] for r in selects])
 
         self._check_operations(ops, report, text)
 
@@ -247,17 +315,21 @@ class DemoTest(testtools.TestCase):
         self.assertEqual(2, len(kinds['live_migrate']))
         self.assertEqual(1, len(kinds['delete']))
         self.assertEqual(2, len(kinds['list']))
-        self.assertEqual(['failed_on_source', 'success'], sorted(
-            o['expected'] for o in kinds['resize']))
-        self.assertEqual(['rolled_back', 'success'], sorted(
-            o['expected'] for o in kinds['live_migrate']))
+        self.assertEqual(
+            ['failed_on_source', 'success'],
+            sorted(o['expected'] for o in kinds['resize']),
+        )
+        self.assertEqual(
+            ['rolled_back', 'success'],
+            sorted(o['expected'] for o in kinds['live_migrate']),
+        )
         for o in kinds['live_migrate']:
             moved = o['host'] != o['host_before']
             self.assertEqual(o['expected'] == 'success', moved, o)
-        self.assertEqual(['success'], [o['expected']
-                                       for o in kinds['confirm_resize']])
-        self.assertEqual(['success'], [o['expected']
-                                       for o in kinds['delete']])
+        self.assertEqual(
+            ['success'], [o['expected'] for o in kinds['confirm_resize']]
+        )
+        self.assertEqual(['success'], [o['expected'] for o in kinds['delete']])
         declared = declared_events()
         reported = report.get('operations') or {}
         for op, results in kinds.items():
@@ -272,17 +344,36 @@ class DemoTest(testtools.TestCase):
             self.assertIn('Operation: %s' % op, text)
             if op in ('list', 'delete'):
                 continue
-            rows = {r['instances'][0]['inst']: r['instances'][0]['state']
-                    for r in report['requests'] if r['kind'] == op}
+            rows = {
+                r['instances'][0]['inst']: r['instances'][0]['state']
+                for r in report['requests']
+                if r['kind'] == op
+            }
             for o in results:
                 self.assertEqual(o['expected'], rows.get(o['id']), o)
 
     def test_runs_again_in_the_same_directory(self):
         out = self.useFixture(fixtures.TempDir()).path
-        self._demo(out, '--servers', '2', '--fail', '0', '--reschedule',
-                   '0', '--boots-only')
-        self._demo(out, '--servers', '1', '--fail', '0', '--reschedule',
-                   '0', '--boots-only')
+        self._demo(
+            out,
+            '--servers',
+            '2',
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+            '--boots-only',
+        )
+        self._demo(
+            out,
+            '--servers',
+            '1',
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+            '--boots-only',
+        )
         with open(os.path.join(out, 'servers.json')) as f:
             self.assertEqual(1, len(json.load(f)['servers']))
         with open(os.path.join(out, 'report.json')) as f:
@@ -291,13 +382,15 @@ class DemoTest(testtools.TestCase):
     def test_bad_options_get_a_clear_message(self):
         proc = subprocess.run(
             [sys.executable, '-m', 'instrument_demo', '--fail', '1.5'],
-            capture_output=True, text=True, timeout=60)
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         self.assertEqual(1, proc.returncode)
         self.assertIn('--fail must be between 0 and 1', proc.stderr)
 
 
 class DemoEventletTest(DemoTest):
-
     mode = 'eventlet'
 
 
@@ -312,8 +405,10 @@ class DemoModeTest(testtools.TestCase):
 
         def fake(name):
             return version if name == 'nova' else real(name)
-        self.useFixture(fixtures.MonkeyPatch(
-            'importlib.metadata.version', fake))
+
+        self.useFixture(
+            fixtures.MonkeyPatch('importlib.metadata.version', fake)
+        )
 
     def _checked(self, *argv: str):
         args = demo_cmd.build_parser().parse_args(list(argv))
@@ -324,8 +419,9 @@ class DemoModeTest(testtools.TestCase):
         for version in ('34.0.0', '35.1.0'):
             self._nova(version)
             self.assertEqual('threads', self._checked().mode)
-            self.assertEqual('eventlet',
-                             self._checked('--mode', 'eventlet').mode)
+            self.assertEqual(
+                'eventlet', self._checked('--mode', 'eventlet').mode
+            )
 
     def test_default_is_eventlet_before_nova_34(self):
         for version in ('29.4.0', '33.0.0'):
@@ -334,7 +430,7 @@ class DemoModeTest(testtools.TestCase):
 
     def test_threads_refused_before_nova_34(self):
         self._nova('29.4.0')
-        exc = self.assertRaises(SystemExit, self._checked,
-                                '--mode', 'threads')
-        self.assertIn('--mode threads needs nova 34 or later; nova 29',
-                      str(exc))
+        exc = self.assertRaises(SystemExit, self._checked, '--mode', 'threads')
+        self.assertIn(
+            '--mode threads needs nova 34 or later; nova 29', str(exc)
+        )

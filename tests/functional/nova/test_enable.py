@@ -87,7 +87,6 @@ output_dir = {spans}
 
 
 class NotifierPathTest(testtools.TestCase):
-
     backend = 'threading'
 
     def _start(self, extra='', prog='nova-compute', set_up=False):
@@ -96,20 +95,37 @@ class NotifierPathTest(testtools.TestCase):
         conf = os.path.join(tmp, 'nova.conf')
         self.log = os.path.join(tmp, 'nova.log')
         with open(conf, 'w') as f:
-            f.write(NOVA_CONF.format(state=tmp, spans=spans, extra=extra,
-                                     log=self.log))
+            f.write(
+                NOVA_CONF.format(
+                    state=tmp, spans=spans, extra=extra, log=self.log
+                )
+            )
         script = os.path.join(tmp, 'child.py')
         with open(script, 'w') as f:
             f.write(textwrap.dedent(CHILD))
         env = dict(os.environ)
         env.pop('OS_NOVA_DISABLE_EVENTLET_PATCHING', None)
         proc = subprocess.run(
-            [sys.executable, script, conf, spans, self.backend, prog,
-             'log' if set_up else '-'],
-            capture_output=True, text=True, timeout=300, env=env)
+            [
+                sys.executable,
+                script,
+                conf,
+                spans,
+                self.backend,
+                prog,
+                'log' if set_up else '-',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
-        return json.loads(proc.stdout.strip().splitlines()[-1]), spans, \
-            proc.stderr
+        return (
+            json.loads(proc.stdout.strip().splitlines()[-1]),
+            spans,
+            proc.stderr,
+        )
 
     def test_nova_conf_starts_and_patches_compute(self):
         result, spans, _ = self._start()
@@ -119,25 +135,34 @@ class NotifierPathTest(testtools.TestCase):
         self.assertEqual('cmp-017', result['host'])
         self.assertTrue(result['patched_build'])
         patched = result['banner']['patched']
-        self.assertIn('nova.compute.manager:ComputeManager.'
-                      '_do_build_and_run_instance', patched)
-        self.assertIn('oslo_messaging.rpc.dispatcher:RPCDispatcher.'
-                      '_do_dispatch', patched)
+        self.assertIn(
+            'nova.compute.manager:ComputeManager._do_build_and_run_instance',
+            patched,
+        )
+        self.assertIn(
+            'oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch', patched
+        )
         self.assertEqual([], result['banner']['failed'])
         # Every target of the package runs on a nova host (real nova,
         # oslo.messaging and SQLAlchemy; the exit flush; keystoneauth1,
         # keystonemiddleware and oslo.service, which nova requires; the
         # resource samples).
-        self.assertEqual({'nova': 'installed', 'oslo_messaging': 'installed',
-                          'process': 'installed',
-                          'sqlalchemy': 'installed',
-                          'oslo_concurrency': 'installed',
-                          'db_pool': 'installed',
-                          'nova_pools': 'installed',
-                          'keystoneauth': 'installed',
-                          'keystonemiddleware': 'installed',
-                          'periodic': 'installed',
-                          'resources': 'installed'}, result['targets'])
+        self.assertEqual(
+            {
+                'nova': 'installed',
+                'oslo_messaging': 'installed',
+                'process': 'installed',
+                'sqlalchemy': 'installed',
+                'oslo_concurrency': 'installed',
+                'db_pool': 'installed',
+                'nova_pools': 'installed',
+                'keystoneauth': 'installed',
+                'keystonemiddleware': 'installed',
+                'periodic': 'installed',
+                'resources': 'installed',
+            },
+            result['targets'],
+        )
         # the locks are timed
         self.assertIn('oslo_concurrency.lockutils:lock', patched)
         [name] = os.listdir(spans)
@@ -145,8 +170,10 @@ class NotifierPathTest(testtools.TestCase):
         with open(os.path.join(spans, name)) as f:
             first = json.loads(f.readline())
         self.assertEqual('process.start', first['ev'])
-        self.assertEqual(self.backend if self.backend == 'eventlet'
-                         else 'threads', first['attrs']['mode'])
+        self.assertEqual(
+            self.backend if self.backend == 'eventlet' else 'threads',
+            first['attrs']['mode'],
+        )
 
     def test_bad_option_is_logged_by_name_and_nova_runs(self):
         result, spans, stderr = self._start('buffer_size = lots')
@@ -163,25 +190,36 @@ class NotifierPathTest(testtools.TestCase):
         result, _spans, stderr = self._start(set_up=True)
         self.assertTrue(result['active'])
         lines = self._instrument_lines()
-        self.assertEqual(1, len([
-            line for line in lines if ' INFO instrument.runtime.lifecycle [-] '
-            'instrument: recording nova-compute on cmp-017 to file'
-            in line]), lines)
-        self.assertEqual(1, len([line for line in lines
-                                 if 'points patched' in line]), lines)
+        self.assertEqual(
+            1,
+            len(
+                [
+                    line
+                    for line in lines
+                    if ' INFO instrument.runtime.lifecycle [-] '
+                    'instrument: recording nova-compute on cmp-017 to file'
+                    in line
+                ]
+            ),
+            lines,
+        )
+        self.assertEqual(
+            1, len([line for line in lines if 'points patched' in line]), lines
+        )
         self.assertNotIn('instrument:', stderr)
 
     def test_nova_manage_records_nothing(self):
-        result, spans, _stderr = self._start(prog='nova-manage',
-                                             set_up=True)
+        result, spans, _stderr = self._start(prog='nova-manage', set_up=True)
         self.assertFalse(result['active'])
         self.assertFalse(os.path.exists(spans))
         [line] = self._instrument_lines()
-        self.assertIn(' INFO instrument.loaders [-] instrument: loaded by '
-                      'nova-manage, which is not one of [instrument] '
-                      'programs', line)
+        self.assertIn(
+            ' INFO instrument.loaders [-] instrument: loaded by '
+            'nova-manage, which is not one of [instrument] '
+            'programs',
+            line,
+        )
 
 
 class NotifierPathEventletTest(NotifierPathTest):
-
     backend = 'eventlet'

@@ -79,11 +79,17 @@ class QueuePoolForNovaFiles(fixtures.Fixture):
             name = (url.database or '').rsplit('/', 1)[-1]
             # a file (native threads), or an in-memory database of a
             # shared cache (eventlet: SharedMemoryDatabases)
-            nova = (url.get_backend_name() == 'sqlite' and
-                    name.startswith('nova') and
-                    (engine_args.get('poolclass') is sa_pool.NullPool or
-                     (engine_args.get('poolclass') is sa_pool.StaticPool
-                      and 'cache=shared' in str(url))))
+            nova = (
+                url.get_backend_name() == 'sqlite'
+                and name.startswith('nova')
+                and (
+                    engine_args.get('poolclass') is sa_pool.NullPool
+                    or (
+                        engine_args.get('poolclass') is sa_pool.StaticPool
+                        and 'cache=shared' in str(url)
+                    )
+                )
+            )
             if nova:
                 engine_args['poolclass'] = sa_pool.QueuePool
                 engine_args['pool_size'] = 5
@@ -93,13 +99,14 @@ class QueuePoolForNovaFiles(fixtures.Fixture):
             if nova:
                 self.engines.append((name, engine))
             return engine
-        self.useFixture(fixtures.MonkeyPatch('sqlalchemy.create_engine',
-                                             create))
+
+        self.useFixture(
+            fixtures.MonkeyPatch('sqlalchemy.create_engine', create)
+        )
 
     def resize(self) -> None:
         for name, engine in self.engines:
-            group = CONF.api_database if name == 'nova_api' \
-                else CONF.database
+            group = CONF.api_database if name == 'nova_api' else CONF.database
             old = engine.pool
             old._pool.maxsize = group.max_pool_size
             old._max_overflow = group.max_overflow
@@ -117,25 +124,27 @@ class SharedMemoryDatabases(fixtures.Fixture):
 
     def _setUp(self) -> None:
         from instrument_demo import cloud as demo_cloud
+
         original = demo_cloud.memory_url
-        prefix = '/instrument-findings-%d-%d' % (os.getpid(),
-                                                 next(_SHARED))
+        prefix = '/instrument-findings-%d-%d' % (os.getpid(), next(_SHARED))
         keepers: list = []
 
         def shared(name):
             if not name.startswith('nova'):
                 return original(name)
             path = 'file:%s/%s?mode=memory&cache=shared' % (prefix, name)
-            keeper = sqlite3.connect(path, uri=True,
-                                     check_same_thread=False)
+            keeper = sqlite3.connect(path, uri=True, check_same_thread=False)
             keepers.append(keeper)
             return 'sqlite:///%s&uri=true' % path
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument_demo.cloud.memory_url', shared))
+
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument_demo.cloud.memory_url', shared)
+        )
 
         def close():
             for keeper in keepers:
                 keeper.close()
+
         self.addCleanup(close)
 
 
@@ -143,7 +152,6 @@ _SHARED = itertools.count()
 
 
 class FindingsCloud(base.InstrumentedCloud):
-
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def boot_many(self, n: int = BUILDS) -> list:
@@ -154,16 +162,18 @@ class FindingsCloud(base.InstrumentedCloud):
 
         # the bodies first: _build_server mutates the client's
         # microversion while it looks the image up
-        bodies = [self._build_server(name='s%d' % i, networks='none')
-                  for i in range(n)]
+        bodies = [
+            self._build_server(name='s%d' % i, networks='none')
+            for i in range(n)
+        ]
 
         def post(i):
             try:
                 done.append(self.api.post_server({'server': bodies[i]}))
             except Exception as exc:  # noqa: BLE001 - the test's failure
                 errors.append(exc)
-        workers = [threading.Thread(target=post, args=(i,))
-                   for i in range(n)]
+
+        workers = [threading.Thread(target=post, args=(i,)) for i in range(n)]
         for w in workers:
             w.start()
         for w in workers:
@@ -173,27 +183,32 @@ class FindingsCloud(base.InstrumentedCloud):
 
     def analyse(self, servers: list) -> dict:
         uuids = {s['id'] for s in servers}
-        self.spans(until=lambda spans: {
-            i for r in spans.done('compute.build')
-            for i in r.get('inst') or ()} >= uuids)
+        self.spans(
+            until=lambda spans: (
+                {
+                    i
+                    for r in spans.done('compute.build')
+                    for i in r.get('inst') or ()
+                }
+                >= uuids
+            )
+        )
         return pipeline.analyse([self.span_dir])
 
     def fired(self, report: dict, rule: str) -> list:
-        return [f for f in report['findings']['findings']
-                if f['rule'] == rule]
+        return [f for f in report['findings']['findings'] if f['rule'] == rule]
 
 
 # -- rule 1 ------------------------------------------------------------------
 
-class _DbPool(FindingsCloud):
 
+class _DbPool(FindingsCloud):
     pool = (5, 50)  # nova's defaults
 
     def setUp(self):
         size, overflow = self.pool
         for group in ('database', 'api_database'):
-            self.flags(max_pool_size=size, max_overflow=overflow,
-                       group=group)
+            self.flags(max_pool_size=size, max_overflow=overflow, group=group)
         if threads.eventlet_patched():
             self.useFixture(SharedMemoryDatabases())
         pools = self.useFixture(QueuePoolForNovaFiles())
@@ -202,13 +217,11 @@ class _DbPool(FindingsCloud):
 
 
 class DbPoolExhaustedTest(_DbPool):
-
     pool = (1, 0)
 
     def test_fires_naming_max_pool_size(self):
         report = self.analyse(self.boot_many())
-        found = {f['key']: f for f in self.fired(report,
-                                                 'db_pool_exhaustion')}
+        found = {f['key']: f for f in self.fired(report, 'db_pool_exhaustion')}
         # the cell database every build writes (conductor, compute...);
         # the API database's finding names [api_database] when it fires
         cell = found['db_pool_exhaustion:nova_cell1']
@@ -216,16 +229,17 @@ class DbPoolExhaustedTest(_DbPool):
         for f, section in ((cell, 'database'), (api, 'api_database')):
             if f is None:
                 continue
-            self.assertGreaterEqual(f['figures']['waits'],
-                                    rules.DB_POOL_MIN_WAITS)
+            self.assertGreaterEqual(
+                f['figures']['waits'], rules.DB_POOL_MIN_WAITS
+            )
             knobs = {s['option']: s for s in f['settings']}
             pool = knobs['max_pool_size']
             self.assertEqual(section, pool['section'])
             # every service that waited, with the value it ran with
             self.assertEqual(
-                {(r['host'], r['svc']) for r in
-                 f['figures']['per_service']},
-                {(v['host'], v['svc']) for v in pool['values']})
+                {(r['host'], r['svc']) for r in f['figures']['per_service']},
+                {(v['host'], v['svc']) for v in pool['values']},
+            )
             for v in pool['values']:
                 self.assertEqual((1, True), (v['value'], v['recorded']))
             for v in knobs['max_overflow']['values']:
@@ -235,21 +249,22 @@ class DbPoolExhaustedTest(_DbPool):
             self.assertLessEqual(set(f['requests']), ids)
         self.assertLessEqual(
             {'conductor', 'compute'},
-            {r['svc'] for r in cell['figures']['per_service']})
+            {r['svc'] for r in cell['figures']['per_service']},
+        )
 
 
 class DbPoolWellSizedTest(_DbPool):
-
     def test_silent(self):
         report = self.analyse(self.boot_many())
-        self.assertEqual([], self.fired(report, 'db_pool_exhaustion'),
-                         report['findings'])
+        self.assertEqual(
+            [], self.fired(report, 'db_pool_exhaustion'), report['findings']
+        )
 
 
 # -- rule 7 ------------------------------------------------------------------
 
-class _Builds(FindingsCloud):
 
+class _Builds(FindingsCloud):
     builds = None  # nova's default (10)
 
     def setUp(self):
@@ -263,7 +278,6 @@ class _Builds(FindingsCloud):
 
 
 class BuildsQueueTest(_Builds):
-
     builds = 1
 
     def test_fires_naming_max_concurrent_builds(self):
@@ -271,10 +285,13 @@ class BuildsQueueTest(_Builds):
         [f] = self.fired(report, 'build_queueing')
         self.assertGreaterEqual(f['figures']['queued'], BUILDS - 2)
         [knob] = f['settings']
-        self.assertEqual(('DEFAULT', 'max_concurrent_builds'),
-                         (knob['section'], knob['option']))
-        self.assertEqual({(1, True)}, {(v['value'], v['recorded'])
-                                       for v in knob['values']})
+        self.assertEqual(
+            ('DEFAULT', 'max_concurrent_builds'),
+            (knob['section'], knob['option']),
+        )
+        self.assertEqual(
+            {(1, True)}, {(v['value'], v['recorded']) for v in knob['values']}
+        )
         self.assertEqual({'compute'}, {v['svc'] for v in knob['values']})
         # the build slot of the mode: the semaphore under eventlet, the
         # long_task pool under native threads
@@ -283,15 +300,16 @@ class BuildsQueueTest(_Builds):
             self.assertIn('max_concurrent_builds', pools)
         else:
             self.assertEqual({'long_task'}, pools)
-        boots = {r['req'] for r in report['requests']
-                 if r.get('op', r.get('kind')) == 'boot'} or \
-            {r['req'] for r in report['requests']}
+        boots = {
+            r['req']
+            for r in report['requests']
+            if r.get('op', r.get('kind')) == 'boot'
+        } or {r['req'] for r in report['requests']}
         self.assertLessEqual(set(f['requests']), boots)
         self.assertEqual([], self.fired(report, 'db_pool_exhaustion'))
 
 
 class BuildsFlowTest(_Builds):
-
     def test_silent(self):
         report = self.analyse(self.boot_many())
         self.assertEqual([], report['findings']['findings'])
@@ -325,6 +343,7 @@ class _Audit(FindingsCloud):
         spacing = CONF.update_resources_interval or 60
         manager._periodic_spacing[AUDIT] = spacing
         from nova.compute import resource_tracker
+
         rt = resource_tracker.ResourceTracker
         pair = rt._pair_instances_to_migrations
 
@@ -340,54 +359,75 @@ class _Audit(FindingsCloud):
             # come (queued behind it on nova's fair lock, up to
             # AUDIT_WAIT_S), then the audit takes AUDIT_HOLD_S longer
             deadline = time.monotonic() + AUDIT_WAIT_S
-            while len(lock._pending_writers) < AUDIT_QUEUED and \
-                    not stop.is_set() and time.monotonic() < deadline:
+            while (
+                len(lock._pending_writers) < AUDIT_QUEUED
+                and not stop.is_set()
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
             time.sleep(AUDIT_HOLD_S)
             return pair(tracker, *args, **kwargs)
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.compute.resource_tracker.ResourceTracker.'
-            '_pair_instances_to_migrations', slow))
+
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'nova.compute.resource_tracker.ResourceTracker.'
+                '_pair_instances_to_migrations',
+                slow,
+            )
+        )
 
         def timer():
             from nova import context as nova_context
             from oslo_service import periodic_task
+
             while not stop.wait(spacing):
                 manager._periodic_last_run = {
                     name: None if name == AUDIT else periodic_task.now()
-                    for name in manager._periodic_last_run}
-                manager.run_periodic_tasks(
-                    nova_context.get_admin_context())
-        thread = threading.Thread(target=timer, name='audit-timer',
-                                  daemon=True)
+                    for name in manager._periodic_last_run
+                }
+                manager.run_periodic_tasks(nova_context.get_admin_context())
+
+        thread = threading.Thread(
+            target=timer, name='audit-timer', daemon=True
+        )
         thread.start()
         self.addCleanup(thread.join, 30)
         self.addCleanup(stop.set)
 
 
 class AuditCollisionTest(_Audit):
-
     interval = 1
 
     def test_fires_naming_update_resources_interval(self):
         self.assertTrue(self.auditing.wait(60), 'no audit ran')
         report = self.analyse(self.boot_many())
         [f] = self.fired(report, 'audit_collision')
-        self.assertGreaterEqual(f['figures']['requests_held'],
-                                rules.AUDIT_MIN_REQUESTS)
+        self.assertGreaterEqual(
+            f['figures']['requests_held'], rules.AUDIT_MIN_REQUESTS
+        )
         [knob] = f['settings']
-        self.assertEqual(('DEFAULT', 'update_resources_interval'),
-                         (knob['section'], knob['option']))
+        self.assertEqual(
+            ('DEFAULT', 'update_resources_interval'),
+            (knob['section'], knob['option']),
+        )
         # the compute whose claims waited, with the interval it ran with
-        self.assertEqual([{'host': 'host1', 'svc': 'compute', 'value': 1,
-                           'recorded': True}], knob['values'])
+        self.assertEqual(
+            [
+                {
+                    'host': 'host1',
+                    'svc': 'compute',
+                    'value': 1,
+                    'recorded': True,
+                }
+            ],
+            knob['values'],
+        )
         ids = {r['req'] for r in report['requests']}
         self.assertTrue(f['requests'])
         self.assertLessEqual(set(f['requests']), ids)
 
 
 class AuditApartTest(_Audit):
-
     def test_silent(self):
         report = self.analyse(self.boot_many())
         self.assertEqual([], report['findings']['findings'])
@@ -408,57 +448,75 @@ class _SlowScheduler(FindingsCloud):
         if self.long_rpc_timeout is not None:
             self.flags(long_rpc_timeout=self.long_rpc_timeout)
         from nova.scheduler import manager
+
         select = manager.SchedulerManager.select_destinations
 
         def slow(mgr, *args, **kwargs):
             time.sleep(SCHEDULER_SLOW_S)
             return select(mgr, *args, **kwargs)
+
         # before the instrumentation starts: its point wraps this
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.scheduler.manager.SchedulerManager.select_destinations',
-            slow))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'nova.scheduler.manager.SchedulerManager.select_destinations',
+                slow,
+            )
+        )
         super().setUp()
 
     def dispatched(self, n: int):
         """The spans, once ``n`` select_destinations were answered."""
-        return self.spans(until=lambda spans: len([
-            r for r in spans.done('rpc.dispatch')
-            if r['attrs'].get('method') == 'select_destinations']) >= n,
-            timeout=60)
+        return self.spans(
+            until=lambda spans: (
+                len(
+                    [
+                        r
+                        for r in spans.done('rpc.dispatch')
+                        if r['attrs'].get('method') == 'select_destinations'
+                    ]
+                )
+                >= n
+            ),
+            timeout=60,
+        )
 
 
 class RpcTimeoutTest(_SlowScheduler):
-
     long_rpc_timeout = 1
 
     def test_fires_naming_long_rpc_timeout(self):
-        bodies = [self._build_server(name='t%d' % i, networks='none')
-                  for i in range(2)]
+        bodies = [
+            self._build_server(name='t%d' % i, networks='none')
+            for i in range(2)
+        ]
         servers = [self.api.post_server({'server': b}) for b in bodies]
         for server in servers:
             self._wait_for_state_change(server, 'ERROR')
         self.dispatched(2)
         report = pipeline.analyse([self.span_dir])
         [f] = self.fired(report, 'rpc_timeouts')
-        self.assertEqual('rpc_timeouts:scheduler.select_destinations',
-                         f['key'])
+        self.assertEqual(
+            'rpc_timeouts:scheduler.select_destinations', f['key']
+        )
         self.assertEqual(2, f['figures']['timeouts'])
         # the server side took longer than the time-out
-        self.assertGreaterEqual(f['figures']['dispatch_max_us'],
-                                SCHEDULER_SLOW_S * 1e6)
+        self.assertGreaterEqual(
+            f['figures']['dispatch_max_us'], SCHEDULER_SLOW_S * 1e6
+        )
         [knob] = f['settings']
-        self.assertEqual(('DEFAULT', 'long_rpc_timeout'),
-                         (knob['section'], knob['option']))
+        self.assertEqual(
+            ('DEFAULT', 'long_rpc_timeout'), (knob['section'], knob['option'])
+        )
         self.assertEqual({'conductor'}, {v['svc'] for v in knob['values']})
-        self.assertEqual({(1, True)}, {(v['value'], v['recorded'])
-                                       for v in knob['values']})
+        self.assertEqual(
+            {(1, True)}, {(v['value'], v['recorded']) for v in knob['values']}
+        )
         ids = {r['req'] for r in report['requests']}
         self.assertEqual(2, len(f['requests']))
         self.assertLessEqual(set(f['requests']), ids)
 
 
 class RpcPatientTest(_SlowScheduler):
-
     def test_silent(self):
         servers = self.boot_many(2)
         self.dispatched(2)
@@ -487,15 +545,18 @@ class _Collisions(FindingsCloud):
     conductor's ``select_destinations`` calls go to each scheduler in
     turn (to its own queue: ``server`` set in turn)."""
 
-    settings = base.cloud.Settings(computes=COLLIDE_HOSTS,
-                                   driver='fake.SmallFakeDriver',
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(
+        computes=COLLIDE_HOSTS,
+        driver='fake.SmallFakeDriver',
+        flush_interval=0.05,
+    )
     subset = 1
 
     def setUp(self):
         self.flags(host_subset_size=self.subset, group='filter_scheduler')
-        self.flags(shuffle_best_same_weighed_hosts=False,
-                   group='filter_scheduler')
+        self.flags(
+            shuffle_best_same_weighed_hosts=False, group='filter_scheduler'
+        )
         self.flags(initial_cpu_allocation_ratio=0.5)
         # before the instrumentation starts: its point wraps the claim
         inject.late_claims_schedulers_in_turn(self, CLAIM_DELAY_S)
@@ -503,41 +564,49 @@ class _Collisions(FindingsCloud):
         # nova's start_service refuses a second scheduler (its tests
         # want one); its fixture runs one as start_service does
         from nova.tests import fixtures as nova_fixtures
-        self.useFixture(nova_fixtures.ServiceFixture('scheduler',
-                                                     'sched2'))
+
+        self.useFixture(nova_fixtures.ServiceFixture('scheduler', 'sched2'))
 
     def collide(self) -> dict:
         """Boots at once, one per compute: the report."""
         report = self.analyse(self.boot_many(len(COLLIDE_HOSTS)))
-        self.assertEqual({'scheduler', 'sched2'}, {
-            r['host'] for r in self.spans().done(
-                'scheduler.select_destinations')})
+        self.assertEqual(
+            {'scheduler', 'sched2'},
+            {
+                r['host']
+                for r in self.spans().done('scheduler.select_destinations')
+            },
+        )
         return report
 
 
 class CollisionTest(_Collisions):
-
     def test_fires_naming_host_subset_size(self):
         report = self.collide()
         [f] = self.fired(report, 'scheduling_collisions')
         self.assertEqual(2, f['figures']['schedulers'])
-        self.assertGreaterEqual(f['figures']['claims_lost'],
-                                rules.COLLISION_MIN)
+        self.assertGreaterEqual(
+            f['figures']['claims_lost'], rules.COLLISION_MIN
+        )
         subset, attempts = f['settings']
-        self.assertEqual(('filter_scheduler', 'host_subset_size'),
-                         (subset['section'], subset['option']))
+        self.assertEqual(
+            ('filter_scheduler', 'host_subset_size'),
+            (subset['section'], subset['option']),
+        )
         self.assertEqual({'scheduler'}, {v['svc'] for v in subset['values']})
-        self.assertEqual({1}, {v['value'] for v in subset['values']
-                               if v['recorded']})
-        self.assertEqual(('scheduler', 'max_attempts'),
-                         (attempts['section'], attempts['option']))
+        self.assertEqual(
+            {1}, {v['value'] for v in subset['values'] if v['recorded']}
+        )
+        self.assertEqual(
+            ('scheduler', 'max_attempts'),
+            (attempts['section'], attempts['option']),
+        )
         ids = {r['req'] for r in report['requests']}
         self.assertTrue(f['requests'])
         self.assertLessEqual(set(f['requests']), ids)
 
 
 class CollisionSpreadTest(_Collisions):
-
     subset = len(COLLIDE_HOSTS)
 
     def test_silent(self):
@@ -546,6 +615,7 @@ class CollisionSpreadTest(_Collisions):
 
 
 # -- the demo's default run: no false finding ---------------------------------
+
 
 class DemoDefaultTest(testtools.TestCase):
     """The demo with its defaults (nova's settings, nothing injected),
@@ -565,7 +635,6 @@ class DemoDefaultTest(testtools.TestCase):
 
 
 class DemoDefaultEventletTest(DemoDefaultTest):
-
     mode = 'eventlet'
 
 
@@ -583,20 +652,22 @@ class RpcLongWaitTest(_SlowScheduler):
         self.dispatched(2)
         report = self.analyse(servers)
         [f] = self.fired(report, 'rpc_timeouts')
-        self.assertEqual('rpc_timeouts:scheduler.select_destinations',
-                         f['key'])
+        self.assertEqual(
+            'rpc_timeouts:scheduler.select_destinations', f['key']
+        )
         self.assertEqual(0, f['figures']['timeouts'])
         self.assertEqual(2, f['figures']['long'])
         self.assertEqual(4, f['figures']['timeout_s'])
-        self.assertGreaterEqual(f['figures']['max_us'],
-                                SCHEDULER_SLOW_S * 1e6)
+        self.assertGreaterEqual(f['figures']['max_us'], SCHEDULER_SLOW_S * 1e6)
         self.assertEqual([], f['figures']['saturated'])
         [knob] = f['settings']
-        self.assertEqual(('DEFAULT', 'long_rpc_timeout'),
-                         (knob['section'], knob['option']))
-        self.assertEqual({('conductor', 4, True)},
-                         {(v['svc'], v['value'], v['recorded'])
-                          for v in knob['values']})
+        self.assertEqual(
+            ('DEFAULT', 'long_rpc_timeout'), (knob['section'], knob['option'])
+        )
+        self.assertEqual(
+            {('conductor', 4, True)},
+            {(v['svc'], v['value'], v['recorded']) for v in knob['values']},
+        )
         ids = {r['req'] for r in report['requests']}
         self.assertEqual(2, len(f['requests']))
         self.assertLessEqual(set(f['requests']), ids)
@@ -620,6 +691,7 @@ class _BusyScheduler(FindingsCloud):
     def setUp(self):
         if self.busy:
             from nova.scheduler import manager
+
             select = manager.SchedulerManager.select_destinations
 
             def burn(mgr, *args, **kwargs):
@@ -628,12 +700,18 @@ class _BusyScheduler(FindingsCloud):
                 while time.thread_time() < deadline:
                     n += 1
                 return select(mgr, *args, **kwargs)
-            self.useFixture(fixtures.MonkeyPatch(
-                'nova.scheduler.manager.SchedulerManager.'
-                'select_destinations', burn))
+
+            self.useFixture(
+                fixtures.MonkeyPatch(
+                    'nova.scheduler.manager.SchedulerManager.'
+                    'select_destinations',
+                    burn,
+                )
+            )
             # nova's CellDatabases fixture replaces nova.rpc.get_server;
             # both call oslo.messaging's
             import oslo_messaging
+
             get_server = oslo_messaging.get_rpc_server
 
             def one_worker(transport, target, *args, **kwargs):
@@ -643,10 +721,15 @@ class _BusyScheduler(FindingsCloud):
 
                     def executor(**kw):
                         return cls(**dict(kw, max_workers=1))
+
                     server._executor_cls = executor
                 return server
-            self.useFixture(fixtures.MonkeyPatch(
-                'oslo_messaging.get_rpc_server', one_worker))
+
+            self.useFixture(
+                fixtures.MonkeyPatch(
+                    'oslo_messaging.get_rpc_server', one_worker
+                )
+            )
         super().setUp()
 
     def _configure_instrument(self, settings) -> None:
@@ -665,7 +748,6 @@ def core_given(seconds: float = 0.5) -> float:
 
 
 class SaturatedSchedulerTest(_BusyScheduler):
-
     busy = True
 
     def test_a_busy_scheduler_in_a_shared_process_is_not_named(self):
@@ -677,8 +759,11 @@ class SaturatedSchedulerTest(_BusyScheduler):
         # shared process).  The rule's positive case is the unit replay
         # of a measured run (SaturationMeasuredTest).
         report = self.analyse(self.boot_many())
-        self.assertEqual([], self.fired(report, 'service_saturation'),
-                         self.measured(core_given()))
+        self.assertEqual(
+            [],
+            self.fired(report, 'service_saturation'),
+            self.measured(core_given()),
+        )
 
     def measured(self, given: float) -> str:
         """What the span files show, for a failure's message: the
@@ -686,32 +771,41 @@ class SaturatedSchedulerTest(_BusyScheduler):
         spans = self.spans()
         by = {r['span']: r for r in spans.records if r.get('span')}
         waits = []
-        for r in sorted(spans.done('rpc.dispatch', svc='scheduler'),
-                        key=lambda r: r['ts']):
+        for r in sorted(
+            spans.done('rpc.dispatch', svc='scheduler'), key=lambda r: r['ts']
+        ):
             sender = by.get(r.get('parent'))
             if sender is not None:
-                waits.append((r['ts'], r['ts'] + r['dur_us'],
-                              r['ts'] - sender['ts']))
-        samples = sorted((r['ts'], r['attrs']['cpu_user_s'] +
-                          r['attrs']['cpu_sys_s'])
-                         for r in spans.records
-                         if r['ev'] == 'process.sample')
+                waits.append(
+                    (r['ts'], r['ts'] + r['dur_us'], r['ts'] - sender['ts'])
+                )
+        samples = sorted(
+            (r['ts'], r['attrs']['cpu_user_s'] + r['attrs']['cpu_sys_s'])
+            for r in spans.records
+            if r['ev'] == 'process.sample'
+        )
         t0 = waits[0][0] if waits else 0
         t1 = max((b for _a, b, _w in waits), default=0)
         inside = [(a, c) for a, c in samples if t0 <= a <= t1]
-        cores = ((inside[-1][1] - inside[0][1]) /
-                 ((inside[-1][0] - inside[0][0]) / 1e6)
-                 if len(inside) > 1 and inside[-1][0] > inside[0][0]
-                 else None)
-        return ('host gave %.2f of a core before; queue waits (s): %s; '
-                'the process\'s CPU over them: %s cores (%d samples)' % (
-                    given, ['%.2f' % (w / 1e6) for _a, _b, w in waits],
-                    cores if cores is None else '%.2f' % cores,
-                    len(inside)))
+        cores = (
+            (inside[-1][1] - inside[0][1])
+            / ((inside[-1][0] - inside[0][0]) / 1e6)
+            if len(inside) > 1 and inside[-1][0] > inside[0][0]
+            else None
+        )
+        return (
+            'host gave %.2f of a core before; queue waits (s): %s; '
+            'the process\'s CPU over them: %s cores (%d samples)'
+            % (
+                given,
+                ['%.2f' % (w / 1e6) for _a, _b, w in waits],
+                cores if cores is None else '%.2f' % cores,
+                len(inside),
+            )
+        )
 
 
 class SchedulerAtEaseTest(_BusyScheduler):
-
     def test_silent(self):
         report = self.analyse(self.boot_many())
         self.assertEqual([], self.fired(report, 'service_saturation'))
@@ -738,14 +832,19 @@ class _Cells(FindingsCloud):
             return
         cell2 = self.cell_mappings['cell2'].uuid
         from nova.db.main import api as db_api
+
         query = db_api.instance_get_all_by_filters_sort
 
         def slow(context, *args, **kwargs):
             if getattr(context, 'cell_uuid', None) == cell2:
                 time.sleep(CELL_SLOW_S)
             return query(context, *args, **kwargs)
-        self.useFixture(fixtures.MonkeyPatch(
-            'nova.db.main.api.instance_get_all_by_filters_sort', slow))
+
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'nova.db.main.api.instance_get_all_by_filters_sort', slow
+            )
+        )
 
     def lists(self) -> dict:
         """``LISTS`` lists of the project's servers (none: every cell
@@ -754,13 +853,13 @@ class _Cells(FindingsCloud):
         a loaded host), analysed."""
         for _ in range(LISTS):
             self.assertEqual([], self.api.get_servers())
-        self.spans(until=lambda spans: len(
-            spans.done('api.compute.get_all')) >= LISTS)
+        self.spans(
+            until=lambda spans: len(spans.done('api.compute.get_all')) >= LISTS
+        )
         return pipeline.analyse([self.span_dir])
 
 
 class CellDominatesTest(_Cells):
-
     slow = True
 
     def test_fires_naming_the_cell_and_the_list_settings(self):
@@ -772,31 +871,40 @@ class CellDominatesTest(_Cells):
         # the in-memory URLs of the eventlet cloud)
         self.assertEqual('cell2', f['figures']['cell_name'])
         self.assertIn(f['figures']['db'], ('nova_cell2', None))
-        self.assertGreaterEqual(f['figures']['dominated'],
-                                rules.CELL_MIN_LISTS)
+        self.assertGreaterEqual(
+            f['figures']['dominated'], rules.CELL_MIN_LISTS
+        )
         self.assertGreaterEqual(
             f['figures']['excess_us'],
-            f['figures']['dominated'] * rules.CELL_MIN_EXCESS_US)
+            f['figures']['dominated'] * rules.CELL_MIN_EXCESS_US,
+        )
         knobs = {(s['section'], s['option']): s for s in f['settings']}
         per_project = knobs[('api', 'instance_list_per_project_cells')]
-        self.assertEqual({('api', False, True)},
-                         {(v['svc'], v['value'], v['recorded'])
-                          for v in per_project['values']})
+        self.assertEqual(
+            {('api', False, True)},
+            {
+                (v['svc'], v['value'], v['recorded'])
+                for v in per_project['values']
+            },
+        )
         strategy = knobs[('api', 'instance_list_cells_batch_strategy')]
-        self.assertEqual({'distributed'},
-                         {v['value'] for v in strategy['values']})
-        self.assertIn(('api', 'instance_list_cells_batch_fixed_size'),
-                      knobs)
-        lists = {r['req'] for r in report['requests']
-                 if r.get('op', r.get('kind')) == 'list'}
-        self.assertEqual(min(f['figures']['dominated'], rules.KEEP),
-                         len(f['requests']))
+        self.assertEqual(
+            {'distributed'}, {v['value'] for v in strategy['values']}
+        )
+        self.assertIn(('api', 'instance_list_cells_batch_fixed_size'), knobs)
+        lists = {
+            r['req']
+            for r in report['requests']
+            if r.get('op', r.get('kind')) == 'list'
+        }
+        self.assertEqual(
+            min(f['figures']['dominated'], rules.KEEP), len(f['requests'])
+        )
         if lists:
             self.assertLessEqual(set(f['requests']), lists)
 
 
 class CellsAlikeTest(_Cells):
-
     def test_silent(self):
         report = self.lists()
         self.assertEqual([], self.fired(report, 'cell_list_dominance'))

@@ -63,23 +63,24 @@ def fired(report: dict, rule: str) -> list:
 
 # -- rule 5 ------------------------------------------------------------------
 
-class _Identity(test_services.RealAuthToken):
 
+class _Identity(test_services.RealAuthToken):
     cache_time = None  # keystonemiddleware's default (300 s)
 
     def keystone_app(self, token: str, service_token: str):
         # a loaded keystone validating PKI or UUID tokens
-        return standins.Keystone(token, service_token,
-                                 delay=KEYSTONE_SLOW_S)
+        return standins.Keystone(token, service_token, delay=KEYSTONE_SLOW_S)
 
     def setUp(self):
         # keystonemiddleware's options (registered by its import in
         # real_auth_token) before the instrumentation writes the values
         # the process runs with
         from keystonemiddleware.auth_token import _opts  # noqa: F401
+
         if self.cache_time is not None:
-            self.flags(token_cache_time=self.cache_time,
-                       group='keystone_authtoken')
+            self.flags(
+                token_cache_time=self.cache_time, group='keystone_authtoken'
+            )
         super().setUp()
 
     def boot_two(self) -> dict:
@@ -90,14 +91,21 @@ class _Identity(test_services.RealAuthToken):
             server = self.api.post_server({'server': server})
             self._wait_for_state_change(server, 'ACTIVE')
             uuids.append(server['id'])
-        self.spans(until=lambda spans: {
-            i for r in spans.done('compute.build')
-            for i in r.get('inst') or ()} >= set(uuids), timeout=60)
+        self.spans(
+            until=lambda spans: (
+                {
+                    i
+                    for r in spans.done('compute.build')
+                    for i in r.get('inst') or ()
+                }
+                >= set(uuids)
+            ),
+            timeout=60,
+        )
         return pipeline.analyse([self.span_dir])
 
 
 class IdentitySlowTest(_Identity):
-
     cache_time = -1
 
     def test_fires_naming_token_cache_time(self):
@@ -111,8 +119,10 @@ class IdentitySlowTest(_Identity):
         self.assertGreaterEqual(f['sure']['share'], 0.05)
         knobs = {(s['section'], s['option']): s for s in f['settings']}
         cache = knobs[('keystone_authtoken', 'token_cache_time')]
-        self.assertEqual({('api', -1, True)}, {
-            (v['svc'], v['value'], v['recorded']) for v in cache['values']})
+        self.assertEqual(
+            {('api', -1, True)},
+            {(v['svc'], v['value'], v['recorded']) for v in cache['values']},
+        )
         self.assertIn('the token cache is off', cache['direction'])
         servers = knobs[('keystone_authtoken', 'memcached_servers')]
         self.assertEqual({'api'}, {v['svc'] for v in servers['values']})
@@ -123,17 +133,18 @@ class IdentitySlowTest(_Identity):
 
 
 class IdentityCachedTest(_Identity):
-
     def test_silent(self):
         report = self.boot_two()
         # the same slow keystone, asked once per pooled cache
         self.assertGreater(self.keystone.validations, 0)
         self.assertLess(self.keystone.validations, 3)
-        self.assertEqual([], fired(report, 'identity_slow'),
-                         report['findings'])
+        self.assertEqual(
+            [], fired(report, 'identity_slow'), report['findings']
+        )
 
 
 # -- rule 6 ------------------------------------------------------------------
+
 
 class _Network(base.InstrumentedCloud):
     """neutron on a real socket, answering the port creation
@@ -144,11 +155,11 @@ class _Network(base.InstrumentedCloud):
 
     def setUp(self):
         if self.timeout is not None:
-            self.flags(timeout=self.timeout, http_retries=0,
-                       group='neutron')
+            self.flags(timeout=self.timeout, http_retries=0, group='neutron')
         super().setUp()
-        local = self.useFixture(standins.LocalServer(
-            standins.NeutronAPI(self.neutron)))
+        local = self.useFixture(
+            standins.LocalServer(standins.NeutronAPI(self.neutron))
+        )
         self.flags(endpoint_override=local.url, group='neutron')
         standins.reset_neutron_session()  # the session takes the time-out
         answer = threading.Event()
@@ -158,25 +169,44 @@ class _Network(base.InstrumentedCloud):
         def late(body=None):
             answer.wait(NEUTRON_LATE_S)
             return create_port(body=body)
-        self.useFixture(base.cloud.fixtures.MockPatchObject(
-            self.neutron, 'create_port', side_effect=late))
+
+        self.useFixture(
+            base.cloud.fixtures.MockPatchObject(
+                self.neutron, 'create_port', side_effect=late
+            )
+        )
 
     def boot_two(self, state: str) -> dict:
         """Two servers on the network at once, each ending in
         ``state``: the report."""
-        servers = [self.api.post_server({'server': self._build_server(
-            name='n%d' % i, networks=NETWORK)}) for i in range(2)]
+        servers = [
+            self.api.post_server(
+                {
+                    'server': self._build_server(
+                        name='n%d' % i, networks=NETWORK
+                    )
+                }
+            )
+            for i in range(2)
+        ]
         uuids = {s['id'] for s in servers}
-        self.spans(until=lambda spans: {
-            i for r in spans.done('compute.build')
-            for i in r.get('inst') or ()} >= uuids, timeout=60)
+        self.spans(
+            until=lambda spans: (
+                {
+                    i
+                    for r in spans.done('compute.build')
+                    for i in r.get('inst') or ()
+                }
+                >= uuids
+            ),
+            timeout=60,
+        )
         for server in servers:
             self._wait_for_state_change(server, state)
         return pipeline.analyse([self.span_dir])
 
 
 class NetworkTimeoutTest(_Network):
-
     timeout = 1
 
     def test_fires_naming_the_call_and_neutron_timeout(self):
@@ -186,37 +216,56 @@ class NetworkTimeoutTest(_Network):
         # on a loaded machine another call may take longer than the
         # second too: a finding of its own, of the same time-out
         for other in found.values():
-            self.assertEqual({'read_timeout'},
-                             set(other['figures']['errors']), other)
+            self.assertEqual(
+                {'read_timeout'}, set(other['figures']['errors']), other
+            )
         figures = f['figures']
         self.assertEqual({'read_timeout': 2}, figures['errors'])
-        self.assertEqual((2, 2), (figures['timeouts'],
-                                  figures['requests_failed']))
+        self.assertEqual(
+            (2, 2), (figures['timeouts'], figures['requests_failed'])
+        )
         knobs = {(s['section'], s['option']): s for s in f['settings']}
         timeout = knobs[('neutron', 'timeout')]
-        self.assertEqual([('host1', 'compute', 1, True)], [
-            (v['host'], v['svc'], v['value'], v['recorded'])
-            for v in timeout['values']])
+        self.assertEqual(
+            [('host1', 'compute', 1, True)],
+            [
+                (v['host'], v['svc'], v['value'], v['recorded'])
+                for v in timeout['values']
+            ],
+        )
         self.assertIn('raise above', timeout['direction'])
-        self.assertEqual([0], [v['value'] for v in knobs[
-            ('neutron', 'http_retries')]['values']])
-        self.assertEqual([0], [v['value'] for v in knobs[
-            ('DEFAULT', 'network_allocate_retries')]['values']])
+        self.assertEqual(
+            [0],
+            [v['value'] for v in knobs[('neutron', 'http_retries')]['values']],
+        )
+        self.assertEqual(
+            [0],
+            [
+                v['value']
+                for v in knobs[('DEFAULT', 'network_allocate_retries')][
+                    'values'
+                ]
+            ],
+        )
         ids = {r['req'] for r in report['requests']}
         self.assertEqual(2, len(f['requests']))
         self.assertLessEqual(set(f['requests']), ids)
 
 
 class NetworkPatientTest(_Network):
-
     def test_silent(self):
         report = self.boot_two('ACTIVE')
-        self.assertEqual([], fired(report, 'network_failures'),
-                         report['findings'])
+        self.assertEqual(
+            [], fired(report, 'network_failures'), report['findings']
+        )
         # the same late answers
-        [port] = [r for r in report['services']
-                  if r['operation'] == 'boot' and
-                  r['route'] == '/v2.0/ports' and r['method'] == 'POST']
+        [port] = [
+            r
+            for r in report['services']
+            if r['operation'] == 'boot'
+            and r['route'] == '/v2.0/ports'
+            and r['method'] == 'POST'
+        ]
         self.assertGreaterEqual(port['max_us'], NEUTRON_LATE_S * 1e6)
 
 
@@ -243,21 +292,33 @@ class _Binding(base.InstrumentedCloud):
             if (body or {}).get('port', {}).get('binding:host_id'):
                 answer['port']['binding:vif_type'] = 'binding_failed'
             return answer
-        self.useFixture(base.cloud.fixtures.MockPatchObject(
-            self.neutron, 'update_port', side_effect=unbound))
+
+        self.useFixture(
+            base.cloud.fixtures.MockPatchObject(
+                self.neutron, 'update_port', side_effect=unbound
+            )
+        )
 
     def boot_one(self, state: str) -> dict:
-        server = self.api.post_server({'server': self._build_server(
-            name='b0', networks=NETWORK)})
-        self.spans(until=lambda spans: server['id'] in {
-            i for r in spans.done('compute.build')
-            for i in r.get('inst') or ()}, timeout=60)
+        server = self.api.post_server(
+            {'server': self._build_server(name='b0', networks=NETWORK)}
+        )
+        self.spans(
+            until=lambda spans: (
+                server['id']
+                in {
+                    i
+                    for r in spans.done('compute.build')
+                    for i in r.get('inst') or ()
+                }
+            ),
+            timeout=60,
+        )
         self._wait_for_state_change(server, state)
         return pipeline.analyse([self.span_dir])
 
 
 class PortBindingFailedTest(_Binding):
-
     unbindable = True
 
     def test_fires_naming_max_attempts(self):
@@ -268,24 +329,27 @@ class PortBindingFailedTest(_Binding):
         self.assertEqual(1, f['figures']['failures'])
         self.assertEqual(0, f['figures']['recovered'])
         [knob] = f['settings']
-        self.assertEqual(('scheduler', 'max_attempts'),
-                         (knob['section'], knob['option']))
-        self.assertEqual([1], [v['value'] for v in knob['values']
-                               if v['recorded']])
+        self.assertEqual(
+            ('scheduler', 'max_attempts'), (knob['section'], knob['option'])
+        )
+        self.assertEqual(
+            [1], [v['value'] for v in knob['values'] if v['recorded']]
+        )
         ids = {r['req'] for r in report['requests']}
         self.assertEqual(1, len(f['requests']))
         self.assertLessEqual(set(f['requests']), ids)
 
 
 class PortBindingFineTest(_Binding):
-
     def test_silent(self):
         report = self.boot_one('ACTIVE')
-        self.assertEqual([], fired(report, 'network_failures'),
-                         report['findings'])
+        self.assertEqual(
+            [], fired(report, 'network_failures'), report['findings']
+        )
 
 
 # -- the demo's --inject -----------------------------------------------------
+
 
 class DemoInjectionsTest(testtools.TestCase):
     """``instrument-demo --inject`` has a cause for every rule the
@@ -293,24 +357,32 @@ class DemoInjectionsTest(testtools.TestCase):
     with its reason), and its help names the finding each makes."""
 
     def test_one_cause_per_rule(self):
-        self.assertEqual({name: i.rule for name, i in
-                          inject.INJECTIONS.items()}, demo_cmd.INJECTABLE)
-        self.assertEqual({name for name, i in inject.INJECTIONS.items()
-                          if i.threads_only}, demo_cmd.THREADS_ONLY)
+        self.assertEqual(
+            {name: i.rule for name, i in inject.INJECTIONS.items()},
+            demo_cmd.INJECTABLE,
+        )
+        self.assertEqual(
+            {name for name, i in inject.INJECTIONS.items() if i.threads_only},
+            demo_cmd.THREADS_ONLY,
+        )
         # every rule has a cause or a reason why the demo cannot show it
-        self.assertEqual({r.id for r in rules.RULES} -
-                         set(demo_cmd.NOT_INJECTABLE),
-                         set(demo_cmd.INJECTABLE.values()))
-        self.assertFalse(set(demo_cmd.NOT_INJECTABLE) &
-                         set(demo_cmd.INJECTABLE.values()))
+        self.assertEqual(
+            {r.id for r in rules.RULES} - set(demo_cmd.NOT_INJECTABLE),
+            set(demo_cmd.INJECTABLE.values()),
+        )
+        self.assertFalse(
+            set(demo_cmd.NOT_INJECTABLE) & set(demo_cmd.INJECTABLE.values())
+        )
 
     def test_parsed_and_checked(self):
         args = demo_cmd.build_parser().parse_args(
-            ['--inject', 'identity-slow', '--inject', 'network-fail'])
+            ['--inject', 'identity-slow', '--inject', 'network-fail']
+        )
         self.assertEqual(['identity-slow', 'network-fail'], args.inject)
         self.assertIsNone(demo_cmd.build_parser().parse_args([]).inject)
         args = demo_cmd.build_parser().parse_args(
-            ['--inject', 'db-pool', '--mode', 'eventlet'])
+            ['--inject', 'db-pool', '--mode', 'eventlet']
+        )
         self.assertRaises(SystemExit, demo_cmd._check, args)
 
 
@@ -320,19 +392,26 @@ class IdentityTimeoutTest(_Identity):
     keystoneauth1's time-out through: nova-api answers 500)."""
 
     def setUp(self):
-        self.flags(http_connect_timeout=KEYSTONE_TIMEOUT_S,
-                   http_request_max_retries=0, group='keystone_authtoken')
+        self.flags(
+            http_connect_timeout=KEYSTONE_TIMEOUT_S,
+            http_request_max_retries=0,
+            group='keystone_authtoken',
+        )
         super().setUp()
         self.keystone.delay = KEYSTONE_LATE_S
 
     def test_fires_on_validations_timing_out(self):
         from nova.tests.functional.api import client
+
         for _ in range(2):
-            exc = self.assertRaises(client.OpenStackApiException,
-                                    self.api.api_get, '/servers')
+            exc = self.assertRaises(
+                client.OpenStackApiException, self.api.api_get, '/servers'
+            )
             self.assertEqual(500, exc.response.status_code)
-        self.spans(until=lambda spans: len(
-            spans.done('api.auth_token')) >= 2, timeout=30)
+        self.spans(
+            until=lambda spans: len(spans.done('api.auth_token')) >= 2,
+            timeout=30,
+        )
         report = pipeline.analyse([self.span_dir])
         [f] = fired(report, 'identity_slow')
         figures = f['figures']
@@ -340,12 +419,15 @@ class IdentityTimeoutTest(_Identity):
         self.assertEqual(2, figures['timeouts'])
         knobs = {(s['section'], s['option']): s for s in f['settings']}
         connect = knobs[('keystone_authtoken', 'http_connect_timeout')]
-        self.assertEqual({('api', KEYSTONE_TIMEOUT_S, True)}, {
-            (v['svc'], v['value'], v['recorded'])
-            for v in connect['values']})
+        self.assertEqual(
+            {('api', KEYSTONE_TIMEOUT_S, True)},
+            {(v['svc'], v['value'], v['recorded']) for v in connect['values']},
+        )
         # the cache is on: the knob is not blamed
-        self.assertIn('leave', knobs[('keystone_authtoken',
-                                      'token_cache_time')]['direction'])
+        self.assertIn(
+            'leave',
+            knobs[('keystone_authtoken', 'token_cache_time')]['direction'],
+        )
 
 
 class DemoInjectTest(testtools.TestCase):
@@ -358,10 +440,22 @@ class DemoInjectTest(testtools.TestCase):
 
     def _findings(self, cause: str) -> list:
         out = self.useFixture(fixtures.TempDir()).path
-        proc = self._demo(out, '--inject', cause, '--servers', '4',
-                          '--concurrency', '2', '--computes', '2',
-                          '--boots-only', '--fail', '0', '--reschedule',
-                          '0')
+        proc = self._demo(
+            out,
+            '--inject',
+            cause,
+            '--servers',
+            '4',
+            '--concurrency',
+            '2',
+            '--computes',
+            '2',
+            '--boots-only',
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+        )
         self.assertIn('injected causes: %s' % cause, proc.stdout)
         with open(os.path.join(out, 'report.json')) as f:
             return json.load(f)['findings']['findings']
@@ -373,10 +467,10 @@ class DemoInjectTest(testtools.TestCase):
     def test_network_fail(self):
         found = self._findings('network-fail')
         self.assertEqual({'network_failures'}, {f['rule'] for f in found})
-        self.assertIn('network_failures:POST /v2.0/ports',
-                      {f['key'] for f in found})
+        self.assertIn(
+            'network_failures:POST /v2.0/ports', {f['key'] for f in found}
+        )
 
 
 class DemoInjectEventletTest(DemoInjectTest):
-
     mode = 'eventlet'

@@ -33,13 +33,13 @@ SPAN = 'instrument_span_duration_seconds'
 
 
 class MetricsBootTest(base.InstrumentedCloud):
-
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def _configure_instrument(self, settings) -> None:
         super()._configure_instrument(settings)
-        self.metrics_dir = os.path.join(self.span_dir, os.pardir,
-                                        'metrics-%d' % os.getpid())
+        self.metrics_dir = os.path.join(
+            self.span_dir, os.pardir, 'metrics-%d' % os.getpid()
+        )
         self.addCleanup(shutil.rmtree, self.metrics_dir, True)
         self.flags(metrics_dir=self.metrics_dir, group='instrument')
 
@@ -50,20 +50,23 @@ class MetricsBootTest(base.InstrumentedCloud):
         while True:
             lifecycle.active().buffer.drain()
             text = metrics_sink.exposition(self.metrics_dir)
-            samples = [s for f in parser.text_string_to_metric_families(
-                text) for s in f.samples]
+            samples = [
+                s
+                for f in parser.text_string_to_metric_families(text)
+                for s in f.samples
+            ]
             if until(samples):
                 return text
             if time.monotonic() > deadline:
-                self.fail('the exposition never satisfied %s:\n%s'
-                          % (until, text))
+                self.fail(
+                    'the exposition never satisfied %s:\n%s' % (until, text)
+                )
             time.sleep(0.1)
 
     def test_a_boot_shows_in_the_exposition(self):
         server = self.boot()
         uuid = server['id']
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid))
+        spans = self.spans(until=lambda s: s.done('compute.build', inst=uuid))
         [create] = spans.done('api.compute.create', inst=uuid)
         wanted = {
             ('api', 'api.compute.create'),
@@ -73,13 +76,22 @@ class MetricsBootTest(base.InstrumentedCloud):
         }
 
         def counts(samples):
-            return {(s.labels['component'], s.labels['event']): s.value
-                    for s in samples if s.name == SPAN + '_count'}
+            return {
+                (s.labels['component'], s.labels['event']): s.value
+                for s in samples
+                if s.name == SPAN + '_count'
+            }
 
-        text = self.exposition(lambda samples: all(
-            counts(samples).get(key, 0) >= 1 for key in wanted))
-        samples = [s for f in parser.text_string_to_metric_families(text)
-                   for s in f.samples]
+        text = self.exposition(
+            lambda samples: all(
+                counts(samples).get(key, 0) >= 1 for key in wanted
+            )
+        )
+        samples = [
+            s
+            for f in parser.text_string_to_metric_families(text)
+            for s in f.samples
+        ]
         found = counts(samples)
         for key in wanted:
             self.assertEqual(1, found[key], key)
@@ -89,12 +101,17 @@ class MetricsBootTest(base.InstrumentedCloud):
                 key = (s.labels['component'], s.labels['event'])
                 self.assertEqual(found[key], s.value, key)
         # the API span's duration is the one in the span file, in seconds
-        [api_sum] = [s.value for s in samples if s.name == SPAN + '_sum'
-                     and s.labels['event'] == 'api.compute.create']
+        [api_sum] = [
+            s.value
+            for s in samples
+            if s.name == SPAN + '_sum'
+            and s.labels['event'] == 'api.compute.create'
+        ]
         self.assertAlmostEqual(create['dur_us'] / 1e6, api_sum, places=6)
         # SQL of the boot: per database, kind and query class (an id)
-        sql = [s for s in samples
-               if s.name == 'instrument_sql_statements_total']
+        sql = [
+            s for s in samples if s.name == 'instrument_sql_statements_total'
+        ]
         self.assertTrue(sql)
         dbs = {s.labels['db'] for s in sql}
         self.assertTrue({'nova_api', 'nova_cell1'} <= dbs, dbs)
@@ -102,31 +119,51 @@ class MetricsBootTest(base.InstrumentedCloud):
         self.assertTrue({'SELECT', 'INSERT'} <= kinds, kinds)
         for s in sql:
             self.assertRegex(s.labels['query'], r'^([0-9a-f]{32}|other)$')
-        self.assertGreater(sum(s.value for s in samples if s.name ==
-                               'instrument_sql_duration_seconds_total'), 0)
+        self.assertGreater(
+            sum(
+                s.value
+                for s in samples
+                if s.name == 'instrument_sql_duration_seconds_total'
+            ),
+            0,
+        )
         # the boot's calls to placement, by route and status class
-        placement = [s for s in samples if s.name ==
-                     'instrument_service_request_duration_seconds_count'
-                     and s.labels['service_type'] == 'placement']
+        placement = [
+            s
+            for s in samples
+            if s.name == 'instrument_service_request_duration_seconds_count'
+            and s.labels['service_type'] == 'placement'
+        ]
         self.assertTrue(placement, text)
-        self.assertTrue({s.labels['status'] for s in placement} <=
-                        {'2xx', '4xx'})
+        self.assertTrue(
+            {s.labels['status'] for s in placement} <= {'2xx', '4xx'}
+        )
         # the process's points by status: every point of its banner
         # (the start record and the later changes; a per-object point
         # counts as pending; a place two targets listen to, once), none
         # missing or failed
         banner = {k: len(v) for k, v in lifecycle.active().banner().items()}
-        names = {name.split(' (', 1)[0] for listed in
-                 lifecycle.active().banner().values() for name in listed}
+        names = {
+            name.split(' (', 1)[0]
+            for listed in lifecycle.active().banner().values()
+            for name in listed
+        }
 
         def points(samples):
-            return {s.labels['status']: s.value for s in samples
-                    if s.name == 'instrument_points'}
+            return {
+                s.labels['status']: s.value
+                for s in samples
+                if s.name == 'instrument_points'
+            }
 
-        text = self.exposition(lambda samples: sum(
-            points(samples).values()) == len(names))
-        samples = [s for f in parser.text_string_to_metric_families(text)
-                   for s in f.samples]
+        text = self.exposition(
+            lambda samples: sum(points(samples).values()) == len(names)
+        )
+        samples = [
+            s
+            for f in parser.text_string_to_metric_families(text)
+            for s in f.samples
+        ]
         self.assertEqual(0, banner['missing'])
         self.assertEqual(0, points(samples)['missing'])
         self.assertEqual(0, points(samples)['failed'])
@@ -138,8 +175,13 @@ class MetricsBootTest(base.InstrumentedCloud):
         self.assertIsNone(re.search(r'(?i)\bselect\b.*\bfrom\b', text))
         tool = shutil.which('promtool')
         if tool is not None:
-            result = subprocess.run([tool, 'check', 'metrics'], input=text,
-                                    capture_output=True, text=True,
-                                    timeout=60)
-            self.assertEqual(0, result.returncode,
-                             result.stdout + result.stderr)
+            result = subprocess.run(
+                [tool, 'check', 'metrics'],
+                input=text,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            self.assertEqual(
+                0, result.returncode, result.stdout + result.stderr
+            )

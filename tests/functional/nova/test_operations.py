@@ -52,7 +52,6 @@ RECORD_DIR = os.environ.get('INSTRUMENT_RECORD_OPERATIONS')
 
 
 class OperationsBase(test_actions.ActionsBase):
-
     def setUp(self):
         if RECORD_DIR:
             # small recordings: the operations, not the SQL
@@ -67,8 +66,9 @@ class OperationsBase(test_actions.ActionsBase):
         """The span files and the requests checked, for the unit tier."""
         self.spans()  # flushed
         mode = 'eventlet' if threads.eventlet_patched() else 'threads'
-        name = os.path.join(RECORD_DIR, '%s.%s' % (
-            self.id().rsplit('.', 2)[-1], mode))
+        name = os.path.join(
+            RECORD_DIR, '%s.%s' % (self.id().rsplit('.', 2)[-1], mode)
+        )
         with gzip.open(name + '.jsonl.gz', 'wb') as out:
             for fname in sorted(os.listdir(self.span_dir)):
                 with open(os.path.join(self.span_dir, fname), 'rb') as f:
@@ -88,12 +88,16 @@ class OperationsBase(test_actions.ActionsBase):
         self.expected[req] = {'kind': op, 'state': state, 'cause': cause}
         row = rows[req]
         self.assertEqual(op, row['kind'], row)
-        self.assertEqual([state] * len(row['instances']),
-                         [i['state'] for i in row['instances']], row)
+        self.assertEqual(
+            [state] * len(row['instances']),
+            [i['state'] for i in row['instances']],
+            row,
+        )
         if cause is not None:
             [inst] = row['instances']
-            self.assertTrue((inst['cause'] or {}).get('cls', '').endswith(
-                cause), inst)
+            self.assertTrue(
+                (inst['cause'] or {}).get('cls', '').endswith(cause), inst
+            )
         return row
 
     def call(self, method, url, status, body=None) -> str:
@@ -108,8 +112,12 @@ class OperationsBase(test_actions.ActionsBase):
         header = resp.headers['x-openstack-request-id']
 
         def answered(spans):
-            return [r for r in spans.done('api.request')
-                    if header in (r['req'], r['attrs'].get('req_began'))]
+            return [
+                r
+                for r in spans.done('api.request')
+                if header in (r['req'], r['attrs'].get('req_began'))
+            ]
+
         [http] = answered(self.spans(until=answered))
         self.assertEqual(status, http['attrs']['status'])
         return http['req']
@@ -123,20 +131,29 @@ class OneHostTest(OperationsBase):
     def test_boot_given_up_after_reschedules(self):
         # every spawn fails: the compute reschedules, the conductor has
         # no alternate host left (MaxRetriesExceeded) and gives up
-        with mock.patch('nova.virt.fake.FakeDriver.spawn',
-                        side_effect=RuntimeError('injected')):
+        with mock.patch(
+            'nova.virt.fake.FakeDriver.spawn',
+            side_effect=RuntimeError('injected'),
+        ):
             server = self.boot(expected_state='ERROR')
         uuid = server['id']
         server = self.api.get_server(uuid)
-        self.assertIn('Exceeded maximum number of retries',
-                      server['fault']['message'])
-        spans = self.spans(until=lambda s: s.done(
-            'conductor.reschedule_failed', inst=uuid))
+        self.assertIn(
+            'Exceeded maximum number of retries', server['fault']['message']
+        )
+        spans = self.spans(
+            until=lambda s: s.done('conductor.reschedule_failed', inst=uuid)
+        )
         [create] = spans.done('api.compute.create', inst=uuid)
         [given_up] = spans.done('conductor.reschedule_failed', inst=uuid)
         self.assertEqual(create['req'], given_up['req'])
-        self.check(self.rows(), create['req'], 'boot', 'scheduling_failure',
-                   'MaxRetriesExceeded')
+        self.check(
+            self.rows(),
+            create['req'],
+            'boot',
+            'scheduling_failure',
+            'MaxRetriesExceeded',
+        )
 
     def test_shelve_kept_then_unshelved_and_volume_backed_shelve(self):
         # never offloaded: unshelve starts it on its host
@@ -152,12 +169,17 @@ class OneHostTest(OperationsBase):
         unshelve = self.req_of('api.compute.unshelve', uuid)
         spans = self.wait_for('compute.start_instance', unshelve, uuid)
         self.step(spans, 'compute.start_instance', unshelve, uuid, host)
-        self.assertEqual([], [r for r in spans.done(
-            'compute.unshelve_instance', inst=uuid)])
+        self.assertEqual(
+            [], [r for r in spans.done('compute.unshelve_instance', inst=uuid)]
+        )
         # a volume-backed server is offloaded at once
         self.flags(shelved_offload_time=0)
-        if 'networks' not in inspect.signature(
-                self._create_server_boot_from_volume).parameters:
+        if (
+            'networks'
+            not in inspect.signature(
+                self._create_server_boot_from_volume
+            ).parameters
+        ):
             # nova 29-31's helper builds a server without `networks`,
             # which the API's microversion here refuses: the
             # volume-backed half runs on nova 33 and 34
@@ -165,10 +187,13 @@ class OneHostTest(OperationsBase):
         bfv = self._create_server_boot_from_volume(networks='none')
         bfv = self._shelve_server(bfv, 'SHELVED_OFFLOADED')
         offload = self.req_of('api.compute.shelve', bfv['id'])
-        spans = self.wait_for('compute.shelve_offload_instance', offload,
-                              bfv['id'])
-        self.assertEqual([], [r for r in spans.done(
-            'compute.shelve_instance', inst=bfv['id'])])
+        spans = self.wait_for(
+            'compute.shelve_offload_instance', offload, bfv['id']
+        )
+        self.assertEqual(
+            [],
+            [r for r in spans.done('compute.shelve_instance', inst=bfv['id'])],
+        )
         rows = self.rows()
         self.check(rows, shelve, 'shelve', 'success')
         self.check(rows, unshelve, 'unshelve', 'success')
@@ -190,60 +215,89 @@ class OneHostTest(OperationsBase):
         # volumes: attach (its device name reserved first), detach
         volume = nova_fixtures.CinderFixture.SWAP_OLD_VOL
         self.api.post_server_volume(
-            uuid, {'volumeAttachment': {'volumeId': volume}})
+            uuid, {'volumeAttachment': {'volumeId': volume}}
+        )
         self._wait_for_volume_attach(uuid, volume)
-        reqs['attach_volume'] = done('api.compute.attach_volume',
-                                     'compute.attach_volume')
-        self.step(self.spans(), 'compute.reserve_block_device_name',
-                  reqs['attach_volume'], uuid, host)
+        reqs['attach_volume'] = done(
+            'api.compute.attach_volume', 'compute.attach_volume'
+        )
+        self.step(
+            self.spans(),
+            'compute.reserve_block_device_name',
+            reqs['attach_volume'],
+            uuid,
+            host,
+        )
         self.api.delete_server_volume(uuid, volume)
         self._wait_for_volume_detach(uuid, volume)
-        reqs['detach_volume'] = done('api.compute.detach_volume',
-                                     'compute.detach_volume')
+        reqs['detach_volume'] = done(
+            'api.compute.detach_volume', 'compute.detach_volume'
+        )
         # a DELETE with reclaim_instance_interval set is a soft delete
         self.api.delete_server(uuid)
         server = self._wait_for_state_change(server, 'SOFT_DELETED')
-        reqs['soft_delete'] = done('api.compute.soft_delete',
-                                   'compute.soft_delete_instance')
+        reqs['soft_delete'] = done(
+            'api.compute.soft_delete', 'compute.soft_delete_instance'
+        )
         self.api.post_server_action(uuid, {'restore': None})
         server = self._wait_for_state_change(server, 'ACTIVE')
-        reqs['restore'] = done('api.compute.restore',
-                               'compute.restore_instance')
+        reqs['restore'] = done(
+            'api.compute.restore', 'compute.restore_instance'
+        )
         self.api.delete_server(uuid)
         server = self._wait_for_state_change(server, 'SOFT_DELETED')
         self.api.post_server_action(uuid, {'forceDelete': None})
         self._wait_until_deleted(server)
-        reqs['force_delete'] = done('api.compute.force_delete',
-                                    'compute.terminate_instance')
+        reqs['force_delete'] = done(
+            'api.compute.force_delete', 'compute.terminate_instance'
+        )
         rows = self.rows()
         for op, req in reqs.items():
             self.check(rows, req, op, 'success')
         self.assertEqual(
-            1, len([r for r in rows.values() if r['kind'] == 'soft_delete'
-                    and r['instances'][0]['inst'] == uuid and
-                    r['req'] != reqs['soft_delete']]))
+            1,
+            len(
+                [
+                    r
+                    for r in rows.values()
+                    if r['kind'] == 'soft_delete'
+                    and r['instances'][0]['inst'] == uuid
+                    and r['req'] != reqs['soft_delete']
+                ]
+            ),
+        )
 
     def test_requests_refused_before_the_compute_api(self):
         server = self.boot()
         uuid = server['id']
         action = '/servers/%s/action' % uuid
-        self.policy.set_rules({
-            ms_api.ms_policies.POLICY_ROOT % 'migrate': '!',
-            dd_policies.BASE_POLICY_NAME % 'force': '!'}, overwrite=False)
+        self.policy.set_rules(
+            {
+                ms_api.ms_policies.POLICY_ROOT % 'migrate': '!',
+                dd_policies.BASE_POLICY_NAME % 'force': '!',
+            },
+            overwrite=False,
+        )
         refused = {
             # the request's schema (400), before the server is read
-            self.call('POST', '/servers', 400,
-                      {'server': {'name': 'x'}}): 'boot',
+            self.call(
+                'POST', '/servers', 400, {'server': {'name': 'x'}}
+            ): 'boot',
             self.call('POST', action, 400, {'resize': {}}): 'resize',
-            self.call('POST', action, 400,
-                      {'os-migrateLive': {}}): 'live_migrate',
-            self.call('POST', '/servers/%s/os-volume_attachments' % uuid,
-                      400, {'volumeAttachment': {}}): 'attach_volume',
+            self.call(
+                'POST', action, 400, {'os-migrateLive': {}}
+            ): 'live_migrate',
+            self.call(
+                'POST',
+                '/servers/%s/os-volume_attachments' % uuid,
+                400,
+                {'volumeAttachment': {}},
+            ): 'attach_volume',
             # policy (403), after the server was read
-            self.call('POST', action, 403, {'migrate': None}):
-                'cold_migrate',
-            self.call('POST', action, 403, {'forceDelete': None}):
-                'force_delete',
+            self.call('POST', action, 403, {'migrate': None}): 'cold_migrate',
+            self.call(
+                'POST', action, 403, {'forceDelete': None}
+            ): 'force_delete',
             # the compute API's state check (409)
             self.call('POST', action, 409, {'restore': None}): 'restore',
         }
@@ -256,8 +310,9 @@ class OneHostTest(OperationsBase):
 class RescheduleClaimFailsTest(OperationsBase):
     """A reschedule whose claim on the alternate host fails."""
 
-    settings = base.cloud.Settings(computes=('host1', 'host2'),
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(
+        computes=('host1', 'host2'), flush_interval=0.05
+    )
 
     def test_boot_given_up_when_the_alternate_cannot_be_claimed(self):
         # the spawn fails on the first host; the conductor's claim on
@@ -270,22 +325,36 @@ class RescheduleClaimFailsTest(OperationsBase):
             if len(claims) == 1:  # the scheduler's, on the first host
                 return real_claim(*args, **kwargs)
             raise exception.AllocationUpdateFailed(
-                consumer_uuid=args[3], error='injected')
+                consumer_uuid=args[3], error='injected'
+            )
 
-        with mock.patch('nova.virt.fake.FakeDriver.spawn',
-                        side_effect=RuntimeError('injected')), \
-                mock.patch('nova.scheduler.utils.claim_resources',
-                           side_effect=claim):
+        with (
+            mock.patch(
+                'nova.virt.fake.FakeDriver.spawn',
+                side_effect=RuntimeError('injected'),
+            ),
+            mock.patch(
+                'nova.scheduler.utils.claim_resources', side_effect=claim
+            ),
+        ):
             server = self.boot(expected_state='ERROR')
         uuid = server['id']
         self.assertEqual(2, len(claims))
-        self.assertIn('Failed to update allocations',
-                      self.api.get_server(uuid)['fault']['message'])
-        spans = self.spans(until=lambda s: s.done(
-            'conductor.reschedule_failed', inst=uuid))
+        self.assertIn(
+            'Failed to update allocations',
+            self.api.get_server(uuid)['fault']['message'],
+        )
+        spans = self.spans(
+            until=lambda s: s.done('conductor.reschedule_failed', inst=uuid)
+        )
         [create] = spans.done('api.compute.create', inst=uuid)
-        self.check(self.rows(), create['req'], 'boot', 'scheduling_failure',
-                   'AllocationUpdateFailed')
+        self.check(
+            self.rows(),
+            create['req'],
+            'boot',
+            'scheduling_failure',
+            'AllocationUpdateFailed',
+        )
 
 
 class CrossCellBase(OperationsBase):
@@ -300,9 +369,10 @@ class CrossCellBase(OperationsBase):
 
     def setUp(self):
         super().setUp()
-        self.policy.set_rules({
-            servers_policies.CROSS_CELL_RESIZE:
-                base_policies.RULE_ADMIN_API}, overwrite=False)
+        self.policy.set_rules(
+            {servers_policies.CROSS_CELL_RESIZE: base_policies.RULE_ADMIN_API},
+            overwrite=False,
+        )
 
 
 class CrossCellTest(CrossCellBase):
@@ -321,29 +391,45 @@ class CrossCellTest(CrossCellBase):
             spans = self.wait_for(steps[-1][0], req, uuid)
             for ev, host, role in steps:
                 rec = self.step(spans, ev, req, uuid, host, role)
-                self.assertEqual(src if role == 'source' else dst,
-                                 rec['host'], ev)
+                self.assertEqual(
+                    src if role == 'source' else dst, rec['host'], ev
+                )
             return req
 
-        there = (('compute.prep_snapshot_based_resize_at_dest', dst,
-                  'destination'),
-                 ('compute.prep_snapshot_based_resize_at_source', src,
-                  'source'),
-                 ('compute.finish_snapshot_based_resize_at_dest', dst,
-                  'destination'))
+        there = (
+            ('compute.prep_snapshot_based_resize_at_dest', dst, 'destination'),
+            ('compute.prep_snapshot_based_resize_at_source', src, 'source'),
+            (
+                'compute.finish_snapshot_based_resize_at_dest',
+                dst,
+                'destination',
+            ),
+        )
         server = self._migrate_server(server)
         self.assertEqual(dst, server['OS-EXT-SRV-ATTR:host'])
         reqs[move('api.compute.resize', there)] = 'cold_migrate'
         server = self._confirm_resize(server, cross_cell=True)
-        reqs[move('api.compute.confirm_resize', (
-            ('compute.confirm_snapshot_based_resize_at_source', src,
-             'source'),))] = 'confirm_resize'
-        self.assertEqual('confirmed',
-                         self.migration(uuid, 'migration')['status'])
+        reqs[
+            move(
+                'api.compute.confirm_resize',
+                (
+                    (
+                        'compute.confirm_snapshot_based_resize_at_source',
+                        src,
+                        'source',
+                    ),
+                ),
+            )
+        ] = 'confirm_resize'
+        self.assertEqual(
+            'confirmed', self.migration(uuid, 'migration')['status']
+        )
 
         src, dst = dst, src
-        there = tuple((ev, src if role == 'source' else dst, role)
-                      for ev, _host, role in there)
+        there = tuple(
+            (ev, src if role == 'source' else dst, role)
+            for ev, _host, role in there
+        )
         flavor = self.api.get_flavors()[1]['id']
         self.api.post_server_action(uuid, {'resize': {'flavorRef': flavor}})
         server = self._wait_for_state_change(server, 'VERIFY_RESIZE')
@@ -352,11 +438,23 @@ class CrossCellTest(CrossCellBase):
         self.api.post_server_action(uuid, {'revertResize': None})
         server = self._wait_for_state_change(server, 'ACTIVE')
         self.assertEqual(src, server['OS-EXT-SRV-ATTR:host'])
-        reqs[move('api.compute.revert_resize', (
-            ('compute.revert_snapshot_based_resize_at_dest', dst,
-             'destination'),
-            ('compute.finish_revert_snapshot_based_resize_at_source', src,
-             'source')))] = 'revert_resize'
+        reqs[
+            move(
+                'api.compute.revert_resize',
+                (
+                    (
+                        'compute.revert_snapshot_based_resize_at_dest',
+                        dst,
+                        'destination',
+                    ),
+                    (
+                        'compute.finish_revert_snapshot_based_resize_at_source',
+                        src,
+                        'source',
+                    ),
+                ),
+            )
+        ] = 'revert_resize'
         self._wait_for_migration_status(server, ['reverted'])
 
         rows = self.rows()
@@ -382,9 +480,14 @@ class CrossCellConductorFailureTest(CrossCellBase):
     def _dispatched(self, req: str, method: str) -> None:
         """Wait for the conductor's dispatch of ``method`` under
         ``req`` to end; it failed."""
+
         def ended(spans):
-            return [r for r in spans.done('rpc.dispatch', req=req)
-                    if r['attrs'].get('method') == method]
+            return [
+                r
+                for r in spans.done('rpc.dispatch', req=req)
+                if r['attrs'].get('method') == method
+            ]
+
         [dispatch] = ended(self.spans(until=ended))
         self.assertEqual('conductor', dispatch['svc'])
         self.assertEqual('error', dispatch['st'])
@@ -400,20 +503,30 @@ class CrossCellConductorFailureTest(CrossCellBase):
         # the conductor fails updating the target cell
         server = self._moved()
         uuid = server['id']
-        with mock.patch.object(ccm.ConfirmResizeTask,
-                               '_finish_confirm_in_target_cell', lost):
+        with mock.patch.object(
+            ccm.ConfirmResizeTask, '_finish_confirm_in_target_cell', lost
+        ):
             self.api.post_server_action(uuid, {'confirmResize': None})
             self._wait_for_state_change(server, 'ERROR')
             self._wait_for_instance_action_event(
-                server, 'confirmResize',
-                'conductor_confirm_snapshot_based_resize', 'Error')
+                server,
+                'confirmResize',
+                'conductor_confirm_snapshot_based_resize',
+                'Error',
+            )
         self.assertEqual('error', self.migration(uuid, 'migration')['status'])
         confirm = self.req_of('api.compute.confirm_resize', uuid)
         self._dispatched(confirm, 'confirm_snapshot_based_resize')
         spans = self.wait_for(
-            'compute.confirm_snapshot_based_resize_at_source', confirm, uuid)
-        self.step(spans, 'compute.confirm_snapshot_based_resize_at_source',
-                  confirm, uuid, role='source')
+            'compute.confirm_snapshot_based_resize_at_source', confirm, uuid
+        )
+        self.step(
+            spans,
+            'compute.confirm_snapshot_based_resize_at_source',
+            confirm,
+            uuid,
+            role='source',
+        )
 
         # revert: the conductor fails updating the source cell, before
         # it calls either compute (nova's roll-back then marks the copy
@@ -421,23 +534,35 @@ class CrossCellConductorFailureTest(CrossCellBase):
         # conductor's event of the action is what says it failed)
         server = self._moved()
         uuid = server['id']
-        with mock.patch.object(ccm.RevertResizeTask,
-                               '_update_instance_in_source_cell', lost):
+        with mock.patch.object(
+            ccm.RevertResizeTask, '_update_instance_in_source_cell', lost
+        ):
             self.api.post_server_action(uuid, {'revertResize': None})
             self._wait_for_instance_action_event(
-                server, 'revertResize',
-                'conductor_revert_snapshot_based_resize', 'Error')
+                server,
+                'revertResize',
+                'conductor_revert_snapshot_based_resize',
+                'Error',
+            )
         revert = self.req_of('api.compute.revert_resize', uuid)
         self._dispatched(revert, 'revert_snapshot_based_resize')
-        self.assertEqual([], [
-            r for r in self.spans().done(inst=uuid) if r['req'] == revert
-            and r['ev'].startswith('compute.')])
+        self.assertEqual(
+            [],
+            [
+                r
+                for r in self.spans().done(inst=uuid)
+                if r['req'] == revert and r['ev'].startswith('compute.')
+            ],
+        )
 
         rows = self.rows()
-        for req, op in ((confirm, 'confirm_resize'),
-                        (revert, 'revert_resize')):
-            row = self.check(rows, req, op, 'conductor_failure',
-                             'DBConnectionError')
+        for req, op in (
+            (confirm, 'confirm_resize'),
+            (revert, 'revert_resize'),
+        ):
+            row = self.check(
+                rows, req, op, 'conductor_failure', 'DBConnectionError'
+            )
             [inst] = row['instances']
             self.assertEqual('rpc.dispatch', inst['cause']['ev'])
 
@@ -447,9 +572,11 @@ class LiveMigrationAbortTest(OperationsBase):
     ``FakeLiveMigrateDriver``: a migration runs until aborted, for up
     to 5 s, then rolls back as ``cancelled``)."""
 
-    settings = base.cloud.Settings(computes=('host1', 'host2'),
-                                   driver='fake.FakeLiveMigrateDriver',
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(
+        computes=('host1', 'host2'),
+        driver='fake.FakeLiveMigrateDriver',
+        flush_interval=0.05,
+    )
 
     def test_abort(self):
         server = self.boot()
@@ -457,29 +584,41 @@ class LiveMigrationAbortTest(OperationsBase):
         src = server['OS-EXT-SRV-ATTR:host']
         dst = 'host2' if src == 'host1' else 'host1'
         self.api.post_server_action(
-            uuid, {'os-migrateLive': {'host': dst,
-                                      'block_migration': 'auto'}})
+            uuid, {'os-migrateLive': {'host': dst, 'block_migration': 'auto'}}
+        )
         self._wait_for_migration_status(server, ['running'])
         migration = self.migration(uuid, 'live-migration')
-        self.api.api_delete('/servers/%s/migrations/%s' % (
-            uuid, migration['id']))
+        self.api.api_delete(
+            '/servers/%s/migrations/%s' % (uuid, migration['id'])
+        )
         self._wait_for_migration_status(server, ['cancelled'])
         server = self._wait_for_state_change(server, 'ACTIVE')
         self.assertEqual(src, server['OS-EXT-SRV-ATTR:host'])
         req = self.req_of('api.compute.live_migrate_abort', uuid)
         spans = self.wait_for('compute.live_migration_abort', req, uuid)
-        self.step(spans, 'compute.live_migration_abort', req, uuid, src,
-                  'source')
+        self.step(
+            spans, 'compute.live_migration_abort', req, uuid, src, 'source'
+        )
         migrate_req = self.req_of('api.compute.live_migrate', uuid)
-        spans = self.wait_for('compute.rollback_live_migration',
-                              migrate_req, uuid)
-        rollback = self.step(spans, 'compute.rollback_live_migration',
-                             migrate_req, uuid, src, 'source')
+        spans = self.wait_for(
+            'compute.rollback_live_migration', migrate_req, uuid
+        )
+        rollback = self.step(
+            spans,
+            'compute.rollback_live_migration',
+            migrate_req,
+            uuid,
+            src,
+            'source',
+        )
         self.assertEqual('cancelled', rollback['attrs']['migration_status'])
         # a migration that is over can no longer be aborted: the
         # compute API refuses it (409: the server is not migrating)
-        refused = self.call('DELETE', '/servers/%s/migrations/%s' % (
-            uuid, migration['id']), 409)
+        refused = self.call(
+            'DELETE',
+            '/servers/%s/migrations/%s' % (uuid, migration['id']),
+            409,
+        )
         rows = self.rows()
         self.check(rows, req, 'live_migrate_abort', 'success')
         self.check(rows, migrate_req, 'live_migrate', 'rolled_back')

@@ -43,7 +43,6 @@ HOLD_S = 0.2
 
 
 class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
-
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def _hold_the_audit(self):
@@ -63,6 +62,7 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
                 holding.set()
                 release.wait(60)
             return original(*args, **kwargs)
+
         driver.update_provider_tree = update_provider_tree
         self.addCleanup(setattr, driver, 'update_provider_tree', original)
 
@@ -72,10 +72,13 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
             me['armed'] = True
             # only the audit is due
             manager._periodic_last_run = {
-                name: None if name == 'update_available_resource'
+                name: None
+                if name == 'update_available_resource'
                 else periodic_task.now()
-                for name in manager._periodic_last_run}
+                for name in manager._periodic_last_run
+            }
             manager.run_periodic_tasks(nova_context.get_admin_context())
+
         thread = threading.Thread(target=audit, daemon=True)
         return holding, release, thread
 
@@ -93,7 +96,8 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
         self.addCleanup(release.set)
         self.assertTrue(holding.wait(30), 'the audit never took the lock')
         server = self.api.post_server(
-            {'server': self._build_server(networks='none')})
+            {'server': self._build_server(networks='none')}
+        )
         self._wait_for_a_queued_claim()
         time.sleep(HOLD_S)
         release.set()
@@ -101,13 +105,18 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
         self.assertFalse(thread.is_alive())
         uuid = server['id']
         self._wait_for_state_change(server, 'ACTIVE')
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid) and
-                           s.done('periodic.task'))
+        spans = self.spans(
+            until=lambda s: (
+                s.done('compute.build', inst=uuid) and s.done('periodic.task')
+            )
+        )
 
         # the runtime: the audit's own request id, its SQL and its lock
-        [run] = [r for r in spans.done('periodic.task')
-                 if r['attrs']['task'] == TASK]
+        [run] = [
+            r
+            for r in spans.done('periodic.task')
+            if r['attrs']['task'] == TASK
+        ]
         req = run['req']
         self.assertTrue(req.startswith('periodic-%s-' % TASK), run)
         self.assertEqual('host1', run['host'])
@@ -115,15 +124,21 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
         self.assertTrue(sql, 'no SQL statement under %s' % req)
         # (it takes the lock more than once: the held one is the
         # longest hold)
-        holds = [r for r in spans.done('lock.wait', req=req)
-                 if r['attrs']['lock'] == LOCK]
+        holds = [
+            r
+            for r in spans.done('lock.wait', req=req)
+            if r['attrs']['lock'] == LOCK
+        ]
         held = max(holds, key=lambda r: r['attrs']['held_us'])
         self.assertGreaterEqual(held['attrs']['held_us'], HOLD_S * 1e6)
         [create] = spans.done('api.compute.create', inst=uuid)
         boot_req = create['req']
         [claim] = spans.done('compute.claim', inst=uuid)
-        [wait] = [r for r in spans.done('lock.wait', req=boot_req)
-                  if r['parent'] == claim['span']]
+        [wait] = [
+            r
+            for r in spans.done('lock.wait', req=boot_req)
+            if r['parent'] == claim['span']
+        ]
         self.assertEqual(LOCK, wait['attrs']['lock'])
         hold_start = held['ts'] + held['dur_us']
         hold_end = hold_start + held['attrs']['held_us']
@@ -137,45 +152,62 @@ class PeriodicHoldsTheClaimTest(base.InstrumentedCloud):
 
         # the analyser
         report = pipeline.analyse([self.span_dir], pipeline.Options())
-        self.assertFalse([r['req'] for r in report['requests']
-                          if r['req'].startswith(schema.PERIODIC_REQ_PREFIX)])
-        self.assertEqual(['boot'], [r['kind'] for r in report['requests']
-                                    if r['req'] == boot_req])
+        self.assertFalse(
+            [
+                r['req']
+                for r in report['requests']
+                if r['req'].startswith(schema.PERIODIC_REQ_PREFIX)
+            ]
+        )
+        self.assertEqual(
+            ['boot'],
+            [r['kind'] for r in report['requests'] if r['req'] == boot_req],
+        )
         tasks = {r['task']: r for r in report['periodic']['tasks']}
         audit = tasks[TASK]
         self.assertEqual(1, audit['runs'])
         self.assertEqual(len(sql), audit['sql_count'])
         self.assertEqual(sum(r['dur_us'] for r in sql), audit['sql_us'])
         locks = {x['lock']: x for x in audit['locks']}
-        self.assertEqual((len(holds),
-                          sum(r['attrs']['held_us'] for r in holds)),
-                         (locks[LOCK]['acquisitions'],
-                          locks[LOCK]['held_us']))
-        [delayed] = [r for r in report['periodic']['delayed']
-                     if r['task'] == TASK and r['lock'] == LOCK]
+        self.assertEqual(
+            (len(holds), sum(r['attrs']['held_us'] for r in holds)),
+            (locks[LOCK]['acquisitions'], locks[LOCK]['held_us']),
+        )
+        [delayed] = [
+            r
+            for r in report['periodic']['delayed']
+            if r['task'] == TASK and r['lock'] == LOCK
+        ]
         self.assertEqual({'boot': 1}, delayed['operations'])
         self.assertEqual([boot_req], delayed['examples'])
         covered = min(wait_end, hold_end) - max(wait['ts'], hold_start)
         self.assertEqual(covered, delayed['wait_us'])
         self.assertGreaterEqual(covered, HOLD_S * 1e6)
-        self.assertEqual((1, covered), (audit['delayed_requests'],
-                                        audit['delayed_wait_us']))
+        self.assertEqual(
+            (1, covered), (audit['delayed_requests'], audit['delayed_wait_us'])
+        )
         [row] = [r for r in report['requests'] if r['req'] == boot_req]
-        self.assertEqual([{'task': TASK, 'lock': LOCK, 'wait_us': covered}],
-                         row['held_by_periodic'])
+        self.assertEqual(
+            [{'task': TASK, 'lock': LOCK, 'wait_us': covered}],
+            row['held_by_periodic'],
+        )
         # the top waits table names the longest holder of the lock as
         # the span files have it: the audit's run by its task (under a
         # loaded machine the compute's start-up audit, no periodic run,
         # may hold it longer: then no task is named)
         [top] = [r for r in report['waits']['top'] if r['name'] == LOCK]
-        longest = max((r for r in spans.done('lock.wait')
-                       if r['attrs']['lock'] == LOCK),
-                      key=lambda r: r['attrs'].get('held_us', 0))
-        self.assertEqual((longest['attrs']['held_us'], longest.get('req')),
-                         (top['longest_hold']['held_us'],
-                          top['longest_hold']['request']))
-        self.assertEqual(TASK if longest.get('req') == req else None,
-                         top['longest_hold']['periodic_task'])
+        longest = max(
+            (r for r in spans.done('lock.wait') if r['attrs']['lock'] == LOCK),
+            key=lambda r: r['attrs'].get('held_us', 0),
+        )
+        self.assertEqual(
+            (longest['attrs']['held_us'], longest.get('req')),
+            (top['longest_hold']['held_us'], top['longest_hold']['request']),
+        )
+        self.assertEqual(
+            TASK if longest.get('req') == req else None,
+            top['longest_hold']['periodic_task'],
+        )
         text = report_text.render(report)
         # the text says the same holder as the JSON (the CI runs of
         # 2026-11-27 failed here twice under native threads: the

@@ -29,13 +29,13 @@ from tests.functional.nova import base
 
 
 class ReleaseTest(base.InstrumentedCloud):
-
     def test_release_matches_the_support_matrix(self):
         found = targets_base.distribution_version('nova')
         release = releases.release_of(found)
         self.assertIsNotNone(release, 'nova %s is not in RELEASES' % found)
-        self.assertEqual(release.version, found,
-                         'RELEASES names another point release')
+        self.assertEqual(
+            release.version, found, 'RELEASES names another point release'
+        )
         mode = 'eventlet' if threads.eventlet_patched() else 'threads'
         self.assertIn(mode, release.modes)
         # A boot imports every module the points name.
@@ -45,8 +45,9 @@ class ReleaseTest(base.InstrumentedCloud):
         banner = active.banner()
         # A point added to the targets must be found in every release
         # (or get an alternative, or be named in the release's missing).
-        self.assertEqual(sorted(release.missing),
-                         sorted(banner[patcher_mod.MISSING]))
+        self.assertEqual(
+            sorted(release.missing), sorted(banner[patcher_mod.MISSING])
+        )
         self.assertEqual([], banner[patcher_mod.FAILED])
         for point, place in release.used.items():
             self.assertEqual(place, active.point_state(point).used, point)
@@ -76,16 +77,25 @@ class PointArgumentsTest(testtools.TestCase):
     def test_every_argument_read_is_a_parameter(self):
         checked = 0
         for point in nova_target.points():
-            specs = [getattr(point, f) for f in (
-                'context', 'instances', 'host', 'remote_parent',
-                'service_from')]
-            for f in ('on_enter', 'on_exit', 'on_error', 'when',
-                      'on_abandon'):
+            specs = [
+                getattr(point, f)
+                for f in (
+                    'context',
+                    'instances',
+                    'host',
+                    'remote_parent',
+                    'service_from',
+                )
+            ]
+            for f in ('on_enter', 'on_exit', 'on_error', 'when', 'on_abandon'):
                 hook = getattr(point, f)
                 if isinstance(hook, points_mod.Reads):
                     specs.extend(hook.specs)
-            specs = [s for s in specs if isinstance(s, points_mod.Arg) and
-                     s.pos is None]
+            specs = [
+                s
+                for s in specs
+                if isinstance(s, points_mod.Arg) and s.pos is None
+            ]
             if not specs or point.kind != points_mod.SPAN:
                 continue
             target = _resolve(point)
@@ -95,8 +105,11 @@ class PointArgumentsTest(testtools.TestCase):
                 pos = spec.position(target)
                 self.assertIsNotNone(pos, point.name)
                 self.assertGreaterEqual(
-                    pos, 0, '%s: %s is not a positional parameter' % (
-                        point.name, spec.name))
+                    pos,
+                    0,
+                    '%s: %s is not a positional parameter'
+                    % (point.name, spec.name),
+                )
                 checked += 1
         self.assertGreater(checked, 60)
 

@@ -22,28 +22,31 @@ from tests.functional.nova import base
 
 
 class RequestIdsTest(base.InstrumentedCloud):
-
-    settings = base.cloud.Settings(computes=('host1',),
-                                   flush_interval=0.05)
+    settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def test_environ_and_context_ids_make_one_request(self):
         uuid = self.boot()['id']
-        spans = self.spans(until=lambda s: bool(
-            s.done('compute.build', inst=uuid)))
+        spans = self.spans(
+            until=lambda s: bool(s.done('compute.build', inst=uuid))
+        )
         [create] = spans.done('api.compute.create', inst=uuid)
         req = create['req']
-        [http] = [r for r in spans.done('api.request', req=req)
-                  if r['attrs']['method'] == 'POST']
-        began = {r['attrs']['req_began']
-                 for r in spans.done('api.request')
-                 if 'req_began' in r['attrs']}
+        [http] = [
+            r
+            for r in spans.done('api.request', req=req)
+            if r['attrs']['method'] == 'POST'
+        ]
+        began = {
+            r['attrs']['req_began']
+            for r in spans.done('api.request')
+            if 'req_began' in r['attrs']
+        }
         # noauth2: the context's id is not the environ's
         self.assertIn(http['attrs'].get('req_began'), began)
         self.assertNotIn(req, began)
         # (one job: forking workers from this process, where nova's
         # threads run, could deadlock; the unit tests cover --jobs 2)
-        report = pipeline.analyse([self.span_dir],
-                                  pipeline.Options(jobs=1))
+        report = pipeline.analyse([self.span_dir], pipeline.Options(jobs=1))
         reqs = {r['req']: r for r in report['requests']}
         self.assertEqual(set(), began & set(reqs))
         self.assertEqual('boot', reqs[req]['kind'])

@@ -46,7 +46,6 @@ def span_text(directory: str) -> str:
 
 
 class ServicesCalledTest(base.InstrumentedCloud):
-
     settings = base.cloud.Settings(computes=('host1',), flush_interval=0.05)
 
     def _failed_boot(self) -> str:
@@ -67,30 +66,45 @@ class ServicesCalledTest(base.InstrumentedCloud):
 
     def _report(self, uuid) -> tuple:
         """The boot's request id and the report, once its build ended."""
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid), timeout=60)
+        spans = self.spans(
+            until=lambda s: s.done('compute.build', inst=uuid), timeout=60
+        )
         [create] = spans.done('api.compute.create', inst=uuid)
-        return create['req'], pipeline.analyse([self.span_dir],
-                                               pipeline.Options())
+        return create['req'], pipeline.analyse(
+            [self.span_dir], pipeline.Options()
+        )
 
     def test_boot_calls_neutron_and_placement(self):
         uuid, req, spans, calls = self.boot_calls(networks=NETWORK)
-        seen = {(c['svc'], c['attrs']['service_type'], c['attrs']['method'],
-                 c['attrs']['route'], c['attrs']['status']) for c in calls}
+        seen = {
+            (
+                c['svc'],
+                c['attrs']['service_type'],
+                c['attrs']['method'],
+                c['attrs']['route'],
+                c['attrs']['status'],
+            )
+            for c in calls
+        }
         # nova-api checks the network; the compute creates and binds the
         # port (nova's real neutronclient against the fixture's state)
-        self.assertIn(('compute', 'network', 'POST', '/v2.0/ports', 201),
-                      seen)
-        self.assertIn(('compute', 'network', 'PUT', '/v2.0/ports/{id}',
-                       200), seen)
-        self.assertIn(('api', 'network', 'GET', '/v2.0/networks', 200),
-                      seen)
-        self.assertIn(('scheduler', 'placement', 'GET',
-                       '/allocation_candidates', 200), seen)
+        self.assertIn(('compute', 'network', 'POST', '/v2.0/ports', 201), seen)
+        self.assertIn(
+            ('compute', 'network', 'PUT', '/v2.0/ports/{id}', 200), seen
+        )
+        self.assertIn(('api', 'network', 'GET', '/v2.0/networks', 200), seen)
+        self.assertIn(
+            ('scheduler', 'placement', 'GET', '/allocation_candidates', 200),
+            seen,
+        )
         # the port creation runs under the network allocation span
         parents = {r['span']: r for r in spans.records if r.get('span')}
-        [post] = [c for c in calls if c['attrs']['method'] == 'POST' and
-                  c['attrs']['route'] == '/v2.0/ports']
+        [post] = [
+            c
+            for c in calls
+            if c['attrs']['method'] == 'POST'
+            and c['attrs']['route'] == '/v2.0/ports'
+        ]
         node = post
         while node is not None and node['ev'] != 'compute.network':
             node = parents.get(node.get('parent'))
@@ -99,8 +113,11 @@ class ServicesCalledTest(base.InstrumentedCloud):
             self.assertNotIn(uuid, call['attrs']['route'])
         # the report's services-called table
         report = pipeline.analyse([self.span_dir], pipeline.Options())
-        rows = {(r['service'], r['method'], r['route']): r
-                for r in report['services'] if r['operation'] == 'boot'}
+        rows = {
+            (r['service'], r['method'], r['route']): r
+            for r in report['services']
+            if r['operation'] == 'boot'
+        }
         port = rows[('network', 'POST', '/v2.0/ports')]
         self.assertEqual(1, port['count'])
         self.assertEqual({}, port['errors'])
@@ -111,27 +128,41 @@ class ServicesCalledTest(base.InstrumentedCloud):
     def test_port_creation_failure_is_a_neutron_row(self):
         # neutron answers the port creation with a 500; neutronclient
         # raises it in nova's compute, the build fails
-        self.useFixture(base.cloud.fixtures.MockPatchObject(
-            self.neutron, 'create_port', side_effect=(
-                neutron_exc.NeutronClientException(status_code=500))))
+        self.useFixture(
+            base.cloud.fixtures.MockPatchObject(
+                self.neutron,
+                'create_port',
+                side_effect=(
+                    neutron_exc.NeutronClientException(status_code=500)
+                ),
+            )
+        )
         row, report = self._failure_row(self._failed_boot())
         self.assertEqual('network', row['component'])
         self.assertEqual('ksa.request', row['ev'])
-        self.assertEqual('network POST /v2.0/ports: HTTP 500',
-                         row['message'])
+        self.assertEqual('network POST /v2.0/ports: HTTP 500', row['message'])
         self.assertTrue(row['cls'].endswith('InternalServerError'), row)
-        [port] = [r for r in report['services']
-                  if r['operation'] == 'boot' and
-                  r['route'] == '/v2.0/ports' and r['method'] == 'POST']
+        [port] = [
+            r
+            for r in report['services']
+            if r['operation'] == 'boot'
+            and r['route'] == '/v2.0/ports'
+            and r['method'] == 'POST'
+        ]
         self.assertEqual({'http_500': 1}, port['errors'])
 
     def test_port_creation_time_out_is_a_neutron_row(self):
         # neutron on a real socket, answering the port creation later
         # than [neutron] timeout: keystoneauth1's read time-out
-        local = self.useFixture(standins.LocalServer(
-            standins.NeutronAPI(self.neutron)))
-        self.flags(endpoint_override=local.url, timeout=1,
-                   http_retries=0, group='neutron')
+        local = self.useFixture(
+            standins.LocalServer(standins.NeutronAPI(self.neutron))
+        )
+        self.flags(
+            endpoint_override=local.url,
+            timeout=1,
+            http_retries=0,
+            group='neutron',
+        )
         standins.reset_neutron_session()  # the session takes the time-out
         answer = threading.Event()
         self.addCleanup(answer.set)
@@ -140,23 +171,35 @@ class ServicesCalledTest(base.InstrumentedCloud):
         def late(body=None):
             answer.wait(10)
             return create_port(body=body)
-        self.useFixture(base.cloud.fixtures.MockPatchObject(
-            self.neutron, 'create_port', side_effect=late))
+
+        self.useFixture(
+            base.cloud.fixtures.MockPatchObject(
+                self.neutron, 'create_port', side_effect=late
+            )
+        )
         row, report = self._failure_row(self._failed_boot())
-        self.assertEqual(('network', 'ksa.request'),
-                         (row['component'], row['ev']))
-        self.assertEqual('keystoneauth1.exceptions.connection.'
-                         'ConnectTimeout', row['cls'])
-        self.assertEqual('network POST /v2.0/ports: read timeout',
-                         row['message'])
-        [port] = [r for r in report['services']
-                  if r['operation'] == 'boot' and
-                  r['route'] == '/v2.0/ports' and r['method'] == 'POST']
+        self.assertEqual(
+            ('network', 'ksa.request'), (row['component'], row['ev'])
+        )
+        self.assertEqual(
+            'keystoneauth1.exceptions.connection.ConnectTimeout', row['cls']
+        )
+        self.assertEqual(
+            'network POST /v2.0/ports: read timeout', row['message']
+        )
+        [port] = [
+            r
+            for r in report['services']
+            if r['operation'] == 'boot'
+            and r['route'] == '/v2.0/ports'
+            and r['method'] == 'POST'
+        ]
         self.assertEqual({'read_timeout': 1}, port['errors'])
         # nothing of the endpoint (keystoneauth1's message quotes it)
         # in any record
-        self.assertNotIn(local.url.rstrip('/')[len('http://'):],
-                         span_text(self.span_dir))
+        self.assertNotIn(
+            local.url.rstrip('/')[len('http://') :], span_text(self.span_dir)
+        )
 
 
 # keystone's token validation for one user token
@@ -193,8 +236,7 @@ class TokenTest(RealAuthToken):
         server = self.boot(networks=NETWORK, name=body_value)
         uuid_ = server['id']
         self.api.api_get('/servers?name=%s' % query_value)
-        spans = self.spans(until=lambda s: s.done('compute.build',
-                                                  inst=uuid_))
+        spans = self.spans(until=lambda s: s.done('compute.build', inst=uuid_))
         # the token was validated by keystone, went to neutron
         self.assertGreater(self.keystone.validations, 0)
         self.assertIn(self.token, self.neutron.app.tokens)
@@ -206,15 +248,24 @@ class TokenTest(RealAuthToken):
         services = {c['attrs']['service_type'] for c in calls}
         self.assertIn('network', services)
         report = pipeline.analyse([self.span_dir], pipeline.Options())
-        self.assertIn(('boot', 'identity',
-                       'token validation (keystonemiddleware)'),
-                      {(r['operation'], r['service'], r['route'])
-                       for r in report['services']})
-        outputs = {'span files': span_text(self.span_dir),
-                   'text': report_text.render(report),
-                   'json': json.dumps(report),
-                   'html': report_html.render(report)}
+        self.assertIn(
+            ('boot', 'identity', 'token validation (keystonemiddleware)'),
+            {
+                (r['operation'], r['service'], r['route'])
+                for r in report['services']
+            },
+        )
+        outputs = {
+            'span files': span_text(self.span_dir),
+            'text': report_text.render(report),
+            'json': json.dumps(report),
+            'html': report_html.render(report),
+        }
         for name, text in outputs.items():
-            for secret in (self.token, self.service_token, body_value,
-                           query_value):
+            for secret in (
+                self.token,
+                self.service_token,
+                body_value,
+                query_value,
+            ):
                 self.assertNotIn(secret, text, name)

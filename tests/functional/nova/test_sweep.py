@@ -26,30 +26,49 @@ LEVELS = (1, 4)
 
 
 class SweepDemoTest(testtools.TestCase):
-
     def _run(self, *args: str) -> subprocess.CompletedProcess:
         env = dict(os.environ)
         env.pop('OS_NOVA_DISABLE_EVENTLET_PATCHING', None)
-        proc = subprocess.run([sys.executable, '-m'] + list(args),
-                              capture_output=True, text=True, timeout=600,
-                              env=env)
-        self.assertEqual(0, proc.returncode,
-                         '--- stderr\n%s\n--- stdout\n%s' % (
-                             proc.stderr[-3000:], proc.stdout[-3000:]))
+        proc = subprocess.run(
+            [sys.executable, '-m'] + list(args),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        self.assertEqual(
+            0,
+            proc.returncode,
+            '--- stderr\n%s\n--- stdout\n%s'
+            % (proc.stderr[-3000:], proc.stdout[-3000:]),
+        )
         return proc
 
     def test_two_demo_runs_swept(self):
         tmp = self.useFixture(fixtures.TempDir()).path
-        self._run('instrument_demo', '--output', tmp, '--mode', 'threads',
-                  '--servers', str(SERVERS), '--fail', '0',
-                  '--reschedule', '0', '--boots-only', '--sweep',
-                  ','.join(str(c) for c in reversed(LEVELS)))
+        self._run(
+            'instrument_demo',
+            '--output',
+            tmp,
+            '--mode',
+            'threads',
+            '--servers',
+            str(SERVERS),
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+            '--boots-only',
+            '--sweep',
+            ','.join(str(c) for c in reversed(LEVELS)),
+        )
         for level in LEVELS:
             with open(os.path.join(tmp, 'c%d' % level, 'run.json')) as f:
                 meta = json.load(f)
-            self.assertEqual((SERVERS, level, 'threads'),
-                             (meta['servers'], meta['concurrency'],
-                              meta['mode']))
+            self.assertEqual(
+                (SERVERS, level, 'threads'),
+                (meta['servers'], meta['concurrency'], meta['mode']),
+            )
             self.assertTrue(meta['nova'])
         with open(os.path.join(tmp, 'sweep.json')) as f:
             result = json.load(f)
@@ -57,9 +76,10 @@ class SweepDemoTest(testtools.TestCase):
         self.assertEqual(list(LEVELS), [r['load'] for r in result['runs']])
         for run in result['runs']:
             boot = run['operations']['boot']
-            self.assertEqual((SERVERS, SERVERS, 1.0),
-                             (boot['requests'], boot['successful'],
-                              boot['success_rate']))
+            self.assertEqual(
+                (SERVERS, SERVERS, 1.0),
+                (boot['requests'], boot['successful'], boot['success_rate']),
+            )
             self.assertGreater(boot['throughput_rps'], 0)
             self.assertGreater(boot['stack_us'].get('scheduler', 0), 0)
             self.assertTrue(run['resources'])
@@ -74,6 +94,9 @@ class SweepDemoTest(testtools.TestCase):
     def test_a_sweep_needs_two_levels(self):
         proc = subprocess.run(
             [sys.executable, '-m', 'instrument_demo', '--sweep', '4'],
-            capture_output=True, text=True, timeout=60)
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         self.assertEqual(2, proc.returncode)
         self.assertIn('--sweep: two levels or more', proc.stderr)

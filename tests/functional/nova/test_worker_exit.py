@@ -136,12 +136,21 @@ else:
 
 def probe_counts(records: list) -> tuple:
     """(one-by-one records, aggregated count) of the probe statement."""
-    fps = {r['attrs']['fp'] for r in records
-           if r['ev'] == 'sql.fingerprint' and 'probe' in r['attrs']['text']}
-    single = [r for r in records
-              if r['ev'] == 'sql.query' and r['attrs']['fp'] in fps]
-    aggregated = sum(r['attrs']['count'] for r in records
-                     if r['ev'] == 'sql.agg' and r['attrs']['fp'] in fps)
+    fps = {
+        r['attrs']['fp']
+        for r in records
+        if r['ev'] == 'sql.fingerprint' and 'probe' in r['attrs']['text']
+    }
+    single = [
+        r
+        for r in records
+        if r['ev'] == 'sql.query' and r['attrs']['fp'] in fps
+    ]
+    aggregated = sum(
+        r['attrs']['count']
+        for r in records
+        if r['ev'] == 'sql.agg' and r['attrs']['fp'] in fps
+    )
     return len(single), aggregated
 
 
@@ -155,12 +164,13 @@ def _threading_backend() -> bool:
     # oslo.service 4.1 (nova 31) names THREADING but has no module for it
     # (backend/eventlet only); from 4.2 on it is backend/_threading.
     directory = os.path.dirname(backend.__file__)
-    return (os.path.isdir(os.path.join(directory, '_threading')) and
-            importlib.util.find_spec('cotyledon') is not None)
+    return (
+        os.path.isdir(os.path.join(directory, '_threading'))
+        and importlib.util.find_spec('cotyledon') is not None
+    )
 
 
 class WorkerExitTest(testtools.TestCase):
-
     def _run(self, launcher: str, threshold: float) -> list:
         tmp = self.useFixture(fixtures.TempDir()).path
         out = os.path.join(tmp, 'spans')
@@ -171,10 +181,20 @@ class WorkerExitTest(testtools.TestCase):
         log = open(os.path.join(tmp, 'launcher.log'), 'w+')
         self.addCleanup(log.close)
         proc = subprocess.Popen(
-            [sys.executable, script, launcher, out,
-             os.path.join(tmp, 'test.db'), ready, str(threshold),
-             str(START_STATEMENTS), str(STOP_STATEMENTS)],
-            stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                script,
+                launcher,
+                out,
+                os.path.join(tmp, 'test.db'),
+                ready,
+                str(threshold),
+                str(START_STATEMENTS),
+                str(STOP_STATEMENTS),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.addCleanup(self._reap, proc)
         deadline = time.monotonic() + 120
         while not os.path.exists(ready):
@@ -190,8 +210,12 @@ class WorkerExitTest(testtools.TestCase):
             self.fail('the launcher did not stop:\n' + self._log(log))
         files = sorted(os.listdir(out))
         mine = [name for name in files if '_%d_' % worker in name]
-        self.assertEqual(1, len(mine), 'no span file of worker %d in %s:\n'
-                         '%s' % (worker, files, self._log(log)))
+        self.assertEqual(
+            1,
+            len(mine),
+            'no span file of worker %d in %s:\n'
+            '%s' % (worker, files, self._log(log)),
+        )
         with open(os.path.join(out, mine[0]), encoding='utf-8') as f:
             return [json.loads(line) for line in f]
 
@@ -221,12 +245,16 @@ class WorkerExitTest(testtools.TestCase):
     def test_oslo_service_eventlet_backend(self):
         self._check('oslo.service-eventlet')
 
-    @testtools.skipUnless(_threading_backend(), 'no threading backend in '
-                          'this oslo.service (nova 29, 31)')
+    @testtools.skipUnless(
+        _threading_backend(),
+        'no threading backend in this oslo.service (nova 29, 31)',
+    )
     def test_oslo_service_threading_backend(self):
         self._check('oslo.service-threading')
 
-    @testtools.skipUnless(_threading_backend(), 'no cotyledon with this '
-                          'oslo.service (nova 29, 31)')
+    @testtools.skipUnless(
+        _threading_backend(),
+        'no cotyledon with this oslo.service (nova 29, 31)',
+    )
     def test_cotyledon(self):
         self._check('cotyledon')

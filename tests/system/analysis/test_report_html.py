@@ -47,12 +47,20 @@ def find_chromium(test: testtools.TestCase) -> str:
 
 
 def _headless(chromium: str, profile: str, width: int) -> list:
-    return [chromium, '--headless', '--no-sandbox', '--disable-gpu',
-            '--disable-quic', '--no-first-run',
-            '--disable-background-networking',
-            '--disable-component-update', '--disable-sync',
-            '--hide-scrollbars', '--user-data-dir=' + profile,
-            '--window-size=%d,1000' % width]
+    return [
+        chromium,
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--hide-scrollbars',
+        '--user-data-dir=' + profile,
+        '--window-size=%d,1000' % width,
+    ]
 
 
 # Injected into a copy of a page (the report itself has no script):
@@ -110,9 +118,13 @@ def measure(chromium: str, page: str, width: int, directory: str) -> dict:
     profile = tempfile.mkdtemp(dir=directory)
     t0 = time.monotonic()
     dom = subprocess.run(
-        _headless(chromium, profile, width) +
-        ['--virtual-time-budget=10000', '--dump-dom', 'file://' + path],
-        capture_output=True, text=True, timeout=180, check=False).stdout
+        _headless(chromium, profile, width)
+        + ['--virtual-time-budget=10000', '--dump-dom', 'file://' + path],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    ).stdout
     wall = time.monotonic() - t0
     found = re.search(r'<pre id="instrument-measure">([^<]*)</pre>', dom)
     if found is None:
@@ -126,26 +138,28 @@ def overflow(m: dict) -> list:
     """What of ``measure``'s layout overflows horizontally."""
     out = []
     if m['scroll_width'] > m['client_width']:
-        out.append('page %d px wide in a %d px window' % (
-            m['scroll_width'], m['client_width']))
+        out.append(
+            'page %d px wide in a %d px window'
+            % (m['scroll_width'], m['client_width'])
+        )
     return out + m['wide'] + m['scrolled']
 
 
-def screenshot(chromium: str, page_path: str, width: int,
-               shot: str) -> tuple:
+def screenshot(chromium: str, page_path: str, width: int, shot: str) -> tuple:
     """A PNG of ``page_path`` at ``width`` px: its (width, height)."""
     profile = tempfile.mkdtemp(dir=os.path.dirname(shot))
     subprocess.run(
-        _headless(chromium, profile, width) +
-        ['--screenshot=' + shot, 'file://' + page_path],
-        capture_output=True, timeout=180, check=False)
+        _headless(chromium, profile, width)
+        + ['--screenshot=' + shot, 'file://' + page_path],
+        capture_output=True,
+        timeout=180,
+        check=False,
+    )
     with open(shot, 'rb') as f:
         head = f.read(24)
     if head[:4] != b'\x89PNG':
         raise AssertionError('no PNG at %s' % shot)
     return struct.unpack('>II', head[16:24])
-
-
 
 
 class HostileRunTest(testtools.TestCase):
@@ -166,13 +180,25 @@ class HostileRunTest(testtools.TestCase):
         shot = os.path.join(self.dir, 'r.png')
         profile = tempfile.mkdtemp(dir=self.dir)
         subprocess.run(
-            [chromium, '--headless', '--no-sandbox', '--disable-gpu',
-             '--disable-quic', '--no-first-run',
-             '--disable-background-networking',
-             '--disable-component-update', '--disable-sync',
-             '--user-data-dir=' + profile, '--screenshot=' + shot,
-             '--window-size=1000,800', 'file://' + page],
-            capture_output=True, timeout=120, check=False)
+            [
+                chromium,
+                '--headless',
+                '--no-sandbox',
+                '--disable-gpu',
+                '--disable-quic',
+                '--no-first-run',
+                '--disable-background-networking',
+                '--disable-component-update',
+                '--disable-sync',
+                '--user-data-dir=' + profile,
+                '--screenshot=' + shot,
+                '--window-size=1000,800',
+                'file://' + page,
+            ],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
         with open(shot, 'rb') as f:
             self.assertEqual(b'\x89PNG', f.read(4))
 
@@ -194,6 +220,7 @@ class ReadableTest(testtools.TestCase):
             m = measure(chromium, self.page, width, self.dir)
             self.assertEqual([], overflow(m), (width, m))
 
+
 class DemoPageTest(testtools.TestCase):
     """The HTML of real reports (the demo's fidelity files) in headless
     Chromium at 1400 and 800 px: nothing runs off the page or scrolls
@@ -209,8 +236,7 @@ class DemoPageTest(testtools.TestCase):
         super().setUpClass()
         cls.pages = {}
         for run in cls.RUNS:
-            report = pipeline.analyse(
-                [os.path.join(DATA, run + '.jsonl.gz')])
+            report = pipeline.analyse([os.path.join(DATA, run + '.jsonl.gz')])
             cls.pages[run] = report_html.render(report, title=run)
 
     def setUp(self):
@@ -223,8 +249,11 @@ class DemoPageTest(testtools.TestCase):
     def test_the_pages_hold_what_is_measured(self):
         page = self.pages['demo-mixed-threads']
         # the parts that ran off the page before
-        for part in ('<h2>Waits: locks, DB pool, worker pools</h2>',
-                     '<h2>SQL digest', '<pre>'):
+        for part in (
+            '<h2>Waits: locks, DB pool, worker pools</h2>',
+            '<h2>SQL digest',
+            '<pre>',
+        ):
             self.assertTrue(part in page, part)
 
     def test_no_horizontal_overflow(self):
@@ -237,14 +266,18 @@ class DemoPageTest(testtools.TestCase):
                 m = measure(self.chromium, page, width, self.dir)
                 self.assertEqual([], overflow(m), (run, width))
                 shot = os.path.join(self.shots, '%s-%d.png' % (run, width))
-                self.assertEqual(width, screenshot(
-                    self.chromium, path, width, shot)[0])
+                self.assertEqual(
+                    width, screenshot(self.chromium, path, width, shot)[0]
+                )
                 # what the page costs, in the test's details
-                self.addDetail('%s-%d' % (run, width), text_content(
-                    'size %.0f KiB; DOMContentLoaded %.0f ms, load %.0f '
-                    'ms; chromium %.1f s' % (
-                        size / 1024, m['dom_ms'], m['load_ms'],
-                        m['wall_s'])))
+                self.addDetail(
+                    '%s-%d' % (run, width),
+                    text_content(
+                        'size %.0f KiB; DOMContentLoaded %.0f ms, load %.0f '
+                        'ms; chromium %.1f s'
+                        % (size / 1024, m['dom_ms'], m['load_ms'], m['wall_s'])
+                    ),
+                )
                 # a report is a page, not an application
                 self.assertLess(size, 4 << 20)
                 self.assertLess(m['load_ms'], 10000)
@@ -253,12 +286,13 @@ class DemoPageTest(testtools.TestCase):
         # the measure is not blind: an unbreakable line and a wide
         # table are found at 800 px
         page = self.pages['demo-threads'].replace(
-            '</body>', '<p>%s</p><pre style="overflow-x:auto;'
-            'white-space:pre">%s</pre></body>' % ('x' * 400, 'y' * 400))
+            '</body>',
+            '<p>%s</p><pre style="overflow-x:auto;'
+            'white-space:pre">%s</pre></body>' % ('x' * 400, 'y' * 400),
+        )
         m = measure(self.chromium, page, 800, self.dir)
         found = overflow(m)
-        self.assertTrue(any(line.startswith('page ') for line in found),
-                        found)
+        self.assertTrue(any(line.startswith('page ') for line in found), found)
         self.assertTrue(any('yyyy' in line for line in m['scrolled']), m)
 
 
@@ -269,8 +303,9 @@ class TimelineZoomTest(testtools.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        report = pipeline.analyse([os.path.join(
-            DATA, 'demo-threads.jsonl.gz')])
+        report = pipeline.analyse(
+            [os.path.join(DATA, 'demo-threads.jsonl.gz')]
+        )
         cls.page = report_html.render(report)
 
     def test_zoomed_in_chromium(self):
@@ -278,8 +313,8 @@ class TimelineZoomTest(testtools.TestCase):
         directory = self.useFixture(fixtures.TempDir()).path
         first = re.search(r'name="(tl\d+)"', self.page).group(1)
         zoomed = self.page.replace(
-            'id="%s-z1" checked>' % first, 'id="%s-z1">' % first).replace(
-            'id="%s-z4">' % first, 'id="%s-z4" checked>' % first)
+            'id="%s-z1" checked>' % first, 'id="%s-z1">' % first
+        ).replace('id="%s-z4">' % first, 'id="%s-z4" checked>' % first)
         m = measure(chromium, zoomed, 800, directory)
         # the page does not scroll; the zoomed timeline's box does, 4
         # times as wide as it
@@ -287,5 +322,6 @@ class TimelineZoomTest(testtools.TestCase):
         self.assertEqual(1, len(m['scrolled']), m['scrolled'])
         wide, shown = m['scrolled'][0].split()[0].split('>')
         self.assertAlmostEqual(4.0, int(wide) / int(shown), delta=0.05)
-        self.assertEqual([], overflow(measure(chromium, self.page, 800,
-                                              directory)))
+        self.assertEqual(
+            [], overflow(measure(chromium, self.page, 800, directory))
+        )

@@ -32,7 +32,6 @@ SCRIPT = os.path.join(os.path.dirname(sys.executable), 'instrument-report')
 
 
 class CliTest(testtools.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -41,8 +40,11 @@ class CliTest(testtools.TestCase):
         cls.run_dir = os.path.join(cls.tmp.path, 'run')
         synthetic.generate(cls.run_dir, seed=4, requests=80)
         cls.report = os.path.join(cls.tmp.path, 'run.json')
-        proc = subprocess.run([SCRIPT, cls.run_dir, '-q', '--json',
-                               cls.report], capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [SCRIPT, cls.run_dir, '-q', '--json', cls.report],
+            capture_output=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
 
     @classmethod
@@ -52,15 +54,23 @@ class CliTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.assertTrue(os.access(SCRIPT, os.X_OK),
-                        'the console script is not installed: %s' % SCRIPT)
+        self.assertTrue(
+            os.access(SCRIPT, os.X_OK),
+            'the console script is not installed: %s' % SCRIPT,
+        )
         self.dir = self.useFixture(fixtures.TempDir()).path
 
     def cli(self, *args, status=0) -> subprocess.CompletedProcess:
-        proc = subprocess.run([SCRIPT] + list(args), capture_output=True,
-                              text=True, timeout=120, cwd=self.dir)
-        self.assertEqual(status, proc.returncode,
-                         proc.stdout[-2000:] + proc.stderr[-2000:])
+        proc = subprocess.run(
+            [SCRIPT] + list(args),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.dir,
+        )
+        self.assertEqual(
+            status, proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:]
+        )
         self.assertNotIn('Traceback', proc.stderr)
         return proc
 
@@ -70,8 +80,9 @@ class CliTest(testtools.TestCase):
         self.assertEqual('', proc.stdout)
         lines = proc.stderr.splitlines()
         self.assertEqual(1, len(lines), lines)
-        self.assertTrue(lines[0].startswith('instrument-report: error: '),
-                        lines[0])
+        self.assertTrue(
+            lines[0].startswith('instrument-report: error: '), lines[0]
+        )
         return lines[0]
 
     def write(self, name: str, data: bytes) -> str:
@@ -93,22 +104,31 @@ class CliTest(testtools.TestCase):
         self.assertIn('nothing but empty lines', line)
 
     def test_compare_with_another_tools_json(self):
-        other = self.write('some-other-tool.json',
-                           b'{"benchmark": "x", "results": [1, 2]}\n')
+        other = self.write(
+            'some-other-tool.json', b'{"benchmark": "x", "results": [1, 2]}\n'
+        )
         line = self.error('compare', self.report, other)
-        self.assertIn('RUN_B %s: not an instrument-report JSON report'
-                      % other, line)
+        self.assertIn(
+            'RUN_B %s: not an instrument-report JSON report' % other, line
+        )
         binary = self.write('random.bin', os.urandom(4096))
         line = self.error('compare', binary, self.report)
         self.assertIn('RUN_A %s: no span records' % binary, line)
 
     def test_compare_with_a_run_without_requests_or_sql(self):
         # span records, but nothing to compare: one process start
-        start = {'v': 1, 'ph': 'M', 'seq': 1, 'ts': 1_700_000_000_000_000,
-                 'host': 'h', 'svc': 'api', 'pid': 1,
-                 'ev': 'process.start', 'attrs': {'service': 'nova-api'}}
-        spans = self.write('h_api_1.jsonl',
-                           json.dumps(start).encode() + b'\n')
+        start = {
+            'v': 1,
+            'ph': 'M',
+            'seq': 1,
+            'ts': 1_700_000_000_000_000,
+            'host': 'h',
+            'svc': 'api',
+            'pid': 1,
+            'ev': 'process.start',
+            'attrs': {'service': 'nova-api'},
+        }
+        spans = self.write('h_api_1.jsonl', json.dumps(start).encode() + b'\n')
         line = self.error('compare', self.report, spans)
         self.assertIn('no request and no SQL statement to compare', line)
 
@@ -120,10 +140,14 @@ class CliTest(testtools.TestCase):
         os.symlink(self.run_dir, os.path.join(out, 'spans'))
         with open(self.report, 'rb') as f:
             self.write('instrument-demo-output/report.json', f.read())
-        self.write('instrument-demo-output/servers.json',
-                   b'{\n "counts": {"ACTIVE": 2}, "servers": []}\n')
-        self.write('instrument-demo-output/report.txt',
-                   b'# instrument-report: 10 files\n')
+        self.write(
+            'instrument-demo-output/servers.json',
+            b'{\n "counts": {"ACTIVE": 2}, "servers": []}\n',
+        )
+        self.write(
+            'instrument-demo-output/report.txt',
+            b'# instrument-report: 10 files\n',
+        )
         self.write('instrument-demo-output/report.html', b'<html/>\n')
         return out
 
@@ -143,10 +167,12 @@ class CliTest(testtools.TestCase):
         # quota_reserve make one), then the input summary
         found = len(report['findings']['findings'])
         self.assertTrue(found, report['findings'])
-        self.assertTrue(text.startswith('Findings: %d (' % found),
-                        text[:100])
-        header = [line for line in text.splitlines()
-                  if line.startswith('# instrument-report: ')]
+        self.assertTrue(text.startswith('Findings: %d (' % found), text[:100])
+        header = [
+            line
+            for line in text.splitlines()
+            if line.startswith('# instrument-report: ')
+        ]
         self.assertIn('%d records' % records, header[0])
 
     def test_a_json_report_gets_a_hint_to_compare(self):
@@ -157,9 +183,16 @@ class CliTest(testtools.TestCase):
     # -- item 4: rows the driver did not count ------------------------------
 
     def test_rows_unknown_never_zero(self):
-        proc = self.cli(self.run_dir, '--limit', '0', '--blocks', '1000',
-                        '--json', os.path.join(self.dir, 'r.json'),
-                        '--no-progress')
+        proc = self.cli(
+            self.run_dir,
+            '--limit',
+            '0',
+            '--blocks',
+            '1000',
+            '--json',
+            os.path.join(self.dir, 'r.json'),
+            '--no-progress',
+        )
         with open(os.path.join(self.dir, 'r.json')) as f:
             rows = {r['id']: r for r in json.load(f)['sql']['rows']}
         blocks = proc.stdout.split('\n# Query ')[1:]
@@ -171,8 +204,9 @@ class CliTest(testtools.TestCase):
             # the synthetic cloud gives no row count for its one-by-one
             # INSERTs, UPDATEs, BEGINs...: None in JSON, never 0
             want = rows[qid]['rows']
-            self.assertEqual('unknown' if want is None else str(want),
-                             text, block)
+            self.assertEqual(
+                'unknown' if want is None else str(want), text, block
+            )
             shown.add(text)
         self.assertIn('unknown', shown)
         self.assertNotIn('0', shown)
@@ -184,74 +218,119 @@ class CliTest(testtools.TestCase):
         data = json.loads(proc.stdout)
         self.assertEqual(80, len(data['requests']))
         self.assertEqual([], os.listdir(self.dir))
-        proc = self.cli('compare', self.report, self.run_dir, '--json', '-',
-                        '--no-progress')
+        proc = self.cli(
+            'compare',
+            self.report,
+            self.run_dir,
+            '--json',
+            '-',
+            '--no-progress',
+        )
         self.assertIn('latency', json.loads(proc.stdout))
 
     def test_html_to_standard_output(self):
         proc = self.cli(self.run_dir, '--html', '-', '--no-progress')
-        self.assertTrue(proc.stdout.lstrip().lower().startswith(
-            '<!doctype html'), proc.stdout[:100])
+        self.assertTrue(
+            proc.stdout.lstrip().lower().startswith('<!doctype html'),
+            proc.stdout[:100],
+        )
         self.assertEqual([], os.listdir(self.dir))
 
     def test_since_later_than_until_is_refused(self):
-        for since, until in (('2024-05-01T12:30:00', '2024-05-01T12:00:00'),
-                             ('+10m', '+5m')):
-            line = self.error(self.run_dir, '--since', since,
-                              '--until', until)
+        for since, until in (
+            ('2024-05-01T12:30:00', '2024-05-01T12:00:00'),
+            ('+10m', '+5m'),
+        ):
+            line = self.error(self.run_dir, '--since', since, '--until', until)
             self.assertIn('is not before --until', line)
 
     def test_the_window_filters_the_whole_report(self):
         with open(self.report) as f:
             full = json.load(f)
-        proc = self.cli(self.run_dir, '--since', '+10s', '--until', '+20s',
-                        '--json', '-', '--no-progress')
+        proc = self.cli(
+            self.run_dir,
+            '--since',
+            '+10s',
+            '--until',
+            '+20s',
+            '--json',
+            '-',
+            '--no-progress',
+        )
         part = json.loads(proc.stdout)
-        since, until = (part['window']['since_us'],
-                        part['window']['until_us'])
+        since, until = (part['window']['since_us'], part['window']['until_us'])
         self.assertEqual(10_000_000, until - since)
-        want = sorted(r['req'] for r in full['requests']
-                      if since <= r['start_us'] < until)
+        want = sorted(
+            r['req']
+            for r in full['requests']
+            if since <= r['start_us'] < until
+        )
         self.assertEqual(want, sorted(r['req'] for r in part['requests']))
-        self.assertEqual(len(full['requests']) - len(want),
-                         part['window']['requests_outside'])
-        text = self.cli(self.run_dir, '--since', '+10s', '--until', '+20s',
-                        '--no-progress').stdout
-        self.assertIn('%d requests that started outside'
-                      % part['window']['requests_outside'], text)
+        self.assertEqual(
+            len(full['requests']) - len(want),
+            part['window']['requests_outside'],
+        )
+        text = self.cli(
+            self.run_dir, '--since', '+10s', '--until', '+20s', '--no-progress'
+        ).stdout
+        self.assertIn(
+            '%d requests that started outside'
+            % part['window']['requests_outside'],
+            text,
+        )
 
     # -- issue 27: inputs kept, numbers in range, losses said ----------------
 
     def test_the_report_never_replaces_its_input(self):
-        name = sorted(n for n in os.listdir(self.run_dir)
-                      if n.endswith('.jsonl'))[0]
+        name = sorted(
+            n for n in os.listdir(self.run_dir) if n.endswith('.jsonl')
+        )[0]
         with open(os.path.join(self.run_dir, name), 'rb') as f:
             data = f.read()
         victim = self.write('victim.jsonl', data)
         line = self.error(victim, '--json', victim, '-q')
-        self.assertEqual('instrument-report: error: cannot write %s: it is '
-                         'the input %s' % (victim, victim), line)
+        self.assertEqual(
+            'instrument-report: error: cannot write %s: it is '
+            'the input %s' % (victim, victim),
+            line,
+        )
         with open(victim, 'rb') as f:
             self.assertEqual(data, f.read())
 
     def test_a_number_out_of_range_is_one_line(self):
         line = self.error(self.run_dir, '--horizon', '-5')
-        self.assertEqual('instrument-report: error: argument --horizon: '
-                         'must be more than 0 seconds, not -5 (see '
-                         'instrument-report --help)', line)
+        self.assertEqual(
+            'instrument-report: error: argument --horizon: '
+            'must be more than 0 seconds, not -5 (see '
+            'instrument-report --help)',
+            line,
+        )
 
     def test_a_cut_file_is_said_on_standard_error_even_quiet(self):
-        gz = os.path.join(os.path.dirname(os.path.dirname(
-            os.path.dirname(os.path.abspath(__file__)))), 'data',
-            'fidelity', 'demo-threads.jsonl.gz')
+        gz = os.path.join(
+            os.path.dirname(
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            ),
+            'data',
+            'fidelity',
+            'demo-threads.jsonl.gz',
+        )
         with open(gz, 'rb') as f:
             data = f.read()
-        cut = self.write('cut.jsonl.gz', data[:len(data) // 2])
-        proc = self.cli(cut, '-q', '--json', os.path.join(self.dir, 'r.json'),
-                        '--no-progress')
+        cut = self.write('cut.jsonl.gz', data[: len(data) // 2])
+        proc = self.cli(
+            cut,
+            '-q',
+            '--json',
+            os.path.join(self.dir, 'r.json'),
+            '--no-progress',
+        )
         self.assertEqual('', proc.stdout)
         (line,) = proc.stderr.splitlines()
-        self.assertTrue(line.startswith('instrument-report: warning: '
-                                        'computed from input with losses: '),
-                        line)
+        self.assertTrue(
+            line.startswith(
+                'instrument-report: warning: computed from input with losses: '
+            ),
+            line,
+        )
         self.assertIn('the rest of cut.jsonl.gz after line', line)

@@ -29,8 +29,14 @@ from prometheus_client import parser
 import testtools
 
 SCRIPT = os.path.join(os.path.dirname(sys.executable), 'instrument-report')
-RUN = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, 'data',
-                   'fidelity', 'demo-threads.jsonl.gz')
+RUN = os.path.join(
+    os.path.dirname(__file__),
+    os.pardir,
+    os.pardir,
+    'data',
+    'fidelity',
+    'demo-threads.jsonl.gz',
+)
 
 
 def _free_port() -> int:
@@ -40,16 +46,21 @@ def _free_port() -> int:
 
 
 def _samples(text: str, name: str) -> list:
-    return [s for f in parser.text_string_to_metric_families(text)
-            for s in f.samples if s.name == name]
+    return [
+        s
+        for f in parser.text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name
+    ]
 
 
 class FollowCliTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
-        self.assertTrue(os.access(SCRIPT, os.X_OK),
-                        'the console script is not installed: %s' % SCRIPT)
+        self.assertTrue(
+            os.access(SCRIPT, os.X_OK),
+            'the console script is not installed: %s' % SCRIPT,
+        )
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.spans = os.path.join(self.dir, 'spans')
         os.makedirs(self.spans)
@@ -58,9 +69,14 @@ class FollowCliTest(testtools.TestCase):
 
     def start(self, *args) -> subprocess.Popen:
         proc = subprocess.Popen(
-            [SCRIPT, 'follow', '--interval', '0.2'] + list(args) +
-            [self.spans], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=self.dir)
+            [SCRIPT, 'follow', '--interval', '0.2']
+            + list(args)
+            + [self.spans],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=self.dir,
+        )
         self.addCleanup(self._stop, proc)
         return proc
 
@@ -82,18 +98,25 @@ class FollowCliTest(testtools.TestCase):
 
     def test_once(self):
         self.append(self.lines)
-        proc = subprocess.run([SCRIPT, 'follow', '--once', self.spans],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [SCRIPT, 'follow', '--once', self.spans],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr)
-        boots = [s for s in _samples(
-            proc.stdout, 'instrument_operation_requests_total')
-            if s.labels['operation'] == 'boot']
+        boots = [
+            s
+            for s in _samples(
+                proc.stdout, 'instrument_operation_requests_total'
+            )
+            if s.labels['operation'] == 'boot'
+        ]
         self.assertEqual(4, sum(s.value for s in boots))
 
     def test_textfile_while_the_files_grow_then_sigterm(self):
         prom = os.path.join(self.dir, 'follow.prom')
-        proc = self.start('--textfile', prom, '--lag', '0', '--horizon',
-                          '0.5')
+        proc = self.start('--textfile', prom, '--lag', '0', '--horizon', '0.5')
         half = len(self.lines) // 2
         self.append(self.lines[:half])
 
@@ -103,10 +126,12 @@ class FollowCliTest(testtools.TestCase):
             with open(prom, encoding='utf-8') as src:
                 got = _samples(src.read(), 'instrument_follow_lines_total')
             return got[0].value if got else 0
+
         self.until(lambda: lines_read() == half, 'the first half read')
         self.append(self.lines[half:])
-        self.until(lambda: lines_read() == len(self.lines),
-                   'the second half read')
+        self.until(
+            lambda: lines_read() == len(self.lines), 'the second half read'
+        )
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=30)
         self.assertEqual(0, proc.returncode, err)
@@ -120,13 +145,19 @@ class FollowCliTest(testtools.TestCase):
         def scraped() -> str:
             try:
                 with urllib.request.urlopen(  # noqa: S310 - local
-                        'http://127.0.0.1:%d/metrics' % port,
-                        timeout=5) as resp:
+                    'http://127.0.0.1:%d/metrics' % port, timeout=5
+                ) as resp:
                     return resp.read().decode()
             except (OSError, urllib.error.URLError):
                 return ''
-        self.until(lambda: 'instrument_follow_lines_total %d' % len(
-            self.lines) in scraped(), 'the lines served')
+
+        self.until(
+            lambda: (
+                'instrument_follow_lines_total %d' % len(self.lines)
+                in scraped()
+            ),
+            'the lines served',
+        )
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=30)
         self.assertEqual(0, proc.returncode, err)

@@ -62,8 +62,10 @@ sql_timing = false
 '''
 
 # oslo.log's default line: time, pid, level, logger, [-], message.
-LINE = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \d+ '
-                  r'(\w+) ([\w.]+) \[-\] (.*)$')
+LINE = re.compile(
+    r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \d+ '
+    r'(\w+) ([\w.]+) \[-\] (.*)$'
+)
 
 
 class ServiceLogTest(base.TestCase):
@@ -74,8 +76,9 @@ class ServiceLogTest(base.TestCase):
         self.spans = os.path.join(self.tmp, 'spans')
         conf = os.path.join(self.tmp, 'nova.conf')
         with open(conf, 'w') as f:
-            f.write(NOVA_CONF.format(log=self.log, spans=self.spans,
-                                     extra=extra))
+            f.write(
+                NOVA_CONF.format(log=self.log, spans=self.spans, extra=extra)
+            )
         proc = self.run_script(SERVICE, conf, prog, order)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         self.stderr = proc.stderr
@@ -93,8 +96,9 @@ class ServiceLogTest(base.TestCase):
             if text in line:
                 match = LINE.match(line)
                 self.assertIsNotNone(match, line)
-                when = datetime.datetime.strptime(match.group(1),
-                                                  '%Y-%m-%d %H:%M:%S.%f')
+                when = datetime.datetime.strptime(
+                    match.group(1), '%Y-%m-%d %H:%M:%S.%f'
+                )
                 out.append((when,) + match.groups()[1:])
         return out
 
@@ -102,18 +106,27 @@ class ServiceLogTest(base.TestCase):
         state, lines = self.run_service('nova')
         self.assertEqual('ACTIVE', state)
         [banner] = self.parsed(lines, 'instrument: recording')
-        self.assertEqual(('INFO', 'instrument.runtime.lifecycle',
-                          'instrument: recording nova-compute on cmp1 to '
-                          'file'), banner[1:])
+        self.assertEqual(
+            (
+                'INFO',
+                'instrument.runtime.lifecycle',
+                'instrument: recording nova-compute on cmp1 to file',
+            ),
+            banner[1:],
+        )
         [totals] = self.parsed(lines, 'points patched')
         self.assertEqual('instrument.patching.patcher', totals[2])
         [running] = self.parsed(lines, 'service running')
         # Each held line keeps its own time: before the set-up's 1.2 s.
         self.assertGreater((running[0] - banner[0]).total_seconds(), 1.0)
-        self.assertLess(lines.index(next(
-            line for line in lines if 'instrument: recording' in line)),
-            lines.index(next(
-                line for line in lines if 'service running' in line)))
+        self.assertLess(
+            lines.index(
+                next(line for line in lines if 'instrument: recording' in line)
+            ),
+            lines.index(
+                next(line for line in lines if 'service running' in line)
+            ),
+        )
         self.assertNotIn('instrument', self.stderr)
 
     def test_invalid_option_before_the_set_up_is_one_short_error(self):
@@ -126,7 +139,9 @@ class ServiceLogTest(base.TestCase):
         self.assertEqual(
             'instrument: not started, fix %s: [instrument] buffer_size = '
             'lots: must be an integer from 16 to 10000000'
-            % os.path.join(self.tmp, 'nova.conf'), message)
+            % os.path.join(self.tmp, 'nova.conf'),
+            message,
+        )
         self.assertNotIn('instrument', self.stderr)
         self.assertFalse(os.path.exists(self.spans))
 
@@ -141,12 +156,16 @@ class ServiceLogTest(base.TestCase):
         state, lines = self.run_service('never', 'buffer_size = lots')
         self.assertEqual('NOT ACTIVE', state)
         self.assertEqual([], [line for line in lines if 'instrument' in line])
-        [error] = [line for line in self.stderr.splitlines()
-                   if 'instrument' in line]
-        self.assertRegex(error, r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \d+ '
-                         r'ERROR instrument.loaders instrument: not started, '
-                         r'fix .*nova.conf: \[instrument\] buffer_size = '
-                         r'lots: must be an integer')
+        [error] = [
+            line for line in self.stderr.splitlines() if 'instrument' in line
+        ]
+        self.assertRegex(
+            error,
+            r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \d+ '
+            r'ERROR instrument.loaders instrument: not started, '
+            r'fix .*nova.conf: \[instrument\] buffer_size = '
+            r'lots: must be an integer',
+        )
 
     def test_never_set_up_keeps_info_lines_off_stderr(self):
         state, _lines = self.run_service('never')
@@ -160,21 +179,27 @@ class ServiceLogTest(base.TestCase):
         self.assertEqual(1, len(said), said)
         [(_when, level, _name, message)] = self.parsed(said, 'instrument')
         self.assertEqual('INFO', level)
-        self.assertIn('loaded by nova-manage, which is not one of '
-                      '[instrument] programs', message)
+        self.assertIn(
+            'loaded by nova-manage, which is not one of [instrument] programs',
+            message,
+        )
         self.assertFalse(os.path.exists(self.spans))
 
     def test_disabled_says_so_once(self):
         _state, lines = self.run_service('nova', 'enabled = false')
         said = [line for line in lines if 'instrument' in line]
         self.assertEqual(1, len(said), said)
-        self.assertTrue(said[0].endswith(
-            'INFO instrument.loaders [-] instrument: loaded by nova-compute '
-            'but [instrument] enabled is false; not recording'), said[0])
+        self.assertTrue(
+            said[0].endswith(
+                'INFO instrument.loaders [-] instrument: loaded by '
+                'nova-compute '
+                'but [instrument] enabled is false; not recording'
+            ),
+            said[0],
+        )
 
 
 class ForkTest(base.TestCase):
-
     def test_a_child_does_not_replay_its_parents_lines(self):
         proc = self.run_script('''
             import os, sys
@@ -197,8 +222,9 @@ class ForkTest(base.TestCase):
             logging.setup(conf, 't')
         ''')
         self.assertEqual(0, proc.returncode, proc.stderr)
-        lines = [line for line in proc.stdout.splitlines()
-                 if 'instrument.x' in line]
+        lines = [
+            line for line in proc.stdout.splitlines() if 'instrument.x' in line
+        ]
         self.assertEqual(2, len(lines), lines)
         self.assertIn('child own', lines[0])
         self.assertIn('held by', lines[1])

@@ -30,12 +30,13 @@ from tests.unit.sinks import test_file as unit
 
 def _readme_logrotate() -> str:
     """The logrotate snippet of README.rst ("Log rotation")."""
-    readme = os.path.join(os.path.dirname(__file__), '..', '..', '..',
-                          'README.rst')
+    readme = os.path.join(
+        os.path.dirname(__file__), '..', '..', '..', 'README.rst'
+    )
     with open(readme) as f:
         text = f.read()
     start = text.index('    # /etc/logrotate.d/nova-instrument\n')
-    block = text[start:text.index('\n\n', start)]
+    block = text[start : text.index('\n\n', start)]
     return textwrap.dedent(block) + '\n'
 
 
@@ -45,17 +46,24 @@ class LogrotateTest(unit._SinkTestBase):
     def setUp(self):
         super().setUp()
         self.logrotate = shutil.which('logrotate') or next(
-            (p for p in ('/usr/sbin/logrotate', '/sbin/logrotate')
-             if os.path.exists(p)), None)
+            (
+                p
+                for p in ('/usr/sbin/logrotate', '/sbin/logrotate')
+                if os.path.exists(p)
+            ),
+            None,
+        )
         if self.logrotate is None:
             if os.environ.get('CI') == 'true':
                 self.fail('logrotate is not installed')
             self.skipTest('logrotate is not installed')
         user = pwd.getpwuid(os.getuid()).pw_name
         group = grp.getgrgid(os.getgid()).gr_name
-        conf = _readme_logrotate().replace(
-            '/var/log/nova/instrument', self.out).replace(
-            ' nova nova', ' %s %s' % (user, group))
+        conf = (
+            _readme_logrotate()
+            .replace('/var/log/nova/instrument', self.out)
+            .replace(' nova nova', ' %s %s' % (user, group))
+        )
         self.conf_path = os.path.join(self.tmp, 'logrotate.conf')
         with open(self.conf_path, 'w') as f:
             f.write(conf)
@@ -63,8 +71,17 @@ class LogrotateTest(unit._SinkTestBase):
 
     def rotate(self) -> None:
         proc = subprocess.run(
-            [self.logrotate, '-f', '-s', os.path.join(self.tmp, 'state'),
-             self.conf_path], capture_output=True, text=True, timeout=60)
+            [
+                self.logrotate,
+                '-f',
+                '-s',
+                os.path.join(self.tmp, 'state'),
+                self.conf_path,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr)
         time.sleep(1.1)  # the rotated names have a one-second stamp
 
@@ -81,13 +98,14 @@ class LogrotateTest(unit._SinkTestBase):
         self.assertTrue(names[0].endswith('.jsonl.gz'), names)
         self.assertTrue(names[1].endswith('.jsonl'), names)
         with gzip.open(os.path.join(rotated, names[0])) as f:
-            self.assertEqual([1, 2, 3], [json.loads(line)['attrs']['n']
-                                         for line in f])
-        self.assertEqual([4, 5], self.numbers(os.path.join(rotated,
-                                                           names[1])))
+            self.assertEqual(
+                [1, 2, 3], [json.loads(line)['attrs']['n'] for line in f]
+            )
+        self.assertEqual([4, 5], self.numbers(os.path.join(rotated, names[1])))
         self.assertEqual([6], self.numbers(self.sink.path))
         # instrument-report finds all three.
         from instrument.analysis.ingest import spanfiles
+
         files, problems = spanfiles.discover([self.out])
         self.assertEqual([], problems)
         self.assertEqual(3, len(files))
@@ -101,7 +119,8 @@ class LogrotateTest(unit._SinkTestBase):
         # (a restart, a recycled worker) the file is rotated once and
         # never matched again, so rotate/maxage never age it out.
         exited = file_sink.FileSink(
-            self.conf, process.ProcessIdentity.create('nova-api', 'h1'))
+            self.conf, process.ProcessIdentity.create('nova-api', 'h1')
+        )
         exited.write(unit._events(1, 2), 1, 4242)
         exited.close()
         self.write(3)
@@ -109,8 +128,7 @@ class LogrotateTest(unit._SinkTestBase):
         rotated = os.path.join(self.out, 'rotated')
 
         def of_exited():
-            return sorted(n for n in os.listdir(rotated)
-                          if '_4242_' in n)
+            return sorted(n for n in os.listdir(rotated) if '_4242_' in n)
 
         self.assertEqual(1, len(of_exited()))
         self.assertTrue(of_exited()[0].endswith('.jsonl'))
@@ -123,8 +141,9 @@ class LogrotateTest(unit._SinkTestBase):
         self.assertEqual(1, len(names), names)
         self.assertTrue(names[0].endswith('.jsonl.gz'), names)
         with gzip.open(os.path.join(rotated, names[0])) as f:
-            self.assertEqual([1, 2], [json.loads(line)['attrs']['n']
-                                      for line in f])
+            self.assertEqual(
+                [1, 2], [json.loads(line)['attrs']['n'] for line in f]
+            )
         # Past the retention every rotated file goes, the exited
         # process's included; the running one's newest copy stays.
         for name in os.listdir(rotated):
@@ -134,8 +153,7 @@ class LogrotateTest(unit._SinkTestBase):
         self.assertEqual([], of_exited())
         names = sorted(os.listdir(rotated))
         self.assertEqual(1, len(names), names)
-        self.assertEqual([5], self.numbers(os.path.join(rotated,
-                                                        names[0])))
+        self.assertEqual([5], self.numbers(os.path.join(rotated, names[0])))
         self.write(1)
         self.assertEqual([6], self.numbers(self.sink.path))
         self.assertEqual(0, self.sink.dropped)

@@ -22,8 +22,11 @@ from instrument.runtime import recorder
 from tests.unit import base
 from tests.unit.sinks import otlp_collector
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+ROOT = os.path.dirname(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
+)
 
 CONF = '''
 import json
@@ -50,7 +53,9 @@ class Ctx:
         self.global_request_id = None
 '''
 
-NOTHING_IMPORTED = CONF + '''
+NOTHING_IMPORTED = (
+    CONF
+    + '''
 import importlib
 import pkgutil
 import sys
@@ -81,8 +86,11 @@ loaded = sorted(m for m in sys.modules
                 or m.startswith('google.protobuf'))
 print(json.dumps({'loaded': loaded, 'failed': failed}))
 '''
+)
 
-HTTP_ONLY = CONF + '''
+HTTP_ONLY = (
+    CONF
+    + '''
 import socket
 import sys
 
@@ -106,8 +114,11 @@ print(json.dumps({'sdk': 'opentelemetry.sdk.trace' in sys.modules,
                                  if m.split('.')[0] == 'grpc'),
                   'dropped': sink.dropped}))
 '''
+)
 
-MISSING_EXTRA = CONF + '''
+MISSING_EXTRA = (
+    CONF
+    + '''
 import sys
 
 sys.modules['opentelemetry'] = None  # as if the extra were not installed
@@ -122,11 +133,15 @@ try:
 except opts.InvalidOption as exc:
     print(json.dumps({'option': exc.option, 'message': str(exc)}))
 '''
+)
 
-GREEN = '''
+GREEN = (
+    '''
 import eventlet
 eventlet.monkey_patch()
-''' + CONF + '''
+'''
+    + CONF
+    + '''
 import sys
 
 import instrument
@@ -181,6 +196,7 @@ lifecycle.teardown()
 out.update(dropped=sink.dropped, exported=sink.exported)
 print(json.dumps(out))
 '''
+)
 
 # The exporter thread is left in an export the collector never answers;
 # the collector then resets the connection while the interpreter
@@ -188,7 +204,8 @@ print(json.dumps(out))
 # left it behind in its eventlet hub.  The collector is a listener in this
 # process that never accepts: the kernel completes the connection in the
 # listen backlog, and closing the listener resets it.
-FINALIZING = '''
+FINALIZING = (
+    '''
 import atexit
 import sys
 
@@ -204,7 +221,9 @@ atexit.register(reset_while_finalizing)  # the first registered runs last
 import eventlet
 eventlet.monkey_patch()
 from eventlet import patcher
-''' + CONF + '''
+'''
+    + CONF
+    + '''
 import instrument
 from instrument.runtime import lifecycle
 
@@ -229,13 +248,15 @@ lifecycle.teardown()
 print(json.dumps({'dropped': sink.dropped, 'exported': sink.exported,
                   'exporter_alive': sink._thread.is_alive()}))
 '''
+)
 
 # The same hung export at exit, while the file sink's writer is stuck in
 # a write that never returns (a hung disk): the buffer cannot take its
 # drain lock, and closes the sinks the writer is not in all the same
 # (the OTLP sink's close ends the exporter thread).  argv: mode
 # (threads, eventlet), span directory.
-STUCK_FILE_FINALIZING = '''
+STUCK_FILE_FINALIZING = (
+    '''
 import atexit
 import sys
 
@@ -258,7 +279,9 @@ if mode == 'eventlet':
 else:
     import select as real_select
     import socket as real_socket
-''' + CONF + '''
+'''
+    + CONF
+    + '''
 import logging
 
 logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -303,8 +326,11 @@ assert entered.wait(30), 'the writer did not write'
 print(json.dumps({'path': rt.buffer.sinks[0].path}))
 # the interpreter exits: the flush at exit, then the reset
 '''
+)
 
-FORKED = CONF + '''
+FORKED = (
+    CONF
+    + '''
 import os
 import sys
 
@@ -332,22 +358,25 @@ with tr.span('api.request', ctx=Ctx('req-parent-2')):
 lifecycle.teardown()
 print(json.dumps({'parent': os.getpid(), 'child': child}))
 '''
+)
 
 
 class ProcessTestBase(base.TestCase):
-
     def run_script(self, source, *args, timeout=120):
         proc = subprocess.run(
             [sys.executable, '-c', textwrap.dedent(source)] + list(args),
-            cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-            check=False)
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         self.assertEqual(0, proc.returncode, proc.stderr)
         self.stderr = proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 class ImportTest(ProcessTestBase):
-
     def test_nothing_of_opentelemetry_unless_otlp_is_selected(self):
         out = self.run_script(NOTHING_IMPORTED, self.tmp)
         self.assertEqual([], out['loaded'], out['failed'])
@@ -362,8 +391,9 @@ class ImportTest(ProcessTestBase):
         out = self.run_script(MISSING_EXTRA, self.tmp)
         self.assertEqual('sinks', out['option'])
         self.assertIn('[instrument] sinks', out['message'])
-        self.assertIn('pip install "openstack-instrument[otlp]"',
-                      out['message'])
+        self.assertIn(
+            'pip install "openstack-instrument[otlp]"', out['message']
+        )
 
 
 class EventletTest(ProcessTestBase):
@@ -371,8 +401,9 @@ class EventletTest(ProcessTestBase):
     stalls neither the hub nor the greenthreads that emit."""
 
     def check_live(self, collector, protocol):
-        out = self.run_script(GREEN, protocol, collector.endpoint, 'live',
-                              '20')
+        out = self.run_script(
+            GREEN, protocol, collector.endpoint, 'live', '20'
+        )
         self.assertEqual({'dropped': 0, 'exported': 40}, out)
         spans = collector.wait_spans(40)
         self.assertEqual(40, len(spans))
@@ -381,20 +412,27 @@ class EventletTest(ProcessTestBase):
             by_trace.setdefault(span['trace'], {})[span['name']] = span
         self.assertEqual(
             {recorder.trace_id_hex('req-green-%d' % n) for n in range(20)},
-            set(by_trace))
+            set(by_trace),
+        )
         for trace in by_trace.values():
-            self.assertEqual(trace['compute.build']['span'],
-                             trace['compute.spawn']['parent'])
-            self.assertEqual('eventlet', trace['compute.build']['resource'][
-                'instrument.mode'])
+            self.assertEqual(
+                trace['compute.build']['span'],
+                trace['compute.spawn']['parent'],
+            )
+            self.assertEqual(
+                'eventlet',
+                trace['compute.build']['resource']['instrument.mode'],
+            )
 
     def test_http_export_under_eventlet(self):
-        self.check_live(self.useFixture(otlp_collector.HttpCollector()),
-                        'http/protobuf')
+        self.check_live(
+            self.useFixture(otlp_collector.HttpCollector()), 'http/protobuf'
+        )
 
     def test_grpc_export_under_eventlet(self):
-        self.check_live(self.useFixture(otlp_collector.GrpcCollector()),
-                        'grpc')
+        self.check_live(
+            self.useFixture(otlp_collector.GrpcCollector()), 'grpc'
+        )
 
     def check_hang(self, protocol, endpoint, hanging):
         out = self.run_script(GREEN, protocol, endpoint, 'hang', '10')
@@ -420,8 +458,9 @@ class EventletTest(ProcessTestBase):
         # reset while the interpreter finalizes is ended by pthread_exit
         # through greenlet's frames: SIGSEGV (-11), 18 runs in 20 here.
         out = self.run_script(FINALIZING)
-        self.assertEqual({'dropped': 10, 'exported': 0,
-                          'exporter_alive': False}, out)
+        self.assertEqual(
+            {'dropped': 10, 'exported': 0, 'exporter_alive': False}, out
+        )
         self.assertNotIn('Traceback', self.stderr)
         self.assertIn('10 spans not exported', self.stderr)
 
@@ -438,13 +477,14 @@ class StuckWriterAtExitTest(ProcessTestBase):
         self.assertNotIn('Traceback', log)
         # the OTLP sink's close ran: what the hung export held, counted
         self.assertIn('10 spans not exported to', log)
-        self.assertIn('instrument: at close, 10 lost by the otlp sink',
-                      log)
+        self.assertIn('instrument: at close, 10 lost by the otlp sink', log)
         # what the stuck writer never wrote
-        self.assertRegex(log, r'at close, 10 events \(\d+ of them in the '
-                         r'write that did not return\) were never written: '
-                         r'the writer did not finish writing to %s'
-                         % out['path'])
+        self.assertRegex(
+            log,
+            r'at close, 10 events \(\d+ of them in the '
+            r'write that did not return\) were never written: '
+            r'the writer did not finish writing to %s' % out['path'],
+        )
 
     def test_eventlet(self):
         # Without the OTLP sink's close, its exporter thread is left in
@@ -458,29 +498,36 @@ class StuckWriterAtExitTest(ProcessTestBase):
 
 
 class ForkTest(ProcessTestBase):
-
     def check_fork(self, collector, protocol):
         out = self.run_script(FORKED, collector.endpoint, protocol)
-        spans = {s['attrs']['instrument.req']: s
-                 for s in collector.wait_spans(3)}
-        self.assertEqual({'req-parent', 'req-child', 'req-parent-2'},
-                         set(spans))
-        for req, pid in (('req-parent', out['parent']),
-                         ('req-child', out['child']),
-                         ('req-parent-2', out['parent'])):
+        spans = {
+            s['attrs']['instrument.req']: s for s in collector.wait_spans(3)
+        }
+        self.assertEqual(
+            {'req-parent', 'req-child', 'req-parent-2'}, set(spans)
+        )
+        for req, pid in (
+            ('req-parent', out['parent']),
+            ('req-child', out['child']),
+            ('req-parent-2', out['parent']),
+        ):
             resource = spans[req]['resource']
             self.assertEqual(pid, resource['process.pid'])
             self.assertEqual('nova-api', resource['service.name'])
-            self.assertTrue(resource['service.instance.id'].endswith(
-                ':%d' % pid))
-        self.assertEqual(out['parent'],
-                         spans['req-child']['resource']['process.parent_pid'])
+            self.assertTrue(
+                resource['service.instance.id'].endswith(':%d' % pid)
+            )
+        self.assertEqual(
+            out['parent'], spans['req-child']['resource']['process.parent_pid']
+        )
 
     def test_forked_worker_exports_as_its_own_instance(self):
-        self.check_fork(self.useFixture(otlp_collector.HttpCollector()),
-                        'http/protobuf')
+        self.check_fork(
+            self.useFixture(otlp_collector.HttpCollector()), 'http/protobuf'
+        )
 
     def test_forked_worker_exports_over_grpc(self):
         # The child never uses the parent's channel: it builds its own.
-        self.check_fork(self.useFixture(otlp_collector.GrpcCollector()),
-                        'grpc')
+        self.check_fork(
+            self.useFixture(otlp_collector.GrpcCollector()), 'grpc'
+        )

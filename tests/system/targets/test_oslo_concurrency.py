@@ -114,26 +114,35 @@ class EventletLockTimingTest(base.TestCase):
             proc = self.run_script(EVENTLET_RUN, kind)
             self.assertEqual(0, proc.returncode, proc.stderr)
             out = json.loads(proc.stdout.strip().splitlines()[-1])
-            waits = {r['req']: r for r in out['records']
-                     if r['ev'] == 'lock.wait'}
+            waits = {
+                r['req']: r for r in out['records'] if r['ev'] == 'lock.wait'
+            }
             self.assertEqual(2, len(waits), out['records'])
-            error = abs(waits[out['reqs']['waiter']]['dur_us'] -
-                        out['truth']['wait'])
+            error = abs(
+                waits[out['reqs']['waiter']]['dur_us'] - out['truth']['wait']
+            )
             if best is None or error < best[0]:
                 best = (error, out, waits)
             if error <= TOLERANCE_US:
                 break
         _error, out, waits = best
         truth = out['truth']
-        spans = {r['span']: r for r in out['records']
-                 if r['ev'] == 'compute.claim'}
+        spans = {
+            r['span']: r for r in out['records'] if r['ev'] == 'compute.claim'
+        }
         waited = waits[out['reqs']['waiter']]
         held = waits[out['reqs']['holder']]
         self.assertGreater(truth['wait'], HOLD_S * 1e6 / 4)
-        self.assertLessEqual(abs(waited['dur_us'] - truth['wait']),
-                             TOLERANCE_US, (waited, truth))
-        self.assertLessEqual(abs(held['attrs']['held_us'] - truth['held']),
-                             TOLERANCE_US, (held, truth))
+        self.assertLessEqual(
+            abs(waited['dur_us'] - truth['wait']),
+            TOLERANCE_US,
+            (waited, truth),
+        )
+        self.assertLessEqual(
+            abs(held['attrs']['held_us'] - truth['held']),
+            TOLERANCE_US,
+            (held, truth),
+        )
         for rec in (waited, held):
             self.assertEqual('compute_resources', rec['attrs']['lock'])
             self.assertEqual(rec['req'], spans[rec['parent']]['req'])

@@ -32,8 +32,9 @@ from instrument.analysis.render import text as report_text
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 DOC = os.path.join(ROOT, 'doc', 'source', 'architecture.rst')
-THREADS = os.path.join(ROOT, 'tests', 'data', 'fidelity',
-                       'demo-threads.jsonl.gz')
+THREADS = os.path.join(
+    ROOT, 'tests', 'data', 'fidelity', 'demo-threads.jsonl.gz'
+)
 
 
 def blocks() -> dict:
@@ -42,28 +43,38 @@ def blocks() -> dict:
         text = f.read()
     out = {}
     for match in re.finditer(
-            r'\.\. code-block:: python\n   :name: (\S+)\n\n'
-            r'((?:   .*\n|\n)+)', text):
-        out[match.group(1)] = '\n'.join(
-            line[3:] for line in match.group(2).splitlines()).strip() + '\n'
+        r'\.\. code-block:: python\n   :name: (\S+)\n\n'
+        r'((?:   .*\n|\n)+)',
+        text,
+    ):
+        out[match.group(1)] = (
+            '\n'.join(line[3:] for line in match.group(2).splitlines()).strip()
+            + '\n'
+        )
     return out
 
 
 class AddingASectionTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         code = blocks()
         module = types.ModuleType('instrument.analysis.sections.hosts')
-        exec(compile(code['section-module'], DOC, 'exec'),  # noqa: S102
-             module.__dict__)
-        entry = eval(code['registry-line'].rstrip().rstrip(','),  # noqa: S307
-                     {'Entry': registry.Entry, 'hosts': module})
+        exec(  # noqa: S102
+            compile(code['section-module'], DOC, 'exec'),
+            module.__dict__,
+        )
+        entry = eval(  # noqa: S307
+            code['registry-line'].rstrip().rstrip(','),
+            {'Entry': registry.Entry, 'hosts': module},
+        )
         sections = list(registry.SECTIONS)
         at = [e.section.key for e in sections].index('resources') + 1
         sections.insert(at, entry)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.registry.SECTIONS', tuple(sections)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.registry.SECTIONS', tuple(sections)
+            )
+        )
 
     def test_one_module_and_one_registry_line(self):
         report = pipeline.analyse([THREADS], pipeline.Options(jobs=1))
@@ -72,15 +83,20 @@ class AddingASectionTest(testtools.TestCase):
         hosts = report['hosts']
         self.assertTrue(hosts)
         # every valid record, once, whatever it belongs to
-        self.assertEqual(report['inputs']['records'],
-                         sum(h['records'] for h in hosts.values()))
+        self.assertEqual(
+            report['inputs']['records'],
+            sum(h['records'] for h in hosts.values()),
+        )
         self.assertEqual(sorted(report['clocks']['hosts']), sorted(hosts))
         text = report_text.render(report)
         self.assertIn('Records per host', text)
         # after the resources (100), before the SQL profile (110)
-        self.assertLess(text.index('Records per host'),
-                        text.index('SQL profile'))
+        self.assertLess(
+            text.index('Records per host'), text.index('SQL profile')
+        )
         page = report_html.render(report)
         self.assertIn('<h2>Records per host</h2>', page)
-        self.assertLess(page.index('<h2>Records per host</h2>'),
-                        page.index('<h2>SQL digest'))
+        self.assertLess(
+            page.index('<h2>Records per host</h2>'),
+            page.index('<h2>SQL digest'),
+        )

@@ -33,7 +33,6 @@ def summarise(spans, sql=None):
 
 
 class ExclusiveTimeTest(testtools.TestCase):
-
     def test_nesting_not_double_counted(self):
         spans = {
             'p': span('conductor.schedule', 0, 100),
@@ -64,12 +63,15 @@ class ExclusiveTimeTest(testtools.TestCase):
     def test_critical_path_follows_latest_branch(self):
         spans = {
             'r': span('api.request', 0, 10, svc='api'),
-            'x': span('compute.build', 5, 100, 'r', svc='compute',
-                      host='c1', pid=2),
-            'y': span('compute.build', 5, 50, 'r', svc='compute',
-                      host='c2', pid=3),
-            'z': span('compute.spawn', 20, 80, 'x', svc='compute',
-                      host='c1', pid=2),
+            'x': span(
+                'compute.build', 5, 100, 'r', svc='compute', host='c1', pid=2
+            ),
+            'y': span(
+                'compute.build', 5, 50, 'r', svc='compute', host='c2', pid=3
+            ),
+            'z': span(
+                'compute.spawn', 20, 80, 'x', svc='compute', host='c1', pid=2
+            ),
         }
         s = summarise(spans)
         self.assertEqual(105, s.latency)
@@ -81,12 +83,15 @@ class ExclusiveTimeTest(testtools.TestCase):
     def test_lifecycle_made_later_is_the_same(self):
         spans = {
             'r': span('api.request', 0, 10, svc='api'),
-            'x': span('compute.build', 5, 100, 'r', svc='compute',
-                      host='c1', pid=2),
-            'y': span('compute.build', 5, None, 'r', svc='compute',
-                      host='c2', pid=3),
-            'z': span('compute.spawn', 20, 80, 'x', svc='compute',
-                      host='c1', pid=2),
+            'x': span(
+                'compute.build', 5, 100, 'r', svc='compute', host='c1', pid=2
+            ),
+            'y': span(
+                'compute.build', 5, None, 'r', svc='compute', host='c2', pid=3
+            ),
+            'z': span(
+                'compute.spawn', 20, 80, 'x', svc='compute', host='c1', pid=2
+            ),
         }
         spans['y'][spans_mod.S_ST] = None  # started, never ended
         r = spans_mod.OpenRequest('req-x')
@@ -101,8 +106,21 @@ class ExclusiveTimeTest(testtools.TestCase):
         self.assertEqual(now.lifecycle, later.lifecycle)
         self.assertEqual(4, len(later.lifecycle))
         # the open span runs to the request's end and is on the path
-        self.assertEqual((5, None, 'c2', 'compute', 'compute.build',
-                          'open', 0, None, True, None), later.lifecycle[2])
+        self.assertEqual(
+            (
+                5,
+                None,
+                'c2',
+                'compute',
+                'compute.build',
+                'open',
+                0,
+                None,
+                True,
+                None,
+            ),
+            later.lifecycle[2],
+        )
 
     def test_compact_times_read_back(self):
         spans = {
@@ -162,14 +180,35 @@ class UnrecordedGapTest(testtools.TestCase):
         # in the executor's thread, under the dispatch
         spans = {
             'c': span('rpc.cast', 0, 1000, host='ctl', pid=1),
-            'd': span('rpc.dispatch', 1500, 500, 'c', svc='compute',
-                      host='cmp-1', pid=2),
-            'm': span('compute.live_migration', 28_000_000, 2_000_000,
-                      'd', svc='compute', host='cmp-1', pid=2),
+            'd': span(
+                'rpc.dispatch',
+                1500,
+                500,
+                'c',
+                svc='compute',
+                host='cmp-1',
+                pid=2,
+            ),
+            'm': span(
+                'compute.live_migration',
+                28_000_000,
+                2_000_000,
+                'd',
+                svc='compute',
+                host='cmp-1',
+                pid=2,
+            ),
         }
         if waited:
-            spans['w'] = span('pool.wait', 1800, 28_000_000 - 1800 - 10,
-                              'd', svc='compute', host='cmp-1', pid=2)
+            spans['w'] = span(
+                'pool.wait',
+                1800,
+                28_000_000 - 1800 - 10,
+                'd',
+                svc='compute',
+                host='cmp-1',
+                pid=2,
+            )
             spans['w'][spans_mod.S_ATTRS] = {'pool': 'live_migration'}
         return summarise(spans)
 
@@ -181,13 +220,21 @@ class UnrecordedGapTest(testtools.TestCase):
         # the migration's 28 s in nova's queue: nobody recorded it
         wait = 28_000_000 - 2000
         self.assertEqual(wait, s.cp[breakdown.GAP])
-        self.assertEqual((('rpc.dispatch', 'compute.live_migration',
-                           wait),), s.gaps)
+        self.assertEqual(
+            (('rpc.dispatch', 'compute.live_migration', wait),), s.gaps
+        )
         self.assertEqual(s.latency, sum(s.cp.values()))
         assert_path_within_own_time(self, s)
-        self.assertEqual([{'after': 'rpc.dispatch',
-                           'before': 'compute.live_migration',
-                           'critical_us': wait}], s.to_dict()['gaps'])
+        self.assertEqual(
+            [
+                {
+                    'after': 'rpc.dispatch',
+                    'before': 'compute.live_migration',
+                    'critical_us': wait,
+                }
+            ],
+            s.to_dict()['gaps'],
+        )
 
     def test_recorded_executor_wait_is_charged_to_the_wait(self):
         s = self._live_migration(waited=True)
@@ -196,8 +243,9 @@ class UnrecordedGapTest(testtools.TestCase):
         # what is left unrecorded: the 10 us between the wait's end and
         # the migration's start
         self.assertEqual(10, s.cp[breakdown.GAP])
-        self.assertEqual((('pool.wait', 'compute.live_migration', 10),),
-                         s.gaps)
+        self.assertEqual(
+            (('pool.wait', 'compute.live_migration', 10),), s.gaps
+        )
         assert_path_within_own_time(self, s)
 
     def test_gap_between_roots_and_after_the_last(self):
@@ -212,24 +260,30 @@ class UnrecordedGapTest(testtools.TestCase):
         r.last = 450
         s = breakdown.summarise(r, spans_mod.Tree(spans, r.sql_errors))
         self.assertEqual(250, s.cp[breakdown.GAP])
-        self.assertEqual({('conductor.build_instances', None, 50),
-                          ('api.request', 'conductor.build_instances',
-                           200)}, set(s.gaps))
+        self.assertEqual(
+            {
+                ('conductor.build_instances', None, 50),
+                ('api.request', 'conductor.build_instances', 200),
+            },
+            set(s.gaps),
+        )
 
     def test_thread_handoff_in_one_process_is_a_gap(self):
         # an RPC method that hands its work to a thread (the build):
         # the thread started later, in the same process
         spans = {
             'd': span('rpc.dispatch', 0, 100, svc='compute'),
-            'b': span('compute.build_and_run_instance', 10, 80, 'd',
-                      svc='compute'),
+            'b': span(
+                'compute.build_and_run_instance', 10, 80, 'd', svc='compute'
+            ),
             'x': span('compute.build', 400, 1000, 'b', svc='compute'),
         }
         s = summarise(spans)
         self.assertNotIn('rpc.queue', s.cp)
         self.assertEqual(310, s.cp[breakdown.GAP])
-        self.assertEqual((('compute.build_and_run_instance',
-                           'compute.build', 310),), s.gaps)
+        self.assertEqual(
+            (('compute.build_and_run_instance', 'compute.build', 310),), s.gaps
+        )
         assert_path_within_own_time(self, s)
 
     def test_sql_time_counts_as_its_component_own(self):
@@ -251,15 +305,19 @@ class DemoPathWithinOwnTimeTest(testtools.TestCase):
         import os
 
         from instrument.analysis import pipeline
-        data = os.path.join(os.path.dirname(__file__), os.pardir,
-                            os.pardir, 'data', 'fidelity')
+
+        data = os.path.join(
+            os.path.dirname(__file__), os.pardir, os.pardir, 'data', 'fidelity'
+        )
         for name in ('demo-threads.jsonl.gz', 'demo-mixed-threads.jsonl.gz'):
-            report = pipeline.analyse([os.path.join(data, name)],
-                                      pipeline.Options(jobs=1))
+            report = pipeline.analyse(
+                [os.path.join(data, name)], pipeline.Options(jobs=1)
+            )
             self.assertGreater(len(report['requests']), 10)
             for row in report['requests']:
-                self.assertEqual([], path_beyond_own_time(row),
-                                 (name, row['req']))
+                self.assertEqual(
+                    [], path_beyond_own_time(row), (name, row['req'])
+                )
 
 
 def path_beyond_own_time(row: dict) -> list:
@@ -268,9 +326,11 @@ def path_beyond_own_time(row: dict) -> list:
     own = dict(row['components_us'])
     for name, us in row['sql_in_us'].items():
         own[name] = own.get(name, 0) + us
-    return [(name, us, own.get(name, 0))
-            for name, us in row['critical_path_us'].items()
-            if name != breakdown.GAP and us > own.get(name, 0)]
+    return [
+        (name, us, own.get(name, 0))
+        for name, us in row['critical_path_us'].items()
+        if name != breakdown.GAP and us > own.get(name, 0)
+    ]
 
 
 class ConcurrencySpanTest(testtools.TestCase):
@@ -279,8 +339,9 @@ class ConcurrencySpanTest(testtools.TestCase):
 
     def test_a_series_covers_the_span_it_is_given(self):
         S = 1_000_000
-        boots = breakdown.concurrency([0, 10 * S], [20 * S, 30 * S],
-                                      points=131, span=(0, 130 * S))
+        boots = breakdown.concurrency(
+            [0, 10 * S], [20 * S, 30 * S], points=131, span=(0, 130 * S)
+        )
         self.assertEqual(0.0, boots['series'][0][0])
         self.assertEqual(130.0, boots['series'][-1][0])
         self.assertEqual(2, max(v for _t, v in boots['series']))

@@ -25,12 +25,12 @@ from instrument.analysis.render import views
 def is_round_step(step: float) -> bool:
     """1, 2, 2.5 or 5 times a power of ten."""
     mag = 10.0 ** math.floor(math.log10(step))
-    return any(math.isclose(step, m * mag, rel_tol=1e-9)
-               for m in (1, 2, 2.5, 5, 10))
+    return any(
+        math.isclose(step, m * mag, rel_tol=1e-9) for m in (1, 2, 2.5, 5, 10)
+    )
 
 
 class NiceTicksTest(testtools.TestCase):
-
     def test_examples(self):
         self.assertEqual([0, 5, 10, 15, 20, 25], charts.nice_ticks(21.7))
         self.assertEqual([0, 50, 100, 150, 200], charts.nice_ticks(176))
@@ -57,10 +57,10 @@ class NiceTicksTest(testtools.TestCase):
         self.assertEqual([0, 1], charts.nice_ticks(0.25, integer=True))
         self.assertEqual([0, 1, 2, 3], charts.nice_ticks(3, 4, integer=True))
         self.assertEqual([0, 0.25, 0.5, 0.75, 1], charts.nice_ticks(1, 4))
-        svg = charts.line_chart([(0, 0), (0.001, 1)], 't', 'n',
-                                y_integer=True)
-        self.assertEqual(['0', '1'],
-                         re.findall(r'class="ytick"[^>]*>([^<]*)<', svg))
+        svg = charts.line_chart([(0, 0), (0.001, 1)], 't', 'n', y_integer=True)
+        self.assertEqual(
+            ['0', '1'], re.findall(r'class="ytick"[^>]*>([^<]*)<', svg)
+        )
 
     def test_tick_labels_have_no_float_noise(self):
         labels = [charts.fmt_tick(t) for t in charts.nice_ticks(0.7)]
@@ -82,19 +82,20 @@ class NiceTicksTest(testtools.TestCase):
 
 
 class ContrastTest(testtools.TestCase):
-
     def test_wcag_reference_values(self):
         self.assertAlmostEqual(21.0, charts.contrast('#000', '#fff'))
         self.assertAlmostEqual(1.0, charts.contrast('#777', '#777'))
         # WebAIM's checker: #767676 on white is 4.54:1
-        self.assertAlmostEqual(4.54, charts.contrast('#767676', '#ffffff'),
-                               places=2)
+        self.assertAlmostEqual(
+            4.54, charts.contrast('#767676', '#ffffff'), places=2
+        )
 
     def test_text_on_every_component_colour(self):
         fills = list(views.PALETTE.values()) + list(views.EXTRA)
         for fill in fills + [charts.blend(f, 0.6) for f in fills]:
             self.assertGreaterEqual(
-                charts.contrast(charts.text_on(fill), fill), 4.5, fill)
+                charts.contrast(charts.text_on(fill), fill), 4.5, fill
+            )
 
 
 class DistinctColoursTest(testtools.TestCase):
@@ -104,22 +105,27 @@ class DistinctColoursTest(testtools.TestCase):
     def test_ciede2000_reference_pairs(self):
         # identical colours are 0 apart, black and white 100
         self.assertEqual(0.0, charts.ciede2000('#4e79a7', '#4e79a7'))
-        self.assertAlmostEqual(100.0, charts.ciede2000('#000000',
-                                                       '#ffffff'), 0)
+        self.assertAlmostEqual(
+            100.0, charts.ciede2000('#000000', '#ffffff'), 0
+        )
         # symmetric
-        self.assertAlmostEqual(charts.ciede2000('#edc948', '#f1ce63'),
-                               charts.ciede2000('#f1ce63', '#edc948'))
+        self.assertAlmostEqual(
+            charts.ciede2000('#edc948', '#f1ce63'),
+            charts.ciede2000('#f1ce63', '#edc948'),
+        )
         # the two yellows of issue 32 (sql, wait.lock) were near-identical
         self.assertLess(charts.ciede2000('#edc948', '#f1ce63'), 5)
 
     def test_every_pair_of_component_colours_differs(self):
         colours = dict(views.PALETTE)
-        colours.update(('extra %d' % i, c)
-                       for i, c in enumerate(views.EXTRA))
+        colours.update(('extra %d' % i, c) for i, c in enumerate(views.EXTRA))
         names = sorted(colours)
-        close = [(a, b, round(charts.ciede2000(colours[a], colours[b]), 1))
-                 for i, a in enumerate(names) for b in names[i + 1:]
-                 if charts.ciede2000(colours[a], colours[b]) < 15]
+        close = [
+            (a, b, round(charts.ciede2000(colours[a], colours[b]), 1))
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+            if charts.ciede2000(colours[a], colours[b]) < 15
+        ]
         self.assertEqual([], close)
 
     def test_components_outside_the_palette_differ_from_it(self):
@@ -131,9 +137,10 @@ class DistinctColoursTest(testtools.TestCase):
 
 
 class ClipWordsTest(testtools.TestCase):
-
-    MSG = ('Binding failed for port <uuid>, please check neutron logs '
-           'for more information.')
+    MSG = (
+        'Binding failed for port <uuid>, please check neutron logs '
+        'for more information.'
+    )
 
     def test_cut_after_a_word(self):
         out = fmt.clip_words(self.MSG, 41)
@@ -152,20 +159,28 @@ class ClipWordsTest(testtools.TestCase):
         self.assertEqual(self.MSG, fmt.clip_words(self.MSG, 200))
 
     def test_dotted_names(self):
-        self.assertEqual('compute.build\u2026', fmt.clip_words(
-            'compute.build_and_run', 16, '._ ', '\u2026'))
-        self.assertEqual('', fmt.clip_words(
-            'conductor.schedule', 6, '._ ', '\u2026', hard=False))
+        self.assertEqual(
+            'compute.build\u2026',
+            fmt.clip_words('compute.build_and_run', 16, '._ ', '\u2026'),
+        )
+        self.assertEqual(
+            '',
+            fmt.clip_words(
+                'conductor.schedule', 6, '._ ', '\u2026', hard=False
+            ),
+        )
 
 
 class ChartsTest(testtools.TestCase):
-
     def test_stacked_bars_axis(self):
         svg = charts.stacked_bars(
-            ['1', '2-3'], [('a', [1_200_000, 3_000_000]),
-                           ('b', [400_000, 900_000])],
-            {'a': '#4e79a7', 'b': '#f28e2b'}, 'mean time', 'load',
-            notes=['n=1', 'n=2'])
+            ['1', '2-3'],
+            [('a', [1_200_000, 3_000_000]), ('b', [400_000, 900_000])],
+            {'a': '#4e79a7', 'b': '#f28e2b'},
+            'mean time',
+            'load',
+            notes=['n=1', 'n=2'],
+        )
         yt = re.findall(r'class="ytick"[^>]*>([^<]*)<', svg)
         self.assertEqual(['0', '1', '2', '3', '4'], yt)
         self.assertIn('>mean time (s)</text>', svg)
@@ -173,12 +188,17 @@ class ChartsTest(testtools.TestCase):
         self.assertIn('viewBox="0 0 ', svg)
 
     def test_line_chart_axes(self):
-        svg = charts.line_chart([(0, 0), (40.5, 176), (81.3, 2)],
-                                'time', 'in flight')
-        self.assertEqual(['0', '50', '100', '150', '200'],
-                         re.findall(r'class="ytick"[^>]*>([^<]*)<', svg))
-        self.assertEqual(['0', '20', '40', '60', '80', '100'],
-                         re.findall(r'class="xtick"[^>]*>([^<]*)<', svg))
+        svg = charts.line_chart(
+            [(0, 0), (40.5, 176), (81.3, 2)], 'time', 'in flight'
+        )
+        self.assertEqual(
+            ['0', '50', '100', '150', '200'],
+            re.findall(r'class="ytick"[^>]*>([^<]*)<', svg),
+        )
+        self.assertEqual(
+            ['0', '20', '40', '60', '80', '100'],
+            re.findall(r'class="xtick"[^>]*>([^<]*)<', svg),
+        )
         self.assertIn('>time (s)</text>', svg)
         self.assertIn('>in flight</text>', svg)
 
@@ -189,14 +209,23 @@ class ChartsTest(testtools.TestCase):
 
     def test_hbars(self):
         svg = charts.hbars(
-            [('oslo_concurrency.lockutils compute_resources', 2_500_000),
-             ('db pool', 400_000)], 'time waited')
-        self.assertEqual(['0', '0.5', '1', '1.5', '2', '2.5'],
-                         re.findall(r'class="xtick"[^>]*>([^<]*)<', svg))
+            [
+                ('oslo_concurrency.lockutils compute_resources', 2_500_000),
+                ('db pool', 400_000),
+            ],
+            'time waited',
+        )
+        self.assertEqual(
+            ['0', '0.5', '1', '1.5', '2', '2.5'],
+            re.findall(r'class="xtick"[^>]*>([^<]*)<', svg),
+        )
         self.assertIn('>time waited (s)</text>', svg)
         # the long label cut after a word, whole on hover
-        self.assertIn('<title>oslo_concurrency.lockutils compute_resources'
-                      '</title>oslo_concurrency.lockutils\u2026</text>', svg)
+        self.assertIn(
+            '<title>oslo_concurrency.lockutils compute_resources'
+            '</title>oslo_concurrency.lockutils\u2026</text>',
+            svg,
+        )
         self.assertIn('>2.50s</text>', svg)
         self.assertIn('>400ms</text>', svg)
         self.assertEqual('', charts.hbars([], 'x'))

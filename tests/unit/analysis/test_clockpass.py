@@ -24,16 +24,19 @@ from tests import synthetic
 
 
 class ParallelClockPassTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
-        synthetic.generate(self.dir, seed=8, requests=120,
-                           skew_us=3_000_000, bad_input=True)
+        synthetic.generate(
+            self.dir, seed=8, requests=120, skew_us=3_000_000, bad_input=True
+        )
         self.paths, _ = spanfiles.discover([self.dir])
         # many small chunks, so the files interleave
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.ingest.stream.CHUNK_BYTES', 8192))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.ingest.stream.CHUNK_BYTES', 8192
+            )
+        )
 
     def test_chunks_in_the_same_order(self):
         one = list(clockpass._chunks(self.paths, True, None))
@@ -41,11 +44,13 @@ class ParallelClockPassTest(testtools.TestCase):
         self.assertTrue(any(spans for _i, _n, _h, spans, _w, _c in one))
         for jobs in (2, 3):
             done = []
-            many = list(clockpass._parallel_chunks(self.paths, jobs, True,
-                                                   done.append))
+            many = list(
+                clockpass._parallel_chunks(self.paths, jobs, True, done.append)
+            )
             self.assertEqual(one, many, jobs)
-            self.assertEqual(sum(f.size for f in
-                                 stream.open_files(self.paths)), done[-1])
+            self.assertEqual(
+                sum(f.size for f in stream.open_files(self.paths)), done[-1]
+            )
 
     def test_same_offsets_and_hops(self):
         # a short horizon: spans leave the matcher while reading
@@ -66,12 +71,14 @@ class ParallelClockPassTest(testtools.TestCase):
         cut = os.path.join(self.dir, 'zz-cut.jsonl.gz')
         data = gzip.compress(b''.join(lines))
         with open(cut, 'wb') as f:
-            f.write(data[:len(data) * 2 // 3])
+            f.write(data[: len(data) * 2 // 3])
         self.paths, _ = spanfiles.discover([self.dir])
-        want = clockpass.clock_pass(self.paths, 2_000_000, jobs=1,
-                                    hashes=True)[0].line_hashes
-        got = clockpass.clock_pass(self.paths, 2_000_000, jobs=2,
-                                   hashes=True)[0].line_hashes
+        want = clockpass.clock_pass(
+            self.paths, 2_000_000, jobs=1, hashes=True
+        )[0].line_hashes
+        got = clockpass.clock_pass(self.paths, 2_000_000, jobs=2, hashes=True)[
+            0
+        ].line_hashes
         self.assertEqual(set(range(len(self.paths))), set(want))
         self.assertEqual(want, got)
         files = stream.open_files(self.paths)
@@ -79,21 +86,32 @@ class ParallelClockPassTest(testtools.TestCase):
             lines = []
             while not f.done:
                 lines += f.read_chunk()
-            self.assertEqual(list(clockpass.request_hashes(lines)),
-                             list(want[f.index]), f.name)
+            self.assertEqual(
+                list(clockpass.request_hashes(lines)),
+                list(want[f.index]),
+                f.name,
+            )
             if f.name == 'zz-back.jsonl':
                 self.assertIsNotNone(f.backwards)
             if f.name == 'zz-cut.jsonl.gz':
                 self.assertIsNotNone(f.error)
-        self.assertEqual({}, clockpass.clock_pass(
-            self.paths, 2_000_000, jobs=2)[0].line_hashes)
+        self.assertEqual(
+            {},
+            clockpass.clock_pass(self.paths, 2_000_000, jobs=2)[0].line_hashes,
+        )
 
     def test_worker_failure_is_reported(self):
         def boom(*_args):
             raise ValueError('boom in worker')
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.ingest.clockpass.rpc_spans', boom))
-        exc = self.assertRaises(RuntimeError, list,
-                                clockpass._parallel_chunks(self.paths, 2,
-                                                           True, None))
+
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.ingest.clockpass.rpc_spans', boom
+            )
+        )
+        exc = self.assertRaises(
+            RuntimeError,
+            list,
+            clockpass._parallel_chunks(self.paths, 2, True, None),
+        )
         self.assertIn('boom in worker', str(exc))

@@ -62,13 +62,21 @@ def _world(rng, hosts, offsets, hops, skew=None):
         c0 = t + fwd
         c1 = c0 + work
         p1 = c1 + reply if sync else t + rng.randint(10, 500)
-        out.append((p, p0 - offsets[p], p1 - offsets[p], c,
-                    c0 - offsets[c], c1 - offsets[c], sync))
+        out.append(
+            (
+                p,
+                p0 - offsets[p],
+                p1 - offsets[p],
+                c,
+                c0 - offsets[c],
+                c1 - offsets[c],
+                sync,
+            )
+        )
     return out
 
 
 class SolveTest(testtools.TestCase):
-
     def test_sync_pair_centres_offset(self):
         # b's clock is 5000 us ahead; the call's child sits inside the
         # parent with 100 us on each side in true time.
@@ -88,16 +96,18 @@ class SolveTest(testtools.TestCase):
         # its interval too, a's stays; even when d is smaller than the
         # interval (the raw clock is not preferred: a skew inside the
         # interval would go unseen)
-        hops = [('a', 0, 1000, 'b', 300, 900, True),
-                ('b', 2000, 2100, 'c', 2200, None, False),
-                ('c', 3000, 3900, 'a', 3100, 3700, True)]
+        hops = [
+            ('a', 0, 1000, 'b', 300, 900, True),
+            ('b', 2000, 2100, 'c', 2200, None, False),
+            ('c', 3000, 3900, 'a', 3100, 3700, True),
+        ]
         base = _solve(hops).hosts
-        for d in (1, -1, 7, 150, -150, 40_000, -2_500_000,
-                  3 * 3_600_000_000):
+        for d in (1, -1, 7, 150, -150, 40_000, -2_500_000, 3 * 3_600_000_000):
             got = _solve(_shift(hops, 'b', d)).hosts
             self.assertEqual('reference', got['a']['status'])
-            self.assertEqual(base['b']['offset_us'] - d,
-                             got['b']['offset_us'], d)
+            self.assertEqual(
+                base['b']['offset_us'] - d, got['b']['offset_us'], d
+            )
             self.assertEqual(base['b']['low_us'] - d, got['b']['low_us'])
             self.assertEqual(base['b']['high_us'] - d, got['b']['high_us'])
             self.assertEqual(base['c'], got['c'])
@@ -105,30 +115,43 @@ class SolveTest(testtools.TestCase):
     def test_one_sided_bound_is_clamped(self):
         # a cast whose receive appears 3 s before its send: c must move
         # forward by at least 3 s; nothing bounds it from above.
-        res = _solve([('a', 10_000_000, 10_000_100, 'c', 7_000_000, None,
-                       False)])
+        res = _solve(
+            [('a', 10_000_000, 10_000_100, 'c', 7_000_000, None, False)]
+        )
         off = res.offsets()
         self.assertEqual(3_000_000, off['c'] - off['a'])
 
     def test_hosts_without_pairs_and_groups(self):
-        res = _solve([('a', 0, 1000, 'b', 100, 900, True),
-                      ('x', 0, 1000, 'y', 2100, 2900, True)],
-                     hosts=('lonely',))
+        res = _solve(
+            [
+                ('a', 0, 1000, 'b', 100, 900, True),
+                ('x', 0, 1000, 'y', 2100, 2900, True),
+            ],
+            hosts=('lonely',),
+        )
         self.assertEqual(2, res.groups)
         self.assertEqual('uncorrected', res.hosts['lonely']['status'])
         self.assertIsNone(res.hosts['lonely']['group'])
-        refs = [h for h, i in res.hosts.items()
-                if i['status'] == 'reference']
+        refs = [h for h, i in res.hosts.items() if i['status'] == 'reference']
         self.assertEqual(2, len(refs))
-        self.assertNotEqual(res.hosts['a']['group'],
-                            res.hosts['x']['group'])
-        self.assertEqual(-2000, res.hosts['y']['offset_us'] -
-                         res.hosts['x']['offset_us'])
+        self.assertNotEqual(res.hosts['a']['group'], res.hosts['x']['group'])
+        self.assertEqual(
+            -2000, res.hosts['y']['offset_us'] - res.hosts['x']['offset_us']
+        )
 
     def test_inconsistent_pair_dropped(self):
-        good = [('a', i * 10_000, i * 10_000 + 1000, 'b',
-                 i * 10_000 + 100, i * 10_000 + 900, True)
-                for i in range(5)]
+        good = [
+            (
+                'a',
+                i * 10_000,
+                i * 10_000 + 1000,
+                'b',
+                i * 10_000 + 100,
+                i * 10_000 + 900,
+                True,
+            )
+            for i in range(5)
+        ]
         # claims b is 50 ms behind: impossible together with the others
         bad = [('a', 100_000, 101_000, 'b', 50_000, 50_500, True)]
         res = _solve(good + bad)
@@ -144,13 +167,28 @@ class SolveTest(testtools.TestCase):
         # pairs (both directions) stay.
         coll = clocks.PairCollector()
         for i in range(50):
-            coll.add_hop('compute-3', 0, 100_000, 'controller',
-                         -1_498_000 - i, -1_450_000, True, ('ok', i))
-        coll.add_hop('compute-3', 0, 85_946, 'controller', -1_419_255,
-                     -1_411_250, True, ('outlier', 0))
+            coll.add_hop(
+                'compute-3',
+                0,
+                100_000,
+                'controller',
+                -1_498_000 - i,
+                -1_450_000,
+                True,
+                ('ok', i),
+            )
+        coll.add_hop(
+            'compute-3',
+            0,
+            85_946,
+            'controller',
+            -1_419_255,
+            -1_411_250,
+            True,
+            ('outlier', 0),
+        )
         res = clocks.solve(coll, ['controller', 'compute-3'])
-        self.assertEqual([('outlier', 0)],
-                         [d['origin'] for d in res.dropped])
+        self.assertEqual([('outlier', 0)], [d['origin'] for d in res.dropped])
         off = res.offsets()
         gap = off['controller'] - off['compute-3']
         self.assertLess(abs(gap - 1_524_000), 30_000)
@@ -164,13 +202,16 @@ class SolveTest(testtools.TestCase):
         coll = clocks.PairCollector(keep=3)
         for w in (50, 10, 40, 30, 20):
             coll.add('a', 'b', w, w)
-        self.assertEqual([10, 20, 30],
-                         [w for w, _o, _k in coll.bounds[('a', 'b')]])
+        self.assertEqual(
+            [10, 20, 30], [w for w, _o, _k in coll.bounds[('a', 'b')]]
+        )
         other = clocks.PairCollector(keep=3)
         other.add('a', 'b', 5, 5, clocks.REPLY)
         coll.merge(other)
-        self.assertEqual([(5, 5, clocks.REPLY), (10, 10, None),
-                          (20, 20, None)], coll.bounds[('a', 'b')])
+        self.assertEqual(
+            [(5, 5, clocks.REPLY), (10, 10, None), (20, 20, None)],
+            coll.bounds[('a', 'b')],
+        )
 
     def test_same_host_hops_ignored(self):
         coll = clocks.PairCollector()
@@ -194,21 +235,69 @@ class FeasibleIntervalTest(testtools.TestCase):
         hops = []
         for i in range(6):
             t = i * 1_000_000
-            hops += [('r', t, t + 10, 'a', t + 5000, t + 6000, False),
-                     ('a', t + 100_000, t + 100_010, 'r', t + 120_000,
-                      t + 121_000, False),
-                     ('a', t + 200_000, t + 201_140, 'b', t + 200_100,
-                      t + 201_100, True),
-                     ('r', t + 300_000, t + 300_010, 'b', t + 330_000,
-                      t + 331_000, False),
-                     ('b', t + 400_000, t + 400_010, 'r', t + 430_000,
-                      t + 431_000, False)]
+            hops += [
+                ('r', t, t + 10, 'a', t + 5000, t + 6000, False),
+                (
+                    'a',
+                    t + 100_000,
+                    t + 100_010,
+                    'r',
+                    t + 120_000,
+                    t + 121_000,
+                    False,
+                ),
+                (
+                    'a',
+                    t + 200_000,
+                    t + 201_140,
+                    'b',
+                    t + 200_100,
+                    t + 201_100,
+                    True,
+                ),
+                (
+                    'r',
+                    t + 300_000,
+                    t + 300_010,
+                    'b',
+                    t + 330_000,
+                    t + 331_000,
+                    False,
+                ),
+                (
+                    'b',
+                    t + 400_000,
+                    t + 400_010,
+                    'r',
+                    t + 430_000,
+                    t + 431_000,
+                    False,
+                ),
+            ]
             # (more pairs for r: it is the reference)
-            hops += [('r', t + 500_000, t + 500_010, 'b', t + 530_000,
-                      t + 531_000, False)] * 3
-        raw = [(p, p0 - truth[p], p1 - truth[p], c, c0 - truth[c],
-                c1 - truth[c], sync)
-               for p, p0, p1, c, c0, c1, sync in hops]
+            hops += [
+                (
+                    'r',
+                    t + 500_000,
+                    t + 500_010,
+                    'b',
+                    t + 530_000,
+                    t + 531_000,
+                    False,
+                )
+            ] * 3
+        raw = [
+            (
+                p,
+                p0 - truth[p],
+                p1 - truth[p],
+                c,
+                c0 - truth[c],
+                c1 - truth[c],
+                sync,
+            )
+            for p, p0, p1, c, c0, c1, sync in hops
+        ]
         res = _solve(raw)
         hosts = res.hosts
         self.assertEqual('reference', hosts['r']['status'])
@@ -218,15 +307,19 @@ class FeasibleIntervalTest(testtools.TestCase):
             self.assertGreaterEqual(info['high_us'], truth[host], host)
         for host in ('a', 'b'):
             info = hosts[host]
-            self.assertLessEqual(abs(info['offset_us'] - truth[host]),
-                                 info['error_us'])
+            self.assertLessEqual(
+                abs(info['offset_us'] - truth[host]), info['error_us']
+            )
         # b's interval is its own: 5 ms below, 20 ms above (through a)
-        self.assertEqual((-5000 - 100, 20_000 + 40),
-                         (hosts['b']['low_us'], hosts['b']['high_us']))
+        self.assertEqual(
+            (-5000 - 100, 20_000 + 40),
+            (hosts['b']['low_us'], hosts['b']['high_us']),
+        )
         # a, the narrower, sits at its centre; b beside it, as the call
         # between them requires
-        self.assertEqual((-2_505_000 + -2_480_000) // 2,
-                         hosts['a']['offset_us'])
+        self.assertEqual(
+            (-2_505_000 + -2_480_000) // 2, hosts['a']['offset_us']
+        )
         rel = hosts['b']['offset_us'] - hosts['a']['offset_us']
         self.assertTrue(2_500_000 - 100 <= rel <= 2_500_000 + 40, rel)
 
@@ -249,9 +342,13 @@ class FeasibleIntervalTest(testtools.TestCase):
         for sign in (1, -1):
             c = numpy.zeros(len(names))
             c[idx[host]] = sign
-            lp = optimize.linprog(c, A_ub=numpy.array(rows),
-                                  b_ub=numpy.array(rhs), bounds=bounds,
-                                  method='highs')
+            lp = optimize.linprog(
+                c,
+                A_ub=numpy.array(rows),
+                b_ub=numpy.array(rhs),
+                bounds=bounds,
+                method='highs',
+            )
             if lp.status == 3:  # unbounded
                 out.append(None)
             else:
@@ -267,94 +364,140 @@ class FeasibleIntervalTest(testtools.TestCase):
         for seed in range(12):
             rng = random.Random(seed)
             hosts = ['h%d' % i for i in range(rng.randint(2, 7))]
-            offsets = {h: rng.choice((0, 300, -300, 3000, -40_000,
-                                      2_500_000, -10_800_000_000))
-                       for h in hosts}
+            offsets = {
+                h: rng.choice(
+                    (0, 300, -300, 3000, -40_000, 2_500_000, -10_800_000_000)
+                )
+                for h in hosts
+            }
             self.coll = clocks.PairCollector()
-            for n, hop in enumerate(_world(rng, hosts, offsets,
-                                           rng.randint(3, 40))):
+            for n, hop in enumerate(
+                _world(rng, hosts, offsets, rng.randint(3, 40))
+            ):
                 self.coll.add_hop(*hop, origin=('f', n, None))
             res = clocks.solve(self.coll)
             self.assertEqual([], res.dropped, seed)
             # the same as adding the bounds one by one, as inconsistent
             # bounds are
             with fixtures.MonkeyPatch(
-                    'instrument.analysis.model.clocks.closure',
-                    lambda direct: None):
-                self.assertEqual(res.to_dict(),
-                                 clocks.solve(self.coll).to_dict())
+                'instrument.analysis.model.clocks.closure', lambda direct: None
+            ):
+                self.assertEqual(
+                    res.to_dict(), clocks.solve(self.coll).to_dict()
+                )
             got = res.offsets()
             for (a, b), lst in self.coll.bounds.items():
                 for w, _origin, _kind in lst:
                     self.assertLessEqual(got[a] - got[b], w, seed)
             for g in range(res.groups):
-                members = [h for h, i in res.hosts.items()
-                           if i['group'] == g]
-                [ref] = [h for h in members
-                         if res.hosts[h]['status'] == 'reference']
+                members = [h for h, i in res.hosts.items() if i['group'] == g]
+                [ref] = [
+                    h for h in members if res.hosts[h]['status'] == 'reference'
+                ]
                 for h in members:
                     info = res.hosts[h]
                     want = offsets[h] - offsets[ref]
                     low, high = info['low_us'], info['high_us']
-                    self.assertEqual(self._lp_range(res, h, ref),
-                                     (low, high), (seed, h))
+                    self.assertEqual(
+                        self._lp_range(res, h, ref), (low, high), (seed, h)
+                    )
                     self.assertTrue(low is None or low <= want, (seed, h))
-                    self.assertTrue(high is None or want <= high,
-                                    (seed, h))
+                    self.assertTrue(high is None or want <= high, (seed, h))
                     if info['error_us'] is not None:
                         self.assertLessEqual(
                             abs(info['offset_us'] - got[ref] - want),
-                            info['error_us'], (seed, h))
+                            info['error_us'],
+                            (seed, h),
+                        )
                         self.assertEqual(
-                            max(info['offset_us'] - low,
-                                high - info['offset_us']),
-                            info['error_us'])
+                            max(
+                                info['offset_us'] - low,
+                                high - info['offset_us'],
+                            ),
+                            info['error_us'],
+                        )
 
     def test_narrow_host_not_moved_for_a_loose_one(self):
         # t is bound to r within 100 us each way; l within 30 ms of r,
         # and tied to t by a call (-500..+400 us from t): t is placed
         # first, at the centre of its own interval, whatever l's bounds
         tight = [('r', 0, 1000, 't', 100, 900, True)] * 4
-        loose = [('r', 10_000, 10_010, 'l', 40_000, 41_000, False),
-                 ('l', 50_000, 50_010, 'r', 80_000, 81_000, False),
-                 ('l', 90_000, 91_000, 't', 90_400, 90_500, True)]
+        loose = [
+            ('r', 10_000, 10_010, 'l', 40_000, 41_000, False),
+            ('l', 50_000, 50_010, 'r', 80_000, 81_000, False),
+            ('l', 90_000, 91_000, 't', 90_400, 90_500, True),
+        ]
         alone = _solve(tight).hosts
         hosts = _solve(tight + loose).hosts
         self.assertEqual('reference', hosts['r']['status'])
-        self.assertEqual((-100, 100, 0), (hosts['t']['low_us'],
-                                          hosts['t']['high_us'],
-                                          hosts['t']['offset_us']))
+        self.assertEqual(
+            (-100, 100, 0),
+            (
+                hosts['t']['low_us'],
+                hosts['t']['high_us'],
+                hosts['t']['offset_us'],
+            ),
+        )
         self.assertEqual(alone['t']['offset_us'], hosts['t']['offset_us'])
         # l: the centre of its own interval (through t), which t allows
-        self.assertEqual((-600, 500, -50), (hosts['l']['low_us'],
-                                            hosts['l']['high_us'],
-                                            hosts['l']['offset_us']))
+        self.assertEqual(
+            (-600, 500, -50),
+            (
+                hosts['l']['low_us'],
+                hosts['l']['high_us'],
+                hosts['l']['offset_us'],
+            ),
+        )
 
     def test_each_end_names_its_hops(self):
         # c's interval against a: below, by the sends a->b and b->c
         # (o[c] >= -(100 + 100), tighter than a's own send to c, 300);
         # above, by the replies of the calls a->b and b->c (100 + 300)
-        hops = [('a', 0, 1000, 'b', 100, 900, True),
-                ('a', 5000, 5010, 'c', 5300, 6000, False),
-                ('b', 7000, 8000, 'c', 7100, 7700, True)] + \
-            [('a', 9000, 9010, 'x', 9100, 9200, False)] * 4
+        hops = [
+            ('a', 0, 1000, 'b', 100, 900, True),
+            ('a', 5000, 5010, 'c', 5300, 6000, False),
+            ('b', 7000, 8000, 'c', 7100, 7700, True),
+        ] + [('a', 9000, 9010, 'x', 9100, 9200, False)] * 4
         hosts = _solve(hops).hosts
         self.assertEqual('reference', hosts['a']['status'])
         info = hosts['c']
-        self.assertEqual((-200, 400, 600), (info['low_us'],
-                                            info['high_us'],
-                                            info['width_us']))
+        self.assertEqual(
+            (-200, 400, 600),
+            (info['low_us'], info['high_us'], info['width_us']),
+        )
         # each path from the reference to the host
         self.assertEqual(
-            [('send', 'a', 'b', 100, ('f', 0, None)),
-             ('send', 'b', 'c', 100, ('f', 2, None))],
-            [(h['kind'], h['parent'], h['child'], h['bound_us'],
-              h['origin']) for h in info['low_by']])
+            [
+                ('send', 'a', 'b', 100, ('f', 0, None)),
+                ('send', 'b', 'c', 100, ('f', 2, None)),
+            ],
+            [
+                (
+                    h['kind'],
+                    h['parent'],
+                    h['child'],
+                    h['bound_us'],
+                    h['origin'],
+                )
+                for h in info['low_by']
+            ],
+        )
         self.assertEqual(
-            [('reply', 'a', 'b', 100, ('f', 0, None)),
-             ('reply', 'b', 'c', 300, ('f', 2, None))],
-            [(h['kind'], h['parent'], h['child'], h['bound_us'],
-              h['origin']) for h in info['high_by']])
+            [
+                ('reply', 'a', 'b', 100, ('f', 0, None)),
+                ('reply', 'b', 'c', 300, ('f', 2, None)),
+            ],
+            [
+                (
+                    h['kind'],
+                    h['parent'],
+                    h['child'],
+                    h['bound_us'],
+                    h['origin'],
+                )
+                for h in info['high_by']
+            ],
+        )
 
 
 class TimedOutCallTest(testtools.TestCase):
@@ -363,9 +506,21 @@ class TimedOutCallTest(testtools.TestCase):
 
     @staticmethod
     def _record(host, ev, ts, dur, span, parent=None, st='ok', err=None):
-        rec = {'v': 1, 'ph': 'X', 'seq': 1, 'ts': ts, 'dur_us': dur,
-               'host': host, 'svc': 'conductor', 'pid': 1, 'ev': ev,
-               'span': span, 'parent': parent, 'req': 'req-1', 'st': st}
+        rec = {
+            'v': 1,
+            'ph': 'X',
+            'seq': 1,
+            'ts': ts,
+            'dur_us': dur,
+            'host': host,
+            'svc': 'conductor',
+            'pid': 1,
+            'ev': ev,
+            'span': span,
+            'parent': parent,
+            'req': 'req-1',
+            'st': st,
+        }
         if err:
             rec['err'] = {'cls': err, 'msg': 'x'}
         return json.dumps(rec, separators=(',', ':')).encode()
@@ -377,16 +532,32 @@ class TimedOutCallTest(testtools.TestCase):
             decode = clockpass.rpc_span_decoder(fast)
 
             def end(st, err=None, decode=decode):
-                return decode(self._record('a', 'rpc.call', 1000, 500, 's',
-                                           st=st, err=err))[3]
+                return decode(
+                    self._record(
+                        'a', 'rpc.call', 1000, 500, 's', st=st, err=err
+                    )
+                )[3]
+
             self.assertEqual(1500, end('ok'))
             self.assertIsNone(end('error', timeout))
             # the remote side's exception came back with the reply
             self.assertEqual(1500, end('error', remote))
             # a dispatch's end is its own, whatever its status
-            self.assertEqual(1500, decode(self._record(
-                'b', 'rpc.dispatch', 1000, 500, 'd', 's', 'error',
-                timeout))[3])
+            self.assertEqual(
+                1500,
+                decode(
+                    self._record(
+                        'b',
+                        'rpc.dispatch',
+                        1000,
+                        500,
+                        'd',
+                        's',
+                        'error',
+                        timeout,
+                    )
+                )[3],
+            )
 
     def test_no_reply_bound_from_a_timed_out_call(self):
         # b's clock is 10 ms behind (its offset +10 ms); three calls
@@ -397,29 +568,49 @@ class TimedOutCallTest(testtools.TestCase):
         for n in range(3):
             t = 1_700_000_000_000_000 + n * 100_000
             lines.append(self._record('a', 'rpc.call', t, 1000, 'c%d' % n))
-            lines.append(self._record('b', 'rpc.dispatch', t + 100 - 10_000,
-                                      800, 'd%d' % n, 'c%d' % n))
+            lines.append(
+                self._record(
+                    'b',
+                    'rpc.dispatch',
+                    t + 100 - 10_000,
+                    800,
+                    'd%d' % n,
+                    'c%d' % n,
+                )
+            )
         t = 1_700_000_001_000_000
-        lines.append(self._record(
-            'a', 'rpc.call', t, 60_000_000, 'c9', st='error',
-            err='oslo_messaging.exceptions.MessagingTimeout'))
-        lines.append(self._record('b', 'rpc.dispatch', t + 100 - 10_000,
-                                  62_000_000, 'd9', 'c9'))
-        path = os.path.join(self.useFixture(fixtures.TempDir()).path,
-                            'f.jsonl')
+        lines.append(
+            self._record(
+                'a',
+                'rpc.call',
+                t,
+                60_000_000,
+                'c9',
+                st='error',
+                err='oslo_messaging.exceptions.MessagingTimeout',
+            )
+        )
+        lines.append(
+            self._record(
+                'b', 'rpc.dispatch', t + 100 - 10_000, 62_000_000, 'd9', 'c9'
+            )
+        )
+        path = os.path.join(
+            self.useFixture(fixtures.TempDir()).path, 'f.jsonl'
+        )
         with open(path, 'wb') as f:
             f.write(b'\n'.join(lines) + b'\n')
         res = clockpass.clock_pass([path], 600_000_000)[0]
         self.assertEqual([], res.dropped)
         hosts = res.hosts
-        ref, other = ('a', 'b') if hosts['a']['status'] == 'reference' \
-            else ('b', 'a')
+        ref, other = (
+            ('a', 'b') if hosts['a']['status'] == 'reference' else ('b', 'a')
+        )
         truth = 10_000 if other == 'b' else -10_000
         info = hosts[other]
         self.assertLessEqual(info['low_us'], truth)
         self.assertGreaterEqual(info['high_us'], truth)
-        self.assertLessEqual(abs(info['offset_us'] - truth),
-                             info['error_us'])
+        self.assertLessEqual(abs(info['offset_us'] - truth), info['error_us'])
 
 
 class SectionTest(testtools.TestCase):
@@ -427,42 +618,52 @@ class SectionTest(testtools.TestCase):
     far the offset can be from the truth, and which hops bound it."""
 
     def _report(self):
-        hops = [('a', 0, 1000, 'b', 100, 900, True),
-                ('a', 5000, 5010, 'c', 5300, 6000, False),
-                ('b', 7000, 8000, 'c', 7100, 7700, True)] + \
-            [('a', 9000, 9010, 'x', 9100, 9200, False)] * 4
+        hops = [
+            ('a', 0, 1000, 'b', 100, 900, True),
+            ('a', 5000, 5010, 'c', 5300, 6000, False),
+            ('b', 7000, 8000, 'c', 7100, 7700, True),
+        ] + [('a', 9000, 9010, 'x', 9100, 9200, False)] * 4
         coll = clocks.PairCollector()
         for n, hop in enumerate(hops):
             coll.add_hop(*hop, origin=('f.jsonl', n + 1, 'req-%d' % n))
         table = clocks.solve(coll).to_dict()
-        return {'clocks': dict(table, hops={'hops': 7, 'unmatched': 0}),
-                'causality': {'checked': 7, 'violations': 0,
-                              'examples': []}}
+        return {
+            'clocks': dict(table, hops={'hops': 7, 'unmatched': 0}),
+            'causality': {'checked': 7, 'violations': 0, 'examples': []},
+        }
 
     def test_text(self):
         text = '\n'.join(clock_section.text_lines(self._report()))
         # c: [-200, +400] us, its centre +100 us, 300 us from either end
         self.assertRegex(
-            text, r'\nc +\+0\.100ms +-0\.200ms \.\. \+0\.400ms +600us +'
-                  r'300us +0 +2 +corrected\n')
-        self.assertIn('x >= -0.100ms: a->x start (f.jsonl:4)\n'
-                      '    <= +inf: -', text)
-        self.assertIn('  c >= -0.200ms: a->b start (f.jsonl:1) + b->c '
-                      'start (f.jsonl:3)\n'
-                      '    <= +0.400ms: a->b reply (f.jsonl:1) + b->c '
-                      'reply (f.jsonl:3)\n', text)
+            text,
+            r'\nc +\+0\.100ms +-0\.200ms \.\. \+0\.400ms +600us +'
+            r'300us +0 +2 +corrected\n',
+        )
+        self.assertIn(
+            'x >= -0.100ms: a->x start (f.jsonl:4)\n    <= +inf: -', text
+        )
+        self.assertIn(
+            '  c >= -0.200ms: a->b start (f.jsonl:1) + b->c '
+            'start (f.jsonl:3)\n'
+            '    <= +0.400ms: a->b reply (f.jsonl:1) + b->c '
+            'reply (f.jsonl:3)\n',
+            text,
+        )
         self.assertIn('against the reference (a)', text)
         self.assertIn('! bounded on one side only: x', text)
         self.assertIn('largest here 300us and 100us', text)
 
     def test_html(self):
         html = '\n'.join(clock_section.html_parts(self._report()))
-        for cell in ('<th class="">width</th>',
-                     '<th class="">error &lt;=</th>',
-                     '<th class="l">bounded by</th>',
-                     '<td class="">600us</td><td class="">300us</td>',
-                     'low: a-&gt;b start (f.<wbr>jsonl:1) + b-&gt;c start '
-                     '(f.<wbr>jsonl:3); high: a-&gt;b reply'):
+        for cell in (
+            '<th class="">width</th>',
+            '<th class="">error &lt;=</th>',
+            '<th class="l">bounded by</th>',
+            '<td class="">600us</td><td class="">300us</td>',
+            'low: a-&gt;b start (f.<wbr>jsonl:1) + b-&gt;c start '
+            '(f.<wbr>jsonl:3); high: a-&gt;b reply',
+        ):
             self.assertIn(cell, html)
 
 
@@ -484,8 +685,12 @@ class ClosureTest(testtools.TestCase):
         cycles = 0
         for _ in range(300):
             n = rng.randint(1, 30)
-            direct = self._graph(rng, n, rng.choice((0.05, 0.2, 0.6)),
-                                 rng.choice((0, -1000, -10_800_000_000)))
+            direct = self._graph(
+                rng,
+                n,
+                rng.choice((0.05, 0.2, 0.6)),
+                rng.choice((0, -1000, -10_800_000_000)),
+            )
             want = clocks._johnson(direct)
             got = clocks.closure(direct)
             if want is None:
@@ -501,24 +706,35 @@ class ClosureTest(testtools.TestCase):
         direct = numpy.full((3, 3), clocks.INF)
         direct[0, 1] = 5
         direct[1, 2] = -2
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.model.clocks.DENSE_HOSTS', 2))
-        self.assertTrue(numpy.array_equal(
-            clocks._johnson(direct), clocks.closure(direct)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.model.clocks.DENSE_HOSTS', 2
+            )
+        )
+        self.assertTrue(
+            numpy.array_equal(clocks._johnson(direct), clocks.closure(direct))
+        )
         self.assertEqual(3.0, clocks.closure(direct)[0, 2])
 
     def test_no_scipy_import(self):
         # the import costs more CPU than the whole clock solve
         import subprocess
         import sys
+
         out = subprocess.run(
-            [sys.executable, '-c',
-             'import sys\n'
-             'from instrument.analysis.model import clocks\n'
-             'c = clocks.PairCollector()\n'
-             'c.add_hop("a", 1000, 1300, "b", 1100, 1200, True, '
-             'origin=("f", 1, None))\n'
-             'clocks.solve(c)\n'
-             'print("scipy.sparse" in sys.modules)'],
-            capture_output=True, text=True, check=True)
+            [
+                sys.executable,
+                '-c',
+                'import sys\n'
+                'from instrument.analysis.model import clocks\n'
+                'c = clocks.PairCollector()\n'
+                'c.add_hop("a", 1000, 1300, "b", 1100, 1200, True, '
+                'origin=("f", 1, None))\n'
+                'clocks.solve(c)\n'
+                'print("scipy.sparse" in sys.modules)',
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         self.assertEqual('False', out.stdout.strip())

@@ -45,11 +45,14 @@ from instrument.cmd import metrics as metrics_cmd
 from instrument.cmd import report as report_cmd
 from tests import synthetic
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                    'data', 'fidelity')
+DATA = os.path.join(
+    os.path.dirname(__file__), os.pardir, os.pardir, 'data', 'fidelity'
+)
 PROMTOOL = shutil.which('promtool') or '/usr/bin/promtool'
-FIDELITY = [os.path.join(DATA, name) for name in (
-    'demo-threads.jsonl.gz', 'demo-mixed-threads.jsonl.gz')]
+FIDELITY = [
+    os.path.join(DATA, name)
+    for name in ('demo-threads.jsonl.gz', 'demo-mixed-threads.jsonl.gz')
+]
 
 
 def batch_figures(report: dict) -> dict:
@@ -57,8 +60,12 @@ def batch_figures(report: dict) -> dict:
     ops = report['operations']
     fails: dict = collections.Counter()
     for row in report['failures']:
-        key = (row['operation'], str(row['component']), str(row['ev']),
-               str(row['cls']))
+        key = (
+            row['operation'],
+            str(row['component']),
+            str(row['ev']),
+            str(row['cls']),
+        )
         rest = row['count']
         if row['final']:
             fails[key + ('final',)] += row['final']
@@ -69,21 +76,36 @@ def batch_figures(report: dict) -> dict:
         if rest:
             fails[key + ('none',)] += rest
     return {
-        'requests': dict(collections.Counter(
-            (r['kind'], r['state']) for r in report['requests'])),
-        'instances': {(op, st): n for op, f in ops.items()
-                      for st, n in f['states'].items()},
-        'durations': {(op, st): v['count'] for op, f in ops.items()
-                      for st, v in f['latency_by_state'].items()},
-        'timed': {(op,): f['latency']['count'] for op, f in ops.items()
-                  if f['latency'].get('count')},
-        'components': {(op, name): round(st['sum'] / 1e6, 6)
-                       for op, f in ops.items()
-                       for name, st in f['components'].items()
-                       if st.get('sum')},
+        'requests': dict(
+            collections.Counter(
+                (r['kind'], r['state']) for r in report['requests']
+            )
+        ),
+        'instances': {
+            (op, st): n
+            for op, f in ops.items()
+            for st, n in f['states'].items()
+        },
+        'durations': {
+            (op, st): v['count']
+            for op, f in ops.items()
+            for st, v in f['latency_by_state'].items()
+        },
+        'timed': {
+            (op,): f['latency']['count']
+            for op, f in ops.items()
+            if f['latency'].get('count')
+        },
+        'components': {
+            (op, name): round(st['sum'] / 1e6, 6)
+            for op, f in ops.items()
+            for name, st in f['components'].items()
+            if st.get('sum')
+        },
         'failures': dict(fails),
-        'retries': {(r['func'], r['cls']): r['count']
-                    for r in report['retries']},
+        'retries': {
+            (r['func'], r['cls']): r['count'] for r in report['retries']
+        },
     }
 
 
@@ -92,11 +114,15 @@ def follow_figures(series: dict) -> dict:
     return {
         'requests': dict(series[exposition.REQUESTS]),
         'instances': dict(series[exposition.INSTANCES]),
-        'durations': {k: sum(v[:-1]) for k, v in
-                      series[exposition.DURATION].items()},
+        'durations': {
+            k: sum(v[:-1]) for k, v in series[exposition.DURATION].items()
+        },
         'timed': dict(series[exposition.TIMED]),
-        'components': {k: round(v, 6) for k, v in
-                       series[exposition.COMPONENT].items() if v},
+        'components': {
+            k: round(v, 6)
+            for k, v in series[exposition.COMPONENT].items()
+            if v
+        },
         'failures': dict(series[exposition.FAILURES]),
         'retries': dict(series[exposition.DB_RETRIES]),
     }
@@ -119,9 +145,13 @@ def time_steps(files: dict, steps: int) -> list:
     """``[{file name: (first line, end line)}]``: the files written in
     ``steps`` steps of equal input time, each file up to its first line
     later than the step's end (its lines are in the order written)."""
-    times = {name: [int(m.group(1)) if m else 0 for m in (
-        _TS.search(line) for line in lines)]
-        for name, lines in files.items()}
+    times = {
+        name: [
+            int(m.group(1)) if m else 0
+            for m in (_TS.search(line) for line in lines)
+        ]
+        for name, lines in files.items()
+    }
     first = min(t for ts in times.values() for t in ts if t)
     last = max(t for ts in times.values() for t in ts)
     out = []
@@ -141,26 +171,32 @@ def time_steps(files: dict, steps: int) -> list:
 
 def steps_seconds(files: dict, steps: int) -> float:
     """The input time of one of ``steps`` steps (``time_steps``)."""
-    ts = [int(m.group(1)) for lines in files.values() for line in lines
-          for m in (_TS.search(line),) if m]
+    ts = [
+        int(m.group(1))
+        for lines in files.values()
+        for line in lines
+        for m in (_TS.search(line),)
+        if m
+    ]
     return (max(ts) - min(t for t in ts if t)) / steps / 1e6
 
 
 def parse(text: str) -> dict:
     """``{family: [samples]}`` of Prometheus text (the client's own
     parser: a malformed exposition raises)."""
-    return {f.name: f for f in
-            prom_parser.text_string_to_metric_families(text)}
+    return {
+        f.name: f for f in prom_parser.text_string_to_metric_families(text)
+    }
 
 
 class Base(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.tmp = self.useFixture(fixtures.TempDir()).path
 
-    def synthetic_lines(self, seed: int = 4, requests: int = 60,
-                        **kwargs) -> dict:
+    def synthetic_lines(
+        self, seed: int = 4, requests: int = 60, **kwargs
+    ) -> dict:
         """``{file name: lines}`` of a synthetic cloud (decompressed):
         by default without losses and with right clocks (what is read
         live is marked and placed as known when its request is
@@ -170,11 +206,18 @@ class Base(testtools.TestCase):
         kwargs.setdefault('skew_us', 0)
         src = os.path.join(self.tmp, 'src-%d' % seed)
         synthetic.generate(src, seed=seed, requests=requests, **kwargs)
-        return {plain_name(n): read_lines(os.path.join(src, n))
-                for n in sorted(os.listdir(src))}
+        return {
+            plain_name(n): read_lines(os.path.join(src, n))
+            for n in sorted(os.listdir(src))
+        }
 
-    def append(self, directory: str, files: dict, step: dict,
-               skip: typing.Collection = ()) -> None:
+    def append(
+        self,
+        directory: str,
+        files: dict,
+        step: dict,
+        skip: typing.Collection = (),
+    ) -> None:
         """Append each file's lines of ``step`` (``time_steps``)."""
         for name, (a, b) in step.items():
             if name in skip or a == b:
@@ -189,8 +232,9 @@ class Base(testtools.TestCase):
                 out.writelines(lines)
         return directory
 
-    def assertSameAsBatch(self, follower, inputs, live=True,
-                          rpc_within=0.1, **kwargs):
+    def assertSameAsBatch(
+        self, follower, inputs, live=True, rpc_within=0.1, **kwargs
+    ):
         """The figures of ``follower`` are the batch report's on
         ``inputs``.  ``live``: read in steps, the times that depend on
         the clock offsets (an RPC's wait and queue between two hosts)
@@ -201,14 +245,18 @@ class Base(testtools.TestCase):
         expected = batch_figures(batch)
         got = follow_figures(follower.series())
         if live:
-            self.assertEqual(set(expected['components']),
-                             set(got['components']))
+            self.assertEqual(
+                set(expected['components']), set(got['components'])
+            )
             for key, value in expected.pop('components').items():
                 if key[1].startswith('rpc'):
                     if rpc_within is None:
                         continue
-                    self.assertLess(abs(got['components'][key] - value),
-                                    rpc_within * value + 1e-6, key)
+                    self.assertLess(
+                        abs(got['components'][key] - value),
+                        rpc_within * value + 1e-6,
+                        key,
+                    )
                 else:
                     self.assertEqual(value, got['components'][key], key)
             got.pop('components')
@@ -221,8 +269,9 @@ class TestOnceEqualsBatch(Base):
 
     def test_fidelity_runs(self):
         for path in FIDELITY:
-            batch = self.assertSameAsBatch(follow.once([path]), [path],
-                                           live=False)
+            batch = self.assertSameAsBatch(
+                follow.once([path]), [path], live=False
+            )
             # (the runs have failures and a reschedule to compare)
             self.assertTrue(batch['failures'])
 
@@ -230,8 +279,7 @@ class TestOnceEqualsBatch(Base):
         directory = os.path.join(self.tmp, 'run')
         os.makedirs(directory)
         shutil.copy(FIDELITY[0], directory)
-        shutil.copy(os.path.join(DATA, 'demo-threads.servers.json'),
-                    directory)
+        shutil.copy(os.path.join(DATA, 'demo-threads.servers.json'), directory)
         with open(os.path.join(directory, 'report.json'), 'w') as out:
             out.write('{"report_version": 1}\n')
         follower = follow.once([directory])
@@ -241,8 +289,9 @@ class TestOnceEqualsBatch(Base):
     def test_synthetic_cloud(self):
         directory = os.path.join(self.tmp, 'in')
         synthetic.generate(directory, seed=7, requests=120)
-        batch = self.assertSameAsBatch(follow.once([directory]),
-                                       [directory], live=False)
+        batch = self.assertSameAsBatch(
+            follow.once([directory]), [directory], live=False
+        )
         self.assertGreater(len(batch['operations']), 1)
 
 
@@ -256,18 +305,17 @@ class TestGrowing(Base):
         # one file appears only halfway through (what it holds is
         # later than the lag: its requests are still open)
         late_file = sorted(files)[-1]
-        follower = follow.Follower([live], follow.Options(lag_s=20.0,
-                                                          idle_s=1.0))
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=20.0, idle_s=1.0)
+        )
         steps = time_steps(files, 6)
         totals = []
         for k, step in enumerate(steps):
             if k == 2:
                 step = dict(step, **{late_file: (0, step[late_file][1])})
-            self.append(live, files, step,
-                        skip=(late_file,) if k < 2 else ())
+            self.append(live, files, step, skip=(late_file,) if k < 2 else ())
             follower.poll()
-            totals.append(sum(follower.series()[
-                exposition.REQUESTS].values()))
+            totals.append(sum(follower.series()[exposition.REQUESTS].values()))
         self.assertEqual(totals, sorted(totals))
         # requests were finalised while it ran, not only at the end
         self.assertGreater(totals[-2], 0)
@@ -284,8 +332,9 @@ class TestGrowing(Base):
             files = {'demo.jsonl': read_lines(path)}
             live = os.path.join(self.tmp, os.path.basename(path))
             os.makedirs(live)
-            follower = follow.Follower([live], follow.Options(
-                lag_s=1.0, idle_s=1.0))
+            follower = follow.Follower(
+                [live], follow.Options(lag_s=1.0, idle_s=1.0)
+            )
             self.assertEqual(0, follower.poll())
             for step in time_steps(files, 6):
                 self.append(live, files, step)
@@ -298,8 +347,9 @@ class TestGrowing(Base):
 
     def test_partial_line_waits_for_its_end(self):
         files = self.synthetic_lines(seed=6, requests=10)
-        name, lines = next((n, ls) for n, ls in files.items()
-                           if n.endswith('.jsonl'))
+        name, lines = next(
+            (n, ls) for n, ls in files.items() if n.endswith('.jsonl')
+        )
         path = os.path.join(self.tmp, 'live', name)
         os.makedirs(os.path.dirname(path))
         follower = follow.Follower([os.path.dirname(path)])
@@ -322,8 +372,10 @@ class TestGrowing(Base):
         live = os.path.join(self.tmp, 'live')
         os.makedirs(live)
         steps = time_steps(files, 5)
-        follower = follow.Follower([live], follow.Options(
-            lag_s=(steps_seconds(files, 5) + 1), idle_s=1.0))
+        follower = follow.Follower(
+            [live],
+            follow.Options(lag_s=(steps_seconds(files, 5) + 1), idle_s=1.0),
+        )
         for k in range(len(steps) + 1):
             if k < len(steps):
                 self.append(live, files, steps[k], skip=(late,))
@@ -337,22 +389,25 @@ class TestGrowing(Base):
     def test_a_host_later_than_the_lag_is_counted_late(self):
         files = self.synthetic_lines(seed=8, requests=60)
         late = next(n for n in files if n.startswith('cmp-000'))
-        live = self.write_all(os.path.join(self.tmp, 'live'), {
-            n: ls for n, ls in files.items() if n != late})
-        follower = follow.Follower([live], follow.Options(
-            lag_s=0.001, idle_s=0.001, hung_s=0.001))
+        live = self.write_all(
+            os.path.join(self.tmp, 'live'),
+            {n: ls for n, ls in files.items() if n != late},
+        )
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=0.001, idle_s=0.001, hung_s=0.001)
+        )
         follower.poll()
         self.write_all(live, {late: files[late]})
         follower.poll()
         follower.finish()
         series = follower.series()
         self.assertGreater(series[exposition.LATE][()], 0)
-        self.assertEqual(series[exposition.LATE][()],
-                         series[exposition.BAD][('late',)])
+        self.assertEqual(
+            series[exposition.LATE][()], series[exposition.BAD][('late',)]
+        )
 
 
 class TestRotation(Base):
-
     def split(self, seed=9):
         files = self.synthetic_lines(seed=seed, requests=60)
         name = next(n for n in files if n.startswith('cmp-000'))
@@ -378,8 +433,7 @@ class TestRotation(Base):
         # the same records as one file holding them all
         whole = self.write_all(os.path.join(self.tmp, 'whole'), files)
         self.assertSameAsBatch(follower, [whole])
-        self.assertEqual(
-            0, follower.series()[exposition.BAD][('duplicate',)])
+        self.assertEqual(0, follower.series()[exposition.BAD][('duplicate',)])
 
     def test_copytruncate(self):
         files, name = self.split(seed=10)
@@ -395,20 +449,19 @@ class TestRotation(Base):
         # lines written after the poll, before the copy: only the copy
         # has them
         with open(path, 'ab') as out:
-            out.writelines(lines[half:half + 10])
+            out.writelines(lines[half : half + 10])
         shutil.copyfile(path, path + '.1')
         with open(path, 'r+b') as out:
             out.truncate(0)
         with open(path, 'ab') as out:
-            out.writelines(lines[half + 10:])
+            out.writelines(lines[half + 10 :])
         follower.poll()
         follower.finish()
         self.assertEqual(1, follower.rotations['truncated'])
         whole = self.write_all(os.path.join(self.tmp, 'whole'), files)
         self.assertSameAsBatch(follower, [whole])
         # only what the copy holds beyond what was read came from it
-        self.assertEqual(0, follower.series()[exposition.BAD][
-            ('duplicate',)])
+        self.assertEqual(0, follower.series()[exposition.BAD][('duplicate',)])
 
     def test_file_removed_after_rotation_is_read_to_its_end(self):
         files, name = self.split(seed=11)
@@ -419,12 +472,12 @@ class TestRotation(Base):
         with open(path, 'rb') as src:
             kept = src.read()
         with open(path, 'wb') as out:
-            out.write(kept[:len(kept) // 3])
+            out.write(kept[: len(kept) // 3])
         follower.poll()
         # the rest written, then the file removed (moved out of the
         # directory) before the next poll: its open handle reads it
         with open(path, 'ab') as out:
-            out.write(kept[len(kept) // 3:])
+            out.write(kept[len(kept) // 3 :])
         os.rename(path, os.path.join(self.tmp, name))
         follower.poll()
         follower.finish()
@@ -433,41 +486,46 @@ class TestRotation(Base):
 
 
 class TestKilledProcess(Base):
-
     def test_requests_of_a_killed_process_are_finalised_incomplete(self):
         files = self.synthetic_lines(seed=12, requests=300, rate=2.0)
         name = next(n for n in files if n.startswith('cmp-002'))
         lines = files[name]
         # killed halfway: no more records, no end record
-        files[name] = lines[:len(lines) // 2]
+        files[name] = lines[: len(lines) // 2]
         live = os.path.join(self.tmp, 'live')
         os.makedirs(live)
         step_s = steps_seconds(files, 8)
         # (hung: longer than a boot's spawn, quiet for seconds)
         hung = 30.0
-        follower = follow.Follower([live], follow.Options(
-            lag_s=step_s, idle_s=1.0, hung_s=hung))
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=step_s, idle_s=1.0, hung_s=hung)
+        )
         for step in time_steps(files, 8):
             self.append(live, files, step)
             follower.poll()
         # before the end: the killed boots were finalised, incomplete
         before = follower.series()[exposition.REQUESTS]
-        self.assertTrue(any(state == 'incomplete' and n
-                            for (_op, state), n in before.items()))
+        self.assertTrue(
+            any(
+                state == 'incomplete' and n
+                for (_op, state), n in before.items()
+            )
+        )
         follower.finish()
         self.assertSameAsBatch(follower, [live], idle_s=1.0, hung_s=hung)
 
 
 class TestBounds(Base):
-
     def test_open_requests_stay_bounded(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.follow.RECENT', 200))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.analysis.follow.RECENT', 200)
+        )
         files = self.synthetic_lines(seed=13, requests=500, rate=2.0)
         live = os.path.join(self.tmp, 'live')
         os.makedirs(live)
-        follower = follow.Follower([live], follow.Options(lag_s=1.0,
-                                                          idle_s=1.0))
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=1.0, idle_s=1.0)
+        )
         most = 0
         for step in time_steps(files, 20):
             self.append(live, files, step)
@@ -477,9 +535,11 @@ class TestBounds(Base):
             # last RECENT
             self.assertEqual([], follower.model.summaries)
             self.assertLessEqual(len(follower.model.recent), 200)
-            self.assertEqual(set(), {type(v) for v in
-                                     follower.model.recent.values()} -
-                             {type(None)})
+            self.assertEqual(
+                set(),
+                {type(v) for v in follower.model.recent.values()}
+                - {type(None)},
+            )
         follower.finish()
         total = sum(follower.series()[exposition.REQUESTS].values())
         self.assertGreaterEqual(total, 500)
@@ -487,8 +547,9 @@ class TestBounds(Base):
         self.assertLess(most, total // 3)
 
     def test_request_id_pairs_stay_bounded(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.follow.RECENT', 5))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.analysis.follow.RECENT', 5)
+        )
         files = {'demo.jsonl': read_lines(FIDELITY[1])}
         live = os.path.join(self.tmp, 'live')
         os.makedirs(live)
@@ -504,8 +565,9 @@ class TestBounds(Base):
         files = self.synthetic_lines(seed=14, requests=120)
         live = self.write_all(os.path.join(self.tmp, 'live'), files)
         # a lag beyond the run: nothing would be finalised before the end
-        follower = follow.Follower([live], follow.Options(
-            lag_s=3600.0, max_open=10))
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=3600.0, max_open=10)
+        )
         follower.poll()
         self.assertLessEqual(len(follower.model.open), 10)
         follower.finish()
@@ -513,9 +575,10 @@ class TestBounds(Base):
         dropped = series[exposition.DROPPED][()]
         self.assertGreater(dropped, 0)
         batch = pipeline.analyse([live], pipeline.Options(jobs=1))
-        self.assertEqual(len(batch['requests']),
-                         sum(series[exposition.REQUESTS].values()) +
-                         dropped)
+        self.assertEqual(
+            len(batch['requests']),
+            sum(series[exposition.REQUESTS].values()) + dropped,
+        )
 
     def test_bad_lines_are_counted_not_fatal(self):
         files = self.synthetic_lines(seed=15, requests=30)
@@ -532,24 +595,33 @@ class TestBounds(Base):
         bad = follower.series()[exposition.BAD]
         self.assertGreaterEqual(sum(bad.values()), 3)
         clean = self.write_all(os.path.join(self.tmp, 'clean'), files)
-        expected = batch_figures(pipeline.analyse(
-            [clean], pipeline.Options(jobs=1)))
+        expected = batch_figures(
+            pipeline.analyse([clean], pipeline.Options(jobs=1))
+        )
         self.assertEqual(expected, follow_figures(follower.series()))
 
 
 class TestExposition(Base):
-
     def test_parsed_by_the_prometheus_client(self):
         text = follow.once([FIDELITY[0]]).exposition()
         families = parse(text)
-        for name in (exposition.REQUESTS, exposition.INSTANCES,
-                     exposition.DURATION, exposition.COMPONENT,
-                     exposition.FAILURES, exposition.TIMED,
-                     exposition.LINES, exposition.OPEN):
+        for name in (
+            exposition.REQUESTS,
+            exposition.INSTANCES,
+            exposition.DURATION,
+            exposition.COMPONENT,
+            exposition.FAILURES,
+            exposition.TIMED,
+            exposition.LINES,
+            exposition.OPEN,
+        ):
             self.assertIn(name.removesuffix('_total'), families)
         for name, (kind, _help, labels) in exposition.FAMILIES.items():
-            base = name[:-len('_total')] if kind == 'counter' and \
-                name.endswith('_total') else name
+            base = (
+                name[: -len('_total')]
+                if kind == 'counter' and name.endswith('_total')
+                else name
+            )
             if base not in families:
                 continue
             self.assertEqual(kind, families[base].type)
@@ -559,9 +631,13 @@ class TestExposition(Base):
                     continue
                 self.assertEqual(set(labels), set(sample.labels) - {'le'})
         dur = families['instrument_operation_duration_seconds']
-        buckets = [s for s in dur.samples if s.name.endswith('_bucket') and
-                   s.labels['operation'] == 'boot' and
-                   s.labels['state'] == 'success']
+        buckets = [
+            s
+            for s in dur.samples
+            if s.name.endswith('_bucket')
+            and s.labels['operation'] == 'boot'
+            and s.labels['state'] == 'success'
+        ]
         self.assertEqual('+Inf', buckets[-1].labels['le'])
         values = [s.value for s in buckets]
         self.assertEqual(values, sorted(values))
@@ -570,10 +646,15 @@ class TestExposition(Base):
     def test_promtool_checks_it(self):
         text = follow.once([FIDELITY[1]]).exposition()
         done = subprocess.run(  # noqa: S603 - a fixed tool
-            [PROMTOOL, 'check', 'metrics'], input=text.encode(),
-            capture_output=True, timeout=60, check=False)
-        self.assertEqual((0, b''), (done.returncode,
-                                    done.stdout + done.stderr))
+            [PROMTOOL, 'check', 'metrics'],
+            input=text.encode(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        self.assertEqual(
+            (0, b''), (done.returncode, done.stdout + done.stderr)
+        )
 
     def test_labels_past_the_cap_are_other(self):
         totals = exposition.Totals()
@@ -585,17 +666,16 @@ class TestExposition(Base):
 
 
 class TestCommand(Base):
-
     def test_once_prints_the_exposition(self):
         out = self.useFixture(fixtures.StringStream('stdout')).stream
         self.useFixture(fixtures.MonkeyPatch('sys.stdout', out))
-        self.assertEqual(0, report_cmd.main(['follow', '--once',
-                                             FIDELITY[0]]))
+        self.assertEqual(0, report_cmd.main(['follow', '--once', FIDELITY[0]]))
         out.seek(0)
         families = parse(out.read())
         samples = families['instrument_operation_requests'].samples
-        self.assertEqual(4, sum(s.value for s in samples
-                                if s.labels['operation'] == 'boot'))
+        self.assertEqual(
+            4, sum(s.value for s in samples if s.labels['operation'] == 'boot')
+        )
 
     def test_textfile_written_while_it_runs(self):
         live = os.path.join(self.tmp, 'live')
@@ -607,25 +687,31 @@ class TestCommand(Base):
         def stop():
             polls.append(1)
             return len(polls) > 2
-        self.assertEqual(0, report_cmd.main_follow(
-            [live, '--textfile', prom, '--interval', '0.01'], stop))
+
+        self.assertEqual(
+            0,
+            report_cmd.main_follow(
+                [live, '--textfile', prom, '--interval', '0.01'], stop
+            ),
+        )
         with open(prom, encoding='utf-8') as src:
             families = parse(src.read())
         self.assertIn('instrument_follow_lines', families)
-        self.assertEqual([], [n for n in os.listdir(self.tmp)
-                              if n.endswith('.tmp')])
+        self.assertEqual(
+            [], [n for n in os.listdir(self.tmp) if n.endswith('.tmp')]
+        )
 
     def test_needs_an_output(self):
         err = self.useFixture(fixtures.StringStream('stderr')).stream
         self.useFixture(fixtures.MonkeyPatch('sys.stderr', err))
-        exc = self.assertRaises(SystemExit, report_cmd.main,
-                                ['follow', self.tmp])
+        exc = self.assertRaises(
+            SystemExit, report_cmd.main, ['follow', self.tmp]
+        )
         self.assertEqual(2, exc.code)
 
     def test_served_over_http(self):
         follower = follow.once([FIDELITY[0]])
-        server = metrics_cmd.text_server(follower.exposition, '127.0.0.1',
-                                         0)
+        server = metrics_cmd.text_server(follower.exposition, '127.0.0.1', 0)
         self.addCleanup(server.server_close)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
@@ -634,6 +720,4 @@ class TestCommand(Base):
         with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310
             body = resp.read().decode()
             self.assertIn('text/plain', resp.headers['Content-Type'])
-        self.assertIn('instrument_operation_requests',
-                      parse(body))
-
+        self.assertIn('instrument_operation_requests', parse(body))

@@ -31,8 +31,11 @@ from instrument.analysis.render import text as report_text
 from instrument.analysis.render import views
 from tests import synthetic
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+ROOT = os.path.dirname(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
+)
 READING = os.path.join(ROOT, 'doc', 'source', 'reading.rst')
 
 
@@ -58,28 +61,37 @@ def _definitions(text: str, heading: str) -> dict:
 
 
 class GlossaryTest(testtools.TestCase):
-
     def test_reading_page_says_what_the_glossary_says(self):
         with open(READING, encoding='utf-8') as f:
             text = f.read()
-        self.assertEqual(dict(glossary.COMPONENTS, **glossary.PATTERNS),
-                         _definitions(text, 'Components'))
+        self.assertEqual(
+            dict(glossary.COMPONENTS, **glossary.PATTERNS),
+            _definitions(text, 'Components'),
+        )
         self.assertEqual(glossary.COLUMNS, _definitions(text, 'Columns'))
 
     def test_every_component_is_defined(self):
-        names = set(views.PALETTE) | set(breakdown.COMPONENT_ORDER) | {
-            c for c in schema.EVENTS.values() if c}
-        self.assertEqual([], sorted(n for n in names
-                                    if glossary.component(n) is None))
+        names = (
+            set(views.PALETTE)
+            | set(breakdown.COMPONENT_ORDER)
+            | {c for c in schema.EVENTS.values() if c}
+        )
+        self.assertEqual(
+            [], sorted(n for n in names if glossary.component(n) is None)
+        )
 
     def test_families(self):
-        self.assertEqual(glossary.PATTERNS['wait.*'],
-                         glossary.component('wait.semaphore'))
-        self.assertEqual(glossary.PATTERNS['service.*'],
-                         glossary.component('service.key-manager'))
+        self.assertEqual(
+            glossary.PATTERNS['wait.*'], glossary.component('wait.semaphore')
+        )
+        self.assertEqual(
+            glossary.PATTERNS['service.*'],
+            glossary.component('service.key-manager'),
+        )
         self.assertIsNone(glossary.component('nonsense'))
-        self.assertEqual(glossary.COLUMNS['crit.path'],
-                         glossary.column('critical path'))
+        self.assertEqual(
+            glossary.COLUMNS['crit.path'], glossary.column('critical path')
+        )
 
     def test_legend_once_per_report(self):
         seen: set = set()
@@ -89,8 +101,9 @@ class GlossaryTest(testtools.TestCase):
         self.assertTrue(any(line.startswith('  gap: ') for line in first))
         self.assertTrue(all(len(line) <= 79 for line in first))
         again = glossary.legend_lines(['api', 'compute'], ['median'], seen)
-        self.assertEqual(['where:', '  compute: ' +
-                          glossary.COMPONENTS['compute']], again)
+        self.assertEqual(
+            ['where:', '  compute: ' + glossary.COMPONENTS['compute']], again
+        )
         self.assertEqual([], glossary.legend_lines(['api'], [], seen))
 
 
@@ -113,31 +126,48 @@ class ShownTest(testtools.TestCase):
 
     def _shown_components(self) -> list:
         s = self.report['summary']
-        return [n for n in s['component_order']
-                if (s['components'].get(n) or {}).get('max')]
+        return [
+            n
+            for n in s['component_order']
+            if (s['components'].get(n) or {}).get('max')
+        ]
 
     def test_text_legend_defines_every_component_shown(self):
         names = self._shown_components()
         self.assertIn('compute', names)
         legend = '\n'.join(self.text.splitlines())
         for name in names:
-            self.assertIn('  %s: %s' % (name, glossary.COMPONENTS[
-                name].split(' ')[0]), legend)
+            self.assertIn(
+                '  %s: %s' % (name, glossary.COMPONENTS[name].split(' ')[0]),
+                legend,
+            )
         self.assertIn('  crit.path: ', legend)
         # each term once in the whole report
         for name in names:
-            self.assertEqual(1, len(re.findall(
-                r'^  %s: ' % re.escape(name), self.text, re.M)), name)
+            self.assertEqual(
+                1,
+                len(re.findall(r'^  %s: ' % re.escape(name), self.text, re.M)),
+                name,
+            )
 
     def test_html_tooltips(self):
         for name in self._shown_components():
-            self.assertIn('<td class="l" title="%s">' % html.escape(
-                glossary.COMPONENTS[name]), self.page)
-        self.assertIn('<th class="" title="%s">critical path</th>' %
-                      html.escape(glossary.COLUMNS['crit.path']), self.page)
+            self.assertIn(
+                '<td class="l" title="%s">'
+                % html.escape(glossary.COMPONENTS[name]),
+                self.page,
+            )
+        self.assertIn(
+            '<th class="" title="%s">critical path</th>'
+            % html.escape(glossary.COLUMNS['crit.path']),
+            self.page,
+        )
         # the chart legends' entries
-        self.assertIn('<span title="%s"><i ' % html.escape(
-            glossary.COMPONENTS['compute']), self.page)
+        self.assertIn(
+            '<span title="%s"><i '
+            % html.escape(glossary.COMPONENTS['compute']),
+            self.page,
+        )
 
     def test_compare_defines_gap(self):
         cmp = compare.compare(self.report, self.report)

@@ -25,21 +25,37 @@ from instrument.analysis.ingest import spanfiles
 
 
 def rec(**kw):
-    out = {'v': 1, 'ph': 'X', 'seq': 1, 'ts': 1_700_000_000_000_000,
-           'dur_us': 10, 'host': 'h1', 'svc': 'api', 'pid': 7, 'tid': 3,
-           'ev': 'api.request', 'span': '00000000000000a1',
-           'req': 'req-1', 'st': 'ok', 'attrs': {'status': 200}}
+    out = {
+        'v': 1,
+        'ph': 'X',
+        'seq': 1,
+        'ts': 1_700_000_000_000_000,
+        'dur_us': 10,
+        'host': 'h1',
+        'svc': 'api',
+        'pid': 7,
+        'tid': 3,
+        'ev': 'api.request',
+        'span': '00000000000000a1',
+        'req': 'req-1',
+        'st': 'ok',
+        'attrs': {'status': 200},
+    }
     out.update(kw)
     return out
 
 
 class DiscoverTest(testtools.TestCase):
-
     def test_dirs_globs_gz_and_problems(self):
         d = self.useFixture(fixtures.TempDir()).path
         os.makedirs(os.path.join(d, 'sub'))
-        for name in ('a.jsonl', 'sub/b.jsonl.gz', 'sub/c.log',
-                     'notes.md', '.hidden.jsonl'):
+        for name in (
+            'a.jsonl',
+            'sub/b.jsonl.gz',
+            'sub/c.log',
+            'notes.md',
+            '.hidden.jsonl',
+        ):
             with open(os.path.join(d, name), 'wb') as f:
                 f.write(b'')
         files, problems = spanfiles.discover([d])
@@ -48,9 +64,13 @@ class DiscoverTest(testtools.TestCase):
         self.assertEqual(1, len(problems))
         self.assertIn('not named like span files', problems[0])
         self.assertIn('notes.md', problems[0])
-        files, problems = spanfiles.discover([os.path.join(d, '*.jsonl'),
-                                         os.path.join(d, 'nope'),
-                                         os.path.join(d, 'x*.log')])
+        files, problems = spanfiles.discover(
+            [
+                os.path.join(d, '*.jsonl'),
+                os.path.join(d, 'nope'),
+                os.path.join(d, 'x*.log'),
+            ]
+        )
         self.assertEqual(['a.jsonl'], [os.path.basename(f) for f in files])
         self.assertEqual(2, len(problems))
         self.assertIn('no such file', problems[0])
@@ -64,13 +84,16 @@ class DiscoverTest(testtools.TestCase):
             with open(os.path.join(d, name), 'wb') as f:
                 f.write(b'')
         files, problems = spanfiles.discover([d])
-        self.assertEqual(['a.jsonl', 'b.log.gz'],
-                         sorted(os.path.basename(f) for f in files))
+        self.assertEqual(
+            ['a.jsonl', 'b.log.gz'], sorted(os.path.basename(f) for f in files)
+        )
         self.assertEqual(1, len(problems))
         self.assertIn('fakegz.gz', problems[0])
         self.assertNotIn(' or .gz', problems[0])
-        self.assertIn('*.jsonl, *.json, *.log or *.txt, optionally '
-                      'followed by .gz', problems[0])
+        self.assertIn(
+            '*.jsonl, *.json, *.log or *.txt, optionally followed by .gz',
+            problems[0],
+        )
 
     def test_the_demo_output_directory(self):
         # Issue 14, item 3: the demo writes its report next to the span
@@ -88,8 +111,7 @@ class DiscoverTest(testtools.TestCase):
         with open(os.path.join(d, 'report.html'), 'w') as f:
             f.write('<html></html>\n')
         files, problems = spanfiles.discover([d])
-        self.assertEqual([os.path.join(d, 'spans', 'h_api_7_1.jsonl')],
-                         files)
+        self.assertEqual([os.path.join(d, 'spans', 'h_api_7_1.jsonl')], files)
         text = '\n'.join(problems)
         self.assertIn('report.json: a JSON report', text)
         self.assertIn('instrument-report compare', text)
@@ -97,8 +119,9 @@ class DiscoverTest(testtools.TestCase):
         self.assertIn('servers.json', text)
         self.assertIn('report.html', text)
         report = pipeline.analyse([d])
-        self.assertEqual(0, sum(report['load']['counts'].values()),
-                         report['load'])
+        self.assertEqual(
+            0, sum(report['load']['counts'].values()), report['load']
+        )
         self.assertEqual(1, report['inputs']['records'])
         self.assertEqual(problems, report['load']['problems'])
 
@@ -131,8 +154,11 @@ class DiscoverTest(testtools.TestCase):
         late = os.path.join(d, 'nova-api.log')
         with open(late, 'wb') as f:
             f.write(noise * (3 * spanfiles.SNIFF_BYTES // len(noise)))
-            f.write(b'2024-01-01 00:00:00.000 7 INFO instrument.spans [-] '
-                    + json.dumps(rec()).encode() + b'\n')
+            f.write(
+                b'2024-01-01 00:00:00.000 7 INFO instrument.spans [-] '
+                + json.dumps(rec()).encode()
+                + b'\n'
+            )
         none = os.path.join(d, 'nova-compute.log.gz')
         with gzip.open(none, 'wb') as f:
             f.write(noise * 5000)
@@ -178,14 +204,24 @@ class DiscoverTest(testtools.TestCase):
 
 
 class ValidatorTest(testtools.TestCase):
-
     CASES = [
-        rec(), rec(ph='B', dur_us=None, st=None), rec(v=2),
-        rec(ts='1'), rec(dur_us=-1), rec(st='weird'), rec(span=''),
-        rec(pid=True), rec(err={'msg': 'no class'}),
-        rec(err={'cls': 'x.Y', 'msg': 'm'}), rec(extra=1),
-        rec(ph='Q'), rec(inst='not-a-list'), rec(attrs=None),
-        {k: v for k, v in rec().items() if k != 'host'}, [1, 2], 'x',
+        rec(),
+        rec(ph='B', dur_us=None, st=None),
+        rec(v=2),
+        rec(ts='1'),
+        rec(dur_us=-1),
+        rec(st='weird'),
+        rec(span=''),
+        rec(pid=True),
+        rec(err={'msg': 'no class'}),
+        rec(err={'cls': 'x.Y', 'msg': 'm'}),
+        rec(extra=1),
+        rec(ph='Q'),
+        rec(inst='not-a-list'),
+        rec(attrs=None),
+        {k: v for k, v in rec().items() if k != 'host'},
+        [1, 2],
+        'x',
     ]
 
     def test_agrees_with_schema_validate_twice(self):
@@ -204,29 +240,34 @@ class ValidatorTest(testtools.TestCase):
         self.assertEqual('invalid', codec.check_error(rec(ts='x'))[0])
         self.assertEqual('malformed', codec.check_error([1])[0])
         self.assertEqual('truncated', codec.decode_error(b'{"v":1,', True)[0])
-        self.assertEqual('malformed',
-                         codec.decode_error(b'{"v":1,\n', False)[0])
+        self.assertEqual(
+            'malformed', codec.decode_error(b'{"v":1,\n', False)[0]
+        )
 
 
 class ReadTest(testtools.TestCase):
-
     def test_service_log_and_cut_gzip(self):
         d = self.useFixture(fixtures.TempDir()).path
-        lines = [json.dumps(rec(seq=i, span='%016x' % i,
-                                req='req-%d' % i)) for i in range(1, 30)]
+        lines = [
+            json.dumps(rec(seq=i, span='%016x' % i, req='req-%d' % i))
+            for i in range(1, 30)
+        ]
         with open(os.path.join(d, 'nova-api.log'), 'w') as f:
             for line in lines:
                 f.write('2024-01-01 00:00:00.000 7 INFO nova.api [-] GET\n')
-                f.write('2024-01-01 00:00:00.000 7 INFO instrument.spans '
-                        '[-] %s\n' % line)
+                f.write(
+                    '2024-01-01 00:00:00.000 7 INFO instrument.spans '
+                    '[-] %s\n' % line
+                )
         data = gzip.compress(('\n'.join(lines) + '\n').encode())
         with open(os.path.join(d, 'cut.jsonl.gz'), 'wb') as f:
-            f.write(data[:len(data) // 2])
+            f.write(data[: len(data) // 2])
         report = pipeline.analyse([d])
         self.assertEqual(29, report['load']['other_lines'])
         self.assertEqual(29, report['summary']['other_requests'])
-        self.assertTrue(any('cut.jsonl.gz' in p
-                            for p in report['load']['problems']))
+        self.assertTrue(
+            any('cut.jsonl.gz' in p for p in report['load']['problems'])
+        )
 
 
 class RecordDecoderTest(testtools.TestCase):
@@ -239,11 +280,12 @@ class RecordDecoderTest(testtools.TestCase):
 
     def lines(self):
         good = json.dumps(rec())
-        out = [json.dumps(case).encode() + b'\n'
-               for case in ValidatorTest.CASES]
+        out = [
+            json.dumps(case).encode() + b'\n' for case in ValidatorTest.CASES
+        ]
         out += [
             good.encode() + b'\n',
-            good.encode(),                                  # no newline
+            good.encode(),  # no newline
             json.dumps(rec(ph='B', st=None, dur_us=None)).encode(),
             json.dumps(rec(ph='I', span=None, dur_us=-5)).encode(),
             json.dumps(rec(ph='M', attrs={'fp': 'x'})).encode(),
@@ -262,11 +304,14 @@ class RecordDecoderTest(testtools.TestCase):
             good.replace('"seq": 1', '"seq": %d' % ((1 << 64) - 1)).encode(),
             good.replace('"seq": 1', '"seq": %d' % -(1 << 63)).encode(),
             good.replace('"seq": 1', '"seq": 1, "seq": 2').encode(),
-            good[:40].encode(), good[:40].encode() + b'\n',
-            b'{"v":1,' + b'[' * 5000 + b'\n', b'[]\n', b'null\n',
-            good.replace('{"status": 200}', '[' * 3000 + ']' * 3000)
-            .encode(),
-            b'{"v":1,"ph":"X"} trailing\n', b'{"v": NaN}\n',
+            good[:40].encode(),
+            good[:40].encode() + b'\n',
+            b'{"v":1,' + b'[' * 5000 + b'\n',
+            b'[]\n',
+            b'null\n',
+            good.replace('{"status": 200}', '[' * 3000 + ']' * 3000).encode(),
+            b'{"v":1,"ph":"X"} trailing\n',
+            b'{"v": NaN}\n',
             good.replace('"api"', '"a\\ud800"').encode(),
             good.replace('"api"', '"\xff"').encode('latin-1'),
         ]
@@ -287,15 +332,19 @@ class RecordDecoderTest(testtools.TestCase):
                 accepted += 1
                 self.assertIsNotNone(a, (raw, fast.error))
                 for name in schema.FIELDS:
-                    self.assertEqual(getattr(b, name), getattr(a, name),
-                                     (name, raw))
-                    self.assertIs(type(getattr(b, name)),
-                                  type(getattr(a, name)), (name, raw))
+                    self.assertEqual(
+                        getattr(b, name), getattr(a, name), (name, raw)
+                    )
+                    self.assertIs(
+                        type(getattr(b, name)),
+                        type(getattr(a, name)),
+                        (name, raw),
+                    )
         self.assertGreater(accepted, 10)
 
     def test_fast_path_is_used(self):
         line = json.dumps(rec()).encode()
-        self.assertIsInstance(codec.RecordDecoder().decode(line),
-                              codec.Record)
-        self.assertIsInstance(codec.RecordDecoder(fast=False).decode(line),
-                              codec.SlowRecord)
+        self.assertIsInstance(codec.RecordDecoder().decode(line), codec.Record)
+        self.assertIsInstance(
+            codec.RecordDecoder(fast=False).decode(line), codec.SlowRecord
+        )

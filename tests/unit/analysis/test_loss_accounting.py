@@ -44,25 +44,49 @@ class Process:
     """The records of one process, numbered as its buffer numbers them;
     ``lines`` is what its file holds."""
 
-    def __init__(self, host: str = 'db-1', pid: int = 100,
-                 svc: str = 'conductor') -> None:
+    def __init__(
+        self, host: str = 'db-1', pid: int = 100, svc: str = 'conductor'
+    ) -> None:
         self.host = host
         self.pid = pid
         self.svc = svc
         self.seq = 0
         self.ts = T0
         self.lines = []
-        self.write({'ph': 'M', 'ev': 'process.start', 'attrs': {
-            'service': 'nova-' + svc, 'version': 'test',
-            'mode': 'threads', 'points': {}}})
-        self.write({'ph': 'M', 'ev': 'sql.fingerprint', 'attrs': {
-            'fp': FP, 'text': 'select * from instances where id = ?',
-            'kind': 'SELECT'}})
+        self.write(
+            {
+                'ph': 'M',
+                'ev': 'process.start',
+                'attrs': {
+                    'service': 'nova-' + svc,
+                    'version': 'test',
+                    'mode': 'threads',
+                    'points': {},
+                },
+            }
+        )
+        self.write(
+            {
+                'ph': 'M',
+                'ev': 'sql.fingerprint',
+                'attrs': {
+                    'fp': FP,
+                    'text': 'select * from instances where id = ?',
+                    'kind': 'SELECT',
+                },
+            }
+        )
 
     def record(self, fields: dict) -> dict:
         self.ts += 1000
-        rec = {'v': schema.SCHEMA_VERSION, 'seq': self.seq, 'ts': self.ts,
-               'host': self.host, 'svc': self.svc, 'pid': self.pid}
+        rec = {
+            'v': schema.SCHEMA_VERSION,
+            'seq': self.seq,
+            'ts': self.ts,
+            'host': self.host,
+            'svc': self.svc,
+            'pid': self.pid,
+        }
         rec.update(fields)
         self.seq += 1
         return rec
@@ -72,11 +96,22 @@ class Process:
 
     def queries(self, n: int) -> None:
         for _ in range(n):
-            self.write({'ph': 'X', 'dur_us': 250, 'tid': 1,
-                        'ev': 'sql.query', 'span': '%016x' % (self.seq + 1),
-                        'st': 'ok', 'attrs': {'fp': FP, 'db': 'nova',
-                                              'kind': 'SELECT',
-                                              'rows': 1}})
+            self.write(
+                {
+                    'ph': 'X',
+                    'dur_us': 250,
+                    'tid': 1,
+                    'ev': 'sql.query',
+                    'span': '%016x' % (self.seq + 1),
+                    'st': 'ok',
+                    'attrs': {
+                        'fp': FP,
+                        'db': 'nova',
+                        'kind': 'SELECT',
+                        'rows': 1,
+                    },
+                }
+            )
 
     def sink_lost(self, n: int) -> None:
         """``n`` records numbered, then not written by the file sink."""
@@ -89,9 +124,17 @@ class Process:
         ``dur_us``: an invalid record with its number), nor ``svc`` (a
         record with one required field missing is repaired: issue 32)."""
         for _ in range(n):
-            rec = self.record({'ph': 'X', 'dur_us': 250, 'tid': 1,
-                               'ev': 'sql.query', 'span': '%016x' % 1,
-                               'st': 'ok', 'attrs': {'fp': FP}})
+            rec = self.record(
+                {
+                    'ph': 'X',
+                    'dur_us': 250,
+                    'tid': 1,
+                    'ev': 'sql.query',
+                    'span': '%016x' % 1,
+                    'st': 'ok',
+                    'attrs': {'fp': FP},
+                }
+            )
             del rec[drop]
             del rec['svc']
             self.lines.append(json.dumps(rec))
@@ -99,10 +142,20 @@ class Process:
     def cut_line(self) -> None:
         """A record the sink wrote in part (a full disk): the rest of its
         line is missing, the next write starts on a new line."""
-        rec = json.dumps(self.record({'ph': 'X', 'dur_us': 250, 'tid': 1,
-                                      'ev': 'sql.query', 'span': 'a' * 16,
-                                      'st': 'ok', 'attrs': {'fp': FP}}))
-        self.lines.append(rec[:len(rec) // 2])
+        rec = json.dumps(
+            self.record(
+                {
+                    'ph': 'X',
+                    'dur_us': 250,
+                    'tid': 1,
+                    'ev': 'sql.query',
+                    'span': 'a' * 16,
+                    'st': 'ok',
+                    'attrs': {'fp': FP},
+                }
+            )
+        )
+        self.lines.append(rec[: len(rec) // 2])
 
     def counter(self, ev: str, attrs: dict) -> None:
         self.write({'ph': 'C', 'ev': ev, 'attrs': attrs})
@@ -110,17 +163,17 @@ class Process:
     def end(self) -> None:
         self.write({'ph': 'M', 'ev': 'process.end', 'attrs': {}})
 
-    def save(self, directory: str, name: str = None,
-             end: str = '\n') -> str:
-        path = os.path.join(directory, name or '%s_nova-%s_%d.jsonl' % (
-            self.host, self.svc, self.pid))
+    def save(self, directory: str, name: str = None, end: str = '\n') -> str:
+        path = os.path.join(
+            directory,
+            name or '%s_nova-%s_%d.jsonl' % (self.host, self.svc, self.pid),
+        )
         with open(path, 'w') as f:
             f.write('\n'.join(self.lines) + end)
         return path
 
 
 class LossTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
@@ -132,14 +185,16 @@ class LossTest(testtools.TestCase):
 
     def assertLost(self, report: dict, lost: int, **causes) -> None:
         q = report['quality']
-        want = dict.fromkeys(('sink_dropped', 'buffer_dropped',
-                              'unreported_gaps', 'invalid'), 0)
+        want = dict.fromkeys(
+            ('sink_dropped', 'buffer_dropped', 'unreported_gaps', 'invalid'), 0
+        )
         want.update(causes)
         self.assertEqual((lost, want), (q['lost_records'], q['causes']))
         self.assertEqual(lost, sum(p['lost'] for p in q['processes']))
         if lost:
-            self.assertIn('%d records lost in ' % lost,
-                          views.loss_note(report))
+            self.assertIn(
+                '%d records lost in ' % lost, views.loss_note(report)
+            )
 
     def test_file_sink_drops_are_the_gaps_counted_once(self):
         # 2,036 records the file sink could not write (a full disk), 7
@@ -153,13 +208,15 @@ class LossTest(testtools.TestCase):
         p.counter('sink.drops', {'buffer_full': 0, 'file': 2036})
         p.end()
         report = self.analyse(p)
-        self.assertLost(report, 2043, sink_dropped=2036,
-                        unreported_gaps=7)
+        self.assertLost(report, 2043, sink_dropped=2036, unreported_gaps=7)
         (row,) = report['load']['loss']
         self.assertEqual((2043, 2036), (row['missing'], row['dropped']))
         note = views.loss_note(report)
-        self.assertIn('2043 records lost in 1 process(es) (2036 dropped by '
-                      'a sink, 7 seq gaps nobody reported) on db-1', note)
+        self.assertIn(
+            '2043 records lost in 1 process(es) (2036 dropped by '
+            'a sink, 7 seq gaps nobody reported) on db-1',
+            note,
+        )
 
     def test_invalid_lines_are_not_counted_again_as_gaps(self):
         # 1,284 invalid lines: 629 without a readable number (no seq,
@@ -212,14 +269,15 @@ class LossTest(testtools.TestCase):
         # could not export is in the span file all the same
         p = Process()
         p.queries(40)
-        p.counter('sink.drops', {'buffer_full': 120, 'open_untracked': 3,
-                                 'file': 0, 'otlp': 900})
+        p.counter(
+            'sink.drops',
+            {'buffer_full': 120, 'open_untracked': 3, 'file': 0, 'otlp': 900},
+        )
         p.queries(40)
         p.end()
         report = self.analyse(p)
         self.assertLost(report, 123, buffer_dropped=123)
-        self.assertIn('(123 dropped by the buffer)',
-                      views.loss_note(report))
+        self.assertIn('(123 dropped by the buffer)', views.loss_note(report))
 
     def test_a_service_log_counts_the_log_sinks_drops(self):
         p = Process(host='api-1', svc='api')
@@ -228,8 +286,10 @@ class LossTest(testtools.TestCase):
         p.queries(10)
         p.counter('sink.drops', {'buffer_full': 0, 'log': 4, 'file': 0})
         p.end()
-        p.lines = ['2024-05-01 12:00:00.000 7 INFO instrument.spans [-] '
-                   + line for line in p.lines]
+        p.lines = [
+            '2024-05-01 12:00:00.000 7 INFO instrument.spans [-] ' + line
+            for line in p.lines
+        ]
         p.save(self.dir, 'nova-api.log')
         report = pipeline.analyse([self.dir])
         self.assertLost(report, 4, sink_dropped=4)
@@ -249,18 +309,35 @@ class LossTest(testtools.TestCase):
         b.end()
         for jobs in (1, 2):
             report = self.analyse(a, b, jobs=jobs)
-            self.assertLost(report, 20, sink_dropped=10, buffer_dropped=5,
-                            unreported_gaps=3, invalid=2)
-            keys = ('lost', 'sink_dropped', 'buffer_dropped',
-                    'unreported_gaps', 'invalid')
-            rows = {r['host']: tuple(r[k] for k in keys)
-                    for r in report['quality']['processes']}
-            self.assertEqual({'db-1': (15, 10, 5, 0, 0),
-                              'db-2': (5, 0, 0, 3, 2)}, rows)
+            self.assertLost(
+                report,
+                20,
+                sink_dropped=10,
+                buffer_dropped=5,
+                unreported_gaps=3,
+                invalid=2,
+            )
+            keys = (
+                'lost',
+                'sink_dropped',
+                'buffer_dropped',
+                'unreported_gaps',
+                'invalid',
+            )
+            rows = {
+                r['host']: tuple(r[k] for k in keys)
+                for r in report['quality']['processes']
+            }
+            self.assertEqual(
+                {'db-1': (15, 10, 5, 0, 0), 'db-2': (5, 0, 0, 3, 2)}, rows
+            )
         note = views.loss_note(report)
-        self.assertIn('20 records lost in 2 process(es) (10 dropped by a '
-                      'sink, 5 dropped by the buffer, 3 seq gaps nobody '
-                      'reported, 2 invalid lines) on db-1, db-2', note)
+        self.assertIn(
+            '20 records lost in 2 process(es) (10 dropped by a '
+            'sink, 5 dropped by the buffer, 3 seq gaps nobody '
+            'reported, 2 invalid lines) on db-1, db-2',
+            note,
+        )
         text = report_text.render(report)
         self.assertIn(note, text)
         self.assertIn(note[2:], report_html.render(report))
@@ -286,32 +363,44 @@ class SqlDroppedTest(testtools.TestCase):
 
     def test_every_form_says_how_many_were_not_profiled(self):
         for jobs in (1, 2):
-            report = pipeline.analyse([self.dir], pipeline.Options(
-                jobs=jobs))
+            report = pipeline.analyse([self.dir], pipeline.Options(jobs=jobs))
             q = report['quality']
-            self.assertEqual((0, 4001), (q['lost_records'],
-                                         q['sql_dropped']))
+            self.assertEqual((0, 4001), (q['lost_records'], q['sql_dropped']))
             self.assertEqual(4001, q['processes'][0]['sql_dropped'])
-            self.assertEqual((998, 4001), (report['sql']['calls'],
-                                           report['sql']['dropped']))
+            self.assertEqual(
+                (998, 4001), (report['sql']['calls'], report['sql']['dropped'])
+            )
         note = views.loss_note(report)
-        self.assertIn('computed from input with losses: 4001 SQL '
-                      'statements dropped before they became records on '
-                      'db-1', note)
+        self.assertIn(
+            'computed from input with losses: 4001 SQL '
+            'statements dropped before they became records on '
+            'db-1',
+            note,
+        )
         text = report_text.render(report)
-        self.assertIn('# 998 statements in 1 classes, 250ms total; 4001 '
-                      'more statements were dropped before they became '
-                      'records and are not profiled (sql.dropped)', text)
-        sql_section = text[text.index('SQL profile (grouped'):]
+        self.assertIn(
+            '# 998 statements in 1 classes, 250ms total; 4001 '
+            'more statements were dropped before they became '
+            'records and are not profiled (sql.dropped)',
+            text,
+        )
+        sql_section = text[text.index('SQL profile (grouped') :]
         # beside the profile, what it may miss (issue 32, item 5)
-        self.assertIn('! 4001 statements were dropped before they became '
-                      'records (see Input problems): the counts and times '
-                      'below may be short', sql_section)
-        self.assertEqual(views.sql_loss_line(report), sql_section.split(
-            '\n')[2])
+        self.assertIn(
+            '! 4001 statements were dropped before they became '
+            'records (see Input problems): the counts and times '
+            'below may be short',
+            sql_section,
+        )
+        self.assertEqual(
+            views.sql_loss_line(report), sql_section.split('\n')[2]
+        )
         html = report_html.render(report)
-        self.assertIn('998 statements in 1 classes, 250ms; 4001 more '
-                      'statements were dropped', html)
+        self.assertIn(
+            '998 statements in 1 classes, 250ms; 4001 more '
+            'statements were dropped',
+            html,
+        )
         self.assertIn(note[2:], html)
         data = json.loads(report_json.dumps(report))
         self.assertEqual(4001, data['sql']['dropped'])

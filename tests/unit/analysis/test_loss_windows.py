@@ -38,8 +38,9 @@ def seqset(numbers, time=lambda seq: T0 + seq * 1000):
     for seq in numbers:
         s.add(seq)
         page = s.bucket(seq >> losses.TIMES_SHIFT)
-        k = ((seq & ((1 << losses.TIMES_SHIFT) - 1)) >>
-             losses.BUCKET_SHIFT) * 2
+        k = (
+            (seq & ((1 << losses.TIMES_SHIFT) - 1)) >> losses.BUCKET_SHIFT
+        ) * 2
         t = time(seq)
         if not page[k] or t < page[k]:
             page[k] = t
@@ -49,7 +50,6 @@ def seqset(numbers, time=lambda seq: T0 + seq * 1000):
 
 
 class SeqSetTest(testtools.TestCase):
-
     def test_missing_runs(self):
         rnd = random.Random(3)
         for n in (40, 1000, 70_000, 140_000):
@@ -87,8 +87,10 @@ class SeqSetTest(testtools.TestCase):
             merged.merge(p)
         self.assertEqual(whole.row(), merged.row())
         self.assertEqual(list(whole.missing()), list(merged.missing()))
-        self.assertEqual([whole.around(a, b) for a, b in whole.missing()],
-                         [merged.around(a, b) for a, b in merged.missing()])
+        self.assertEqual(
+            [whole.around(a, b) for a, b in whole.missing()],
+            [merged.around(a, b) for a, b in merged.missing()],
+        )
 
 
 class WindowsTest(testtools.TestCase):
@@ -103,8 +105,9 @@ class WindowsTest(testtools.TestCase):
             p.save(self.dir)
         run = pipeline.run([self.dir], pipeline.Options(jobs=1))
         q = run.report['quality']
-        return {(r['host'], r['pid']): r.get('windows') for r in
-                q['processes']}, run.report
+        return {
+            (r['host'], r['pid']): r.get('windows') for r in q['processes']
+        }, run.report
 
     def test_a_gap_is_where_it_was_written(self):
         p = accounting.Process()
@@ -146,14 +149,21 @@ class WindowsTest(testtools.TestCase):
         p.end()
         found, _report = self.windows(p)
         [[lo, hi]] = found[('db-1', 100)]
-        self.assertEqual((first - losses.WINDOW_SLACK_US,
-                          second + losses.WINDOW_SLACK_US), (lo, hi))
+        self.assertEqual(
+            (first - losses.WINDOW_SLACK_US, second + losses.WINDOW_SLACK_US),
+            (lo, hi),
+        )
 
     def test_garbage_is_no_record_lost(self):
         p = accounting.Process()
         p.queries(50)
-        p.lines[20:20] = ['Traceback (most recent call last):', '[1, 2]',
-                          '{"unrelated": 1}', '{broken', '\x00\x01']
+        p.lines[20:20] = [
+            'Traceback (most recent call last):',
+            '[1, 2]',
+            '{"unrelated": 1}',
+            '{broken',
+            '\x00\x01',
+        ]
         p.end()
         found, report = self.windows(p)
         self.assertEqual({}, found)
@@ -164,8 +174,9 @@ class WindowsTest(testtools.TestCase):
 class Summary:
     """What ``damage.mark`` reads of a request summary."""
 
-    def __init__(self, req, hosts, procs, start=0, end=0, late=0,
-                 if_lost=None):
+    def __init__(
+        self, req, hosts, procs, start=0, end=0, late=0, if_lost=None
+    ):
         self.req = req
         self.kind = 'show'
         self.state = 'incomplete'
@@ -181,14 +192,14 @@ class Summary:
 
 
 class MarkTest(testtools.TestCase):
-
     KEY = ('api-1', 7, 1000)
     WINDOWS = {KEY: [(5000, 6000), (9000, 9500)]}
     HOSTS = {KEY: {'api-1'}}
 
     def mark(self, *summaries, repaired=()):
-        return damage.mark(summaries, self.WINDOWS, self.HOSTS, repaired,
-                           hung_us=1000)
+        return damage.mark(
+            summaries, self.WINDOWS, self.HOSTS, repaired, hung_us=1000
+        )
 
     def test_overlap_in_the_process_only(self):
         inside = Summary('a', ['api-1'], [0, 7, 5500, 5600, -1])
@@ -203,10 +214,8 @@ class MarkTest(testtools.TestCase):
 
     def test_an_open_span_before_a_loss_within_the_horizon(self):
         alt = ('success', [{'state': 'success'}], 1)
-        near = Summary('a', ['api-1'], [0, 7, 4500, 4600, 4500],
-                       if_lost=alt)
-        far = Summary('b', ['api-1'], [0, 7, 1000, 1100, 1000],
-                      if_lost=alt)
+        near = Summary('a', ['api-1'], [0, 7, 4500, 4600, 4500], if_lost=alt)
+        far = Summary('b', ['api-1'], [0, 7, 1000, 1100, 1000], if_lost=alt)
         self.assertEqual([near], self.mark(near, far))
         # its end may be the record lost: it ended as its calls say
         self.assertEqual(('success', 1), (near.state, near.lost_ends))
@@ -217,8 +226,10 @@ class MarkTest(testtools.TestCase):
         fixed = Summary('b', ['api-2'], [0, 9, 1, 2, -1])
         both = Summary('c', ['api-1'], [0, 7, 5000, 5001, -1], late=1)
         self.mark(late, fixed, both, repaired={'b'})
-        self.assertEqual((['late'], ['repaired'], ['late', 'lost']),
-                         (late.loss, fixed.loss, both.loss))
+        self.assertEqual(
+            (['late'], ['repaired'], ['late', 'lost']),
+            (late.loss, fixed.loss, both.loss),
+        )
         self.assertTrue(damage.marked(late))
 
     def test_no_span_any_process(self):
@@ -227,24 +238,36 @@ class MarkTest(testtools.TestCase):
 
 
 class RepairTest(testtools.TestCase):
-
     def rec(self, **kw):
-        out = {'v': 1, 'ph': 'X', 'seq': 5, 'ts': T0, 'dur_us': 10,
-               'host': 'h1', 'svc': 'api', 'pid': 7, 'tid': 3,
-               'ev': 'sql.query', 'span': 'a' * 16, 'st': 'ok'}
+        out = {
+            'v': 1,
+            'ph': 'X',
+            'seq': 5,
+            'ts': T0,
+            'dur_us': 10,
+            'host': 'h1',
+            'svc': 'api',
+            'pid': 7,
+            'tid': 3,
+            'ev': 'sql.query',
+            'span': 'a' * 16,
+            'st': 'ok',
+        }
         out.update(kw)
         return out
 
     def neighbours(self):
-        return [self.rec(seq=4, ts=T0 - 100), self.rec(seq=6, ts=T0 + 100),
-                self.rec(seq=7, tid=4, svc='api')]
+        return [
+            self.rec(seq=4, ts=T0 - 100),
+            self.rec(seq=6, ts=T0 + 100),
+            self.rec(seq=7, tid=4, svc='api'),
+        ]
 
     def test_each_required_field(self):
         for field in schema.REQUIRED:
             rec = self.rec()
             del rec[field]
-            fixed = codec.repair(rec, self.neighbours(),
-                                 started='sql.query')
+            fixed = codec.repair(rec, self.neighbours(), started='sql.query')
             self.assertIsNotNone(fixed, field)
             out, name, _how = fixed
             self.assertEqual(field, name)
@@ -257,8 +280,9 @@ class RepairTest(testtools.TestCase):
                     # duration
                     self.assertEqual(T0 - 100 + 10 - 10, out.ts)
                 else:
-                    self.assertEqual(want.get(key), getattr(out, key),
-                                     (field, key))
+                    self.assertEqual(
+                        want.get(key), getattr(out, key), (field, key)
+                    )
 
     def test_what_is_not_repaired(self):
         two = self.rec()
@@ -267,13 +291,13 @@ class RepairTest(testtools.TestCase):
         no_ev = self.rec()
         del no_ev['ev']
         self.assertIsNone(codec.repair(no_ev, self.neighbours()))
-        self.assertIsNone(codec.repair(self.rec(dur_us=-1),
-                                       self.neighbours()))
+        self.assertIsNone(codec.repair(self.rec(dur_us=-1), self.neighbours()))
         # neighbours that disagree
         no_host = self.rec()
         del no_host['host']
-        self.assertIsNone(codec.repair(no_host, [
-            self.rec(host='a'), self.rec(host='b')]))
+        self.assertIsNone(
+            codec.repair(no_host, [self.rec(host='a'), self.rec(host='b')])
+        )
         self.assertIsNone(codec.repair([1, 2], []))
 
     def test_a_repaired_line_is_read_and_said(self):
@@ -289,7 +313,9 @@ class RepairTest(testtools.TestCase):
         self.assertEqual(1, report['load']['counts']['invalid'])
         [(fname, line, why)] = report['load']['samples']['invalid']
         self.assertEqual((os.path.basename(p.save(d)), 11), (fname, line))
-        self.assertEqual("missing field 'host'; repaired: host from the "
-                         "records around it", why)
+        self.assertEqual(
+            "missing field 'host'; repaired: host from the records around it",
+            why,
+        )
         self.assertEqual(0, report['quality']['lost_records'])
         self.assertEqual(20, report['sql']['calls'])

@@ -27,50 +27,71 @@ class Spans:
         self.spans = {}
         self.t = 0
 
-    def add(self, ev, parent=None, svc=None, host='h', dur=10, err=None,
-            attrs=None, inst=(INST,), start=None):
+    def add(
+        self,
+        ev,
+        parent=None,
+        svc=None,
+        host='h',
+        dur=10,
+        err=None,
+        attrs=None,
+        inst=(INST,),
+        start=None,
+    ):
         sid = 's%d' % (len(self.spans) + 1)
         svc = svc or ev.split('.', 1)[0]
         self.t += 10
         st = None if dur is None else ('error' if err else 'ok')
-        self.spans[sid] = [ev, host, svc, 1, self.t if start is None
-                           else start, dur, parent, st,
-                           {'cls': err, 'msg': 'm'} if err else None,
-                           attrs or {}, list(inst) if inst else None]
+        self.spans[sid] = [
+            ev,
+            host,
+            svc,
+            1,
+            self.t if start is None else start,
+            dur,
+            parent,
+            st,
+            {'cls': err, 'msg': 'm'} if err else None,
+            attrs or {},
+            list(inst) if inst else None,
+        ]
         return sid
 
-    def api(self, method='POST', route='/v2.1/servers/{id}/action',
-            status=202, action=None):
+    def api(
+        self,
+        method='POST',
+        route='/v2.1/servers/{id}/action',
+        status=202,
+        action=None,
+    ):
         attrs = {'method': method, 'route': route, 'status': status}
         if action:
             attrs['action'] = action
-        return self.add('api.request', svc='api', dur=1000, attrs=attrs,
-                        inst=None, start=0)
+        return self.add(
+            'api.request', svc='api', dur=1000, attrs=attrs, inst=None, start=0
+        )
 
     def states(self, op=None):
         op = op or operations.operation_of(self.spans)
         rows = operations.final_states(op, spans_mod.Tree(self.spans))
-        return op, [(r['state'], (r['cause'] or {}).get('cls'))
-                    for r in rows]
+        return op, [(r['state'], (r['cause'] or {}).get('cls')) for r in rows]
 
 
 class OperationOfTest(testtools.TestCase):
-
     def test_action_method_wins_over_the_get_of_the_instance(self):
         s = Spans()
         api = s.api()
         s.add('api.compute.get', api)
         s.add('api.compute.live_migrate', api)
-        self.assertEqual('live_migrate',
-                         operations.operation_of(s.spans))
+        self.assertEqual('live_migrate', operations.operation_of(s.spans))
 
     def test_show_list_and_other(self):
         s = Spans()
         s.add('api.compute.get', s.api('GET', '/v2.1/servers/{id}', 200))
         self.assertEqual('show', operations.operation_of(s.spans))
         s = Spans()
-        s.add('api.compute.get_all', s.api('GET', '/v2.1/servers/detail',
-                                           200))
+        s.add('api.compute.get_all', s.api('GET', '/v2.1/servers/detail', 200))
         self.assertEqual('list', operations.operation_of(s.spans))
         s = Spans()
         s.add('api.compute.get', s.api())  # a console: only a get
@@ -84,13 +105,14 @@ class OperationOfTest(testtools.TestCase):
         # the server (api.compute.get), the route ends with an id, and
         # it is not GET /servers/{id} (22 of the demo's 1277 requests
         # read as show)
-        for route in ('/v2.1/servers/{id}/os-instance-actions/{id}',
-                      '/v2.1/servers/{id}/migrations/{id}',
-                      '/v2.1/servers/{id}/os-volume_attachments/{id}'):
+        for route in (
+            '/v2.1/servers/{id}/os-instance-actions/{id}',
+            '/v2.1/servers/{id}/migrations/{id}',
+            '/v2.1/servers/{id}/os-volume_attachments/{id}',
+        ):
             s = Spans()
             s.add('api.compute.get', s.api('GET', route, 200))
-            self.assertEqual('other', operations.operation_of(s.spans),
-                             route)
+            self.assertEqual('other', operations.operation_of(s.spans), route)
         s = Spans()
         s.add('api.compute.get', s.api('GET', '/v2.1/servers/{id}/', 200))
         self.assertEqual('show', operations.operation_of(s.spans))
@@ -133,7 +155,6 @@ class OperationOfTest(testtools.TestCase):
 
 
 class LiveMigrationTest(testtools.TestCase):
-
     def _base(self):
         s = Spans()
         api = s.api()
@@ -144,79 +165,103 @@ class LiveMigrationTest(testtools.TestCase):
 
     def test_success(self):
         s, cond, checks = self._base()
-        s.add('compute.check_can_live_migrate_destination', checks,
-              host='dst', attrs={'role': 'dest'})
+        s.add(
+            'compute.check_can_live_migrate_destination',
+            checks,
+            host='dst',
+            attrs={'role': 'dest'},
+        )
         lm = s.add('compute.live_migration', cond, host='src', dur=300)
         s.add('compute.pre_live_migration', lm, host='dst')
         post = s.add('compute.post_live_migration', lm, host='src')
-        s.add('compute.post_live_migration_at_destination', post,
-              host='dst')
+        s.add('compute.post_live_migration_at_destination', post, host='dst')
         self.assertEqual(('live_migrate', [('success', None)]), s.states())
 
     def test_precheck_failure(self):
         s, cond, checks = self._base()
-        s.add('compute.check_can_live_migrate_destination', checks,
-              host='dst', err='nova.exception.MigrationPreCheckError')
+        s.add(
+            'compute.check_can_live_migrate_destination',
+            checks,
+            host='dst',
+            err='nova.exception.MigrationPreCheckError',
+        )
         self.assertEqual(
             [('precheck_failure', 'nova.exception.MigrationPreCheckError')],
-            s.states()[1])
+            s.states()[1],
+        )
 
     def test_no_valid_host(self):
         s, cond, checks = self._base()
-        s.add('scheduler.select_destinations', checks, svc='scheduler',
-              err='nova.exception.NoValidHost')
+        s.add(
+            'scheduler.select_destinations',
+            checks,
+            svc='scheduler',
+            err='nova.exception.NoValidHost',
+        )
         self.assertEqual(
             [('scheduling_failure', 'nova.exception.NoValidHost')],
-            s.states()[1])
+            s.states()[1],
+        )
 
     def test_rolled_back_after_pre_live_migration_failed(self):
         s, cond, checks = self._base()
-        s.add('compute.check_can_live_migrate_destination', checks,
-              host='dst')
+        s.add('compute.check_can_live_migrate_destination', checks, host='dst')
         lm = s.add('compute.live_migration', cond, host='src', dur=300)
-        s.add('compute.pre_live_migration', lm, host='dst',
-              err='nova.exception.VirtualInterfacePlugException')
+        s.add(
+            'compute.pre_live_migration',
+            lm,
+            host='dst',
+            err='nova.exception.VirtualInterfacePlugException',
+        )
         rb = s.add('compute.rollback_live_migration', lm, host='src')
-        s.add('compute.rollback_live_migration_at_destination', rb,
-              host='dst')
+        s.add('compute.rollback_live_migration_at_destination', rb, host='dst')
         self.assertEqual(
             [('rolled_back', 'nova.exception.VirtualInterfacePlugException')],
-            s.states()[1])
+            s.states()[1],
+        )
 
     def test_failed_on_destination_after_the_move(self):
         s, cond, checks = self._base()
         lm = s.add('compute.live_migration', cond, host='src', dur=300)
         post = s.add('compute.post_live_migration', lm, host='src')
-        s.add('compute.post_live_migration_at_destination', post,
-              host='dst', err='nova.exception.PortBindingFailed')
+        s.add(
+            'compute.post_live_migration_at_destination',
+            post,
+            host='dst',
+            err='nova.exception.PortBindingFailed',
+        )
         self.assertEqual(
             [('failed_on_destination', 'nova.exception.PortBindingFailed')],
-            s.states()[1])
+            s.states()[1],
+        )
 
     def test_incomplete_says_where_it_stopped(self):
         s, cond, checks = self._base()
         lm = s.add('compute.live_migration', cond, host='src', dur=None)
-        rows = operations.final_states('live_migrate',
-                                       spans_mod.Tree(s.spans))
+        rows = operations.final_states('live_migrate', spans_mod.Tree(s.spans))
         self.assertEqual('incomplete', rows[0]['state'])
-        self.assertEqual({'ev': 'compute.live_migration', 'host': 'src',
-                          'open': True}, rows[0]['stopped'])
+        self.assertEqual(
+            {'ev': 'compute.live_migration', 'host': 'src', 'open': True},
+            rows[0]['stopped'],
+        )
         self.assertFalse(operations.terminal('live_migrate', s.spans))
         self.assertEqual(lm, 's5')
 
     def test_retry_on_another_destination(self):
         s, cond, checks = self._base()
-        s.add('compute.check_can_live_migrate_destination', checks,
-              host='d1', err='nova.exception.MigrationPreCheckError')
-        s.add('compute.check_can_live_migrate_destination', checks,
-              host='d2')
+        s.add(
+            'compute.check_can_live_migrate_destination',
+            checks,
+            host='d1',
+            err='nova.exception.MigrationPreCheckError',
+        )
+        s.add('compute.check_can_live_migrate_destination', checks, host='d2')
         lm = s.add('compute.live_migration', cond, host='src')
         s.add('compute.post_live_migration_at_destination', lm, host='d2')
         self.assertEqual([('rescheduled_success', None)], s.states()[1])
 
 
 class ResizeTest(testtools.TestCase):
-
     def _base(self):
         s = Spans()
         api = s.api()
@@ -234,54 +279,83 @@ class ResizeTest(testtools.TestCase):
 
     def test_scheduling_failure(self):
         s, cond = self._base()
-        s.add('scheduler.select_destinations', cond, svc='scheduler',
-              err='nova.exception.NoValidHost')
-        self.assertEqual([('scheduling_failure',
-                           'nova.exception.NoValidHost')], s.states()[1])
+        s.add(
+            'scheduler.select_destinations',
+            cond,
+            svc='scheduler',
+            err='nova.exception.NoValidHost',
+        )
+        self.assertEqual(
+            [('scheduling_failure', 'nova.exception.NoValidHost')],
+            s.states()[1],
+        )
 
     def test_failed_on_source_and_on_destination(self):
         s, cond = self._base()
         prep = s.add('compute.prep_resize', cond, host='dst')
-        s.add('compute.resize_instance', prep, host='src',
-              err='nova.exception.ResizeError')
-        self.assertEqual([('failed_on_source', 'nova.exception.ResizeError')],
-                         s.states()[1])
+        s.add(
+            'compute.resize_instance',
+            prep,
+            host='src',
+            err='nova.exception.ResizeError',
+        )
+        self.assertEqual(
+            [('failed_on_source', 'nova.exception.ResizeError')], s.states()[1]
+        )
         s, cond = self._base()
         prep = s.add('compute.prep_resize', cond, host='dst')
         ri = s.add('compute.resize_instance', prep, host='src')
-        s.add('compute.finish_resize', ri, host='dst',
-              err='nova.exception.ResizeError')
-        self.assertEqual([('failed_on_destination',
-                           'nova.exception.ResizeError')], s.states()[1])
+        s.add(
+            'compute.finish_resize',
+            ri,
+            host='dst',
+            err='nova.exception.ResizeError',
+        )
+        self.assertEqual(
+            [('failed_on_destination', 'nova.exception.ResizeError')],
+            s.states()[1],
+        )
 
     def test_error_inside_a_step_falls_to_the_step(self):
         s, cond = self._base()
         prep = s.add('compute.prep_resize', cond, host='dst')
-        ri = s.add('compute.resize_instance', prep, host='src',
-                   err='X')
-        s.add('rpc.call', ri, svc='compute', host='src',
-              err='oslo_messaging.MessagingTimeout')
-        self.assertEqual([('failed_on_source',
-                           'oslo_messaging.MessagingTimeout')],
-                         s.states()[1])
+        ri = s.add('compute.resize_instance', prep, host='src', err='X')
+        s.add(
+            'rpc.call',
+            ri,
+            svc='compute',
+            host='src',
+            err='oslo_messaging.MessagingTimeout',
+        )
+        self.assertEqual(
+            [('failed_on_source', 'oslo_messaging.MessagingTimeout')],
+            s.states()[1],
+        )
 
     def test_role_attribute_overrides(self):
         s, cond = self._base()
-        s.add('compute.prep_resize', cond, host='src',
-              attrs={'role': 'source'}, err='E')
+        s.add(
+            'compute.prep_resize',
+            cond,
+            host='src',
+            attrs={'role': 'source'},
+            err='E',
+        )
         self.assertEqual([('failed_on_source', 'E')], s.states()[1])
 
     def test_api_failure(self):
         s = Spans()
         api = s.api(status=400)
-        s.add('api.compute.resize', api, err='nova.exception.CannotResize'
-              'DiskUp')
-        self.assertEqual([('api_failure', 'nova.exception.CannotResize'
-                           'DiskUp')], s.states()[1])
+        s.add(
+            'api.compute.resize', api, err='nova.exception.CannotResizeDiskUp'
+        )
+        self.assertEqual(
+            [('api_failure', 'nova.exception.CannotResizeDiskUp')],
+            s.states()[1],
+        )
 
 
 class OneHostOperationsTest(testtools.TestCase):
-
     def test_delete(self):
         s = Spans()
         api = s.api('DELETE', '/v2.1/servers/{id}', 204)
@@ -304,20 +378,29 @@ class OneHostOperationsTest(testtools.TestCase):
         api = s.api()
         s.add('api.compute.reboot', api)
         s.add('compute.reboot_instance', api, err='libvirt.libvirtError')
-        self.assertEqual(('reboot', [('compute_failure',
-                                      'libvirt.libvirtError')]),
-                         s.states())
+        self.assertEqual(
+            ('reboot', [('compute_failure', 'libvirt.libvirtError')]),
+            s.states(),
+        )
 
     def test_evacuate_and_unshelve_schedule(self):
         s = Spans()
         api = s.api()
         s.add('api.compute.evacuate', api)
         c = s.add('conductor.rebuild_instance', api)
-        s.add('scheduler.select_destinations', c, svc='scheduler',
-              err='nova.exception.NoValidHost')
-        self.assertEqual(('evacuate', [('scheduling_failure',
-                                        'nova.exception.NoValidHost')]),
-                         s.states())
+        s.add(
+            'scheduler.select_destinations',
+            c,
+            svc='scheduler',
+            err='nova.exception.NoValidHost',
+        )
+        self.assertEqual(
+            (
+                'evacuate',
+                [('scheduling_failure', 'nova.exception.NoValidHost')],
+            ),
+            s.states(),
+        )
         s = Spans()
         api = s.api()
         s.add('api.compute.unshelve', api)
@@ -327,16 +410,20 @@ class OneHostOperationsTest(testtools.TestCase):
 
 
 class CellsTest(testtools.TestCase):
-
     def _list(self, starts):
         s = Spans()
         api = s.api('GET', '/v2.1/servers/detail', 200)
         s.add('api.compute.get_all', api, inst=None)
         sg = s.add('api.cells.scatter_gather', api, inst=None, dur=500)
         for i, start in enumerate(starts):
-            s.add('api.cells.query', sg, inst=None, start=start,
-                  dur=100 * (i + 1), attrs={'cell': 'cell%d' % i,
-                                            'db': 'nova_cell%d' % i})
+            s.add(
+                'api.cells.query',
+                sg,
+                inst=None,
+                start=start,
+                dur=100 * (i + 1),
+                attrs={'cell': 'cell%d' % i, 'db': 'nova_cell%d' % i},
+            )
         return s
 
     def test_parallel_serial_single(self):
@@ -345,8 +432,9 @@ class CellsTest(testtools.TestCase):
         s = self._list([10, 200, 600])
         info = operations.cells(s.spans, 0)
         self.assertEqual('serial', info['mode'])
-        self.assertEqual(['cell0', 'cell1', 'cell2'],
-                         [c['cell'] for c in info['cells']])
+        self.assertEqual(
+            ['cell0', 'cell1', 'cell2'], [c['cell'] for c in info['cells']]
+        )
         self.assertEqual(300, info['cells'][2]['dur_us'])
         s = self._list([10])
         self.assertEqual('single', operations.cells(s.spans, 0)['mode'])
@@ -356,11 +444,15 @@ class CellsTest(testtools.TestCase):
         self.assertEqual(('list', [('success', None)]), s.states())
         s.spans['s4'][7] = 'error'
         s.spans['s4'][8] = {'cls': 'nova.exception.CellTimeout', 'msg': ''}
-        self.assertEqual([('partial', 'nova.exception.CellTimeout')],
-                         s.states()[1])
+        self.assertEqual(
+            [('partial', 'nova.exception.CellTimeout')], s.states()[1]
+        )
         s = Spans()
-        s.add('api.compute.get_all', s.api('GET', '/v2.1/servers', 500),
-              inst=None)
+        s.add(
+            'api.compute.get_all',
+            s.api('GET', '/v2.1/servers', 500),
+            inst=None,
+        )
         self.assertEqual([('api_failure', 'HTTP 500')], s.states()[1])
 
 
@@ -378,79 +470,123 @@ class CrossCellMoveTest(testtools.TestCase):
     def test_resize_and_cold_migrate_succeed(self):
         for flavor, op in (('2', 'resize'), (None, 'cold_migrate')):
             s, cond = self._move(flavor)
-            s.add('compute.prep_snapshot_based_resize_at_dest', cond,
-                  host='dst', attrs={'role': 'destination'})
-            s.add('compute.prep_snapshot_based_resize_at_source', cond,
-                  host='src', attrs={'role': 'source'})
-            s.add('compute.finish_snapshot_based_resize_at_dest', cond,
-                  host='dst', attrs={'role': 'destination'})
+            s.add(
+                'compute.prep_snapshot_based_resize_at_dest',
+                cond,
+                host='dst',
+                attrs={'role': 'destination'},
+            )
+            s.add(
+                'compute.prep_snapshot_based_resize_at_source',
+                cond,
+                host='src',
+                attrs={'role': 'source'},
+            )
+            s.add(
+                'compute.finish_snapshot_based_resize_at_dest',
+                cond,
+                host='dst',
+                attrs={'role': 'destination'},
+            )
             self.assertEqual((op, [('success', None)]), s.states())
             self.assertTrue(operations.terminal(op, s.spans))
             rows = operations.final_states(op, spans_mod.Tree(s.spans))
             self.assertEqual(1, rows[0]['attempts'])
 
     def test_each_step_fails_on_its_side(self):
-        steps = ('compute.prep_snapshot_based_resize_at_dest',
-                 'compute.prep_snapshot_based_resize_at_source',
-                 'compute.finish_snapshot_based_resize_at_dest')
-        want = ('failed_on_destination', 'failed_on_source',
-                'failed_on_destination')
+        steps = (
+            'compute.prep_snapshot_based_resize_at_dest',
+            'compute.prep_snapshot_based_resize_at_source',
+            'compute.finish_snapshot_based_resize_at_dest',
+        )
+        want = (
+            'failed_on_destination',
+            'failed_on_source',
+            'failed_on_destination',
+        )
         for n, (step, state) in enumerate(zip(steps, want, strict=True)):
             s, cond = self._move()
             for before in steps[:n]:
                 s.add(before, cond)
             s.add(step, cond, err='nova.exception.MigrationError')
-            self.assertEqual([(state, 'nova.exception.MigrationError')],
-                             s.states()[1], step)
+            self.assertEqual(
+                [(state, 'nova.exception.MigrationError')], s.states()[1], step
+            )
 
     def test_confirm_and_revert(self):
         s = Spans()
         api = s.api()
         s.add('api.compute.confirm_resize', api)
         cond = s.add('rpc.call', api, svc='conductor', inst=None)
-        s.add('compute.confirm_snapshot_based_resize_at_source', cond,
-              host='src')
-        self.assertEqual(('confirm_resize', [('success', None)]),
-                         s.states())
+        s.add(
+            'compute.confirm_snapshot_based_resize_at_source', cond, host='src'
+        )
+        self.assertEqual(('confirm_resize', [('success', None)]), s.states())
         s = Spans()
         api = s.api()
         s.add('api.compute.revert_resize', api)
-        s.add('compute.revert_snapshot_based_resize_at_dest', api,
-              host='dst')
-        s.add('compute.finish_revert_snapshot_based_resize_at_source', api,
-              host='src')
+        s.add('compute.revert_snapshot_based_resize_at_dest', api, host='dst')
+        s.add(
+            'compute.finish_revert_snapshot_based_resize_at_source',
+            api,
+            host='src',
+        )
         self.assertEqual(('revert_resize', [('success', None)]), s.states())
         s = Spans()
         api = s.api()
         s.add('api.compute.revert_resize', api)
-        s.add('compute.revert_snapshot_based_resize_at_dest', api,
-              host='dst', err='E')
+        s.add(
+            'compute.revert_snapshot_based_resize_at_dest',
+            api,
+            host='dst',
+            err='E',
+        )
         self.assertEqual([('failed_on_destination', 'E')], s.states()[1])
 
     def _conductor(self, op_ev, method):
         s = Spans()
         api = s.api()
         s.add(op_ev, api)
-        cast = s.add('rpc.cast', api, svc='api', inst=None,
-                     attrs={'method': method})
+        cast = s.add(
+            'rpc.cast', api, svc='api', inst=None, attrs={'method': method}
+        )
         return s, cast
 
     def test_conductor_failure_after_the_compute_step(self):
         # the confirm's source step ended ok, then the conductor's task
         # failed in the target cell: no success
-        s, cast = self._conductor('api.compute.confirm_resize',
-                                  'confirm_snapshot_based_resize')
-        disp = s.add('rpc.dispatch', cast, svc='conductor', inst=None,
-                     dur=500, err='oslo_db.exception.DBConnectionError',
-                     attrs={'method': 'confirm_snapshot_based_resize'})
-        call = s.add('rpc.call', disp, svc='conductor', inst=None,
-                     attrs={'method':
-                            'confirm_snapshot_based_resize_at_source'})
-        s.add('compute.confirm_snapshot_based_resize_at_source', call,
-              host='src', attrs={'role': 'source'})
-        self.assertEqual(('confirm_resize', [(
-            'conductor_failure', 'oslo_db.exception.DBConnectionError')]),
-            s.states())
+        s, cast = self._conductor(
+            'api.compute.confirm_resize', 'confirm_snapshot_based_resize'
+        )
+        disp = s.add(
+            'rpc.dispatch',
+            cast,
+            svc='conductor',
+            inst=None,
+            dur=500,
+            err='oslo_db.exception.DBConnectionError',
+            attrs={'method': 'confirm_snapshot_based_resize'},
+        )
+        call = s.add(
+            'rpc.call',
+            disp,
+            svc='conductor',
+            inst=None,
+            attrs={'method': 'confirm_snapshot_based_resize_at_source'},
+        )
+        s.add(
+            'compute.confirm_snapshot_based_resize_at_source',
+            call,
+            host='src',
+            attrs={'role': 'source'},
+        )
+        self.assertEqual(
+            (
+                'confirm_resize',
+                [('conductor_failure', 'oslo_db.exception.DBConnectionError')],
+            ),
+            s.states(),
+        )
         self.assertTrue(operations.terminal('confirm_resize', s.spans))
         # still at work after the step: not yet a success
         s.spans[disp][5] = None
@@ -459,50 +595,85 @@ class CrossCellMoveTest(testtools.TestCase):
         self.assertEqual([('incomplete', None)], s.states()[1])
 
     def test_conductor_failure_before_any_compute_step(self):
-        s, cast = self._conductor('api.compute.revert_resize',
-                                  'revert_snapshot_based_resize')
-        s.add('rpc.dispatch', cast, svc='conductor', inst=None, dur=500,
-              err='oslo_db.exception.DBConnectionError',
-              attrs={'method': 'revert_snapshot_based_resize'})
-        self.assertEqual(('revert_resize', [(
-            'conductor_failure', 'oslo_db.exception.DBConnectionError')]),
-            s.states())
+        s, cast = self._conductor(
+            'api.compute.revert_resize', 'revert_snapshot_based_resize'
+        )
+        s.add(
+            'rpc.dispatch',
+            cast,
+            svc='conductor',
+            inst=None,
+            dur=500,
+            err='oslo_db.exception.DBConnectionError',
+            attrs={'method': 'revert_snapshot_based_resize'},
+        )
+        self.assertEqual(
+            (
+                'revert_resize',
+                [('conductor_failure', 'oslo_db.exception.DBConnectionError')],
+            ),
+            s.states(),
+        )
 
-    def test_a_compute_step_s_error_under_the_conductor_keeps_its_side(
-            self):
-        s, cast = self._conductor('api.compute.revert_resize',
-                                  'revert_snapshot_based_resize')
-        disp = s.add('rpc.dispatch', cast, svc='conductor', inst=None,
-                     dur=500, err='E',
-                     attrs={'method': 'revert_snapshot_based_resize'})
-        call = s.add('rpc.call', disp, svc='conductor', inst=None, err='E',
-                     attrs={'method': 'revert_snapshot_based_resize_at_dest'})
-        s.add('compute.revert_snapshot_based_resize_at_dest', call,
-              host='dst', err='E', attrs={'role': 'destination'})
+    def test_a_compute_step_s_error_under_the_conductor_keeps_its_side(self):
+        s, cast = self._conductor(
+            'api.compute.revert_resize', 'revert_snapshot_based_resize'
+        )
+        disp = s.add(
+            'rpc.dispatch',
+            cast,
+            svc='conductor',
+            inst=None,
+            dur=500,
+            err='E',
+            attrs={'method': 'revert_snapshot_based_resize'},
+        )
+        call = s.add(
+            'rpc.call',
+            disp,
+            svc='conductor',
+            inst=None,
+            err='E',
+            attrs={'method': 'revert_snapshot_based_resize_at_dest'},
+        )
+        s.add(
+            'compute.revert_snapshot_based_resize_at_dest',
+            call,
+            host='dst',
+            err='E',
+            attrs={'role': 'destination'},
+        )
         self.assertEqual([('failed_on_destination', 'E')], s.states()[1])
 
     def test_a_resize_s_conductor_dispatch_is_not_the_confirm_s(self):
         # only the confirm's and revert's own conductor methods: a
         # resize's failed dispatch is not a conductor_failure
         s, cast = self._conductor('api.compute.resize', 'migrate_server')
-        s.add('rpc.dispatch', cast, svc='conductor', inst=None, err='E',
-              attrs={'method': 'migrate_server'})
+        s.add(
+            'rpc.dispatch',
+            cast,
+            svc='conductor',
+            inst=None,
+            err='E',
+            attrs={'method': 'migrate_server'},
+        )
         self.assertNotIn('conductor_failure', dict(s.states()[1]))
 
     def test_without_api_span_the_steps_name_the_operation(self):
         for step, op in (
-                ('compute.prep_snapshot_based_resize_at_dest', 'resize'),
-                ('compute.confirm_snapshot_based_resize_at_source',
-                 'confirm_resize'),
-                ('compute.revert_snapshot_based_resize_at_dest',
-                 'revert_resize')):
+            ('compute.prep_snapshot_based_resize_at_dest', 'resize'),
+            (
+                'compute.confirm_snapshot_based_resize_at_source',
+                'confirm_resize',
+            ),
+            ('compute.revert_snapshot_based_resize_at_dest', 'revert_resize'),
+        ):
             s = Spans()
             s.add(step)
             self.assertEqual(op, operations.operation_of(s.spans))
 
 
 class ShelveTest(testtools.TestCase):
-
     def test_unshelve_of_a_server_not_offloaded_starts_it(self):
         # the conductor calls start_instance on its host
         s = Spans()
@@ -541,20 +712,42 @@ class NewOperationsTest(testtools.TestCase):
     compute step."""
 
     CASES = (
-        ('soft_delete', 'DELETE', '/v2.1/servers/{id}',
-         ('compute.soft_delete_instance',)),
-        ('restore', 'POST', '/v2.1/servers/{id}/action',
-         ('compute.restore_instance',)),
-        ('force_delete', 'POST', '/v2.1/servers/{id}/action',
-         ('compute.terminate_instance',)),
-        ('attach_volume', 'POST', '/v2.1/servers/{id}/os-volume_attachments',
-         ('compute.reserve_block_device_name', 'compute.attach_volume')),
-        ('detach_volume', 'DELETE',
-         '/v2.1/servers/{id}/os-volume_attachments/{id}',
-         ('compute.detach_volume',)),
-        ('live_migrate_abort', 'DELETE',
-         '/v2.1/servers/{id}/migrations/{id}',
-         ('compute.live_migration_abort',)),
+        (
+            'soft_delete',
+            'DELETE',
+            '/v2.1/servers/{id}',
+            ('compute.soft_delete_instance',),
+        ),
+        (
+            'restore',
+            'POST',
+            '/v2.1/servers/{id}/action',
+            ('compute.restore_instance',),
+        ),
+        (
+            'force_delete',
+            'POST',
+            '/v2.1/servers/{id}/action',
+            ('compute.terminate_instance',),
+        ),
+        (
+            'attach_volume',
+            'POST',
+            '/v2.1/servers/{id}/os-volume_attachments',
+            ('compute.reserve_block_device_name', 'compute.attach_volume'),
+        ),
+        (
+            'detach_volume',
+            'DELETE',
+            '/v2.1/servers/{id}/os-volume_attachments/{id}',
+            ('compute.detach_volume',),
+        ),
+        (
+            'live_migrate_abort',
+            'DELETE',
+            '/v2.1/servers/{id}/migrations/{id}',
+            ('compute.live_migration_abort',),
+        ),
     )
 
     def test_named_and_ended_by_their_steps(self):
@@ -608,23 +801,57 @@ class RefusedRequestTest(testtools.TestCase):
         cases = (
             ('POST', '/v2.1/servers', None, 400, 'boot'),
             ('POST', '/v2.1/servers/{id}/action', 'resize', 400, 'resize'),
-            ('POST', '/v2.1/servers/{id}/action', 'migrate', 403,
-             'cold_migrate'),
-            ('POST', '/v2.1/servers/{id}/action', 'os-migrateLive', 400,
-             'live_migrate'),
-            ('POST', '/v2.1/servers/{id}/action', 'forceDelete', 403,
-             'force_delete'),
-            ('POST', '/v2.1/servers/{id}/action', 'restore', 409,
-             'restore'),
-            ('POST', '/v2.1/servers/{id}/action', 'shelveOffload', 403,
-             'shelve_offload'),
+            (
+                'POST',
+                '/v2.1/servers/{id}/action',
+                'migrate',
+                403,
+                'cold_migrate',
+            ),
+            (
+                'POST',
+                '/v2.1/servers/{id}/action',
+                'os-migrateLive',
+                400,
+                'live_migrate',
+            ),
+            (
+                'POST',
+                '/v2.1/servers/{id}/action',
+                'forceDelete',
+                403,
+                'force_delete',
+            ),
+            ('POST', '/v2.1/servers/{id}/action', 'restore', 409, 'restore'),
+            (
+                'POST',
+                '/v2.1/servers/{id}/action',
+                'shelveOffload',
+                403,
+                'shelve_offload',
+            ),
             ('DELETE', '/v2.1/servers/{id}', None, 403, 'delete'),
-            ('POST', '/v2.1/servers/{id}/os-volume_attachments', None, 400,
-             'attach_volume'),
-            ('DELETE', '/v2.1/servers/{id}/os-volume_attachments/{id}',
-             None, 403, 'detach_volume'),
-            ('DELETE', '/v2.1/servers/{id}/migrations/{id}', None, 400,
-             'live_migrate_abort'),
+            (
+                'POST',
+                '/v2.1/servers/{id}/os-volume_attachments',
+                None,
+                400,
+                'attach_volume',
+            ),
+            (
+                'DELETE',
+                '/v2.1/servers/{id}/os-volume_attachments/{id}',
+                None,
+                403,
+                'detach_volume',
+            ),
+            (
+                'DELETE',
+                '/v2.1/servers/{id}/migrations/{id}',
+                None,
+                400,
+                'live_migrate_abort',
+            ),
             ('GET', '/v2.1/{id}/servers/detail', None, 403, 'list'),
         )
         for method, route, action, status, op in cases:
@@ -635,24 +862,26 @@ class RefusedRequestTest(testtools.TestCase):
                 s.add('api.compute.get', api)
             self.assertEqual(op, operations.operation_of(s.spans), route)
             got, rows = s.states()
-            self.assertEqual([('api_failure', 'HTTP %d' % status)], rows,
-                             (op, route))
+            self.assertEqual(
+                [('api_failure', 'HTTP %d' % status)], rows, (op, route)
+            )
             if op != 'boot':
                 self.assertTrue(operations.terminal(op, s.spans), op)
 
     def test_server_not_found_is_the_operation_s_failure(self):
         s = Spans()
         api = s.api(action='reboot', status=404)
-        s.add('api.compute.get', api,
-              err='nova.exception.InstanceNotFound')
-        self.assertEqual(('reboot', [('api_failure',
-                                      'nova.exception.InstanceNotFound')]),
-                         s.states())
+        s.add('api.compute.get', api, err='nova.exception.InstanceNotFound')
+        self.assertEqual(
+            ('reboot', [('api_failure', 'nova.exception.InstanceNotFound')]),
+            s.states(),
+        )
 
     def test_unknown_or_accepted_requests_keep_their_reading(self):
         s = Spans()
-        s.add('api.compute.get', s.api(action='os-getConsoleOutput',
-                                       status=400))
+        s.add(
+            'api.compute.get', s.api(action='os-getConsoleOutput', status=400)
+        )
         self.assertEqual('other', operations.operation_of(s.spans))
         s = Spans()  # an action with no name (its dispatch failed)
         s.api(status=400)

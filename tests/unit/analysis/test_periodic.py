@@ -38,13 +38,32 @@ class _Log:
         self.n = 0
         self.pid = pid
 
-    def add(self, ev, start, dur, req=None, parent=None, attrs=None,
-            svc='compute', host='cmp-1', ph='X', st='ok'):
+    def add(
+        self,
+        ev,
+        start,
+        dur,
+        req=None,
+        parent=None,
+        attrs=None,
+        svc='compute',
+        host='cmp-1',
+        ph='X',
+        st='ok',
+    ):
         self.n += 1
         sid = '%016x' % (self.pid << 32 | self.n)
-        rec = {'v': 1, 'ph': ph, 'seq': self.n, 'ts': T0 + start,
-               'host': host, 'svc': svc, 'pid': self.pid, 'ev': ev,
-               'span': sid}
+        rec = {
+            'v': 1,
+            'ph': ph,
+            'seq': self.n,
+            'ts': T0 + start,
+            'host': host,
+            'svc': svc,
+            'pid': self.pid,
+            'ev': ev,
+            'span': sid,
+        }
         if ph == 'X':
             rec.update(dur_us=dur, st=st)
         if req:
@@ -58,14 +77,31 @@ class _Log:
 
     def sql(self, start, dur, req, parent, host='cmp-1'):
         self.n += 1
-        self.lines.append(json.dumps({
-            'v': 1, 'ph': 'X', 'seq': self.n, 'ts': T0 + start,
-            'dur_us': dur, 'host': host, 'svc': 'compute',
-            'pid': self.pid, 'ev': 'sql.query',
-            'span': '%016x' % (self.pid << 32 | self.n), 'parent': parent,
-            'req': req, 'st': 'ok',
-            'attrs': {'fp': 'f1', 'db': 'nova_cell1', 'kind': 'SELECT',
-                      'call': 'periodic.task'}}))
+        self.lines.append(
+            json.dumps(
+                {
+                    'v': 1,
+                    'ph': 'X',
+                    'seq': self.n,
+                    'ts': T0 + start,
+                    'dur_us': dur,
+                    'host': host,
+                    'svc': 'compute',
+                    'pid': self.pid,
+                    'ev': 'sql.query',
+                    'span': '%016x' % (self.pid << 32 | self.n),
+                    'parent': parent,
+                    'req': req,
+                    'st': 'ok',
+                    'attrs': {
+                        'fp': 'f1',
+                        'db': 'nova_cell1',
+                        'kind': 'SELECT',
+                        'call': 'periodic.task',
+                    },
+                }
+            )
+        )
 
     def write(self, path):
         with open(path, 'w') as f:
@@ -78,30 +114,32 @@ def _lock(held, call='compute.claim', name='compute_resources'):
 
 def _boot(log, req, start, wait, held=2 * MS, host='cmp-1'):
     """A boot whose claim waited ``wait`` us for compute_resources."""
-    b = log.add('compute.build_and_run_instance', start, wait + 20 * MS,
-                req, host=host)
-    c = log.add('compute.claim', start + MS, wait + 5 * MS, req, b,
-                host=host)
+    b = log.add(
+        'compute.build_and_run_instance', start, wait + 20 * MS, req, host=host
+    )
+    c = log.add('compute.claim', start + MS, wait + 5 * MS, req, b, host=host)
     log.add('lock.wait', start + MS, wait, req, c, _lock(held), host=host)
 
 
-def _periodic_run(log, task, start, dur, hold_at=None, held=0, sql=(),
-                  st='ok'):
+def _periodic_run(
+    log, task, start, dur, hold_at=None, held=0, sql=(), st='ok'
+):
     """A periodic run; it takes compute_resources at ``hold_at`` for
     ``held`` us when given."""
     req = schema.periodic_req(task, os.urandom(16).hex())
-    sid = log.add('periodic.task', start, dur, req,
-                  attrs={'task': task}, st=st)
+    sid = log.add(
+        'periodic.task', start, dur, req, attrs={'task': task}, st=st
+    )
     if hold_at is not None:
-        log.add('lock.wait', hold_at, 10, req, sid,
-                _lock(held, 'periodic.task'))
+        log.add(
+            'lock.wait', hold_at, 10, req, sid, _lock(held, 'periodic.task')
+        )
     for at, d in sql:
         log.sql(at, d, req, sid)
     return req
 
 
 class PeriodicReportTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
@@ -109,21 +147,38 @@ class PeriodicReportTest(testtools.TestCase):
         log = _Log()
         # the audit holds compute_resources from 100 ms to 400 ms
         self.uar = _periodic_run(
-            log, UAR, 90 * MS, 320 * MS, hold_at=100 * MS - 10,
-            held=300 * MS, sql=((95 * MS, 4 * MS), (120 * MS, 6 * MS)))
+            log,
+            UAR,
+            90 * MS,
+            320 * MS,
+            hold_at=100 * MS - 10,
+            held=300 * MS,
+            sql=((95 * MS, 4 * MS), (120 * MS, 6 * MS)),
+        )
         # req-a's claim waits from 150 ms to 400 ms: 250 ms covered
         # req-b's from 300 ms to 450 ms: 100 ms covered (then req-a
         # held it)
         # req-c's 1 s later: not covered
         self.boots = log.n
         # a second run, later, that errs and takes no lock
-        self.uar2 = _periodic_run(log, UAR, 2000 * MS, 50 * MS,
-                                  sql=((2001 * MS, 1 * MS),), st='error')
+        self.uar2 = _periodic_run(
+            log,
+            UAR,
+            2000 * MS,
+            50 * MS,
+            sql=((2001 * MS, 1 * MS),),
+            st='error',
+        )
         self.heal = _periodic_run(log, HEAL, 2100 * MS, 10 * MS)
         # a run still going at the end of the files
-        log.add('periodic.task', 2200 * MS, None,
-                schema.periodic_req(HEAL, 'ff' * 16), attrs={'task': HEAL},
-                ph='B')
+        log.add(
+            'periodic.task',
+            2200 * MS,
+            None,
+            schema.periodic_req(HEAL, 'ff' * 16),
+            attrs={'task': HEAL},
+            ph='B',
+        )
         periodic_lines = list(log.lines)
         boots = _Log()
         boots.n = log.n
@@ -152,20 +207,34 @@ class PeriodicReportTest(testtools.TestCase):
 
     @staticmethod
     def add_start(log, host):
-        log.lines.append(json.dumps({
-            'v': 1, 'ph': 'M', 'seq': 0, 'ts': T0, 'host': host,
-            'svc': 'compute', 'pid': log.pid, 'ev': 'process.start',
-            'attrs': {'service': 'nova-compute'}}))
+        log.lines.append(
+            json.dumps(
+                {
+                    'v': 1,
+                    'ph': 'M',
+                    'seq': 0,
+                    'ts': T0,
+                    'host': host,
+                    'svc': 'compute',
+                    'pid': log.pid,
+                    'ev': 'process.start',
+                    'attrs': {'service': 'nova-compute'},
+                }
+            )
+        )
 
     def analyse(self, path=None, jobs=1):
-        return pipeline.analyse([path or self.dir],
-                                pipeline.Options(jobs=jobs))
+        return pipeline.analyse(
+            [path or self.dir], pipeline.Options(jobs=jobs)
+        )
 
     def test_runs_are_never_requests(self):
         report = self.analyse()
         without = self.analyse(self.base)
-        self.assertEqual(['req-a', 'req-b', 'req-c', 'req-d'],
-                         sorted(r['req'] for r in report['requests']))
+        self.assertEqual(
+            ['req-a', 'req-b', 'req-c', 'req-d'],
+            sorted(r['req'] for r in report['requests']),
+        )
         for row in report['requests']:
             row.pop('held_by_periodic', None)
         for key in ('operations', 'summary', 'failures', 'requests'):
@@ -176,50 +245,79 @@ class PeriodicReportTest(testtools.TestCase):
         tasks = {r['task']: r for r in self.analyse()['periodic']['tasks']}
         self.assertEqual({UAR, HEAL}, set(tasks))
         uar = tasks[UAR]
-        self.assertEqual((2, 1, 0), (uar['runs'], uar['errors'],
-                                     uar['unfinished']))
+        self.assertEqual(
+            (2, 1, 0), (uar['runs'], uar['errors'], uar['unfinished'])
+        )
         self.assertEqual(50 * MS, uar['p50_us'])
         self.assertEqual(320 * MS, uar['p95_us'])
         self.assertEqual(320 * MS, uar['max_us'])
         self.assertEqual(self.uar, uar['longest_run'])
         self.assertEqual((3, 11 * MS), (uar['sql_count'], uar['sql_us']))
-        self.assertEqual([{'lock': 'compute_resources', 'acquisitions': 1,
-                           'wait_us': 10, 'held_us': 300 * MS}],
-                         uar['locks'])
-        self.assertEqual((10, 300 * MS), (uar['lock_wait_us'],
-                                          uar['lock_held_us']))
+        self.assertEqual(
+            [
+                {
+                    'lock': 'compute_resources',
+                    'acquisitions': 1,
+                    'wait_us': 10,
+                    'held_us': 300 * MS,
+                }
+            ],
+            uar['locks'],
+        )
+        self.assertEqual(
+            (10, 300 * MS), (uar['lock_wait_us'], uar['lock_held_us'])
+        )
         self.assertEqual(['compute'], uar['services'])
         # two requests held up, 250 + 100 ms of their waits
-        self.assertEqual((2, 350 * MS), (uar['delayed_requests'],
-                                         uar['delayed_wait_us']))
+        self.assertEqual(
+            (2, 350 * MS), (uar['delayed_requests'], uar['delayed_wait_us'])
+        )
         heal = tasks[HEAL]
-        self.assertEqual((1, 1, 0, 0), (heal['runs'], heal['unfinished'],
-                                        heal['sql_count'],
-                                        heal['delayed_requests']))
+        self.assertEqual(
+            (1, 1, 0, 0),
+            (
+                heal['runs'],
+                heal['unfinished'],
+                heal['sql_count'],
+                heal['delayed_requests'],
+            ),
+        )
 
     def test_the_periodic_task_is_named_as_the_holder(self):
         report = self.analyse()
         [row] = report['periodic']['delayed']
         self.assertEqual(
-            {'task': UAR, 'lock': 'compute_resources', 'hosts': ['cmp-1'],
-             'requests': 2, 'waits': 2, 'wait_us': 350 * MS,
-             'max_us': 250 * MS, 'operations': {'boot': 2},
-             'examples': ['req-a', 'req-b']}, row)
+            {
+                'task': UAR,
+                'lock': 'compute_resources',
+                'hosts': ['cmp-1'],
+                'requests': 2,
+                'waits': 2,
+                'wait_us': 350 * MS,
+                'max_us': 250 * MS,
+                'operations': {'boot': 2},
+                'examples': ['req-a', 'req-b'],
+            },
+            row,
+        )
         # and each request row names it
         rows = {r['req']: r for r in report['requests']}
-        self.assertEqual([{'task': UAR, 'lock': 'compute_resources',
-                           'wait_us': 250 * MS}],
-                         rows['req-a']['held_by_periodic'])
-        self.assertEqual(100 * MS,
-                         rows['req-b']['held_by_periodic'][0]['wait_us'])
+        self.assertEqual(
+            [{'task': UAR, 'lock': 'compute_resources', 'wait_us': 250 * MS}],
+            rows['req-a']['held_by_periodic'],
+        )
+        self.assertEqual(
+            100 * MS, rows['req-b']['held_by_periodic'][0]['wait_us']
+        )
         self.assertNotIn('held_by_periodic', rows['req-c'])
         self.assertNotIn('held_by_periodic', rows['req-d'])
         # the top waits table names it too
         [lock] = report['waits']['top']
         hold = lock['longest_hold']
-        self.assertEqual((300 * MS, UAR, self.uar),
-                         (hold['held_us'], hold['periodic_task'],
-                          hold['request']))
+        self.assertEqual(
+            (300 * MS, UAR, self.uar),
+            (hold['held_us'], hold['periodic_task'], hold['request']),
+        )
         # and the periodic lock wait counts among every wait record
         self.assertEqual(5, lock['count'])
 
@@ -239,17 +337,28 @@ class PeriodicReportTest(testtools.TestCase):
         for out in (text, html):
             self.assertIn('Periodic tasks', out)
             self.assertIn(UAR, out)
-            for figure in (us(300 * MS), us(350 * MS), us(250 * MS),
-                           us(320 * MS), us(11 * MS)):
+            for figure in (
+                us(300 * MS),
+                us(350 * MS),
+                us(250 * MS),
+                us(320 * MS),
+                us(11 * MS),
+            ):
                 self.assertIn(figure, out)
             self.assertIn('2 (%s)' % us(350 * MS), out)
             self.assertIn('periodic.task %s' % UAR, out)
-            self.assertIn('not ended in the files (not in the figures '
-                          'above): %s 1' % HEAL, out)
+            self.assertIn(
+                'not ended in the files (not in the figures '
+                'above): %s 1' % HEAL,
+                out,
+            )
         self.assertIn('compute_resources 1x held 300ms', text)
         # the held-up request's timeline says so
-        self.assertIn('waited %s for lock compute_resources held by '
-                      'periodic task %s' % (us(250 * MS), UAR), html)
+        self.assertIn(
+            'waited %s for lock compute_resources held by '
+            'periodic task %s' % (us(250 * MS), UAR),
+            html,
+        )
 
 
 class HeldUpTest(testtools.TestCase):
@@ -261,11 +370,16 @@ class HeldUpTest(testtools.TestCase):
             ('L', 'p1', 100, 200, 'T1', 'periodic-T1-1', 'h'),
             ('L', 'p1', 200, 300, 'T2', 'periodic-T2-1', 'h'),
             ('M', 'p1', 0, 1000, 'T3', 'periodic-T3-1', 'h'),
-            ('L', 'p2', 0, 1000, 'T4', 'periodic-T4-1', 'h')]
-        table.waits = [('L', 'p1', 150, 250, 'req-1'),
-                       ('L', 'p1', 300, 400, 'req-2'),
-                       ('L', 'p1', 50, 100, 'req-3')]
+            ('L', 'p2', 0, 1000, 'T4', 'periodic-T4-1', 'h'),
+        ]
+        table.waits = [
+            ('L', 'p1', 150, 250, 'req-1'),
+            ('L', 'p1', 300, 400, 'req-2'),
+            ('L', 'p1', 50, 100, 'req-3'),
+        ]
         self.assertEqual(
-            sorted([('T1', 'L', 'req-1', 50, 'h'),
-                    ('T2', 'L', 'req-1', 50, 'h')]),
-            sorted(table.held_up()))
+            sorted(
+                [('T1', 'L', 'req-1', 50, 'h'), ('T2', 'L', 'req-1', 50, 'h')]
+            ),
+            sorted(table.held_up()),
+        )

@@ -40,18 +40,39 @@ class _Log:
         self.svc = svc
         self.pid = pid
         self.n = 0
-        self.lines = [_dumps({
-            'v': 1, 'ph': 'M', 'seq': 0, 'ts': T0, 'host': host,
-            'svc': svc, 'pid': pid, 'ev': 'process.start',
-            'attrs': {'service': 'nova-' + svc}})]
+        self.lines = [
+            _dumps(
+                {
+                    'v': 1,
+                    'ph': 'M',
+                    'seq': 0,
+                    'ts': T0,
+                    'host': host,
+                    'svc': svc,
+                    'pid': pid,
+                    'ev': 'process.start',
+                    'attrs': {'service': 'nova-' + svc},
+                }
+            )
+        ]
 
-    def add(self, ev, start, dur, req, parent=None, attrs=None, ph='X',
-            span=None):
+    def add(
+        self, ev, start, dur, req, parent=None, attrs=None, ph='X', span=None
+    ):
         self.n += 1
         sid = span or '%016x' % (self.pid << 32 | self.n)
-        rec = {'v': 1, 'ph': ph, 'seq': self.n, 'ts': T0 + start,
-               'host': self.host, 'svc': self.svc, 'pid': self.pid,
-               'ev': ev, 'span': sid, 'req': req}
+        rec = {
+            'v': 1,
+            'ph': ph,
+            'seq': self.n,
+            'ts': T0 + start,
+            'host': self.host,
+            'svc': self.svc,
+            'pid': self.pid,
+            'ev': ev,
+            'span': sid,
+            'req': req,
+        }
         if ph == 'X':
             rec.update(dur_us=dur, st='ok')
         if parent:
@@ -63,14 +84,31 @@ class _Log:
 
     def sql(self, start, dur, req, parent, call='rpc.dispatch'):
         self.n += 1
-        self.lines.append(_dumps({
-            'v': 1, 'ph': 'X', 'seq': self.n, 'ts': T0 + start,
-            'dur_us': dur, 'host': self.host, 'svc': self.svc,
-            'pid': self.pid, 'ev': 'sql.query',
-            'span': '%016x' % (self.pid << 32 | self.n), 'parent': parent,
-            'req': req, 'st': 'ok',
-            'attrs': {'fp': 'f%d' % self.n, 'db': 'nova_cell1',
-                      'kind': 'SELECT', 'call': call}}))
+        self.lines.append(
+            _dumps(
+                {
+                    'v': 1,
+                    'ph': 'X',
+                    'seq': self.n,
+                    'ts': T0 + start,
+                    'dur_us': dur,
+                    'host': self.host,
+                    'svc': self.svc,
+                    'pid': self.pid,
+                    'ev': 'sql.query',
+                    'span': '%016x' % (self.pid << 32 | self.n),
+                    'parent': parent,
+                    'req': req,
+                    'st': 'ok',
+                    'attrs': {
+                        'fp': 'f%d' % self.n,
+                        'db': 'nova_cell1',
+                        'kind': 'SELECT',
+                        'call': call,
+                    },
+                }
+            )
+        )
 
     def write(self, path):
         with open(os.path.join(path, '%s.jsonl' % self.host), 'w') as f:
@@ -79,22 +117,34 @@ class _Log:
 
 def _run(compute, task, start, token, dur=100 * MS):
     req = schema.periodic_req(task, token * 32)
-    sid = compute.add('periodic.task', start, dur, req,
-                      attrs={'task': task})
+    sid = compute.add('periodic.task', start, dur, req, attrs={'task': task})
     return req, sid
 
 
-def _send(compute, req, parent, start, dur, ctx=ADMIN,
-          method='object_class_action_versions', ph='X'):
+def _send(
+    compute,
+    req,
+    parent,
+    start,
+    dur,
+    ctx=ADMIN,
+    method='object_class_action_versions',
+    ph='X',
+):
     """An RPC call of a periodic run to the conductor: the run's id,
     the context's beside it."""
-    return compute.add('rpc.call', start, dur, req, parent, {
-        'method': method, 'topic': 'conductor',
-        schema.ATTR_CONTEXT_REQ: ctx}, ph=ph)
+    return compute.add(
+        'rpc.call',
+        start,
+        dur,
+        req,
+        parent,
+        {'method': method, 'topic': 'conductor', schema.ATTR_CONTEXT_REQ: ctx},
+        ph=ph,
+    )
 
 
 class ConductorWorkOfPeriodicRunsTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
@@ -103,47 +153,91 @@ class ConductorWorkOfPeriodicRunsTest(testtools.TestCase):
         # one run_periodic_tasks call: two tasks, one admin context
         self.uar, uar_span = _run(compute, UAR, 0, 'a')
         self.sync, sync_span = _run(compute, SYNC, 200 * MS, 'b')
-        compute.sql(1 * MS, 1 * MS, self.uar, uar_span,
-                    call='periodic.task')
+        compute.sql(1 * MS, 1 * MS, self.uar, uar_span, call='periodic.task')
         send1 = _send(compute, self.uar, uar_span, 10 * MS, 20 * MS)
-        send2 = _send(compute, self.uar, uar_span, 40 * MS, 20 * MS,
-                      method='object_action')
+        send2 = _send(
+            compute,
+            self.uar,
+            uar_span,
+            40 * MS,
+            20 * MS,
+            method='object_action',
+        )
         send3 = _send(compute, self.sync, sync_span, 210 * MS, 20 * MS)
         # the conductor answers under the admin context's id
-        d1 = conductor.add('rpc.dispatch', 12 * MS, 16 * MS, ADMIN, send1,
-                           {'method': 'object_class_action_versions'})
+        d1 = conductor.add(
+            'rpc.dispatch',
+            12 * MS,
+            16 * MS,
+            ADMIN,
+            send1,
+            {'method': 'object_class_action_versions'},
+        )
         conductor.sql(13 * MS, 3 * MS, ADMIN, d1)
         conductor.sql(17 * MS, 5 * MS, ADMIN, d1)
         # a span under the dispatch, begun before its statement (its B
         # read first), and a statement under it
         d2 = '%016x' % (11 << 32 | 900)
         inner = '%016x' % (11 << 32 | 901)
-        conductor.add('rpc.dispatch', 42 * MS, None, ADMIN, send2,
-                      {'method': 'object_action'}, ph='B', span=d2)
-        conductor.add('conductor.step', 43 * MS, None, ADMIN, d2, ph='B',
-                      span=inner)
-        conductor.sql(44 * MS, 7 * MS, ADMIN, inner,
-                      call='conductor.step')
-        conductor.add('conductor.step', 43 * MS, 10 * MS, ADMIN, d2,
-                      span=inner)
-        conductor.add('rpc.dispatch', 42 * MS, 16 * MS, ADMIN, send2,
-                      {'method': 'object_action'}, span=d2)
-        d3 = conductor.add('rpc.dispatch', 212 * MS, 16 * MS, ADMIN, send3,
-                           {'method': 'object_class_action_versions'})
+        conductor.add(
+            'rpc.dispatch',
+            42 * MS,
+            None,
+            ADMIN,
+            send2,
+            {'method': 'object_action'},
+            ph='B',
+            span=d2,
+        )
+        conductor.add(
+            'conductor.step', 43 * MS, None, ADMIN, d2, ph='B', span=inner
+        )
+        conductor.sql(44 * MS, 7 * MS, ADMIN, inner, call='conductor.step')
+        conductor.add(
+            'conductor.step', 43 * MS, 10 * MS, ADMIN, d2, span=inner
+        )
+        conductor.add(
+            'rpc.dispatch',
+            42 * MS,
+            16 * MS,
+            ADMIN,
+            send2,
+            {'method': 'object_action'},
+            span=d2,
+        )
+        d3 = conductor.add(
+            'rpc.dispatch',
+            212 * MS,
+            16 * MS,
+            ADMIN,
+            send3,
+            {'method': 'object_class_action_versions'},
+        )
         conductor.sql(213 * MS, 11 * MS, ADMIN, d3)
         # a call whose end was never written (its process stopped
         # during it), then a statement of its context with no span of
         # the hops above it: the run that sent that id
         lone_run, lone_span = _run(compute, SYNC, 400 * MS, 'c', 90 * MS)
         self.lone = lone_run
-        send4 = _send(compute, lone_run, lone_span, 410 * MS, None,
-                      ctx=LONE, ph='B')
-        conductor.add('rpc.dispatch', 412 * MS, 16 * MS, LONE, send4,
-                      {'method': 'object_action'})
+        send4 = _send(
+            compute, lone_run, lone_span, 410 * MS, None, ctx=LONE, ph='B'
+        )
+        conductor.add(
+            'rpc.dispatch',
+            412 * MS,
+            16 * MS,
+            LONE,
+            send4,
+            {'method': 'object_action'},
+        )
         conductor.sql(413 * MS, 13 * MS, LONE, 'ffffffffffffffff')
         # a user request on the same conductor stays a request
-        conductor.add('conductor.schedule_and_build_instances', 500 * MS,
-                      10 * MS, 'req-user')
+        conductor.add(
+            'conductor.schedule_and_build_instances',
+            500 * MS,
+            10 * MS,
+            'req-user',
+        )
         conductor.sql(501 * MS, 2 * MS, 'req-user', None)
         compute.write(self.dir)
         conductor.write(self.dir)
@@ -158,8 +252,9 @@ class ConductorWorkOfPeriodicRunsTest(testtools.TestCase):
         # conductor's under both of its calls (the second one's through
         # a span under the dispatch)
         uar = tasks[UAR]
-        self.assertEqual((4, (1 + 3 + 5 + 7) * MS),
-                         (uar['sql_count'], uar['sql_us']))
+        self.assertEqual(
+            (4, (1 + 3 + 5 + 7) * MS), (uar['sql_count'], uar['sql_us'])
+        )
         # _sync_power_states: the conductor's for its call (same admin
         # context, charged by the hop, not by the id), and the lone
         # statement of the other context
@@ -181,5 +276,7 @@ class ConductorWorkOfPeriodicRunsTest(testtools.TestCase):
             for row in rep['periodic']['tasks']:
                 row['runs_e_g'].sort()
         self.assertEqual(one['periodic'], two['periodic'])
-        self.assertEqual([r['req'] for r in one['requests']],
-                         [r['req'] for r in two['requests']])
+        self.assertEqual(
+            [r['req'] for r in one['requests']],
+            [r['req'] for r in two['requests']],
+        )

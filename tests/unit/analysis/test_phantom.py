@@ -33,11 +33,33 @@ from tests.unit.analysis import test_fidelity as fidelity
 T0 = 1_700_000_000_000_000
 
 
-def _rec(ph, seq, ts, host, svc, pid, ev, span, req, parent=None,
-         dur=None, attrs=None):
-    rec = {'v': 1, 'ph': ph, 'seq': seq, 'ts': ts, 'host': host,
-           'svc': svc, 'pid': pid, 'tid': 1, 'ev': ev, 'span': span,
-           'req': req}
+def _rec(
+    ph,
+    seq,
+    ts,
+    host,
+    svc,
+    pid,
+    ev,
+    span,
+    req,
+    parent=None,
+    dur=None,
+    attrs=None,
+):
+    rec = {
+        'v': 1,
+        'ph': ph,
+        'seq': seq,
+        'ts': ts,
+        'host': host,
+        'svc': svc,
+        'pid': pid,
+        'tid': 1,
+        'ev': ev,
+        'span': span,
+        'req': req,
+    }
     if parent is not None:
         rec['parent'] = parent
     if ph == 'X':
@@ -59,29 +81,80 @@ def _boot(begun_req, ended_req):
     cond = ('cond-1', 'conductor', 12)
     cpu = ('cpu-1', 'compute', 13)
     return [
-        _rec('B', 1, T0, *api, 'api.request', 'a1', begun_req,
-             attrs={'method': 'POST', 'route': '/v2.1/servers'}),
-        _rec('X', 2, T0 + 100, *api, 'rpc.cast', 'a2', ended_req,
-             parent='a1', dur=50,
-             attrs={'method': 'schedule_and_build_instances',
-                    'topic': 'conductor'}),
-        _rec('X', 3, T0, *api, 'api.request', 'a1', ended_req,
-             dur=1000, attrs={'method': 'POST',
-                              'route': '/v2.1/servers',
-                              'status': 202}),
-        _rec('X', 1, T0 + 200, *cond, 'rpc.dispatch', 'c1', ended_req,
-             parent='a2', dur=5000,
-             attrs={'method': 'schedule_and_build_instances'}),
-        _rec('X', 2, T0 + 300, *cond,
-             'conductor.schedule_and_build_instances', 'c2',
-             ended_req, parent='c1', dur=4000),
-        _rec('X', 1, T0 + 6000, *cpu, 'compute.build_and_run', 'p1',
-             ended_req, parent='c2', dur=20000),
+        _rec(
+            'B',
+            1,
+            T0,
+            *api,
+            'api.request',
+            'a1',
+            begun_req,
+            attrs={'method': 'POST', 'route': '/v2.1/servers'},
+        ),
+        _rec(
+            'X',
+            2,
+            T0 + 100,
+            *api,
+            'rpc.cast',
+            'a2',
+            ended_req,
+            parent='a1',
+            dur=50,
+            attrs={
+                'method': 'schedule_and_build_instances',
+                'topic': 'conductor',
+            },
+        ),
+        _rec(
+            'X',
+            3,
+            T0,
+            *api,
+            'api.request',
+            'a1',
+            ended_req,
+            dur=1000,
+            attrs={'method': 'POST', 'route': '/v2.1/servers', 'status': 202},
+        ),
+        _rec(
+            'X',
+            1,
+            T0 + 200,
+            *cond,
+            'rpc.dispatch',
+            'c1',
+            ended_req,
+            parent='a2',
+            dur=5000,
+            attrs={'method': 'schedule_and_build_instances'},
+        ),
+        _rec(
+            'X',
+            2,
+            T0 + 300,
+            *cond,
+            'conductor.schedule_and_build_instances',
+            'c2',
+            ended_req,
+            parent='c1',
+            dur=4000,
+        ),
+        _rec(
+            'X',
+            1,
+            T0 + 6000,
+            *cpu,
+            'compute.build_and_run',
+            'p1',
+            ended_req,
+            parent='c2',
+            dur=20000,
+        ),
     ]
 
 
 class PhantomTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = tempfile.mkdtemp(prefix='instrument-phantom-')
@@ -99,13 +172,10 @@ class PhantomTest(testtools.TestCase):
         begun, ended = 'req-environ-4', 'req-context-1'
         self.assertTrue(_two_parts(begun, ended))  # -j2 splits them
         for jobs in (1, 2):
-            want = self.analyse('same%d' % jobs, _boot(ended, ended),
-                                jobs)
-            got = self.analyse('split%d' % jobs, _boot(begun, ended),
-                               jobs)
+            want = self.analyse('same%d' % jobs, _boot(ended, ended), jobs)
+            got = self.analyse('split%d' % jobs, _boot(begun, ended), jobs)
             self.assertEqual([ended], [r['req'] for r in got['requests']])
-            self.assertEqual(fidelity.discrete(want),
-                             fidelity.discrete(got))
+            self.assertEqual(fidelity.discrete(want), fidelity.discrete(got))
             self.assertEqual(fidelity.timed(want), fidelity.timed(got))
             self.assertEqual(0, got['load']['duplicate_spans'])
 
@@ -118,76 +188,111 @@ class PhantomTest(testtools.TestCase):
             recs = _boot(ended, ended)[1:]
             if began:
                 recs[1]['attrs']['req_began'] = began
-            recs.insert(0, _rec(
-                'X', 1, T0 + 10, 'api-1', 'api', 11, 'sql.query', 'a3',
-                sql_req, parent='a1', dur=30, attrs={
-                    'fp': '0' * 32, 'db': 'nova_api', 'kind': 'SELECT',
-                    'rows': 1, 'many': False, 'txn': None,
-                    'call': None}))
+            recs.insert(
+                0,
+                _rec(
+                    'X',
+                    1,
+                    T0 + 10,
+                    'api-1',
+                    'api',
+                    11,
+                    'sql.query',
+                    'a3',
+                    sql_req,
+                    parent='a1',
+                    dur=30,
+                    attrs={
+                        'fp': '0' * 32,
+                        'db': 'nova_api',
+                        'kind': 'SELECT',
+                        'rows': 1,
+                        'many': False,
+                        'txn': None,
+                        'call': None,
+                    },
+                ),
+            )
             return recs
+
         for jobs in (1, 2):
             want = self.analyse('same%d' % jobs, boot(ended, None), jobs)
             got = self.analyse('split%d' % jobs, boot(begun, begun), jobs)
             self.assertEqual([ended], [r['req'] for r in got['requests']])
-            self.assertEqual(fidelity.discrete(want),
-                             fidelity.discrete(got))
+            self.assertEqual(fidelity.discrete(want), fidelity.discrete(got))
             self.assertEqual(fidelity.timed(want), fidelity.timed(got))
             self.assertEqual(1, got['sql']['calls'])
 
     def test_demo_fixture_has_no_phantom_request(self):
         # the demo (noauth2) wrote 19 such B records in its 4-boot run
         records = fidelity.read_records(fidelity.THREADS)
-        ended = {r['span']: r['req'] for r in records
-                 if r['ph'] == 'X' and r['ev'] == 'api.request'}
-        phantoms = {r['req']: ended[r['span']] for r in records
-                    if r['ph'] == 'B' and r['ev'] == 'api.request' and
-                    r['span'] in ended and r['req'] != ended[r['span']]}
+        ended = {
+            r['span']: r['req']
+            for r in records
+            if r['ph'] == 'X' and r['ev'] == 'api.request'
+        }
+        phantoms = {
+            r['req']: ended[r['span']]
+            for r in records
+            if r['ph'] == 'B'
+            and r['ev'] == 'api.request'
+            and r['span'] in ended
+            and r['req'] != ended[r['span']]
+        }
         self.assertGreater(len(phantoms), 10)
         self.assertTrue(any(_two_parts(a, b) for a, b in phantoms.items()))
         # the same run as if the B records had named the context's id
-        fixed = [dict(r, req=phantoms.get(r.get('req'), r.get('req')))
-                 for r in records]
+        fixed = [
+            dict(r, req=phantoms.get(r.get('req'), r.get('req')))
+            for r in records
+        ]
         for jobs in (1, 2):
             want = self.analyse('fixed%d' % jobs, fixed, jobs)
             got = self.analyse('demo%d' % jobs, records, jobs)
             reqs = {r['req'] for r in got['requests']}
             self.assertEqual(set(), reqs & set(phantoms))
-            self.assertEqual(fidelity.discrete(want),
-                             fidelity.discrete(got))
+            self.assertEqual(fidelity.discrete(want), fidelity.discrete(got))
             self.assertEqual(fidelity.timed(want), fidelity.timed(got))
             # every api.request X joined the request of its id
             self.assertLessEqual(set(ended.values()), reqs)
 
 
 class AliasTest(testtools.TestCase):
-
     def test_only_differing_pairs_are_kept(self):
         m = clockpass.HopMatcher(10**6)
-        spans = [('h', 'api.request', 1, 'B', 's1', None, 'A', 1),
-                 ('h', 'api.request', 1, 'B', 's2', None, 'C', 2),
-                 ('h', 'api.request', 1, 'X', 's1', None, 'B', 3),
-                 ('h', 'api.request', 1, 'X', 's2', None, 'C', 4),
-                 # an X without its B (the usual case) keeps nothing
-                 ('h', 'api.request', 1, 'X', 's3', None, 'D', 5)]
+        spans = [
+            ('h', 'api.request', 1, 'B', 's1', None, 'A', 1),
+            ('h', 'api.request', 1, 'B', 's2', None, 'C', 2),
+            ('h', 'api.request', 1, 'X', 's1', None, 'B', 3),
+            ('h', 'api.request', 1, 'X', 's2', None, 'C', 4),
+            # an X without its B (the usual case) keeps nothing
+            ('h', 'api.request', 1, 'X', 's3', None, 'D', 5),
+        ]
         m.add('f', spans, None)
         self.assertEqual({'A': 'B'}, m.aliases_of())
         self.assertEqual({}, dict(m.rejoin.begun))
 
     def test_lines_read_by_pass_one(self):
-        lines = [json.dumps(r, separators=(',', ':')).encode()
-                 for r in _boot('A', 'B')]
-        found = clockpass.rpc_spans(lines, 0,
-                                    clockpass.rpc_span_decoder(False))
-        api = [(s[3], s[4], s[6]) for s in found
-               if s[1] == 'api.request']
+        lines = [
+            json.dumps(r, separators=(',', ':')).encode()
+            for r in _boot('A', 'B')
+        ]
+        found = clockpass.rpc_spans(
+            lines, 0, clockpass.rpc_span_decoder(False)
+        )
+        api = [(s[3], s[4], s[6]) for s in found if s[1] == 'api.request']
         self.assertEqual([('B', 'a1', 'A'), ('X', 'a1', 'B')], api)
 
     def test_an_end_naming_its_begun_id_pairs_alone(self):
         recs = _boot('B', 'B')
         recs[2]['attrs']['req_began'] = 'A'
-        lines = [json.dumps(r, separators=(',', ':')).encode()
-                 for r in recs[1:]]
+        lines = [
+            json.dumps(r, separators=(',', ':')).encode() for r in recs[1:]
+        ]
         m = clockpass.HopMatcher(10**6)
-        m.add('f', clockpass.rpc_spans(
-            lines, 0, clockpass.rpc_span_decoder()), None)
+        m.add(
+            'f',
+            clockpass.rpc_spans(lines, 0, clockpass.rpc_span_decoder()),
+            None,
+        )
         self.assertEqual({'A': 'B'}, m.aliases_of())

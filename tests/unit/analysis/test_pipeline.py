@@ -24,15 +24,24 @@ from instrument.analysis.ingest import reader
 
 
 def _line(**kw):
-    rec = {'v': 1, 'ph': 'X', 'seq': 1, 'ts': 1_700_000_000_000_000,
-           'dur_us': 10, 'host': 'h1', 'svc': 'api', 'pid': 7,
-           'ev': 'api.request', 'span': '00000000000000a1', 'st': 'ok'}
+    rec = {
+        'v': 1,
+        'ph': 'X',
+        'seq': 1,
+        'ts': 1_700_000_000_000_000,
+        'dur_us': 10,
+        'host': 'h1',
+        'svc': 'api',
+        'pid': 7,
+        'ev': 'api.request',
+        'span': '00000000000000a1',
+        'st': 'ok',
+    }
     rec.update(kw)
     return json.dumps(rec, separators=(',', ':')) + '\n'
 
 
 class PartitionTest(testtools.TestCase):
-
     def test_short_request_ids_stay_in_one_worker(self):
         # The B and X records of a span differ after the request id;
         # the partition key must be the id alone.
@@ -43,21 +52,40 @@ class PartitionTest(testtools.TestCase):
                 req = 'req-%d' % n
                 sid = '%016x' % (n + 1)
                 seq += 1
-                f.write(_line(ph='B', seq=seq, ts=1_700_000_000_000_000 +
-                              n * 1000, span=sid, req=req, dur_us=None,
-                              st=None, attrs={'method': 'GET'}))
+                f.write(
+                    _line(
+                        ph='B',
+                        seq=seq,
+                        ts=1_700_000_000_000_000 + n * 1000,
+                        span=sid,
+                        req=req,
+                        dur_us=None,
+                        st=None,
+                        attrs={'method': 'GET'},
+                    )
+                )
                 seq += 1
-                f.write(_line(seq=seq, ts=1_700_000_000_000_000 +
-                              n * 1000, span=sid, req=req, dur_us=500,
-                              attrs={'status': 200}))
+                f.write(
+                    _line(
+                        seq=seq,
+                        ts=1_700_000_000_000_000 + n * 1000,
+                        span=sid,
+                        req=req,
+                        dur_us=500,
+                        attrs={'status': 200},
+                    )
+                )
         one = pipeline.analyse([d], pipeline.Options(jobs=1))
         two = pipeline.analyse([d], pipeline.Options(jobs=2))
         self.assertEqual(60, len(one['requests']))
         self.assertEqual(0, one['load']['duplicate_spans'])
 
         def rows(rep):
-            return sorted((r['req'], r['latency_us'], r['state'])
-                          for r in rep['requests'])
+            return sorted(
+                (r['req'], r['latency_us'], r['state'])
+                for r in rep['requests']
+            )
+
         self.assertEqual(rows(one), rows(two))
         self.assertEqual([500] * 60, [r[1] for r in rows(two)])
 
@@ -72,25 +100,42 @@ class LinePartsTest(testtools.TestCase):
         self.path = os.path.join(self.dir, 'api.jsonl')
         seq = 0
         with open(self.path, 'w') as f:
-            f.write(_line(ph='M', ev='process.start', seq=0, span=None,
-                          dur_us=None, st=None))
+            f.write(
+                _line(
+                    ph='M',
+                    ev='process.start',
+                    seq=0,
+                    span=None,
+                    dur_us=None,
+                    st=None,
+                )
+            )
             f.write('not a record\n')
             for n in range(40):
                 sid = '%016x' % (n + 1)
                 seq += 1
-                f.write(_line(seq=seq, ts=1_700_000_000_000_000 +
-                              n * 1000, span=sid, req='req-%d' % n,
-                              dur_us=500, attrs={'status': 200}))
+                f.write(
+                    _line(
+                        seq=seq,
+                        ts=1_700_000_000_000_000 + n * 1000,
+                        span=sid,
+                        req='req-%d' % n,
+                        dur_us=500,
+                        attrs={'status': 200},
+                    )
+                )
 
     def test_hashes_are_the_readers(self):
         with open(self.path, 'rb') as f:
             lines = f.readlines()
         got = list(clockpass.request_hashes(lines))
         self.assertEqual([clockpass.NO_REQ] * 2, got[:2])
-        self.assertEqual([zlib.crc32(b'req-%d' % n) for n in range(40)],
-                         got[2:])
-        parts = pipeline.line_parts({0: clockpass.request_hashes(lines)},
-                                    2, {'req-3': 'req-4'})[0]
+        self.assertEqual(
+            [zlib.crc32(b'req-%d' % n) for n in range(40)], got[2:]
+        )
+        parts = pipeline.line_parts(
+            {0: clockpass.request_hashes(lines)}, 2, {'req-3': 'req-4'}
+        )[0]
         self.assertEqual(reader.UNDECIDED, parts[0])
         # an id read under another: the reader looks at it
         self.assertEqual(reader.UNDECIDED, parts[5])
@@ -98,21 +143,21 @@ class LinePartsTest(testtools.TestCase):
 
     def _reqs(self, part, parts_of_lines):
         opts = pipeline.Options()
-        out = pipeline.run_part([self.path], {}, {}, part, 2, opts,
-                                parts_of_lines=parts_of_lines)
+        out = pipeline.run_part(
+            [self.path], {}, {}, part, 2, opts, parts_of_lines=parts_of_lines
+        )
         return sorted(s.req for s in out.summaries)
 
     def test_workers_read_their_lines_by_pass_1s_partitions(self):
-        clock = pipeline.clock_pass([self.path], pipeline.Options(),
-                                    jobs=2)[0]
+        clock = pipeline.clock_pass([self.path], pipeline.Options(), jobs=2)[0]
         parts = pipeline.line_parts(clock.line_hashes, 2, {})
         self.assertEqual(42, len(parts[0]))
         for part in (0, 1):
-            self.assertEqual(self._reqs(part, {}),
-                             self._reqs(part, parts))
+            self.assertEqual(self._reqs(part, {}), self._reqs(part, parts))
         # every line put in partition 1: worker 0 skips them unread
         ones = {0: bytes([reader.UNDECIDED] * 2 + [1] * 40)}
         self.assertEqual([], self._reqs(0, ones))
-        self.assertEqual(['req-%d' % n for n in range(40)],
-                         sorted(self._reqs(1, ones),
-                                key=lambda r: int(r[4:])))
+        self.assertEqual(
+            ['req-%d' % n for n in range(40)],
+            sorted(self._reqs(1, ones), key=lambda r: int(r[4:])),
+        )

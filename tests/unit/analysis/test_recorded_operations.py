@@ -33,13 +33,13 @@ import testtools
 
 from instrument.analysis import pipeline
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                    'data', 'operations')
+DATA = os.path.join(
+    os.path.dirname(__file__), os.pardir, os.pardir, 'data', 'operations'
+)
 RECORDINGS = sorted(glob.glob(os.path.join(DATA, '*.jsonl.gz')))
 
 
 class RecordedOperationsTest(testtools.TestCase):
-
     def test_there_are_recordings_of_both_modes(self):
         names = [os.path.basename(p) for p in RECORDINGS]
         self.assertEqual(8, len([n for n in names if '.threads.' in n]))
@@ -56,13 +56,23 @@ class RecordedOperationsTest(testtools.TestCase):
             for req, want in truth.items():
                 row = rows[req]
                 self.assertEqual(want['kind'], row['kind'], (name, req))
-                self.assertEqual({want['state']},
-                                 {i['state'] for i in row['instances']},
-                                 (name, req, row['instances']))
+                self.assertEqual(
+                    {want['state']},
+                    {i['state'] for i in row['instances']},
+                    (name, req, row['instances']),
+                )
                 if want['cause']:
                     [inst] = row['instances']
-                    self.assertTrue(inst['cause']['cls'].endswith(
-                        want['cause']), (name, req, inst))
-            self.assertEqual([], [
-                (r['req'], r['kind']) for r in rows.values()
-                if r['state'] == 'incomplete'], name)
+                    self.assertTrue(
+                        inst['cause']['cls'].endswith(want['cause']),
+                        (name, req, inst),
+                    )
+            self.assertEqual(
+                [],
+                [
+                    (r['req'], r['kind'])
+                    for r in rows.values()
+                    if r['state'] == 'incomplete'
+                ],
+                name,
+            )

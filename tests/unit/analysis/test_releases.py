@@ -27,12 +27,27 @@ from instrument.analysis.render import text as report_text
 from instrument.analysis.sections import releases
 from tests import synthetic
 
-NOVA_34 = {'nova': '34.0.0', 'oslo.messaging': '18.3.1',
-           'oslo.db': '18.1.1', 'SQLAlchemy': '2.0.58', 'eventlet': '0.41.3'}
-NOVA_29 = {'nova': '29.4.0', 'oslo.messaging': '14.7.2',
-           'oslo.db': '15.0.0', 'SQLAlchemy': '1.4.51', 'eventlet': '0.35.1'}
-NOVA_31 = {'nova': '31.3.1', 'oslo.messaging': '16.1.1',
-           'oslo.db': '17.2.1', 'SQLAlchemy': '2.0.38', 'eventlet': '0.39.0'}
+NOVA_34 = {
+    'nova': '34.0.0',
+    'oslo.messaging': '18.3.1',
+    'oslo.db': '18.1.1',
+    'SQLAlchemy': '2.0.58',
+    'eventlet': '0.41.3',
+}
+NOVA_29 = {
+    'nova': '29.4.0',
+    'oslo.messaging': '14.7.2',
+    'oslo.db': '15.0.0',
+    'SQLAlchemy': '1.4.51',
+    'eventlet': '0.35.1',
+}
+NOVA_31 = {
+    'nova': '31.3.1',
+    'oslo.messaging': '16.1.1',
+    'oslo.db': '17.2.1',
+    'SQLAlchemy': '2.0.38',
+    'eventlet': '0.39.0',
+}
 
 
 def _release_of(start: dict) -> tuple:
@@ -41,10 +56,16 @@ def _release_of(start: dict) -> tuple:
     if not host.startswith('cmp-'):
         return NOVA_34, 'threads', ['nova.thread_pool_factory:spawn_on']
     if int(host[4:]) % 2 == 0:
-        return NOVA_29, 'eventlet', ['nova.thread_pool_factory:spawn_on',
-                                     'nova.utils:spawn_n']
-    return NOVA_31, 'eventlet', ['nova.thread_pool_factory:spawn_on',
-                                 'nova.utils:spawn_n']
+        return (
+            NOVA_29,
+            'eventlet',
+            ['nova.thread_pool_factory:spawn_on', 'nova.utils:spawn_n'],
+        )
+    return (
+        NOVA_31,
+        'eventlet',
+        ['nova.thread_pool_factory:spawn_on', 'nova.utils:spawn_n'],
+    )
 
 
 def _upgrade(src: str, dst: str) -> int:
@@ -70,12 +91,12 @@ def _upgrade(src: str, dst: str) -> int:
 
 
 def _requests(report: dict) -> list:
-    return sorted((r['req'], r['state'], r['latency_us'])
-                  for r in report['requests'])
+    return sorted(
+        (r['req'], r['state'], r['latency_us']) for r in report['requests']
+    )
 
 
 class MixedReleasesTest(testtools.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -85,9 +106,9 @@ class MixedReleasesTest(testtools.TestCase):
         mixed = os.path.join(cls.tmp.path, 'mixed')
         # plain JSON-lines files (the file sink), so that the test can
         # rewrite each process.start
-        cls.truth = synthetic.Cloud(seed=15, computes=4, gzip_computes=False,
-                                    log_sink=False).generate(one,
-                                                             requests=120)
+        cls.truth = synthetic.Cloud(
+            seed=15, computes=4, gzip_computes=False, log_sink=False
+        ).generate(one, requests=120)
         cls.rewritten = _upgrade(one, mixed)
         cls.one = pipeline.analyse([one], pipeline.Options(jobs=1))
         cls.mixed = pipeline.analyse([mixed], pipeline.Options(jobs=1))
@@ -113,33 +134,59 @@ class MixedReleasesTest(testtools.TestCase):
 
     def test_summary_of_releases(self):
         rows = {(r['nova'], r['mode']): r for r in self.mixed['releases']}
-        self.assertEqual({('34.0.0', 'threads'), ('29.4.0', 'eventlet'),
-                          ('31.3.1', 'eventlet')}, set(rows))
-        self.assertEqual(['cmp-000', 'cmp-002'],
-                         rows['29.4.0', 'eventlet']['hosts'])
-        self.assertEqual(['cmp-001', 'cmp-003'],
-                         rows['31.3.1', 'eventlet']['hosts'])
+        self.assertEqual(
+            {
+                ('34.0.0', 'threads'),
+                ('29.4.0', 'eventlet'),
+                ('31.3.1', 'eventlet'),
+            },
+            set(rows),
+        )
+        self.assertEqual(
+            ['cmp-000', 'cmp-002'], rows['29.4.0', 'eventlet']['hosts']
+        )
+        self.assertEqual(
+            ['cmp-001', 'cmp-003'], rows['31.3.1', 'eventlet']['hosts']
+        )
         self.assertEqual(['compute'], rows['29.4.0', 'eventlet']['services'])
-        self.assertEqual(['api', 'conductor', 'scheduler'],
-                         rows['34.0.0', 'threads']['services'])
+        self.assertEqual(
+            ['api', 'conductor', 'scheduler'],
+            rows['34.0.0', 'threads']['services'],
+        )
         text = report_text.render(self.mixed)
-        self.assertIn('# nova releases: 34.0.0 threads (api, conductor, '
-                      'scheduler; 3 hosts); ', text)
+        self.assertIn(
+            '# nova releases: 34.0.0 threads (api, conductor, '
+            'scheduler; 3 hosts); ',
+            text,
+        )
         self.assertIn('29.4.0 eventlet (compute; 2 hosts)', text)
         # one release: no line
         self.assertNotIn('# nova releases', report_text.render(self.one))
 
 
 class SummariseTest(testtools.TestCase):
-
     def test_files_without_releases_are_unknown(self):
-        rows = releases.summarise([
-            {'host': 'h1', 'svc': 'api', 'mode': 'threads'},
-            {'host': 'h2', 'svc': 'compute', 'mode': 'eventlet',
-             'releases': {'nova': '29.4.0'}},
-            {'host': 'h3', 'svc': 'compute', 'mode': 'eventlet',
-             'releases': {'nova': '29.4.0'}}])
-        self.assertEqual([('29.4.0', 'eventlet', 2, ['h2', 'h3']),
-                          ('unknown', 'threads', 1, ['h1'])],
-                         [(r['nova'], r['mode'], r['processes'], r['hosts'])
-                          for r in rows])
+        rows = releases.summarise(
+            [
+                {'host': 'h1', 'svc': 'api', 'mode': 'threads'},
+                {
+                    'host': 'h2',
+                    'svc': 'compute',
+                    'mode': 'eventlet',
+                    'releases': {'nova': '29.4.0'},
+                },
+                {
+                    'host': 'h3',
+                    'svc': 'compute',
+                    'mode': 'eventlet',
+                    'releases': {'nova': '29.4.0'},
+                },
+            ]
+        )
+        self.assertEqual(
+            [
+                ('29.4.0', 'eventlet', 2, ['h2', 'h3']),
+                ('unknown', 'threads', 1, ['h1']),
+            ],
+            [(r['nova'], r['mode'], r['processes'], r['hosts']) for r in rows],
+        )

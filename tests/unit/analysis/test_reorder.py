@@ -29,7 +29,6 @@ from tests.unit.analysis import test_load
 
 
 class RejoinTest(testtools.TestCase):
-
     def test_start_and_end_in_either_order(self):
         for order in ('BX', 'XB'):
             r = aliases.Rejoin()
@@ -78,19 +77,24 @@ class RejoinTest(testtools.TestCase):
 
 
 def lines_of(records: list) -> list:
-    return [json.dumps(r, separators=(',', ':')).encode() + b'\n'
-            for r in records]
+    return [
+        json.dumps(r, separators=(',', ':')).encode() + b'\n' for r in records
+    ]
 
 
 class BackwardsTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
-        self.records = [test_load.rec(seq=i, span='%016x' % i,
-                                      req='req-%d' % (i // 3),
-                                      ts=1_700_000_000_000_000 + i * 10)
-                        for i in range(1, 400)]
+        self.records = [
+            test_load.rec(
+                seq=i,
+                span='%016x' % i,
+                req='req-%d' % (i // 3),
+                ts=1_700_000_000_000_000 + i * 10,
+            )
+            for i in range(1, 400)
+        ]
 
     def read(self, path: str, hint: int) -> tuple:
         f = spanfiles.SpanFile(path, 0)
@@ -98,8 +102,9 @@ class BackwardsTest(testtools.TestCase):
         firsts = []
         for _f, lines, first, _heap in stream.reads([f], hint):
             out.extend(lines)
-            firsts.extend(f.line_of(n) for n in range(
-                first + 1, first + len(lines) + 1))
+            firsts.extend(
+                f.line_of(n) for n in range(first + 1, first + len(lines) + 1)
+            )
         return out, firsts, f
 
     def test_runs_backwards(self):
@@ -117,8 +122,10 @@ class BackwardsTest(testtools.TestCase):
     def test_a_reversed_file_reads_as_written_in_any_chunk_size(self):
         forward = lines_of(self.records)
         data = b''.join(forward[::-1])
-        for name, write in (('f.jsonl', lambda d: d),
-                            ('f.jsonl.gz', gzip.compress)):
+        for name, write in (
+            ('f.jsonl', lambda d: d),
+            ('f.jsonl.gz', gzip.compress),
+        ):
             path = os.path.join(self.dir, name)
             with open(path, 'wb') as f:
                 f.write(write(data))
@@ -144,18 +151,20 @@ class BackwardsTest(testtools.TestCase):
         blob = gzip.compress(b''.join(reverse))
         path = os.path.join(self.dir, 'cut.jsonl.gz')
         with open(path, 'wb') as f:
-            f.write(blob[:len(blob) * 2 // 3])
+            f.write(blob[: len(blob) * 2 // 3])
         got, _n, f = self.read(path, 4096)
         self.assertIn('EOFError', f.error)
         self.assertEqual(f.backwards, len(got))
         whole = [line for line in got if line.endswith(b'\n')]
-        self.assertEqual(reverse[:len(whole)][::-1], whole)
+        self.assertEqual(reverse[: len(whole)][::-1], whole)
 
     def test_the_report_of_a_reversed_file_is_the_forward_one(self):
         d1 = os.path.join(self.dir, 'a')
         d2 = os.path.join(self.dir, 'b')
-        for d, lines in ((d1, lines_of(self.records)),
-                         (d2, lines_of(self.records)[::-1])):
+        for d, lines in (
+            (d1, lines_of(self.records)),
+            (d2, lines_of(self.records)[::-1]),
+        ):
             os.makedirs(d)
             with open(os.path.join(d, 'f.jsonl'), 'wb') as f:
                 f.write(b''.join(lines))
@@ -164,6 +173,11 @@ class BackwardsTest(testtools.TestCase):
             b = pipeline.analyse([d2], pipeline.Options(jobs=jobs))
             for key in ('summary', 'requests', 'sql', 'quality'):
                 self.assertEqual(a[key], b[key], key)
-            self.assertEqual(['f.jsonl: its records run backwards (their '
-                              'seq going down line after line): read from '
-                              'its end'], b['load']['problems'])
+            self.assertEqual(
+                [
+                    'f.jsonl: its records run backwards (their '
+                    'seq going down line after line): read from '
+                    'its end'
+                ],
+                b['load']['problems'],
+            )

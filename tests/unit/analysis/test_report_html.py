@@ -39,20 +39,95 @@ def write_hostile_run(path: str) -> None:
     """A failed boot whose host, instance and message carry markup."""
     t = 1_700_000_000_000_000
     recs = [
-        ('B', t, None, 'api-0', 'api', 1, 'api.request', 1, None,
-         'req-1', None, None, None, None, {'route': '/servers'}),
-        ('X', t + 10, 500, EVIL_HOST, 'api', 1, 'api.compute.create', 2, 1,
-         'req-1', None, [EVIL], 'error', ('nova.exception.Quota' + EVIL,
-                                          'Quota ' + EVIL), None),
-        ('X', t, 1000, 'api-0', 'api', 1, 'api.request', 1, None,
-         'req-1', None, None, 'ok', None, {'status': 403}),
-        ('X', t + 20, 100, EVIL_HOST, 'api', 1, 'sql.query', 3, 2,
-         'req-1', None, None, 'ok', None,
-         {'fp': 'f' * 32, 'db': 'nova', 'kind': 'SELECT'}),
-        ('M', t, None, EVIL_HOST, 'api', None, 'sql.fingerprint', None,
-         None, None, None, None, None, None,
-         {'fp': 'f' * 32, 'text': 'select "</pre>' + EVIL + '"',
-          'kind': 'SELECT'}),
+        (
+            'B',
+            t,
+            None,
+            'api-0',
+            'api',
+            1,
+            'api.request',
+            1,
+            None,
+            'req-1',
+            None,
+            None,
+            None,
+            None,
+            {'route': '/servers'},
+        ),
+        (
+            'X',
+            t + 10,
+            500,
+            EVIL_HOST,
+            'api',
+            1,
+            'api.compute.create',
+            2,
+            1,
+            'req-1',
+            None,
+            [EVIL],
+            'error',
+            ('nova.exception.Quota' + EVIL, 'Quota ' + EVIL),
+            None,
+        ),
+        (
+            'X',
+            t,
+            1000,
+            'api-0',
+            'api',
+            1,
+            'api.request',
+            1,
+            None,
+            'req-1',
+            None,
+            None,
+            'ok',
+            None,
+            {'status': 403},
+        ),
+        (
+            'X',
+            t + 20,
+            100,
+            EVIL_HOST,
+            'api',
+            1,
+            'sql.query',
+            3,
+            2,
+            'req-1',
+            None,
+            None,
+            'ok',
+            None,
+            {'fp': 'f' * 32, 'db': 'nova', 'kind': 'SELECT'},
+        ),
+        (
+            'M',
+            t,
+            None,
+            EVIL_HOST,
+            'api',
+            None,
+            'sql.fingerprint',
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            {
+                'fp': 'f' * 32,
+                'text': 'select "</pre>' + EVIL + '"',
+                'kind': 'SELECT',
+            },
+        ),
     ]
     with open(path, 'w') as f:
         for seq, rec in enumerate(recs, 1):
@@ -60,7 +135,6 @@ def write_hostile_run(path: str) -> None:
 
 
 class Collector(html.parser.HTMLParser):
-
     def __init__(self):
         super().__init__()
         self.tags = set()
@@ -76,7 +150,6 @@ class Collector(html.parser.HTMLParser):
 
 
 class HtmlTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
@@ -96,19 +169,28 @@ class HtmlTest(testtools.TestCase):
         self.assertIn('select "</pre>' + EVIL + '"', text)
 
     def test_self_contained(self):
-        self.assertNotIn('http://', self.page.replace(
-            'http://www.w3.org/2000/svg', ''))
+        self.assertNotIn(
+            'http://', self.page.replace('http://www.w3.org/2000/svg', '')
+        )
         self.assertNotIn('https://', self.page)
         self.assertNotIn('<script', self.page)
-        self.assertEqual('api_failure', self.report['summary']['states'] and
-                         self.report['requests'][0]['state'])
+        self.assertEqual(
+            'api_failure',
+            self.report['summary']['states']
+            and self.report['requests'][0]['state'],
+        )
+
 
 def _texts(svg: str) -> list:
     """(attributes, text) of every ``<text>`` of ``svg``."""
     out = []
     for attrs, body in re.findall(r'<text([^>]*)>([^<]*)</text>', svg):
-        out.append((dict(re.findall(r'([\w-]+)="([^"]*)"', attrs)),
-                    html.unescape(body)))
+        out.append(
+            (
+                dict(re.findall(r'([\w-]+)="([^"]*)"', attrs)),
+                html.unescape(body),
+            )
+        )
     return out
 
 
@@ -160,14 +242,16 @@ class ReadableTest(testtools.TestCase):
         for svg, _after in self.charts:
             texts = _texts(svg)
             for kind in ('y', 'x'):
-                ticks = [t for a, t in texts if a.get('class') == kind +
-                         'tick']
+                ticks = [
+                    t for a, t in texts if a.get('class') == kind + 'tick'
+                ]
                 if not ticks:
                     continue
                 axes += 1
                 self.assert_round_axis(ticks)
-                titles = [t for a, t in texts
-                          if a.get('class') == kind + 'title']
+                titles = [
+                    t for a, t in texts if a.get('class') == kind + 'title'
+                ]
                 self.assertEqual(1, len(titles), svg[:200])
                 self.assertTrue(titles[0].strip())
         # the stacked bars (y), in flight (x, y), one x per timeline
@@ -182,8 +266,9 @@ class ReadableTest(testtools.TestCase):
 
     def test_component_chart_names_its_operation(self):
         s = self.report['summary']
-        out = views.stacked_levels(s['levels'], s['component_order'],
-                                         {}, subject='resize')
+        out = views.stacked_levels(
+            s['levels'], s['component_order'], {}, subject='resize'
+        )
         titles = [t for a, t in _texts(out) if 'title' in a.get('class', '')]
         self.assertRegex(titles[0], r'^mean time per successful resize ')
         self.assertIn('when the resize started', titles[1])
@@ -191,8 +276,10 @@ class ReadableTest(testtools.TestCase):
     def test_in_flight_chart_axes(self):
         svg, _legend = self.charts[1]
         texts = _texts(svg)
-        self.assertIn(('requests in flight'), [
-            t for a, t in texts if a.get('class') == 'ytitle'])
+        self.assertIn(
+            ('requests in flight'),
+            [t for a, t in texts if a.get('class') == 'ytitle'],
+        )
         (xtitle,) = [t for a, t in texts if a.get('class') == 'xtitle']
         self.assertEqual('time since the first request started (s)', xtitle)
         run_s = self.report['summary']['concurrency']['series'][-1][0]
@@ -213,18 +300,27 @@ class ReadableTest(testtools.TestCase):
         every = dict(conc['series_all'])
         self.assertTrue(all(every[t] >= boots[t] for t in boots))
         svg, legend = self.charts[1]
-        self.assertEqual(['every request', 'boot requests'], re.findall(
-            r'<polyline [^>]*><title>([^<]+)</title>', svg))
+        self.assertEqual(
+            ['every request', 'boot requests'],
+            re.findall(r'<polyline [^>]*><title>([^<]+)</title>', svg),
+        )
         for name in ('every request', 'boot requests'):
             self.assertIn('</i>%s</span>' % name, legend)
-        self.assertRegex(svg, r'<title>every request at [0-9.]+m?s: \d+ '
-                         r'in flight</title>')
+        self.assertRegex(
+            svg,
+            r'<title>every request at [0-9.]+m?s: \d+ '
+            r'in flight</title>',
+        )
 
     def test_timelines_have_legends_and_labels(self):
-        events = {e['ev'] for t in self.report['timelines']
-                  for e in t.get('lifecycle') or []}
-        timelines = [(s, a) for s, a in self.charts
-                     if 'aria-label="timeline of' in s]
+        events = {
+            e['ev']
+            for t in self.report['timelines']
+            for e in t.get('lifecycle') or []
+        }
+        timelines = [
+            (s, a) for s, a in self.charts if 'aria-label="timeline of' in s
+        ]
         self.assertGreaterEqual(len(timelines), 3)
         labelled = 0
         for svg, after in timelines:
@@ -248,9 +344,13 @@ class ReadableTest(testtools.TestCase):
                 # cut at a word: the rest of the name starts at . _ or ' '
                 self.assertTrue(label.endswith('\u2026'), label)
                 stem = label[:-1]
-                self.assertTrue(any(
-                    ev.startswith(stem) and ev[len(stem)] in '._ '
-                    for ev in events), label)
+                self.assertTrue(
+                    any(
+                        ev.startswith(stem) and ev[len(stem)] in '._ '
+                        for ev in events
+                    ),
+                    label,
+                )
         self.assertGreater(labelled, 10)
 
     def test_text_contrast(self):
@@ -260,51 +360,64 @@ class ReadableTest(testtools.TestCase):
             for attrs, _t in _texts(svg):
                 fg = attrs.get('fill', '#000000')
                 bg = attrs.get('data-bg', charts.PAPER)
-                self.assertGreaterEqual(charts.contrast(fg, bg), 4.5,
-                                        (fg, bg, attrs))
+                self.assertGreaterEqual(
+                    charts.contrast(fg, bg), 4.5, (fg, bg, attrs)
+                )
                 checked += 1
             # text in parts of a <text> (on the chart's white)
-            for fg in re.findall(r'<tspan[^>]* fill="(#[0-9a-fA-F]{3,6})"',
-                                 svg):
+            for fg in re.findall(
+                r'<tspan[^>]* fill="(#[0-9a-fA-F]{3,6})"', svg
+            ):
                 self.assertGreaterEqual(
-                    charts.contrast(fg, charts.PAPER), 4.5, fg)
+                    charts.contrast(fg, charts.PAPER), 4.5, fg
+                )
         css = re.search(r'<style>(.*)</style>', self.page, re.S).group(1)
         colours = re.findall(r'(?<![-\w])color:(#[0-9a-fA-F]{3,6})', css)
         backgrounds = re.findall(r'background:(#[0-9a-fA-F]{3,6})', css)
         self.assertIn('#222', colours)
         for fg in colours:
             for bg in backgrounds + [charts.PAPER]:
-                self.assertGreaterEqual(charts.contrast(fg, bg), 4.5,
-                                        (fg, bg))
+                self.assertGreaterEqual(charts.contrast(fg, bg), 4.5, (fg, bg))
                 checked += 1
         self.assertGreater(checked, 100)
 
     def test_text_report_cuts_messages_at_a_word(self):
         section = self.text.split('Failures (')[1].split('\n\n')[0]
-        messages = {' '.join(f['message'].split())
-                    for f in self.report['failures']}
+        messages = {
+            ' '.join(f['message'].split()) for f in self.report['failures']
+        }
         # (a warning line under the title when the input lost records)
-        lines = [line for line in section.splitlines()
-                 if not line.startswith('! ')]
+        lines = [
+            line for line in section.splitlines() if not line.startswith('! ')
+        ]
         # the message is the last column, whatever columns come before
         columns = len(re.split(r'\s{2,}', lines[2].strip()))
         self.assertEqual('message', lines[2].split()[-1])
         cut = 0
         for line in lines[4:]:
-            shown = re.split(r'\s{2,}', line.strip(),
-                             maxsplit=columns - 1)[-1]
+            shown = re.split(r'\s{2,}', line.strip(), maxsplit=columns - 1)[-1]
             if shown in messages:
                 continue
             cut += 1
             self.assertTrue(shown.endswith('...'), shown)
             stem = shown[:-3]
-            self.assertTrue(any(m.startswith(stem) and m[len(stem)] == ' '
-                                for m in messages), shown)
+            self.assertTrue(
+                any(
+                    m.startswith(stem) and m[len(stem)] == ' '
+                    for m in messages
+                ),
+                shown,
+            )
         self.assertGreaterEqual(cut, 1)
 
-DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'data', 'fidelity')
 
+DATA = os.path.join(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ),
+    'data',
+    'fidelity',
+)
 
 
 class TimelineZoomTest(testtools.TestCase):
@@ -315,40 +428,48 @@ class TimelineZoomTest(testtools.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        report = pipeline.analyse([os.path.join(
-            DATA, 'demo-threads.jsonl.gz')])
+        report = pipeline.analyse(
+            [os.path.join(DATA, 'demo-threads.jsonl.gz')]
+        )
         cls.page = report_html.render(report)
 
     def _timelines(self) -> list:
-        return [svg for svg, _after in _svgs(self.page)
-                if 'aria-label="timeline of' in svg]
+        return [
+            svg
+            for svg, _after in _svgs(self.page)
+            if 'aria-label="timeline of' in svg
+        ]
 
     def test_every_timeline_zooms(self):
         timelines = self._timelines()
         self.assertGreaterEqual(len(timelines), 3)
         zooms = self.page.count('<div class="zoom">')
         self.assertEqual(len(timelines), zooms)
-        names = re.findall(r'<input type="radio" class="z(\d+)" '
-                           r'name="([^"]+)" id="([^"]+)"( checked)?>',
-                           self.page)
+        names = re.findall(
+            r'<input type="radio" class="z(\d+)" '
+            r'name="([^"]+)" id="([^"]+)"( checked)?>',
+            self.page,
+        )
         self.assertEqual(len(charts.ZOOMS) * zooms, len(names))
         ids = [n[2] for n in names]
         self.assertEqual(len(ids), len(set(ids)))
         # one level chosen per timeline: 1x
         self.assertEqual(['1'] * zooms, [n[0] for n in names if n[3]])
         for z in charts.ZOOMS[1:]:
-            self.assertIn('.z%d:checked~.zbox>.stretch{width:%d%%' % (
-                z, 100 * z), self.page)
+            self.assertIn(
+                '.z%d:checked~.zbox>.stretch{width:%d%%' % (z, 100 * z),
+                self.page,
+            )
         self.assertNotIn('<script', self.page)
 
     def test_x_are_shares_of_the_width(self):
         for svg in self._timelines():
             self.assertNotIn('viewBox', svg.split('>', 1)[0])
             self.assertIn('class="chart stretch"', svg)
-            xs = re.findall(r' (?:x|x1|x2|width)="([^"]*)"',
-                            svg.split('>', 1)[1])
+            xs = re.findall(
+                r' (?:x|x1|x2|width)="([^"]*)"', svg.split('>', 1)[1]
+            )
             self.assertTrue(xs)
             for x in xs:
                 self.assertTrue(x.endswith('%'), x)
                 self.assertTrue(0 <= float(x[:-1]) <= 100, x)
-

@@ -33,10 +33,18 @@ from tests import synthetic
 from tests.unit.analysis import test_report_html
 from tests.unit.analysis import test_services
 
-DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'data', 'fidelity')
-DEMO = sorted(os.path.join(DATA, name) for name in os.listdir(DATA)
-              if name.endswith('.jsonl.gz'))
+DATA = os.path.join(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ),
+    'data',
+    'fidelity',
+)
+DEMO = sorted(
+    os.path.join(DATA, name)
+    for name in os.listdir(DATA)
+    if name.endswith('.jsonl.gz')
+)
 
 
 def as_written(report: dict) -> dict:
@@ -45,7 +53,6 @@ def as_written(report: dict) -> dict:
 
 
 class SchemaTest(testtools.TestCase):
-
     def test_shipped_schema_is_the_built_one(self):
         # regenerate with: python -c "from instrument.analysis.render
         # import schema; open(schema.SCHEMA_PATH, 'w').write(
@@ -58,9 +65,10 @@ class SchemaTest(testtools.TestCase):
 
     def test_one_part_per_section_in_report_order(self):
         built = schema.build()
-        self.assertEqual(['report_version', 'schema_version'] +
-                         registry.keys() + ['run'],
-                         list(built['properties']))
+        self.assertEqual(
+            ['report_version', 'schema_version'] + registry.keys() + ['run'],
+            list(built['properties']),
+        )
         self.assertEqual(sorted(registry.keys()), sorted(schema.PARTS))
 
     def test_a_new_section_needs_its_part(self):
@@ -68,24 +76,38 @@ class SchemaTest(testtools.TestCase):
             key = 'new_section'
 
         entry = registry.Entry(New, None, None, None)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.registry.SECTIONS',
-            registry.SECTIONS + (entry,)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.registry.SECTIONS',
+                registry.SECTIONS + (entry,),
+            )
+        )
         self.assertRaises(KeyError, schema.build)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.render.schema.PARTS',
-            dict(schema.PARTS, new_section=schema.arr(schema.STR))))
-        self.assertEqual({'type': 'array', 'items': {'type': 'string'}},
-                         schema.build()['properties']['new_section'])
-
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.render.schema.PARTS',
+                dict(schema.PARTS, new_section=schema.arr(schema.STR)),
+            )
+        )
+        self.assertEqual(
+            {'type': 'array', 'items': {'type': 'string'}},
+            schema.build()['properties']['new_section'],
+        )
 
     def test_documented(self):
-        doc = os.path.join(os.path.dirname(DATA), '..', '..', 'doc',
-                           'source', 'report.rst')
+        doc = os.path.join(
+            os.path.dirname(DATA), '..', '..', 'doc', 'source', 'report.rst'
+        )
         with open(doc, encoding='utf-8') as f:
             text = f.read()
-        self.assertEqual([], [k for k in schema.build()['properties']
-                              if '\n``%s``\n' % k not in text])
+        self.assertEqual(
+            [],
+            [
+                k
+                for k in schema.build()['properties']
+                if '\n``%s``\n' % k not in text
+            ],
+        )
 
 
 class ReportsValidTest(testtools.TestCase):
@@ -102,9 +124,10 @@ class ReportsValidTest(testtools.TestCase):
         self.dir = self.useFixture(fixtures.TempDir()).path
 
     def assertValid(self, report: dict) -> None:
-        errors = ['%s: %s' % ('/'.join(map(str, e.absolute_path)),
-                              e.message[:200])
-                  for e in self.validator.iter_errors(as_written(report))]
+        errors = [
+            '%s: %s' % ('/'.join(map(str, e.absolute_path)), e.message[:200])
+            for e in self.validator.iter_errors(as_written(report))
+        ]
         self.assertEqual([], errors[:10])
 
     def test_demo_fidelity_files(self):
@@ -117,21 +140,26 @@ class ReportsValidTest(testtools.TestCase):
             lines = f.read().splitlines()
         damaged = os.path.join(self.dir, 'f.jsonl')
         ends = [i for i, line in enumerate(lines) if '"ph":"E"' in line]
-        keep = [line for i, line in enumerate(lines)
-                if i not in set(ends[::7])]
+        keep = [
+            line for i, line in enumerate(lines) if i not in set(ends[::7])
+        ]
         # ends lost, garbage, a binary line, a cut last line
-        keep[len(keep) // 2:len(keep) // 2] = ['garbage', '\x00\xff']
-        keep[-1] = keep[-1][:len(keep[-1]) // 2]
+        keep[len(keep) // 2 : len(keep) // 2] = ['garbage', '\x00\xff']
+        keep[-1] = keep[-1][: len(keep[-1]) // 2]
         with open(damaged, 'w', encoding='utf-8') as f:
             f.write('\n'.join(keep))
         self.assertValid(pipeline.analyse([self.dir]))
         # and a window
-        self.assertValid(pipeline.analyse(
-            [DEMO[-1]], pipeline.Options(since='+1s')))
+        self.assertValid(
+            pipeline.analyse([DEMO[-1]], pipeline.Options(since='+1s'))
+        )
 
     def test_synthetic_runs(self):
-        for seed, kwargs in ((21, {}), (8, {'p_ops': 0.5}),
-                             (4, {'bad_input': True, 'skew_us': 0})):
+        for seed, kwargs in (
+            (21, {}),
+            (8, {'p_ops': 0.5}),
+            (4, {'bad_input': True, 'skew_us': 0}),
+        ):
             directory = tempfile.mkdtemp(dir=self.dir)
             synthetic.generate(directory, seed=seed, requests=80, **kwargs)
             self.assertValid(pipeline.analyse([directory]))
@@ -145,14 +173,16 @@ class ReportsValidTest(testtools.TestCase):
         self.assertValid(case.report)
 
     def test_invalid_reports_are_found(self):
-        report = as_written(pipeline.analyse(
-            [os.path.join(DATA, 'demo-threads.jsonl.gz')]))
+        report = as_written(
+            pipeline.analyse([os.path.join(DATA, 'demo-threads.jsonl.gz')])
+        )
         self.assertTrue(self.validator.is_valid(report))
         first = report['summary']['component_order'][0]
-        for path, value in ((('summary', 'boots'), 'many'),
-                            (('requests', 0, 'latency_us'), None),
-                            (('summary', 'components', first, 'count'),
-                             -1)):
+        for path, value in (
+            (('summary', 'boots'), 'many'),
+            (('requests', 0, 'latency_us'), None),
+            (('summary', 'components', first, 'count'), -1),
+        ):
             bad = copy.deepcopy(report)
             where = bad
             for key in path[:-1]:

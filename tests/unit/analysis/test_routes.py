@@ -36,24 +36,46 @@ T0 = 1_700_000_000_000_000
 class Recorder:
     """A consumer that notes what it was given."""
 
-    def __init__(self, name: str, route_list: tuple, seen: list,
-                 refuse: frozenset = frozenset()) -> None:
+    def __init__(
+        self,
+        name: str,
+        route_list: tuple,
+        seen: list,
+        refuse: frozenset = frozenset(),
+    ) -> None:
         self.name = name
         self.routes = route_list
         self.seen = seen
         self.refuse = refuse
 
     def take(self, rec, ts, cursor):
-        self.seen.append((self.name, rec.ph, rec.ev, rec.req, ts,
-                          cursor.fname, cursor.process.key))
+        self.seen.append(
+            (
+                self.name,
+                rec.ph,
+                rec.ev,
+                rec.req,
+                ts,
+                cursor.fname,
+                cursor.process.key,
+            )
+        )
         if rec.span in self.refuse:
             return False
         return None
 
 
 def record(seq: int, ph: str, ev: str, req=None, span=None, **more):
-    rec = {'v': 1, 'ph': ph, 'seq': seq, 'ts': T0 + seq, 'host': 'h',
-           'svc': 'compute', 'pid': 7, 'ev': ev}
+    rec = {
+        'v': 1,
+        'ph': ph,
+        'seq': seq,
+        'ts': T0 + seq,
+        'host': 'h',
+        'svc': 'compute',
+        'pid': 7,
+        'ev': ev,
+    }
     if req is not None:
         rec['req'] = req
     if span is not None:
@@ -66,10 +88,14 @@ def record(seq: int, ph: str, ev: str, req=None, span=None, **more):
 
 
 class RouteTest(testtools.TestCase):
-
     def test_takes(self):
-        every = routes.Route('XB', None, (routes.REQUEST,), 'h',
-                             exclude=frozenset(('sql.query',)))
+        every = routes.Route(
+            'XB',
+            None,
+            (routes.REQUEST,),
+            'h',
+            exclude=frozenset(('sql.query',)),
+        )
         self.assertTrue(every.takes('X', 'compute.build', routes.REQUEST))
         self.assertFalse(every.takes('X', 'sql.query', routes.REQUEST))
         self.assertFalse(every.takes('I', 'compute.build', routes.REQUEST))
@@ -80,7 +106,6 @@ class RouteTest(testtools.TestCase):
 
 
 class ReaderTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
@@ -93,54 +118,82 @@ class ReaderTest(testtools.TestCase):
             record(3, 'X', 'compute.build', req='req-1', span='s1'),
             record(4, 'X', 'compute.build', req=periodic, span='s2'),
             record(5, 'X', 'compute.build', span='s3'),
-            record(6, 'X', 'sql.query', req='req-1', span='q1',
-                   parent='s1'),
+            record(6, 'X', 'sql.query', req='req-1', span='q1', parent='s1'),
             record(7, 'M', 'sql.fingerprint', attrs={'fp': 'f'}),
         ]
         with open(self.path, 'w') as f:
             f.write('\n'.join(lines) + '\n')
 
     def read(self, consumers, part=0, nparts=1):
-        part_reader = reader.PartReader({'h': 5}, part, nparts,
-                                        pipeline.Options(), consumers)
+        part_reader = reader.PartReader(
+            {'h': 5}, part, nparts, pipeline.Options(), consumers
+        )
         part_reader.read(stream.open_files([self.path], {0: 5}))
         return part_reader
 
     def test_by_phase_event_and_context_in_order(self):
         seen = []
-        first = Recorder('first', (
-            routes.Route('X', None, (routes.REQUEST, routes.NONE), 'take',
-                         exclude=frozenset(('sql.query',))),), seen,
-            refuse=frozenset(('s1',)))
-        second = Recorder('second', (
-            routes.Route('X', None, routes.ALL, 'take'),), seen)
+        first = Recorder(
+            'first',
+            (
+                routes.Route(
+                    'X',
+                    None,
+                    (routes.REQUEST, routes.NONE),
+                    'take',
+                    exclude=frozenset(('sql.query',)),
+                ),
+            ),
+            seen,
+            refuse=frozenset(('s1',)),
+        )
+        second = Recorder(
+            'second', (routes.Route('X', None, routes.ALL, 'take'),), seen
+        )
         part = self.read((first, second))
         got = [(name, ev, req) for name, _ph, ev, req, *_rest in seen]
         periodic = schema.periodic_req('ComputeManager.x', 'ab' * 16)
-        self.assertEqual([
-            # the first refuses s1 (both times): the second never gets it
-            ('first', 'compute.build', 'req-1'),
-            ('first', 'compute.build', 'req-1'),
-            ('second', 'compute.build', periodic),
-            ('first', 'compute.build', None),
-            ('second', 'compute.build', None),
-            ('second', 'sql.query', 'req-1')], got)
+        self.assertEqual(
+            [
+                # the first refuses s1 (both times): the second never gets it
+                ('first', 'compute.build', 'req-1'),
+                ('first', 'compute.build', 'req-1'),
+                ('second', 'compute.build', periodic),
+                ('first', 'compute.build', None),
+                ('second', 'compute.build', None),
+                ('second', 'sql.query', 'req-1'),
+            ],
+            got,
+        )
         self.assertEqual(2, part.duplicate_spans)
         # the time corrected by the host's offset, the file and process
         _n, _ph, _ev, _req, ts, fname, key = seen[0]
-        self.assertEqual((T0 + 2 + 5, 'cmp.jsonl', ('h', 7, T0 + 1)),
-                         (ts, fname, key))
+        self.assertEqual(
+            (T0 + 2 + 5, 'cmp.jsonl', ('h', 7, T0 + 1)), (ts, fname, key)
+        )
 
     def test_shared_metadata_in_every_partition(self):
         seen = []
-        shared = Recorder('fp', (
-            routes.Route('M', frozenset(('sql.fingerprint',)), routes.ALL,
-                         'take', shared=True),), seen)
-        counted = Recorder('all', (
-            routes.Route('M', None, routes.ALL, 'take'),), seen)
+        shared = Recorder(
+            'fp',
+            (
+                routes.Route(
+                    'M',
+                    frozenset(('sql.fingerprint',)),
+                    routes.ALL,
+                    'take',
+                    shared=True,
+                ),
+            ),
+            seen,
+        )
+        counted = Recorder(
+            'all', (routes.Route('M', None, routes.ALL, 'take'),), seen
+        )
         self.read((shared, counted), part=1, nparts=2)
         # the other partition: the shared route only (no process yet:
         # its process.start is counted by partition 0)
-        self.assertEqual(['fp'], [s[0] for s in seen if s[2] ==
-                                  'sql.fingerprint'])
+        self.assertEqual(
+            ['fp'], [s[0] for s in seen if s[2] == 'sql.fingerprint']
+        )
         self.assertEqual([], [s for s in seen if s[0] == 'all'])

@@ -21,25 +21,38 @@ from tests import synthetic
 def digest():
     d = sqldigest.SqlDigest()
     for i in range(100):
-        d.add(1000 + i, 1000 + 10 * i, 'fpA', 'conductor', 'nova',
-              'conductor.schedule', 1, False)
+        d.add(
+            1000 + i,
+            1000 + 10 * i,
+            'fpA',
+            'conductor',
+            'nova',
+            'conductor.schedule',
+            1,
+            False,
+        )
     for i in range(10):
-        d.add(2000 + i, 50_000, 'fpB', 'scheduler', 'nova_api',
-              'scheduler.host_states', 3, i == 0)
-    d.fingerprint('fpA', 'select * from instances where uuid = ?',
-                  'SELECT')
+        d.add(
+            2000 + i,
+            50_000,
+            'fpB',
+            'scheduler',
+            'nova_api',
+            'scheduler.host_states',
+            3,
+            i == 0,
+        )
+    d.fingerprint('fpA', 'select * from instances where uuid = ?', 'SELECT')
     return d
 
 
 class DigestTest(testtools.TestCase):
-
     def test_profile_and_block(self):
         prof = digest().profile()
         self.assertEqual(['fpB', 'fpA'], [r['id'] for r in prof['rows']])
         a = prof['rows'][1]
         self.assertEqual(100, a['calls'])
-        self.assertEqual(sum(1000 + 10 * i for i in range(100)),
-                         a['total_us'])
+        self.assertEqual(sum(1000 + 10 * i for i in range(100)), a['total_us'])
         self.assertEqual(1000, a['min_us'])
         self.assertEqual(1990, a['max_us'])
         self.assertLess(abs(a['median_us'] - 1495) / 1495, 0.05)
@@ -55,11 +68,23 @@ class DigestTest(testtools.TestCase):
 
     def test_agg_records_merge(self):
         d = digest()
-        d.add_agg(3000, 'conductor', {
-            'fp': 'fpA', 'db': 'nova', 'call': 'conductor.schedule',
-            'count': 50, 'sum_us': 5000, 'min_us': 50, 'max_us': 200,
-            'sumsq_us': 600_000, 'errors': 2, 'rows': 50,
-            'hist': [0, 0, 40, 10, 0, 0, 0, 0, 0]})
+        d.add_agg(
+            3000,
+            'conductor',
+            {
+                'fp': 'fpA',
+                'db': 'nova',
+                'call': 'conductor.schedule',
+                'count': 50,
+                'sum_us': 5000,
+                'min_us': 50,
+                'max_us': 200,
+                'sumsq_us': 600_000,
+                'errors': 2,
+                'rows': 50,
+                'hist': [0, 0, 40, 10, 0, 0, 0, 0, 0],
+            },
+        )
         a = [r for r in d.profile()['rows'] if r['id'] == 'fpA'][0]
         self.assertEqual(150, a['calls'])
         self.assertEqual(50, a['aggregated'])
@@ -70,8 +95,9 @@ class DigestTest(testtools.TestCase):
 
     def test_group_order_limit(self):
         d = digest()
-        prof = d.profile(group_by='service', order_by='Query_time:cnt',
-                         limit=1)
+        prof = d.profile(
+            group_by='service', order_by='Query_time:cnt', limit=1
+        )
         self.assertEqual(['conductor'], [r['id'] for r in prof['rows']])
         self.assertEqual(1, prof['misc']['classes'])
         self.assertEqual(10, prof['misc']['calls'])
@@ -99,8 +125,9 @@ class DigestTest(testtools.TestCase):
         self.assertEqual(55, d.filtered)
 
     def test_query_id_is_md5_of_fingerprint(self):
-        self.assertEqual('d41d8cd98f00b204e9800998ecf8427e',
-                         synthetic.fingerprint_id(''))
+        self.assertEqual(
+            'd41d8cd98f00b204e9800998ecf8427e', synthetic.fingerprint_id('')
+        )
 
 
 class KindTest(testtools.TestCase):
@@ -111,14 +138,36 @@ class KindTest(testtools.TestCase):
         d = sqldigest.SqlDigest()
         for kind, n in (('ROLLBACK', 3), ('POOL_RESET', 5)):
             for i in range(n):
-                d.add(1000 + i, 100, 'fpR', 'conductor', 'nova', 'c', None,
-                      False, kind)
-        d.add_agg(2000, 'conductor', {
-            'fp': 'fpR', 'db': 'nova', 'call': 'c', 'kind': 'POOL_RESET',
-            'count': 10, 'sum_us': 1000, 'min_us': 50, 'max_us': 200,
-            'sumsq_us': 110_000, 'hist': [0, 0, 5, 5, 0, 0, 0, 0, 0]})
-        d.add(3000, 900, 'fpN', 'conductor', 'nova', None, None, False,
-              'CONNECT')
+                d.add(
+                    1000 + i,
+                    100,
+                    'fpR',
+                    'conductor',
+                    'nova',
+                    'c',
+                    None,
+                    False,
+                    kind,
+                )
+        d.add_agg(
+            2000,
+            'conductor',
+            {
+                'fp': 'fpR',
+                'db': 'nova',
+                'call': 'c',
+                'kind': 'POOL_RESET',
+                'count': 10,
+                'sum_us': 1000,
+                'min_us': 50,
+                'max_us': 200,
+                'sumsq_us': 110_000,
+                'hist': [0, 0, 5, 5, 0, 0, 0, 0, 0],
+            },
+        )
+        d.add(
+            3000, 900, 'fpN', 'conductor', 'nova', None, None, False, 'CONNECT'
+        )
         d.fingerprint('fpR', 'rollback', 'ROLLBACK')
         d.fingerprint('fpN', 'set names utf8mb4', 'OTHER')
         return d
@@ -126,17 +175,23 @@ class KindTest(testtools.TestCase):
     def test_one_class_per_fingerprint_with_its_kinds(self):
         rows = {r['id']: r for r in self.digest().profile()['rows']}
         self.assertEqual(18, rows['fpR']['calls'])
-        self.assertEqual({'POOL_RESET': 15, 'ROLLBACK': 3},
-                         rows['fpR']['kinds'])
+        self.assertEqual(
+            {'POOL_RESET': 15, 'ROLLBACK': 3}, rows['fpR']['kinds']
+        )
         self.assertEqual({'CONNECT': 1}, rows['fpN']['kinds'])
-        self.assertIn('# kinds POOL_RESET 15, ROLLBACK 3',
-                      sql.class_block(rows['fpR'], 'fingerprint'))
+        self.assertIn(
+            '# kinds POOL_RESET 15, ROLLBACK 3',
+            sql.class_block(rows['fpR'], 'fingerprint'),
+        )
 
     def test_group_by_kind(self):
-        rows = {r['id']: r for r in
-                self.digest().profile(group_by='kind')['rows']}
-        self.assertEqual({'ROLLBACK': 3, 'POOL_RESET': 15, 'CONNECT': 1},
-                         {k: r['calls'] for k, r in rows.items()})
+        rows = {
+            r['id']: r for r in self.digest().profile(group_by='kind')['rows']
+        }
+        self.assertEqual(
+            {'ROLLBACK': 3, 'POOL_RESET': 15, 'CONNECT': 1},
+            {k: r['calls'] for k, r in rows.items()},
+        )
         self.assertEqual('POOL_RESET, 1 query', rows['POOL_RESET']['item'])
 
 
@@ -146,15 +201,27 @@ class RowsTest(testtools.TestCase):
 
     def block(self, d, fp):
         row = [r for r in d.profile(limit=0)['rows'] if r['id'] == fp][0]
-        rows_line = [line for line in sql.class_block(
-            row, 'fingerprint') if line.startswith('# Rows')]
+        rows_line = [
+            line
+            for line in sql.class_block(row, 'fingerprint')
+            if line.startswith('# Rows')
+        ]
         return row, rows_line[0]
 
     def test_no_row_count_is_unknown(self):
         d = sqldigest.SqlDigest()
         for i in range(5):
-            d.add(1000 + i, 100, 'fpS', 'api', 'nova_api', 'api.request',
-                  None, False, 'SELECT')
+            d.add(
+                1000 + i,
+                100,
+                'fpS',
+                'api',
+                'nova_api',
+                'api.request',
+                None,
+                False,
+                'SELECT',
+            )
         row, line = self.block(d, 'fpS')
         self.assertIsNone(row['rows'])
         self.assertEqual(5, row['rows_unknown'])
@@ -179,12 +246,36 @@ class RowsTest(testtools.TestCase):
     def test_aggregates_with_no_rows_are_unknown(self):
         # an aggregate's rows sum cannot tell "0 rows" from "no count"
         d = sqldigest.SqlDigest()
-        d.add_agg(3000, 'api', {'fp': 'fpA', 'db': 'nova', 'kind': 'SELECT',
-                                'count': 10, 'sum_us': 500, 'min_us': 10,
-                                'max_us': 90, 'rows': 0, 'hist': []})
-        d.add_agg(3000, 'api', {'fp': 'fpB', 'db': 'nova', 'kind': 'SELECT',
-                                'count': 10, 'sum_us': 500, 'min_us': 10,
-                                'max_us': 90, 'rows': 7, 'hist': []})
+        d.add_agg(
+            3000,
+            'api',
+            {
+                'fp': 'fpA',
+                'db': 'nova',
+                'kind': 'SELECT',
+                'count': 10,
+                'sum_us': 500,
+                'min_us': 10,
+                'max_us': 90,
+                'rows': 0,
+                'hist': [],
+            },
+        )
+        d.add_agg(
+            3000,
+            'api',
+            {
+                'fp': 'fpB',
+                'db': 'nova',
+                'kind': 'SELECT',
+                'count': 10,
+                'sum_us': 500,
+                'min_us': 10,
+                'max_us': 90,
+                'rows': 7,
+                'hist': [],
+            },
+        )
         self.assertIsNone(self.block(d, 'fpA')[0]['rows'])
         self.assertEqual(7, self.block(d, 'fpB')[0]['rows'])
 
@@ -192,14 +283,29 @@ class RowsTest(testtools.TestCase):
         # Issue 27 item 12: rows_known tells a 0-row class from one
         # without row counts
         d = sqldigest.SqlDigest()
-        base = {'db': 'nova', 'count': 10, 'sum_us': 500, 'min_us': 10,
-                'max_us': 90, 'hist': []}
-        d.add_agg(3000, 'api', dict(base, fp='fpZ', kind='UPDATE', rows=0,
-                                    rows_known=10))
-        d.add_agg(3000, 'api', dict(base, fp='fpN', kind='SELECT', rows=0,
-                                    rows_known=0))
-        d.add_agg(3000, 'api', dict(base, fp='fpP', kind='SELECT', rows=4,
-                                    rows_known=6))
+        base = {
+            'db': 'nova',
+            'count': 10,
+            'sum_us': 500,
+            'min_us': 10,
+            'max_us': 90,
+            'hist': [],
+        }
+        d.add_agg(
+            3000,
+            'api',
+            dict(base, fp='fpZ', kind='UPDATE', rows=0, rows_known=10),
+        )
+        d.add_agg(
+            3000,
+            'api',
+            dict(base, fp='fpN', kind='SELECT', rows=0, rows_known=0),
+        )
+        d.add_agg(
+            3000,
+            'api',
+            dict(base, fp='fpP', kind='SELECT', rows=4, rows_known=6),
+        )
         row, line = self.block(d, 'fpZ')
         self.assertEqual((0, 0), (row['rows'], row['rows_unknown']))
         self.assertEqual('# Rows                   0', line)

@@ -38,13 +38,13 @@ from tests.unit.analysis import test_fidelity as fidelity
 
 
 class TruthTest(testtools.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.dir = tempfile.mkdtemp(prefix='instrument-truth-')
-        cls.truth = synthetic.generate(cls.dir, seed=21, requests=350,
-                                       skew_us=4_000_000, bad_input=True)
+        cls.truth = synthetic.generate(
+            cls.dir, seed=21, requests=350, skew_us=4_000_000, bad_input=True
+        )
         cls.report = pipeline.analyse([cls.dir], pipeline.Options(jobs=1))
         cls.rows = {r['req']: r for r in cls.report['requests']}
 
@@ -83,41 +83,60 @@ class TruthTest(testtools.TestCase):
                 continue
             states = {i['inst']: i['state'] for i in row['instances']}
             self.assertEqual(rt.states, states, req)
-            causes = {i['inst']: (i['cause'] or {}).get('cls')
-                      for i in row['instances']}
+            causes = {
+                i['inst']: (i['cause'] or {}).get('cls')
+                for i in row['instances']
+            }
             self.assertEqual(rt.causes, causes, req)
             for inst in row['instances']:
                 if inst['state'] == 'incomplete':
-                    self.assertEqual(rt.stopped[inst['inst']],
-                                     (inst['stopped']['ev'],
-                                      inst['stopped']['host']))
+                    self.assertEqual(
+                        rt.stopped[inst['inst']],
+                        (inst['stopped']['ev'], inst['stopped']['host']),
+                    )
         counts = self.truth.states()
         del counts['other']
         self.assertEqual(dict(counts), self.report['summary']['states'])
-        for state in ('success', 'rescheduled_success', 'compute_failure',
-                      'scheduling_failure', 'api_failure', 'incomplete'):
+        for state in (
+            'success',
+            'rescheduled_success',
+            'compute_failure',
+            'scheduling_failure',
+            'api_failure',
+            'incomplete',
+        ):
             self.assertIn(state, counts)
 
     def test_failure_table(self):
-        got = collections.Counter({
-            (f['component'], f['ev'], f['cls'], f['message']): f['count']
-            for f in self.report['failures']})
+        got = collections.Counter(
+            {
+                (f['component'], f['ev'], f['cls'], f['message']): f['count']
+                for f in self.report['failures']
+            }
+        )
         self.assertEqual(self.truth.failures, got)
         for f in self.report['failures']:
             for req in f['requests']:
                 self.assertIn(req, self.rows)
         # which ended an instance, which were recovered (and how)
-        final = collections.Counter({
-            (f['component'], f['ev'], f['cls'], f['message']): f['final']
-            for f in self.report['failures']})
-        recovered = collections.Counter({
-            ((f['component'], f['ev'], f['cls'], f['message']), how): n
-            for f in self.report['failures']
-            for how, n in f['recovered_by'].items()})
+        final = collections.Counter(
+            {
+                (f['component'], f['ev'], f['cls'], f['message']): f['final']
+                for f in self.report['failures']
+            }
+        )
+        recovered = collections.Counter(
+            {
+                ((f['component'], f['ev'], f['cls'], f['message']), how): n
+                for f in self.report['failures']
+                for how, n in f['recovered_by'].items()
+            }
+        )
         self.assertEqual(+self.truth.final, +final)
         self.assertEqual(+self.truth.recovered, +recovered)
-        self.assertEqual({'db_retry', 'rescheduled'},
-                         {how for _key, how in recovered})
+        self.assertEqual(
+            {'db_retry', 'rescheduled'}, {how for _key, how in recovered}
+        )
 
     def _totals(self, field, truth_field):
         got = collections.Counter()
@@ -132,44 +151,72 @@ class TruthTest(testtools.TestCase):
 
     def test_component_times_within_1pct(self):
         got, want = self._totals('components_us', 'comp')
-        for name in ('api', 'conductor', 'scheduler', 'scheduler.db',
-                     'scheduler.placement', 'compute', 'compute.claim',
-                     'compute.network', 'compute.spawn', 'rpc'):
+        for name in (
+            'api',
+            'conductor',
+            'scheduler',
+            'scheduler.db',
+            'scheduler.placement',
+            'compute',
+            'compute.claim',
+            'compute.network',
+            'compute.spawn',
+            'rpc',
+        ):
             self.assertGreater(want[name], 0, name)
-            self.assertLess(abs(got[name] - want[name]), want[name] * 0.01,
-                            name)
-        self.assertEqual(set(want) - {'rpc.queue'},
-                         set(got) - {'rpc.queue'})
+            self.assertLess(
+                abs(got[name] - want[name]), want[name] * 0.01, name
+            )
+        self.assertEqual(set(want) - {'rpc.queue'}, set(got) - {'rpc.queue'})
         # Queue waits are differences of two hosts' corrected clocks, so
         # the offsets' residual error (~0.1 ms against waits of a few ms
         # in this cloud) shows in them: a looser bound.
-        self.assertLess(abs(got['rpc.queue'] - want['rpc.queue']),
-                        want['rpc.queue'] * 0.05)
+        self.assertLess(
+            abs(got['rpc.queue'] - want['rpc.queue']), want['rpc.queue'] * 0.05
+        )
         got, want = self._totals('sql_in_us', 'sql_in')
         self.assertEqual(want, got)
 
     def test_multi_instance_boots_named_beside_the_components(self):
         # the truth's boots of several instances: their builds run side
         # by side, so their instances' exclusive times add up
-        good = [r for r in self.report['requests']
-                if r['kind'] == 'boot' and not r['lost_ends'] and
-                not r.get('loss') and
-                r['state'] in ('success', 'rescheduled_success')]
-        multi = [r for r in good
-                 if len(self.truth.requests[r['req']].states) > 1]
+        good = [
+            r
+            for r in self.report['requests']
+            if r['kind'] == 'boot'
+            and not r['lost_ends']
+            and not r.get('loss')
+            and r['state'] in ('success', 'rescheduled_success')
+        ]
+        multi = [
+            r for r in good if len(self.truth.requests[r['req']].states) > 1
+        ]
         self.assertGreater(len(multi), 0)
         summary = self.report['summary']
         self.assertEqual(len(multi), summary['multi_instance_boots'])
         # what the note explains: components above end to end
-        self.assertTrue(any(sum(r['components_us'].values()) >
-                            r['latency_us'] for r in multi))
+        self.assertTrue(
+            any(
+                sum(r['components_us'].values()) > r['latency_us']
+                for r in multi
+            )
+        )
         text = report_text.render(self.report)
-        self.assertIn('%d of the %d boots built several instances at '
-                      'once' % (len(multi), len(good)), text)
-        self.assertIn('%d of the %d boots' % (len(multi), len(good)),
-                      report_html.render(self.report))
-        self.assertEqual('', summary_section.multi_instance_note(
-            dict(summary, multi_instance_boots=0)))
+        self.assertIn(
+            '%d of the %d boots built several instances at '
+            'once' % (len(multi), len(good)),
+            text,
+        )
+        self.assertIn(
+            '%d of the %d boots' % (len(multi), len(good)),
+            report_html.render(self.report),
+        )
+        self.assertEqual(
+            '',
+            summary_section.multi_instance_note(
+                dict(summary, multi_instance_boots=0)
+            ),
+        )
 
     def test_latency_end_to_end(self):
         for req, rt in self.truth.requests.items():
@@ -180,20 +227,26 @@ class TruthTest(testtools.TestCase):
 
     def test_sql_digest(self):
         sql = self.report['sql']
-        got = {r['id']: (r['calls'], r['total_us'], r['errors'])
-               for r in sql['rows']}
+        got = {
+            r['id']: (r['calls'], r['total_us'], r['errors'])
+            for r in sql['rows']
+        }
         want = {fp: tuple(v) for fp, v in self.truth.sql.items()}
         self.assertEqual(want, got)
         for row in sql['rows']:
-            self.assertEqual(synthetic.fingerprint_id(row['fingerprint']),
-                             row['id'])
+            self.assertEqual(
+                synthetic.fingerprint_id(row['fingerprint']), row['id']
+            )
         agg = [r for r in sql['rows'] if r['aggregated']]
         self.assertEqual(1, len(agg))
 
     def test_bad_lines_reported_with_file_and_line(self):
         load = self.report['load']
-        reported = {(f, n, kind) for kind, lst in load['samples'].items()
-                    for f, n, _why in lst}
+        reported = {
+            (f, n, kind)
+            for kind, lst in load['samples'].items()
+            for f, n, _why in lst
+        }
         for bad in self.truth.bad_lines:
             self.assertIn(bad, reported)
         kinds = collections.Counter(k for _f, _n, k in self.truth.bad_lines)
@@ -209,36 +262,47 @@ class TruthTest(testtools.TestCase):
     def test_reference_decoder_agrees(self):
         # msgspec's decoder (the default) and the reference decoder
         # (json + schema.validate) make the same report, bad lines too
-        ref = pipeline.analyse([self.dir], pipeline.Options(
-            jobs=1, fast_decode=False))
+        ref = pipeline.analyse(
+            [self.dir], pipeline.Options(jobs=1, fast_decode=False)
+        )
         for rep in (ref, self.report):
             self.assertGreater(rep['load']['counts']['invalid'], 0)
-        self.assertEqual({k: v for k, v in self.report.items()
-                          if k != 'run'},
-                         {k: v for k, v in ref.items() if k != 'run'})
+        self.assertEqual(
+            {k: v for k, v in self.report.items() if k != 'run'},
+            {k: v for k, v in ref.items() if k != 'run'},
+        )
 
     def test_partitioned_workers_agree(self):
         two = pipeline.analyse([self.dir], pipeline.Options(jobs=2))
         strip = ('lifecycle',)
 
         def rows(rep):
-            return sorted(({k: v for k, v in r.items() if k not in strip}
-                           for r in rep['requests']),
-                          key=lambda r: r['req'])
+            return sorted(
+                (
+                    {k: v for k, v in r.items() if k not in strip}
+                    for r in rep['requests']
+                ),
+                key=lambda r: r['req'],
+            )
+
         self.assertEqual(rows(self.report), rows(two))
+
         def failures(rep):
-            return sorted((f['component'], f['ev'], f['cls'], f['message'],
-                           f['count']) for f in rep['failures'])
+            return sorted(
+                (f['component'], f['ev'], f['cls'], f['message'], f['count'])
+                for f in rep['failures']
+            )
+
         self.assertEqual(failures(self.report), failures(two))
-        self.assertEqual(self.report['load']['counts'],
-                         two['load']['counts'])
+        self.assertEqual(self.report['load']['counts'], two['load']['counts'])
         self.assertEqual(self.report['load']['loss'], two['load']['loss'])
         self.assertEqual(self.report['sql']['rows'], two['sql']['rows'])
 
     def test_throughput_and_rates(self):
         s = self.report['summary']
-        boots = sum(1 for r in self.truth.requests.values()
-                    if r.kind == 'boot')
+        boots = sum(
+            1 for r in self.truth.requests.values() if r.kind == 'boot'
+        )
         self.assertEqual(boots, s['boots'])
         self.assertAlmostEqual(boots / s['duration_s'], s['throughput_rps'])
         states = self.truth.states()
@@ -258,22 +322,28 @@ class ClockGridTest(testtools.TestCase):
 
     def test_grid(self):
         directory = self.useFixture(fixtures.TempDir()).path
-        synthetic.generate(os.path.join(directory, 'in'), seed=32,
-                           requests=120, skew_us=0, p_ops=0.3)
+        synthetic.generate(
+            os.path.join(directory, 'in'),
+            seed=32,
+            requests=120,
+            skew_us=0,
+            p_ops=0.3,
+        )
         lines = {}
-        for path in spanfiles.discover([os.path.join(directory,
-                                                     'in')])[0]:
+        for path in spanfiles.discover([os.path.join(directory, 'in')])[0]:
             opener = gzip.open if path.endswith('.gz') else open
             with opener(path, 'rb') as f:
                 for raw in f:
                     rec = clockpass.decode_prefixed(raw)
                     if rec is None or not (
-                            rec['ev'].startswith('rpc.') or
-                            rec['ev'] == 'process.start'):
+                        rec['ev'].startswith('rpc.')
+                        or rec['ev'] == 'process.start'
+                    ):
                         continue
                     raw = json.dumps(rec, separators=(',', ':')).encode()
                     lines.setdefault(rec['host'], []).append(
-                        (rec, raw + b'\n'))
+                        (rec, raw + b'\n')
+                    )
         hosts = sorted(lines)
         self.assertEqual(9, len(hosts))
         whole = os.path.join(directory, 'f.jsonl')
@@ -282,13 +352,22 @@ class ClockGridTest(testtools.TestCase):
                 f.writelines(raw for _rec, raw in recs)
         clean = clockpass.clock_pass([whole], 600_000_000)[0].hosts
         # compute-to-compute calls (the moves) are among the hops
-        sends = {rec['span']: host for host, recs in lines.items()
-                 for rec, _raw in recs if rec['ev'] == 'rpc.call'}
-        self.assertTrue(any(
-            rec.get('parent') in sends and host.startswith('cmp') and
-            sends[rec['parent']].startswith('cmp') and
-            sends[rec['parent']] != host
-            for host, recs in lines.items() for rec, _raw in recs))
+        sends = {
+            rec['span']: host
+            for host, recs in lines.items()
+            for rec, _raw in recs
+            if rec['ev'] == 'rpc.call'
+        }
+        self.assertTrue(
+            any(
+                rec.get('parent') in sends
+                and host.startswith('cmp')
+                and sends[rec['parent']].startswith('cmp')
+                and sends[rec['parent']] != host
+                for host, recs in lines.items()
+                for rec, _raw in recs
+            )
+        )
         got = fidelity.clock_grid(lines, hosts, clean, whole)
         self.assertEqual(9 * 12 * len(fidelity.SHIFTS), got['cases'])
         self.assertEqual(got['cases'], got['held'], got['missed'][:5])
@@ -296,8 +375,7 @@ class ClockGridTest(testtools.TestCase):
         self.assertEqual([], got['beyond_error'])
         # every host is bound within 2 ms on both sides by round trips,
         # hence its offset within 1 ms of the truth
-        two_sided = [h for h, i in clean.items()
-                     if i['status'] == 'corrected']
+        two_sided = [h for h, i in clean.items() if i['status'] == 'corrected']
         self.assertEqual(len(hosts) - 1, len(two_sided))
         self.assertEqual(got['cases'], got['narrow'])
         self.assertLessEqual(got['max_error_narrow_us'], 1000)
@@ -316,8 +394,7 @@ class NoSkewTest(testtools.TestCase):
         hosts = report['clocks']['hosts']
         # every host that wrote records is in the table (an empty table
         # would pass the loop below vacuously)
-        self.assertEqual(set(hosts),
-                         {p['host'] for p in report['processes']})
+        self.assertEqual(set(hosts), {p['host'] for p in report['processes']})
         self.assertGreater(len(hosts), 2)
         for host, info in hosts.items():
             # (api-1 only casts: bounded on one side)
@@ -327,8 +404,9 @@ class NoSkewTest(testtools.TestCase):
                 self.assertGreaterEqual(info['high_us'], 0, host)
             self.assertLessEqual(abs(info['offset_us']), 1000, host)
             if info['error_us'] is not None:
-                self.assertLessEqual(abs(info['offset_us']),
-                                     info['error_us'], host)
+                self.assertLessEqual(
+                    abs(info['offset_us']), info['error_us'], host
+                )
 
 
 class OneOfTwoRescheduledTest(testtools.TestCase):
@@ -340,40 +418,69 @@ class OneOfTwoRescheduledTest(testtools.TestCase):
 
     def test_sibling_keeps_its_own_state(self):
         directory = self.useFixture(fixtures.TempDir()).path
-        truth = synthetic.generate(directory, seed=1, requests=30,
-                                   p_multi=0.6, p_resched=0.3, p_port=0.3,
-                                   max_attempts=2, p_other=0.0)
+        truth = synthetic.generate(
+            directory,
+            seed=1,
+            requests=30,
+            p_multi=0.6,
+            p_resched=0.3,
+            p_port=0.3,
+            max_attempts=2,
+            p_other=0.0,
+        )
         report = pipeline.analyse([directory], pipeline.Options(jobs=1))
         rows = {r['req']: r for r in report['requests']}
         retries = 'nova.exception.MaxRetriesExceeded'
         # the case at stake is in the cloud: one instance rescheduled
         # and given up, its sibling ended by a failure of its own
-        split = [rt for rt in truth.requests.values()
-                 if len(rt.states) == 2 and retries in rt.causes.values()
-                 and set(rt.causes.values()) != {retries}
-                 and max(rt.attempts.values()) > 1]
+        split = [
+            rt
+            for rt in truth.requests.values()
+            if len(rt.states) == 2
+            and retries in rt.causes.values()
+            and set(rt.causes.values()) != {retries}
+            and max(rt.attempts.values()) > 1
+        ]
         self.assertGreater(len(split), 0)
         for req, rt in truth.requests.items():
             row = rows[req]
             states = {i['inst']: i['state'] for i in row['instances']}
-            causes = {i['inst']: (i['cause'] or {}).get('cls')
-                      for i in row['instances']}
+            causes = {
+                i['inst']: (i['cause'] or {}).get('cls')
+                for i in row['instances']
+            }
             self.assertEqual(rt.states, states, req)
             self.assertEqual(rt.causes, causes, req)
         # MaxRetriesExceeded ended as many instances as it was raised
-        raised = sum(n for key, n in truth.failures.items()
-                     if key[2] == retries)
+        raised = sum(
+            n for key, n in truth.failures.items() if key[2] == retries
+        )
         self.assertGreater(raised, 0)
-        ended = sum(1 for rt in truth.requests.values()
-                    for cause in rt.causes.values() if cause == retries)
+        ended = sum(
+            1
+            for rt in truth.requests.values()
+            for cause in rt.causes.values()
+            if cause == retries
+        )
         self.assertEqual(raised, ended)
-        got = {(f['component'], f['ev'], f['cls'], f['message']):
-               (f['count'], f['final']) for f in report['failures']
-               if f['cls'] == retries}
-        want = {key: (n, truth.final[key])
-                for key, n in truth.failures.items() if key[2] == retries}
+        got = {
+            (f['component'], f['ev'], f['cls'], f['message']): (
+                f['count'],
+                f['final'],
+            )
+            for f in report['failures']
+            if f['cls'] == retries
+        }
+        want = {
+            key: (n, truth.final[key])
+            for key, n in truth.failures.items()
+            if key[2] == retries
+        }
         self.assertEqual(want, got)
         # and the report's final causes count those instances
-        causes = {c['cls']: c['count'] for c in report['summary']['causes']
-                  if c['state'] == 'scheduling_failure'}
+        causes = {
+            c['cls']: c['count']
+            for c in report['summary']['causes']
+            if c['state'] == 'scheduling_failure'
+        }
         self.assertEqual(raised, causes[retries])

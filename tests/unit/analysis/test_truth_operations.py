@@ -34,13 +34,13 @@ from tests import synthetic
 
 
 class MixedOperationsTest(testtools.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         cls.dir = tempfile.mkdtemp(prefix='instrument-ops-')
-        cls.truth = synthetic.generate(cls.dir, seed=5, requests=300,
-                                       p_ops=0.5, skew_us=2_000_000)
+        cls.truth = synthetic.generate(
+            cls.dir, seed=5, requests=300, p_ops=0.5, skew_us=2_000_000
+        )
         cls.report = pipeline.analyse([cls.dir], pipeline.Options(jobs=1))
         cls.rows = {r['req']: r for r in cls.report['requests']}
 
@@ -59,16 +59,25 @@ class MixedOperationsTest(testtools.TestCase):
             if rt.kind == 'other':
                 continue
             row = self.rows[req]
-            self.assertEqual(rt.states, {i['inst']: i['state']
-                                         for i in row['instances']}, req)
-            self.assertEqual(rt.causes, {
-                i['inst']: (i['cause'] or {}).get('cls')
-                for i in row['instances']}, req)
+            self.assertEqual(
+                rt.states,
+                {i['inst']: i['state'] for i in row['instances']},
+                req,
+            )
+            self.assertEqual(
+                rt.causes,
+                {
+                    i['inst']: (i['cause'] or {}).get('cls')
+                    for i in row['instances']
+                },
+                req,
+            )
             for inst in row['instances']:
                 if inst['state'] == 'incomplete':
-                    self.assertEqual(rt.stopped[inst['inst']],
-                                     (inst['stopped']['ev'],
-                                      inst['stopped']['host']))
+                    self.assertEqual(
+                        rt.stopped[inst['inst']],
+                        (inst['stopped']['ev'], inst['stopped']['host']),
+                    )
 
     def test_states_per_operation(self):
         want = collections.defaultdict(collections.Counter)
@@ -88,28 +97,32 @@ class MixedOperationsTest(testtools.TestCase):
         self.assertIn('partial', ops['list']['states'])
         lm = ops['live_migrate']
         n = sum(lm['states'].values())
-        self.assertAlmostEqual(lm['states']['success'] / n,
-                               lm['success_rate'])
+        self.assertAlmostEqual(lm['states']['success'] / n, lm['success_rate'])
         stopped = {(s['ev'], s['host']) for s in lm['stopped']}
-        self.assertEqual({'compute.live_migration'},
-                         {ev for ev, _host in stopped})
+        self.assertEqual(
+            {'compute.live_migration'}, {ev for ev, _host in stopped}
+        )
 
     def test_boot_figures_count_boots_only(self):
         s = self.report['summary']
-        boots = [rt for rt in self.truth.requests.values()
-                 if rt.kind == 'boot']
+        boots = [
+            rt for rt in self.truth.requests.values() if rt.kind == 'boot'
+        ]
         self.assertEqual(len(boots), s['boots'])
         states = collections.Counter(
-            st for rt in boots for st in rt.states.values())
+            st for rt in boots for st in rt.states.values()
+        )
         self.assertEqual(dict(states), s['states'])
-        self.assertEqual(len(boots), self.report['operations']['boot'][
-            'requests'])
+        self.assertEqual(
+            len(boots), self.report['operations']['boot']['requests']
+        )
 
     def test_failure_table_with_operations(self):
         got = collections.Counter()
         for f in self.report['failures']:
-            got[(f['component'], f['ev'], f['cls'], f['message'])] += \
-                f['count']
+            got[(f['component'], f['ev'], f['cls'], f['message'])] += f[
+                'count'
+            ]
             for req in f['requests']:
                 self.assertEqual(f['operation'], self.rows[req]['kind'])
         self.assertEqual(self.truth.failures, got)
@@ -136,16 +149,24 @@ class MixedOperationsTest(testtools.TestCase):
                 continue
             got.update(row['components_us'])
             want.update(rt.comp)
-        for name in ('api', 'api.cells', 'conductor', 'scheduler',
-                     'compute', 'rpc'):
+        for name in (
+            'api',
+            'api.cells',
+            'conductor',
+            'scheduler',
+            'compute',
+            'rpc',
+        ):
             self.assertGreater(want[name], 0, name)
-            self.assertLess(abs(got[name] - want[name]), want[name] * 0.01,
-                            name)
+            self.assertLess(
+                abs(got[name] - want[name]), want[name] * 0.01, name
+            )
 
     def test_cells_parallel_and_the_slow_cell(self):
         cells = self.report['operations']['list']['cells']
-        lists = sum(1 for rt in self.truth.requests.values()
-                    if rt.kind == 'list')
+        lists = sum(
+            1 for rt in self.truth.requests.values() if rt.kind == 'list'
+        )
         self.assertEqual({'parallel': lists}, cells['modes'])
         self.assertEqual('cell1', cells['slow_cell'])
         self.assertEqual({'cell0', 'cell1', 'cell2'}, set(cells['cells']))
@@ -162,8 +183,7 @@ class MixedOperationsTest(testtools.TestCase):
         boots = [r for r in self.report['requests'] if r['kind'] == 'boot']
         for lv in self.report['summary']['levels']:
             self.assertLessEqual(int(lv['level'].split('-')[0]), len(boots))
-        self.assertIn('boot', self.report['summary']['concurrency'][
-            'counted'])
+        self.assertIn('boot', self.report['summary']['concurrency']['counted'])
 
     def test_reports_have_a_section_per_operation(self):
         text = report_text.render(self.report)
@@ -177,8 +197,7 @@ class MixedOperationsTest(testtools.TestCase):
     def test_compare_per_operation(self):
         cmp = compare.compare(self.report, self.report)
         ops = {o['operation']: o for o in cmp['operations']}
-        self.assertEqual(set(self.report['operations']) - {'other'},
-                         set(ops))
+        self.assertEqual(set(self.report['operations']) - {'other'}, set(ops))
         lm = ops['live_migrate']
         self.assertEqual(lm['requests_a'], lm['requests_b'])
         e2e = lm['latency'][0]
@@ -188,15 +207,14 @@ class MixedOperationsTest(testtools.TestCase):
 
 
 class SerialCellsTest(testtools.TestCase):
-
     def test_cells_queried_one_after_another(self):
         directory = tempfile.mkdtemp(prefix='instrument-cells-')
         self.addCleanup(shutil.rmtree, directory, True)
-        truth = synthetic.generate(directory, seed=8, requests=60,
-                                   p_ops=1.0, parallel_cells=False)
+        truth = synthetic.generate(
+            directory, seed=8, requests=60, p_ops=1.0, parallel_cells=False
+        )
         report = pipeline.analyse([directory])
-        lists = sum(1 for rt in truth.requests.values()
-                    if rt.kind == 'list')
+        lists = sum(1 for rt in truth.requests.values() if rt.kind == 'list')
         self.assertGreater(lists, 0)
         cells = report['operations']['list']['cells']
         self.assertEqual({'serial': lists}, cells['modes'])
@@ -206,9 +224,19 @@ class SerialCellsTest(testtools.TestCase):
 def _summary(req, kind, start, end, state='success'):
     s = breakdown.RequestSummary()
     s.req, s.kind, s.state = req, kind, state
-    s.instances = [] if kind == 'other' else [
-        {'inst': req, 'state': state, 'cause': None, 'stopped': None,
-         'attempts': 1}]
+    s.instances = (
+        []
+        if kind == 'other'
+        else [
+            {
+                'inst': req,
+                'state': state,
+                'cause': None,
+                'stopped': None,
+                'attempts': 1,
+            }
+        ]
+    )
     s.start, s.end = start, end
     s.comp = {'api': end - start}
     s.sql_in = {}
@@ -224,14 +252,14 @@ class ConcurrencyLevelsTest(testtools.TestCase):
     """Issue 13: the levels count requests of the same operation."""
 
     def test_status_polls_do_not_count_towards_boots(self):
-        boots = [_summary('b%d' % i, 'boot', i * 10, 1000 + i * 10)
-                 for i in range(3)]
-        polls = [_summary('p%d' % i, 'show', 5 + i, 6 + i)
-                 for i in range(40)]
+        boots = [
+            _summary('b%d' % i, 'boot', i * 10, 1000 + i * 10)
+            for i in range(3)
+        ]
+        polls = [_summary('p%d' % i, 'show', 5 + i, 6 + i) for i in range(40)]
         agg = breakdown.aggregate(boots + polls)
         self.assertEqual(3, agg['concurrency']['max'])
-        self.assertEqual(['1', '2-3'], [lv['level']
-                                        for lv in agg['levels']])
+        self.assertEqual(['1', '2-3'], [lv['level'] for lv in agg['levels']])
         self.assertEqual(3, sum(lv['requests'] for lv in agg['levels']))
         ops = opstats.summarise(boots + polls, [])
         self.assertEqual(3, ops['boot']['concurrency']['max'])

@@ -34,13 +34,32 @@ class _Log:
         self.lines = []
         self.n = 0
 
-    def add(self, ev, start, dur, req=None, parent=None, attrs=None,
-            svc='compute', host='cmp-1'):
+    def add(
+        self,
+        ev,
+        start,
+        dur,
+        req=None,
+        parent=None,
+        attrs=None,
+        svc='compute',
+        host='cmp-1',
+    ):
         self.n += 1
         sid = '%016x' % self.n
-        rec = {'v': 1, 'ph': 'X', 'seq': self.n, 'ts': T0 + start,
-               'dur_us': dur, 'host': host, 'svc': svc, 'pid': 9,
-               'ev': ev, 'span': sid, 'st': 'ok'}
+        rec = {
+            'v': 1,
+            'ph': 'X',
+            'seq': self.n,
+            'ts': T0 + start,
+            'dur_us': dur,
+            'host': host,
+            'svc': svc,
+            'pid': 9,
+            'ev': ev,
+            'span': sid,
+            'st': 'ok',
+        }
         if req:
             rec['req'] = req
         if parent:
@@ -60,7 +79,6 @@ def _lock(name, held, call='compute.claim'):
 
 
 class WaitsReportTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
@@ -68,21 +86,52 @@ class WaitsReportTest(testtools.TestCase):
         # A takes compute_resources at once and holds it 100 ms
         a = log.add('compute.build_and_run_instance', 0, 120 * MS, 'req-a')
         ca = log.add('compute.claim', 0, 101 * MS, 'req-a', a)
-        log.add('lock.wait', 0, 10, 'req-a', ca,
-                _lock('compute_resources', 100 * MS))
+        log.add(
+            'lock.wait',
+            0,
+            10,
+            'req-a',
+            ca,
+            _lock('compute_resources', 100 * MS),
+        )
         # B waits 100 ms for it, then holds it 5 ms
-        b = log.add('compute.build_and_run_instance', 1 * MS, 130 * MS,
-                    'req-b')
+        b = log.add(
+            'compute.build_and_run_instance', 1 * MS, 130 * MS, 'req-b'
+        )
         cb = log.add('compute.claim', 1 * MS, 105 * MS, 'req-b', b)
-        log.add('lock.wait', 1 * MS, 100 * MS, 'req-b', cb,
-                _lock('compute_resources', 5 * MS))
-        log.add('db.pool.wait', 110 * MS, 7 * MS, 'req-b', b,
-                {'db': 'nova_cell1', 'size': 1,
-                 'call': 'compute.build_and_run_instance'})
+        log.add(
+            'lock.wait',
+            1 * MS,
+            100 * MS,
+            'req-b',
+            cb,
+            _lock('compute_resources', 5 * MS),
+        )
+        log.add(
+            'db.pool.wait',
+            110 * MS,
+            7 * MS,
+            'req-b',
+            b,
+            {
+                'db': 'nova_cell1',
+                'size': 1,
+                'call': 'compute.build_and_run_instance',
+            },
+        )
         # the periodic audit, no request, held it 300 ms
-        log.add('lock.wait', 200 * MS, 2 * MS, None, None,
-                _lock('compute_resources', 300 * MS,
-                      'compute.update_available_resource'))
+        log.add(
+            'lock.wait',
+            200 * MS,
+            2 * MS,
+            None,
+            None,
+            _lock(
+                'compute_resources',
+                300 * MS,
+                'compute.update_available_resource',
+            ),
+        )
         log.write(os.path.join(self.dir, 'cmp-1.jsonl'))
 
     def analyse(self, jobs=1):
@@ -92,8 +141,10 @@ class WaitsReportTest(testtools.TestCase):
         report = self.analyse()
         top = report['waits']['top']
         lock = top[0]
-        self.assertEqual(('lock', 'compute_resources', 3),
-                         (lock['kind'], lock['name'], lock['count']))
+        self.assertEqual(
+            ('lock', 'compute_resources', 3),
+            (lock['kind'], lock['name'], lock['count']),
+        )
         self.assertEqual(10 + 100 * MS + 2 * MS, lock['total_us'])
         self.assertEqual(100 * MS, lock['max_us'])
         self.assertEqual(2 * MS, lock['p50_us'])
@@ -105,14 +156,17 @@ class WaitsReportTest(testtools.TestCase):
         self.assertIsNone(hold['request'])
         self.assertEqual('cmp-1', hold['host'])
         pool = top[1]
-        self.assertEqual(('db_pool', 'nova_cell1', 1, 7 * MS),
-                         (pool['kind'], pool['name'], pool['count'],
-                          pool['total_us']))
+        self.assertEqual(
+            ('db_pool', 'nova_cell1', 1, 7 * MS),
+            (pool['kind'], pool['name'], pool['count'], pool['total_us']),
+        )
 
     def test_work_vs_wait_per_component(self):
         report = self.analyse()
-        rows = {(r['op'], r['component']): r
-                for r in report['waits']['work_vs_wait']}
+        rows = {
+            (r['op'], r['component']): r
+            for r in report['waits']['work_vs_wait']
+        }
         claim = rows[('boot', 'compute.claim')]
         self.assertEqual(2, claim['requests'])
         self.assertEqual(2, claim['waited'])
@@ -120,8 +174,9 @@ class WaitsReportTest(testtools.TestCase):
         self.assertEqual((101 * MS - 10 + 5 * MS) / 2, claim['work_mean_us'])
         self.assertEqual((10 + 100 * MS) / 2, claim['wait_mean_us'])
         [lock] = claim['waits']
-        self.assertEqual(('lock', 'compute_resources'),
-                         (lock['kind'], lock['name']))
+        self.assertEqual(
+            ('lock', 'compute_resources'), (lock['kind'], lock['name'])
+        )
         self.assertEqual(['req-b', 'req-a'], lock['requests'])
         build = rows[('boot', 'compute')]
         self.assertEqual(7 * MS / 2, build['wait_mean_us'])
@@ -143,8 +198,9 @@ class WaitsReportTest(testtools.TestCase):
         self.assertEqual(100 * MS, lock['critical_us'])
         self.assertEqual(100 * MS, b['critical_path_us']['wait.lock'])
         # work + wait of the claim is the claim's exclusive time
-        self.assertEqual(105 * MS, b['components_us']['compute.claim'] +
-                         lock['wait_us'])
+        self.assertEqual(
+            105 * MS, b['components_us']['compute.claim'] + lock['wait_us']
+        )
 
     def test_workers_agree(self):
         one = self.analyse(1)['waits']
@@ -165,25 +221,35 @@ class WaitsReportTest(testtools.TestCase):
         self.assertIn('<h3>Work vs wait</h3>', page)
 
     def test_instance_locks_are_one_row(self):
-        self.assertEqual('{uuid}', request_waits.wait_name('lock', {
-            'lock': '0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'}))
-        self.assertEqual('refresh_cache-{uuid}', request_waits.wait_name(
-            'lock', {'lock': 'refresh_cache-0B6C3A52-3F8F-4BD9-8A53-'
-                             '9D3A8BBF1A77'}))
-        self.assertEqual('compute_resources', request_waits.wait_name(
-            'lock', {'lock': 'compute_resources'}))
-        self.assertEqual('nova_cell1', request_waits.wait_name(
-            'db_pool', {'db': 'nova_cell1'}))
+        self.assertEqual(
+            '{uuid}',
+            request_waits.wait_name(
+                'lock', {'lock': '0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'}
+            ),
+        )
+        self.assertEqual(
+            'refresh_cache-{uuid}',
+            request_waits.wait_name(
+                'lock',
+                {'lock': 'refresh_cache-0B6C3A52-3F8F-4BD9-8A53-9D3A8BBF1A77'},
+            ),
+        )
+        self.assertEqual(
+            'compute_resources',
+            request_waits.wait_name('lock', {'lock': 'compute_resources'}),
+        )
+        self.assertEqual(
+            'nova_cell1',
+            request_waits.wait_name('db_pool', {'db': 'nova_cell1'}),
+        )
         self.assertEqual('?', request_waits.wait_name('lock', {}))
 
     def test_no_waits_no_section(self):
-        self.assertEqual([], waits.text_lines({'top': [],
-                                               'work_vs_wait': []}))
+        self.assertEqual([], waits.text_lines({'top': [], 'work_vs_wait': []}))
         self.assertEqual('', waits.html_section(None, None))
 
 
 class PercentileTest(testtools.TestCase):
-
     def test_histogram_beyond_exact_values(self):
         table = waits.WaitTable()
 
@@ -193,6 +259,7 @@ class PercentileTest(testtools.TestCase):
             req = None
             host = 'h'
             svc = 'compute'
+
         for us in range(1, durations.EXACT_MAX + 2001):
             rec = Rec()
             rec.dur_us = us
@@ -214,19 +281,26 @@ class SetupCaveatTest(testtools.TestCase):
     def _report(self, setup):
         from instrument.runtime import process
         from instrument.runtime import record
+
         d = self.useFixture(fixtures.TempDir()).path
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.process.SETUP',
-                                             setup))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.process.SETUP', setup)
+        )
         ident = process.ProcessIdentity.create('instrument-demo', 'demo')
-        start = record.to_dict(ident.start_record({'mode': 'threads'}),
-                               0, 9)
+        start = record.to_dict(ident.start_record({'mode': 'threads'}), 0, 9)
         start['ts'] = T0 - 1000
         start = json.dumps(start)
         log = _Log()
         b = log.add('compute.build_and_run_instance', 0, 130 * MS, 'req-b')
         cb = log.add('compute.claim', 0, 105 * MS, 'req-b', b)
-        log.add('lock.wait', 0, 100 * MS, 'req-b', cb,
-                _lock('compute_resources', 5 * MS))
+        log.add(
+            'lock.wait',
+            0,
+            100 * MS,
+            'req-b',
+            cb,
+            _lock('compute_resources', 5 * MS),
+        )
         log.lines.insert(0, start)
         log.write(os.path.join(d, 'demo.jsonl'))
         return pipeline.analyse([d], pipeline.Options(jobs=1))
@@ -234,13 +308,13 @@ class SetupCaveatTest(testtools.TestCase):
     def test_demo_setup_is_said_beside_the_lock_figures(self):
         report = self._report({'computes': 3, 'periodic_interval_s': 5.0})
         [proc] = report['processes']
-        self.assertEqual({'computes': 3, 'periodic_interval_s': 5.0},
-                         proc['setup'])
+        self.assertEqual(
+            {'computes': 3, 'periodic_interval_s': 5.0}, proc['setup']
+        )
         text = report_text.render(report)
-        waits_part = text[text.index('Waits: locks'):]
+        waits_part = text[text.index('Waits: locks') :]
         self.assertIn('3 compute services ran in one process', waits_part)
-        self.assertIn('ran every 5s, not at nova\'s intervals',
-                      waits_part)
+        self.assertIn('ran every 5s, not at nova\'s intervals', waits_part)
         page = report_html.render(report)
         self.assertIn('3 compute services ran in one process', page)
 

@@ -22,17 +22,21 @@ import testtools
 
 from instrument.cmd import report
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+ROOT = os.path.dirname(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )
+)
 
 
 class ExtraListTest(testtools.TestCase):
-
     def test_the_hint_names_the_report_extra(self):
         cfg = configparser.ConfigParser()
         cfg.read(os.path.join(ROOT, 'setup.cfg'))
-        extra = {re.split(r'[\s<>=]', line.strip())[0]
-                 for line in cfg['extras']['report'].splitlines()
-                 if line.strip()}
+        extra = {
+            re.split(r'[\s<>=]', line.strip())[0]
+            for line in cfg['extras']['report'].splitlines()
+            if line.strip()
+        }
         self.assertEqual(extra, set(report.EXTRA_MODULES))
         self.assertIn("'openstack-instrument[report]'", report.INSTALL_HINT)

@@ -62,7 +62,6 @@ class FakeTarget(targets_base.Target):
 
 
 class PointsCommandTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.mod = self.make_module(FAKE)
@@ -78,8 +77,7 @@ class PointsCommandTest(base.TestCase):
         return path
 
     def point(self, target: str, **kw) -> points_mod.PatchPoint:
-        return points_mod.PatchPoint(self.mod, target, 'compute.x',
-                                     None, **kw)
+        return points_mod.PatchPoint(self.mod, target, 'compute.x', None, **kw)
 
     def run_cmd(self, pts, *args, conf=None) -> tuple:
         argv = ['--config-file', conf or self.conf_file()] + list(args)
@@ -96,21 +94,28 @@ class PointsCommandTest(base.TestCase):
         return {p['point']: p for p in doc['points']}
 
     def test_every_point_patched_is_ok(self):
-        pts = [self.point('Manager.build',
-                          instances=points_mod.uuids('instance')),
-               self.point('Manager.spawn')]
+        pts = [
+            self.point(
+                'Manager.build', instances=points_mod.uuids('instance')
+            ),
+            self.point('Manager.spawn'),
+        ]
         rc, doc = self.run_json(pts)
         self.assertEqual(survey.OK, rc)
         self.assertEqual('OK', doc['status'])
-        self.assertEqual({'patched': 2, 'pending': 0, 'missing': 0,
-                          'failed': 0}, doc['counts'])
+        self.assertEqual(
+            {'patched': 2, 'pending': 0, 'missing': 0, 'failed': 0},
+            doc['counts'],
+        )
         self.assertEqual({'fake': 'installed'}, doc['targets'])
         place = '%s:Manager.build' % self.mod
-        self.assertEqual('patched at %s' % place,
-                         self.by_point(doc)[place]['why'])
+        self.assertEqual(
+            'patched at %s' % place, self.by_point(doc)[place]['why']
+        )
         self.assertTrue(doc['summary'].startswith('INSTRUMENT POINTS OK - '))
-        self.assertIn('| patched=2 pending=0 missing=0 failed=0',
-                      doc['summary'])
+        self.assertIn(
+            '| patched=2 pending=0 missing=0 failed=0', doc['summary']
+        )
         # Everything put back: the command leaves nothing patched.
         module = importlib.import_module(self.mod)
         self.assertFalse(hasattr(module.Manager.build, '__wrapped__'))
@@ -124,37 +129,54 @@ class PointsCommandTest(base.TestCase):
         self.assertEqual(
             'INSTRUMENT POINTS CRITICAL - 1 point missing: '
             '%s:Manager.gone (%s) | patched=1 pending=0 missing=1 '
-            'failed=0' % (self.mod, 'nova %s' % nova if nova
-                          else 'nova not installed'), first)
+            'failed=0'
+            % (self.mod, 'nova %s' % nova if nova else 'nova not installed'),
+            first,
+        )
         self.assertIn('missing  fake', text)
         self.assertIn('%s has no Manager.gone' % self.mod, text)
 
     def test_an_argument_the_signature_lacks_is_missing(self):
-        pts = [self.point('Manager.spawn', on_enter=points_mod.reads(
-            _noop, 'flavor')),
+        pts = [
+            self.point(
+                'Manager.spawn', on_enter=points_mod.reads(_noop, 'flavor')
+            ),
             # found through **kwargs, and *args for a position
-            self.point('Manager.anything', on_enter=points_mod.reads(
-                _noop, 'flavor'), instances=points_mod.uuids(
-                    'instance', 3))]
+            self.point(
+                'Manager.anything',
+                on_enter=points_mod.reads(_noop, 'flavor'),
+                instances=points_mod.uuids('instance', 3),
+            ),
+        ]
         rc, doc = self.run_json(pts)
         self.assertEqual(survey.CRITICAL, rc)
         got = self.by_point(doc)
         spawn = got['%s:Manager.spawn' % self.mod]
         self.assertEqual('missing', spawn['status'])
         self.assertIn('has no argument flavor', spawn['why'])
-        self.assertEqual('patched',
-                         got['%s:Manager.anything' % self.mod]['status'])
-        self.assertEqual({'patched': 1, 'pending': 0, 'missing': 1,
-                          'failed': 0}, doc['counts'])
+        self.assertEqual(
+            'patched', got['%s:Manager.anything' % self.mod]['status']
+        )
+        self.assertEqual(
+            {'patched': 1, 'pending': 0, 'missing': 1, 'failed': 0},
+            doc['counts'],
+        )
 
     def test_a_module_not_installed_stays_pending_and_ok(self):
-        pts = [self.point('Manager.build'),
-               points_mod.PatchPoint('no_such_pkg_of_instrument.conn',
-                                     'Connection.connect', 'x', None)]
+        pts = [
+            self.point('Manager.build'),
+            points_mod.PatchPoint(
+                'no_such_pkg_of_instrument.conn',
+                'Connection.connect',
+                'x',
+                None,
+            ),
+        ]
         rc, doc = self.run_json(pts)
         self.assertEqual(survey.OK, rc, doc['summary'])
         pending = self.by_point(doc)[
-            'no_such_pkg_of_instrument.conn:Connection.connect']
+            'no_such_pkg_of_instrument.conn:Connection.connect'
+        ]
         self.assertEqual('pending', pending['status'])
         self.assertTrue(pending['why'].startswith(survey.WHY_ABSENT))
 
@@ -165,30 +187,41 @@ class PointsCommandTest(base.TestCase):
         self.assertEqual(survey.CRITICAL, rc)
         entry = self.by_point(doc)['%s:X.y' % broken]
         self.assertEqual('missing', entry['status'])
-        self.assertIn('%s cannot be imported: ModuleNotFoundError'
-                      % broken, entry['why'])
+        self.assertIn(
+            '%s cannot be imported: ModuleNotFoundError' % broken, entry['why']
+        )
 
     def test_a_per_object_point_is_pending_and_ok(self):
-        pts = [points_mod.replace(self.mod, 'Manager._sem', _noop,
-                                  per_object=True)]
+        pts = [
+            points_mod.replace(
+                self.mod, 'Manager._sem', _noop, per_object=True
+            )
+        ]
         rc, doc = self.run_json(pts)
         self.assertEqual(survey.OK, rc, doc['summary'])
         self.assertEqual(survey.WHY_PER_OBJECT, doc['points'][0]['why'])
 
     def test_disabled_is_a_warning(self):
-        rc, text = self.run_cmd([self.point('Manager.build')],
-                                conf=self.conf_file(enabled='False'))
+        rc, text = self.run_cmd(
+            [self.point('Manager.build')], conf=self.conf_file(enabled='False')
+        )
         self.assertEqual(survey.WARNING, rc)
-        self.assertIn('WARNING - [instrument] enabled is False',
-                      text.splitlines()[0])
+        self.assertIn(
+            'WARNING - [instrument] enabled is False', text.splitlines()[0]
+        )
 
     def test_a_bad_option_is_unknown(self):
-        rc, text = self.run_cmd([self.point('Manager.build')],
-                                conf=self.conf_file(buffer_size='many'))
+        rc, text = self.run_cmd(
+            [self.point('Manager.build')],
+            conf=self.conf_file(buffer_size='many'),
+        )
         self.assertEqual(survey.UNKNOWN, rc)
         self.assertEqual(1, len(text.splitlines()))
-        self.assertTrue(text.startswith(
-            'INSTRUMENT POINTS UNKNOWN - [instrument] buffer_size: '))
+        self.assertTrue(
+            text.startswith(
+                'INSTRUMENT POINTS UNKNOWN - [instrument] buffer_size: '
+            )
+        )
 
     def test_a_config_file_that_is_not_there_is_unknown(self):
         rc, text = self.run_cmd([], conf=os.path.join(self.tmp, 'none'))
@@ -197,37 +230,41 @@ class PointsCommandTest(base.TestCase):
 
     def test_options_and_metric_families_are_listed(self):
         metrics_dir = os.path.join(self.tmp, 'metrics')
-        rc, doc = self.run_json([self.point('Manager.build')],
-                                conf=self.conf_file(metrics_dir=metrics_dir,
-                                                    sinks='file,log'))
+        rc, doc = self.run_json(
+            [self.point('Manager.build')],
+            conf=self.conf_file(metrics_dir=metrics_dir, sinks='file,log'),
+        )
         self.assertEqual(survey.OK, rc)
         self.assertEqual(['file', 'log'], doc['options']['sinks'])
         self.assertEqual(metrics_dir, doc['options']['metrics_dir'])
         self.assertTrue(doc['metrics']['enabled'])
         got = {f['name']: f['labels'] for f in doc['metrics']['families']}
         self.assertEqual(set(metrics.FAMILIES), set(got))
-        self.assertEqual(['service', 'db', 'kind', 'query'],
-                         got[metrics.SQL_STATEMENTS])
+        self.assertEqual(
+            ['service', 'db', 'kind', 'query'], got[metrics.SQL_STATEMENTS]
+        )
 
     def test_text_lists_sections(self):
         rc, text = self.run_cmd([self.point('Manager.build')])
         self.assertEqual(survey.OK, rc)
-        for heading in ('Releases installed:', 'Targets:',
-                        '[instrument] options in effect:', 'Points: ',
-                        'Metrics: off'):
+        for heading in (
+            'Releases installed:',
+            'Targets:',
+            '[instrument] options in effect:',
+            'Points: ',
+            'Metrics: off',
+        ):
             self.assertIn(heading, text)
         self.assertIn('  enabled = True', text)
 
     def test_report_dispatches_points(self):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            self.assertRaises(SystemExit, report.main,
-                              ['points', '--help'])
+            self.assertRaises(SystemExit, report.main, ['points', '--help'])
         self.assertIn('instrument-report points', out.getvalue())
 
 
 class ArgFoundTest(base.TestCase):
-
     def test_found(self):
         def f(self, context, instance, *, flavor=None):
             pass
@@ -252,37 +289,63 @@ class ArgFoundTest(base.TestCase):
 class VerdictTest(base.TestCase):
     """``survey.verdict`` on results made here: each Nagios status."""
 
-    def result(self, points=(), targets=None, surveyed=None,
-               enabled=True) -> dict:
+    def result(
+        self, points=(), targets=None, surveyed=None, enabled=True
+    ) -> dict:
         points = [dict(p) for p in points]
-        return {'enabled': enabled, 'releases': {'nova': '35.0.0'},
-                'surveyed': surveyed or {}, 'targets': targets or {},
-                'points': points, 'counts': survey.counts(points)}
+        return {
+            'enabled': enabled,
+            'releases': {'nova': '35.0.0'},
+            'surveyed': surveyed or {},
+            'targets': targets or {},
+            'points': points,
+            'counts': survey.counts(points),
+        }
 
     def test_statuses(self):
         patched = {'point': 'a:B.c', 'status': 'patched', 'why': ''}
         self.assertEqual(
-            (survey.OK, 'INSTRUMENT POINTS OK - 1 points patched, 0 '
-             'pending (per object or not installed), 0 missing (nova '
-             '35.0.0) | patched=1 pending=0 missing=0 failed=0'),
-            survey.verdict(self.result([patched])))
-        status, line = survey.verdict(self.result(
-            [patched], surveyed={'nova 35.0.0': 'not surveyed (points '
-                                 'are for 34.0.0)'}))
+            (
+                survey.OK,
+                'INSTRUMENT POINTS OK - 1 points patched, 0 '
+                'pending (per object or not installed), 0 missing (nova '
+                '35.0.0) | patched=1 pending=0 missing=0 failed=0',
+            ),
+            survey.verdict(self.result([patched])),
+        )
+        status, line = survey.verdict(
+            self.result(
+                [patched],
+                surveyed={
+                    'nova 35.0.0': 'not surveyed (points are for 34.0.0)'
+                },
+            )
+        )
         self.assertEqual(survey.WARNING, status)
         self.assertIn('WARNING - nova 35.0.0 not surveyed', line)
-        status, line = survey.verdict(self.result(
-            [patched, {'point': 'a:B.d', 'status': 'pending',
-                       'why': 'module not imported yet'}]))
+        status, line = survey.verdict(
+            self.result(
+                [
+                    patched,
+                    {
+                        'point': 'a:B.d',
+                        'status': 'pending',
+                        'why': 'module not imported yet',
+                    },
+                ]
+            )
+        )
         self.assertEqual(survey.WARNING, status)
         self.assertIn('1 point pending: a:B.d', line)
-        status, line = survey.verdict(self.result(
-            [patched], targets={'nova': 'failed: RuntimeError: x'}))
+        status, line = survey.verdict(
+            self.result([patched], targets={'nova': 'failed: RuntimeError: x'})
+        )
         self.assertEqual(survey.CRITICAL, status)
         self.assertIn('CRITICAL - target failed: nova', line)
-        missing = [{'point': 'a:M.%d' % n, 'status': 'missing',
-                    'why': ''} for n in range(5)]
+        missing = [
+            {'point': 'a:M.%d' % n, 'status': 'missing', 'why': ''}
+            for n in range(5)
+        ]
         status, line = survey.verdict(self.result(missing))
         self.assertEqual(survey.CRITICAL, status)
-        self.assertIn('5 points missing: a:M.0, a:M.1, a:M.2 and 2 more',
-                      line)
+        self.assertIn('5 points missing: a:M.0, a:M.1, a:M.2 and 2 more', line)

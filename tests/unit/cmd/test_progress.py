@@ -25,7 +25,6 @@ from tests import synthetic
 
 
 class FakeTerminal(io.StringIO):
-
     def isatty(self) -> bool:
         return True
 
@@ -36,15 +35,22 @@ class PipelineProgressTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
-        synthetic.generate(self.dir, seed=6, requests=60,
-                           gzip_computes=False, log_sink=False)
-        self.total = sum(os.path.getsize(os.path.join(self.dir, n))
-                         for n in os.listdir(self.dir))
+        synthetic.generate(
+            self.dir, seed=6, requests=60, gzip_computes=False, log_sink=False
+        )
+        self.total = sum(
+            os.path.getsize(os.path.join(self.dir, n))
+            for n in os.listdir(self.dir)
+        )
 
     def test_stages_in_order_then_done_once(self):
         calls = []
-        pipeline.analyse([self.dir], pipeline.Options(
-            jobs=1, progress=lambda *call: calls.append(call)))
+        pipeline.analyse(
+            [self.dir],
+            pipeline.Options(
+                jobs=1, progress=lambda *call: calls.append(call)
+            ),
+        )
         stages = [stage for stage, _done, _total in calls]
         self.assertEqual(('done', self.total, self.total), calls[-1])
         self.assertEqual(1, stages.count('done'))
@@ -59,19 +65,23 @@ class PipelineProgressTest(testtools.TestCase):
 
     def test_workers_report_done_once(self):
         calls = []
-        pipeline.analyse([self.dir], pipeline.Options(
-            jobs=2, progress=lambda *call: calls.append(call)))
+        pipeline.analyse(
+            [self.dir],
+            pipeline.Options(
+                jobs=2, progress=lambda *call: calls.append(call)
+            ),
+        )
         self.assertEqual(('done', self.total, self.total), calls[-1])
 
     def test_nothing_is_written_without_a_callback(self):
-        terminal = self.useFixture(fixtures.MonkeyPatch(
-            'sys.stderr', FakeTerminal())).new_value
+        terminal = self.useFixture(
+            fixtures.MonkeyPatch('sys.stderr', FakeTerminal())
+        ).new_value
         pipeline.analyse([self.dir], pipeline.Options(jobs=1))
         self.assertEqual('', terminal.getvalue())
 
 
 class ProgressLineTest(testtools.TestCase):
-
     def test_one_line_rewritten_then_erased(self):
         out = FakeTerminal()
         line = progress.ProgressLine(out, min_bytes=100, interval=0)
@@ -105,19 +115,23 @@ class ProgressLineTest(testtools.TestCase):
 
 
 class CommandProgressTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
         # (a run without losses: no warning on standard error)
         synthetic.generate(self.dir, seed=7, requests=40, buffer_drops=0)
-        self.stderr = self.useFixture(fixtures.MonkeyPatch(
-            'sys.stderr', FakeTerminal())).new_value
+        self.stderr = self.useFixture(
+            fixtures.MonkeyPatch('sys.stderr', FakeTerminal())
+        ).new_value
         # any input is large enough, every call draws
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.cmd.progress.ProgressLine',
-            functools.partial(progress.ProgressLine, min_bytes=0,
-                              interval=0)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.cmd.progress.ProgressLine',
+                functools.partial(
+                    progress.ProgressLine, min_bytes=0, interval=0
+                ),
+            )
+        )
 
     def test_progress_line_on_standard_error(self):
         self.assertEqual(0, report.main([self.dir, '-q', '-j1']))

@@ -25,14 +25,15 @@ from tests import synthetic
 
 
 class CommandTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.stdout = self.useFixture(
-            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())
+        ).new_value
         self.stderr = self.useFixture(
-            fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stderr', io.StringIO())
+        ).new_value
 
     def run_a(self, seed=2, **kw):
         path = os.path.join(self.dir, 'run%d' % seed)
@@ -43,14 +44,31 @@ class CommandTest(testtools.TestCase):
         run = self.run_a()
         out_json = os.path.join(self.dir, 'r.json')
         out_html = os.path.join(self.dir, 'r.html')
-        rc = report.main([run, '--json', out_json, '--html', out_html,
-                          '--group-by', 'service', '--order-by', 'count',
-                          '--limit', '2', '--no-progress'])
+        rc = report.main(
+            [
+                run,
+                '--json',
+                out_json,
+                '--html',
+                out_html,
+                '--group-by',
+                'service',
+                '--order-by',
+                'count',
+                '--limit',
+                '2',
+                '--no-progress',
+            ]
+        )
         self.assertEqual(0, rc)
         text = self.stdout.getvalue()
-        for title in ('Clock offsets', 'final state', 'Failures',
-                      'SQL profile (grouped by service, ordered by count)',
-                      'Query_time distribution'):
+        for title in (
+            'Clock offsets',
+            'final state',
+            'Failures',
+            'SQL profile (grouped by service, ordered by count)',
+            'Query_time distribution',
+        ):
             self.assertIn(title, text)
         with open(out_json) as f:
             data = json.load(f)
@@ -75,10 +93,13 @@ class CommandTest(testtools.TestCase):
         run = self.run_a()
         self.fails([run, '--order-by', 'nonsense'], '--order-by')
         self.fails([run, '--since', 'yesterday-ish'], 'cannot read time')
-        self.fails([run, '--since', '+20s', '--until', '+10s'],
-                   'window is empty')
-        self.fails([run, '--json', '-', '--html', '-'],
-                   'cannot both write to standard output')
+        self.fails(
+            [run, '--since', '+20s', '--until', '+10s'], 'window is empty'
+        )
+        self.fails(
+            [run, '--json', '-', '--html', '-'],
+            'cannot both write to standard output',
+        )
         self.assertEqual('', self.stdout.getvalue())
 
     def test_json_to_standard_output(self):
@@ -86,8 +107,7 @@ class CommandTest(testtools.TestCase):
         cwd = self.useFixture(fixtures.TempDir()).path
         self.addCleanup(os.chdir, os.getcwd())
         os.chdir(cwd)
-        self.assertEqual(0, report.main([run, '--json', '-',
-                                         '--no-progress']))
+        self.assertEqual(0, report.main([run, '--json', '-', '--no-progress']))
         data = json.loads(self.stdout.getvalue())
         self.assertEqual(120, len(data['requests']))
         self.assertEqual([], os.listdir(cwd))
@@ -102,13 +122,16 @@ class CommandTest(testtools.TestCase):
         empty = os.path.join(self.dir, 'empty.json')
         with open(empty, 'w') as f:
             json.dump(data, f, separators=(',', ':'))
-        self.fails(['compare', good, empty], 'RUN_B %s: no span records'
-                   % empty)
+        self.fails(
+            ['compare', good, empty], 'RUN_B %s: no span records' % empty
+        )
         other = os.path.join(self.dir, 'other-tool.json')
         with open(other, 'w') as f:
             f.write('{"results": [1, 2, 3]}\n')
-        self.fails(['compare', other, good], 'RUN_A %s: not an '
-                   'instrument-report JSON report' % other)
+        self.fails(
+            ['compare', other, good],
+            'RUN_A %s: not an instrument-report JSON report' % other,
+        )
         newer = dict(data, report_version=99)
         with open(empty, 'w') as f:
             json.dump(newer, f, separators=(',', ':'))
@@ -130,12 +153,20 @@ class CommandTest(testtools.TestCase):
         cloud.draw_orig = cloud.draw
         # the same cloud with every piece of work twice as slow
         cloud.draw = lambda median, sigma=0.25: cloud.draw_orig(
-            median * 2, sigma)
+            median * 2, sigma
+        )
         cloud.generate(slow, requests=120)
         out_json = os.path.join(self.dir, 'fast.json')
         report.main([fast, '-q', '--json', out_json])
-        rc = report.main(['compare', out_json, slow, '--json',
-                          os.path.join(self.dir, 'cmp.json')])
+        rc = report.main(
+            [
+                'compare',
+                out_json,
+                slow,
+                '--json',
+                os.path.join(self.dir, 'cmp.json'),
+            ]
+        )
         self.assertEqual(0, rc)
         text = self.stdout.getvalue()
         self.assertIn('Mann-Whitney', text)
@@ -144,8 +175,15 @@ class CommandTest(testtools.TestCase):
         e2e = [r for r in cmp['latency'] if r['component'] == 'end to end']
         self.assertTrue(e2e[0]['significant'])
         self.assertGreater(e2e[0]['change'], 0.5)
-        same = report.main(['compare', out_json, out_json, '--json',
-                            os.path.join(self.dir, 'same.json')])
+        same = report.main(
+            [
+                'compare',
+                out_json,
+                out_json,
+                '--json',
+                os.path.join(self.dir, 'same.json'),
+            ]
+        )
         self.assertEqual(0, same)
         with open(os.path.join(self.dir, 'same.json')) as f:
             cmp = json.load(f)
@@ -154,10 +192,15 @@ class CommandTest(testtools.TestCase):
     def no_analysis(self):
         """Make the analysis fail the test: what is checked before it
         must be refused without it."""
+
         def analyse(*args, **kwargs):
             self.fail('analysed %r before refusing' % (args,))
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.pipeline.analyse', analyse))
+
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.pipeline.analyse', analyse
+            )
+        )
 
     def test_an_output_that_cannot_be_written_is_refused_first(self):
         run = self.run_a()
@@ -167,18 +210,37 @@ class CommandTest(testtools.TestCase):
         before = sorted(os.listdir(self.dir))
         self.no_analysis()
         nowhere = os.path.join(self.dir, 'no', 'r.json')
-        self.fails([run, '-q', '--json', nowhere],
-                   'cannot write %s: no directory %s' % (
-                       nowhere, os.path.join(self.dir, 'no')))
-        self.fails([run, '-q', '--html', self.dir],
-                   'cannot write %s: it is a directory' % self.dir)
+        self.fails(
+            [run, '-q', '--json', nowhere],
+            'cannot write %s: no directory %s'
+            % (nowhere, os.path.join(self.dir, 'no')),
+        )
+        self.fails(
+            [run, '-q', '--html', self.dir],
+            'cannot write %s: it is a directory' % self.dir,
+        )
         # the writable one is not written (nor emptied) either
-        self.fails([run, '-q', '--json', good, '--html',
-                    os.path.join(self.dir, 'no', 'r.html')],
-                   'cannot write %s' % os.path.join(self.dir, 'no', 'r.html'))
-        self.fails(['compare', run, run, '--json',
-                    os.path.join(self.dir, 'no', 'c.json')],
-                   'cannot write %s' % os.path.join(self.dir, 'no', 'c.json'))
+        self.fails(
+            [
+                run,
+                '-q',
+                '--json',
+                good,
+                '--html',
+                os.path.join(self.dir, 'no', 'r.html'),
+            ],
+            'cannot write %s' % os.path.join(self.dir, 'no', 'r.html'),
+        )
+        self.fails(
+            [
+                'compare',
+                run,
+                run,
+                '--json',
+                os.path.join(self.dir, 'no', 'c.json'),
+            ],
+            'cannot write %s' % os.path.join(self.dir, 'no', 'c.json'),
+        )
         with open(good) as f:
             self.assertEqual('old\n', f.read())
         self.assertEqual(before, sorted(os.listdir(self.dir)))
@@ -186,8 +248,9 @@ class CommandTest(testtools.TestCase):
 
     def test_a_checked_output_is_not_left_behind(self):
         out = os.path.join(self.dir, 'r.json')
-        self.fails([os.path.join(self.dir, 'missing'), '--json', out],
-                   'no span files')
+        self.fails(
+            [os.path.join(self.dir, 'missing'), '--json', out], 'no span files'
+        )
         self.assertFalse(os.path.lexists(out))
 
     @unittest.skipUnless(os.path.exists('/dev/full'), 'no /dev/full')
@@ -196,35 +259,54 @@ class CommandTest(testtools.TestCase):
         # the write: the HTML report is written all the same
         run = self.run_a(buffer_drops=0)
         html = os.path.join(self.dir, 'r.html')
-        self.fails([run, '-q', '--no-progress', '--json', '/dev/full',
-                    '--html', html], 'cannot write /dev/full: ')
+        self.fails(
+            [
+                run,
+                '-q',
+                '--no-progress',
+                '--json',
+                '/dev/full',
+                '--html',
+                html,
+            ],
+            'cannot write /dev/full: ',
+        )
         with open(html) as f:
             self.assertIn('Where a successful boot spends its time', f.read())
 
     def test_compare_checks_both_runs_before_analysing(self):
         run = self.run_a()
         good = os.path.join(self.dir, 'good.json')
-        self.assertEqual(0, report.main([run, '-q', '--json', good,
-                                         '--no-progress']))
+        self.assertEqual(
+            0, report.main([run, '-q', '--json', good, '--no-progress'])
+        )
         other = os.path.join(self.dir, 'other-tool.json')
         with open(other, 'w') as f:
             json.dump({'results': [1, 2, 3]}, f, indent=2)
         missing = os.path.join(self.dir, 'missing')
         self.no_analysis()
-        self.fails(['compare', run, missing], 'RUN_B %s: no span files to '
-                   'read: %s: no such file or directory' % (missing, missing))
-        self.fails(['compare', run, other], 'RUN_B %s: not an '
-                   'instrument-report JSON report' % other)
-        self.fails(['compare', good, other], 'RUN_B %s: not an '
-                   'instrument-report JSON report' % other)
+        self.fails(
+            ['compare', run, missing],
+            'RUN_B %s: no span files to '
+            'read: %s: no such file or directory' % (missing, missing),
+        )
+        self.fails(
+            ['compare', run, other],
+            'RUN_B %s: not an instrument-report JSON report' % other,
+        )
+        self.fails(
+            ['compare', good, other],
+            'RUN_B %s: not an instrument-report JSON report' % other,
+        )
         self.assertNotIn('schema version', self.stderr.getvalue())
         with open(good) as f:
             data = json.load(f)
         newer = os.path.join(self.dir, 'newer.json')
         with open(newer, 'w') as f:
             json.dump(dict(data, report_version=99), f)
-        self.fails(['compare', run, newer], 'RUN_B %s: report version 99'
-                   % newer)
+        self.fails(
+            ['compare', run, newer], 'RUN_B %s: report version 99' % newer
+        )
         self.assertEqual('', self.stdout.getvalue())
 
     def test_compare_reads_a_reformatted_report(self):
@@ -243,8 +325,9 @@ class CommandTest(testtools.TestCase):
     def test_an_empty_window_is_written_with_a_warning(self):
         run = self.run_a(buffer_drops=0)
         full = os.path.join(self.dir, 'full.json')
-        self.assertEqual(0, report.main([run, '-q', '--no-progress',
-                                         '--json', full]))
+        self.assertEqual(
+            0, report.main([run, '-q', '--no-progress', '--json', full])
+        )
         self.assertEqual('', self.stderr.getvalue())
         with open(full) as f:
             data = json.load(f)
@@ -253,17 +336,27 @@ class CommandTest(testtools.TestCase):
         self.assertLessEqual(inputs['first_us'], min(starts))
         self.assertGreater(inputs['last_us'], max(starts))
         part = os.path.join(self.dir, 'part.json')
-        self.assertEqual(0, report.main([run, '-q', '--no-progress',
-                                         '--since', '+10h', '--json', part]))
+        self.assertEqual(
+            0,
+            report.main(
+                [run, '-q', '--no-progress', '--since', '+10h', '--json', part]
+            ),
+        )
         lines = self.stderr.getvalue().splitlines()
         self.assertEqual(1, len(lines), lines)
-        self.assertTrue(lines[0].startswith(
-            'instrument-report: warning: no request started in the '
-            'window '), lines[0])
+        self.assertTrue(
+            lines[0].startswith(
+                'instrument-report: warning: no request started in the window '
+            ),
+            lines[0],
+        )
         self.assertIn('nor any SQL statement', lines[0])
         when = fmt.fmt_time
-        self.assertIn('the input spans %s .. %s' % (
-            when(inputs['first_us']), when(inputs['last_us'])), lines[0])
+        self.assertIn(
+            'the input spans %s .. %s'
+            % (when(inputs['first_us']), when(inputs['last_us'])),
+            lines[0],
+        )
         with open(part) as f:
             empty = json.load(f)
         self.assertEqual([], empty['requests'])
@@ -271,13 +364,20 @@ class CommandTest(testtools.TestCase):
         # a window holding requests: no warning
         self.stderr.truncate(0)
         self.stderr.seek(0)
-        self.assertEqual(0, report.main([run, '-q', '--no-progress',
-                                         '--since', '+10s']))
+        self.assertEqual(
+            0, report.main([run, '-q', '--no-progress', '--since', '+10s'])
+        )
         self.assertEqual('', self.stderr.getvalue())
 
 
-FIDELITY = os.path.join(os.path.dirname(__file__), '..', '..', 'data',
-                        'fidelity', 'demo-threads.jsonl.gz')
+FIDELITY = os.path.join(
+    os.path.dirname(__file__),
+    '..',
+    '..',
+    'data',
+    'fidelity',
+    'demo-threads.jsonl.gz',
+)
 
 
 class SmallerTest(testtools.TestCase):
@@ -288,9 +388,11 @@ class SmallerTest(testtools.TestCase):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.stdout = self.useFixture(
-            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())
+        ).new_value
         self.stderr = self.useFixture(
-            fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stderr', io.StringIO())
+        ).new_value
 
     def test_help_names_every_subcommand(self):
         text = ' '.join(report.build_parser().format_help().split())
@@ -299,8 +401,9 @@ class SmallerTest(testtools.TestCase):
 
     def requests(self, *args) -> list:
         out = os.path.join(self.dir, 'r.json')
-        report.main([FIDELITY, '-q', '--no-progress', '--json', out] +
-                    list(args))
+        report.main(
+            [FIDELITY, '-q', '--no-progress', '--json', out] + list(args)
+        )
         with open(out) as f:
             return json.load(f)['requests']
 
@@ -308,25 +411,29 @@ class SmallerTest(testtools.TestCase):
         every = self.requests()
         # a request of the demo starts before the first RPC span: the
         # api's own work comes first
-        self.assertEqual(sorted(r['req'] for r in every),
-                         sorted(r['req'] for r in self.requests(
-                             '--since', '+0s')))
+        self.assertEqual(
+            sorted(r['req'] for r in every),
+            sorted(r['req'] for r in self.requests('--since', '+0s')),
+        )
         first = min(r['start_us'] for r in every)
         late = [r for r in every if r['start_us'] >= first + 2_000_000]
-        self.assertEqual(sorted(r['req'] for r in late),
-                         sorted(r['req'] for r in self.requests(
-                             '--since', '+2s')))
+        self.assertEqual(
+            sorted(r['req'] for r in late),
+            sorted(r['req'] for r in self.requests('--since', '+2s')),
+        )
 
     def test_a_binary_input_is_named_in_a_short_line(self):
         path = os.path.join(self.dir, 'image.jsonl')
         with open(path, 'wb') as f:
             f.write(bytes(b for b in range(256) if b != 10) * 3 + b'\n')
-        exc = self.assertRaises(SystemExit, report.main,
-                                [path, '--no-progress'])
+        exc = self.assertRaises(
+            SystemExit, report.main, [path, '--no-progress']
+        )
         self.assertEqual(2, exc.code)
         line = self.stderr.getvalue().strip()
-        self.assertIn('image.jsonl:1: not a span record: binary data, '
-                      '765 bytes: ', line)
+        self.assertIn(
+            'image.jsonl:1: not a span record: binary data, 765 bytes: ', line
+        )
         self.assertLess(len(line), 250, line)
         self.assertNotIn('\x00', line)
 
@@ -335,12 +442,13 @@ class SmallerTest(testtools.TestCase):
         synthetic.generate(run, seed=2, requests=10)
         name = sorted(os.listdir(run))[0]
         with open(os.path.join(run, name), 'a') as f:
-            f.write('{"v":1,"ph":"X","seq":999,"ts":1}\n')   # invalid
-            f.write('{"v":7,"ph":"M"}\n')                   # version
-            f.write('not json at all\n')                     # malformed
+            f.write('{"v":1,"ph":"X","seq":999,"ts":1}\n')  # invalid
+            f.write('{"v":7,"ph":"M"}\n')  # version
+            f.write('not json at all\n')  # malformed
         report.main([run, '--no-progress'])
-        listed = [line.split(': ')[1] for line in
-                  self.stdout.getvalue().splitlines()
-                  if line.startswith('  %s:' % name)]
-        self.assertEqual(['invalid', 'unknown_version', 'malformed'],
-                         listed)
+        listed = [
+            line.split(': ')[1]
+            for line in self.stdout.getvalue().splitlines()
+            if line.startswith('  %s:' % name)
+        ]
+        self.assertEqual(['invalid', 'unknown_version', 'malformed'], listed)

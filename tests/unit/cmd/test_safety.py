@@ -36,8 +36,9 @@ from tests import synthetic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-THREADS = os.path.join(ROOT, 'tests', 'data', 'fidelity',
-                       'demo-threads.jsonl.gz')
+THREADS = os.path.join(
+    ROOT, 'tests', 'data', 'fidelity', 'demo-threads.jsonl.gz'
+)
 _real_run = pipeline.run
 
 
@@ -47,14 +48,15 @@ def digest(path: str) -> str:
 
 
 class CliCase(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.useFixture(fixtures.TempDir()).path
         self.stdout = self.useFixture(
-            fixtures.MonkeyPatch('sys.stdout', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stdout', io.StringIO())
+        ).new_value
         self.stderr = self.useFixture(
-            fixtures.MonkeyPatch('sys.stderr', io.StringIO())).new_value
+            fixtures.MonkeyPatch('sys.stderr', io.StringIO())
+        ).new_value
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.dir, *parts)
@@ -66,15 +68,19 @@ class CliCase(testtools.TestCase):
 
     def no_analysis(self):
         """Make the analysis fail the test: a refusal comes first."""
+
         def run(*args, **kwargs):
             self.fail('analysed %r before refusing' % (args,))
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.pipeline.run', run))
+
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.analysis.pipeline.run', run)
+        )
 
     def analysis(self):
         """Undo ``no_analysis``."""
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.pipeline.run', _real_run))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.analysis.pipeline.run', _real_run)
+        )
 
     def fails(self, argv: list, message: str) -> str:
         """``argv`` exits with status 2 and one line on stderr, which
@@ -97,13 +103,16 @@ class InputIsNeverAnOutputTest(CliCase):
     def setUp(self):
         super().setUp()
         self.run = self.run_dir()
-        name = sorted(n for n in os.listdir(self.run)
-                      if n.endswith('.jsonl'))[0]
+        name = sorted(n for n in os.listdir(self.run) if n.endswith('.jsonl'))[
+            0
+        ]
         self.victim = self.path(name)
         shutil.copy(os.path.join(self.run, name), self.victim)
-        self.before = {p: digest(p) for p in
-                       [self.victim] + [os.path.join(self.run, n)
-                                        for n in os.listdir(self.run)]}
+        self.before = {
+            p: digest(p)
+            for p in [self.victim]
+            + [os.path.join(self.run, n) for n in os.listdir(self.run)]
+        }
 
     def tearDown(self):
         for path, sha in self.before.items():
@@ -115,41 +124,55 @@ class InputIsNeverAnOutputTest(CliCase):
         os.symlink(self.victim, self.path('link.jsonl'))
         os.link(self.victim, self.path('hard.jsonl'))
         os.mkdir(self.path('sub'))
-        for out in (self.victim, self.path('link.jsonl'),
-                    self.path('hard.jsonl'),
-                    self.path('sub', '..', os.path.basename(self.victim)),
-                    self.path('nosuch', '..',
-                              os.path.basename(self.victim))):
+        for out in (
+            self.victim,
+            self.path('link.jsonl'),
+            self.path('hard.jsonl'),
+            self.path('sub', '..', os.path.basename(self.victim)),
+            self.path('nosuch', '..', os.path.basename(self.victim)),
+        ):
             for option in ('--json', '--html'):
-                self.fails([self.victim, option, out, '-q'],
-                           'cannot write %s: it is the input %s' % (
-                               out, self.victim))
+                self.fails(
+                    [self.victim, option, out, '-q'],
+                    'cannot write %s: it is the input %s' % (out, self.victim),
+                )
         # named through a glob, or as a link
-        self.fails([self.path('*.jsonl'), '--json', self.victim],
-                   'it is the input')
-        self.fails([self.path('link.jsonl'), '--json', self.victim],
-                   'it is the input')
+        self.fails(
+            [self.path('*.jsonl'), '--json', self.victim], 'it is the input'
+        )
+        self.fails(
+            [self.path('link.jsonl'), '--json', self.victim], 'it is the input'
+        )
         # beside the input file (its directory is not an input): written
         self.analysis()
         out = self.path('victim.json')
-        self.assertEqual(0, report.main([self.victim, '-q', '--json', out,
-                                         '--no-progress']))
+        self.assertEqual(
+            0, report.main([self.victim, '-q', '--json', out, '--no-progress'])
+        )
         with open(out) as f:
             self.assertIn('report_version', f.read())
 
     def test_inside_an_input_directory(self):
         self.no_analysis()
         os.symlink(self.run, self.path('run-link'))
-        for out in (os.path.join(self.run, 'a.jsonl'),
-                    os.path.join(self.run, 'report.html'),
-                    os.path.join(self.run, 'sub', 'deeper.json'),
-                    self.path('run-link', 'a.json')):
-            self.fails([self.run, '--html', out, '-q'],
-                       'cannot write %s: it is inside the input directory'
-                       % out)
-        self.fails([self.path('run-link'), '--json',
-                    os.path.join(self.run, 'r.json')],
-                   'it is inside the input directory')
+        for out in (
+            os.path.join(self.run, 'a.jsonl'),
+            os.path.join(self.run, 'report.html'),
+            os.path.join(self.run, 'sub', 'deeper.json'),
+            self.path('run-link', 'a.json'),
+        ):
+            self.fails(
+                [self.run, '--html', out, '-q'],
+                'cannot write %s: it is inside the input directory' % out,
+            )
+        self.fails(
+            [
+                self.path('run-link'),
+                '--json',
+                os.path.join(self.run, 'r.json'),
+            ],
+            'it is inside the input directory',
+        )
         self.fails([self.run, '--json', self.run], 'it is the input')
         self.assertEqual('', self.stdout.getvalue())
 
@@ -161,20 +184,32 @@ class InputIsNeverAnOutputTest(CliCase):
             with open(path, 'w') as f:
                 f.write('{"report_version": 1}\n')
             self.before[path] = digest(path)
-        self.fails(['compare', a, b, '--json', a], 'cannot write %s: it is '
-                   'the input %s' % (a, a))
-        self.fails(['compare', a, self.run, '--json',
-                    os.path.join(self.run, 'cmp.json')],
-                   'it is inside the input directory %s' % self.run)
+        self.fails(
+            ['compare', a, b, '--json', a],
+            'cannot write %s: it is the input %s' % (a, a),
+        )
+        self.fails(
+            [
+                'compare',
+                a,
+                self.run,
+                '--json',
+                os.path.join(self.run, 'cmp.json'),
+            ],
+            'it is inside the input directory %s' % self.run,
+        )
 
     def test_export_never_replaces_an_input(self):
         self.no_analysis()
-        self.fails(['export', '--parquet', self.run, self.run],
-                   'cannot write %s: it is the input %s' % (self.run,
-                                                            self.run))
+        self.fails(
+            ['export', '--parquet', self.run, self.run],
+            'cannot write %s: it is the input %s' % (self.run, self.run),
+        )
         inside = os.path.join(self.run, 'parquet')
-        self.fails(['export', '--parquet', inside, self.run],
-                   'it is inside the input directory %s' % self.run)
+        self.fails(
+            ['export', '--parquet', inside, self.run],
+            'it is inside the input directory %s' % self.run,
+        )
         # a table directory it would replace holds the input
         out = self.path('out')
         events = os.path.join(out, 'events')
@@ -183,10 +218,11 @@ class InputIsNeverAnOutputTest(CliCase):
         shutil.copy(self.victim, kept)
         self.before[kept] = digest(kept)
         for given in (kept, events):
-            self.fails(['export', '--parquet', out, given],
-                       'cannot write %s: %s, which it replaces, holds the '
-                       'input %s' % (out, events, given))
-
+            self.fails(
+                ['export', '--parquet', out, given],
+                'cannot write %s: %s, which it replaces, holds the '
+                'input %s' % (out, events, given),
+            )
 
 
 class OneRuleForEveryOutputTest(CliCase):
@@ -200,8 +236,10 @@ class OneRuleForEveryOutputTest(CliCase):
         with open(existing, 'w') as f:
             f.write('keep\n')
         self.no_analysis()
-        self.fails(['export', '--parquet', existing, run],
-                   'cannot write %s: it is not a directory' % existing)
+        self.fails(
+            ['export', '--parquet', existing, run],
+            'cannot write %s: it is not a directory' % existing,
+        )
         with open(existing) as f:
             self.assertEqual('keep\n', f.read())
 
@@ -210,14 +248,15 @@ class OneRuleForEveryOutputTest(CliCase):
         self.no_analysis()
         missing = self.path('nonexistent')
         for argv, out in (
-                (['export', '--parquet'], os.path.join(missing, 'x')),
-                ([run, '--json'], os.path.join(missing, 'r.json')),
-                ([run, '--html'], os.path.join(missing, 'r.html')),
-                (['compare', run, run, '--json'],
-                 os.path.join(missing, 'c.json'))):
+            (['export', '--parquet'], os.path.join(missing, 'x')),
+            ([run, '--json'], os.path.join(missing, 'r.json')),
+            ([run, '--html'], os.path.join(missing, 'r.html')),
+            (['compare', run, run, '--json'], os.path.join(missing, 'c.json')),
+        ):
             argv = argv + [out] + ([run] if argv[0] == 'export' else [])
-            self.fails(argv, 'cannot write %s: no directory %s' % (
-                out, missing))
+            self.fails(
+                argv, 'cannot write %s: no directory %s' % (out, missing)
+            )
         self.assertFalse(os.path.lexists(missing))
         self.assertEqual(['run'], os.listdir(self.dir))
 
@@ -228,14 +267,21 @@ class OneRuleForEveryOutputTest(CliCase):
         with open(os.path.join(out, 'spans'), 'w') as f:
             f.write('x\n')
         self.no_analysis()
-        self.fails(['export', '--parquet', out, run], 'cannot write %s: %s '
-                   'is not a directory' % (out, os.path.join(out, 'spans')))
+        self.fails(
+            ['export', '--parquet', out, run],
+            'cannot write %s: %s '
+            'is not a directory' % (out, os.path.join(out, 'spans')),
+        )
         # a table's directory is replaced
         os.unlink(os.path.join(out, 'spans'))
         os.makedirs(os.path.join(out, 'events', 'old'))
         self.analysis()
-        self.assertEqual(0, report.main(['export', '--parquet', out,
-                                         '--no-progress', THREADS]))
+        self.assertEqual(
+            0,
+            report.main(
+                ['export', '--parquet', out, '--no-progress', THREADS]
+            ),
+        )
         self.assertEqual(sorted(export.EXPORTED), sorted(os.listdir(out)))
         self.assertFalse(os.path.exists(os.path.join(out, 'events', 'old')))
 
@@ -249,10 +295,14 @@ class OneRuleForEveryOutputTest(CliCase):
             with open(os.path.join(out, 'host_offsets'), 'w') as f:
                 f.write('x\n')
             return result
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.analysis.pipeline.run', run))
-        line = self.fails(['export', '--parquet', out, '--no-progress',
-                           THREADS], 'cannot write %s: host_offsets: ' % out)
+
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.analysis.pipeline.run', run)
+        )
+        line = self.fails(
+            ['export', '--parquet', out, '--no-progress', THREADS],
+            'cannot write %s: host_offsets: ' % out,
+        )
         self.assertNotIn('Traceback', line)
 
 
@@ -263,47 +313,71 @@ class NumbersInRangeTest(CliCase):
         run = self.run_dir()
         self.no_analysis()
         for argv, message in (
-                (['--horizon', '-5'], 'argument --horizon: must be more '
-                 'than 0 seconds, not -5'),
-                (['--horizon', '0'], 'argument --horizon: must be more '
-                 'than 0'),
-                (['--horizon', 'inf'], 'argument --horizon: not a number '
-                 'of seconds'),
-                (['--horizon', 'nan'], 'argument --horizon: not a number '
-                 'of seconds'),
-                (['--hung', '-1'], 'argument --hung: must be more than 0'),
-                (['--limit', '-1'], 'argument --limit: must be 0 or more, '
-                 'not -1'),
-                (['--limit', '2.5'], 'argument --limit: not a whole '
-                 'number'),
-                (['--jobs', '0'], 'argument --jobs/-j: must be 1 or more'),
-                (['--jobs', '-3'], 'argument --jobs/-j: must be 1 or '
-                 'more'),
-                (['--blocks', '-1'], 'argument --blocks: must be 0 or '
-                 'more')):
+            (
+                ['--horizon', '-5'],
+                'argument --horizon: must be more than 0 seconds, not -5',
+            ),
+            (['--horizon', '0'], 'argument --horizon: must be more than 0'),
+            (
+                ['--horizon', 'inf'],
+                'argument --horizon: not a number of seconds',
+            ),
+            (
+                ['--horizon', 'nan'],
+                'argument --horizon: not a number of seconds',
+            ),
+            (['--hung', '-1'], 'argument --hung: must be more than 0'),
+            (['--limit', '-1'], 'argument --limit: must be 0 or more, not -1'),
+            (['--limit', '2.5'], 'argument --limit: not a whole number'),
+            (['--jobs', '0'], 'argument --jobs/-j: must be 1 or more'),
+            (['--jobs', '-3'], 'argument --jobs/-j: must be 1 or more'),
+            (['--blocks', '-1'], 'argument --blocks: must be 0 or more'),
+        ):
             self.fails([run] + argv, message)
-            self.fails(['export', '--parquet', self.path('p'), run] + argv
-                       if argv[0] != '--blocks' else [run] + argv, message)
+            self.fails(
+                ['export', '--parquet', self.path('p'), run] + argv
+                if argv[0] != '--blocks'
+                else [run] + argv,
+                message,
+            )
         for argv, message in (
-                (['--alpha', '5'], 'argument --alpha: must be between 0 '
-                 'and 1 (e.g. 0.05), not 5'),
-                (['--alpha', '0'], 'argument --alpha: must be between'),
-                (['--alpha', '1'], 'argument --alpha: must be between'),
-                (['--top', '-1'], 'argument --top: must be 0 or more'),
-                (['--jobs', '0'], 'argument --jobs/-j: must be 1 or more'),
-                (['--horizon', '-5'], 'argument --horizon: must be more')):
+            (
+                ['--alpha', '5'],
+                'argument --alpha: must be between 0 and 1 (e.g. 0.05), not 5',
+            ),
+            (['--alpha', '0'], 'argument --alpha: must be between'),
+            (['--alpha', '1'], 'argument --alpha: must be between'),
+            (['--top', '-1'], 'argument --top: must be 0 or more'),
+            (['--jobs', '0'], 'argument --jobs/-j: must be 1 or more'),
+            (['--horizon', '-5'], 'argument --horizon: must be more'),
+        ):
             self.fails(['compare', run, run] + argv, message)
         self.assertEqual('', self.stdout.getvalue())
 
     def test_in_range_is_taken(self):
-        args = report.build_parser().parse_args([
-            'x', '--horizon', '0.5', '--hung', '1e3', '--limit', '0',
-            '--jobs', '2', '--blocks', '0'])
-        self.assertEqual((0.5, 1000.0, 0, 2, 0), (
-            args.horizon, args.hung, args.limit, args.jobs, args.blocks))
+        args = report.build_parser().parse_args(
+            [
+                'x',
+                '--horizon',
+                '0.5',
+                '--hung',
+                '1e3',
+                '--limit',
+                '0',
+                '--jobs',
+                '2',
+                '--blocks',
+                '0',
+            ]
+        )
+        self.assertEqual(
+            (0.5, 1000.0, 0, 2, 0),
+            (args.horizon, args.hung, args.limit, args.jobs, args.blocks),
+        )
         self.assertIsNone(report.build_parser().parse_args(['x']).jobs)
-        args = report.build_compare_parser().parse_args([
-            'a', 'b', '--alpha', '0.01', '--top', '0'])
+        args = report.build_compare_parser().parse_args(
+            ['a', 'b', '--alpha', '0.01', '--top', '0']
+        )
         self.assertEqual((0.01, 0), (args.alpha, args.top))
 
 
@@ -318,20 +392,26 @@ class LossesAreNeverHiddenTest(CliCase):
             data = f.read()
         self.cut = self.path('cut.jsonl.gz')
         with open(self.cut, 'wb') as f:
-            f.write(data[:len(data) // 2])
+            f.write(data[: len(data) // 2])
 
     def warnings(self) -> list:
-        return [line for line in self.stderr.getvalue().splitlines()
-                if line.startswith('instrument-report: warning: ')]
+        return [
+            line
+            for line in self.stderr.getvalue().splitlines()
+            if line.startswith('instrument-report: warning: ')
+        ]
 
     def test_quiet_json_report_of_a_cut_file_warns(self):
         out = self.path('cut.json')
-        self.assertEqual(0, report.main([self.cut, '-q', '--no-progress',
-                                         '--json', out]))
+        self.assertEqual(
+            0, report.main([self.cut, '-q', '--no-progress', '--json', out])
+        )
         self.assertEqual('', self.stdout.getvalue())
         (line,) = self.stderr.getvalue().splitlines()
-        self.assertIn('instrument-report: warning: computed from input '
-                      'with losses: ', line)
+        self.assertIn(
+            'instrument-report: warning: computed from input with losses: ',
+            line,
+        )
         self.assertIn('the rest of cut.jsonl.gz after line ', line)
         with open(out) as f:
             q = json.load(f)['quality']
@@ -339,8 +419,9 @@ class LossesAreNeverHiddenTest(CliCase):
         # to standard output, too
         self.stderr.truncate(0)
         self.stderr.seek(0)
-        self.assertEqual(0, report.main([self.cut, '--no-progress',
-                                         '--html', '-']))
+        self.assertEqual(
+            0, report.main([self.cut, '--no-progress', '--html', '-'])
+        )
         self.assertEqual(1, len(self.warnings()))
         self.assertIn(q['note'], self.stdout.getvalue())
         # the whole file: no warning
@@ -351,27 +432,39 @@ class LossesAreNeverHiddenTest(CliCase):
 
     def test_compare_names_the_cut_run_and_its_incomplete_boots(self):
         cut_json = self.path('cut.json')
-        self.assertEqual(0, report.main([self.cut, '-q', '--no-progress',
-                                         '--json', cut_json]))
+        self.assertEqual(
+            0,
+            report.main([self.cut, '-q', '--no-progress', '--json', cut_json]),
+        )
         for run_b in (self.cut, cut_json):
             self.stdout.truncate(0)
             self.stdout.seek(0)
             self.stderr.truncate(0)
             self.stderr.seek(0)
             out = self.path('cmp.json')
-            self.assertEqual(0, report.main([
-                'compare', THREADS, run_b, '--no-progress', '--json', out]))
+            self.assertEqual(
+                0,
+                report.main(
+                    ['compare', THREADS, run_b, '--no-progress', '--json', out]
+                ),
+            )
             (line,) = self.warnings()
-            self.assertIn('RUN_B %s: computed from input with losses: '
-                          % run_b, line)
+            self.assertIn(
+                'RUN_B %s: computed from input with losses: ' % run_b, line
+            )
             self.assertIn('the rest of cut.jsonl.gz after line', line)
             text = self.stdout.getvalue()
-            self.assertIn('# B: 2 boots, 0 successful, 2 boot instances '
-                          'incomplete', text)
+            self.assertIn(
+                '# B: 2 boots, 0 successful, 2 boot instances incomplete', text
+            )
             self.assertIn('! B: computed from input with losses: ', text)
             # beside the rates, the latencies and the SQL
-            self.assertEqual(3, text.count(
-                '! B: computed from input with losses (see the top)'))
+            self.assertEqual(
+                3,
+                text.count(
+                    '! B: computed from input with losses (see the top)'
+                ),
+            )
             with open(out) as f:
                 runs = json.load(f)['runs']
             self.assertIsNone(runs['a']['loss'])
@@ -381,7 +474,11 @@ class LossesAreNeverHiddenTest(CliCase):
 
     def test_export_of_a_cut_file_warns(self):
         out = self.path('p')
-        self.assertEqual(0, report.main(['export', '--parquet', out,
-                                         '--no-progress', self.cut]))
+        self.assertEqual(
+            0,
+            report.main(
+                ['export', '--parquet', out, '--no-progress', self.cut]
+            ),
+        )
         (line,) = self.warnings()
         self.assertIn('the rest of cut.jsonl.gz after line', line)

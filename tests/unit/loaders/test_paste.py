@@ -44,11 +44,11 @@ def app(status):
         environ['nova.context'] = Ctx()
         start_response(status, [('Content-Type', 'application/json')])
         return [b'{}']
+
     return application
 
 
 class PasteFilterTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.addCleanup(lifecycle.teardown)
@@ -57,14 +57,19 @@ class PasteFilterTest(base.TestCase):
     def call(self, status, method='POST', path='/servers', **extra):
         middleware = paste.filter_factory({})(app(status))
         middleware.conf = self.conf
-        environ = {'REQUEST_METHOD': method, 'SCRIPT_NAME': '/v2.1',
-                   'PATH_INFO': path,
-                   'openstack.request_id': 'req-from-header', **extra}
+        environ = {
+            'REQUEST_METHOD': method,
+            'SCRIPT_NAME': '/v2.1',
+            'PATH_INFO': path,
+            'openstack.request_id': 'req-from-header',
+            **extra,
+        }
         body = middleware(environ, lambda s, h, e=None: None)
         self.assertEqual([b'{}'], list(body))
         lifecycle.teardown()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         return [r for r in records if r['ev'] == 'api.request']
 
     def test_records_the_request(self):
@@ -73,17 +78,24 @@ class PasteFilterTest(base.TestCase):
         self.assertEqual('api', span['svc'])
         self.assertEqual('ok', span['st'])
         # the id the span began with (its B, SQL before nova's context)
-        self.assertEqual({'method': 'POST', 'route': '/v2.1/servers',
-                          'status': 202, 'req_began': 'req-from-header'},
-                         span['attrs'])
+        self.assertEqual(
+            {
+                'method': 'POST',
+                'route': '/v2.1/servers',
+                'status': 202,
+                'req_began': 'req-from-header',
+            },
+            span['attrs'],
+        )
         # The request id nova carries downstream, not the header's.
         self.assertEqual('req-from-context', span['req'])
 
     def test_the_wait_before_the_filter_from_a_proxy_header(self):
         # issue 29 rule 8: a proxy stamped the arrival 250 ms ago
         arrived = time.time() - 0.25
-        [span] = self.call('200 OK', 'GET', HTTP_X_REQUEST_START='t=%d' % (
-            arrived * 1e6))
+        [span] = self.call(
+            '200 OK', 'GET', HTTP_X_REQUEST_START='t=%d' % (arrived * 1e6)
+        )
         self.assertGreaterEqual(span['attrs']['queue_us'], 250_000)
         self.assertLess(span['attrs']['queue_us'], 250_000 + 5_000_000)
 
@@ -97,28 +109,36 @@ class PasteFilterTest(base.TestCase):
         self.assertNotIn('queue_us', span['attrs'])
         # counted in the process's instrument.faults record
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
-        [counts] = [r['attrs'] for r in records
-                    if r['ev'] == 'instrument.faults']
-        self.assertEqual(1, counts['the paste filter: unreadable arrival '
-                                   'time'])
+            os.path.join(self.tmp, 'spans')
+        ).values()
+        [counts] = [
+            r['attrs'] for r in records if r['ev'] == 'instrument.faults'
+        ]
+        self.assertEqual(
+            1, counts['the paste filter: unreadable arrival time']
+        )
 
     def test_one_request_id_is_named_once(self):
         # keystone's context takes the environ's id: nothing to rejoin
         self.patch(Ctx, 'request_id', 'req-from-header')
         [span] = self.call('200 OK', 'GET')
         self.assertEqual('req-from-header', span['req'])
-        self.assertEqual({'method': 'GET', 'route': '/v2.1/servers',
-                          'status': 200}, span['attrs'])
+        self.assertEqual(
+            {'method': 'GET', 'route': '/v2.1/servers', 'status': 200},
+            span['attrs'],
+        )
 
     def test_server_errors_are_errors_and_ids_leave_the_route(self):
-        [span] = self.call('500 Internal Server Error', 'GET',
-                           '/servers/0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'
-                           '/os-interface/12')
+        [span] = self.call(
+            '500 Internal Server Error',
+            'GET',
+            '/servers/0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77/os-interface/12',
+        )
         self.assertEqual('error', span['st'])
         self.assertEqual('HTTP 500', span['err']['cls'])
-        self.assertEqual('/v2.1/servers/{id}/os-interface/{id}',
-                         span['attrs']['route'])
+        self.assertEqual(
+            '/v2.1/servers/{id}/os-interface/{id}', span['attrs']['route']
+        )
 
     def test_a_server_action_is_named_as_nova_dispatched_it(self):
         # issue 32 item 10: the nova target's hook on nova's dispatch
@@ -133,33 +153,50 @@ class PasteFilterTest(base.TestCase):
 
         def resize(req, id, body):  # nova's @wsgi.action('resize')
             pass
+
         resize.wsgi_action = 'resize'
 
         def get_method(self, request, action, content_type, body):
             pass  # nova's Resource.get_method
+
         # the hook as the wrapper calls it: nova passes by position
         note = points_mod.bind(nova_extract.note_action, get_method)
 
         def application(environ, start_response):
             environ['nova.context'] = Ctx()
-            note(None, (Request(environ), 'action', 'application/json',
-                        b'{}'), {}, resize)
+            note(
+                None,
+                (Request(environ), 'action', 'application/json', b'{}'),
+                {},
+                resize,
+            )
             start_response('403 Forbidden', [])
             return [b'{}']
+
         middleware = paste.filter_factory({})(application)
         middleware.conf = self.conf
-        environ = {'REQUEST_METHOD': 'POST', 'SCRIPT_NAME': '/v2.1',
-                   'PATH_INFO': '/servers/0b6c3a52-3f8f-4bd9-8a53-'
-                                '9d3a8bbf1a77/action',
-                   'openstack.request_id': 'req-from-context'}
+        environ = {
+            'REQUEST_METHOD': 'POST',
+            'SCRIPT_NAME': '/v2.1',
+            'PATH_INFO': '/servers/0b6c3a52-3f8f-4bd9-8a53-'
+            '9d3a8bbf1a77/action',
+            'openstack.request_id': 'req-from-context',
+        }
         list(middleware(environ, lambda s, h, e=None: None))
         lifecycle.teardown()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         [span] = [r for r in records if r['ev'] == 'api.request']
-        self.assertEqual({'method': 'POST',
-                          'route': '/v2.1/servers/{id}/action',
-                          'status': 403, 'action': 'resize'}, span['attrs'])
+        self.assertEqual(
+            {
+                'method': 'POST',
+                'route': '/v2.1/servers/{id}/action',
+                'status': 403,
+                'action': 'resize',
+            },
+            span['attrs'],
+        )
         # a method nova dispatched that is no action names none
         environ = {}
         note(None, (), {'request': Request(environ)}, app)
@@ -171,14 +208,19 @@ class PasteFilterTest(base.TestCase):
             environ['wsgi.input'].read()
             start_response('202 Accepted', [])
             return [b'{"server": {"adminPass": "s3cr3t-answer"}}']
+
         middleware = paste.InstrumentMiddleware(application, conf=self.conf)
-        environ = {'REQUEST_METHOD': 'POST', 'SCRIPT_NAME': '/v2.1',
-                   'PATH_INFO': '/servers', 'QUERY_STRING':
-                   'password=s3cr3t-query',
-                   'HTTP_X_AUTH_TOKEN': 's3cr3t-token',
-                   'CONTENT_TYPE': 'application/json',
-                   'wsgi.input': io.BytesIO(
-                       b'{"server": {"adminPass": "s3cr3t-body"}}')}
+        environ = {
+            'REQUEST_METHOD': 'POST',
+            'SCRIPT_NAME': '/v2.1',
+            'PATH_INFO': '/servers',
+            'QUERY_STRING': 'password=s3cr3t-query',
+            'HTTP_X_AUTH_TOKEN': 's3cr3t-token',
+            'CONTENT_TYPE': 'application/json',
+            'wsgi.input': io.BytesIO(
+                b'{"server": {"adminPass": "s3cr3t-body"}}'
+            ),
+        }
         list(middleware(environ, lambda s, h, e=None: None))
         lifecycle.teardown()
         files = os.listdir(os.path.join(self.tmp, 'spans'))
@@ -190,8 +232,10 @@ class PasteFilterTest(base.TestCase):
     def test_disabled_passes_through(self):
         conf = self.make_conf(enabled=False)
         middleware = paste.InstrumentMiddleware(app('200 OK'), conf=conf)
-        body = middleware({'REQUEST_METHOD': 'GET', 'PATH_INFO': '/'},
-                          lambda s, h, e=None: None)
+        body = middleware(
+            {'REQUEST_METHOD': 'GET', 'PATH_INFO': '/'},
+            lambda s, h, e=None: None,
+        )
         self.assertEqual([b'{}'], list(body))
         self.assertIsNone(lifecycle.active())
 
@@ -208,11 +252,13 @@ class PasteFilterTest(base.TestCase):
         # say instrument.loaders.paste:filter_factory; paste resolves it
         # by importing the module and taking the attribute.
         module_name, _, attr = (
-            'instrument.loaders.paste:filter_factory'.partition(':'))
+            'instrument.loaders.paste:filter_factory'.partition(':')
+        )
         old = getattr(importlib.import_module(module_name), attr)
         self.assertIs(paste.filter_factory, old)
-        self.assertIn('instrument.loaders.paste:filter_factory',
-                      paste.FILTER_SECTION)
+        self.assertIn(
+            'instrument.loaders.paste:filter_factory', paste.FILTER_SECTION
+        )
 
 
 def _boom(*args, **kwargs):
@@ -231,8 +277,7 @@ class PasteFaultTest(base.TestCase):
         self.addCleanup(lifecycle.teardown)
         self.conf = self.make_conf(sql_timing=False)
         self.calls = []
-        self.middleware = paste.InstrumentMiddleware(self.app,
-                                                     conf=self.conf)
+        self.middleware = paste.InstrumentMiddleware(self.app, conf=self.conf)
 
     def app(self, environ, start_response):
         self.calls.append(environ['PATH_INFO'])
@@ -248,13 +293,18 @@ class PasteFaultTest(base.TestCase):
         calls)."""
         body = [b'{"flavors": []}']
         started = []
-        environ = {'REQUEST_METHOD': 'GET', 'SCRIPT_NAME': '/v2.1',
-                   'PATH_INFO': '/flavors', 'test.body': body,
-                   'test.error': error,
-                   'openstack.request_id': 'req-h'}
+        environ = {
+            'REQUEST_METHOD': 'GET',
+            'SCRIPT_NAME': '/v2.1',
+            'PATH_INFO': '/flavors',
+            'test.body': body,
+            'test.error': error,
+            'openstack.request_id': 'req-h',
+        }
         try:
-            out = self.middleware(environ, lambda s, h, e=None:
-                                  started.append((s, h)))
+            out = self.middleware(
+                environ, lambda s, h, e=None: started.append((s, h))
+            )
         except Exception as exc:
             out = exc
         return out, body, started
@@ -262,25 +312,32 @@ class PasteFaultTest(base.TestCase):
     def spans(self):
         lifecycle.teardown()
         files = base.read_span_files(os.path.join(self.tmp, 'spans'))
-        return [r for records in files.values() for r in records
-                if r['ev'] == 'api.request']
+        return [
+            r
+            for records in files.values()
+            for r in records
+            if r['ev'] == 'api.request'
+        ]
 
     def assert_answered(self, n=1):
         out, body, started = self.request()
         self.assertIs(body, out, 'the app result must come back as is')
-        self.assertEqual([('200 OK', [('Content-Type',
-                                       'application/json')])], started)
+        self.assertEqual(
+            [('200 OK', [('Content-Type', 'application/json')])], started
+        )
         self.assertEqual(n, len(self.calls), 'the app runs exactly once')
         self.assertIsNone(recorder_mod.current_frame())
 
     def test_a_fault_starting_the_span_answers_unrecorded(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.tracer.Tracer.begin', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.tracer.Tracer.begin', _boom
+            )
+        )
         self.assert_answered(1)
         self.assert_answered(2)
         self.assertEqual(2, paste.FAULTS.count)
-        self.assertEqual(1, self.logged().count(
-            'fault in the paste filter'))
+        self.assertEqual(1, self.logged().count('fault in the paste filter'))
         self.assertEqual([], self.spans())
 
     def test_a_fault_queueing_the_span_answers_unrecorded(self):
@@ -288,30 +345,36 @@ class PasteFaultTest(base.TestCase):
         # The enqueue cannot start the writer (no thread left).
         buf = lifecycle.active().buffer
         writer, buf.writer = buf.writer, None
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.buffer.EventBuffer.start', _no_thread))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.buffer.EventBuffer.start', _no_thread
+            )
+        )
         self.assert_answered(1)
         self.assertEqual(1, paste.FAULTS.count)
         buf.writer = writer
         self.assertEqual([], self.spans())
 
     def test_a_fault_ending_the_span_keeps_the_answer(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.tracer.Tracer.end', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.tracer.Tracer.end', _boom)
+        )
         self.assert_answered(1)
         self.assertEqual(1, paste.FAULTS.count)
         [span] = self.spans()
         self.assertEqual(('X', 'ok'), (span['ph'], span['st']))
 
     def test_a_fault_starting_the_instrumentation_answers_unrecorded(self):
-        self.useFixture(fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup',
-                                             _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.lifecycle.setup', _boom)
+        )
         self.assert_answered(1)
         self.assert_answered(2)
         self.assertIsNone(lifecycle.active())
         self.assertEqual(1, loader.FAULTS.count)
-        self.assertEqual(1, self.logged().count(
-            'fault in the start of the instrumentation'))
+        self.assertEqual(
+            1, self.logged().count('fault in the start of the instrumentation')
+        )
 
     def test_app_exceptions_pass_through_uncounted(self):
         error = ValueError('nova failed')
@@ -321,12 +384,14 @@ class PasteFaultTest(base.TestCase):
         self.assertEqual(1, len(self.calls))
         self.assertEqual(0, paste.FAULTS.count)
         [span] = self.spans()
-        self.assertEqual(('error', 'ValueError'),
-                         (span['st'], span['err']['cls']))
+        self.assertEqual(
+            ('error', 'ValueError'), (span['st'], span['err']['cls'])
+        )
 
     def test_app_exceptions_pass_through_a_fault_ending_the_span(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.tracer.Tracer.end', _boom))
+        self.useFixture(
+            fixtures.MonkeyPatch('instrument.runtime.tracer.Tracer.end', _boom)
+        )
         error = ValueError('nova failed')
         out, _body, _started = self.request(error)
         self.assertIs(error, out)
@@ -345,43 +410,65 @@ class QueueTimeTest(base.TestCase):
         return paste.queue_us(environ, self.NOW)
 
     def test_mod_wsgi_microseconds(self):
-        self.assertEqual(120_000, self.waited(**{
-            'mod_wsgi.request_start': '1700000000380000'}))
-        self.assertEqual(30_000, self.waited(**{
-            'mod_wsgi.queue_start': '1700000000470000'}))
+        self.assertEqual(
+            120_000,
+            self.waited(**{'mod_wsgi.request_start': '1700000000380000'}),
+        )
+        self.assertEqual(
+            30_000, self.waited(**{'mod_wsgi.queue_start': '1700000000470000'})
+        )
 
     def test_mod_wsgi_request_start_wins_over_queue_start(self):
         # accepted by Apache first, queued for the daemon after
-        self.assertEqual(120_000, self.waited(**{
-            'mod_wsgi.request_start': '1700000000380000',
-            'mod_wsgi.queue_start': '1700000000470000',
-            'HTTP_X_REQUEST_START': 't=1700000000490000'}))
+        self.assertEqual(
+            120_000,
+            self.waited(
+                **{
+                    'mod_wsgi.request_start': '1700000000380000',
+                    'mod_wsgi.queue_start': '1700000000470000',
+                    'HTTP_X_REQUEST_START': 't=1700000000490000',
+                }
+            ),
+        )
 
     def test_header_forms(self):
         # Apache mod_headers %t: t=<usec>
-        self.assertEqual(500_000, self.waited(
-            HTTP_X_REQUEST_START='t=1700000000000000'))
+        self.assertEqual(
+            500_000, self.waited(HTTP_X_REQUEST_START='t=1700000000000000')
+        )
         # nginx t=${msec}, haproxy: seconds with a fraction
-        self.assertEqual(250_000, self.waited(
-            HTTP_X_REQUEST_START='t=1700000000.250'))
-        self.assertEqual(250_000, self.waited(
-            HTTP_X_REQUEST_START='1700000000.25'))
+        self.assertEqual(
+            250_000, self.waited(HTTP_X_REQUEST_START='t=1700000000.250')
+        )
+        self.assertEqual(
+            250_000, self.waited(HTTP_X_REQUEST_START='1700000000.25')
+        )
         # milliseconds (Heroku's router)
-        self.assertEqual(400_000, self.waited(
-            HTTP_X_REQUEST_START='1700000000100'))
+        self.assertEqual(
+            400_000, self.waited(HTTP_X_REQUEST_START='1700000000100')
+        )
 
     def test_proxy_clock_slightly_ahead_is_no_wait(self):
-        self.assertEqual(0, self.waited(
-            HTTP_X_REQUEST_START='t=1700000000.9'))
+        self.assertEqual(0, self.waited(HTTP_X_REQUEST_START='t=1700000000.9'))
 
     def test_garbage_is_ignored_and_counted_never_raised(self):
         before = paste.QUEUE_UNREAD.count
-        bad = ['t=', 'soon', 't=abc', '', 't=nan', 'inf', '-5',
-               # an hour and more back, minutes ahead: a wrong clock
-               't=1699990000.0', 't=1700000600.0', object(), b'\xff']
+        bad = [
+            't=',
+            'soon',
+            't=abc',
+            '',
+            't=nan',
+            'inf',
+            '-5',
+            # an hour and more back, minutes ahead: a wrong clock
+            't=1699990000.0',
+            't=1700000600.0',
+            object(),
+            b'\xff',
+        ]
         for value in bad:
-            self.assertIsNone(self.waited(HTTP_X_REQUEST_START=value),
-                              value)
+            self.assertIsNone(self.waited(HTTP_X_REQUEST_START=value), value)
         self.assertEqual(before + len(bad), paste.QUEUE_UNREAD.count)
 
     def test_absent_is_none_and_not_counted(self):

@@ -54,38 +54,60 @@ class ProgramsTest(base.TestCase):
         return active.identity.service if active is not None else None
 
     def test_nova_services_record(self):
-        for prog in ('nova-compute', 'nova-conductor', 'nova-scheduler',
-                     'nova-api', 'nova-api-os-compute', 'nova-api-metadata'):
+        for prog in (
+            'nova-compute',
+            'nova-conductor',
+            'nova-scheduler',
+            'nova-api',
+            'nova-api-os-compute',
+            'nova-api-metadata',
+        ):
             self.assertEqual(prog, self.started(prog))
             lifecycle.teardown()
 
     def test_nova_tools_are_skipped_once_at_info(self):
-        for prog in ('nova-manage', 'nova-status', 'nova-policy',
-                     'nova-novncproxy'):
+        for prog in (
+            'nova-manage',
+            'nova-status',
+            'nova-policy',
+            'nova-novncproxy',
+        ):
             self.assertIsNone(self.started(prog))
             self.assertIsNone(self.started(prog))
-            self.assertEqual(1, self.logger.output.count(
-                'INFO instrument.loaders instrument: loaded by %s, which is '
-                'not one of [instrument] programs' % prog))
+            self.assertEqual(
+                1,
+                self.logger.output.count(
+                    (
+                        'INFO instrument.loaders instrument: loaded by %s, '
+                        'which is '
+                        'not one of [instrument] programs'
+                    )
+                    % prog
+                ),
+            )
         self.assertFalse(os.path.exists(self.spans))
         self.assertNotIn('points patched', self.logger.output)
 
     def test_the_list_is_the_operators(self):
-        self.assertEqual('nova-manage', self.started(
-            'nova-manage', programs=['nova-manage']))
+        self.assertEqual(
+            'nova-manage',
+            self.started('nova-manage', programs=['nova-manage']),
+        )
         lifecycle.teardown()
-        self.assertEqual('anything', self.started('anything',
-                                                  programs=['*']))
+        self.assertEqual('anything', self.started('anything', programs=['*']))
         lifecycle.teardown()
-        self.assertIsNone(self.started('nova-compute',
-                                       programs=['nova-conductor']))
+        self.assertIsNone(
+            self.started('nova-compute', programs=['nova-conductor'])
+        )
 
     def test_the_paste_filter_records_as_nova_api(self):
         self.assertEqual('nova-api', self.started('uwsgi', 'nova-api'))
         lifecycle.teardown()
         # a listed program keeps its own name
-        self.assertEqual('nova-api-os-compute', self.started(
-            'nova-api-os-compute', 'nova-api'))
+        self.assertEqual(
+            'nova-api-os-compute',
+            self.started('nova-api-os-compute', 'nova-api'),
+        )
 
     def test_the_wsgi_application_of_nova_api_records_as_nova_api(self):
         self.assertIsNone(self.started('uwsgi'))
@@ -96,13 +118,16 @@ class ProgramsTest(base.TestCase):
     def test_disabled_is_said_once(self):
         for _ in range(3):
             self.assertIsNone(self.started('nova-compute', enabled=False))
-        self.assertEqual(1, self.logger.output.count(
-            'instrument: loaded by nova-compute but [instrument] enabled '
-            'is false; not recording'))
+        self.assertEqual(
+            1,
+            self.logger.output.count(
+                'instrument: loaded by nova-compute but [instrument] enabled '
+                'is false; not recording'
+            ),
+        )
 
 
 class InvalidOptionTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.addCleanup(lifecycle.teardown)
@@ -117,38 +142,50 @@ class InvalidOptionTest(base.TestCase):
         loader.start(conf)
         loader.start(conf)
         self.assertIsNone(lifecycle.active())
-        lines = [line for line in self.logger.output.splitlines()
-                 if line.startswith('ERROR')]
+        lines = [
+            line
+            for line in self.logger.output.splitlines()
+            if line.startswith('ERROR')
+        ]
         self.assertEqual(1, len(lines), lines)
         prefix = 'ERROR instrument.loaders instrument: not started, '
         self.assertTrue(lines[0].startswith(prefix), lines[0])
-        return lines[0][len(prefix):].replace(path, 'PATH')
+        return lines[0][len(prefix) :].replace(path, 'PATH')
 
     def test_integer(self):
-        self.assertEqual('fix PATH: [instrument] buffer_size = lots: must '
-                         'be an integer from 16 to 10000000',
-                         self.error('buffer_size = lots\n'))
+        self.assertEqual(
+            'fix PATH: [instrument] buffer_size = lots: must '
+            'be an integer from 16 to 10000000',
+            self.error('buffer_size = lots\n'),
+        )
 
     def test_range(self):
-        self.assertEqual('fix PATH: [instrument] detail_sample_rate = 1.5: '
-                         'must be a number from 0.0 to 1.0',
-                         self.error('detail_sample_rate = 1.5\n'))
+        self.assertEqual(
+            'fix PATH: [instrument] detail_sample_rate = 1.5: '
+            'must be a number from 0.0 to 1.0',
+            self.error('detail_sample_rate = 1.5\n'),
+        )
 
     def test_list_of_choices(self):
-        self.assertEqual('fix PATH: [instrument] services = api, foo: must '
-                         'be a comma-separated list of api, conductor, '
-                         'scheduler, compute',
-                         self.error('services = api, foo\n'))
+        self.assertEqual(
+            'fix PATH: [instrument] services = api, foo: must '
+            'be a comma-separated list of api, conductor, '
+            'scheduler, compute',
+            self.error('services = api, foo\n'),
+        )
 
     def test_boolean(self):
-        self.assertEqual('fix PATH: [instrument] sql_timing = maybe: must '
-                         'be true or false',
-                         self.error('sql_timing = maybe\n'))
+        self.assertEqual(
+            'fix PATH: [instrument] sql_timing = maybe: must be true or false',
+            self.error('sql_timing = maybe\n'),
+        )
 
     def test_rule_of_the_runtime(self):
-        self.assertEqual('fix nova.conf: [instrument] output_dir: must be '
-                         'set when the "file" sink is used',
-                         self.error('output_dir =\n'))
+        self.assertEqual(
+            'fix nova.conf: [instrument] output_dir: must be '
+            'set when the "file" sink is used',
+            self.error('output_dir =\n'),
+        )
 
 
 class HoldTest(base.TestCase):
@@ -176,18 +213,23 @@ class HoldTest(base.TestCase):
         logging.getLogger().handlers = self.root_handlers
         startlog.release()
         lines = self.logger.output.splitlines()
-        self.assertEqual(['INFO instrument.somewhere line %d' % n
-                          for n in range(startlog.LIMIT)],
-                         lines[:startlog.LIMIT])
+        self.assertEqual(
+            [
+                'INFO instrument.somewhere line %d' % n
+                for n in range(startlog.LIMIT)
+            ],
+            lines[: startlog.LIMIT],
+        )
         self.assertEqual(
             'WARNING instrument.runtime.startlog instrument: 5 more start-up '
             'log lines were dropped (at most %d are kept until logging is set '
-            'up)' % startlog.LIMIT, lines[startlog.LIMIT])
+            'up)' % startlog.LIMIT,
+            lines[startlog.LIMIT],
+        )
         self.assertEqual(startlog.LIMIT + 1, len(lines))
         # back to normal
         self.assertFalse(startlog.holding())
-        self.assertEqual(logging.NOTSET,
-                         logging.getLogger('instrument').level)
+        self.assertEqual(logging.NOTSET, logging.getLogger('instrument').level)
         self.assertTrue(logging.getLogger('instrument').propagate)
         log.info('after')
         self.assertIn('INFO instrument.somewhere after', self.logger.output)

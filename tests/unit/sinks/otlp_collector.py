@@ -33,8 +33,14 @@ import threading
 import fixtures
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-_KINDS = {0: 'UNSPECIFIED', 1: 'INTERNAL', 2: 'SERVER', 3: 'CLIENT',
-          4: 'PRODUCER', 5: 'CONSUMER'}
+_KINDS = {
+    0: 'UNSPECIFIED',
+    1: 'INTERNAL',
+    2: 'SERVER',
+    3: 'CLIENT',
+    4: 'PRODUCER',
+    5: 'CONSUMER',
+}
 
 
 def _any_value(value):
@@ -44,8 +50,9 @@ def _any_value(value):
     if which == 'array_value':
         return [_any_value(v) for v in value.array_value.values]
     if which == 'kvlist_value':
-        return {kv.key: _any_value(kv.value)
-                for kv in value.kvlist_value.values}
+        return {
+            kv.key: _any_value(kv.value) for kv in value.kvlist_value.values
+        }
     return getattr(value, which)
 
 
@@ -62,24 +69,31 @@ def decode(requests) -> list:
             resource = _attrs(rs.resource.attributes)
             for ss in rs.scope_spans:
                 for span in ss.spans:
-                    out.append({
-                        'trace': span.trace_id.hex(),
-                        'span': span.span_id.hex(),
-                        'parent': span.parent_span_id.hex() or None,
-                        'name': span.name,
-                        'kind': _KINDS[span.kind],
-                        'start': span.start_time_unix_nano,
-                        'end': span.end_time_unix_nano,
-                        'attrs': _attrs(span.attributes),
-                        'resource': resource,
-                        'scope': ss.scope.name,
-                        'status': (span.status.code, span.status.message),
-                        # (not in opentelemetry-proto < 1.26)
-                        'flags': getattr(span, 'flags', None),
-                        'events': [(e.name, e.time_unix_nano,
-                                    _attrs(e.attributes))
-                                   for e in span.events],
-                    })
+                    out.append(
+                        {
+                            'trace': span.trace_id.hex(),
+                            'span': span.span_id.hex(),
+                            'parent': span.parent_span_id.hex() or None,
+                            'name': span.name,
+                            'kind': _KINDS[span.kind],
+                            'start': span.start_time_unix_nano,
+                            'end': span.end_time_unix_nano,
+                            'attrs': _attrs(span.attributes),
+                            'resource': resource,
+                            'scope': ss.scope.name,
+                            'status': (span.status.code, span.status.message),
+                            # (not in opentelemetry-proto < 1.26)
+                            'flags': getattr(span, 'flags', None),
+                            'events': [
+                                (
+                                    e.name,
+                                    e.time_unix_nano,
+                                    _attrs(e.attributes),
+                                )
+                                for e in span.events
+                            ],
+                        }
+                    )
     return out
 
 
@@ -103,13 +117,13 @@ class _Collector(fixtures.Fixture):
     def wait_spans(self, count: int, timeout: float = 15.0) -> list:
         """Wait until at least ``count`` spans arrived; returns them all."""
         with self._cond:
-            self._cond.wait_for(lambda: len(decode(self.requests)) >= count,
-                                timeout)
+            self._cond.wait_for(
+                lambda: len(decode(self.requests)) >= count, timeout
+            )
             return decode(list(self.requests))
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-
     collector = None
 
     def do_POST(self):  # noqa: N802 - http.server's naming
@@ -143,13 +157,16 @@ class HttpCollector(_Collector):
     def _setUp(self) -> None:
         handler = type('Handler', (_Handler,), {'collector': self})
         self.server = http.server.ThreadingHTTPServer(
-            ('127.0.0.1', self.port), handler)
+            ('127.0.0.1', self.port), handler
+        )
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.endpoint = 'http://127.0.0.1:%d/v1/traces' % self.port
-        thread = threading.Thread(target=self.server.serve_forever,
-                                  kwargs={'poll_interval': 0.05},
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={'poll_interval': 0.05},
+            daemon=True,
+        )
         thread.start()
         self.addCleanup(thread.join, 5)
         self.addCleanup(self.server.server_close)
@@ -178,7 +195,8 @@ class GrpcCollector(_Collector):
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            Service(), self.server)
+            Service(), self.server
+        )
         self.port = self.server.add_insecure_port('127.0.0.1:0')
         self.endpoint = 'http://127.0.0.1:%d' % self.port
         self.server.start()

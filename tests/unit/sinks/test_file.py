@@ -54,7 +54,6 @@ def spawn(context, path):
 
 
 class SetupTestBase(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.mod_name = self.make_module(SERVICE)
@@ -65,12 +64,16 @@ class SetupTestBase(base.TestCase):
         overrides.setdefault('flush_interval', 0.05)
         conf = self.make_conf(**overrides)
         points = [
-            patcher.PatchPoint(self.mod_name, 'quick', 'compute.quick',
-                               'compute'),
-            patcher.PatchPoint(self.mod_name, 'hang', 'compute.hang',
-                               'compute'),
-            patcher.PatchPoint(self.mod_name, 'spawn', 'compute.spawn',
-                               'compute')]
+            patcher.PatchPoint(
+                self.mod_name, 'quick', 'compute.quick', 'compute'
+            ),
+            patcher.PatchPoint(
+                self.mod_name, 'hang', 'compute.hang', 'compute'
+            ),
+            patcher.PatchPoint(
+                self.mod_name, 'spawn', 'compute.spawn', 'compute'
+            ),
+        ]
         return instrument.setup(conf, 'nova-compute', points=points)
 
     def wait_for(self, predicate, timeout=10.0):
@@ -84,7 +87,6 @@ class SetupTestBase(base.TestCase):
 
 
 class FileSinkTest(SetupTestBase):
-
     def test_lines_are_valid_schema_records(self):
         rt = self.setup_runtime()
         mod = __import__(self.mod_name)
@@ -93,13 +95,19 @@ class FileSinkTest(SetupTestBase):
         lifecycle.teardown()
         files = base.read_span_files(os.path.join(self.tmp, 'spans'))
         [(name, records)] = files.items()
-        self.assertTrue(name.startswith(rt.identity.host + '_nova-compute_'
-                                        + str(os.getpid()) + '_'), name)
+        self.assertTrue(
+            name.startswith(
+                rt.identity.host + '_nova-compute_' + str(os.getpid()) + '_'
+            ),
+            name,
+        )
         self.assertTrue(name.endswith('.jsonl'))
         self.assertEqual('process.start', records[0]['ev'])
         self.assertEqual('nova-compute', records[0]['attrs']['service'])
-        self.assertIn('%s:quick' % self.mod_name,
-                      records[0]['attrs']['points']['patched'])
+        self.assertIn(
+            '%s:quick' % self.mod_name,
+            records[0]['attrs']['points']['patched'],
+        )
         done = [r for r in records if r['ph'] == 'X']
         self.assertEqual(5, len(done))
         for rec in done:
@@ -118,8 +126,12 @@ class FileSinkTest(SetupTestBase):
         def hang_begun():
             if not os.path.isdir(out):
                 return None
-            recs = [r for rs in base.read_span_files(out).values()
-                    for r in rs if r['ev'] == 'compute.hang']
+            recs = [
+                r
+                for rs in base.read_span_files(out).values()
+                for r in rs
+                if r['ev'] == 'compute.hang'
+            ]
             return recs or None
 
         recs = self.wait_for(hang_begun)
@@ -127,8 +139,12 @@ class FileSinkTest(SetupTestBase):
         mod.gate.set()
         worker.join()
         lifecycle.teardown()
-        recs = [r for rs in base.read_span_files(out).values()
-                for r in rs if r['ev'] == 'compute.hang']
+        recs = [
+            r
+            for rs in base.read_span_files(out).values()
+            for r in rs
+            if r['ev'] == 'compute.hang'
+        ]
         self.assertEqual(['B', 'X'], [r['ph'] for r in recs])
 
     def test_unwritable_directory_keeps_the_service_running(self):
@@ -142,8 +158,9 @@ class FileSinkTest(SetupTestBase):
             rt.buffer.drain()
         file_drops = rt.buffer.counts()['file']
         self.assertGreaterEqual(file_drops, 3)
-        self.assertEqual(1, self.logger.output.count(
-            'cannot write span events'))
+        self.assertEqual(
+            1, self.logger.output.count('cannot write span events')
+        )
 
     def test_full_disk_counts_and_resumes(self):
         rt = self.setup_runtime()
@@ -161,8 +178,9 @@ class FileSinkTest(SetupTestBase):
             mod.quick(mod.Ctx())
             rt.buffer.drain()
         self.assertEqual(3, sink.dropped)
-        self.assertEqual(1, self.logger.output.count(
-            'cannot write span events'))
+        self.assertEqual(
+            1, self.logger.output.count('cannot write span events')
+        )
         del sink._os_write
         mod.quick(mod.Ctx())
         rt.buffer.drain()
@@ -186,36 +204,48 @@ class FileSinkTest(SetupTestBase):
         lifecycle.teardown()
         self.assertEqual(0, rt.buffer.counts()['file'])
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         spawns = [r for r in records if r['ev'] == 'compute.spawn']
         self.assertEqual(6, len(spawns))
-        self.assertEqual(294, len([r for r in records
-                                   if r['ev'] == 'compute.quick']))
+        self.assertEqual(
+            294, len([r for r in records if r['ev'] == 'compute.quick'])
+        )
         self.assertEqual(
             'cannot open the disk image /var/lib/nova/instances/'
-            '\\xe9t\\xe9/disk', spawns[0]['err']['msg'])
-        self.assertEqual(list(range(1, len(records) + 1)),
-                         [r['seq'] for r in records])
+            '\\xe9t\\xe9/disk',
+            spawns[0]['err']['msg'],
+        )
+        self.assertEqual(
+            list(range(1, len(records) + 1)), [r['seq'] for r in records]
+        )
 
     def test_file_name_is_safe(self):
         name = file_sink.file_name('cmp/1 x', 'nova-compute', 42, 0.0)
-        self.assertEqual('cmp-1-x_nova-compute_42_19700101T000000.jsonl',
-                         name)
+        self.assertEqual('cmp-1-x_nova-compute_42_19700101T000000.jsonl', name)
 
 
 class LogSinkTest(SetupTestBase):
-
     def test_events_go_to_the_service_log(self):
         self.setup_runtime(sinks=['log'])
         mod = __import__(self.mod_name)
         mod.quick(mod.Ctx())
         lifecycle.teardown()
-        lines = [line for line in self.logger.output.splitlines()
-                 if line.startswith('INFO instrument.spans ')]
+        lines = [
+            line
+            for line in self.logger.output.splitlines()
+            if line.startswith('INFO instrument.spans ')
+        ]
         records = [json.loads(line.split(' ', 2)[2]) for line in lines]
-        self.assertEqual(['process.start', 'process.points',
-                          'compute.quick', 'process.end'],
-                         [r['ev'] for r in records])
+        self.assertEqual(
+            [
+                'process.start',
+                'process.points',
+                'compute.quick',
+                'process.end',
+            ],
+            [r['ev'] for r in records],
+        )
         self.assertEqual('X', records[-2]['ph'])
         self.assertFalse(os.path.exists(os.path.join(self.tmp, 'spans')))
 
@@ -225,13 +255,13 @@ class LogSinkTest(SetupTestBase):
         mod.quick(mod.Ctx())
         lifecycle.teardown()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         self.assertEqual(4, len(records))
         self.assertEqual(4, self.logger.output.count('INFO instrument.spans'))
 
 
 class SetupTest(SetupTestBase):
-
     def test_disabled_patches_nothing(self):
         conf = self.make_conf(enabled=False)
         self.assertIsNone(instrument.setup(conf, 'nova-compute'))
@@ -252,25 +282,31 @@ class SetupTest(SetupTestBase):
         conf = self.make_conf()
         conf.set_override('sinks', [], 'instrument')
         from instrument import opts
-        exc = self.assertRaises(opts.InvalidOption, instrument.setup, conf,
-                                'nova-compute')
+
+        exc = self.assertRaises(
+            opts.InvalidOption, instrument.setup, conf, 'nova-compute'
+        )
         self.assertEqual('sinks', exc.option)
         self.assertIsNone(lifecycle.active())
 
 
 def _events(first: int, count: int) -> list:
-    return [record.counter('test.event', 'h1', 'compute', 1700000000000000,
-                           {'n': n}) for n in range(first, first + count)]
+    return [
+        record.counter(
+            'test.event', 'h1', 'compute', 1700000000000000, {'n': n}
+        )
+        for n in range(first, first + count)
+    ]
 
 
 class _SinkTestBase(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.out = os.path.join(self.tmp, 'spans')
         self.conf = self.make_conf(output_dir=self.out)
         self.sink = file_sink.FileSink(
-            self.conf, process.ProcessIdentity.create('nova-compute', 'h1'))
+            self.conf, process.ProcessIdentity.create('nova-compute', 'h1')
+        )
         self.addCleanup(self.sink.close)
         self.seq = 1
 
@@ -351,11 +387,18 @@ class RotationTest(_SinkTestBase):
     def setup_runtime(self):
         self.mod_name = self.make_module(SERVICE)
         self.addCleanup(lifecycle.teardown)
-        conf = self.make_conf(output_dir=self.out, sql_timing=False,
-                              flush_interval=60.0)
-        return instrument.setup(conf, 'nova-compute', points=[
-            patcher.PatchPoint(self.mod_name, 'quick', 'compute.quick',
-                               'compute')])
+        conf = self.make_conf(
+            output_dir=self.out, sql_timing=False, flush_interval=60.0
+        )
+        return instrument.setup(
+            conf,
+            'nova-compute',
+            points=[
+                patcher.PatchPoint(
+                    self.mod_name, 'quick', 'compute.quick', 'compute'
+                )
+            ],
+        )
 
 
 class PartialWriteTest(_SinkTestBase):
@@ -417,9 +460,9 @@ class PartialWriteTest(_SinkTestBase):
         with open(self.sink.path, 'rb') as f:
             line = len(f.read())
         self._fail_after(line // 2)
-        self.write(1)   # cut in the middle
+        self.write(1)  # cut in the middle
         self._fail_after(0)
-        self.write(1)   # nothing written, not even the newline owed
+        self.write(1)  # nothing written, not even the newline owed
         self.assertEqual(2, self.sink.dropped)
         del self.sink._os_write
         self.write(1)

@@ -41,8 +41,10 @@ def promtool():
     installs Debian's prometheus), elsewhere the test is skipped."""
     path = shutil.which(PROMTOOL)
     if path is None and os.environ.get('CI') == 'true':
-        raise AssertionError('promtool is missing: apt-get install '
-                             'prometheus (.ci/run need_tool)')
+        raise AssertionError(
+            'promtool is missing: apt-get install '
+            'prometheus (.ci/run need_tool)'
+        )
     return path
 
 
@@ -81,26 +83,28 @@ def families(text):
 
 
 def value(family, name, **labels):
-    found = [s.value for s in family.samples
-             if s.name == name and all(s.labels.get(k) == v
-                                       for k, v in labels.items())]
+    found = [
+        s.value
+        for s in family.samples
+        if s.name == name
+        and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(found) == 1, (name, labels, family.samples)
     return found[0]
 
 
 SAMPLE = [
     agg.span('conductor.build_instances', 500),
-    agg.span('conductor.build_instances', 2000,
-             err='nova.exception.NoValidHost'),
+    agg.span(
+        'conductor.build_instances', 2000, err='nova.exception.NoValidHost'
+    ),
     agg.sql('a' * 32, 1500, rows=3),
-    agg.sql('b' * 32, 2000, kind='UPDATE',
-            err='oslo_db.exception.DBDeadlock'),
+    agg.sql('b' * 32, 2000, kind='UPDATE', err='oslo_db.exception.DBDeadlock'),
     agg.lock('compute_resources', 2000, 30000),
 ]
 
 
 class ExpositionTest(base.TestCase):
-
     def test_parsed_back_by_prometheus_client(self):
         out = os.path.join(self.tmp, 'm')
         write_state(out, 'nova-conductor', 101, SAMPLE)
@@ -110,36 +114,80 @@ class ExpositionTest(base.TestCase):
         span = fams['instrument_span_duration_seconds']
         self.assertEqual('histogram', span.type)
         self.assertTrue(span.documentation)
-        cond = dict(service='nova-conductor', component='conductor',
-                    event='conductor.build_instances')
+        cond = dict(
+            service='nova-conductor',
+            component='conductor',
+            event='conductor.build_instances',
+        )
         # two workers' samples summed: 3 calls, 2 of them <= 1 ms
-        self.assertEqual(3, value(
-            span, 'instrument_span_duration_seconds_count', **cond))
-        self.assertEqual(2, value(
-            span, 'instrument_span_duration_seconds_bucket', le='0.001',
-            **cond))
-        self.assertEqual(3, value(
-            span, 'instrument_span_duration_seconds_bucket', le='+Inf',
-            **cond))
-        self.assertAlmostEqual(0.003, value(
-            span, 'instrument_span_duration_seconds_sum', **cond))
-        self.assertEqual(1, value(
-            span, 'instrument_span_duration_seconds_count',
-            service='nova-scheduler'))
+        self.assertEqual(
+            3, value(span, 'instrument_span_duration_seconds_count', **cond)
+        )
+        self.assertEqual(
+            2,
+            value(
+                span,
+                'instrument_span_duration_seconds_bucket',
+                le='0.001',
+                **cond,
+            ),
+        )
+        self.assertEqual(
+            3,
+            value(
+                span,
+                'instrument_span_duration_seconds_bucket',
+                le='+Inf',
+                **cond,
+            ),
+        )
+        self.assertAlmostEqual(
+            0.003, value(span, 'instrument_span_duration_seconds_sum', **cond)
+        )
+        self.assertEqual(
+            1,
+            value(
+                span,
+                'instrument_span_duration_seconds_count',
+                service='nova-scheduler',
+            ),
+        )
         # counters: the parser names the family without _total
         errors = fams['instrument_span_errors']
         self.assertEqual('counter', errors.type)
-        self.assertEqual(1, value(errors, 'instrument_span_errors_total',
-                                  error='nova.exception.NoValidHost'))
-        self.assertEqual(1, value(
-            fams['instrument_sql_deadlocks'],
-            'instrument_sql_deadlocks_total', db='nova', query='b' * 32))
-        self.assertAlmostEqual(0.0015, value(
-            fams['instrument_sql_duration_seconds'],
-            'instrument_sql_duration_seconds_total', query='a' * 32))
-        self.assertEqual(0.03, value(
-            fams['instrument_lock_held_seconds'],
-            'instrument_lock_held_seconds_total', lock='compute_resources'))
+        self.assertEqual(
+            1,
+            value(
+                errors,
+                'instrument_span_errors_total',
+                error='nova.exception.NoValidHost',
+            ),
+        )
+        self.assertEqual(
+            1,
+            value(
+                fams['instrument_sql_deadlocks'],
+                'instrument_sql_deadlocks_total',
+                db='nova',
+                query='b' * 32,
+            ),
+        )
+        self.assertAlmostEqual(
+            0.0015,
+            value(
+                fams['instrument_sql_duration_seconds'],
+                'instrument_sql_duration_seconds_total',
+                query='a' * 32,
+            ),
+        )
+        self.assertEqual(
+            0.03,
+            value(
+                fams['instrument_lock_held_seconds'],
+                'instrument_lock_held_seconds_total',
+                lock='compute_resources',
+            ),
+        )
 
     def test_label_values_are_escaped(self):
         out = os.path.join(self.tmp, 'm')
@@ -147,9 +195,14 @@ class ExpositionTest(base.TestCase):
         write_state(out, 'nova-compute', 101, [agg.lock(odd, 10, 10)])
         text = metrics_sink.exposition(out)
         fams = families(text)
-        self.assertEqual(1, value(fams['instrument_lock_wait_seconds'],
-                                  'instrument_lock_wait_seconds_count',
-                                  lock=odd))
+        self.assertEqual(
+            1,
+            value(
+                fams['instrument_lock_wait_seconds'],
+                'instrument_lock_wait_seconds_count',
+                lock=odd,
+            ),
+        )
 
     def test_promtool_check_metrics(self):
         tool = promtool()
@@ -157,16 +210,27 @@ class ExpositionTest(base.TestCase):
             self.skipTest('promtool is not installed')
         out = os.path.join(self.tmp, 'm')
         ksa = list(agg.span('ksa.request', 3000, svc='compute'))
-        ksa[-1] = {'service_type': 'placement', 'method': 'GET',
-                   'route': '/resource_providers/{id}', 'status': 200}
-        write_state(out, 'nova-conductor', 101, SAMPLE + [
-            agg.lock('odd "name"\\', 10, 10), tuple(ksa)])
+        ksa[-1] = {
+            'service_type': 'placement',
+            'method': 'GET',
+            'route': '/resource_providers/{id}',
+            'status': 200,
+        }
+        write_state(
+            out,
+            'nova-conductor',
+            101,
+            SAMPLE + [agg.lock('odd "name"\\', 10, 10), tuple(ksa)],
+        )
         text = metrics_sink.exposition(out)
-        result = subprocess.run([tool, 'check', 'metrics'], input=text,
-                                capture_output=True, text=True,
-                                timeout=60)
-        self.assertEqual(0, result.returncode,
-                         result.stdout + result.stderr)
+        result = subprocess.run(
+            [tool, 'check', 'metrics'],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        self.assertEqual(0, result.returncode, result.stdout + result.stderr)
         self.assertEqual('', result.stdout + result.stderr)
 
     def test_empty_directory_is_an_empty_exposition(self):
@@ -183,7 +247,6 @@ class ExpositionTest(base.TestCase):
 
 
 class PruneTest(base.TestCase):
-
     def test_only_old_files_of_dead_processes_are_removed(self):
         out = os.path.join(self.tmp, 'm')
         dead = subprocess.Popen(['true'])
@@ -197,12 +260,12 @@ class PruneTest(base.TestCase):
         os.utime(alive, (old, old))
         os.utime(gone, (old, old))
         self.assertEqual([gone], metrics_sink.prune(out, 60, now))
-        self.assertEqual([alive], [d['path'] for d in
-                                   metrics_sink.read_states(out)])
+        self.assertEqual(
+            [alive], [d['path'] for d in metrics_sink.read_states(out)]
+        )
 
 
 class CommandTest(base.TestCase):
-
     def test_dump_writes_atomically(self):
         out = os.path.join(self.tmp, 'm')
         write_state(out, 'nova-api', 101, SAMPLE)
@@ -211,10 +274,12 @@ class CommandTest(base.TestCase):
         with open(target, encoding='utf-8') as f:
             text = f.read()
         self.assertEqual(metrics_sink.exposition(out), text)
-        self.assertIn('# TYPE instrument_span_duration_seconds histogram',
-                      text)
-        self.assertEqual(['instrument.prom', 'm', 'modules'],
-                         sorted(os.listdir(self.tmp)))
+        self.assertIn(
+            '# TYPE instrument_span_duration_seconds histogram', text
+        )
+        self.assertEqual(
+            ['instrument.prom', 'm', 'modules'], sorted(os.listdir(self.tmp))
+        )
 
     def test_serve_answers_a_scrape(self):
         out = os.path.join(self.tmp, 'm')
@@ -222,6 +287,7 @@ class CommandTest(base.TestCase):
         server = metrics_cmd.make_server([out], '127.0.0.1', 0)
         self.addCleanup(server.server_close)
         import threading
+
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         self.addCleanup(server.shutdown)
@@ -233,14 +299,15 @@ class CommandTest(base.TestCase):
         again = scrape(port)[1]
         cond = dict(service='nova-api', event='conductor.build_instances')
         span = 'instrument_span_duration_seconds'
-        self.assertEqual(2, value(families(text)[span], span + '_count',
-                                  **cond))
-        self.assertEqual(4, value(families(again)[span], span + '_count',
-                                  **cond))
+        self.assertEqual(
+            2, value(families(text)[span], span + '_count', **cond)
+        )
+        self.assertEqual(
+            4, value(families(again)[span], span + '_count', **cond)
+        )
 
 
 class SetupTest(test_file.SetupTestBase):
-
     def test_metrics_dir_off_by_default(self):
         rt = self.setup_runtime()
         self.assertEqual([], rt.buffer._observers)
@@ -256,7 +323,12 @@ class SetupTest(test_file.SetupTestBase):
         self.assertEqual(os.getpid(), doc['pid'])
         self.assertTrue(doc['final'])
         fams = families(metrics_sink.exposition(out))
-        self.assertEqual(3, value(
-            fams['instrument_span_duration_seconds'],
-            'instrument_span_duration_seconds_count',
-            service='nova-compute', event='compute.quick'))
+        self.assertEqual(
+            3,
+            value(
+                fams['instrument_span_duration_seconds'],
+                'instrument_span_duration_seconds_count',
+                service='nova-compute',
+                event='compute.quick',
+            ),
+        )

@@ -40,17 +40,24 @@ class Ctx:
 
 
 class OtlpTestBase(base.TestCase):
-
-    def make_service(self, endpoint, host='cmp1', service='nova-compute',
-                     extra_sinks=(), **overrides):
+    def make_service(
+        self,
+        endpoint,
+        host='cmp1',
+        service='nova-compute',
+        extra_sinks=(),
+        **overrides,
+    ):
         """A sink, its buffer and tracer for one fake service."""
         overrides.setdefault('otlp_timeout', 10.0)
-        conf = self.make_conf(sinks=['otlp'], otlp_endpoint=endpoint,
-                              **overrides)
+        conf = self.make_conf(
+            sinks=['otlp'], otlp_endpoint=endpoint, **overrides
+        )
         ident = process.ProcessIdentity.create(service, host)
         sink = otlp.OtlpSink(conf, ident)
-        buf = buffer.EventBuffer([sink] + list(extra_sinks), 100000, 60.0,
-                                 ident)
+        buf = buffer.EventBuffer(
+            [sink] + list(extra_sinks), 100000, 60.0, ident
+        )
         self.addCleanup(buf.close)
         return sink, buf, tracer.Tracer(recorder.Recorder(buf, ident))
 
@@ -64,15 +71,41 @@ def emit_sql(tr, fp=FP, db='nova_cell1'):
     """What the SQL listeners emit: a fingerprint once, then the query."""
     frame = recorder.current_frame()
     emit = tr.recorder.emit
-    emit(record.meta('sql.fingerprint', tr.host, tr.svc, 1,
-                     {'fp': fp, 'text': FP_TEXT, 'kind': 'SELECT'}))
+    emit(
+        record.meta(
+            'sql.fingerprint',
+            tr.host,
+            tr.svc,
+            1,
+            {'fp': fp, 'text': FP_TEXT, 'kind': 'SELECT'},
+        )
+    )
     span = recorder.new_span_id()
-    emit((schema.PH_COMPLETE, 1_700_000_000_000_000, 250, tr.host,
-          tr.svc, 1, 'sql.query', span, frame[recorder.F_SPAN],
-          frame[recorder.F_REQ], frame[recorder.F_GREQ],
-          frame[recorder.F_INST], schema.ST_OK, None,
-          {'fp': fp, 'db': db, 'kind': 'SELECT', 'rows': 1,
-           'call': frame[recorder.F_EV]}))
+    emit(
+        (
+            schema.PH_COMPLETE,
+            1_700_000_000_000_000,
+            250,
+            tr.host,
+            tr.svc,
+            1,
+            'sql.query',
+            span,
+            frame[recorder.F_SPAN],
+            frame[recorder.F_REQ],
+            frame[recorder.F_GREQ],
+            frame[recorder.F_INST],
+            schema.ST_OK,
+            None,
+            {
+                'fp': fp,
+                'db': db,
+                'kind': 'SELECT',
+                'rows': 1,
+                'call': frame[recorder.F_EV],
+            },
+        )
+    )
     return span
 
 
@@ -86,19 +119,31 @@ class TraceStructureTest(OtlpTestBase):
     def run_boot(self):
         memory = base.MemorySink()
         _, cbuf, ctr = self.make_service(
-            self.collector.endpoint, host='ctl1', service='nova-conductor')
+            self.collector.endpoint, host='ctl1', service='nova-conductor'
+        )
         _, mbuf, mtr = self.make_service(
-            self.collector.endpoint, extra_sinks=[memory])
-        with ctr.span('conductor.schedule_and_build_instances', ctx=Ctx(),
-                      inst=[INST]):
-            with ctr.span('rpc.cast', attrs={'method': 'build_and_run',
-                                             'topic': 'compute'}):
+            self.collector.endpoint, extra_sinks=[memory]
+        )
+        with ctr.span(
+            'conductor.schedule_and_build_instances', ctx=Ctx(), inst=[INST]
+        ):
+            with ctr.span(
+                'rpc.cast',
+                attrs={'method': 'build_and_run', 'topic': 'compute'},
+            ):
                 cast = recorder.current_frame()[recorder.F_SPAN]
         # The compute side: its first span's parent is the sender's span.
-        with mtr.span('rpc.dispatch', ctx=Ctx(), remote_parent=cast,
-                      attrs={'method': 'build_and_run', 'topic': 'compute'}):
-            with mtr.span('compute.build', inst=[INST],
-                          attrs={'outcome': 'active', 'attempt': 1}):
+        with mtr.span(
+            'rpc.dispatch',
+            ctx=Ctx(),
+            remote_parent=cast,
+            attrs={'method': 'build_and_run', 'topic': 'compute'},
+        ):
+            with mtr.span(
+                'compute.build',
+                inst=[INST],
+                attrs={'outcome': 'active', 'attempt': 1},
+            ):
                 sql = emit_sql(mtr)
                 try:
                     with mtr.span('compute.spawn'):
@@ -114,12 +159,20 @@ class TraceStructureTest(OtlpTestBase):
     def test_one_trace_id_per_request_across_services(self):
         spans, by_name, _, _, _ = self.run_boot()
         self.assertEqual(6, len(spans))
-        self.assertEqual({recorder.trace_id_hex(REQ)},
-                         {s['trace'] for s in spans})
         self.assertEqual(
-            {'conductor.schedule_and_build_instances', 'rpc.cast',
-             'rpc.dispatch', 'compute.build', 'sql.query', 'compute.spawn'},
-            set(by_name))
+            {recorder.trace_id_hex(REQ)}, {s['trace'] for s in spans}
+        )
+        self.assertEqual(
+            {
+                'conductor.schedule_and_build_instances',
+                'rpc.cast',
+                'rpc.dispatch',
+                'compute.build',
+                'sql.query',
+                'compute.spawn',
+            },
+            set(by_name),
+        )
 
     def test_parent_links_cross_the_rpc_hop(self):
         _, by_name, cast, sql, _ = self.run_boot()
@@ -128,13 +181,17 @@ class TraceStructureTest(OtlpTestBase):
         self.assertEqual(root['span'], by_name['rpc.cast']['parent'])
         self.assertEqual('%016x' % cast, by_name['rpc.cast']['span'])
         self.assertEqual('%016x' % cast, by_name['rpc.dispatch']['parent'])
-        self.assertEqual(by_name['rpc.dispatch']['span'],
-                         by_name['compute.build']['parent'])
+        self.assertEqual(
+            by_name['rpc.dispatch']['span'], by_name['compute.build']['parent']
+        )
         self.assertEqual('%016x' % sql, by_name['sql.query']['span'])
-        self.assertEqual(by_name['compute.build']['span'],
-                         by_name['sql.query']['parent'])
-        self.assertEqual(by_name['compute.build']['span'],
-                         by_name['compute.spawn']['parent'])
+        self.assertEqual(
+            by_name['compute.build']['span'], by_name['sql.query']['parent']
+        )
+        self.assertEqual(
+            by_name['compute.build']['span'],
+            by_name['compute.spawn']['parent'],
+        )
         self.assertEqual('PRODUCER', by_name['rpc.cast']['kind'])
         self.assertEqual('SERVER', by_name['rpc.dispatch']['kind'])
         self.assertEqual('CLIENT', by_name['sql.query']['kind'])
@@ -152,8 +209,9 @@ class TraceStructureTest(OtlpTestBase):
         self.assertEqual('nova-compute', compute['service.name'])
         self.assertEqual('cmp1', compute['host.name'])
         self.assertEqual('cmp1:%d' % pid, compute['service.instance.id'])
-        self.assertEqual('openstack-instrument',
-                         by_name['compute.build']['scope'])
+        self.assertEqual(
+            'openstack-instrument', by_name['compute.build']['scope']
+        )
 
     def test_sql_spans_carry_fingerprint_and_database_only(self):
         _, by_name, _, _, _ = self.run_boot()
@@ -166,12 +224,24 @@ class TraceStructureTest(OtlpTestBase):
         self.assertEqual(REQ, attrs['instrument.req'])
         # Exactly these keys: nothing else (no parameters) can ride along.
         self.assertEqual(
-            {'instrument.ev', 'instrument.svc', 'instrument.req',
-             'instrument.greq', 'instrument.inst', 'thread.id',
-             'instrument.attrs.fp', 'instrument.attrs.db',
-             'instrument.attrs.kind', 'instrument.attrs.rows',
-             'instrument.attrs.call', 'db.namespace', 'db.operation.name',
-             'db.query.text'}, set(attrs))
+            {
+                'instrument.ev',
+                'instrument.svc',
+                'instrument.req',
+                'instrument.greq',
+                'instrument.inst',
+                'thread.id',
+                'instrument.attrs.fp',
+                'instrument.attrs.db',
+                'instrument.attrs.kind',
+                'instrument.attrs.rows',
+                'instrument.attrs.call',
+                'db.namespace',
+                'db.operation.name',
+                'db.query.text',
+            },
+            set(attrs),
+        )
 
     def test_attributes_times_and_errors_match_the_records(self):
         spans, by_name, _, _, memory = self.run_boot()
@@ -187,14 +257,14 @@ class TraceStructureTest(OtlpTestBase):
         self.assertEqual('ValueError', spawn['attrs']['error.type'])
         self.assertEqual(0, by_name['compute.build']['status'][0])
         recorded = {r['span']: r for r in memory.records if r['ph'] == 'X'}
-        compute_spans = [s for s in spans
-                         if s['resource']['host.name'] == 'cmp1']
+        compute_spans = [
+            s for s in spans if s['resource']['host.name'] == 'cmp1'
+        ]
         self.assertEqual(set(recorded), {s['span'] for s in compute_spans})
         for span in compute_spans:
             rec = recorded[span['span']]
             self.assertEqual(rec['ts'] * 1000, span['start'])
-            self.assertEqual((rec['ts'] + rec['dur_us']) * 1000,
-                             span['end'])
+            self.assertEqual((rec['ts'] + rec['dur_us']) * 1000, span['end'])
 
 
 class BothSinksTest(OtlpTestBase):
@@ -209,11 +279,18 @@ class BothSinksTest(OtlpTestBase):
         ''')
 
     def setup_runtime(self, endpoint, **overrides):
-        conf = self.make_conf(sinks=['file', 'otlp'], otlp_endpoint=endpoint,
-                              sql_timing=False, flush_interval=0.05,
-                              **overrides)
-        points = [patcher.PatchPoint(self.mod_name, 'build',
-                                     'compute.build', 'compute')]
+        conf = self.make_conf(
+            sinks=['file', 'otlp'],
+            otlp_endpoint=endpoint,
+            sql_timing=False,
+            flush_interval=0.05,
+            **overrides,
+        )
+        points = [
+            patcher.PatchPoint(
+                self.mod_name, 'build', 'compute.build', 'compute'
+            )
+        ]
         return instrument.setup(conf, 'nova-compute', points=points)
 
     def test_file_and_collector_both_get_every_span(self):
@@ -225,13 +302,15 @@ class BothSinksTest(OtlpTestBase):
         lifecycle.teardown()
         spans = collector.wait_spans(20)
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         done = {r['span']: r for r in records if r['ph'] == 'X'}
         self.assertEqual(20, len(done))
         self.assertEqual(set(done), {s['span'] for s in spans})
         for span in spans:
-            self.assertEqual(recorder.trace_id_hex(done[span['span']]['req']),
-                             span['trace'])
+            self.assertEqual(
+                recorder.trace_id_hex(done[span['span']]['req']), span['trace']
+            )
         # process.start feeds the resource.
         resource = spans[0]['resource']
         self.assertEqual('threads', resource['instrument.mode'])
@@ -249,7 +328,8 @@ class BothSinksTest(OtlpTestBase):
         rt.buffer.drain()
         lifecycle.teardown()
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         self.assertEqual(30, len([r for r in records if r['ph'] == 'X']))
         drops = [r['attrs'] for r in records if r['ev'] == 'sink.drops']
         self.assertEqual(30, drops[-1]['otlp'])
@@ -264,8 +344,11 @@ class DeadCollectorTest(OtlpTestBase):
         refusing = self.useFixture(otlp_collector.RefusingEndpoint())
         memory = base.MemorySink()
         sink, buf, tr = self.make_service(
-            refusing.endpoint, extra_sinks=[memory], otlp_timeout=0.5,
-            otlp_queue_size=64)
+            refusing.endpoint,
+            extra_sinks=[memory],
+            otlp_timeout=0.5,
+            otlp_queue_size=64,
+        )
         self.burst(tr, 1000)
         buf.drain()
         self.assertGreaterEqual(sink.dropped, 1000 - 64)
@@ -275,19 +358,23 @@ class DeadCollectorTest(OtlpTestBase):
         self.assertEqual(1000, buf.counts()['otlp'])
         # The memory sink got every span, and the drop report.
         buf.drain()
-        self.assertEqual(1000, len([r for r in memory.records
-                                    if r['ph'] == 'X']))
+        self.assertEqual(
+            1000, len([r for r in memory.records if r['ph'] == 'X'])
+        )
         drops = [r for r in memory.records if r['ev'] == 'sink.drops']
         self.assertEqual(1000, drops[-1]['attrs']['otlp'])
-        self.assertEqual(1, self.logger.output.count(
-            'cannot export spans to %s' % refusing.endpoint))
+        self.assertEqual(
+            1,
+            self.logger.output.count(
+                'cannot export spans to %s' % refusing.endpoint
+            ),
+        )
         # The SDK's own per-batch lines stay out of the service log.
         self.assertNotIn(' opentelemetry.', self.logger.output)
 
     def test_a_dead_collector_costs_one_batch_per_attempt(self):
         refusing = self.useFixture(otlp_collector.RefusingEndpoint())
-        sink, buf, tr = self.make_service(refusing.endpoint,
-                                          otlp_timeout=0.5)
+        sink, buf, tr = self.make_service(refusing.endpoint, otlp_timeout=0.5)
         self.burst(tr, 5000)
         buf.drain()
         self.assertTrue(sink.wait_idle(30))
@@ -298,15 +385,15 @@ class DeadCollectorTest(OtlpTestBase):
 
     def test_export_resumes_when_the_collector_comes_back(self):
         refusing = self.useFixture(otlp_collector.RefusingEndpoint())
-        sink, buf, tr = self.make_service(refusing.endpoint,
-                                          otlp_timeout=0.5)
+        sink, buf, tr = self.make_service(refusing.endpoint, otlp_timeout=0.5)
         self.burst(tr, 5)
         buf.drain()
         self.assertTrue(sink.wait_idle(30))
         self.assertEqual(5, sink.dropped)
         refusing.sock.close()
         collector = self.useFixture(
-            otlp_collector.HttpCollector(port=refusing.port))
+            otlp_collector.HttpCollector(port=refusing.port)
+        )
         self.burst(tr, 7, req='req-back')
         buf.drain()
         spans = collector.wait_spans(7)
@@ -314,8 +401,10 @@ class DeadCollectorTest(OtlpTestBase):
         self.assertTrue(sink.wait_idle(30))
         self.assertEqual(5, sink.dropped)
         self.assertEqual(7, sink.exported)
-        self.assertIn('exporting spans to %s again' % refusing.endpoint,
-                      self.logger.output)
+        self.assertIn(
+            'exporting spans to %s again' % refusing.endpoint,
+            self.logger.output,
+        )
 
 
 class HangingCollectorTest(OtlpTestBase):
@@ -326,8 +415,11 @@ class HangingCollectorTest(OtlpTestBase):
         hanging = self.useFixture(otlp_collector.HangingCollector())
         memory = base.MemorySink()
         sink, buf, tr = self.make_service(
-            hanging.endpoint, extra_sinks=[memory], otlp_timeout=120.0,
-            otlp_queue_size=256)
+            hanging.endpoint,
+            extra_sinks=[memory],
+            otlp_timeout=120.0,
+            otlp_queue_size=256,
+        )
         self.burst(tr, 1)
         buf.drain()
         self.assertTrue(hanging.connected.wait(15))
@@ -338,16 +430,19 @@ class HangingCollectorTest(OtlpTestBase):
         self.burst(tr, 2000)
         buf.drain()
         self.assertGreater(hanging.holding(), 0)
-        self.assertEqual(4001, len([r for r in memory.records
-                                    if r['ph'] == 'X']))
+        self.assertEqual(
+            4001, len([r for r in memory.records if r['ph'] == 'X'])
+        )
         self.assertEqual(4000 - 256, sink.dropped)
         self.assertEqual(0, sink.exported)
         buf.close()
         # close() gave up on the hung export instead of waiting for it.
         self.assertGreater(hanging.holding(), 0)
         self.assertEqual(4001, sink.dropped)
-        self.assertIn('257 spans not exported to %s at exit'
-                      % hanging.endpoint, self.logger.output)
+        self.assertIn(
+            '257 spans not exported to %s at exit' % hanging.endpoint,
+            self.logger.output,
+        )
 
 
 class GrpcTest(OtlpTestBase):
@@ -355,26 +450,33 @@ class GrpcTest(OtlpTestBase):
 
     def test_grpc_export_keeps_the_trace_structure(self):
         collector = self.useFixture(otlp_collector.GrpcCollector())
-        sink, buf, tr = self.make_service(collector.endpoint,
-                                          otlp_protocol='grpc')
-        with tr.span('rpc.dispatch', ctx=Ctx(), remote_parent=0xabc):
+        sink, buf, tr = self.make_service(
+            collector.endpoint, otlp_protocol='grpc'
+        )
+        with tr.span('rpc.dispatch', ctx=Ctx(), remote_parent=0xABC):
             with tr.span('compute.build'):
                 emit_sql(tr)
         buf.drain()
         spans = {s['name']: s for s in collector.wait_spans(3)}
-        self.assertEqual({'rpc.dispatch', 'compute.build', 'sql.query'},
-                         set(spans))
-        self.assertEqual({recorder.trace_id_hex(REQ)},
-                         {s['trace'] for s in spans.values()})
-        self.assertEqual('%016x' % 0xabc, spans['rpc.dispatch']['parent'])
-        self.assertEqual(spans['rpc.dispatch']['span'],
-                         spans['compute.build']['parent'])
-        self.assertEqual(spans['compute.build']['span'],
-                         spans['sql.query']['parent'])
-        self.assertEqual('nova-compute',
-                         spans['sql.query']['resource']['service.name'])
-        self.assertEqual(FP, spans['sql.query']['attrs'][
-            'instrument.attrs.fp'])
+        self.assertEqual(
+            {'rpc.dispatch', 'compute.build', 'sql.query'}, set(spans)
+        )
+        self.assertEqual(
+            {recorder.trace_id_hex(REQ)}, {s['trace'] for s in spans.values()}
+        )
+        self.assertEqual('%016x' % 0xABC, spans['rpc.dispatch']['parent'])
+        self.assertEqual(
+            spans['rpc.dispatch']['span'], spans['compute.build']['parent']
+        )
+        self.assertEqual(
+            spans['compute.build']['span'], spans['sql.query']['parent']
+        )
+        self.assertEqual(
+            'nova-compute', spans['sql.query']['resource']['service.name']
+        )
+        self.assertEqual(
+            FP, spans['sql.query']['attrs']['instrument.attrs.fp']
+        )
         self.assertTrue(sink.wait_idle(15))
         self.assertEqual(3, sink.exported)
         self.assertEqual(0, sink.dropped)
@@ -382,14 +484,19 @@ class GrpcTest(OtlpTestBase):
     def test_grpc_refused_counts_drops(self):
         refusing = self.useFixture(otlp_collector.RefusingEndpoint())
         sink, buf, tr = self.make_service(
-            refusing.grpc_endpoint, otlp_protocol='grpc', otlp_timeout=0.5)
+            refusing.grpc_endpoint, otlp_protocol='grpc', otlp_timeout=0.5
+        )
         self.burst(tr, 50)
         buf.drain()
         self.assertTrue(sink.wait_idle(30))
         self.assertEqual(0, sink.exported)
         self.assertEqual(50, sink.dropped)
-        self.assertEqual(1, self.logger.output.count(
-            'cannot export spans to %s' % refusing.grpc_endpoint))
+        self.assertEqual(
+            1,
+            self.logger.output.count(
+                'cannot export spans to %s' % refusing.grpc_endpoint
+            ),
+        )
 
     def test_default_endpoint_follows_the_protocol(self):
         conf = self.make_conf(sinks=['otlp'], otlp_protocol='grpc')

@@ -43,7 +43,6 @@ def _point(points, event):
 
 
 class NovaHookTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.buffer, self.recorder = base.list_recorder()
@@ -56,14 +55,17 @@ class NovaHookTest(base.TestCase):
         self.addCleanup(patcher.remove)
         patcher.apply()
         target = nova.NovaTarget()
-        loaded = _point(target.points(_ctx(self.make_conf(), self.recorder,
-                                           patcher)), 'compute.driver')
+        loaded = _point(
+            target.points(_ctx(self.make_conf(), self.recorder, patcher)),
+            'compute.driver',
+        )
         loaded.on_exit(None, (), {}, mod.FakeDriver())
         spawn = '%s:BaseDriver.spawn' % mod.__name__
         self.assertEqual([spawn], patcher.banner()['patched'])
         self.assertEqual('spawned', mod.FakeDriver().spawn(None, None))
-        self.assertEqual(['compute.spawn'],
-                         [e['ev'] for e in self.buffer.dicts()])
+        self.assertEqual(
+            ['compute.spawn'], [e['ev'] for e in self.buffer.dicts()]
+        )
 
     def test_services_filter_the_points(self):
         target = nova.NovaTarget()
@@ -72,51 +74,69 @@ class NovaHookTest(base.TestCase):
         target.install(_ctx(conf, self.recorder, patcher))
         self.addCleanup(target.remove)
         names = patcher.banner()['pending']
-        self.assertIn('nova.scheduler.manager:SchedulerManager.'
-                      'select_destinations', names)
-        self.assertNotIn('nova.compute.manager:ComputeManager.'
-                         '_do_build_and_run_instance', names)
+        self.assertIn(
+            'nova.scheduler.manager:SchedulerManager.select_destinations',
+            names,
+        )
+        self.assertNotIn(
+            'nova.compute.manager:ComputeManager._do_build_and_run_instance',
+            names,
+        )
         # Points of no component (spawn_on, the driver) are kept.
         self.assertIn('nova.thread_pool_factory:spawn_on', names)
 
 
 class OsloMessagingTest(base.TestCase):
-
     def test_dispatch_service_comes_from_the_application_target(self):
-        endpoint_cls = type('ComputeManager', (), {
-            '__module__': 'nova.compute.manager', 'host': 'cmp-4'})
+        endpoint_cls = type(
+            'ComputeManager',
+            (),
+            {'__module__': 'nova.compute.manager', 'host': 'cmp-4'},
+        )
         other_cls = type('Other', (), {'__module__': 'x.manager'})
         conf = self.make_conf()
         with_nova = oslo_messaging.OsloMessagingTarget().points(
-            _ctx(conf, None, None, [nova.NovaTarget()]))
+            _ctx(conf, None, None, [nova.NovaTarget()])
+        )
         alone = oslo_messaging.OsloMessagingTarget().points(
-            _ctx(conf, None, None, []))
+            _ctx(conf, None, None, [])
+        )
         for points, expected in ((with_nova, 'compute'), (alone, None)):
             dispatch = _point(points, 'rpc.dispatch')
-            self.assertEqual(expected, dispatch.service_from(
-                None, (endpoint_cls(), 'build'), {}))
-            self.assertIsNone(dispatch.service_from(
-                None, (other_cls(), 'x'), {}))
-            self.assertEqual('cmp-4', dispatch.host(
-                None, (endpoint_cls(), 'build'), {}))
+            self.assertEqual(
+                expected,
+                dispatch.service_from(None, (endpoint_cls(), 'build'), {}),
+            )
+            self.assertIsNone(
+                dispatch.service_from(None, (other_cls(), 'x'), {})
+            )
+            self.assertEqual(
+                'cmp-4', dispatch.host(None, (endpoint_cls(), 'build'), {})
+            )
 
     def test_traceparent_names_the_sending_span(self):
         recorder = recorder_mod.Recorder(
-            base.ListBuffer(), process.ProcessIdentity.create('nova-api',
-                                                              'h'))
+            base.ListBuffer(), process.ProcessIdentity.create('nova-api', 'h')
+        )
         ctxt = {'request_id': 'req-1'}
         # Outside an RPC span: nothing is added.
         oslo_messaging._inject_traceparent(None, (None, ctxt), {})
         self.assertNotIn(oslo_messaging.TRACEPARENT_KEY, ctxt)
-        rec = recorder.begin('rpc.call', None, None, ctxt, None, None,
-                             None)
+        rec = recorder.begin('rpc.call', None, None, ctxt, None, None, None)
         try:
             oslo_messaging._inject_traceparent(None, (None, ctxt), {})
         finally:
             recorder.end(rec, recorder.clock())
         value = ctxt[oslo_messaging.TRACEPARENT_KEY]
-        self.assertEqual('00-%s-%016x-01' % (
-            recorder_mod.trace_id_hex('req-1'), rec[recorder_mod.record
-                                                   .I_SPAN]), value)
-        self.assertEqual('%016x' % rec[recorder_mod.record.I_SPAN],
-                         oslo_messaging._remote_span(ctxt))
+        self.assertEqual(
+            '00-%s-%016x-01'
+            % (
+                recorder_mod.trace_id_hex('req-1'),
+                rec[recorder_mod.record.I_SPAN],
+            ),
+            value,
+        )
+        self.assertEqual(
+            '%016x' % rec[recorder_mod.record.I_SPAN],
+            oslo_messaging._remote_span(ctxt),
+        )

@@ -72,32 +72,38 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 class KeystoneauthTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
-        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0),
-                                                      Handler)
+        self.server = http.server.ThreadingHTTPServer(
+            ('127.0.0.1', 0), Handler
+        )
         self.server.daemon_threads = True
-        thread = threading.Thread(target=self.server.serve_forever,
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self.server.serve_forever, daemon=True
+        )
         thread.start()
         self.addCleanup(self.server.server_close)
         self.addCleanup(self.server.shutdown)
         self.endpoint = 'http://127.0.0.1:%d/placement' % (
-            self.server.server_port)
+            self.server.server_port
+        )
         self.buffer, self.recorder = base.list_recorder()
-        patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS),
-                                      self.recorder, 'keystoneauth1')
+        patcher = patcher_mod.Patcher(
+            list(keystoneauth.KSA_POINTS), self.recorder, 'keystoneauth1'
+        )
         patcher.apply()
         self.addCleanup(patcher.remove)
         self.session = ksa_session.Session(
-            auth=token_endpoint.Token(self.endpoint, TOKEN))
-        self.placement = adapter.Adapter(self.session,
-                                         service_type='placement')
+            auth=token_endpoint.Token(self.endpoint, TOKEN)
+        )
+        self.placement = adapter.Adapter(
+            self.session, service_type='placement'
+        )
 
     def spans(self) -> list:
-        return [r for r in self.buffer.dicts()
-                if r['ev'] == schema.EV_KSA_REQUEST]
+        return [
+            r for r in self.buffer.dicts() if r['ev'] == schema.EV_KSA_REQUEST
+        ]
 
     def assert_nothing_secret(self):
         text = json.dumps(self.buffer.dicts())
@@ -105,27 +111,38 @@ class KeystoneauthTest(base.TestCase):
             self.assertNotIn(value, text)
 
     def test_success(self):
-        resp = self.placement.get('/resource_providers/%s/allocations'
-                                  '?since=%s' % (RP, SECRET))
+        resp = self.placement.get(
+            '/resource_providers/%s/allocations?since=%s' % (RP, SECRET)
+        )
         self.assertEqual(200, resp.status_code)
         [span] = self.spans()
         self.assertEqual('ok', span['st'])
-        self.assertEqual({'service_type': 'placement', 'method': 'GET',
-                          'route': '/resource_providers/{id}/allocations',
-                          'status': 200, 'attempts': 1}, span['attrs'])
+        self.assertEqual(
+            {
+                'service_type': 'placement',
+                'method': 'GET',
+                'route': '/resource_providers/{id}/allocations',
+                'status': 200,
+                'attempts': 1,
+            },
+            span['attrs'],
+        )
         # The request reached the server with its query string.
         self.assertIn('since=%s' % SECRET, Handler.hits[-1])
         self.assert_nothing_secret()
 
     def test_http_error_names_status_not_body(self):
-        self.assertRaises(ksa_exc.NotFound, self.placement.get,
-                          '/traits/%s/missing' % RP)
+        self.assertRaises(
+            ksa_exc.NotFound, self.placement.get, '/traits/%s/missing' % RP
+        )
         [span] = self.spans()
         self.assertEqual('error', span['st'])
-        self.assertEqual('keystoneauth1.exceptions.http.NotFound',
-                         span['err']['cls'])
-        self.assertEqual('placement GET /traits/{id}/missing: HTTP 404',
-                         span['err']['msg'])
+        self.assertEqual(
+            'keystoneauth1.exceptions.http.NotFound', span['err']['cls']
+        )
+        self.assertEqual(
+            'placement GET /traits/{id}/missing: HTTP 404', span['err']['msg']
+        )
         self.assertEqual(404, span['attrs']['status'])
         self.assertEqual('http', span['attrs']['failure'])
         self.assertEqual('/traits/{id}/missing', span['attrs']['route'])
@@ -133,25 +150,37 @@ class KeystoneauthTest(base.TestCase):
 
     def test_status_retries_are_counted(self):
         self.assertRaises(
-            ksa_exc.InternalServerError, self.placement.get, '/broken',
-            status_code_retries=2, retriable_status_codes=[500],
-            status_code_retry_delay=0.01)
+            ksa_exc.InternalServerError,
+            self.placement.get,
+            '/broken',
+            status_code_retries=2,
+            retriable_status_codes=[500],
+            status_code_retry_delay=0.01,
+        )
         [span] = self.spans()
         self.assertEqual(3, span['attrs']['attempts'])
         self.assertEqual(500, span['attrs']['status'])
         self.assertEqual('http', span['attrs']['failure'])
 
     def test_read_timeout_and_its_retry(self):
-        self.assertRaises(ksa_exc.ConnectTimeout, self.placement.get,
-                          '/slow', timeout=0.2, connect_retries=1,
-                          connect_retry_delay=0.01)
+        self.assertRaises(
+            ksa_exc.ConnectTimeout,
+            self.placement.get,
+            '/slow',
+            timeout=0.2,
+            connect_retries=1,
+            connect_retry_delay=0.01,
+        )
         [span] = self.spans()
         self.assertEqual('read_timeout', span['attrs']['failure'])
         self.assertEqual(2, span['attrs']['attempts'])
-        self.assertEqual('placement GET /slow: read timeout',
-                         span['err']['msg'])
-        self.assertEqual('keystoneauth1.exceptions.connection.'
-                         'ConnectTimeout', span['err']['cls'])
+        self.assertEqual(
+            'placement GET /slow: read timeout', span['err']['msg']
+        )
+        self.assertEqual(
+            'keystoneauth1.exceptions.connection.ConnectTimeout',
+            span['err']['cls'],
+        )
         self.assert_nothing_secret()
 
     def test_connect_failure(self):
@@ -159,9 +188,12 @@ class KeystoneauthTest(base.TestCase):
         sock.bind(('127.0.0.1', 0))
         port = sock.getsockname()[1]
         sock.close()  # nothing listens there now
-        self.assertRaises(ksa_exc.ConnectFailure, self.session.get,
-                          'http://127.0.0.1:%d/v2.0/ports/%s' % (port, RP),
-                          endpoint_filter={'service_type': 'network'})
+        self.assertRaises(
+            ksa_exc.ConnectFailure,
+            self.session.get,
+            'http://127.0.0.1:%d/v2.0/ports/%s' % (port, RP),
+            endpoint_filter={'service_type': 'network'},
+        )
         [span] = self.spans()
         self.assertEqual('connect_failure', span['attrs']['failure'])
         self.assertEqual('network', span['attrs']['service_type'])
@@ -184,23 +216,33 @@ class KeystoneauthTest(base.TestCase):
             fillers.append(filler)
         self.addCleanup(lambda: [f.close() for f in fillers])
         time.sleep(0.05)
-        self.assertRaises(ksa_exc.ConnectTimeout, self.session.get,
-                          'http://127.0.0.1:%d/x' % port,
-                          endpoint_filter={'service_type': 'image'},
-                          timeout=0.3)
+        self.assertRaises(
+            ksa_exc.ConnectTimeout,
+            self.session.get,
+            'http://127.0.0.1:%d/x' % port,
+            endpoint_filter={'service_type': 'image'},
+            timeout=0.3,
+        )
         [span] = self.spans()
         self.assertEqual('connect_timeout', span['attrs']['failure'])
 
     def test_service_type_of_an_sdk_like_call(self):
         # openstacksdk's proxies (nova's placement client) give no
         # endpoint filter: the microversion header, else the endpoint.
-        self.session.get('/resource_providers', endpoint_override=(
-            'http://127.0.0.1:%d/x' % self.server.server_port),
-            headers={'OpenStack-API-Version': 'placement 1.36'})
-        self.session.get('/resource_providers',
-                         endpoint_override=self.endpoint)
-        self.assertEqual(['placement', 'placement'],
-                         [s['attrs']['service_type'] for s in self.spans()])
+        self.session.get(
+            '/resource_providers',
+            endpoint_override=(
+                'http://127.0.0.1:%d/x' % self.server.server_port
+            ),
+            headers={'OpenStack-API-Version': 'placement 1.36'},
+        )
+        self.session.get(
+            '/resource_providers', endpoint_override=self.endpoint
+        )
+        self.assertEqual(
+            ['placement', 'placement'],
+            [s['attrs']['service_type'] for s in self.spans()],
+        )
         self.assert_nothing_secret()
 
     def test_under_the_calling_span_and_its_request(self):
@@ -213,8 +255,9 @@ class KeystoneauthTest(base.TestCase):
         rec = tracer.begin('compute.build', ctx=Ctx())
         self.placement.put('/allocations/%s' % RP, json={'x': SECRET})
         tracer.end(rec)
-        outer = [r for r in self.buffer.dicts()
-                 if r['ev'] == 'compute.build'][0]
+        outer = [r for r in self.buffer.dicts() if r['ev'] == 'compute.build'][
+            0
+        ]
         [span] = self.spans()
         self.assertEqual(outer['span'], span['parent'])
         self.assertEqual(Ctx.request_id, span['req'])
@@ -226,21 +269,31 @@ class KeystoneauthTest(base.TestCase):
         # A password plugin asks keystone (here: the same server, which
         # answers 404) for a token inside the call it authenticates.
         from keystoneauth1.identity import v3
-        auth = v3.Password(auth_url=self.endpoint + '/identity/v3',
-                           username='u', password=SECRET,
-                           project_name='p', user_domain_id='default',
-                           project_domain_id='default')
+
+        auth = v3.Password(
+            auth_url=self.endpoint + '/identity/v3',
+            username='u',
+            password=SECRET,
+            project_name='p',
+            user_domain_id='default',
+            project_domain_id='default',
+        )
         sess = ksa_session.Session(auth=auth)
-        self.assertRaises(ksa_exc.ClientException, sess.get,
-                          '/servers', endpoint_filter={
-                              'service_type': 'compute'})
+        self.assertRaises(
+            ksa_exc.ClientException,
+            sess.get,
+            '/servers',
+            endpoint_filter={'service_type': 'compute'},
+        )
         spans = self.spans()
-        identity = [s for s in spans
-                    if s['attrs']['service_type'] == 'identity']
+        identity = [
+            s for s in spans if s['attrs']['service_type'] == 'identity'
+        ]
         self.assertTrue(identity, spans)
         self.assertEqual('POST', identity[0]['attrs']['method'])
-        self.assertEqual('/placement/identity/v3/auth/tokens',
-                         identity[0]['attrs']['route'])
+        self.assertEqual(
+            '/placement/identity/v3/auth/tokens', identity[0]['attrs']['route']
+        )
         self.assert_nothing_secret()
 
 
@@ -270,8 +323,9 @@ class AttemptsAfterAFaultTest(base.TestCase):
         self.faults = []
 
     def apply(self):
-        patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS),
-                                      self.recorder, 'keystoneauth1')
+        patcher = patcher_mod.Patcher(
+            list(keystoneauth.KSA_POINTS), self.recorder, 'keystoneauth1'
+        )
         patcher.apply()
         self.addCleanup(patcher.remove)
         self.addCleanup(keystoneauth._CALL.set, None)
@@ -279,14 +333,18 @@ class AttemptsAfterAFaultTest(base.TestCase):
         placement = adapter.Adapter(session, service_type='placement')
         # 3 attempts: the first and 2 status retries
         self.assertRaises(
-            ksa_exc.InternalServerError, placement.get, '/broken',
-            status_code_retries=2, retriable_status_codes=[500],
-            status_code_retry_delay=0.01)
-        spans = [r for r in self.buffer.dicts()
-                 if r['ev'] == schema.EV_KSA_REQUEST]
+            ksa_exc.InternalServerError,
+            placement.get,
+            '/broken',
+            status_code_retries=2,
+            retriable_status_codes=[500],
+            status_code_retry_delay=0.01,
+        )
+        spans = [
+            r for r in self.buffer.dicts() if r['ev'] == schema.EV_KSA_REQUEST
+        ]
         self.assertEqual(1, len(self.faults), 'the fault was not injected')
-        self.assertIsNone(keystoneauth._CALL.get(),
-                          'an entry was left behind')
+        self.assertIsNone(keystoneauth._CALL.get(), 'an entry was left behind')
         return spans
 
     def fail_once(self, fn, nth: int):
@@ -298,6 +356,7 @@ class AttemptsAfterAFaultTest(base.TestCase):
                 self.faults.append(calls[0])
                 raise RuntimeError('injected fault')
             return fn(*args, **kwargs)
+
         return faulty
 
     def test_the_nested_span_cannot_start(self):
@@ -306,8 +365,10 @@ class AttemptsAfterAFaultTest(base.TestCase):
         real = self.recorder.begin
         faulty = self.fail_once(real, 2)
         self.recorder.begin = lambda ev, *args: (
-            faulty(ev, *args) if ev == schema.EV_KSA_REQUEST
-            else real(ev, *args))
+            faulty(ev, *args)
+            if ev == schema.EV_KSA_REQUEST
+            else real(ev, *args)
+        )
         [outer] = self.apply()
         self.assertEqual('/broken', outer['attrs']['route'])
         self.assertEqual(3, outer['attrs']['attempts'])
@@ -323,17 +384,19 @@ class AttemptsAfterAFaultTest(base.TestCase):
 
 
 class RouteTemplateTest(base.TestCase):
-
     def test_routes(self):
         cases = {
             'http://h:1/v2.0/ports/%s?device_id=x' % RP: '/v2.0/ports/{id}',
-            '/resource_providers/%s/inventories/VCPU' % RP:
-                '/resource_providers/{id}/inventories/VCPU',
-            'servers/12345/os-volume_attachments':
-                '/servers/{id}/os-volume_attachments',
+            ('/resource_providers/%s/inventories/VCPU' % RP): (
+                '/resource_providers/{id}/inventories/VCPU'
+            ),
+            'servers/12345/os-volume_attachments': (
+                '/servers/{id}/os-volume_attachments'
+            ),
             'https://k/v3/auth/tokens#frag': '/v3/auth/tokens',
-            '/images/abcdef0123456789abcdef0123456789/file':
-                '/images/{id}/file',
+            '/images/abcdef0123456789abcdef0123456789/file': (
+                '/images/{id}/file'
+            ),
             '/v1/a%20b': '/v1/{id}',
         }
         for url, route in cases.items():
@@ -342,9 +405,9 @@ class RouteTemplateTest(base.TestCase):
 
 
 class LifecycleTest(base.TestCase):
-
     def test_targets_are_registered_and_gated(self):
         from instrument.runtime import lifecycle
+
         loaded, failures = lifecycle.load_targets()
         names = {t.name: t for t in loaded}
         self.assertIn('keystoneauth', names)
@@ -359,6 +422,7 @@ class OutsideSpansTest(base.TestCase):
 
     def test_no_stale_request(self):
         from oslo_context import context as oslo_context
+
         stale = oslo_context.RequestContext(request_id='req-stale')
         self.assertIs(stale, oslo_context.get_current())
         self.addCleanup(oslo_context.RequestContext, overwrite=True)
@@ -368,13 +432,14 @@ class OutsideSpansTest(base.TestCase):
         self.addCleanup(server.server_close)
         buf = base.ListBuffer()
         recorder = recorder_mod.Recorder(
-            buf, process.ProcessIdentity.create('nova-compute', 'cmp-1'))
-        patcher = patcher_mod.Patcher(list(keystoneauth.KSA_POINTS),
-                                      recorder, 'keystoneauth1')
+            buf, process.ProcessIdentity.create('nova-compute', 'cmp-1')
+        )
+        patcher = patcher_mod.Patcher(
+            list(keystoneauth.KSA_POINTS), recorder, 'keystoneauth1'
+        )
         patcher.apply()
         self.addCleanup(patcher.remove)
-        ksa_session.Session().get('http://127.0.0.1:%d/x' %
-                                  server.server_port)
+        ksa_session.Session().get('http://127.0.0.1:%d/x' % server.server_port)
         thread.join()
         [span] = [r for r in buf.dicts() if r['ev'] == 'ksa.request']
         self.assertIsNone(span.get('req'))

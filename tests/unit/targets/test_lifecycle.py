@@ -90,7 +90,6 @@ class Recording(targets_base.PointsTarget):
 
 
 class LifecycleTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.addCleanup(lifecycle.teardown)
@@ -99,127 +98,199 @@ class LifecycleTest(base.TestCase):
         self.mod = importlib.import_module(self.mod_name)
 
     def point(self, ev='compute.work'):
-        return patcher.PatchPoint(self.mod_name, 'Manager.work', ev,
-                                  'compute')
+        return patcher.PatchPoint(self.mod_name, 'Manager.work', ev, 'compute')
 
     def records(self):
         [records] = base.read_span_files(
-            os.path.join(self.tmp, 'spans')).values()
+            os.path.join(self.tmp, 'spans')
+        ).values()
         return records
 
     def test_installed_in_turn_removed_in_reverse(self):
-        active = lifecycle.setup(self.make_conf(sql_timing=False),
-                               'nova-compute', targets=[
-                                   Recording('a', [self.point()]),
-                                   Recording('b'), Recording('c')])
+        active = lifecycle.setup(
+            self.make_conf(sql_timing=False),
+            'nova-compute',
+            targets=[
+                Recording('a', [self.point()]),
+                Recording('b'),
+                Recording('c'),
+            ],
+        )
         self.assertEqual(['a', 'b', 'c'], [t.name for t in active.targets])
         self.assertEqual('done', self.mod.Manager().work(None))
         lifecycle.teardown()
-        self.assertEqual([('install', 'a'), ('install', 'b'),
-                          ('install', 'c'), ('remove', 'c'),
-                          ('remove', 'b'), ('remove', 'a')], Recording.calls)
-        self.assertFalse(hasattr(self.mod.Manager.__dict__['work'],
-                                 '__instrument_point__'))
-        self.assertEqual(['compute.work'], [r['ev'] for r in self.records()
-                                            if r['ph'] == 'X'])
+        self.assertEqual(
+            [
+                ('install', 'a'),
+                ('install', 'b'),
+                ('install', 'c'),
+                ('remove', 'c'),
+                ('remove', 'b'),
+                ('remove', 'a'),
+            ],
+            Recording.calls,
+        )
+        self.assertFalse(
+            hasattr(self.mod.Manager.__dict__['work'], '__instrument_point__')
+        )
+        self.assertEqual(
+            ['compute.work'],
+            [r['ev'] for r in self.records() if r['ph'] == 'X'],
+        )
 
     def test_missing_or_unsupported_distribution_is_reported(self):
-        active = lifecycle.setup(self.make_conf(sql_timing=False),
-                               'nova-compute', targets=[
-            Recording('absent', [self.point()],
-                      requires={'no-such-distribution-x': ''}),
-            Recording('old', [self.point('compute.old')],
-                      requires={'oslo.config': '<1.0'}),
-            Recording('ok', [self.point('compute.ok')],
-                      requires={'oslo.config': '>=1.0'})])
+        active = lifecycle.setup(
+            self.make_conf(sql_timing=False),
+            'nova-compute',
+            targets=[
+                Recording(
+                    'absent',
+                    [self.point()],
+                    requires={'no-such-distribution-x': ''},
+                ),
+                Recording(
+                    'old',
+                    [self.point('compute.old')],
+                    requires={'oslo.config': '<1.0'},
+                ),
+                Recording(
+                    'ok',
+                    [self.point('compute.ok')],
+                    requires={'oslo.config': '>=1.0'},
+                ),
+            ],
+        )
         self.assertEqual(['ok'], [t.name for t in active.targets])
-        self.assertEqual('skipped: no-such-distribution-x is not installed',
-                         active.status['absent'])
-        self.assertRegex(active.status['old'],
-                         r'^skipped: oslo.config \S+ is not supported '
-                         r'\(needs <1.0\)$')
+        self.assertEqual(
+            'skipped: no-such-distribution-x is not installed',
+            active.status['absent'],
+        )
+        self.assertRegex(
+            active.status['old'],
+            r'^skipped: oslo.config \S+ is not supported '
+            r'\(needs <1.0\)$',
+        )
         self.assertIn('oslo.config', self.logger.output)
-        self.assertIn('is not supported by the old target',
-                      self.logger.output)
+        self.assertIn('is not supported by the old target', self.logger.output)
         self.mod.Manager().work(None)
         lifecycle.teardown()
         records = self.records()
-        self.assertEqual(['compute.ok'], [r['ev'] for r in records
-                                          if r['ph'] == 'X'])
+        self.assertEqual(
+            ['compute.ok'], [r['ev'] for r in records if r['ph'] == 'X']
+        )
         start = records[0]
         self.assertEqual('process.start', start['ev'])
         self.assertEqual(active.status, start['attrs']['targets'])
-        self.assertEqual(['%s:Manager.work' % self.mod_name],
-                         start['attrs']['points']['patched'])
-        self.assertEqual([('install', 'ok'), ('remove', 'ok')],
-                         Recording.calls)
+        self.assertEqual(
+            ['%s:Manager.work' % self.mod_name],
+            start['attrs']['points']['patched'],
+        )
+        self.assertEqual(
+            [('install', 'ok'), ('remove', 'ok')], Recording.calls
+        )
 
     def test_own_points_keep_the_process_wide_targets(self):
-        active = lifecycle.setup(self.make_conf(), 'nova-compute',
-                               points=[self.point()])
-        self.assertEqual({'points': 'installed', 'process': 'installed',
-                          'sqlalchemy': 'installed'}, active.status)
+        active = lifecycle.setup(
+            self.make_conf(), 'nova-compute', points=[self.point()]
+        )
+        self.assertEqual(
+            {
+                'points': 'installed',
+                'process': 'installed',
+                'sqlalchemy': 'installed',
+            },
+            active.status,
+        )
         self.assertIn('os:_exit', active.banner()['patched'])
         self.assertIsNotNone(active.target('sqlalchemy').timing)
         lifecycle.teardown()
-        active = lifecycle.setup(self.make_conf(sql_timing=False),
-                               'nova-compute', points=[self.point()])
-        self.assertEqual('skipped: [instrument] sql_timing is off',
-                         active.status['sqlalchemy'])
+        active = lifecycle.setup(
+            self.make_conf(sql_timing=False),
+            'nova-compute',
+            points=[self.point()],
+        )
+        self.assertEqual(
+            'skipped: [instrument] sql_timing is off',
+            active.status['sqlalchemy'],
+        )
 
     def test_installed_targets_by_entry_point(self):
         # nova not installed: reported, and the others run.
-        self.useFixture(_Versions({'oslo.messaging': '14.9.0',
-                                   'SQLAlchemy': '2.0.40'}))
+        self.useFixture(
+            _Versions({'oslo.messaging': '14.9.0', 'SQLAlchemy': '2.0.40'})
+        )
         active = lifecycle.setup(self.make_conf(), 'nova-compute')
-        self.assertEqual({
-            'db_pool': 'installed',
-            'nova': 'skipped: nova is not installed',
-            'keystoneauth': 'skipped: keystoneauth1 is not installed',
-            'keystonemiddleware':
-                'skipped: keystonemiddleware is not installed',
-            'nova_pools': 'skipped: nova is not installed',
-            'oslo_concurrency': 'skipped: oslo.concurrency is not installed',
-            'periodic': 'skipped: oslo.service is not installed',
-            'oslo_messaging': 'installed', 'process': 'installed',
-            'resources': 'installed',
-            'sqlalchemy': 'installed'}, active.status)
-        self.assertIn('oslo_messaging.rpc.dispatcher:RPCDispatcher.'
-                      '_do_dispatch', active.banner()['patched'] +
-                      active.banner()['pending'])
+        self.assertEqual(
+            {
+                'db_pool': 'installed',
+                'nova': 'skipped: nova is not installed',
+                'keystoneauth': 'skipped: keystoneauth1 is not installed',
+                'keystonemiddleware': (
+                    'skipped: keystonemiddleware is not installed'
+                ),
+                'nova_pools': 'skipped: nova is not installed',
+                'oslo_concurrency': (
+                    'skipped: oslo.concurrency is not installed'
+                ),
+                'periodic': 'skipped: oslo.service is not installed',
+                'oslo_messaging': 'installed',
+                'process': 'installed',
+                'resources': 'installed',
+                'sqlalchemy': 'installed',
+            },
+            active.status,
+        )
+        self.assertIn(
+            'oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch',
+            active.banner()['patched'] + active.banner()['pending'],
+        )
         self.assertEqual(0, active.point_state('os:_exit').faults)
 
     def test_loading_and_checking_imports_no_library(self):
         proc = self.run_script(LOAD_AND_CHECK)
         self.assertEqual(0, proc.returncode, proc.stderr)
         out = json.loads(proc.stdout)
-        self.assertEqual(['db_pool', 'keystoneauth', 'keystonemiddleware',
-                          'nova', 'nova_pools', 'oslo_concurrency',
-                          'oslo_messaging', 'periodic', 'process',
-                          'resources', 'sqlalchemy'], out['targets'])
+        self.assertEqual(
+            [
+                'db_pool',
+                'keystoneauth',
+                'keystonemiddleware',
+                'nova',
+                'nova_pools',
+                'oslo_concurrency',
+                'oslo_messaging',
+                'periodic',
+                'process',
+                'resources',
+                'sqlalchemy',
+            ],
+            out['targets'],
+        )
         self.assertEqual({}, out['failures'])
         self.assertEqual('nova is not installed', out['checks']['nova'])
         self.assertEqual([], out['imported'])
 
 
 class EntryPointTest(base.TestCase):
-
     def test_every_entry_point_is_a_target_of_its_name(self):
         targets, failures = lifecycle.load_targets()
         self.assertEqual({}, failures)
-        self.assertEqual({
-            'db_pool': db_pool.DbPoolTarget,
-            'keystoneauth': keystoneauth.KeystoneauthTarget,
-            'keystonemiddleware': keystoneauth.KeystoneMiddlewareTarget,
-            'nova': nova.NovaTarget,
-            'nova_pools': nova_pools.NovaPoolsTarget,
-            'oslo_concurrency': oslo_concurrency.OsloConcurrencyTarget,
-            'oslo_messaging': oslo_messaging.OsloMessagingTarget,
-            'periodic': periodic.PeriodicTarget,
-            'process': process.ProcessTarget,
-            'resources': resources.ResourcesTarget,
-            'sqlalchemy': sqlalchemy.SqlAlchemyTarget,
-        }, {t.name: type(t) for t in targets})
+        self.assertEqual(
+            {
+                'db_pool': db_pool.DbPoolTarget,
+                'keystoneauth': keystoneauth.KeystoneauthTarget,
+                'keystonemiddleware': keystoneauth.KeystoneMiddlewareTarget,
+                'nova': nova.NovaTarget,
+                'nova_pools': nova_pools.NovaPoolsTarget,
+                'oslo_concurrency': oslo_concurrency.OsloConcurrencyTarget,
+                'oslo_messaging': oslo_messaging.OsloMessagingTarget,
+                'periodic': periodic.PeriodicTarget,
+                'process': process.ProcessTarget,
+                'resources': resources.ResourcesTarget,
+                'sqlalchemy': sqlalchemy.SqlAlchemyTarget,
+            },
+            {t.name: type(t) for t in targets},
+        )
         for target in targets:
             self.assertIsInstance(target, targets_base.Target)
 
@@ -228,9 +299,12 @@ class EntryPointTest(base.TestCase):
         point = patcher.PatchPoint('x_mod', 'f', 'x.f', None)
         legacy = extension.Extension('legacy', None, None, [point])
         manager = extension.ExtensionManager.make_test_instance([legacy])
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.runtime.lifecycle.extension.ExtensionManager',
-            lambda *a, **k: manager))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.lifecycle.extension.ExtensionManager',
+                lambda *a, **k: manager,
+            )
+        )
         [target], failures = lifecycle.load_targets()
         self.assertEqual({}, failures)
         self.assertIsInstance(target, targets_base.PointsTarget)
@@ -242,31 +316,38 @@ class EntryPointTest(base.TestCase):
         conf = self.make_conf()
         fake = {'nova': '28.1.0'}
         self.useFixture(_Versions(fake))
-        self.assertEqual('nova 28.1.0 is not supported (needs >=29.0.0)',
-                         target.check(conf))
+        self.assertEqual(
+            'nova 28.1.0 is not supported (needs >=29.0.0)', target.check(conf)
+        )
         fake['nova'] = '29.2.0'
         self.assertIsNone(target.check(conf))
         self.assertIn('nova 29.2.0 was not surveyed', self.logger.output)
         for surveyed in ('29.4.0', '31.3.1', '33.0.2', '34.0.0'):
             fake['nova'] = surveyed
             self.assertIsNone(target.check(conf))
-            self.assertNotIn('nova %s was not surveyed' % surveyed,
-                             self.logger.output)
+            self.assertNotIn(
+                'nova %s was not surveyed' % surveyed, self.logger.output
+            )
         self.assertNotIn('nova', sys.modules)
 
     def test_unsurveyed_release_is_warned_once_per_process(self):
         conf = self.make_conf()
         fake = {'nova': '35.0.0'}
         self.useFixture(_Versions(fake))
-        for target in (nova.NovaTarget(), nova_pools.NovaPoolsTarget(),
-                       nova.NovaTarget()):
+        for target in (
+            nova.NovaTarget(),
+            nova_pools.NovaPoolsTarget(),
+            nova.NovaTarget(),
+        ):
             self.assertIsNone(target.check(conf))
-        self.assertEqual(1, self.logger.output.count(
-            'nova 35.0.0 was not surveyed'))
+        self.assertEqual(
+            1, self.logger.output.count('nova 35.0.0 was not surveyed')
+        )
         fake['nova'] = '35.1.0'  # another version: warned too
         self.assertIsNone(nova.NovaTarget().check(conf))
-        self.assertEqual(1, self.logger.output.count(
-            'nova 35.1.0 was not surveyed'))
+        self.assertEqual(
+            1, self.logger.output.count('nova 35.1.0 was not surveyed')
+        )
 
     def test_point_release_of_a_surveyed_release_is_no_warning(self):
         conf = self.make_conf()
@@ -275,10 +356,14 @@ class EntryPointTest(base.TestCase):
         for target in (nova.NovaTarget(), nova_pools.NovaPoolsTarget()):
             self.assertIsNone(target.check(conf))
         self.assertNotIn('WARNING', self.logger.output)
-        self.assertEqual(1, self.logger.output.count(
-            'INFO instrument.targets.base instrument: nova 34.0.1 is a '
-            'point release of 34.0.0, on which the points were '
-            'surveyed'))
+        self.assertEqual(
+            1,
+            self.logger.output.count(
+                'INFO instrument.targets.base instrument: nova 34.0.1 is a '
+                'point release of 34.0.0, on which the points were '
+                'surveyed'
+            ),
+        )
         fake['nova'] = '33.0.1'  # an earlier point of 33.0.2: the same
         self.assertIsNone(nova.NovaTarget().check(conf))
         self.assertNotIn('WARNING', self.logger.output)
@@ -292,6 +377,9 @@ class _Versions(fixtures.Fixture):
         self.versions = versions
 
     def _setUp(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.base.distribution_version',
-            self.versions.get))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.base.distribution_version',
+                self.versions.get,
+            )
+        )

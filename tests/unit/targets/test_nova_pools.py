@@ -27,7 +27,6 @@ from tests.unit import base
 
 
 class ExecutorQueueTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.buffer, self.rec = base.list_recorder()
@@ -37,7 +36,8 @@ class ExecutorQueueTest(testtools.TestCase):
         # the target's patcher, as install gives it (nova not imported:
         # its class points stay pending)
         self.target.patcher = patcher_mod.Patcher(
-            self.target.points(None), self.rec)
+            self.target.points(None), self.rec
+        )
         self.target.patcher.apply()
         self.addCleanup(self.target.patcher.remove)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
@@ -48,8 +48,15 @@ class ExecutorQueueTest(testtools.TestCase):
         self.target._time_executor(self.pool, 'live_migration')
         release = threading.Event()
         # the first task holds the only worker; the second queues
-        span = self.rec.begin('rpc.dispatch', 'compute', 'cmp-1',
-                              {'request_id': 'req-1'}, ['i-1'], None, {})
+        span = self.rec.begin(
+            'rpc.dispatch',
+            'compute',
+            'cmp-1',
+            {'request_id': 'req-1'},
+            ['i-1'],
+            None,
+            {},
+        )
         first = self.pool.submit(release.wait, 5)
         second = self.pool.submit(lambda: 'done')
         self.rec.end(span, self.rec.clock())
@@ -58,12 +65,21 @@ class ExecutorQueueTest(testtools.TestCase):
         self.assertEqual('done', second.result(5))
         waits = [d for d in self.buffer.dicts() if d['ev'] == 'pool.wait']
         self.assertEqual(2, len(waits))
-        dispatch = [d for d in self.buffer.dicts()
-                    if d['ev'] == 'rpc.dispatch' and d['ph'] == 'X'][0]
+        dispatch = [
+            d
+            for d in self.buffer.dicts()
+            if d['ev'] == 'rpc.dispatch' and d['ph'] == 'X'
+        ][0]
         for w in waits:
-            self.assertEqual({'pool': 'live_migration', 'size': 1,
-                              'queued': True, 'call': 'rpc.dispatch'},
-                             w['attrs'])
+            self.assertEqual(
+                {
+                    'pool': 'live_migration',
+                    'size': 1,
+                    'queued': True,
+                    'call': 'rpc.dispatch',
+                },
+                w['attrs'],
+            )
             self.assertEqual(dispatch['span'], w['parent'])
             self.assertEqual('req-1', w['req'])
         # the second waited for the first to release the worker
@@ -76,30 +92,47 @@ class ExecutorQueueTest(testtools.TestCase):
         self.target._time_executor(self.pool, 'live_migration')
 
         def work():
-            inner = self.rec.begin('compute.live_migration', 'compute',
-                                   'cmp-1', None, ['i-1'], None, {})
+            inner = self.rec.begin(
+                'compute.live_migration',
+                'compute',
+                'cmp-1',
+                None,
+                ['i-1'],
+                None,
+                {},
+            )
             self.rec.end(inner, self.rec.clock())
             return recorder_mod.current_frame()
 
-        span = self.rec.begin('rpc.dispatch', 'compute', 'cmp-1',
-                              {'request_id': 'req-1'}, ['i-1'], None, {})
+        span = self.rec.begin(
+            'rpc.dispatch',
+            'compute',
+            'cmp-1',
+            {'request_id': 'req-1'},
+            ['i-1'],
+            None,
+            {},
+        )
         future = self.pool.submit(work)
         self.rec.end(span, self.rec.clock())
         self.assertIsNotNone(future.result(5))
         done = {d['ev']: d for d in self.buffer.dicts() if d['ph'] == 'X'}
         dispatch = done['rpc.dispatch']
-        self.assertEqual(dispatch['span'],
-                         done['compute.live_migration']['parent'])
+        self.assertEqual(
+            dispatch['span'], done['compute.live_migration']['parent']
+        )
         self.assertEqual('req-1', done['compute.live_migration']['req'])
         self.assertEqual(dispatch['span'], done['pool.wait']['parent'])
         # the worker's frame is restored once the task is done
-        self.assertIsNone(self.pool.submit(
-            recorder_mod.current_frame).result(5))
+        self.assertIsNone(
+            self.pool.submit(recorder_mod.current_frame).result(5)
+        )
 
     def test_task_submitted_outside_a_span_runs_outside_one(self):
         self.target._time_executor(self.pool, 'default')
-        self.assertIsNone(self.pool.submit(
-            recorder_mod.current_frame).result(5))
+        self.assertIsNone(
+            self.pool.submit(recorder_mod.current_frame).result(5)
+        )
         [wait] = [d for d in self.buffer.dicts() if d['ev'] == 'pool.wait']
         self.assertIsNone(wait.get('parent'))
 
@@ -107,13 +140,13 @@ class ExecutorQueueTest(testtools.TestCase):
         self.target._time_executor(self.pool, 'default')
         self.assertIn('submit', vars(self.pool))
         self.target._time_executor(self.pool, 'default')  # idempotent
-        self.assertEqual(self.original,
-                         self.pool.submit.instrument_submit)
+        self.assertEqual(self.original, self.pool.submit.instrument_submit)
         self.target.remove()
         self.assertNotIn('submit', vars(self.pool))
         self.assertEqual(3, self.pool.submit(lambda: 3).result(5))
-        self.assertEqual([], [d for d in self.buffer.dicts()
-                              if d['ev'] == 'pool.wait'])
+        self.assertEqual(
+            [], [d for d in self.buffer.dicts() if d['ev'] == 'pool.wait']
+        )
 
     def test_inactive_target_records_nothing(self):
         self.target._time_executor(self.pool, 'default')

@@ -36,9 +36,11 @@ ATTEMPTS = 5
 
 def _with(make_cm):
     """locked(fn) for a context manager factory."""
+
     def locked(fn):
         with make_cm():
             return fn()
+
     return locked
 
 
@@ -63,6 +65,7 @@ class LockRun:
             acquired.set()
             time.sleep(HOLD_S)
             times.append(time.perf_counter_ns())
+
         with self.tracer.span('compute.claim', ctx=ctx):
             self.locked(hold)
         self.truth['held'] = (times[1] - times[0]) // 1000
@@ -79,8 +82,10 @@ class LockRun:
 
     def run(self) -> None:
         acquired = threading.Event()
-        threads = [threading.Thread(target=self.holder, args=(acquired,)),
-                   threading.Thread(target=self.waiter, args=(acquired,))]
+        threads = [
+            threading.Thread(target=self.holder, args=(acquired,)),
+            threading.Thread(target=self.waiter, args=(acquired,)),
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -88,15 +93,18 @@ class LockRun:
 
 
 class LockTimingTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.buffer, self.recorder = base.list_recorder()
         self.tracer = tracer_mod.Tracer(self.recorder)
         self.target = target_mod.OsloConcurrencyTarget()
         ctx = targets_base.Context(
-            self.make_conf(), self.recorder, self.tracer,
-            patcher_mod.Patcher([], self.recorder), [self.target])
+            self.make_conf(),
+            self.recorder,
+            self.tracer,
+            patcher_mod.Patcher([], self.recorder),
+            [self.target],
+        )
         self.target.install(ctx)
         self.addCleanup(self.target.remove)
         self.name = 'lock-%s' % uuid.uuid4().hex[:8]
@@ -121,10 +129,13 @@ class LockTimingTest(base.TestCase):
             held = by_req[run.reqs['holder']]
             # the run's worse error, of the wait and of the hold: either
             # side may be descheduled around its own measurement
-            error = max(abs(waited['dur_us'] - run.truth['wait']),
-                        abs(held['attrs']['held_us'] - run.truth['held']))
+            error = max(
+                abs(waited['dur_us'] - run.truth['wait']),
+                abs(held['attrs']['held_us'] - run.truth['held']),
+            )
             if run.truth['wait'] > HOLD_S * 1e6 / 2 and (
-                    best is None or error < best[0]):
+                best is None or error < best[0]
+            ):
                 best = (error, run, records)
             if best is not None and best[0] <= TOLERANCE_US:
                 break
@@ -134,12 +145,19 @@ class LockTimingTest(base.TestCase):
         waited = by_req[run.reqs['waiter']]
         held = by_req[run.reqs['holder']]
         # the waiter's wait, within 1 ms of what it measured itself
-        self.assertLessEqual(abs(waited['dur_us'] - run.truth['wait']),
-                             TOLERANCE_US, (waited, run.truth))
-        self.assertLessEqual(abs(held['attrs']['held_us'] -
-                                 run.truth['held']), TOLERANCE_US)
-        spans = {r['span']: r for r in self.buffer.dicts()
-                 if r['ev'] == 'compute.claim'}
+        self.assertLessEqual(
+            abs(waited['dur_us'] - run.truth['wait']),
+            TOLERANCE_US,
+            (waited, run.truth),
+        )
+        self.assertLessEqual(
+            abs(held['attrs']['held_us'] - run.truth['held']), TOLERANCE_US
+        )
+        spans = {
+            r['span']: r
+            for r in self.buffer.dicts()
+            if r['ev'] == 'compute.claim'
+        }
         for rec in (waited, held):
             self.assertEqual(self.name, rec['attrs']['lock'])
             self.assertEqual('compute.claim', rec['attrs']['call'])
@@ -165,16 +183,18 @@ class LockTimingTest(base.TestCase):
 
         def locked(fn):
             # the way nova's resource tracker takes compute_resources
-            return lockutils.synchronized(self.name, 'nova-',
-                                          fair=True)(fn)()
+            return lockutils.synchronized(self.name, 'nova-', fair=True)(fn)()
+
         self.contended(locked, fair=True)
 
     def test_external_lock(self):
         path = self.tmp
 
         def enter():
-            return lockutils.lock(self.name, 'nova-', external=True,
-                                  lock_path=path)
+            return lockutils.lock(
+                self.name, 'nova-', external=True, lock_path=path
+            )
+
         self.contended(_with(enter), external=True)
 
     def test_external_lock_by_position(self):
@@ -184,6 +204,7 @@ class LockTimingTest(base.TestCase):
 
         def enter():
             return lockutils.lock(self.name, 'nova-', True, path)
+
         self.contended(_with(enter), external=True)
 
     def test_prefixed_lock_made_after_install(self):
@@ -200,6 +221,7 @@ class LockTimingTest(base.TestCase):
                         pass
                 except lockutils.AcquireLockFailedException as exc:
                     failed.append(exc)
+
             t = threading.Thread(target=other)
             t.start()
             t.join(10)
@@ -217,8 +239,7 @@ class LockTimingTest(base.TestCase):
             return x * 2
 
         # a stale current context (what nova's threads inherit)
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
         oslo_context.RequestContext(request_id='req-stale')
         self.assertEqual(6, work(3))
         self.assertRaises(KeyError, work, None)
@@ -246,6 +267,7 @@ class LockTimingTest(base.TestCase):
         @lockutils.lock(self.name)
         def work():
             return 'done'
+
         prefixed = lockutils.lock_with_prefix('nova-')
         synced = lockutils.synchronized(self.name)(lambda: 'synced')
 
@@ -254,6 +276,7 @@ class LockTimingTest(base.TestCase):
             with prefixed(self.name) as sem:
                 self.assertIsNotNone(sem)
             self.assertEqual('synced', synced())
+
         use_all()
         self.assertEqual(3, len(self.waits()))
         self.target.remove()
@@ -262,9 +285,15 @@ class LockTimingTest(base.TestCase):
         self.assertEqual([], self.waits())
         # installed again: recorded again, by the new replacement
         target = target_mod.OsloConcurrencyTarget()
-        target.install(targets_base.Context(
-            self.make_conf(), self.recorder, self.tracer,
-            patcher_mod.Patcher([], self.recorder), [target]))
+        target.install(
+            targets_base.Context(
+                self.make_conf(),
+                self.recorder,
+                self.tracer,
+                patcher_mod.Patcher([], self.recorder),
+                [target],
+            )
+        )
         self.addCleanup(target.remove)
         with lockutils.lock(self.name):
             pass
@@ -273,12 +302,17 @@ class LockTimingTest(base.TestCase):
     def test_fault_in_recording_leaves_the_lock_working(self):
         def broken(*args, **kwargs):
             raise RuntimeError('emit failed')
+
         self.recorder.emit = broken
         target = target_mod.OsloConcurrencyTarget()
         self.target.remove()
         ctx = targets_base.Context(
-            self.make_conf(), self.recorder, self.tracer,
-            patcher_mod.Patcher([], self.recorder), [target])
+            self.make_conf(),
+            self.recorder,
+            self.tracer,
+            patcher_mod.Patcher([], self.recorder),
+            [target],
+        )
         target.install(ctx)
         self.addCleanup(target.remove)
         with lockutils.lock(self.name) as sem:
@@ -287,8 +321,10 @@ class LockTimingTest(base.TestCase):
 
     def test_off_by_option(self):
         target = target_mod.OsloConcurrencyTarget()
-        self.assertEqual('[instrument] wait_timing is off',
-                         target.check(self.make_conf(wait_timing=False)))
+        self.assertEqual(
+            '[instrument] wait_timing is off',
+            target.check(self.make_conf(wait_timing=False)),
+        )
 
 
 class Result:
@@ -307,9 +343,12 @@ class LockFaultTest(base.TestCase):
         self.buffer, self.recorder = base.list_recorder()
         self.target = target_mod.OsloConcurrencyTarget()
         ctx = targets_base.Context(
-            self.make_conf(), self.recorder,
+            self.make_conf(),
+            self.recorder,
             tracer_mod.Tracer(self.recorder),
-            patcher_mod.Patcher([], self.recorder), [self.target])
+            patcher_mod.Patcher([], self.recorder),
+            [self.target],
+        )
         self.target.install(ctx)
         self.addCleanup(self.target.remove)
         self.name = 'lock-%s' % uuid.uuid4().hex[:8]
@@ -319,8 +358,11 @@ class LockFaultTest(base.TestCase):
         """Inject a fault at ``at``, a global of the target module."""
         fault = faultinject.Fault(kind, skip=skip)
         real = getattr(target_mod, at)
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.oslo_concurrency.' + at, fault.wrap(real)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.oslo_concurrency.' + at, fault.wrap(real)
+            )
+        )
         return fault
 
     def body(self, outcome):
@@ -355,6 +397,7 @@ class LockFaultTest(base.TestCase):
                     got.append(True)
             except lockutils.AcquireLockFailedException:
                 got.append(False)
+
         thread = threading.Thread(target=other)
         thread.start()
         thread.join(10)
@@ -364,16 +407,17 @@ class LockFaultTest(base.TestCase):
         for n, outcome in enumerate((Result(), ValueError('nova failed'))):
             got = self.outcome_of(use, outcome)
             self.assertIs(outcome, got)
-            self.assertEqual(n + 1, len(self.ran),
-                             'the body must run exactly once')
+            self.assertEqual(
+                n + 1, len(self.ran), 'the body must run exactly once'
+            )
             if isinstance(got, BaseException):
-                self.assertIsNone(got.__context__,
-                                  'nova\'s exception chained to a fault')
+                self.assertIsNone(
+                    got.__context__, 'nova\'s exception chained to a fault'
+                )
             self.assert_free()
         self.assertGreaterEqual(fault.raised, 1, fault)
         self.assertEqual(fault.raised, self.target.waits.faults.count)
-        self.assertEqual(1, self.logged().count(
-            'fault in the lock timing'))
+        self.assertEqual(1, self.logged().count('fault in the lock timing'))
 
     def test_clock_raising_before_the_lock(self):
         fault = self.fault()
@@ -396,8 +440,12 @@ class LockFaultTest(base.TestCase):
             if (len(reads) - 1) % 3 == read - 1:
                 return raising()
             return time.perf_counter_ns()
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.oslo_concurrency.clock', clock))
+
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.oslo_concurrency.clock', clock
+            )
+        )
         return fault
 
     def test_clock_raising_once_the_lock_is_held(self):
@@ -421,9 +469,14 @@ class LockFaultTest(base.TestCase):
         self.assert_unchanged(self.fault(at='lock_name'), self.decorated)
 
     def test_decorator_set_up_raising(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'functools.wraps', faultinject.Fault(
-                faultinject.RAISE).wrap(lambda *a, **k: None)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'functools.wraps',
+                faultinject.Fault(faultinject.RAISE).wrap(
+                    lambda *a, **k: None
+                ),
+            )
+        )
         body = lockutils.lock(self.name)(self.body)
         self.assertEqual(1, self.target.waits.faults.count)
         for outcome in (Result(), ValueError('nova failed')):
@@ -442,30 +495,36 @@ class LockFaultTest(base.TestCase):
         self.assertEqual(3, fault.hung)
         self.assertEqual(0, self.target.waits.faults.count)
         # recorded all the same (each assert_free acquires it once more)
-        self.assertEqual(4, len([r for r in self.buffer.dicts()
-                                 if r['ev'] == 'lock.wait']))
+        self.assertEqual(
+            4, len([r for r in self.buffer.dicts() if r['ev'] == 'lock.wait'])
+        )
 
     def test_the_lock_failing_passes_its_own_exception(self):
         # blocking=False on a held lock: oslo.concurrency raises; the
         # clock raises too, after the failed acquisition (in that
         # thread only: the holder's acquisition is not faulted)
         fault = faultinject.Fault(
-            faultinject.RAISE, skip=1,
-            where=lambda frame: threading.current_thread() is not main)
+            faultinject.RAISE,
+            skip=1,
+            where=lambda frame: threading.current_thread() is not main,
+        )
         main = threading.current_thread()
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.oslo_concurrency.clock',
-            fault.wrap(time.perf_counter_ns)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.oslo_concurrency.clock',
+                fault.wrap(time.perf_counter_ns),
+            )
+        )
         with lockutils.lock('held-%s' % self.name):
             got = []
 
             def other():
                 try:
-                    with lockutils.lock('held-%s' % self.name,
-                                        blocking=False):
+                    with lockutils.lock('held-%s' % self.name, blocking=False):
                         got.append('acquired')
                 except Exception as exc:
                     got.append(exc)
+
             thread = threading.Thread(target=other)
             thread.start()
             thread.join(10)
@@ -506,15 +565,17 @@ class TimedLockExitTest(base.TestCase):
         self.records = []
         fault = faultinject.Fault(faultinject.RAISE, skip=2)
         self.fault = fault
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.oslo_concurrency.clock',
-            fault.wrap(time.perf_counter_ns)))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.oslo_concurrency.clock',
+                fault.wrap(time.perf_counter_ns),
+            )
+        )
 
     def lock(self, cm):
         counter = _Counter()
         self.counter = counter
-        return target_mod.timed_lock(lambda name: cm, self.record,
-                                     counter)
+        return target_mod.timed_lock(lambda name: cm, self.record, counter)
 
     def record(self, *args):
         self.records.append(args)
@@ -535,6 +596,7 @@ class TimedLockExitTest(base.TestCase):
         def use():
             with lock('x'):
                 raise error
+
         self.assertIs(error, self.assertRaises(ValueError, use))
         self.assertIsNone(error.__context__)
         self.assertEqual((1, 1), (self.fault.raised, self.counter.count))
@@ -547,6 +609,7 @@ class TimedLockExitTest(base.TestCase):
         def use():
             with lock('x'):
                 return 1
+
         self.assertIs(released, self.assertRaises(OSError, use))
         self.assertIsNone(released.__context__)
         self.assertEqual((1, 1), (self.fault.raised, self.counter.count))

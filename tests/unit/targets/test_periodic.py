@@ -29,7 +29,6 @@ class Ctx:
 
 
 class Manager(periodic_task.PeriodicTasks):
-
     def __init__(self, recorder):
         super().__init__(cfg.ConfigOpts())
         self.tracer = tracer_mod.Tracer(recorder)
@@ -49,12 +48,12 @@ class Manager(periodic_task.PeriodicTasks):
 
 
 class PeriodicTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.buffer, self.recorder = base.list_recorder()
-        patcher = patcher_mod.Patcher(periodic.points(self.recorder),
-                                      self.recorder, 'oslo.service')
+        patcher = patcher_mod.Patcher(
+            periodic.points(self.recorder), self.recorder, 'oslo.service'
+        )
         patcher.apply()
         self.addCleanup(patcher.remove)
 
@@ -63,19 +62,31 @@ class PeriodicTest(base.TestCase):
         manager.run_periodic_tasks(Ctx())
         self.assertEqual(['sync', 'update'], sorted(manager.ran))
         recs = self.buffer.dicts()
-        tasks = {r['attrs']['task']: r for r in recs
-                 if r['ev'] == 'periodic.task'}
-        self.assertEqual({'Manager.update_available_resource',
-                          'Manager._sync_power_states'}, set(tasks))
+        tasks = {
+            r['attrs']['task']: r for r in recs if r['ev'] == 'periodic.task'
+        }
+        self.assertEqual(
+            {
+                'Manager.update_available_resource',
+                'Manager._sync_power_states',
+            },
+            set(tasks),
+        )
         update = tasks['Manager.update_available_resource']
         self.assertEqual('ok', update['st'])
         # a request id of its own: not the run's admin context's, not
         # a stale one; it names the task
         self.assertNotEqual(Ctx.request_id, update['req'])
-        self.assertTrue(update['req'].startswith(
-            'periodic-Manager.update_available_resource-'), update)
-        self.assertEqual('Manager.update_available_resource',
-                         schema.periodic_task_of(update['req']))
+        self.assertTrue(
+            update['req'].startswith(
+                'periodic-Manager.update_available_resource-'
+            ),
+            update,
+        )
+        self.assertEqual(
+            'Manager.update_available_resource',
+            schema.periodic_task_of(update['req']),
+        )
         self.assertIsNone(update.get('greq'))
         self.assertIsNone(update.get('parent'))
         # the service's host, else the process's
@@ -90,29 +101,36 @@ class PeriodicTest(base.TestCase):
         self.assertEqual('ValueError', sync['err']['cls'])
         # one id per run of each task
         self.assertNotEqual(update['req'], sync['req'])
-        self.assertEqual('Manager._sync_power_states',
-                         schema.periodic_task_of(sync['req']))
+        self.assertEqual(
+            'Manager._sync_power_states', schema.periodic_task_of(sync['req'])
+        )
         # The instance's copy of the task list is gone after the call.
         self.assertNotIn(periodic.ATTR, vars(manager))
 
     def test_exception_goes_through_unchanged(self):
         manager = Manager(self.recorder)
-        self.assertRaises(ValueError, manager.run_periodic_tasks, Ctx(),
-                          raise_on_error=True)
+        self.assertRaises(
+            ValueError, manager.run_periodic_tasks, Ctx(), raise_on_error=True
+        )
         # The next run records again (the leftover copy is replaced).
-        manager._periodic_last_run = dict.fromkeys(
-            manager._periodic_last_run)
+        manager._periodic_last_run = dict.fromkeys(manager._periodic_last_run)
         manager.run_periodic_tasks(Ctx())
-        names = [r['attrs']['task'] for r in self.buffer.dicts()
-                 if r['ev'] == 'periodic.task']
+        names = [
+            r['attrs']['task']
+            for r in self.buffer.dicts()
+            if r['ev'] == 'periodic.task'
+        ]
         self.assertGreaterEqual(len(names), 3)
 
     def test_a_service_without_a_host_gets_the_process_host(self):
         manager = Manager(self.recorder)
         manager.host = None
         manager.run_periodic_tasks(Ctx())
-        hosts = {r['host'] for r in self.buffer.dicts()
-                 if r['ev'] == 'periodic.task'}
+        hosts = {
+            r['host']
+            for r in self.buffer.dicts()
+            if r['ev'] == 'periodic.task'
+        }
         self.assertEqual({'cmp-1'}, hosts)
 
 
@@ -134,10 +152,12 @@ class RpcInPeriodicRunTest(base.TestCase):
         import oslo_messaging as messaging
 
         from instrument.targets import oslo_messaging as om_target
+
         self.buffer, self.recorder = base.list_recorder()
-        for points, dist in ((periodic.points(self.recorder),
-                              'oslo.service'),
-                             (om_target.points(), 'oslo.messaging')):
+        for points, dist in (
+            (periodic.points(self.recorder), 'oslo.service'),
+            (om_target.points(), 'oslo.messaging'),
+        ):
             patcher = patcher_mod.Patcher(points, self.recorder, dist)
             patcher.apply()
             self.addCleanup(patcher.remove)
@@ -152,10 +172,12 @@ class RpcInPeriodicRunTest(base.TestCase):
             self.sent.contexts.append(dict(ctxt))
             return real_send(target, ctxt, message, *args, **kwargs)
 
-        self.useFixture(fixtures.MockPatchObject(transport._driver, 'send',
-                                                 send))
+        self.useFixture(
+            fixtures.MockPatchObject(transport._driver, 'send', send)
+        )
         client = messaging.get_rpc_client(
-            transport, messaging.Target(topic='conductor'))
+            transport, messaging.Target(topic='conductor')
+        )
 
         class Conductor(periodic_task.PeriodicTasks):
             host = 'node-7'
@@ -177,8 +199,9 @@ class RpcInPeriodicRunTest(base.TestCase):
         [cast] = [r for r in recs if r['ev'] == 'rpc.cast']
         self.assertEqual(task['req'], cast['req'])
         self.assertEqual(task['span'], cast['parent'])
-        self.assertEqual(Ctx.request_id,
-                         cast['attrs'][schema.ATTR_CONTEXT_REQ])
+        self.assertEqual(
+            Ctx.request_id, cast['attrs'][schema.ATTR_CONTEXT_REQ]
+        )
         # nova's context goes out with its own id
         [sent] = self.sent.contexts
         self.assertEqual(Ctx.request_id, sent['request_id'])

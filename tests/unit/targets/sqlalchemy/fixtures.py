@@ -37,14 +37,18 @@ class SqlTiming(fixtures.Fixture):
     buffer and returns the validated records (of event ``ev``).
     """
 
-    def __init__(self, slow_query_threshold: float = 0.0,
-                 sql_aggregate_interval: float = 10.0,
-                 detail_sample_rate: float = 1.0) -> None:
+    def __init__(
+        self,
+        slow_query_threshold: float = 0.0,
+        sql_aggregate_interval: float = 10.0,
+        detail_sample_rate: float = 1.0,
+    ) -> None:
         super().__init__()
         self.options = dict(
             slow_query_threshold=slow_query_threshold,
             sql_aggregate_interval=sql_aggregate_interval,
-            detail_sample_rate=detail_sample_rate)
+            detail_sample_rate=detail_sample_rate,
+        )
 
     def _setUp(self) -> None:
         self.conf = cfg.ConfigOpts()
@@ -53,15 +57,17 @@ class SqlTiming(fixtures.Fixture):
         for key, value in self.options.items():
             self.conf.set_override(key, value, opts.GROUP)
         self.identity = process.ProcessIdentity.create(
-            'nova-conductor', 'testhost')
+            'nova-conductor', 'testhost'
+        )
         self.sink = base.MemorySink()
         # A long flush interval: the tests drain when they want to.
         self.buffer = buffer_mod.EventBuffer(
-            [self.sink], 100000, 60.0, self.identity)
+            [self.sink], 100000, 60.0, self.identity
+        )
         self.addCleanup(self.buffer.close, 1.0)
         self.recorder = recorder_mod.Recorder(
-            self.buffer, self.identity,
-            self.conf.instrument.detail_sample_rate)
+            self.buffer, self.identity, self.conf.instrument.detail_sample_rate
+        )
         self.tracer = tracer_mod.Tracer(self.recorder)
         self.handle = instrument_db.install(self.recorder, self.conf)
         self.addCleanup(self.handle.remove)

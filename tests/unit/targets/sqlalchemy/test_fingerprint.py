@@ -18,8 +18,10 @@ import testtools
 
 from instrument.targets.sqlalchemy import fingerprint as fp
 
-SELECT_IN = ('SELECT instances.id FROM instances WHERE instances.uuid IN '
-             '(%s) AND instances.deleted = ?')
+SELECT_IN = (
+    'SELECT instances.id FROM instances WHERE instances.uuid IN '
+    '(%s) AND instances.deleted = ?'
+)
 
 
 def qid(sql):
@@ -27,23 +29,23 @@ def qid(sql):
 
 
 class TestFingerprint(testtools.TestCase):
-
     def test_in_lists_of_any_length_share_one_id(self):
         ids = {qid(SELECT_IN % ', '.join(['?'] * n)) for n in (1, 2, 7, 50)}
         self.assertEqual(1, len(ids))
 
     def test_different_tables_do_not(self):
-        self.assertNotEqual(qid('SELECT id FROM instances WHERE id = ?'),
-                            qid('SELECT id FROM migrations WHERE id = ?'))
+        self.assertNotEqual(
+            qid('SELECT id FROM instances WHERE id = ?'),
+            qid('SELECT id FROM migrations WHERE id = ?'),
+        )
 
     def test_comments_are_ignored(self):
         plain = 'SELECT id FROM instances WHERE id = ?'
         for commented in (
-                'SELECT /* nova.db.main.api */ id FROM instances '
-                'WHERE id = ?',
-                '/* traceparent=00-ab */ SELECT id FROM instances WHERE '
-                'id = ?',
-                'SELECT id FROM instances -- by uuid\nWHERE id = ?'):
+            'SELECT /* nova.db.main.api */ id FROM instances WHERE id = ?',
+            '/* traceparent=00-ab */ SELECT id FROM instances WHERE id = ?',
+            'SELECT id FROM instances -- by uuid\nWHERE id = ?',
+        ):
             self.assertEqual(qid(plain), qid(commented), commented)
 
     def test_bind_markers_and_literals_are_unified(self):
@@ -58,67 +60,81 @@ class TestFingerprint(testtools.TestCase):
         ]
         self.assertEqual(
             ['select a from t where b = ? and c = ?'],
-            sorted({fp.fingerprint(v) for v in variants}))
+            sorted({fp.fingerprint(v) for v in variants}),
+        )
 
     def test_identifier_quotes_case_and_whitespace(self):
         self.assertEqual(
             fp.fingerprint('SELECT `instances`.`id`\n  FROM `instances`'),
-            fp.fingerprint('select "instances"."id" from "instances";'))
+            fp.fingerprint('select "instances"."id" from "instances";'),
+        )
 
     def test_multi_row_values_collapse(self):
         one = 'INSERT INTO t (a, b) VALUES (?, ?)'
         three = 'INSERT INTO t (a, b) VALUES (?, ?), (?, ?), (?, ?)'
         self.assertEqual(qid(one), qid(three))
-        self.assertEqual('insert into t (a, b) values(?+)',
-                         fp.fingerprint(three))
-        with_function = ('INSERT INTO t (a, b) VALUES (?, now()), '
-                         '(?, now())')
-        self.assertEqual(fp.fingerprint('INSERT INTO t (a, b) VALUES '
-                                        '(?, now())'),
-                         fp.fingerprint(with_function))
+        self.assertEqual(
+            'insert into t (a, b) values(?+)', fp.fingerprint(three)
+        )
+        with_function = 'INSERT INTO t (a, b) VALUES (?, now()), (?, now())'
+        self.assertEqual(
+            fp.fingerprint('INSERT INTO t (a, b) VALUES (?, now())'),
+            fp.fingerprint(with_function),
+        )
 
     def test_tuple_in_collapses(self):
         self.assertEqual(
             qid('SELECT a FROM t WHERE (a, b) IN ((?, ?))'),
-            qid('SELECT a FROM t WHERE (a, b) IN ((?, ?), (?, ?))'))
+            qid('SELECT a FROM t WHERE (a, b) IN ((?, ?), (?, ?))'),
+        )
 
     def test_limit_and_offset(self):
         expected = 'select a from t limit ?'
-        for sql in ('SELECT a FROM t LIMIT ?', 'SELECT a FROM t LIMIT 10',
-                    'SELECT a FROM t LIMIT ? OFFSET ?',
-                    'SELECT a FROM t LIMIT %s, %s'):
+        for sql in (
+            'SELECT a FROM t LIMIT ?',
+            'SELECT a FROM t LIMIT 10',
+            'SELECT a FROM t LIMIT ? OFFSET ?',
+            'SELECT a FROM t LIMIT %s, %s',
+        ):
             self.assertEqual(expected, fp.fingerprint(sql), sql)
 
     def test_subquery_in_is_not_collapsed(self):
         self.assertEqual(
             'select a from t where b in (select c from u)',
-            fp.fingerprint('SELECT a FROM t WHERE b IN (SELECT c FROM u)'))
+            fp.fingerprint('SELECT a FROM t WHERE b IN (SELECT c FROM u)'),
+        )
 
     def test_order_by_asc_dropped(self):
-        self.assertEqual(qid('SELECT a FROM t ORDER BY a ASC, b DESC'),
-                         qid('SELECT a FROM t ORDER BY a, b DESC'))
+        self.assertEqual(
+            qid('SELECT a FROM t ORDER BY a ASC, b DESC'),
+            qid('SELECT a FROM t ORDER BY a, b DESC'),
+        )
 
     def test_aliases_with_digits_are_kept(self):
         # SQLAlchemy's anon_1 / instances_1 are names, not numbers.
-        self.assertEqual('select anon_1.a from t as anon_1',
-                         fp.fingerprint('SELECT anon_1.a FROM t AS anon_1'))
+        self.assertEqual(
+            'select anon_1.a from t as anon_1',
+            fp.fingerprint('SELECT anon_1.a FROM t AS anon_1'),
+        )
 
     def test_savepoint_names(self):
-        self.assertEqual(qid('SAVEPOINT sa_savepoint_1'),
-                         qid('SAVEPOINT sa_savepoint_27'))
+        self.assertEqual(
+            qid('SAVEPOINT sa_savepoint_1'), qid('SAVEPOINT sa_savepoint_27')
+        )
 
     def test_query_id_is_md5_of_fingerprint(self):
         sql = 'SELECT a FROM t WHERE b IN (?, ?)'
         qclass = fp.classify(sql)
         self.assertIsNotNone(re.fullmatch('[0-9a-f]{32}', qclass.qid))
         self.assertEqual(
-            hashlib.md5(qclass.text.encode('utf-8'),
-                        usedforsecurity=False).hexdigest(),
-            qclass.qid)
+            hashlib.md5(
+                qclass.text.encode('utf-8'), usedforsecurity=False
+            ).hexdigest(),
+            qclass.qid,
+        )
 
 
 class TestKind(testtools.TestCase):
-
     def test_kinds(self):
         cases = {
             'SELECT 1': 'SELECT',
@@ -142,7 +158,6 @@ class TestKind(testtools.TestCase):
 
 
 class TestMemo(testtools.TestCase):
-
     def test_learn_once_announce_once(self):
         memo = fp.Memo()
         self.assertIsNone(memo.get('SELECT 1'))
@@ -180,19 +195,27 @@ class TestDoubleQuotes(testtools.TestCase):
     def test_mysql_double_quoted_strings_are_literals(self):
         self.assertEqual(
             {'select a from t where b = ? and c = ?'},
-            {fp.fingerprint(sql, double_quoted_strings=True) for sql in (
-                'SELECT a FROM t WHERE b = "x1" AND c = "y2"',
-                "SELECT a FROM t WHERE b = 'x1' AND c = \"y\\\"2\"",
-                'SELECT a FROM t WHERE b = "it""s" AND c = ?')})
+            {
+                fp.fingerprint(sql, double_quoted_strings=True)
+                for sql in (
+                    'SELECT a FROM t WHERE b = "x1" AND c = "y2"',
+                    "SELECT a FROM t WHERE b = 'x1' AND c = \"y\\\"2\"",
+                    'SELECT a FROM t WHERE b = "it""s" AND c = ?',
+                )
+            },
+        )
         self.assertEqual(
             qid('SELECT a FROM t WHERE b = ?'),
-            fp.classify('SELECT a FROM t WHERE b = "x1"',
-                        double_quoted_strings=True).qid)
+            fp.classify(
+                'SELECT a FROM t WHERE b = "x1"', double_quoted_strings=True
+            ).qid,
+        )
 
     def test_elsewhere_they_are_identifiers(self):
-        self.assertEqual('select id from instances where a = ?',
-                         fp.fingerprint('SELECT "id" FROM "instances" '
-                                        'WHERE "a" = ?'))
+        self.assertEqual(
+            'select id from instances where a = ?',
+            fp.fingerprint('SELECT "id" FROM "instances" WHERE "a" = ?'),
+        )
 
     def test_memo_keeps_the_two_readings_apart(self):
         memo = fp.Memo()

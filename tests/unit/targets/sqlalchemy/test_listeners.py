@@ -51,21 +51,22 @@ def _schema(engine):
     with engine.begin() as conn:
         conn.exec_driver_sql(
             'CREATE TABLE instances (id INTEGER PRIMARY KEY, '
-            'uuid VARCHAR(36) UNIQUE, host VARCHAR(255))')
+            'uuid VARCHAR(36) UNIQUE, host VARCHAR(255))'
+        )
 
 
 class SqlTestCase(base.TestCase):
-
     options = {}
 
     def setUp(self):
         super().setUp()
         # The context of one test must not leak into the next.
-        self.addCleanup(oslo_context.get_current() and
-                        oslo_context.get_current().update_store or
-                        (lambda: None))
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(
+            oslo_context.get_current()
+            and oslo_context.get_current().update_store
+            or (lambda: None)
+        )
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
 
     def install(self, **options):
         return self.useFixture(db_fixtures.SqlTiming(**options))
@@ -80,27 +81,37 @@ class SqlTestCase(base.TestCase):
 
 
 class TestStatements(SqlTestCase):
-
     def test_records_through_enginefacade(self):
         timing = self.install()
         manager = enginefacade.transaction_context()
-        manager.configure(connection='sqlite:///' +
-                          os.path.join(self.tmp, 'nova_api.sqlite'))
+        manager.configure(
+            connection='sqlite:///' + os.path.join(self.tmp, 'nova_api.sqlite')
+        )
         ctx = Context(request_id='req-4f1d', global_request_id='req-g1')
         # As in nova: DB work runs inside an instrumented call, which
         # took the request from its context argument.
         with timing.tracer.span('conductor.build_instances', ctx=ctx):
             with manager.writer.using(ctx) as session:
-                session.execute(sa.text(
-                    'CREATE TABLE instances (id INTEGER PRIMARY KEY, '
-                    'uuid VARCHAR(36), host VARCHAR(255))'))
-                session.execute(sa.text(INSERT), [
-                    {'uuid': 'uuid-param-1', 'host': 'host-param-1'},
-                    {'uuid': 'uuid-param-2', 'host': 'host-param-2'}])
+                session.execute(
+                    sa.text(
+                        'CREATE TABLE instances (id INTEGER PRIMARY KEY, '
+                        'uuid VARCHAR(36), host VARCHAR(255))'
+                    )
+                )
+                session.execute(
+                    sa.text(INSERT),
+                    [
+                        {'uuid': 'uuid-param-1', 'host': 'host-param-1'},
+                        {'uuid': 'uuid-param-2', 'host': 'host-param-2'},
+                    ],
+                )
             with manager.reader.using(ctx) as session:
-                session.execute(sa.text(
-                    'SELECT uuid FROM instances WHERE host IN (:a, :b)'),
-                    {'a': 'host-param-1', 'b': 'host-param-2'}).fetchall()
+                session.execute(
+                    sa.text(
+                        'SELECT uuid FROM instances WHERE host IN (:a, :b)'
+                    ),
+                    {'a': 'host-param-1', 'b': 'host-param-2'},
+                ).fetchall()
         # Outside any call: no request, even though oslo.context's
         # thread-local store still holds the last request's context
         # (it does in nova's periodic tasks).
@@ -108,17 +119,18 @@ class TestStatements(SqlTestCase):
             session.execute(sa.text('SELECT count(*) FROM instances'))
 
         queries = timing.records('sql.query')
-        texts = {r['attrs']['fp']: r['attrs']['text']
-                 for r in timing.records('sql.fingerprint')}
-        [outside] = [r for r in queries
-                     if 'count' in texts[r['attrs']['fp']]]
+        texts = {
+            r['attrs']['fp']: r['attrs']['text']
+            for r in timing.records('sql.fingerprint')
+        }
+        [outside] = [r for r in queries if 'count' in texts[r['attrs']['fp']]]
         self.assertNotIn('req', outside)
         queries = [r for r in queries if r is not outside]
         by_kind = {}
         for rec in queries:
             by_kind.setdefault(rec['attrs']['kind'], []).append(rec)
-        insert, = by_kind['INSERT']
-        select, = by_kind['SELECT']
+        (insert,) = by_kind['INSERT']
+        (select,) = by_kind['SELECT']
         self.assertEqual('X', insert['ph'])
         self.assertEqual('req-4f1d', insert['req'])
         self.assertEqual('req-g1', insert['greq'])
@@ -126,9 +138,12 @@ class TestStatements(SqlTestCase):
         self.assertEqual(2, insert['attrs']['rows'])
         self.assertIs(True, insert['attrs']['many'])
         self.assertFalse(select['attrs']['many'])
-        self.assertEqual(fingerprint.classify(
-            'SELECT uuid FROM instances WHERE host IN (?, ?)').qid,
-            select['attrs']['fp'])
+        self.assertEqual(
+            fingerprint.classify(
+                'SELECT uuid FROM instances WHERE host IN (?, ?)'
+            ).qid,
+            select['attrs']['fp'],
+        )
         for rec in queries:
             self.assertEqual('ok', rec['st'])
             self.assertGreaterEqual(rec['dur_us'], 0)
@@ -146,14 +161,19 @@ class TestStatements(SqlTestCase):
         self.assertEqual('commit', writer[0]['attrs']['outcome'])
         self.assertEqual('req-4f1d', writer[0]['req'])
         self.assertEqual(writer[0]['span'], insert['attrs']['txn'])
-        commits = [q for q in queries if q['attrs']['kind'] == 'COMMIT'
-                   and q['attrs']['txn'] == writer[0]['span']]
+        commits = [
+            q
+            for q in queries
+            if q['attrs']['kind'] == 'COMMIT'
+            and q['attrs']['txn'] == writer[0]['span']
+        ]
         self.assertEqual(1, len(commits))
         # The transaction spans its statements and its COMMIT.
         self.assertLessEqual(writer[0]['ts'], insert['ts'])
         self.assertGreaterEqual(
             writer[0]['ts'] + writer[0]['dur_us'] + 2,
-            commits[0]['ts'] + commits[0]['dur_us'])
+            commits[0]['ts'] + commits[0]['dur_us'],
+        )
 
     def test_fingerprint_written_once_per_class(self):
         timing = self.install()
@@ -166,16 +186,24 @@ class TestStatements(SqlTestCase):
                     'SELECT id FROM instances WHERE uuid IN :uuids'
                 ).bindparams(sa.bindparam('uuids', expanding=True))
                 conn.execute(stmt, {'uuids': ['x'] * n}).fetchall()
-        selects = [q for q in timing.records('sql.query')
-                   if q['attrs']['kind'] == 'SELECT']
+        selects = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'SELECT'
+        ]
         self.assertEqual(5, len(selects))
         self.assertEqual(1, len({q['attrs']['fp'] for q in selects}))
-        texts = [m for m in timing.records('sql.fingerprint')
-                 if m['attrs']['fp'] == selects[0]['attrs']['fp']]
+        texts = [
+            m
+            for m in timing.records('sql.fingerprint')
+            if m['attrs']['fp'] == selects[0]['attrs']['fp']
+        ]
         self.assertEqual(1, len(texts))
         self.assertEqual('M', texts[0]['ph'])
-        self.assertEqual('select id from instances where uuid in(?+)',
-                         texts[0]['attrs']['text'])
+        self.assertEqual(
+            'select id from instances where uuid in(?+)',
+            texts[0]['attrs']['text'],
+        )
         self.assertEqual('SELECT', texts[0]['attrs']['kind'])
 
     def test_parent_is_the_enclosing_span(self):
@@ -183,15 +211,22 @@ class TestStatements(SqlTestCase):
         engine = self.engine('nova_cell1.sqlite')
         _schema(engine)
         ctx = oslo_context.RequestContext(request_id='req-span')
-        with timing.tracer.span('scheduler.host_states', ctx=ctx,
-                                inst=['i-1']):
+        with timing.tracer.span(
+            'scheduler.host_states', ctx=ctx, inst=['i-1']
+        ):
             with engine.connect() as conn:
                 conn.exec_driver_sql('SELECT count(*) FROM instances')
                 conn.commit()
-        span, = [r for r in timing.records('scheduler.host_states')
-                 if r['ph'] == 'X']
-        select, = [q for q in timing.records('sql.query')
-                   if q['attrs']['kind'] == 'SELECT']
+        (span,) = [
+            r
+            for r in timing.records('scheduler.host_states')
+            if r['ph'] == 'X'
+        ]
+        (select,) = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'SELECT'
+        ]
         self.assertEqual(span['span'], select['parent'])
         self.assertEqual('req-span', select['req'])
         self.assertEqual(['i-1'], select['inst'])
@@ -203,8 +238,11 @@ class TestStatements(SqlTestCase):
         engine = _create_engine('sqlite://')
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1').fetchall()
-        select, = [q for q in timing.records('sql.query')
-                   if q['attrs']['kind'] == 'SELECT']
+        (select,) = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'SELECT'
+        ]
         self.assertNotIn('parent', select)
         self.assertNotIn('req', select)
         self.assertEqual(':memory:', select['attrs']['db'])
@@ -212,7 +250,6 @@ class TestStatements(SqlTestCase):
 
 
 class TestEngines(SqlTestCase):
-
     def test_engines_created_before_and_after_install(self):
         before = self.engine('nova_cell0.sqlite')
         _schema(before)
@@ -222,10 +259,15 @@ class TestEngines(SqlTestCase):
         for engine in (before, after):
             with engine.begin() as conn:
                 conn.execute(sa.text(INSERT), {'uuid': 'u', 'host': 'h'})
-        inserts = [q for q in timing.records('sql.query')
-                   if q['attrs']['kind'] == 'INSERT']
-        self.assertEqual(['nova_cell0.sqlite', 'placement.sqlite'],
-                         sorted(q['attrs']['db'] for q in inserts))
+        inserts = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'INSERT'
+        ]
+        self.assertEqual(
+            ['nova_cell0.sqlite', 'placement.sqlite'],
+            sorted(q['attrs']['db'] for q in inserts),
+        )
 
     def test_remove_detaches_everything(self):
         engine = self.engine('nova.sqlite')
@@ -235,16 +277,20 @@ class TestEngines(SqlTestCase):
             conn.exec_driver_sql('SELECT 1')
         dialect = engine.dialect
         self.assertIn('do_commit', vars(dialect))
-        self.assertTrue(sa.event.contains(dialect, 'handle_error',
-                                          timing.handle.listeners
-                                          .handle_error))
+        self.assertTrue(
+            sa.event.contains(
+                dialect, 'handle_error', timing.handle.listeners.handle_error
+            )
+        )
         timing.remove()
         count = len(timing.records())
         self.assertNotIn('do_commit', vars(dialect))
         self.assertNotIn('do_rollback', vars(dialect))
-        self.assertFalse(sa.event.contains(dialect, 'handle_error',
-                                           timing.handle.listeners
-                                           .handle_error))
+        self.assertFalse(
+            sa.event.contains(
+                dialect, 'handle_error', timing.handle.listeners.handle_error
+            )
+        )
         with engine.begin() as conn:
             conn.exec_driver_sql('SELECT 2')
         self.assertEqual(count, len(timing.records()))
@@ -252,16 +298,22 @@ class TestEngines(SqlTestCase):
 
     def test_database_names(self):
         url = sa.engine.make_url
-        self.assertEqual(':memory:', listeners.database_name(
-            url('sqlite://')))
-        self.assertEqual('nova.sqlite', listeners.database_name(
-            url('sqlite:////var/lib/nova/nova.sqlite')))
-        self.assertEqual('nova_api', listeners.database_name(
-            url('mysql+pymysql://nova:secret@db/nova_api?charset=utf8')))
+        self.assertEqual(':memory:', listeners.database_name(url('sqlite://')))
+        self.assertEqual(
+            'nova.sqlite',
+            listeners.database_name(
+                url('sqlite:////var/lib/nova/nova.sqlite')
+            ),
+        )
+        self.assertEqual(
+            'nova_api',
+            listeners.database_name(
+                url('mysql+pymysql://nova:secret@db/nova_api?charset=utf8')
+            ),
+        )
 
 
 class TestErrors(SqlTestCase):
-
     def test_translated_duplicate_entry(self):
         timing = self.install()
         engine = self.engine('nova.sqlite')
@@ -272,20 +324,24 @@ class TestErrors(SqlTestCase):
                 conn.execute(sa.text(INSERT), {'uuid': 'u', 'host': 'a'})
             with testtools.ExpectedException(db_exc.DBDuplicateEntry):
                 with engine.begin() as conn:
-                    conn.execute(sa.text(INSERT),
-                                 {'uuid': 'u', 'host': 'secret-host'})
-        failed = [q for q in timing.records('sql.query')
-                  if q['st'] == 'error']
+                    conn.execute(
+                        sa.text(INSERT), {'uuid': 'u', 'host': 'secret-host'}
+                    )
+        failed = [q for q in timing.records('sql.query') if q['st'] == 'error']
         self.assertEqual(1, len(failed), failed)
         rec = failed[0]
-        self.assertEqual('oslo_db.exception.DBDuplicateEntry',
-                         rec['err']['cls'])
+        self.assertEqual(
+            'oslo_db.exception.DBDuplicateEntry', rec['err']['cls']
+        )
         self.assertEqual('req-dup', rec['req'])
         self.assertEqual('INSERT', rec['attrs']['kind'])
         self.assertNotIn('secret-host', repr(rec))
         self.assertNotIn('[SQL', rec['err']['msg'])
-        rollback = [t for t in timing.records('sql.txn')
-                    if t['span'] == rec['attrs']['txn']]
+        rollback = [
+            t
+            for t in timing.records('sql.txn')
+            if t['span'] == rec['attrs']['txn']
+        ]
         self.assertEqual('rollback', rollback[0]['attrs']['outcome'])
         # oslo.db's explicit BEGIN on sqlite, and the failed INSERT.
         self.assertEqual(2, rollback[0]['attrs']['statements'])
@@ -293,27 +349,36 @@ class TestErrors(SqlTestCase):
     def test_plain_engine_error_and_missing_table(self):
         timing = self.install()
         for engine, cls in (
-                (_create_engine('sqlite://'),
-                 'sqlalchemy.exc.OperationalError'),
-                (self.engine('nova.sqlite'),
-                 'oslo_db.exception.DBNonExistentTable')):
+            (_create_engine('sqlite://'), 'sqlalchemy.exc.OperationalError'),
+            (
+                self.engine('nova.sqlite'),
+                'oslo_db.exception.DBNonExistentTable',
+            ),
+        ):
             with engine.connect() as conn:
-                self.assertRaises((sa.exc.OperationalError, db_exc.DBError),
-                                  conn.exec_driver_sql,
-                                  'SELECT * FROM nosuch')
-            rec, = [q for q in timing.records('sql.query')
-                    if q['st'] == 'error' and q['attrs']['db'] ==
-                    listeners.database_name(engine.url)]
+                self.assertRaises(
+                    (sa.exc.OperationalError, db_exc.DBError),
+                    conn.exec_driver_sql,
+                    'SELECT * FROM nosuch',
+                )
+            (rec,) = [
+                q
+                for q in timing.records('sql.query')
+                if q['st'] == 'error'
+                and q['attrs']['db'] == listeners.database_name(engine.url)
+            ]
             self.assertEqual('error', rec['st'])
             self.assertEqual(cls, rec['err']['cls'])
 
     def test_errors_written_even_when_aggregating(self):
-        timing = self.install(slow_query_threshold=60000.0,
-                              detail_sample_rate=0.0)
+        timing = self.install(
+            slow_query_threshold=60000.0, detail_sample_rate=0.0
+        )
         engine = self.engine('nova.sqlite')
         with engine.connect() as conn:
-            self.assertRaises(db_exc.DBError, conn.exec_driver_sql,
-                              'SELECT * FROM nosuch')
+            self.assertRaises(
+                db_exc.DBError, conn.exec_driver_sql, 'SELECT * FROM nosuch'
+            )
         errors = [q for q in timing.records('sql.query')]
         self.assertEqual(1, len(errors))
         self.assertEqual('error', errors[0]['st'])
@@ -331,7 +396,8 @@ class TestErrors(SqlTestCase):
             if refuse:
                 raise dbapi.OperationalError(
                     'Deadlock found when trying to get lock; try '
-                    'restarting transaction')
+                    'restarting transaction'
+                )
             return real_commit(dbapi_connection)
 
         # Set before the engine is adopted: the timer wraps this one.
@@ -347,21 +413,27 @@ class TestErrors(SqlTestCase):
         # No later handler ran to settle it: written once the writer has
         # waited long enough for a translation, or at the end.
         timing.remove()
-        commit = [q for q in timing.records('sql.query')
-                  if q['attrs']['kind'] == 'COMMIT']
+        commit = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'COMMIT'
+        ]
         self.assertEqual(1, len(commit), commit)
         self.assertEqual('error', commit[0]['st'])
-        self.assertEqual('sqlalchemy.exc.OperationalError',
-                         commit[0]['err']['cls'])
-        txn, = [t for t in timing.records('sql.txn')
-                if t['span'] == commit[0]['attrs']['txn']]
+        self.assertEqual(
+            'sqlalchemy.exc.OperationalError', commit[0]['err']['cls']
+        )
+        (txn,) = [
+            t
+            for t in timing.records('sql.txn')
+            if t['span'] == commit[0]['attrs']['txn']
+        ]
         self.assertEqual('error', txn['st'])
         self.assertEqual('commit', txn['attrs']['outcome'])
         self.assertEqual(commit[0]['err'], txn['err'])
 
 
 class TestAggregation(SqlTestCase):
-
     def test_fast_statements_aggregated_not_lost(self):
         timing = self.install(slow_query_threshold=60000.0)
         engine = self.engine('nova.sqlite')
@@ -370,13 +442,23 @@ class TestAggregation(SqlTestCase):
         with timing.tracer.span('conductor.schedule', ctx=ctx):
             with engine.begin() as conn:
                 for n in range(7):
-                    conn.execute(sa.text(INSERT),
-                                 {'uuid': 'u%d' % n, 'host': 'h'})
+                    conn.execute(
+                        sa.text(INSERT), {'uuid': 'u%d' % n, 'host': 'h'}
+                    )
         timing.remove()
-        self.assertEqual([], [q for q in timing.records('sql.query')
-                              if q['attrs']['kind'] == 'INSERT'])
-        aggs = [a for a in timing.records('sql.agg')
-                if a['attrs']['kind'] == 'INSERT']
+        self.assertEqual(
+            [],
+            [
+                q
+                for q in timing.records('sql.query')
+                if q['attrs']['kind'] == 'INSERT'
+            ],
+        )
+        aggs = [
+            a
+            for a in timing.records('sql.agg')
+            if a['attrs']['kind'] == 'INSERT'
+        ]
         self.assertEqual(1, len(aggs))
         attrs = aggs[0]['attrs']
         self.assertEqual('C', aggs[0]['ph'])
@@ -389,8 +471,9 @@ class TestAggregation(SqlTestCase):
         self.assertEqual('nova.sqlite', attrs['db'])
         self.assertLessEqual(attrs['min_us'], attrs['max_us'])
         self.assertLessEqual(attrs['max_us'], attrs['sum_us'])
-        self.assertGreaterEqual(attrs['sumsq_us'],
-                                attrs['sum_us'] ** 2 // attrs['count'])
+        self.assertGreaterEqual(
+            attrs['sumsq_us'], attrs['sum_us'] ** 2 // attrs['count']
+        )
         self.assertEqual(fingerprint.classify(INSERT).qid, attrs['fp'])
         # Every class is announced, even when nothing is written alone.
         fps = {m['attrs']['fp'] for m in timing.records('sql.fingerprint')}
@@ -403,6 +486,7 @@ class TestAggregation(SqlTestCase):
         # it must too (and "unknown" only where no statement had a count).
         from instrument.analysis.model import sqldigest
         from instrument.analysis.sections import sql as sql_section
+
         blocks = {}
         for threshold in (0.0, 60000.0):
             timing = self.install(slow_query_threshold=threshold)
@@ -410,44 +494,65 @@ class TestAggregation(SqlTestCase):
             _schema(engine)
             with engine.begin() as conn:
                 for n in range(5):
-                    conn.execute(sa.text(
-                        "UPDATE instances SET host = 'h2' WHERE uuid = "
-                        ':uuid'), {'uuid': 'none-%d' % n})
+                    conn.execute(
+                        sa.text(
+                            "UPDATE instances SET host = 'h2' WHERE uuid = "
+                            ':uuid'
+                        ),
+                        {'uuid': 'none-%d' % n},
+                    )
                     conn.exec_driver_sql('SELECT %d' % n)
             timing.remove()
             digest = sqldigest.SqlDigest()
             for rec in timing.records():
                 if rec['ev'] == 'sql.query':
                     attrs = rec['attrs']
-                    digest.add(rec['ts'], rec['dur_us'], attrs['fp'],
-                               rec['svc'], attrs['db'], attrs['call'],
-                               attrs['rows'], False, attrs['kind'])
+                    digest.add(
+                        rec['ts'],
+                        rec['dur_us'],
+                        attrs['fp'],
+                        rec['svc'],
+                        attrs['db'],
+                        attrs['call'],
+                        attrs['rows'],
+                        False,
+                        attrs['kind'],
+                    )
                 elif rec['ev'] == 'sql.agg':
                     digest.add_agg(rec['ts'], rec['svc'], rec['attrs'])
             for row in digest.profile(limit=0)['rows']:
                 kind = next(iter(row['kinds']))
                 if kind in ('UPDATE', 'SELECT'):
-                    blocks.setdefault(kind, []).append((
-                        row['calls'], row['rows'], row['rows_unknown'],
-                        sql_section.rows_cell(row)[0]))
+                    blocks.setdefault(kind, []).append(
+                        (
+                            row['calls'],
+                            row['rows'],
+                            row['rows_unknown'],
+                            sql_section.rows_cell(row)[0],
+                        )
+                    )
         # The UPDATEs matched nothing: 0 rows, one by one and aggregated.
-        self.assertEqual([(5, 0, 0, '0'), (5, 0, 0, '0')],
-                         blocks['UPDATE'])
+        self.assertEqual([(5, 0, 0, '0'), (5, 0, 0, '0')], blocks['UPDATE'])
         # sqlite gives no row count for a SELECT: unknown both ways.
         self.assertEqual([(5, None, 5, 'unknown')] * 2, blocks['SELECT'])
 
     def test_unsampled_requests_are_aggregated(self):
         timing = self.install(detail_sample_rate=0.0)
         engine = _create_engine('sqlite://')
-        with timing.tracer.span('conductor.schedule', ctx=oslo_context
-                                .RequestContext(request_id='req-x')):
+        with timing.tracer.span(
+            'conductor.schedule',
+            ctx=oslo_context.RequestContext(request_id='req-x'),
+        ):
             with engine.connect() as conn:
                 conn.exec_driver_sql('SELECT 1')
                 conn.exec_driver_sql('SELECT 2')
         timing.remove()
         self.assertEqual([], timing.records('sql.query'))
-        selects = [a for a in timing.records('sql.agg')
-                   if a['attrs']['kind'] == 'SELECT']
+        selects = [
+            a
+            for a in timing.records('sql.agg')
+            if a['attrs']['kind'] == 'SELECT'
+        ]
         self.assertEqual(2, selects[0]['attrs']['count'])
 
     def test_writer_processes_without_being_asked(self):
@@ -462,7 +567,6 @@ class TestAggregation(SqlTestCase):
 
 
 class TestFaults(SqlTestCase):
-
     def test_fault_in_processing_is_counted_not_raised(self):
         timing = self.install()
         listeners_ = timing.handle.listeners
@@ -470,13 +574,17 @@ class TestFaults(SqlTestCase):
         def broken(statement):
             raise RuntimeError('boom')
 
-        self.useFixture(db_fixtures.fixtures.MonkeyPatch(
-            'instrument.targets.sqlalchemy.fingerprint.Memo.learn',
-            lambda self, statement: broken(statement)))
+        self.useFixture(
+            db_fixtures.fixtures.MonkeyPatch(
+                'instrument.targets.sqlalchemy.fingerprint.Memo.learn',
+                lambda self, statement: broken(statement),
+            )
+        )
         engine = _create_engine('sqlite://')
         with engine.connect() as conn:
-            self.assertEqual([(1,)], conn.exec_driver_sql(
-                'SELECT 1').fetchall())
+            self.assertEqual(
+                [(1,)], conn.exec_driver_sql('SELECT 1').fetchall()
+            )
         self.assertEqual([], timing.records('sql.query'))
         # The statement and the ROLLBACK of its connection's close.
         self.assertEqual(2, listeners_.faults.count)
@@ -491,8 +599,9 @@ class TestFaults(SqlTestCase):
         listeners_.install()
         engine = _create_engine('sqlite://')
         with engine.connect() as conn:
-            self.assertEqual([(1,)], conn.exec_driver_sql(
-                'SELECT 1').fetchall())
+            self.assertEqual(
+                [(1,)], conn.exec_driver_sql('SELECT 1').fetchall()
+            )
         # The statement and the ROLLBACK of its connection's close.
         self.assertEqual(2, listeners_.dropped)
         self.assertEqual([], timing.records('sql.query'))
@@ -515,8 +624,11 @@ class TestGuards(SqlTestCase):
 
         # The per-statement listeners take the clock when they are
         # built (at install).
-        self.useFixture(db_fixtures.fixtures.MonkeyPatch(
-            'instrument.targets.sqlalchemy.listeners._perf_ns', perf_ns))
+        self.useFixture(
+            db_fixtures.fixtures.MonkeyPatch(
+                'instrument.targets.sqlalchemy.listeners._perf_ns', perf_ns
+            )
+        )
 
     def check_statements_unaffected(self, timing):
         engine = self.engine('nova.sqlite')
@@ -548,9 +660,12 @@ class TestGuards(SqlTestCase):
         def broken_frame():
             raise RuntimeError('frame fault')
 
-        self.useFixture(db_fixtures.fixtures.MonkeyPatch(
-            'instrument.targets.sqlalchemy.listeners._current_frame',
-            broken_frame))
+        self.useFixture(
+            db_fixtures.fixtures.MonkeyPatch(
+                'instrument.targets.sqlalchemy.listeners._current_frame',
+                broken_frame,
+            )
+        )
         self.check_statements_unaffected(self.install())
 
 
@@ -563,8 +678,9 @@ class TestPoolReset(SqlTestCase):
     def test_reset_after_commit_is_recorded(self):
         timing = self.install()
         manager = enginefacade.transaction_context()
-        manager.configure(connection='sqlite:///' +
-                          os.path.join(self.tmp, 'nova_api.sqlite'))
+        manager.configure(
+            connection='sqlite:///' + os.path.join(self.tmp, 'nova_api.sqlite')
+        )
         ctx = Context(request_id='req-reset')
         with timing.tracer.span('conductor.build_instances', ctx=ctx):
             with manager.writer.using(ctx) as session:
@@ -577,22 +693,27 @@ class TestPoolReset(SqlTestCase):
         for reset in resets:
             self.assertEqual(self.reset_ids(), reset['attrs']['fp'])
             self.assertEqual('req-reset', reset['req'])
-            self.assertEqual('conductor.build_instances',
-                             reset['attrs']['call'])
+            self.assertEqual(
+                'conductor.build_instances', reset['attrs']['call']
+            )
             self.assertEqual('nova_api.sqlite', reset['attrs']['db'])
             self.assertIsNone(reset['attrs']['txn'])
             self.assertEqual('ok', reset['st'])
         self.assertLess(resets[0]['seq'], resets[1]['seq'])
         # The transaction's own COMMIT is still a COMMIT.
-        self.assertEqual(1, len([q for q in queries
-                                 if q['attrs']['kind'] == 'COMMIT']))
+        self.assertEqual(
+            1, len([q for q in queries if q['attrs']['kind'] == 'COMMIT'])
+        )
 
     def test_connection_that_never_began(self):
         timing = self.install()
         # oslo.db connects once to test the engine, and closes.
         self.engine('nova.sqlite')
-        resets = [q for q in timing.records('sql.query')
-                  if q['attrs']['kind'] == 'POOL_RESET']
+        resets = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'POOL_RESET'
+        ]
         self.assertEqual(['nova.sqlite'], [r['attrs']['db'] for r in resets])
 
     def test_no_reset_no_record(self):
@@ -601,15 +722,22 @@ class TestPoolReset(SqlTestCase):
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1')
             conn.commit()
-        with engine.begin() as conn:    # closed with its transaction
+        with engine.begin() as conn:  # closed with its transaction
             conn.exec_driver_sql('SELECT 1')
-        self.assertEqual([], [q for q in timing.records('sql.query')
-                              if q['attrs']['kind'] == 'POOL_RESET'])
+        self.assertEqual(
+            [],
+            [
+                q
+                for q in timing.records('sql.query')
+                if q['attrs']['kind'] == 'POOL_RESET'
+            ],
+        )
 
     def test_aggregated_as_its_own_kind(self):
         timing = self.install(slow_query_threshold=60000.0)
-        engine = _create_engine('sqlite:///' + os.path.join(
-            self.tmp, 'nova.sqlite'))
+        engine = _create_engine(
+            'sqlite:///' + os.path.join(self.tmp, 'nova.sqlite')
+        )
         self.addCleanup(engine.dispose)
         for _ in range(3):
             with engine.connect() as conn:
@@ -619,12 +747,14 @@ class TestPoolReset(SqlTestCase):
         kinds = {}
         for agg in timing.records('sql.agg'):
             attrs = agg['attrs']
-            kinds[attrs['kind']] = kinds.get(attrs['kind'], 0) + \
-                attrs['count']
+            kinds[attrs['kind']] = kinds.get(attrs['kind'], 0) + attrs['count']
         self.assertEqual(3, kinds['POOL_RESET'])
         self.assertEqual(3, kinds['COMMIT'])
-        fps = {a['attrs']['fp'] for a in timing.records('sql.agg')
-               if a['attrs']['kind'] == 'POOL_RESET'}
+        fps = {
+            a['attrs']['fp']
+            for a in timing.records('sql.agg')
+            if a['attrs']['kind'] == 'POOL_RESET'
+        }
         self.assertEqual({self.reset_ids()}, fps)
 
     def test_failed_reset_is_recorded_and_the_caller_unaffected(self):
@@ -645,28 +775,42 @@ class TestPoolReset(SqlTestCase):
         conn.exec_driver_sql('SELECT 1')
         conn.commit()
         refuse.append(True)
-        conn.close()    # the pool logs the failure and drops the connection
-        reset, = [q for q in timing.records('sql.query')
-                  if q['attrs']['kind'] == 'POOL_RESET']
+        conn.close()  # the pool logs the failure and drops the connection
+        (reset,) = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] == 'POOL_RESET'
+        ]
         self.assertEqual('error', reset['st'])
         self.assertEqual('sqlite3.OperationalError', reset['err']['cls'])
 
 
 class TestTracerFrames(testtools.TestCase):
-
     def test_frame_layout_matches(self):
         # The listeners unpack a frame as an attribution tuple.
         self.assertEqual(
-            (listeners.A_PARENT, listeners.A_REQ, listeners.A_GREQ,
-             listeners.A_INST, listeners.A_SVC, listeners.A_HOST,
-             listeners.A_CALL),
-            (recorder_mod.F_SPAN, recorder_mod.F_REQ, recorder_mod.F_GREQ,
-             recorder_mod.F_INST, recorder_mod.F_SVC, recorder_mod.F_HOST,
-             recorder_mod.F_EV))
+            (
+                listeners.A_PARENT,
+                listeners.A_REQ,
+                listeners.A_GREQ,
+                listeners.A_INST,
+                listeners.A_SVC,
+                listeners.A_HOST,
+                listeners.A_CALL,
+            ),
+            (
+                recorder_mod.F_SPAN,
+                recorder_mod.F_REQ,
+                recorder_mod.F_GREQ,
+                recorder_mod.F_INST,
+                recorder_mod.F_SVC,
+                recorder_mod.F_HOST,
+                recorder_mod.F_EV,
+            ),
+        )
 
 
 class TestInstallRace(SqlTestCase):
-
     def test_statement_started_before_install_is_not_a_fault(self):
         engine = _create_engine('sqlite://')
         timing = []
@@ -678,20 +822,26 @@ class TestInstallRace(SqlTestCase):
         # Installed between the start and the end of a statement.
         sa.event.listen(engine, 'before_cursor_execute', install_now)
         with engine.connect() as conn:
-            self.assertEqual([(1,)], conn.exec_driver_sql(
-                'SELECT 1').fetchall())
+            self.assertEqual(
+                [(1,)], conn.exec_driver_sql('SELECT 1').fetchall()
+            )
             conn.exec_driver_sql('SELECT 2')
         self.assertEqual(0, timing[0].handle.listeners.faults.count)
-        selects = [q for q in timing[0].records('sql.query')
-                   if q['attrs']['kind'] == 'SELECT']
+        selects = [
+            q
+            for q in timing[0].records('sql.query')
+            if q['attrs']['kind'] == 'SELECT'
+        ]
         self.assertEqual(1, len(selects))
 
     def test_class_level_listeners_removed(self):
         from sqlalchemy.engine import Engine
+
         timing = self.install()
         handle = timing.handle.listeners
-        self.assertTrue(sa.event.contains(Engine, 'handle_error',
-                                          handle.early_error))
+        self.assertTrue(
+            sa.event.contains(Engine, 'handle_error', handle.early_error)
+        )
         timing.remove()
         for name, fn, _kwargs in handle._events:
             self.assertFalse(sa.event.contains(Engine, name, fn), name)
@@ -710,8 +860,7 @@ class TestOneHookPerRoundTrip(SqlTestCase):
             conn.exec_driver_sql('SELECT 1')
         self.assertFalse(engine.dispatch.commit)
         self.assertFalse(engine.pool.dispatch.reset)
-        kinds = sorted(q['attrs']['kind']
-                       for q in timing.records('sql.query'))
+        kinds = sorted(q['attrs']['kind'] for q in timing.records('sql.query'))
         self.assertEqual(['COMMIT', 'POOL_RESET', 'SELECT'], kinds)
         [txn] = timing.records('sql.txn')
         self.assertEqual('commit', txn['attrs']['outcome'])
@@ -724,7 +873,7 @@ class TestOneHookPerRoundTrip(SqlTestCase):
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1')
             conn.invalidate()
-            conn.rollback()     # no round trip: the transaction ends
+            conn.rollback()  # no round trip: the transaction ends
         [txn] = timing.records('sql.txn')
         self.assertEqual('rollback', txn['attrs']['outcome'])
         self.assertEqual(1, txn['attrs']['statements'])
@@ -750,7 +899,7 @@ class TestOneHookPerRoundTrip(SqlTestCase):
         timing = self.install()
         engine = _create_engine('sqlite://')
         self.addCleanup(engine.dispose)
-        with engine.begin() as conn:    # adopts the dialect
+        with engine.begin() as conn:  # adopts the dialect
             conn.exec_driver_sql('SELECT 1')
             raw = conn.connection.dbapi_connection
         before = len(timing.records('sql.query'))

@@ -26,7 +26,6 @@ from tests.unit.targets.sqlalchemy import fixtures as db_fixtures
 
 
 class PoolNamesTest(testtools.TestCase):
-
     def setUp(self):
         super().setUp()
         self.timing = self.useFixture(db_fixtures.SqlTiming())
@@ -52,13 +51,14 @@ class PoolNamesTest(testtools.TestCase):
     def test_first_connection_of_each_engine_named(self):
         path = os.path.join(self.dir, 'nova_api')
         self.use(sa.create_engine('sqlite:///' + path))
-        self.use(sa.create_engine(
-            'sqlite:///file:/x/nova_cell1?mode=memory&uri=true'))
+        self.use(
+            sa.create_engine(
+                'sqlite:///file:/x/nova_cell1?mode=memory&uri=true'
+            )
+        )
         names = self.names()
-        self.assertEqual(['nova_api', 'nova_cell1'],
-                         names['db.pool.connect'])
-        self.assertEqual({'nova_api', 'nova_cell1'},
-                         set(names['sql.query']))
+        self.assertEqual(['nova_api', 'nova_cell1'], names['db.pool.connect'])
+        self.assertEqual({'nova_api', 'nova_cell1'}, set(names['sql.query']))
 
     def test_plain_sqlite_engine_is_memory_everywhere(self):
         self.use(sa.create_engine('sqlite://'))
@@ -67,20 +67,21 @@ class PoolNamesTest(testtools.TestCase):
         self.assertEqual({':memory:'}, set(names['sql.query']))
 
     def test_pool_made_again_keeps_the_name(self):
-        engine = sa.create_engine('sqlite:///' + os.path.join(
-            self.dir, 'placement'))
+        engine = sa.create_engine(
+            'sqlite:///' + os.path.join(self.dir, 'placement')
+        )
         self.use(engine)
         engine.dispose()
         with engine.connect() as conn:
             conn.execute(sa.text('select 1'))
         engine.dispose()
-        self.assertEqual(['placement'] * 2,
-                         self.names()['db.pool.connect'])
+        self.assertEqual(['placement'] * 2, self.names()['db.pool.connect'])
 
     def test_engine_made_before_install(self):
         self.taps.remove()
-        engine = sa.create_engine('sqlite:///' + os.path.join(
-            self.dir, 'nova_cell0'))
+        engine = sa.create_engine(
+            'sqlite:///' + os.path.join(self.dir, 'nova_cell0')
+        )
         self.taps = pool_mod.PoolWaits(self.timing.recorder).install()
         self.use(engine)
         engine.dispose()
@@ -88,30 +89,34 @@ class PoolNamesTest(testtools.TestCase):
             conn.execute(sa.text('select 1'))
         # the first connection before the engine was seen: unnamed, as
         # before; every later one named
-        self.assertEqual(['', 'nova_cell0'],
-                         self.names()['db.pool.connect'])
+        self.assertEqual(['', 'nova_cell0'], self.names()['db.pool.connect'])
 
     def test_remove_restores_engine_created(self):
         hook = vars(Dialect)['engine_created']
         self.assertIsNotNone(getattr(hook.__func__, '__wrapped__', None))
         self.taps.remove()
-        self.assertIs(hook.__func__.__wrapped__,
-                      vars(Dialect)['engine_created'].__func__)
+        self.assertIs(
+            hook.__func__.__wrapped__, vars(Dialect)['engine_created'].__func__
+        )
         self.taps.install()
         self.assertIsNot(hook, vars(Dialect)['engine_created'])
 
     def test_engine_keyword_arguments_still_accepted(self):
         # create_engine reads Engine.__init__'s own arguments: an engine
         # made with them is made as without instrument
-        engine = sa.create_engine('sqlite://', logging_name='x',
-                                  hide_parameters=True)
+        engine = sa.create_engine(
+            'sqlite://', logging_name='x', hide_parameters=True
+        )
         self.use(engine)
         self.assertEqual([':memory:'], self.names()['db.pool.connect'])
 
     def test_a_fault_does_not_stop_the_engine(self):
-        self.useFixture(fixtures.MonkeyPatch(
-            'instrument.targets.sqlalchemy.listeners.database_name',
-            lambda url: 1 / 0))
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.targets.sqlalchemy.listeners.database_name',
+                lambda url: 1 / 0,
+            )
+        )
         engine = sa.create_engine('sqlite://')
         self.addCleanup(engine.dispose)
         with engine.connect() as conn:

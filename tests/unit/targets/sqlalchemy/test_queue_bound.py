@@ -25,15 +25,13 @@ from tests.unit import base
 
 
 class SqlQueueBoundTest(base.TestCase):
-
     def setUp(self):
         super().setUp()
         self.conf = self.make_conf(buffer_size=16)
         ident = process.ProcessIdentity.create('nova-conductor', 'h1')
         self.sink = base.MemorySink()
         # The writer never gets to the queue during the test.
-        self.buffer = buffer_mod.EventBuffer([self.sink], 1000, 3600.0,
-                                             ident)
+        self.buffer = buffer_mod.EventBuffer([self.sink], 1000, 3600.0, ident)
         self.addCleanup(self.buffer.close, 1.0)
         self.recorder = recorder_mod.Recorder(self.buffer, ident)
         self.handle = instrument_db.install(self.recorder, self.conf)
@@ -51,20 +49,25 @@ class SqlQueueBoundTest(base.TestCase):
         self.assertEqual(101 - 16, listeners.dropped)
         # Logged from the watchdog thread: the writer may be stuck.
         deadline = time.monotonic() + 10
-        while 'SQL statements are being dropped' not in \
-                self.logger.output and time.monotonic() < deadline:
+        while (
+            'SQL statements are being dropped' not in self.logger.output
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
-        self.assertIn('SQL statements are being dropped: 16 wait',
-                      self.logger.output)
+        self.assertIn(
+            'SQL statements are being dropped: 16 wait', self.logger.output
+        )
         self.handle.process()
         self.buffer.drain()
-        [dropped] = [r for r in self.sink.records
-                     if r['ev'] == 'sql.dropped']
+        [dropped] = [r for r in self.sink.records if r['ev'] == 'sql.dropped']
         self.assertEqual(85, dropped['attrs']['count'])
         # The writer logs the count, once (rate-limited per cause).
-        self.assertIn('events are being dropped: 85 SQL statements dropped '
-                      '(more than 16 waited for the writer) since the start '
-                      '(85 in all)', self.logger.output)
+        self.assertIn(
+            'events are being dropped: 85 SQL statements dropped '
+            '(more than 16 waited for the writer) since the start '
+            '(85 in all)',
+            self.logger.output,
+        )
         self.buffer.drain()
         self.assertEqual(2, self.logger.output.count('being dropped'))
 
@@ -82,8 +85,8 @@ class SqlDropReportTest(base.TestCase):
         class Sink(base.MemorySink):
             def write(sink, batch, first_seq, pid):
                 if self.fail_next and any(
-                        rec[record.I_EV] == self.fail_next[0]
-                        for rec in batch):
+                    rec[record.I_EV] == self.fail_next[0] for rec in batch
+                ):
                     self.fail_next.pop(0)
                     raise OSError(28, 'No space left on device')
                 super(Sink, sink).write(batch, first_seq, pid)
@@ -102,8 +105,9 @@ class SqlDropReportTest(base.TestCase):
                 conn.execute(sqlalchemy.text('SELECT %d' % n))
 
     def counts(self, ev: str) -> list:
-        return [r['attrs']['count'] for r in self.sink.records
-                if r['ev'] == ev]
+        return [
+            r['attrs']['count'] for r in self.sink.records if r['ev'] == ev
+        ]
 
     def test_written_while_the_buffer_is_full(self):
         self.run_statements(100)
@@ -117,8 +121,9 @@ class SqlDropReportTest(base.TestCase):
         self.assertEqual([85], self.counts('sql.dropped'))
         # The queued statements waited for room instead of being lost.
         self.assertEqual(0, self.buffer.dropped_full)
-        self.assertEqual(16, len([r for r in self.sink.records
-                                  if r['ev'] == 'sql.query']))
+        self.assertEqual(
+            16, len([r for r in self.sink.records if r['ev'] == 'sql.query'])
+        )
 
     def test_tried_again_until_a_sink_takes_it(self):
         self.run_statements(100)
@@ -141,10 +146,16 @@ class SqlDropReportTest(base.TestCase):
         self.handle.remove()
         self.buffer.close()
         self.assertEqual([85, 85 + 50 - 15], self.counts('sql.dropped'))
-        self.assertEqual('process.end', [
-            r['ev'] for r in self.sink.records if r['ev'] != 'sql.dropped'
-        ][-1])
-        self.assertIn('at close, 120 SQL statements dropped (more than 16 '
-                      'waited for the writer) since the start, 35 of them '
-                      'since the last warning; counted in sql.dropped '
-                      'records\n', self.logger.output + '\n')
+        self.assertEqual(
+            'process.end',
+            [r['ev'] for r in self.sink.records if r['ev'] != 'sql.dropped'][
+                -1
+            ],
+        )
+        self.assertIn(
+            'at close, 120 SQL statements dropped (more than 16 '
+            'waited for the writer) since the start, 35 of them '
+            'since the last warning; counted in sql.dropped '
+            'records\n',
+            self.logger.output + '\n',
+        )

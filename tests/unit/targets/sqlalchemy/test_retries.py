@@ -35,9 +35,12 @@ def _flaky(failures: int):
     deadlocks ``failures`` times, then succeeds."""
     calls = []
 
-    @oslo_db_api.wrap_db_retry(max_retries=2, retry_interval=0.001,
-                               inc_retry_interval=False,
-                               retry_on_deadlock=True)
+    @oslo_db_api.wrap_db_retry(
+        max_retries=2,
+        retry_interval=0.001,
+        inc_retry_interval=False,
+        retry_on_deadlock=True,
+    )
     def quota_reserve(context):
         calls.append(context)
         if len(calls) <= failures:
@@ -48,14 +51,12 @@ def _flaky(failures: int):
 
 
 class TestRetries(base.TestCase):
-
     def setUp(self):
         super().setUp()
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
 
     def test_retries_counted_and_tied_to_the_request(self):
-        reserve, calls = _flaky(failures=2)   # decorated before install
+        reserve, calls = _flaky(failures=2)  # decorated before install
         timing = self.useFixture(db_fixtures.SqlTiming())
         ctx = oslo_context.RequestContext(request_id='req-quota')
         with timing.tracer.span('api.compute.create', ctx=ctx):
@@ -63,17 +64,23 @@ class TestRetries(base.TestCase):
         self.assertEqual(3, len(calls))
         events = timing.records('db.retry')
         self.assertEqual([1, 2], [e['attrs']['attempt'] for e in events])
-        span, = [r for r in timing.records('api.compute.create')
-                 if r['ph'] == 'X']
+        (span,) = [
+            r for r in timing.records('api.compute.create') if r['ph'] == 'X'
+        ]
         for event in events:
             self.assertEqual('I', event['ph'])
             self.assertEqual('req-quota', event['req'])
             self.assertEqual(span['span'], event['parent'])
             self.assertFalse(event['attrs']['exhausted'])
-            self.assertEqual('oslo_db.exception.DBDeadlock',
-                             event['attrs']['cls'])
-            self.assertTrue(event['attrs']['func'].endswith(
-                '_flaky.<locals>.quota_reserve'), event['attrs']['func'])
+            self.assertEqual(
+                'oslo_db.exception.DBDeadlock', event['attrs']['cls']
+            )
+            self.assertTrue(
+                event['attrs']['func'].endswith(
+                    '_flaky.<locals>.quota_reserve'
+                ),
+                event['attrs']['func'],
+            )
 
     def test_exhausted(self):
         reserve, calls = _flaky(failures=10)
@@ -82,9 +89,10 @@ class TestRetries(base.TestCase):
         with timing.tracer.span('api.compute.create', ctx=ctx):
             self.assertRaises(db_exc.DBDeadlock, reserve, None)
         events = timing.records('db.retry')
-        self.assertEqual([(1, False), (2, False), (3, True)],
-                         [(e['attrs']['attempt'], e['attrs']['exhausted'])
-                          for e in events])
+        self.assertEqual(
+            [(1, False), (2, False), (3, True)],
+            [(e['attrs']['attempt'], e['attrs']['exhausted']) for e in events],
+        )
         self.assertEqual({'req-out'}, {e['req'] for e in events})
 
     def test_unexpected_errors_are_not_retries(self):
@@ -104,7 +112,8 @@ class TestRetries(base.TestCase):
         self.assertFalse(timing.handle.retries.patched)
         self.assertNotIsInstance(
             vars(oslo_db_api.wrap_db_retry)[retries.METHOD],
-            retries.wrapt.FunctionWrapper)
+            retries.wrapt.FunctionWrapper,
+        )
         self.assertEqual('reserved', reserve(None))
         self.assertEqual([], timing.records('db.retry'))
 
@@ -114,13 +123,17 @@ def _failing(engine, statement: str, max_retries: int):
     deadlocks, which oslo.db translates on MySQL only: on sqlite a
     missing table is the DBError at hand), whose statement always
     fails."""
+
     @oslo_db_api.wrap_db_retry(
-        max_retries=max_retries, retry_interval=0.001,
+        max_retries=max_retries,
+        retry_interval=0.001,
         inc_retry_interval=False,
-        exception_checker=lambda exc: isinstance(exc, db_exc.DBError))
+        exception_checker=lambda exc: isinstance(exc, db_exc.DBError),
+    )
     def run():
         with engine.connect() as conn:
             conn.exec_driver_sql(statement)
+
     return run
 
 
@@ -131,10 +144,10 @@ class TestRetriesPerQueryClass(base.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(setattr, oslo_context._request_store, 'context',
-                        None)
+        self.addCleanup(setattr, oslo_context._request_store, 'context', None)
         self.engine = engines.create_engine(
-            'sqlite:///' + os.path.join(self.tmp, 'nova.sqlite'))
+            'sqlite:///' + os.path.join(self.tmp, 'nova.sqlite')
+        )
         self.addCleanup(self.engine.dispose)
         self.db = listeners.database_name(self.engine.url)
 
@@ -146,41 +159,65 @@ class TestRetriesPerQueryClass(base.TestCase):
         timing.buffer.add_observer(m)
         ctx = oslo_context.RequestContext(request_id='req-retry')
         with timing.tracer.span('conductor.build_instances', ctx=ctx):
-            self.assertRaises(db_exc.DBError,
-                              _failing(self.engine, MISSING_TABLE, 2))
-            self.assertRaises(db_exc.DBError,
-                              _failing(self.engine, OTHER_TABLE, 1))
+            self.assertRaises(
+                db_exc.DBError, _failing(self.engine, MISSING_TABLE, 2)
+            )
+            self.assertRaises(
+                db_exc.DBError, _failing(self.engine, OTHER_TABLE, 1)
+            )
             # a retry of no statement (raised by the function itself)
             reserve, _calls = _flaky(failures=1)
             self.assertEqual('reserved', reserve(ctx))
         records = timing.records()
-        failed = [r for r in records if r['ev'] == 'sql.query' and
-                  r['st'] == 'error']
+        failed = [
+            r for r in records if r['ev'] == 'sql.query' and r['st'] == 'error'
+        ]
         fps = {r['attrs']['fp'] for r in failed}
         missing = fingerprint.classify(MISSING_TABLE).qid
         other = fingerprint.classify(OTHER_TABLE).qid
         self.assertEqual({missing, other}, fps)
         events = [r for r in records if r['ev'] == 'db.retry']
         self.assertEqual(
-            [(missing, self.db, 1, False), (missing, self.db, 2, False),
-             (missing, self.db, 3, True), (other, self.db, 1, False),
-             (other, self.db, 2, True), (None, None, 1, False)],
-            [(e['attrs'].get('fp'), e['attrs'].get('db'),
-              e['attrs']['attempt'], e['attrs']['exhausted'])
-             for e in events])
+            [
+                (missing, self.db, 1, False),
+                (missing, self.db, 2, False),
+                (missing, self.db, 3, True),
+                (other, self.db, 1, False),
+                (other, self.db, 2, True),
+                (None, None, 1, False),
+            ],
+            [
+                (
+                    e['attrs'].get('fp'),
+                    e['attrs'].get('db'),
+                    e['attrs']['attempt'],
+                    e['attrs']['exhausted'],
+                )
+                for e in events
+            ],
+        )
         # their fingerprints are announced (the failed statements')
-        texts = {r['attrs']['fp'] for r in records
-                 if r['ev'] == 'sql.fingerprint'}
+        texts = {
+            r['attrs']['fp'] for r in records if r['ev'] == 'sql.fingerprint'
+        }
         self.assertTrue({missing, other} <= texts)
-        self.assertEqual({(self.db, missing, 'false'): 2,
-                          (self.db, missing, 'true'): 1,
-                          (self.db, other, 'false'): 1,
-                          (self.db, other, 'true'): 1},
-                         m.families[metrics.SQL_RETRIES])
-        self.assertEqual({('oslo_db.exception.DBNonExistentTable', 'false'): 3,
-                          ('oslo_db.exception.DBNonExistentTable', 'true'): 2,
-                          ('oslo_db.exception.DBDeadlock', 'false'): 1},
-                         m.families[metrics.DB_RETRIES])
+        self.assertEqual(
+            {
+                (self.db, missing, 'false'): 2,
+                (self.db, missing, 'true'): 1,
+                (self.db, other, 'false'): 1,
+                (self.db, other, 'true'): 1,
+            },
+            m.families[metrics.SQL_RETRIES],
+        )
+        self.assertEqual(
+            {
+                ('oslo_db.exception.DBNonExistentTable', 'false'): 3,
+                ('oslo_db.exception.DBNonExistentTable', 'true'): 2,
+                ('oslo_db.exception.DBDeadlock', 'false'): 1,
+            },
+            m.families[metrics.DB_RETRIES],
+        )
 
     def test_a_retried_commit_is_of_the_commit_class(self):
         with self.engine.begin() as conn:
@@ -194,8 +231,9 @@ class TestRetriesPerQueryClass(base.TestCase):
             # What Galera answers on a certification failure at COMMIT.
             if len(refused) < 2:
                 refused.append(True)
-                raise dbapi.OperationalError('Deadlock found when trying '
-                                             'to get lock')
+                raise dbapi.OperationalError(
+                    'Deadlock found when trying to get lock'
+                )
             return real_commit(dbapi_connection)
 
         # Set before the engine is adopted: the timer wraps this one.
@@ -203,9 +241,13 @@ class TestRetriesPerQueryClass(base.TestCase):
         timing = self.useFixture(db_fixtures.SqlTiming())
 
         @oslo_db_api.wrap_db_retry(
-            max_retries=3, retry_interval=0.001, inc_retry_interval=False,
+            max_retries=3,
+            retry_interval=0.001,
+            inc_retry_interval=False,
             exception_checker=lambda exc: isinstance(
-                exc, sa.exc.OperationalError))
+                exc, sa.exc.OperationalError
+            ),
+        )
         def insert():
             with self.engine.begin() as conn:
                 conn.exec_driver_sql('INSERT INTO t (id) VALUES (1)')
@@ -214,28 +256,41 @@ class TestRetriesPerQueryClass(base.TestCase):
         timing.remove()
         events = timing.records('db.retry')
         commit = fingerprint.classify('COMMIT').qid
-        self.assertEqual([(commit, self.db, 1), (commit, self.db, 2)],
-                         [(e['attrs'].get('fp'), e['attrs'].get('db'),
-                           e['attrs']['attempt']) for e in events])
+        self.assertEqual(
+            [(commit, self.db, 1), (commit, self.db, 2)],
+            [
+                (
+                    e['attrs'].get('fp'),
+                    e['attrs'].get('db'),
+                    e['attrs']['attempt'],
+                )
+                for e in events
+            ],
+        )
 
     def test_the_memo_gives_the_class_of_a_known_statement(self):
         memo = fingerprint.Memo()
         qclass, _new = memo.learn(MISSING_TABLE)
         recorder = retries.RetryRecorder(None, memo=memo)
         # the memo's answer, not a new fingerprint
-        memo._known[fingerprint.memo_key(MISSING_TABLE)] = \
+        memo._known[fingerprint.memo_key(MISSING_TABLE)] = (
             fingerprint.QueryClass('f' * 32, qclass.kind, qclass.text)
+        )
         self.assertEqual('f' * 32, recorder._query_id(MISSING_TABLE, False))
-        self.assertEqual(fingerprint.classify(OTHER_TABLE).qid,
-                         recorder._query_id(OTHER_TABLE, False))
+        self.assertEqual(
+            fingerprint.classify(OTHER_TABLE).qid,
+            recorder._query_id(OTHER_TABLE, False),
+        )
 
     def test_failed_statement_is_found_through_wrappers(self):
         inner = ValueError('raw')
         setattr(inner, listeners.ATTR_SQL, ('SELECT 1', 'nova', False))
         wrapped = db_exc.DBDeadlock(inner)
-        self.assertEqual(('SELECT 1', 'nova', False),
-                         retries.failed_statement(wrapped))
+        self.assertEqual(
+            ('SELECT 1', 'nova', False), retries.failed_statement(wrapped)
+        )
         request = db_exc.RetryRequest(wrapped)
-        self.assertEqual(('SELECT 1', 'nova', False),
-                         retries.failed_statement(request))
+        self.assertEqual(
+            ('SELECT 1', 'nova', False), retries.failed_statement(request)
+        )
         self.assertIsNone(retries.failed_statement(ValueError('x')))
