@@ -14,7 +14,8 @@
 A ``PatchPoint`` names a callable (module + ``Class.method``), the event
 it records, the component that owns it, and small specs that pick the
 request context, instance uuid(s), host and attributes out of a call:
-``arg('instance')`` (an argument, by keyword or position),
+``arg('instance')`` (an argument, by keyword or at its position in the
+target's signature),
 ``self_attr('host')`` (an attribute of the patched object), ``uuids()``
 (instance uuids from objects, lists or strings) or any
 ``(instance, args, kwargs)`` callable.  ``kind`` HOOK points record
@@ -54,23 +55,24 @@ class Arg:
 
     The position (not counting ``self``) is found from the target's
     signature when the point is applied, so callers that pass it either
-    way are both understood.  ``then`` post-processes a found value (an
-    attribute chain, uuids of objects ...).  The wrapper looks the
-    argument up inline; only ``then`` costs a call.
+    way are both understood; there is no way to write a position down
+    (a release that moves the argument would be read wrong, silently).
+    ``then`` post-processes a found value (an attribute chain, uuids of
+    objects ...).  The wrapper looks the argument up inline; only
+    ``then`` costs a call.
     """
 
-    __slots__ = ('name', 'pos', 'then')
+    __slots__ = ('name', 'then')
 
-    def __init__(self, name: str, pos: int | None = None, then=None):
+    def __init__(self, name: str, *, then=None):
         self.name = name
-        self.pos = pos
         self.then = then
 
     def position(self, func) -> int | None:
         """Index of the argument in ``func``'s positional parameters,
-        ``self``/``cls`` excluded; -1 when it can only be a keyword."""
-        if self.pos is not None:
-            return self.pos
+        ``self``/``cls`` excluded; -1 when it can only be a keyword
+        (or is not a parameter); None when the signature cannot be
+        read."""
         params = parameters(func)
         if params is None:
             return None
@@ -89,27 +91,16 @@ class Arg:
 
     def found(self, func) -> bool:
         """Can a call of ``func`` pass this argument?  Its name is a
-        parameter, or ``func`` takes ``**kwargs``, or a position given
-        here is within its positional parameters (or ``*args``).  True
-        when the signature cannot be read (nothing to check against).
+        parameter, or ``func`` takes ``**kwargs``.  True when the
+        signature cannot be read (nothing to check against).
         """
         params = parameters(func)
         if params is None:
             return True
-        if params and params[0].name in ('self', 'cls'):
-            params = params[1:]
-        positional = 0
         for param in params:
             if param.name == self.name or param.kind == param.VAR_KEYWORD:
                 return True
-            if param.kind == param.VAR_POSITIONAL and self.pos is not None:
-                return True
-            if param.kind in (
-                param.POSITIONAL_ONLY,
-                param.POSITIONAL_OR_KEYWORD,
-            ):
-                positional += 1
-        return self.pos is not None and self.pos < positional
+        return False
 
 
 def parameters(func) -> list | None:
@@ -173,11 +164,12 @@ def chain(attrs):
     return follow
 
 
-def arg(name: str, pos: int | None = None, *attrs: str) -> Arg:
-    """Argument ``name`` (``pos``: its index without ``self``, found from
-    the signature when omitted), then following ``attrs`` (attribute or
-    dict key)."""
-    return Arg(name, pos, chain(attrs) if attrs else None)
+def arg(name: str, *attrs: str) -> Arg:
+    """Argument ``name`` (by keyword or at its place in the target's
+    signature), then following ``attrs`` (attribute or dict key)."""
+    if any(not isinstance(a, str) for a in attrs):
+        raise TypeError('arg(%r): attributes are names, not positions' % name)
+    return Arg(name, then=chain(attrs) if attrs else None)
 
 
 def self_attr(*attrs: str) -> SelfAttr:
@@ -204,22 +196,25 @@ def _uuid_list(attr: str):
     return convert
 
 
-def uuids(name: str, pos: int | None = None, attr: str = 'uuid') -> Arg:
+def uuids(name: str, *, attr: str = 'uuid') -> Arg:
     """Instance uuid(s) from an argument holding an object, a list of
     objects, a uuid string or a list of uuid strings."""
-    return Arg(name, pos, _uuid_list(attr))
+    return Arg(name, then=_uuid_list(attr))
 
 
 def compile_spec(spec, func, offset: int):
     """(kind, name, absolute position, then-or-callable) for the wrapper:
     kind 0 nothing, 1 argument, 2 attribute of self, 3 plain callable
-    ``(instance, args, kwargs)``."""
+    ``(instance, args, kwargs)`` (a ``Reads``: bound to ``func``'s
+    signature here).  ``func`` None: arguments by keyword only."""
     if spec is None:
         return 0, None, -1, None
     if isinstance(spec, Arg):
-        pos = spec.position(func) if func is not None else spec.pos
+        pos = spec.position(func) if func is not None else None
         absolute = -1 if pos is None or pos < 0 else pos + offset
         return 1, spec.name, absolute, spec.then
+    if isinstance(spec, Reads):
+        return 3, None, -1, spec.bind(func)
     if isinstance(spec, SelfAttr):
         if len(spec.attrs) == 1:
             return 2, spec.attrs[0], -1, None
@@ -287,11 +282,25 @@ class Reads:
             return read_one
 
         def read(instance, args, kwargs, *rest):
-            return fn(
-                instance,
-                *[pick(spec, instance, args, kwargs, 0) for spec in compiled],
-                *rest,
-            )
+            # the arguments inline (a call per lookup would cost as
+            # much as the hook); anything else through pick
+            size = len(args)
+            values = []
+            for spec in compiled:
+                kind, name, pos, then = spec
+                if kind == 1:
+                    if name in kwargs:
+                        value = kwargs[name]
+                    elif -1 < pos < size:
+                        value = args[pos]
+                    else:
+                        value = None
+                    if then is not None and value is not None:
+                        value = then(value)
+                else:
+                    value = pick(spec, instance, args, kwargs, 0)
+                values.append(value)
+            return fn(instance, *values, *rest)
 
         return read
 
@@ -314,7 +323,7 @@ def bind(hook, func):
     return hook
 
 
-CONTEXT = arg('context', 0)
+CONTEXT = arg('context')
 
 
 SPAN = 'span'
@@ -398,18 +407,26 @@ class PatchPoint:
         return [(self.module, self.target)] + list(self.alternatives)
 
     def arguments(self) -> list:
-        """The ``Arg`` specs this point reads of a call (its extractors
-        and the arguments its ``reads`` hooks name)."""
+        """The ``Arg`` specs this point reads of a call (its extractors,
+        read by a SPAN only, and the arguments its ``reads`` hooks
+        name)."""
         out = []
-        for spec in (
-            self.context,
-            self.instances,
-            self.host,
-            self.remote_parent,
-            self.service_from,
-        ):
+        extractors = (
+            (
+                self.context,
+                self.instances,
+                self.host,
+                self.remote_parent,
+                self.service_from,
+            )
+            if self.kind == SPAN
+            else ()
+        )
+        for spec in extractors:
             if isinstance(spec, Arg):
                 out.append(spec)
+            elif isinstance(spec, Reads):
+                out.extend(s for s in spec.specs if isinstance(s, Arg))
         for hook in (
             self.on_enter,
             self.on_exit,

@@ -159,21 +159,21 @@ def _endpoint_type(url):
     return stype
 
 
-def _service_type(kwargs: dict, url, route: str):
+def _service_type(
+    url, route: str, endpoint_filter, stype, endpoint_override, headers
+):
     """The called service's type: the endpoint filter's (keystoneauth1
-    adapters), the microversion's (``OpenStack-API-Version: placement
-    1.36``, read for its service type only), the endpoint's (a path
-    segment or default port of ``endpoint_override`` or an absolute
-    URL), ``identity`` for a token request; else None."""
-    endpoint_filter = kwargs.get('endpoint_filter')
+    adapters), the microversion's (``microversion_service_type``, or
+    ``OpenStack-API-Version: placement 1.36`` in ``headers``, read for
+    its service type only), the endpoint's (a path segment or default
+    port of ``endpoint_override`` or an absolute URL), ``identity``
+    for a token request; else None."""
     if endpoint_filter:
-        stype = endpoint_filter.get('service_type')
-        if stype:
-            return stype
-    stype = kwargs.get('microversion_service_type')
+        filtered = endpoint_filter.get('service_type')
+        if filtered:
+            return filtered
     if stype:
         return stype
-    headers = kwargs.get('headers')
     if headers:
         version = headers.get('OpenStack-API-Version') or headers.get(
             'openstack-api-version'
@@ -182,18 +182,52 @@ def _service_type(kwargs: dict, url, route: str):
             return version.split(' ', 1)[0]
     if '/auth/' in route:
         return 'identity'
-    return _endpoint_type(kwargs.get('endpoint_override')) or (
+    return _endpoint_type(endpoint_override) or (
         _endpoint_type(url) if isinstance(url, str) and '://' in url else None
     )
 
 
-def _request_attrs(instance, args, kwargs) -> dict:
-    """on_enter of ``Session.request(url, method, ...)``."""
-    url = kwargs.get('url', args[0] if args else None)
-    method = kwargs.get('method', args[1] if len(args) > 1 else None)
+def _keywords(instance, args, kwargs) -> dict:
+    """The call's keywords dict itself: the identity of the call's
+    entry in ``_CALL`` (the same object at its exit)."""
+    return kwargs
+
+
+# What on_enter reads of ``Session.request(url, method, ...,
+# endpoint_filter, ..., endpoint_override, ..., microversion_service_type,
+# ..., **kwargs)``, each by name (``headers`` goes in ``**kwargs``).
+REQUEST_ARGS = (
+    'url',
+    'method',
+    'endpoint_filter',
+    'microversion_service_type',
+    'endpoint_override',
+    'headers',
+    _keywords,
+)
+
+
+def _request_attrs(
+    instance,
+    url,
+    method,
+    endpoint_filter,
+    microversion_service_type,
+    endpoint_override,
+    headers,
+    kwargs,
+) -> dict:
+    """on_enter of ``Session.request`` (``REQUEST_ARGS``)."""
     route = route_template(url)
     attrs = {
-        schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
+        schema.ATTR_SERVICE_TYPE: _service_type(
+            url,
+            route,
+            endpoint_filter,
+            microversion_service_type,
+            endpoint_override,
+            headers,
+        ),
         schema.ATTR_METHOD: method if isinstance(method, str) else None,
         schema.ATTR_ROUTE: route,
     }
@@ -311,7 +345,7 @@ KSA_POINTS = (
         schema.EV_KSA_REQUEST,
         None,
         context=None,
-        on_enter=_request_attrs,
+        on_enter=points_mod.reads(_request_attrs, *REQUEST_ARGS),
         on_exit=_request_done,
         on_error=_request_failed,
         on_abandon=_request_abandoned,
