@@ -68,7 +68,9 @@ I_T0 = 15
 I_TOKEN = 16
 SPAN_SIZE = 17
 
-_dumps = json.JSONEncoder(
+# JSON text of any value (``default=str`` for objects): the writer's
+# last resort, and the OTLP sink's text of a structured attr.
+dumps = json.JSONEncoder(
     separators=(',', ':'), ensure_ascii=False, default=str
 ).encode
 
@@ -167,7 +169,7 @@ def _encode(d: dict) -> bytes:
             return orjson.dumps(d, default=str, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:  # an int beyond 64 bits, a lone surrogate
             pass
-    return _dumps(d).encode('utf-8', _JSON_SURROGATE_ERRORS)
+    return dumps(d).encode('utf-8', _JSON_SURROGATE_ERRORS)
 
 
 if msgspec is not None:

@@ -22,6 +22,7 @@
   no module imports one that (through others) imports it back, none
   imports inside a function (which would hide such a cycle), and none
   uses a private name (``_name``) of another module of the package.
+* No module of the whole package uses a private name of another.
 """
 
 import ast
@@ -341,6 +342,22 @@ class LayersTest(testtools.TestCase):
         found = [m for _line, m in _imports('instrument.db.mod', path)]
         self.assertIn('nova.tests.fixtures', found)
         self.assertIn('instrument.analysis.pipeline', found)
+
+
+class PackageGraphTest(testtools.TestCase):
+    """The whole package, the runtime half included: no module that
+    uses a private name of another (issue 28)."""
+
+    def test_no_private_name_of_another_module(self):
+        modules = dict(_modules())
+        known = set(modules)
+        found = []
+        for name, path in modules.items():
+            found.extend(
+                '%s:%d uses %s' % (name, line, what)
+                for line, what in _private_uses(name, path, _tree(path), known)
+            )
+        self.assertEqual([], found)
 
 
 class AnalysisGraphTest(testtools.TestCase):

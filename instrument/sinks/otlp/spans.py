@@ -122,8 +122,8 @@ def _value(value):
             for v in value
         ):
             return tuple(value)
-        return _text(record._dumps(value))
-    return _text(record._dumps(value))
+        return _text(record.dumps(value))
+    return _text(record.dumps(value))
 
 
 def flatten(attrs, prefix: str, out: dict) -> dict:
