@@ -47,6 +47,7 @@ from urllib import parse
 
 from instrument import schema
 from instrument.patching import points as points_mod
+from instrument.runtime import errors
 from instrument.targets import base
 
 P = points_mod.PatchPoint
@@ -318,8 +319,6 @@ def error_of(exc: BaseException) -> tuple:
     route template, then the HTTP status or the failure class, e.g.
     ``network POST /v2.0/ports: HTTP 409`` (keystoneauth1's own
     messages quote the URL or the response body)."""
-    from instrument.runtime import tracer
-
     kind = failure_class(exc)
     status = getattr(exc, 'http_status', None)
     if kind == 'http' and isinstance(status, int):
@@ -335,7 +334,7 @@ def error_of(exc: BaseException) -> tuple:
             call.get(schema.ATTR_ROUTE),
             what,
         )
-    return tracer.error_class(exc), what
+    return errors.error_class(exc), what
 
 
 KSA_POINTS = (
