@@ -202,13 +202,30 @@ def uuids(name: str, *, attr: str = 'uuid') -> Arg:
     return Arg(name, then=_uuid_list(attr))
 
 
+class _Keywords:
+    """The ``KEYWORDS`` spec: the call's keyword dict itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return 'KEYWORDS'
+
+
+#: A ``reads`` spec: the call's keywords dict itself (a hook that keeps
+#: the call's identity, or reads keywords its target only takes so).
+KEYWORDS = _Keywords()
+
+
 def compile_spec(spec, func, offset: int):
     """(kind, name, absolute position, then-or-callable) for the wrapper:
     kind 0 nothing, 1 argument, 2 attribute of self, 3 plain callable
     ``(instance, args, kwargs)`` (a ``Reads``: bound to ``func``'s
-    signature here).  ``func`` None: arguments by keyword only."""
+    signature here), 5 the keywords dict (``KEYWORDS``).  ``func``
+    None: arguments by keyword only."""
     if spec is None:
         return 0, None, -1, None
+    if spec is KEYWORDS:
+        return 5, None, -1, None
     if isinstance(spec, Arg):
         pos = spec.position(func) if func is not None else None
         absolute = -1 if pos is None or pos < 0 else pos + offset
@@ -242,6 +259,8 @@ def pick(spec, instance, args, kwargs, offset: int):
     if kind == 2:
         value = getattr(instance, name, None)
         return fn(value) if fn is not None and value is not None else value
+    if kind == 5:
+        return kwargs
     if kind:
         return fn(instance, args[offset:], kwargs)
     return None
@@ -271,6 +290,59 @@ class Reads:
         signature, keywords only)."""
         fn = self.fn
         compiled = tuple(compile_spec(spec, func, 0) for spec in self.specs)
+        # Up to three plain arguments (or the keywords dict), as most
+        # hooks read: looked up inline, in a closure of their own (a
+        # call per lookup would cost as much as the hook).
+        plain = all(c[0] in (1, 5) and c[3] is None for c in compiled)
+        if plain and len(compiled) == 1 and compiled[0][0] == 1:
+            name, pos = compiled[0][1], compiled[0][2]
+
+            def read_arg(instance, args, kwargs, *rest):
+                if name in kwargs:
+                    return fn(instance, kwargs[name], *rest)
+                if -1 < pos < len(args):
+                    return fn(instance, args[pos], *rest)
+                return fn(instance, None, *rest)
+
+            return read_arg
+        if plain and len(compiled) in (2, 3):
+            padded = compiled + ((0, None, -1, None),) * (3 - len(compiled))
+            (k1, n1, p1, _), (k2, n2, p2, _), (k3, n3, p3, _) = padded
+
+            def read_three(instance, args, kwargs, *rest):
+                size = len(args)
+                first = (
+                    kwargs
+                    if k1 == 5
+                    else kwargs[n1]
+                    if n1 in kwargs
+                    else args[p1]
+                    if -1 < p1 < size
+                    else None
+                )
+                second = (
+                    kwargs
+                    if k2 == 5
+                    else kwargs[n2]
+                    if n2 in kwargs
+                    else args[p2]
+                    if -1 < p2 < size
+                    else None
+                )
+                if not k3:
+                    return fn(instance, first, second, *rest)
+                third = (
+                    kwargs
+                    if k3 == 5
+                    else kwargs[n3]
+                    if n3 in kwargs
+                    else args[p3]
+                    if -1 < p3 < size
+                    else None
+                )
+                return fn(instance, first, second, third, *rest)
+
+            return read_three
         if len(compiled) == 1:
             one = compiled[0]
 
@@ -297,6 +369,8 @@ class Reads:
                         value = None
                     if then is not None and value is not None:
                         value = then(value)
+                elif kind == 5:
+                    value = kwargs
                 else:
                     value = pick(spec, instance, args, kwargs, 0)
                 values.append(value)

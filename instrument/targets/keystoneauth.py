@@ -160,21 +160,26 @@ def _endpoint_type(url):
     return stype
 
 
-def _service_type(
-    url, route: str, endpoint_filter, stype, endpoint_override, headers
-):
+def _service_type(kwargs: dict, url, route: str):
     """The called service's type: the endpoint filter's (keystoneauth1
-    adapters), the microversion's (``microversion_service_type``, or
-    ``OpenStack-API-Version: placement 1.36`` in ``headers``, read for
-    its service type only), the endpoint's (a path segment or default
-    port of ``endpoint_override`` or an absolute URL), ``identity``
-    for a token request; else None."""
+    adapters), the microversion's (``OpenStack-API-Version: placement
+    1.36``, read for its service type only), the endpoint's (a path
+    segment or default port of ``endpoint_override`` or an absolute
+    URL), ``identity`` for a token request; else None.
+
+    ``endpoint_filter``, ``endpoint_override``,
+    ``microversion_service_type`` and ``headers`` are read by keyword:
+    keystoneauth1's callers pass them so (they come after the sixth
+    parameter; ``headers`` is in ``**kwargs``)."""
+    endpoint_filter = kwargs.get('endpoint_filter')
     if endpoint_filter:
-        filtered = endpoint_filter.get('service_type')
-        if filtered:
-            return filtered
+        stype = endpoint_filter.get('service_type')
+        if stype:
+            return stype
+    stype = kwargs.get('microversion_service_type')
     if stype:
         return stype
+    headers = kwargs.get('headers')
     if headers:
         version = headers.get('OpenStack-API-Version') or headers.get(
             'openstack-api-version'
@@ -183,52 +188,24 @@ def _service_type(
             return version.split(' ', 1)[0]
     if '/auth/' in route:
         return 'identity'
-    return _endpoint_type(endpoint_override) or (
+    return _endpoint_type(kwargs.get('endpoint_override')) or (
         _endpoint_type(url) if isinstance(url, str) and '://' in url else None
     )
 
 
-def _keywords(instance, args, kwargs) -> dict:
-    """The call's keywords dict itself: the identity of the call's
-    entry in ``_CALL`` (the same object at its exit)."""
-    return kwargs
+# What on_enter reads of ``Session.request(url, method, ...)``: ``url``
+# and ``method`` by name (by keyword or at their places in its
+# signature), and the keywords dict (what the service type is read
+# from, and the identity of the call's entry in ``_CALL``: the same
+# object at its exit).
+REQUEST_ARGS = ('url', 'method', points_mod.KEYWORDS)
 
 
-# What on_enter reads of ``Session.request(url, method, ...,
-# endpoint_filter, ..., endpoint_override, ..., microversion_service_type,
-# ..., **kwargs)``, each by name (``headers`` goes in ``**kwargs``).
-REQUEST_ARGS = (
-    'url',
-    'method',
-    'endpoint_filter',
-    'microversion_service_type',
-    'endpoint_override',
-    'headers',
-    _keywords,
-)
-
-
-def _request_attrs(
-    instance,
-    url,
-    method,
-    endpoint_filter,
-    microversion_service_type,
-    endpoint_override,
-    headers,
-    kwargs,
-) -> dict:
+def _request_attrs(instance, url, method, kwargs) -> dict:
     """on_enter of ``Session.request`` (``REQUEST_ARGS``)."""
     route = route_template(url)
     attrs = {
-        schema.ATTR_SERVICE_TYPE: _service_type(
-            url,
-            route,
-            endpoint_filter,
-            microversion_service_type,
-            endpoint_override,
-            headers,
-        ),
+        schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
         schema.ATTR_METHOD: method if isinstance(method, str) else None,
         schema.ATTR_ROUTE: route,
     }

@@ -58,7 +58,7 @@ def _in_periodic_run() -> bool:
     return req.__class__ is str and req.startswith(_PERIODIC)
 
 
-def _rpc_context(instance, ctxt):
+def _rpc_context(ctxt):
     """The context of a send: its ``ctxt``, none inside a periodic
     task run (the span then inherits the run's request id)."""
     if _in_periodic_run():
@@ -154,7 +154,7 @@ def points(endpoint_services=None) -> list:
             '_BaseCallContext.cast',
             'rpc.cast',
             None,
-            context=reads(_rpc_context, 'ctxt'),
+            context=arg('ctxt', then=_rpc_context),
             on_enter=reads(_rpc_attrs, 'ctxt', 'method'),
         ),
         P(
@@ -162,7 +162,7 @@ def points(endpoint_services=None) -> list:
             '_BaseCallContext.call',
             'rpc.call',
             None,
-            context=reads(_rpc_context, 'ctxt'),
+            context=arg('ctxt', then=_rpc_context),
             on_enter=reads(_rpc_attrs, 'ctxt', 'method'),
         ),
         P(

@@ -165,7 +165,7 @@ class ArgumentsByNameTest(base.TestCase):
         )
         for request in (
             lambda: session.request(
-                'GET', None, url, {'service_type': 'placement'}
+                'GET', None, url, endpoint_filter={'service_type': 'placement'}
             ),
             lambda: session.request(
                 url=url,
@@ -183,11 +183,12 @@ class ArgumentsByNameTest(base.TestCase):
                 '/resource_providers/{id}', span['attrs']['route']
             )
             self.assertEqual(201, span['attrs']['status'])
-        # the endpoint's type, from endpoint_override by position
+        # the endpoint's type, from the absolute URL by position
         self.buffer.events.clear()
-        session.request('POST', 'http://neutron:9696', '/v2.0/ports')
+        session.request('POST', None, 'http://neutron:9696/v2.0/ports')
         [span] = self.spans('ksa.request')
         self.assertEqual('network', span['attrs']['service_type'])
+        self.assertEqual('POST', span['attrs']['method'])
 
     def test_a_signature_without_the_name_is_unread(self):
         # a place whose context is named otherwise: nothing is read in
