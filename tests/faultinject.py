@@ -113,9 +113,10 @@ class Fault:
 
     def wrap(self, real):
         """The function that replaces ``real`` at the site (a point's
-        ``reads`` hook: the same reads of its function, wrapped)."""
-        if isinstance(real, points_mod.Reads):
-            return points_mod.Reads(self.wrap(real.fn), *real.specs)
+        ``reads`` or ``places`` hook: the same hook of its function,
+        wrapped)."""
+        if isinstance(real, (points_mod.Reads, points_mod.Places)):
+            return type(real)(self.wrap(real.fn), *real.specs)
         fault = self
 
         def site(*args, **kwargs):

@@ -35,12 +35,12 @@ import json
 import os
 import sys
 
-# Arguments that a hook reads without an ``Arg`` (``carry_span``
-# finds the function spawned among the positional arguments): (point
-# name, argument name, position or None).  Every other argument a
-# point reads is an ``Arg``, found from the signature
-# (``PatchPoint.arguments``).
-FIXED = (('nova.thread_pool_factory:spawn_on', 'func', None),)
+# Arguments that a hook reads without an ``Arg``: (point name,
+# argument name, position or None).  None: every argument a point
+# reads is an ``Arg``, found from the signature
+# (``PatchPoint.arguments``: its extractors, ``reads`` and ``places``
+# hooks).
+FIXED: tuple = ()
 
 # Other places where the code of a point may live in some release,
 # probed besides the point's own ``alternatives`` (what a new

@@ -383,6 +383,47 @@ class Reads:
         return self.bind(None)(instance, args, kwargs, *rest)
 
 
+class Places:
+    """A HOOK's ``on_enter`` that passes the call's arguments on,
+    changed (nova's thread start: the function to run in the new
+    thread, wrapped): ``fn(instance, args, kwargs, place, ..., *rest)``,
+    each ``place`` the index in ``args`` of a named argument, from the
+    target's signature (``bind``, when the point is applied; -1: it
+    can only be a keyword, or is no parameter).  ``fn`` looks in
+    ``kwargs`` first, then at the place: never at a position written
+    down."""
+
+    __slots__ = ('fn', 'specs')
+
+    def __init__(self, fn, *specs) -> None:
+        self.fn = fn
+        self.specs = tuple(Arg(s) if isinstance(s, str) else s for s in specs)
+
+    def bind(self, func):
+        fn = self.fn
+        found = (
+            [spec.position(func) for spec in self.specs]
+            if func is not None
+            else [None] * len(self.specs)
+        )
+        where = tuple(-1 if p is None else p for p in found)
+
+        def placed(instance, args, kwargs, *rest):
+            return fn(instance, args, kwargs, *where, *rest)
+
+        return placed
+
+    def __call__(self, instance, args, kwargs, *rest):
+        # Unbound (a hook called outside a wrapper): keywords only.
+        return self.bind(None)(instance, args, kwargs, *rest)
+
+
+def places(fn, *names) -> Places:
+    """``fn(instance, args, kwargs, *places, *rest)``, the places in
+    ``args`` of the arguments ``names`` of the call."""
+    return Places(fn, *names)
+
+
 def reads(fn, *names) -> Reads:
     """``fn(instance, *values, *rest)``, the values of the arguments
     ``names`` (or ``Arg``/``SelfAttr`` specs) of the call."""
@@ -390,9 +431,10 @@ def reads(fn, *names) -> Reads:
 
 
 def bind(hook, func):
-    """``hook`` as the wrapper calls it on ``func``: a ``Reads`` bound
-    to ``func``'s signature, any other callable as it is."""
-    if isinstance(hook, Reads):
+    """``hook`` as the wrapper calls it on ``func``: a ``Reads`` or
+    ``Places`` bound to ``func``'s signature, any other callable as it
+    is."""
+    if isinstance(hook, (Reads, Places)):
         return hook.bind(func)
     return hook
 
@@ -508,7 +550,7 @@ class PatchPoint:
             self.when,
             self.on_abandon,
         ):
-            if isinstance(hook, Reads):
+            if isinstance(hook, (Reads, Places)):
                 out.extend(s for s in hook.specs if isinstance(s, Arg))
         return out
 
