@@ -1183,6 +1183,31 @@ def build_follow_parser() -> argparse.ArgumentParser:
         'recently active beyond are dropped unfinished '
         'and counted (default 100000)',
     )
+    parser.add_argument(
+        '--findings-window',
+        type=non_negative,
+        default=600.0,
+        metavar='SECONDS',
+        help='the advisor\'s rules run over the records and the '
+        'requests of this much input time behind the watermark '
+        '(instrument_finding; 0: no findings; default 600)',
+    )
+    parser.add_argument(
+        '--findings-every',
+        type=non_negative,
+        default=30.0,
+        metavar='SECONDS',
+        help='seconds between two runs of the rules (0: every poll; '
+        'default 30; --once: once, at the end)',
+    )
+    parser.add_argument(
+        '--findings-max-requests',
+        type=count,
+        default=50_000,
+        metavar='N',
+        help='finished requests kept in the findings window at most; '
+        'those beyond are counted (default 50000)',
+    )
     return parser
 
 
@@ -1221,6 +1246,9 @@ def main_follow(
         idle_s=args.horizon,
         hung_s=args.hung,
         max_open=args.max_open,
+        findings_window_s=args.findings_window,
+        findings_every_s=args.findings_every,
+        findings_max_requests=args.findings_max_requests,
     )
     follower = follow.Follower(args.inputs, opts)
     latest = {'text': ''}
