@@ -73,6 +73,11 @@ _VARS = {
 FOLLOWED = os.path.join(
     ROOT, 'tests', 'data', 'fidelity', 'demo-threads.jsonl.gz'
 )
+# ... and a run with a finding (the demo's --inject db-pool): what the
+# findings row and the InstrumentFinding alert query
+FOUND = os.path.join(
+    ROOT, 'tests', 'data', 'findings', 'demo-inject-db-pool.jsonl.gz'
+)
 
 
 def metric_names(expr: str) -> set:
@@ -209,9 +214,14 @@ class MonitoringFilesTestBase(base.TestCase):
         sink_tests.write_state(out, 'nova-conductor', 101, RECORDS)
         self.exposition = metrics_sink.exposition(out)
         self.follower = follow.once([FOLLOWED])
+        self.finder = follow.once([FOUND])
         self.emitted = {
             s.name
-            for text in (self.exposition, self.follower.exposition())
+            for text in (
+                self.exposition,
+                self.follower.exposition(),
+                self.finder.exposition(),
+            )
             for f in parser.text_string_to_metric_families(text)
             for s in f.samples
         }
@@ -411,6 +421,10 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         self.addCleanup(followed.server_close)
         threading.Thread(target=followed.serve_forever, daemon=True).start()
         self.addCleanup(followed.shutdown)
+        found = metrics_cmd.text_server(self.finder.exposition, '127.0.0.1', 0)
+        self.addCleanup(found.server_close)
+        threading.Thread(target=found.serve_forever, daemon=True).start()
+        self.addCleanup(found.shutdown)
         config = os.path.join(self.tmp, 'prometheus.yml')
         with open(config, 'w', encoding='utf-8') as f:
             yaml.safe_dump(
@@ -431,6 +445,17 @@ class LivePrometheusTest(MonitoringFilesTestBase):
                                     'targets': [
                                         '127.0.0.1:%d'
                                         % followed.server_address[1]
+                                    ]
+                                }
+                            ],
+                        },
+                        {
+                            'job_name': 'instrument-findings',
+                            'static_configs': [
+                                {
+                                    'targets': [
+                                        '127.0.0.1:%d'
+                                        % found.server_address[1]
                                     ]
                                 }
                             ],
@@ -464,11 +489,11 @@ class LivePrometheusTest(MonitoringFilesTestBase):
             try:
                 got = self.query(
                     'count_over_time(up{job=~"instrument|'
-                    'instrument-follow"}[1m])'
+                    'instrument-follow|instrument-findings"}[1m])'
                 )
             except OSError:
                 got = []
-            if len(got) == 2 and all(
+            if len(got) == 3 and all(
                 float(g['value'][1]) >= self.SCRAPES for g in got
             ):
                 break
