@@ -477,6 +477,7 @@ class Follower:
                 self.opts.findings_window_us,
                 popts,
                 self.opts.findings_max_requests,
+                sliding=not self.defer,
             )
             hooks.append(self.findings.finished)
             consumers = self.findings.consumers

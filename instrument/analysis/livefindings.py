@@ -24,20 +24,25 @@ rule.
   into ``SLICES`` slices of equal input time.  Each slice holds a state
   of the ``findings``, ``periodic`` and ``failures`` sections
   (``registry``'s classes, made as pass 2 makes them) and the finished
-  requests that started in it.  A record is given to the slice of its
+  requests that ended in it.  A record is given to the slice of its
   (corrected) time through ``Slot``, a stand-in with the section's own
-  routes; a finished request to the slice of its start.  The slices
-  older than the watermark less the window are dropped as the
-  watermark moves (``advance``); a record or a request of a slice
-  already dropped is counted (``before``), not kept.
+  routes; a finished request (its failure rows, its summary) to the
+  slice of its end, or to the oldest slice kept when that one was
+  dropped (a request finalised long after its end, by ``--hung``: it
+  is in the window from the time it is known).  The slices older than
+  the watermark less the window are dropped as the watermark moves
+  (``advance``); a record of a slice already dropped is counted
+  (``before``), not kept.
+* **``--once``** (``sliding`` False): one slice, the whole input,
+  nothing dropped, as the batch report (``follow --once`` keeps the
+  batch report's memory anyway: ``follow.Follower.defer``).
 * **Evaluation.** ``evaluate`` merges the slices' states into fresh
   sections (``Section.merge``: how pass 2's workers' states add up; on
   copies, the slices stay as they are), adds the processes, builds a
   ``base.View`` of them and the requests and reads its ``findings``
-  value: the batch report's.  On a finished run shorter than the
-  window, ``follow --once`` exports the findings the batch report
-  prints (tested).
-* **Bounded.** At most ``SLICES`` + 2 slices; each section state as
+  value: the batch report's.  On a finished run, ``follow --once``
+  exports the findings the batch report prints (tested).
+* **Bounded** (sliding). At most ``SLICES`` + 2 slices; each section state as
   bounded as in pass 2 (their own caps); at most ``max_requests``
   requests in the window (``max_requests // SLICES`` per slice, the
   rest counted, ``dropped``), each kept as the few fields the rules
@@ -149,7 +154,11 @@ class Window:
         opts: typing.Any,
         max_requests: int = 50_000,
         slices: int = SLICES,
+        sliding: bool = True,
     ) -> None:
+        # False (``--once``): one slice, the whole input, nothing
+        # dropped (the memory of the batch report, as ``--once``'s)
+        self.sliding = sliding
         self.window_us = max(int(window_us), 1)
         self.nslices = max(int(slices), 1)
         self.slice_us = max(self.window_us // self.nslices, 1)
@@ -174,16 +183,19 @@ class Window:
 
     # -- what is read ------------------------------------------------------
 
-    def slice_at(self, ts: int) -> typing.Optional[Slice]:
-        """The slice of time ``ts``; None when it was dropped."""
-        n = ts // self.slice_us
+    def slice_at(self, ts: int, clamp: bool = False) -> typing.Optional[Slice]:
+        """The slice of time ``ts``; None when it was dropped (or, with
+        ``clamp``, the oldest slice kept)."""
+        n = ts // self.slice_us if self.sliding else 0
         if self.first is not None and n < self.first:
-            self.before += 1
-            return None
+            if not clamp:
+                self.before += 1
+                return None
+            n = self.first
         part = self.slices.get(n)
         if part is None:
             part = self.slices[n] = Slice(self.ctx)
-            if len(self.slices) > self.nslices + 2:
+            if self.sliding and len(self.slices) > self.nslices + 2:
                 # (a time far ahead of the others': the oldest go)
                 for old in sorted(self.slices)[: -(self.nslices + 2)]:
                     self._drop(old)
@@ -191,17 +203,20 @@ class Window:
 
     def finished(self, done: typing.Any) -> None:
         """The request model's hook: a finalised request's failure
-        rows, in the slice of its start."""
-        part = self.slice_at(done.summary.start)
+        rows, in the slice of its end (``request``)."""
+        part = self.slice_at(done.summary.end, clamp=True)
         if part is not None:
             part.sections['failures'].finished(done)
 
     def request(self, s: typing.Any) -> None:
-        """A finished request, marked (``damage.mark``)."""
-        part = self.slice_at(s.start)
+        """A finished request, marked (``damage.mark``), in the slice
+        of its end, or the oldest slice kept when that one was dropped
+        (a request finalised long after its end: ``--hung``): a request
+        is in the window from the time it is known."""
+        part = self.slice_at(s.end, clamp=True)
         if part is None:
             return
-        if len(part.requests) >= self.per_slice:
+        if self.sliding and len(part.requests) >= self.per_slice:
             self.dropped += 1
             return
         part.requests.append(Kept(s))
@@ -211,12 +226,12 @@ class Window:
         window; forget the oldest process starts past
         ``MAX_PROCESSES``."""
         first = (watermark - self.window_us) // self.slice_us
-        if self.first is None or first > self.first:
+        if self.sliding and (self.first is None or first > self.first):
             self.first = first
             for n in [n for n in self.slices if n < first]:
                 self._drop(n)
         rows = self.processes.rows
-        if len(rows) > MAX_PROCESSES:
+        if self.sliding and len(rows) > MAX_PROCESSES:
             del rows[: len(rows) - MAX_PROCESSES]
 
     def _drop(self, n: int) -> None:

@@ -1192,7 +1192,8 @@ def build_follow_parser() -> argparse.ArgumentParser:
         metavar='SECONDS',
         help='the advisor\'s rules run over the records and the '
         'requests of this much input time behind the watermark '
-        '(instrument_finding; 0: no findings; default 600)',
+        '(instrument_finding; 0: no findings; default 600; '
+        '--once: the whole input)',
     )
     parser.add_argument(
         '--findings-every',

@@ -26,6 +26,7 @@ label sets stay bounded under many hosts.
 import glob
 import json
 import os
+import types
 
 import fixtures
 import testtools
@@ -243,6 +244,15 @@ class OnceEqualsBatchTest(Contract, testtools.TestCase):
         )
         self.assertSameFindings([path], report)
 
+    def test_once_reads_the_whole_run_whatever_the_window(self):
+        # --once: the batch report's findings even with a window far
+        # shorter than the run (one slice, nothing dropped)
+        [path] = [p for p in INJECTED if 'db-pool' in p]
+        report = pipeline.analyse([path])
+        follower = follow.once([path], follow.Options(findings_window_s=1))
+        self.assertEqual(printed(report), exported(follower))
+        self.assertFalse(follower.findings.sliding)
+
     def test_off_with_a_window_of_zero(self):
         follower = follow.once(
             INJECTED[:1], follow.Options(findings_window_s=0)
@@ -439,6 +449,25 @@ class SliceTest(testtools.TestCase):
         self.assertEqual(1, window.before)
         self.assertIsNotNone(window.slice_at(990_000_000))
         self.assertEqual(1, len(window.slices))
+
+    def test_a_request_known_after_its_slice_left_is_kept(self):
+        # finalised by --hung long after its end: in the oldest slice
+        window = livefindings.Window(60_000_000, None)
+        window.advance(1_000_000_000)
+        old = types.SimpleNamespace(
+            req='req-1',
+            kind='boot',
+            state='incomplete',
+            start=100_000_000,
+            end=200_000_000,
+            waits=(),
+            instances=[],
+            _cp=((), ()),
+        )
+        window.request(old)
+        self.assertEqual(['req-1'], [k.req for k in window.requests()])
+        self.assertEqual([window.first], list(window.slices))
+        self.assertEqual(0, window.before)
 
     def test_a_time_far_ahead_keeps_the_slices_bounded(self):
         window = livefindings.Window(60_000_000, None)
