@@ -26,6 +26,7 @@ label sets stay bounded under many hosts.
 import glob
 import json
 import os
+import subprocess
 import types
 
 import fixtures
@@ -252,6 +253,20 @@ class OnceEqualsBatchTest(Contract, testtools.TestCase):
         follower = follow.once([path], follow.Options(findings_window_s=1))
         self.assertEqual(printed(report), exported(follower))
         self.assertFalse(follower.findings.sliding)
+
+    def test_promtool_checks_the_findings(self):
+        text = follow.once(INJECTED).exposition()
+        self.assertIn(exposition.FINDING + '{', text)
+        done = subprocess.run(  # noqa: S603 - a fixed tool
+            [test_follow.PROMTOOL, 'check', 'metrics'],
+            input=text.encode(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        self.assertEqual(
+            (0, b''), (done.returncode, done.stdout + done.stderr)
+        )
 
     def test_off_with_a_window_of_zero(self):
         follower = follow.once(
