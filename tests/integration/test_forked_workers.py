@@ -367,6 +367,9 @@ class ForkedWorkersTest(testtools.TestCase):
             if d['pid'] == self.cloud_run.killed_conductor
         ]
         self.assertGreater(file_count(killed, CONDUCTOR_EVENT), 0)
+        # SIGTERM: oslo.service's worker exits gracefully, its writer
+        # writes the last state
+        self.assertTrue(killed['final'])
         # one file per process: the launcher, two workers, the new one
         self.assertGreaterEqual(
             len(self.cloud_run.conductor_files), CONDUCTOR_WORKERS + 2
