@@ -33,7 +33,8 @@ exactly one per boot, the killed worker's included; and the counts
 never go down between two scrapes while workers come and go.
 
 No compute: every boot is buried in cell0 (NoValidHost), so the
-conductor's only RPC work is the boots.  About a minute on two cores.
+conductor's only RPC work is the boots.  Two to three minutes on two
+cores (most of it the databases made by nova-manage).
 """
 
 import concurrent.futures
