@@ -639,3 +639,42 @@ class RendererTest(base.TestCase):
         self.assertEqual('1.2K req/s', fmt(1200, 'reqps'))
         self.assertEqual('3 ops/s', fmt(3, 'ops'))
         self.assertEqual('-', fmt(float('nan'), 's'))
+
+    def test_svg_of_panels_in_the_grid(self):
+        # without Prometheus: a row and two panels, one without data,
+        # drawn into an SVG (.svg by the path's extension)
+        r = self.render
+        panels = [
+            r.Panel(
+                'Calls', '', {'x': 0, 'y': 0, 'w': 24, 'h': 1}, 'row', [], []
+            ),
+            r.Panel(
+                'Latency',
+                's',
+                {'x': 0, 'y': 1, 'w': 12, 'h': 8},
+                'timeseries',
+                [r.Series('api', [1e9, 1e9 + 10], [0.002, float('nan')])],
+                ['q'],
+            ),
+            r.Panel(
+                'Errors',
+                'ops',
+                {'x': 12, 'y': 1, 'w': 12, 'h': 8},
+                'timeseries',
+                [],
+                ['q'],
+            ),
+        ]
+        path = os.path.join(self.tmp, 'dashboard.svg')
+        r.draw(panels, path, 'Title', 1e9, 1e9 + 10, subtitle='sub')
+        with open(path, encoding='utf-8') as f:
+            svg = f.read()
+        self.assertIn('<svg', svg)
+        self.assertEqual(['Errors'], r.empty(panels))
+        self.assertEqual(
+            [('Latency', 1, 1), ('Errors', 0, 0)],
+            [
+                (s['title'], s['series'], s['points'])
+                for s in r.summary(panels)
+            ],
+        )
