@@ -28,6 +28,7 @@ The writer is held until set-up is done, so the header it writes first
 
 import socket
 import threading
+import typing
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -124,7 +125,7 @@ class Runtime:
         self.targets = []
         self.status = {}
         self._install_faults = {}
-        self._faults_reported = None
+        self._faults_reported: typing.Optional[dict] = None
 
     # -- targets --------------------------------------------------------------
 
@@ -295,7 +296,7 @@ def setup(
             return _ACTIVE
         identity = process.ProcessIdentity.create(service_name, _host(conf))
         sinks = sink.load(group.sinks, conf, identity)
-        runtime = None
+        runtime: typing.Any = None  # set below; the header is read later
         buf = buffer_mod.EventBuffer(
             sinks,
             group.buffer_size,

@@ -33,15 +33,16 @@ the rest of its batch.
 
 import codecs
 import json
+import typing
 
 try:  # orjson encodes a record in a third of json's time
     import orjson
 except ImportError:  # pragma: no cover - a platform without its wheel
-    orjson = None
+    orjson = None  # type: ignore[assignment]
 try:  # msgspec encodes a whole batch of structs in one call
     import msgspec
 except ImportError:  # pragma: no cover - a platform without its wheel
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 from instrument import schema
 
@@ -141,9 +142,13 @@ def _written_out(exc: UnicodeEncodeError, backslash: str) -> tuple:
     return ''.join(out), exc.end
 
 
-codecs.register_error(SURROGATE_ERRORS, lambda exc: _written_out(exc, '\\'))
 codecs.register_error(
-    _JSON_SURROGATE_ERRORS, lambda exc: _written_out(exc, '\\\\')
+    SURROGATE_ERRORS,
+    lambda exc: _written_out(typing.cast(UnicodeEncodeError, exc), '\\'),
+)
+codecs.register_error(
+    _JSON_SURROGATE_ERRORS,
+    lambda exc: _written_out(typing.cast(UnicodeEncodeError, exc), '\\\\'),
 )
 
 

@@ -24,6 +24,8 @@ and URLs.  A fault of a span recorded by hand is counted by
 ``span_faults()`` (``instrument.runtime.faults``).
 """
 
+import typing
+
 from instrument import schema
 from instrument.runtime import errors
 from instrument.runtime import faults
@@ -121,8 +123,8 @@ class Span:
         self._tracer = tracer
         self._ev = ev
         self._kwargs = kwargs
-        self._state = None
-        self.attrs = {}
+        self._state: typing.Optional[list] = None
+        self.attrs: dict = {}
         self.error = None
         self.req = None
 
@@ -133,7 +135,7 @@ class Span:
             span_faults()(fault)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> typing.Literal[False]:
         rec = self._state
         if rec is None:  # not started (a fault)
             return False
