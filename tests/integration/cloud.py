@@ -109,7 +109,10 @@ class Cloud:
     called with the port, it returns the argv (a pre-forking server),
     and nova-api is then taken as ready once its port accepts a
     connection, without an HTTP request (a test counts every request
-    the API served)."""
+    the API served).  ``instrument`` false leaves the library out of
+    every nova.conf and api-paste.ini (nova as it ships); ``skew`` false
+    runs the computes on the real clock, without libfaketime (a
+    benchmark's CPU is then nova's alone)."""
 
     def __init__(
         self,
@@ -119,8 +122,12 @@ class Cloud:
         scheduler_env: typing.Optional[dict] = None,
         controller: typing.Optional[dict] = None,
         api: typing.Optional[typing.Callable[[int], list]] = None,
+        instrument: bool = True,
+        skew: bool = True,
     ) -> None:
         self.computes = computes
+        self.instrument = instrument
+        self.skew = skew
         self.api = api
         self.scheduler = scheduler
         self.scheduler_env = dict(scheduler_env or {})
@@ -176,7 +183,7 @@ class Cloud:
         for path in (self.log_dir, self.etc_dir, self.span_dir):
             os.makedirs(path, exist_ok=True)
         self.state_dir = tempfile.mkdtemp(prefix='instrument-it-')
-        faketime = backends.faketime_library()
+        faketime = backends.faketime_library() if self.skew else None
         backends.sweep()
         transport = self.backends.transport_url()
         api_db = self.backends.database('nova_api')
@@ -207,12 +214,13 @@ class Cloud:
                 ep,
                 os.path.join(self.state_dir, CONTROLLER),
                 extra=self.controller,
+                instrument=self.instrument,
             ),
         )
         with open(nova_paste_ini()) as f:
             config.write(
                 os.path.join(ctl_dir, 'api-paste.ini'),
-                config.api_paste_ini(f.read()),
+                config.api_paste_ini(f.read(), self.instrument),
             )
         placement_dir = os.path.join(self.etc_dir, 'placement')
         placement_conf = config.write(
@@ -224,7 +232,11 @@ class Cloud:
             compute_confs[c.host] = config.write(
                 os.path.join(self.etc_dir, c.host, 'nova.conf'),
                 config.compute_conf(
-                    ep, c.host, os.path.join(self.state_dir, c.host), c.driver
+                    ep,
+                    c.host,
+                    os.path.join(self.state_dir, c.host),
+                    c.driver,
+                    instrument=self.instrument,
                 ),
             )
         t = self._mark('backends_and_config', t)
@@ -305,6 +317,14 @@ class Cloud:
         skew = os.path.join(HERE, 'clockskew.py')
         computes = []
         for c in self.computes:
+            clock = {}
+            if faketime:
+                clock = dict(
+                    LD_PRELOAD=faketime,
+                    FAKETIME='%+.3f' % c.offset_s,
+                    FAKETIME_DONT_FAKE_MONOTONIC='1',
+                    FAKETIME_NO_CACHE='1',
+                )
             computes.append(
                 self._service(
                     c.host,
@@ -315,10 +335,7 @@ class Cloud:
                         '--config-file',
                         compute_confs[c.host],
                     ],
-                    LD_PRELOAD=faketime,
-                    FAKETIME='%+.3f' % c.offset_s,
-                    FAKETIME_DONT_FAKE_MONOTONIC='1',
-                    FAKETIME_NO_CACHE='1',
+                    **clock,
                 )
             )
         everyone = list(self.services)

@@ -61,11 +61,14 @@ def write(path: str, text: str) -> str:
     return path
 
 
-def api_paste_ini(nova_paste_text: str) -> str:
+def api_paste_ini(nova_paste_text: str, instrument: bool = True) -> str:
     """nova's api-paste.ini with the ``instrument`` filter (as README
-    tells operators) and without keystone's ``authtoken``."""
+    tells operators; left out when ``instrument`` is false: nova as it
+    ships) and without keystone's ``authtoken``."""
+    if instrument:
+        nova_paste_text = paste.add_to_pipelines(nova_paste_text)
     lines = []
-    for line in paste.add_to_pipelines(nova_paste_text).splitlines():
+    for line in nova_paste_text.splitlines():
         key, sep, value = line.partition('=')
         if sep and key.strip() == 'keystone':
             words = [w for w in value.split() if w not in NO_KEYSTONE_DROPS]
@@ -100,8 +103,10 @@ class Endpoints:
         self.span_dir = span_dir
 
 
-def _common(ep: Endpoints, host: str, state_path: str) -> dict:
-    return {
+def _common(
+    ep: Endpoints, host: str, state_path: str, instrument: bool = True
+) -> dict:
+    sections = {
         'DEFAULT': {
             'host': host,
             'state_path': state_path,
@@ -129,6 +134,12 @@ def _common(ep: Endpoints, host: str, state_path: str) -> dict:
         },
         'cinder': {'catalog_info': 'volumev3:cinderv3:publicURL'},
     }
+    if not instrument:
+        # nova as it ships: neither the notifier driver that loads the
+        # library nor its group
+        del sections['oslo_messaging_notifications']
+        del sections['instrument']
+    return sections
 
 
 def controller_conf(
@@ -136,10 +147,12 @@ def controller_conf(
     state_path: str,
     host: str = 'controller',
     extra: typing.Optional[dict] = None,
+    instrument: bool = True,
 ) -> str:
     """nova.conf of nova-api, nova-conductor and nova-scheduler;
-    ``extra`` adds or overrides ``{section: {option: value}}``."""
-    sections = _common(ep, host, state_path)
+    ``extra`` adds or overrides ``{section: {option: value}}``; without
+    ``instrument``, nova uninstrumented."""
+    sections = _common(ep, host, state_path, instrument)
     sections['api_database'] = {'connection': ep.api_db}
     sections['database'] = {'connection': ep.cell1_db}
     sections['conductor'] = {'workers': 1}
@@ -155,11 +168,15 @@ def controller_conf(
 
 
 def compute_conf(
-    ep: Endpoints, host: str, state_path: str, driver: str
+    ep: Endpoints,
+    host: str,
+    state_path: str,
+    driver: str,
+    instrument: bool = True,
 ) -> str:
     """nova.conf of one nova-compute (no database: it goes through the
-    conductor, as deployed)."""
-    sections = _common(ep, host, state_path)
+    conductor, as deployed); without ``instrument``, uninstrumented."""
+    sections = _common(ep, host, state_path, instrument)
     sections['DEFAULT'].update(
         {
             'compute_driver': driver,

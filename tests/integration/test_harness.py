@@ -87,6 +87,29 @@ class ConfigTest(testtools.TestCase):
                 '/srv/spans', conf.get('instrument', 'output_dir')
             )
 
+    def test_uninstrumented_confs_and_paste_leave_the_library_out(self):
+        # bench_boot_overhead's "none" variant: nova as it ships
+        ep = _endpoints()
+        for text in (
+            config.controller_conf(ep, '/srv/ctl', instrument=False),
+            config.compute_conf(
+                ep, 'compute-9', '/srv/c9', 'fake.FakeDriver', False
+            ),
+        ):
+            conf = _parse(text)
+            self.assertFalse(conf.has_section('oslo_messaging_notifications'))
+            self.assertFalse(conf.has_section('instrument'))
+        with open(cloud.nova_paste_ini()) as f:
+            text = config.api_paste_ini(f.read(), instrument=False)
+        self.assertNotIn('instrument', text)
+        words = (
+            _parse(text)
+            .get('composite:openstack_compute_api_v21', 'keystone')
+            .split()
+        )
+        self.assertNotIn('authtoken', words)
+        self.assertIn('keystonecontext', words)
+
     def test_controller_settings_of_a_test_add_to_the_conf(self):
         conf = _parse(
             config.controller_conf(
