@@ -34,19 +34,60 @@ in the noise of a shared machine.
 Prints the median of the rounds per variant and the ratios against
 ``none``.  Target: ``instrument`` costs <= 2 % CPU per boot.  Run:
 ``tox -e bench-boot`` (``-- --rounds 5 --servers 60``).
+
+``--services separate`` states the CPU per service instead: the cloud
+of the integration tier (``tests/integration/cloud.py``: nova-api under
+a threaded WSGI server, nova-conductor, nova-scheduler and two
+``fake`` nova-computes as separate processes, placement, RabbitMQ at
+127.0.0.1:5672 and MariaDB at 127.0.0.1:3306), started afresh for each
+run, on the real clock (no libfaketime).  Variants ``none`` (no
+notifier driver, no paste filter: nova as it ships) and ``instrument``
+(the library switched on in nova.conf and api-paste.ini, every other
+option at its default), rounds interleaved.  Each run creates a flavor,
+boots one warm-up server, then reads every service's CPU time (user +
+system of each process of its session, from ``/proc/<pid>/stat``,
+children it reaped included), boots ``--servers`` servers
+``--concurrency`` at a time, waits until each is active (polling
+cell1's ``instances`` table, not the API, whose CPU the polls would
+add to), then ``--drain`` seconds for the writers' last flush, reads
+the CPU again and divides the difference by the boots.  Prints, per service,
+the median CPU seconds per boot of each variant, the ratio
+instrument/none and the added CPU as a multiple of the 2 % target, the
+ratio of each round's pair, the spread, and the writer thread's share
+of each instrumented service's CPU (its ``process.sample`` records).
+osprofiler is left out of this mode.  Run with the back ends up, in an
+environment with nova, placement and PyMySQL (``tox -e bench-boot --
+--services separate``, or ``.tox/integration/bin/python
+bench/bench_boot_overhead.py --services separate``); each run takes
+about a minute and a half on two cores (the cloud's start is most of
+it).
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ('none', 'instrument', 'osprofiler')
+SEPARATE_VARIANTS = ('none', 'instrument')
 REDIS = 'redis://127.0.0.1:6379'
+TARGET = 0.02
+# the services of the separate cloud, as its process names group them
+# (the computes summed); placement is no nova service: not instrumented
+SERVICES = (
+    'nova-api',
+    'nova-conductor',
+    'nova-scheduler',
+    'nova-compute',
+    'placement-api',
+)
+COMPUTES = 2
 
 
 def _child(variant: str, servers: int, concurrency: int) -> dict:
@@ -200,13 +241,392 @@ def _run_child(variant: str, args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# -- --services separate ----------------------------------------------------
+
+BACKEND_COMMS = {
+    'mariadbd': 'mariadb',
+    'mysqld': 'mariadb',
+    'beam.smp': 'rabbitmq',
+}
+SETTLE_TIMEOUT_S = 240
+
+
+def proc_cpu() -> dict:
+    """CPU seconds so far of every session and of the back-end servers.
+
+    ``{('sid', session id) or ('backend', name): [cpu_s, processes]}``;
+    a process's CPU is its user + system time plus that of the children
+    it reaped (``/proc/<pid>/stat`` fields 14 to 17), so a service's
+    session, summed, holds the workers it forked, the exited ones too.
+    """
+    tick = os.sysconf('SC_CLK_TCK')
+    out: dict = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % entry, 'rb') as f:
+                data = f.read().decode('ascii', 'replace')
+        except OSError:  # ended meanwhile
+            continue
+        close = data.rindex(')')
+        comm = data[data.index('(') + 1 : close]
+        fields = data[close + 2 :].split()
+        # fields[0] is field 3 (state): session 6, utime..cstime 14..17
+        cpu = sum(int(v) for v in fields[11:15]) / tick
+        keys = [('sid', int(fields[3]))]
+        if comm in BACKEND_COMMS:
+            keys.append(('backend', BACKEND_COMMS[comm]))
+        for key in keys:
+            slot = out.setdefault(key, [0.0, 0])
+            slot[0] += cpu
+            slot[1] += 1
+    return out
+
+
+def service_of(name: str) -> str:
+    """The service a process of the separate cloud belongs to."""
+    return 'nova-compute' if name.startswith('compute-') else name
+
+
+def writer_share(span_dir: str, since: float, until: float) -> dict:
+    """Per service, the writer thread's CPU and the process's CPU over
+    the boots, from the ``process.sample`` records (every 5 s by
+    default): between the last sample of each process at or before
+    ``since`` and its first at or after ``until`` (wall seconds), the
+    window widened to whole sampling intervals.  ``{svc: [writer_s,
+    cpu_s]}``."""
+    samples: dict = {}
+    for name in sorted(os.listdir(span_dir)):
+        with open(os.path.join(span_dir, name), errors='replace') as f:
+            for line in f:
+                if '"process.sample"' not in line:
+                    continue
+                rec = json.loads(line)
+                attrs = rec.get('attrs') or {}
+                if 'writer_cpu_s' not in attrs:  # the one at exit
+                    continue
+                samples.setdefault((rec.get('svc'), rec['pid']), []).append(
+                    (
+                        rec['ts'] / 1e6,
+                        attrs['cpu_user_s'] + attrs['cpu_sys_s'],
+                        attrs['writer_cpu_s'],
+                    )
+                )
+    out: dict = {}
+    for (svc, _pid), rows in samples.items():
+        rows.sort()
+        first = ([r for r in rows if r[0] <= since] or rows)[-1]
+        last = ([r for r in rows if r[0] >= until] or rows[-1:])[0]
+        slot = out.setdefault('nova-%s' % svc, [0.0, 0.0])
+        slot[0] += last[2] - first[2]
+        slot[1] += last[1] - first[1]
+    return out
+
+
+def settle_db(the_cloud, boots: list, timeout: float) -> None:
+    """Wait until every created server is active or in error, reading
+    cell1's ``instances`` table, not the API: polling nova-api would add
+    CPU to it for every second the boots take, and the variants' boots
+    do not take the same time."""
+    started = time.monotonic()
+    pending = {b.server_id: b for b in boots if b.server_id}
+    while pending:
+        for uuid, vm_state in the_cloud._query(
+            'SELECT uuid, vm_state FROM instances WHERE deleted = 0'
+        ):
+            boot = pending.get(uuid)
+            if boot is not None and vm_state in ('active', 'error'):
+                boot.status = vm_state.upper()
+                del pending[uuid]
+        if not pending:
+            return
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(
+                '%d servers still building after %ds' % (len(pending), timeout)
+            )
+        time.sleep(0.2)
+
+
+def separate_run(variant: str, args, work_root: str) -> dict:
+    """Start the separate cloud for ``variant``, boot, read the CPU."""
+    from tests.integration import cloud
+    from tests.integration import load
+    from tests.integration import standins
+
+    work = tempfile.mkdtemp(prefix='%s-' % variant, dir=work_root)
+    computes = [
+        cloud.Compute('compute-%d' % (n + 1), 'fake.FakeDriver', 0.0)
+        for n in range(COMPUTES)
+    ]
+    the_cloud = cloud.Cloud(
+        computes, work, instrument=variant == 'instrument', skew=False
+    )
+    started = time.monotonic()
+    the_cloud.start()
+    try:
+        up_s = time.monotonic() - started
+        api = load.Api(the_cloud.api_url)
+        flavor = api.create_flavor('bench.tiny', 1, 64, 1)
+        # One warm-up boot: first-use costs are not the workload's.
+        warm = api.boot(load.Boot('warm-up', flavor, standins.IMAGE_ID))
+        settle_db(the_cloud, [warm], SETTLE_TIMEOUT_S)
+        time.sleep(args.drain)
+        boots = [
+            load.Boot('bench-%03d' % n, flavor, standins.IMAGE_ID)
+            for n in range(args.servers)
+        ]
+        since = time.time()
+        before = proc_cpu()
+        t0 = time.monotonic()
+        api.boot_all(boots, args.concurrency)
+        settle_db(the_cloud, boots, SETTLE_TIMEOUT_S)
+        elapsed = time.monotonic() - t0
+        time.sleep(args.drain)  # the writers' last flush of the boots
+        after = proc_cpu()
+        until = time.time()
+        for service in the_cloud.services:
+            service.check()
+    finally:
+        problems = the_cloud.stop()
+    cpu: dict = {}
+    procs: dict = {}
+    for service in the_cloud.services:
+        key = ('sid', service.pid)
+        name = service_of(service.name)
+        cpu[name] = cpu.get(name, 0.0) + (after[key][0] - before[key][0])
+        procs[name] = procs.get(name, 0) + after[key][1]
+    backend = {
+        name: after[('backend', name)][0] - before[('backend', name)][0]
+        for name in set(BACKEND_COMMS.values())
+        if ('backend', name) in after and ('backend', name) in before
+    }
+    active = [b for b in boots if b.status == 'ACTIVE']
+    return {
+        'variant': variant,
+        'boots': len(active),
+        'failed': len(boots) - len(active),
+        'elapsed_s': elapsed,
+        'up_s': up_s,
+        'boots_per_s': len(active) / elapsed,
+        'cpu_per_boot_s': {k: v / len(boots) for k, v in cpu.items()},
+        'processes': procs,
+        'backend_per_boot_s': {k: v / len(boots) for k, v in backend.items()},
+        'writer': writer_share(the_cloud.span_dir, since, until)
+        if variant == 'instrument'
+        else {},
+        'problems': problems,
+        'work_dir': work,
+    }
+
+
+def _nova_total(run: dict) -> float:
+    return sum(
+        v for k, v in run['cpu_per_boot_s'].items() if k != 'placement-api'
+    )
+
+
+def _span(values) -> str:
+    values = list(values)
+    return '%.4f..%.4f' % (min(values), max(values))
+
+
+def main_separate(args) -> None:
+    sys.path.insert(0, ROOT)
+    rounds = args.rounds or 2
+    args.servers = args.servers or 10
+    args.concurrency = args.concurrency or 5
+    work_root = tempfile.mkdtemp(prefix='bench-boot-separate-')
+    print(
+        'CPU per boot per service, separate processes (tests/integration '
+        'cloud, %d fake computes, real clock), %d servers at concurrency '
+        '%d after one warm-up boot, %d rounds (a fresh cloud per run, '
+        'rounds interleaved); load average at the start: %.2f'
+        % (
+            COMPUTES,
+            args.servers,
+            args.concurrency,
+            rounds,
+            os.getloadavg()[0],
+        ),
+        flush=True,
+    )
+    runs: dict = {v: [] for v in SEPARATE_VARIANTS}
+    for n in range(rounds):
+        for variant in SEPARATE_VARIANTS:
+            run = separate_run(variant, args, work_root)
+            runs[variant].append(run)
+            print(
+                '  round %d %-10s %5.2f boots/s (%d ok, %d failed, cloud '
+                'up in %.0f s)  CPU s/boot: %s  nova %.3f  load %.2f%s'
+                % (
+                    n + 1,
+                    variant,
+                    run['boots_per_s'],
+                    run['boots'],
+                    run['failed'],
+                    run['up_s'],
+                    '  '.join(
+                        '%s %.3f' % (s, run['cpu_per_boot_s'][s])
+                        for s in SERVICES
+                    ),
+                    _nova_total(run),
+                    os.getloadavg()[0],
+                    ''.join('\n    ' + p for p in run['problems']),
+                ),
+                flush=True,
+            )
+    if args.json:
+        print(json.dumps(runs))
+
+    def med(variant, key):
+        return statistics.median(key(r) for r in runs[variant])
+
+    rows = [
+        (s, lambda r, s=s: r['cpu_per_boot_s'][s], s != 'placement-api')
+        for s in SERVICES
+    ]
+    rows.append(('nova total', _nova_total, True))
+    rows.append(
+        ('cloud total', lambda r: sum(r['cpu_per_boot_s'].values()), True)
+    )
+    print(
+        '\nCPU s per boot, median of the rounds (x target: the added CPU '
+        'as a multiple of the 2 % target, 1.00 = at it; paired: the '
+        "median of each round's instrument/none)"
+    )
+    print(
+        '%-14s %8s %10s %8s %8s %8s %8s  %-14s  %-14s'
+        % (
+            'service',
+            'none',
+            'instrument',
+            'ratio',
+            'added',
+            'x target',
+            'paired',
+            'none spread',
+            'instr. spread',
+        )
+    )
+    for label, key, instrumented in rows:
+        none = med('none', key)
+        inst = med('instrument', key)
+        ratio = inst / none if none else float('nan')
+        paired = statistics.median(
+            key(i) / key(z) if key(z) else float('nan')
+            for i, z in zip(runs['instrument'], runs['none'], strict=True)
+        )
+        print(
+            '%-14s %8.4f %10.4f %7.3fx %+7.1f%% %8s %7.3fx  %-14s  %-14s'
+            % (
+                label,
+                none,
+                inst,
+                ratio,
+                (ratio - 1) * 100,
+                '%.2f' % ((ratio - 1) / TARGET) if instrumented else '-',
+                paired,
+                _span(map(key, runs['none'])),
+                _span(map(key, runs['instrument'])),
+            )
+        )
+    print('(placement-api is not instrumented: its row shows the noise)')
+    print(
+        'back ends (shared with the rest of the machine; indicative), '
+        'none -> instrument: '
+        + '  '.join(
+            '%s %.4f -> %.4f s/boot'
+            % (
+                name,
+                med('none', lambda r, n=name: r['backend_per_boot_s'][n]),
+                med(
+                    'instrument',
+                    lambda r, n=name: r['backend_per_boot_s'][n],
+                ),
+            )
+            for name in sorted(set(BACKEND_COMMS.values()))
+            if all(
+                name in r['backend_per_boot_s']
+                for v in SEPARATE_VARIANTS
+                for r in runs[v]
+            )
+        )
+    )
+    print(
+        "\nwriter thread's share of each instrumented service's CPU "
+        '(its process.sample records around the boots):'
+    )
+    for service in SERVICES[:4]:
+        writer = cpu = 0.0
+        for r in runs['instrument']:
+            w, c = r['writer'].get(service, (0.0, 0.0))
+            writer += w
+            cpu += c
+        print(
+            '  %-14s %s'
+            % (
+                service,
+                '%.1f %% (%.3f of %.3f CPU s sampled)'
+                % (writer / cpu * 100, writer, cpu)
+                if cpu
+                else 'no samples in the window',
+            )
+        )
+    print(
+        'boots/s (wall, noisy): none %.2f, instrument %.2f'
+        % (
+            med('none', lambda r: r['boots_per_s']),
+            med('instrument', lambda r: r['boots_per_s']),
+        )
+    )
+    print('load average at the end: %.2f' % os.getloadavg()[0])
+    if args.keep:
+        print('work directories (logs, confs, span files): %s' % work_root)
+    else:
+        shutil.rmtree(work_root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--servers', type=int, default=40)
-    parser.add_argument('--concurrency', type=int, default=8)
-    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument(
+        '--services',
+        choices=('together', 'separate'),
+        default='together',
+        help='together: the in-process demo cloud, CPU for the whole '
+        'process (default); separate: each service its own process, CPU '
+        'per service',
+    )
+    parser.add_argument('--servers', type=int, help='40 together, 10 separate')
+    parser.add_argument(
+        '--concurrency', type=int, help='8 together, 5 separate'
+    )
+    parser.add_argument('--rounds', type=int, help='3 together, 2 separate')
+    parser.add_argument(
+        '--drain',
+        type=float,
+        default=1.0,
+        help='separate: seconds to wait after the boots before the CPU '
+        'is read (the writers flush every 0.5 s)',
+    )
+    parser.add_argument(
+        '--keep',
+        action='store_true',
+        help='separate: keep the work directories (logs, span files)',
+    )
+    parser.add_argument(
+        '--json',
+        action='store_true',
+        help='separate: print every run as one JSON line too',
+    )
     parser.add_argument('--child', choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.services == 'separate':
+        main_separate(args)
+        return
+    args.servers = args.servers or 40
+    args.concurrency = args.concurrency or 8
+    args.rounds = args.rounds or 3
     if args.child:
         print(json.dumps(_child(args.child, args.servers, args.concurrency)))
         return
