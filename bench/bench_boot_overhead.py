@@ -55,8 +55,11 @@ the median CPU seconds per boot of each variant, the ratio
 instrument/none and the added CPU as a multiple of the 2 % target, the
 ratio of each round's pair, the spread, and the writer thread's share
 of each instrumented service's CPU (its ``process.sample`` records).
-osprofiler is left out of this mode.  Run with the back ends up, in an
-environment with nova, placement and PyMySQL (``tox -e bench-boot --
+``--variants none,off,instrument`` adds ``off``: the library's lines
+in nova.conf and api-paste.ini but ``[instrument] enabled = false``
+(what the loaders alone cost).  osprofiler is left out of this mode.
+Run with the back ends up, in an environment with nova, placement and
+PyMySQL (``tox -e bench-boot --
 --services separate``, or ``.tox/integration/bin/python
 bench/bench_boot_overhead.py --services separate``); each run takes
 about a minute and a half on two cores (the cloud's start is most of
@@ -76,6 +79,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = ('none', 'instrument', 'osprofiler')
 SEPARATE_VARIANTS = ('none', 'instrument')
+# --variants may add "off": the library loaded by nova.conf and
+# api-paste.ini as for "instrument", but [instrument] enabled = false
+# (what nova pays for the loaders alone, notifier driver included)
+OFF = {'instrument': {'enabled': False}}
 REDIS = 'redis://127.0.0.1:6379'
 TARGET = 0.02
 # the services of the separate cloud, as its process names group them
@@ -360,7 +367,12 @@ def separate_run(variant: str, args, work_root: str) -> dict:
         for n in range(COMPUTES)
     ]
     the_cloud = cloud.Cloud(
-        computes, work, instrument=variant == 'instrument', skew=False
+        computes,
+        work,
+        instrument=variant != 'none',
+        skew=False,
+        controller=OFF if variant == 'off' else None,
+        compute=OFF if variant == 'off' else None,
     )
     started = time.monotonic()
     the_cloud.start()
@@ -417,6 +429,7 @@ def separate_run(variant: str, args, work_root: str) -> dict:
         else {},
         'problems': problems,
         'work_dir': work,
+        'window': [since, until],
     }
 
 
@@ -451,9 +464,19 @@ def main_separate(args) -> None:
         ),
         flush=True,
     )
-    runs: dict = {v: [] for v in SEPARATE_VARIANTS}
+    variants = args.variants.split(',')
+    if (
+        not set(SEPARATE_VARIANTS)
+        <= set(variants)
+        <= {'off'}.union(SEPARATE_VARIANTS)
+    ):
+        raise SystemExit(
+            '--variants: none and instrument, and optionally off, in the '
+            'order of a round'
+        )
+    runs: dict = {v: [] for v in variants}
     for n in range(rounds):
-        for variant in SEPARATE_VARIANTS:
+        for variant in variants:
             run = separate_run(variant, args, work_root)
             runs[variant].append(run)
             print(
@@ -532,6 +555,27 @@ def main_separate(args) -> None:
             )
         )
     print('(placement-api is not instrumented: its row shows the noise)')
+    if 'off' in runs:
+        print(
+            '\n"off" (the loaders, [instrument] enabled = false), CPU s per '
+            'boot, median, ratio and paired ratio to none, spread:'
+        )
+        for label, key, _instrumented in rows:
+            off = med('off', key)
+            none = med('none', key)
+            print(
+                '%-14s %8.4f %7.3fx %7.3fx  %-14s'
+                % (
+                    label,
+                    off,
+                    off / none if none else float('nan'),
+                    statistics.median(
+                        key(o) / key(z) if key(z) else float('nan')
+                        for o, z in zip(runs['off'], runs['none'], strict=True)
+                    ),
+                    _span(map(key, runs['off'])),
+                )
+            )
     print(
         'back ends (shared with the rest of the machine; indicative), '
         'none -> instrument: '
@@ -618,6 +662,13 @@ def main() -> None:
         '--json',
         action='store_true',
         help='separate: print every run as one JSON line too',
+    )
+    parser.add_argument(
+        '--variants',
+        default=','.join(SEPARATE_VARIANTS),
+        help='separate: the variants of a round, in order: none and '
+        'instrument, and optionally off (the loaders in nova.conf and '
+        'api-paste.ini with [instrument] enabled = false)',
     )
     parser.add_argument('--child', choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -105,7 +105,8 @@ class Cloud:
     before ``--config-file``: a test's launcher of nova's console
     script) and ``scheduler_env`` adds to its environment;
     ``controller`` adds ``{section: {option: value}}`` to the
-    controller's nova.conf; ``api`` replaces the command of nova-api:
+    controller's nova.conf and ``compute`` to every compute's; ``api``
+    replaces the command of nova-api:
     called with the port, it returns the argv (a pre-forking server),
     and nova-api is then taken as ready once its port accepts a
     connection, without an HTTP request (a test counts every request
@@ -124,6 +125,7 @@ class Cloud:
         api: typing.Optional[typing.Callable[[int], list]] = None,
         instrument: bool = True,
         skew: bool = True,
+        compute: typing.Optional[dict] = None,
     ) -> None:
         self.computes = computes
         self.instrument = instrument
@@ -132,6 +134,7 @@ class Cloud:
         self.scheduler = scheduler
         self.scheduler_env = dict(scheduler_env or {})
         self.controller = controller or {}
+        self.compute = compute or {}
         self.run = backends.new_run_id()
         self.work_dir = work_dir
         self.log_dir = os.path.join(work_dir, 'logs')
@@ -237,6 +240,7 @@ class Cloud:
                     os.path.join(self.state_dir, c.host),
                     c.driver,
                     instrument=self.instrument,
+                    extra=self.compute,
                 ),
             )
         t = self._mark('backends_and_config', t)

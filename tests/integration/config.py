@@ -173,9 +173,11 @@ def compute_conf(
     state_path: str,
     driver: str,
     instrument: bool = True,
+    extra: typing.Optional[dict] = None,
 ) -> str:
     """nova.conf of one nova-compute (no database: it goes through the
-    conductor, as deployed); without ``instrument``, uninstrumented."""
+    conductor, as deployed); without ``instrument``, uninstrumented;
+    ``extra`` as for the controller."""
     sections = _common(ep, host, state_path, instrument)
     sections['DEFAULT'].update(
         {
@@ -186,6 +188,8 @@ def compute_conf(
             'update_resources_interval': 10,
         }
     )
+    for section, values in (extra or {}).items():
+        sections.setdefault(section, {}).update(values)
     return render(sections)
 
 

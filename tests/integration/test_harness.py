@@ -110,6 +110,23 @@ class ConfigTest(testtools.TestCase):
         self.assertNotIn('authtoken', words)
         self.assertIn('keystonecontext', words)
 
+    def test_compute_settings_add_to_the_conf(self):
+        # bench_boot_overhead's "off" variant: loaded, not recording
+        conf = _parse(
+            config.compute_conf(
+                _endpoints(),
+                'compute-9',
+                '/srv/c9',
+                'fake.FakeDriver',
+                extra={'instrument': {'enabled': False}},
+            )
+        )
+        self.assertEqual('false', conf.get('instrument', 'enabled'))
+        self.assertEqual('/srv/spans', conf.get('instrument', 'output_dir'))
+        self.assertEqual(
+            'instrument', conf.get('oslo_messaging_notifications', 'driver')
+        )
+
     def test_controller_settings_of_a_test_add_to_the_conf(self):
         conf = _parse(
             config.controller_conf(
