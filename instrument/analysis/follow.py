@@ -86,6 +86,12 @@ TAIL_BYTES = 64
 # request ids of finalised requests remembered (their events read
 # later counted as late, not opened again)
 RECENT = 100_000
+# how long the windows of a loss folded away (``Follower._prune``) are
+# kept for the requests still open: a request open that long after a
+# loss is not marked by it
+KEEP_WINDOWS_US = 24 * 3600 * 1_000_000
+# what is counted of the processes done with (``Follower.losses``)
+LOSS_COUNTS = ('records', 'missing', 'lost')
 
 
 class Tailed:
@@ -273,8 +279,15 @@ class Options:
         findings_window_s: float = 600.0,
         findings_every_s: float = 30.0,
         findings_max_requests: int = 50_000,
+        fold_margin_s: typing.Optional[float] = None,
     ) -> None:
         self.lag_us = int(lag_s * 1e6)
+        # how far behind the watermark the records of a page of a
+        # process's seq numbers, and a process's end, are before they
+        # are folded (``Follower._prune``; None: ``hung_s``)
+        self.fold_margin_us = int(
+            (hung_s if fold_margin_s is None else fold_margin_s) * 1e6
+        )
         # the advisor's window (0: no findings), how often its rules
         # run (seconds of wall time; 0: every poll) and its requests
         # at most (``livefindings``)
@@ -340,6 +353,11 @@ class Follower:
         # off; when they last ran (monotonic seconds)
         self.findings: typing.Optional[livefindings.Window] = None
         self.evaluated: typing.Optional[float] = None
+        # the processes done with (``_prune``): their counts summed
+        # (``LOSS_COUNTS``, ``processes``), and the windows of their
+        # losses ({key: (windows, hosts)}) kept for the requests open
+        self.retired: dict = dict.fromkeys(LOSS_COUNTS + ('processes',), 0)
+        self.retired_windows: dict = {}
 
     # -- files -------------------------------------------------------------
 
@@ -641,6 +659,7 @@ class Follower:
         self._bound()
         if not self.defer:
             self._fold()
+            self._prune()
             self._evaluate(force=False)
         return self.reader.lines - before
 
@@ -696,13 +715,25 @@ class Follower:
         model.summaries = []
         loss = self.reader.loss
         if self._windows is None:
-            # when each process lost records (once a poll)
-            self._windows = loss.windows()
+            # when each process lost records (once a poll), those done
+            # with too
+            windows = {
+                key: found for key, (found, _h) in self.retired_windows.items()
+            }
+            windows.update(loss.windows())
+            self._windows = windows
         windows = self._windows
         damage.mark(
             done,
             windows,
-            {key: loss.seqs[key].hosts for key in windows},
+            {
+                key: (
+                    loss.seqs[key].hosts
+                    if key in loss.seqs
+                    else self.retired_windows[key][1]
+                )
+                for key in windows
+            },
             self.reader.repaired,
             self.popts.hung_us,
         )
@@ -713,6 +744,77 @@ class Follower:
             # remembered as a request id only (its late events counted)
             model.recent[s.req] = None
         self._trim_recent()
+
+    def _prune(self) -> None:
+        """Bounded memory on a long run (not ``once``: its losses are
+        the batch report's): what the watermark passed by the fold
+        margin (``Options.fold_margin_us``) is folded into counts.
+
+        A process that ended before is done with
+        (``losses.FileLoss.retire``: its counts summed in ``retired``,
+        the windows of its losses kept ``KEEP_WINDOWS_US``); of the
+        others, the pages of ``seq`` numbers below the highest whose
+        records are all older are folded (``losses.SeqSet.fold``: their
+        counts, the windows of their losses and their holes kept; a
+        record of them read later is a duplicate, or late when it is
+        one of the holes, never read again).  Then what is held per
+        file of the files closed."""
+        if self.watermark is None:
+            return
+        loss = self.reader.loss
+        horizon = self.watermark - self.opts.fold_margin_us
+        forget = self.watermark - KEEP_WINDOWS_US
+        for key in [
+            key for key, s in loss.seqs.items() if s.ended and s.last < horizon
+        ]:
+            hosts = set(loss.seqs[key].hosts)
+            row, found = loss.retire(key)
+            for name in LOSS_COUNTS:
+                self.retired[name] += row[name]
+            self.retired['processes'] += 1
+            if found:
+                self.retired_windows[key] = (found, hosts)
+        for key, (found, hosts) in list(self.retired_windows.items()):
+            found = [w for w in found if w[1] >= forget]
+            if found and key in loss.retired:
+                self.retired_windows[key] = (found, hosts)
+            else:
+                del self.retired_windows[key]
+        for s in loss.seqs.values():
+            floor = s.floor
+            for pageno in sorted(s.pages)[:-1]:
+                if s.latest(pageno) >= horizon:
+                    break
+                floor = pageno + 1
+            s.fold(floor)
+            if s.folded_windows:
+                s.forget(forget)
+        # what is held per file, of the files closed
+        reader = self.reader
+        indexes = {f.index for f in self.files.values()}
+        names = {f.name for f in self.files.values()}
+        for fi_pid in [k for k in reader.current if k[0] not in indexes]:
+            del reader.current[fi_pid]
+        for held in (loss.duplicates, loss.read, reader.issues.per_file):
+            for name in [n for n in held if n not in names]:
+                del held[name]
+
+    def losses(self) -> dict:
+        """``{records, missing, lost, processes, retired}``: the valid
+        records read, the ``seq`` numbers never read, the records lost
+        (``losses.FileLoss.per_process``), of every process read
+        (``retired``: of them, those done with)."""
+        out = dict.fromkeys(LOSS_COUNTS, 0)
+        if self.reader is not None:
+            for row in self.reader.loss.per_process().values():
+                for name in LOSS_COUNTS:
+                    out[name] += row[name]
+            out['processes'] = len(self.reader.loss.seqs)
+        for name in LOSS_COUNTS:
+            out[name] += self.retired[name]
+        out['retired'] = self.retired['processes']
+        out['processes'] = out.get('processes', 0) + out['retired']
+        return out
 
     def finish(self) -> None:
         """Finalise every request still open (the end of the input)."""

@@ -362,6 +362,12 @@ class PartReader:
                 c_pageno = seq >> 16
                 c_page = c_pages.get(c_pageno)
                 if c_page is None:
+                    if c_pageno < c_seq.floor:
+                        # folded (the follow mode): read before, or a
+                        # record counted lost
+                        c_pageno = -1
+                        self.below_floor(c_seq, seq, fname, line_of(lineno))
+                        continue
                     c_page = c_pages[c_pageno] = bytearray(8192)
             i = seq & 0xFFFF
             j = i >> 3
@@ -435,6 +441,32 @@ class PartReader:
             c_seq.last = c_last
         if nread:
             read[fname] = read.get(fname, 0) + nread
+
+    def below_floor(
+        self, s: losses.SeqSet, seq: int, fname: str, lineno: int
+    ) -> None:
+        """A record whose number is below its process's floor (its
+        pages folded: ``losses.SeqSet.fold``): not read again.  One of
+        the numbers counted lost is ``late`` (still counted lost: its
+        loss was final); any other is a ``duplicate`` (a rotated copy
+        of records read)."""
+        if s.below(seq):
+            self.issues.add(
+                'late',
+                fname,
+                lineno,
+                'seq %d of %s: counted lost before it was read'
+                % (seq, losses.process_label(s.key)),
+            )
+            return
+        self.issues.add(
+            'duplicate',
+            fname,
+            lineno,
+            'seq %d of %s read before' % (seq, losses.process_label(s.key)),
+        )
+        dups = self.loss.duplicates
+        dups[fname] = dups.get(fname, 0) + 1
 
     def periodic_run(self, rec: typing.Any) -> str:
         """The periodic run a record of a request id nova sent with a
@@ -692,6 +724,10 @@ class PartReader:
         read so far, wherever read."""
         s = self.loss.seqs.get(key)
         if s is None:
+            s = self.loss.retired.get(key)
+            if s is not None:
+                # done with (the follow mode): folded whole
+                return s
             s = self.loss.seqs[key] = losses.SeqSet((fi, fname), key)
         # the sink that wrote the file: its drops are this file's gaps
         self.loss.sinks.setdefault(key, set()).add(

@@ -26,6 +26,7 @@ DB retries.  The input is the demo's real nova run
 
 import collections
 import gzip
+import json
 import os
 import re
 import shutil
@@ -599,6 +600,144 @@ class TestBounds(Base):
             pipeline.analyse([clean], pipeline.Options(jobs=1))
         )
         self.assertEqual(expected, follow_figures(follower.series()))
+
+
+class TestLossBitmapsBounded(Base):
+    """Days of records folded (``Follower._prune``): the pages of ``seq``
+    numbers stay bounded, and the counts stay those of every record."""
+
+    T0 = 1_700_000_000_000_000
+    # a block of records written in a row, then numbers lost
+    BLOCK = 64
+    GAP = 16_000
+    # seconds between blocks
+    EVERY = 0.5
+
+    def line(self, seq, ts, pid=100, ev='sink.drops', ph='C'):
+        rec = {
+            'v': 1,
+            'ph': ph,
+            'seq': seq,
+            'ts': ts,
+            'host': 'cmp-9',
+            'svc': 'compute',
+            'pid': pid,
+            'ev': ev,
+        }
+        if ev == 'sink.drops':
+            rec['attrs'] = {'file': 0}
+        elif ev == 'process.start':
+            rec['attrs'] = {'service': 'nova-compute'}
+        return (json.dumps(rec, separators=(',', ':')) + '\n').encode()
+
+    def blocks(self, pid, first_block, blocks, end=False):
+        """The lines of blocks ``first_block``... of process ``pid``
+        (its start first), and the numbers they skip."""
+        lines = []
+        if not first_block:
+            lines.append(self.line(1, self.T0, pid, 'process.start', 'M'))
+        seq = 2 + first_block * (self.BLOCK + self.GAP)
+        for k in range(first_block, first_block + blocks):
+            ts = self.T0 + int((k + 1) * self.EVERY * 1e6)
+            for i in range(self.BLOCK):
+                lines.append(self.line(seq + i, ts + i, pid))
+            seq += self.BLOCK + self.GAP
+        if end:
+            # (right after the last block: no gap after it)
+            seq -= self.GAP
+            lines.append(
+                self.line(seq, ts + self.BLOCK, pid, 'process.end', 'M')
+            )
+        return lines
+
+    def test_days_of_records_keep_the_pages_bounded(self):
+        live = os.path.join(self.tmp, 'live')
+        os.makedirs(live)
+        follower = follow.Follower(
+            [live],
+            follow.Options(
+                lag_s=1.0,
+                idle_s=1.0,
+                hung_s=5.0,
+                findings_window_s=0,
+            ),
+        )
+        polls, per_poll = 60, 5
+        written = {'a.jsonl': [], 'b.jsonl': []}
+        most_pages = 0
+        for k in range(polls):
+            step = {
+                'a.jsonl': self.blocks(100, k * per_poll, per_poll),
+                # a process that ends a quarter of the way
+                'b.jsonl': self.blocks(
+                    200, k * per_poll, per_poll, end=k == polls // 4
+                )
+                if k <= polls // 4
+                else [],
+            }
+            for name, lines in step.items():
+                written[name].extend(lines)
+                with open(os.path.join(live, name), 'ab') as out:
+                    out.writelines(lines)
+            follower.poll()
+            seqs = follower.reader.loss.seqs
+            most_pages = max(
+                most_pages, sum(len(s.pages) for s in seqs.values())
+            )
+        loss = follower.reader.loss
+        a = loss.seqs[('cmp-9', 100, self.T0)]
+        blocks_a = polls * per_poll
+        numbers = blocks_a * (self.BLOCK + self.GAP)
+        # millions of numbers, in pages of 64 Ki: a few kept
+        self.assertGreater(numbers, 4_000_000)
+        self.assertGreater(numbers >> 16, 60)
+        # (the margin and the lag: 6 s, 12 blocks, 3 pages; and the
+        # page being written)
+        self.assertLessEqual(most_pages, 2 * 5)
+        self.assertLessEqual(len(a.pages), 5)
+        self.assertLessEqual(len(a.times), 5 * 16)
+        self.assertGreater(a.floor, 50)
+        # the ended process: done with, its counts kept
+        self.assertNotIn(('cmp-9', 200, self.T0), loss.seqs)
+        self.assertIn(('cmp-9', 200, self.T0), loss.retired)
+        self.assertEqual(1, follower.losses()['retired'])
+
+        # a rotated copy of the first records (long folded), and a
+        # record counted lost, read late
+        copied = written['a.jsonl'][:1000] + written['b.jsonl'][:300]
+        hole = 2 + self.BLOCK + 5
+        late = [
+            written['a.jsonl'][0],
+            self.line(hole, self.T0 + int(self.EVERY * 1e6) + 99),
+        ]
+        with open(os.path.join(live, 'a-copy.jsonl'), 'wb') as out:
+            out.writelines(copied)
+        with open(os.path.join(live, 'late.jsonl'), 'wb') as out:
+            out.writelines(late)
+        follower.poll()
+        counts = follower.reader.issues.counts
+        self.assertEqual(len(copied) + 1, counts['duplicate'])
+        self.assertEqual(1, counts['late'])
+        self.assertLessEqual(len(a.pages), 5)
+
+        # the truth: every record written once, every number skipped
+        blocks_b = polls // 4 * per_poll + per_poll
+        truth_records = (
+            1 + blocks_a * self.BLOCK + 1 + blocks_b * self.BLOCK + 1
+        )
+        # (the record read late was counted lost: final)
+        truth_missing = (blocks_a - 1) * self.GAP + (blocks_b - 1) * self.GAP
+        got = follower.losses()
+        self.assertEqual(truth_records, got['records'])
+        self.assertEqual(truth_missing, got['missing'])
+        self.assertEqual(truth_missing, got['lost'])
+        self.assertEqual(2, got['processes'])
+        # the same counts as reading it all at once, never folded
+        once = follow.once([live], follow.Options(findings_window_s=0))
+        whole = once.losses()
+        self.assertEqual(0, whole['retired'])
+        self.assertEqual(truth_records + 1, whole['records'])
+        self.assertEqual(truth_missing - 1, whole['missing'])
 
 
 class TestExposition(Base):
