@@ -56,6 +56,7 @@ import gzip
 import itertools
 import os
 import re
+import statistics
 import time
 import typing
 import zlib
@@ -325,6 +326,16 @@ class Follower:
         # file that holds no span record)
         self.skipped_compressed: set = set()
         self.offsets: dict = {}
+        # the hosts a solve placed (their offset known from hops), and
+        # of them those placed before their hops passed the clock
+        # horizon (``_place``)
+        self.placed: set = set()
+        self.provisional: set = set()
+        # the hosts of files that appeared after the start, not placed
+        # (on their own clock: their times do not move the watermark),
+        # and the index of the first such file
+        self.unplaced: set = set()
+        self.later_files = 0
         self.popts = pipeline.Options(
             idle_s=self.opts.idle_s,
             hung_s=self.opts.hung_s,
@@ -479,7 +490,11 @@ class Follower:
         self.begun.clear()
         result = clocks.solve(matcher.collector, matcher.hosts)
         self.hops = matcher.counts['hops']
-        self.offsets.update(result.offsets())
+        self._solved(result)
+        # the hosts of the files there at the start: as the batch
+        # report places them
+        self.placed |= matcher.hosts
+        self.later_files = self.next_index
         popts = self.popts
         popts.process_starts = sorted(matcher.starts)
         popts.aliases = matcher.aliases_of()
@@ -554,7 +569,87 @@ class Follower:
         if matcher.counts['hops'] != self.hops:
             self.hops = matcher.counts['hops']
             result = clocks.solve(matcher.collector, matcher.hosts)
-            self.offsets.update(result.offsets())
+            self._solved(result)
+
+    def _solved(self, result: clocks.ClockResult) -> None:
+        """The offsets of a solve (``clocks.solve``) taken: those of
+        the hosts it placed, and 0 for the others but those ``_place``
+        placed (kept until a solve places them)."""
+        for host, info in result.hosts.items():
+            if info['status'] != 'uncorrected':
+                self.offsets[host] = info['offset_us']
+                self.placed.add(host)
+                self.provisional.discard(host)
+            elif host not in self.provisional:
+                self.offsets[host] = info['offset_us']
+
+    def _place(self, reads: list) -> None:
+        """Place the hosts of ``reads`` (a poll's chunks, pass 1 read)
+        that no solve placed yet (a host whose files appeared after the
+        start) before pass 2 reads them, as the batch report's pass 1
+        would: the hops matched so far and those of the sends and
+        dispatches read but not yet past the clock horizon
+        (``clockpass.HopMatcher.entries``) solved, each such host's
+        offset taken relative to the hosts already placed (the median
+        of their differences: the solve's reference may be another).
+        The files' times read on its own clock are moved with it."""
+        self.unplaced |= {
+            f.host
+            for f, _lines, _first, _w in reads
+            if f.index >= self.later_files
+            and f.host is not None
+            and f.host not in self.placed
+        }
+        self.unplaced -= self.placed
+        hosts = self.unplaced
+        if not hosts:
+            return
+        matcher = self.matcher
+        collector = clocks.PairCollector(matcher.collector.keep)
+        collector.merge(matcher.collector)
+        found = False
+        for e in matcher.entries.values():
+            p_host, p_start, p_end, sync, kids = e[:5]
+            if p_host is None or not kids:
+                continue
+            for c_host, c_start, c_end, origin in kids.values():
+                if p_host in hosts or c_host in hosts:
+                    found = True
+                    collector.add_hop(
+                        p_host,
+                        p_start,
+                        p_end,
+                        c_host,
+                        c_start,
+                        c_end,
+                        sync,
+                        origin,
+                    )
+        if not found:
+            return
+        result = clocks.solve(collector, matcher.hosts)
+        for host in sorted(hosts):
+            info = result.hosts.get(host)
+            if info is None or info['status'] == 'uncorrected':
+                continue
+            shifts = [
+                self.offsets[other] - other_info['offset_us']
+                for other, other_info in result.hosts.items()
+                if other in self.placed
+                and other_info['group'] == info['group']
+                and other in self.offsets
+            ]
+            if not shifts:
+                continue
+            offset = info['offset_us'] + int(statistics.median(shifts))
+            moved = offset - self.offsets.get(host, 0)
+            self.offsets[host] = offset
+            self.placed.add(host)
+            self.provisional.add(host)
+            self.unplaced.discard(host)
+            for f in self.files.values():
+                if f.host == host and f.time is not None:
+                    f.time += moved
 
     def _rejoin(self, began: str, req: str) -> None:
         """Records read under ``began`` before pass 1 said they are
@@ -640,12 +735,21 @@ class Follower:
                     ),
                     self.newest if watermark is None else watermark,
                 )
+            if self.newest is not None:
+                # every file read to its end: the hops the horizon
+                # passed matched (a file of no time yet, a service
+                # log's, holds the chunks' watermark back)
+                self.matcher.add('', [], self.newest)
             self._learn()
+            self._place(reads)
         for f, lines, first, watermark in reads:
             self.reader.chunk(f, lines, first)
-            if f.time is not None and (
-                self.newest is None or f.time > self.newest
+            if (
+                f.time is not None
+                and (self.newest is None or f.time > self.newest)
+                and f.host not in self.unplaced
             ):
+                # (not a host on its own clock: ``_place``)
                 self.newest = f.time
             if self.newest is not None:
                 cut = self.newest - lag

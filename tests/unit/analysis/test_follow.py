@@ -42,6 +42,7 @@ import testtools
 from instrument.analysis import exposition
 from instrument.analysis import follow
 from instrument.analysis import pipeline
+from instrument.analysis.model import clocks
 from instrument.cmd import metrics as metrics_cmd
 from instrument.cmd import report as report_cmd
 from tests import synthetic
@@ -386,6 +387,56 @@ class TestGrowing(Base):
         self.assertEqual(0, follower.model.late)
         follower.finish()
         self.assertSameAsBatch(follower, [live])
+
+    def test_a_skewed_host_that_appears_later(self):
+        """A host whose files appear after the start, its clock 20 s
+        ahead (further than the lag): its records are placed by the
+        hops of its first poll before they are read, as the batch
+        report places them; nothing finalised early, nothing late."""
+        files = self.synthetic_lines(seed=5, requests=120)
+        late = sorted(n for n in files if n.startswith('cmp-'))[0]
+        # (written as time goes: steps of true time)
+        steps = time_steps(files, 6)
+        ahead = 20_000_000
+        files[late] = [
+            _TS.sub(lambda m: b'"ts":%d' % (int(m.group(1)) + ahead), line, 1)
+            for line in files[late]
+        ]
+        live = os.path.join(self.tmp, 'live')
+        os.makedirs(live)
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=5.0, idle_s=1.0)
+        )
+        for k, step in enumerate(steps):
+            if k == 2:
+                step = dict(step, **{late: (0, step[late][1])})
+            self.append(live, files, step, skip=(late,) if k < 2 else ())
+            follower.poll()
+        # placed 20 s back (to a millisecond), before the clock
+        # horizon (600 s) passed its hops
+        host = late.split('_')[0]
+        self.assertIn(host, follower.provisional)
+        self.assertLess(abs(follower.offsets[host] + ahead), 1000)
+        self.assertEqual(0, follower.model.late)
+        follower.finish()
+        self.assertSameAsBatch(follower, [live])
+
+    def test_a_host_placed_early_stays_placed(self):
+        """Solved again before its own hops passed the horizon, a host
+        placed early keeps its offset (not the solve's 0)."""
+        follower = follow.Follower([self.tmp])
+        follower.offsets['late'] = -20_000_000
+        follower.placed.add('late')
+        follower.provisional.add('late')
+        collector = clocks.PairCollector()
+        collector.add_hop('a', 1000, 3000, 'b', 1500, 2500, True, None)
+        follower._solved(clocks.solve(collector, {'a', 'b', 'late'}))
+        self.assertEqual(-20_000_000, follower.offsets['late'])
+        self.assertEqual({'a', 'b', 'late'}, follower.placed)
+        collector.add_hop('a', 1000, 3000, 'late', 1500, 2500, True, None)
+        follower._solved(clocks.solve(collector, {'a', 'b', 'late'}))
+        self.assertNotEqual(-20_000_000, follower.offsets['late'])
+        self.assertEqual(set(), follower.provisional)
 
     def test_a_host_later_than_the_lag_is_counted_late(self):
         files = self.synthetic_lines(seed=8, requests=60)
