@@ -36,6 +36,7 @@ lost.
 """
 
 import array
+import bisect
 import typing
 
 KINDS = (
@@ -448,14 +449,15 @@ class SeqSet:
         shrinks), False when not (read before, or not known: a copy of
         a record read)."""
         holes = self.holes
-        for i in range(len(holes) - 1, -1, -1):
-            a, b = holes[i]
-            if a <= seq <= b:
-                holes[i : i + 1] = [
-                    h for h in ((a, seq - 1), (seq + 1, b)) if h[0] <= h[1]
-                ]
-                return True
-        return False
+        # (in order: the pages are folded upwards)
+        i = bisect.bisect_right(holes, (seq, FOREVER)) - 1
+        if i < 0 or holes[i][1] < seq:
+            return False
+        a, b = holes[i]
+        holes[i : i + 1] = [
+            h for h in ((a, seq - 1), (seq + 1, b)) if h[0] <= h[1]
+        ]
+        return True
 
     def retire(self) -> None:
         """Everything folded, nothing kept but the counts: every
