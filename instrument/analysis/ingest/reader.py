@@ -79,6 +79,27 @@ def chain(handlers: tuple) -> typing.Callable:
     return handle
 
 
+def _unfolding(
+    txn: typing.Optional[typing.Callable], query: typing.Callable
+) -> typing.Callable:
+    """The handler of an ``sql.txn`` record: the ``sql.query`` records
+    it carries to ``query`` (in the order they were sent, at the times
+    ``ts`` corrected as the transaction's), then the transaction to
+    ``txn`` (if any takes it)."""
+    unfolded = codec.unfolded
+
+    def handle(rec: typing.Any, ts: int, cursor: typing.Any) -> typing.Any:
+        if rec.attrs:
+            shift = ts - rec.ts
+            for each in unfolded(rec):
+                query(each, each.ts + shift, cursor)
+        if txn is not None:
+            return txn(rec, ts, cursor)
+        return None
+
+    return handle
+
+
 class PartReader:
     """Pass 2 of one partition of the requests: a consumer of lines.
 
@@ -194,6 +215,16 @@ class PartReader:
                 if len(each) == 1
                 else chain(each)
             )
+        if ph == 'X' and ev == schema.EV_SQL_TXN:
+            # an sql.txn may carry its round trips: they are read as
+            # the sql.query records they stand for (``codec.unfolded``)
+            queries = self.table['X'].get(schema.EV_SQL_QUERY)
+            if queries is None:
+                queries = self.handlers('X', schema.EV_SQL_QUERY)
+            per_context = [
+                _unfolding(txn, query) if query is not None else txn
+                for txn, query in zip(per_context, queries, strict=True)
+            ]
         found = self.table[ph][ev] = tuple(per_context)
         return found
 
@@ -416,6 +447,15 @@ class PartReader:
                 keep.write(
                     keep_prefix, line_of(lineno), raw, c_seq.key[2], c_off
                 )
+                if rec.ev == schema.EV_SQL_TXN:
+                    for each in codec.unfolded(rec):
+                        keep.write(
+                            keep_prefix,
+                            line_of(lineno),
+                            codec.dumps(each),
+                            c_seq.key[2],
+                            c_off,
+                        )
             try:
                 handlers = table[ph][rec.ev]
             except KeyError:  # the first record of its phase and event
