@@ -283,7 +283,8 @@ class SqlListeners:
         # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
         self._dq_strings = weakref.WeakKeyDictionary()
         self._adopt_lock = threading.Lock()
-        # The classes of a transaction's COMMIT and ROLLBACK (writer).
+        # The classes of a transaction's COMMIT and ROLLBACK, by its
+        # outcome, and of the pool's reset, by its statement (writer).
         self._end_classes: dict = {}
         # Ended transactions whose record waits for the pool's reset
         # (writer; ``T_HELD``).
@@ -1231,9 +1232,11 @@ class SqlListeners:
             dur_ns = t1 - t0
             if self._detail(dur_ns, txn[T_ATTR][A_REQ], None):
                 statement = entry[3]
-                if isinstance(statement, bytes):
-                    statement = statement.decode('utf-8', 'replace')
-                qclass = self._query_class(statement)
+                qclass = self._end_classes.get(statement)
+                if qclass is None:
+                    qclass = self._end_classes[statement] = self._query_class(
+                        statement
+                    )
                 wall = recorder_mod.wall_us
                 held[1][schema.ATTR_RESET] = [
                     wall(t0) - wall(txn[T_T0]),
