@@ -148,7 +148,12 @@ class TestFold(base_tests.SqlTestCase):
             conn.exec_driver_sql('SELECT 1')
             conn.commit()
             timing.handle.process()  # the transaction waits no longer
-            txns = timing.records(schema.EV_SQL_TXN, raw=True)
+            timing.buffer.drain()  # (no flush_held)
+            txns = [
+                schema.validate(r)
+                for r in timing.sink.records
+                if r['ev'] == schema.EV_SQL_TXN
+            ]
             self.assertEqual(1, len(txns))
             self.assertNotIn(schema.ATTR_RESET, txns[0]['attrs'])
             self.assertIn(schema.ATTR_END, txns[0]['attrs'])
@@ -158,6 +163,26 @@ class TestFold(base_tests.SqlTestCase):
             for q in timing.records(schema.EV_SQL_QUERY, raw=True)
         ]
         self.assertEqual(['POOL_RESET'], kinds)
+
+    def test_waiting_transaction_written_at_removal(self):
+        timing = self.install()
+        engine = base_tests._create_engine('sqlite://')
+        self.addCleanup(engine.dispose)
+        conn = engine.connect()
+        self.addCleanup(conn.close)
+        conn.exec_driver_sql('SELECT 1')
+        conn.commit()
+        timing.handle.process()  # it waits for a reset
+        self.assertEqual(1, len(timing.handle.listeners._held))
+        timing.remove()  # (no flush_held: what removal does)
+        txns = [
+            r
+            for r in (schema.validate(rec) for rec in timing.sink.records)
+            if r['ev'] == schema.EV_SQL_TXN
+        ]
+        self.assertEqual(1, len(txns))
+        self.assertIn(schema.ATTR_END, txns[0]['attrs'])
+        self.assertEqual([], timing.handle.listeners._held)
 
     def test_reset_in_another_call_is_not_folded(self):
         timing = self.install()
