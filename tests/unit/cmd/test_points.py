@@ -141,11 +141,16 @@ class PointsCommandTest(base.TestCase):
             self.point(
                 'Manager.spawn', on_enter=points_mod.reads(_noop, 'flavor')
             ),
-            # found through **kwargs, and *args for a position
+            # found through **kwargs
             self.point(
                 'Manager.anything',
                 on_enter=points_mod.reads(_noop, 'flavor'),
-                instances=points_mod.uuids('instance', 3),
+                instances=points_mod.uuids('instance'),
+            ),
+            # an extractor that reads by name (oslo.messaging's context
+            # of a send): ``ctxt`` is no parameter of build
+            self.point(
+                'Manager.build', context=points_mod.reads(_noop, 'ctxt')
             ),
         ]
         rc, doc = self.run_json(pts)
@@ -154,13 +159,34 @@ class PointsCommandTest(base.TestCase):
         spawn = got['%s:Manager.spawn' % self.mod]
         self.assertEqual('missing', spawn['status'])
         self.assertIn('has no argument flavor', spawn['why'])
+        build = got['%s:Manager.build' % self.mod]
+        self.assertEqual('missing', build['status'])
+        self.assertIn('has no argument ctxt', build['why'])
         self.assertEqual(
             'patched', got['%s:Manager.anything' % self.mod]['status']
         )
         self.assertEqual(
-            {'patched': 1, 'pending': 0, 'missing': 1, 'failed': 0},
+            {'patched': 1, 'pending': 0, 'missing': 2, 'failed': 0},
             doc['counts'],
         )
+
+    def test_a_context_the_signature_lacks_is_missing(self):
+        # the context is read by name, never at a position written
+        # down: a target whose first argument is not ``context``
+        # would record the wrong object
+        fake = self.make_module(
+            """
+class Manager:
+    def build(self, ctxt, instance):
+        return instance
+"""
+        )
+        pts = [points_mod.PatchPoint(fake, 'Manager.build', 'compute.x', None)]
+        rc, doc = self.run_json(pts)
+        self.assertEqual(survey.CRITICAL, rc)
+        [entry] = doc['points']
+        self.assertEqual('missing', entry['status'])
+        self.assertIn('has no argument context', entry['why'])
 
     def test_a_module_not_installed_stays_pending_and_ok(self):
         pts = [
@@ -281,9 +307,11 @@ class ArgFoundTest(base.TestCase):
         self.assertFalse(found('image').found(f))
         self.assertTrue(found('image').found(g))
         self.assertFalse(found('image').found(h))
-        self.assertTrue(found('image', 2).found(h))
-        self.assertTrue(found('ctxt', 0).found(f))
-        self.assertFalse(found('other', 3).found(f))
+        # no position can be written down: by name only
+        self.assertFalse(found('ctxt').found(f))
+        self.assertRaises(TypeError, points_mod.Arg, 'image', 2)
+        self.assertRaises(TypeError, points_mod.arg, 'context', 0)
+        self.assertRaises(TypeError, points_mod.uuids, 'instance', 1)
 
 
 class VerdictTest(base.TestCase):
