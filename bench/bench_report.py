@@ -226,6 +226,8 @@ def report_code(logs: str, jobs: int) -> str:
     return (
         PARTS + 'from instrument.analysis.render import text as report_text\n'
         'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d))\n'
+        # as the command line does (instrument.cmd.report.main)
+        'import gc; gc.freeze()\n'
         'report_text.render(rep)\n' % (logs, jobs)
     ) + PEAK
 

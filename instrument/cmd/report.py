@@ -61,6 +61,7 @@ standard error.
 """
 
 import argparse
+import gc
 import glob
 import importlib
 import json
@@ -1304,19 +1305,30 @@ def main(argv: typing.Optional[list] = None) -> int:
     opts = _options(args, all_lifecycles=args.all_lifecycles)
     check_outputs([(args.json, ()), (args.html, ())], args.inputs)
     report = _analyse(args.inputs, opts)
-    empty = empty_window(report)
-    if empty:
-        warn(empty)
-    warn_losses(report)
-    if not args.quiet and not piped:
-        sys.stdout.write(report_text.render(report, sql_blocks=args.blocks))
-    # every output that can be written is, also after one that cannot
-    status = _write_all(
-        [
-            (args.json, lambda: report_json.dumps(report) + '\n'),
-            (args.html, lambda: report_html.render(report)),
-        ]
-    )
+    # The analysis ran without the cyclic collector (``pipeline.run``);
+    # what it leaves alive (the report) would be scanned whole by the
+    # next collection, for nothing while it is written out: 0.1 CPU s
+    # on 300,000 events (``doc/source/engines.rst``).
+    gc.freeze()
+    try:
+        empty = empty_window(report)
+        if empty:
+            warn(empty)
+        warn_losses(report)
+        if not args.quiet and not piped:
+            sys.stdout.write(
+                report_text.render(report, sql_blocks=args.blocks)
+            )
+        # every output that can be written is, also after one that
+        # cannot
+        status = _write_all(
+            [
+                (args.json, lambda: report_json.dumps(report) + '\n'),
+                (args.html, lambda: report_html.render(report)),
+            ]
+        )
+    finally:
+        gc.unfreeze()
     if status:
         raise SystemExit(status)
     return 0
