@@ -136,6 +136,15 @@ class CommandTest(testtools.TestCase):
         self.assertEqual(0, report.main([run, '--no-progress']))
         self.assertEqual([1], seen)
         self.assertEqual(0, gc.get_freeze_count())
+        # as the command (its arguments from sys.argv), the process
+        # ends with them frozen: its exit does not scan them either
+        self.addCleanup(gc.unfreeze)
+        self.useFixture(
+            fixtures.MonkeyPatch('sys.argv', ['x', run, '--no-progress'])
+        )
+        self.assertEqual(0, report.main())
+        self.assertEqual([1, 2], seen)
+        self.assertGreater(gc.get_freeze_count(), 0)
 
     def test_a_compare_side_without_data(self):
         run = self.run_a()
