@@ -515,6 +515,81 @@ ROWS.append(
 )
 
 
+# The findings row: the advisor's rules, run by ``instrument-report
+# follow`` over its findings window (doc/source/findings.rst).
+FINDING_BY = 'rule, section, option, host, service'
+FINDING_LEGEND = '{{rule}} [{{section}}] {{option}} {{service}}@{{host}}'
+
+ROWS.append(
+    (
+        'Findings: the nova.conf setting to change (instrument-report follow)',
+        [
+            (
+                'Findings holding, with their share',
+                'percentunit',
+                (
+                    'Each advisor finding over the follow mode\'s findings '
+                    'window, per setting it names and service that ran '
+                    'with it; the value is the share of the requests or '
+                    'of their critical-path time it explains.  A line '
+                    'ends when the cause left the window.'
+                ),
+                [
+                    (
+                        'max by (%s) (instrument_finding_share and '
+                        'instrument_finding == 1)' % FINDING_BY,
+                        FINDING_LEGEND,
+                    )
+                ],
+            ),
+            (
+                'Setting values the findings name',
+                'short',
+                (
+                    'The value each service ran with of the setting a '
+                    'finding names (numbers and booleans), from its '
+                    'start record.'
+                ),
+                [
+                    (
+                        'max by (%s) (instrument_finding_setting_value)'
+                        % FINDING_BY,
+                        FINDING_LEGEND,
+                    )
+                ],
+            ),
+            (
+                'Findings window: requests, evaluations, left out',
+                'short',
+                (
+                    'The finished requests in the findings window '
+                    '(--findings-window), the rules\' runs per minute, '
+                    'and per second what the window left out '
+                    '(requests past --findings-max-requests, records '
+                    'older than the window when read).'
+                ),
+                [
+                    (
+                        'sum(instrument_findings_window_requests)',
+                        'requests in the window',
+                    ),
+                    (
+                        'sum(rate(instrument_findings_evaluations_total%s))'
+                        ' * 60' % RATE,
+                        'evaluations/min',
+                    ),
+                    (
+                        'sum by (why) (rate('
+                        'instrument_findings_dropped_total%s))' % RATE,
+                        'left out/s {{why}}',
+                    ),
+                ],
+            ),
+        ],
+    )
+)
+
+
 def _op_variable() -> dict:
     query = 'label_values(instrument_operation_requests_total, operation)'
     return {

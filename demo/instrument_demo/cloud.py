@@ -80,6 +80,7 @@ class Settings:
         flush_interval=0.2,
         sql_timing=True,
         served_neutron=True,
+        metrics_dir=None,
     ) -> None:
         self.span_dir = span_dir
         self.computes = tuple(computes)
@@ -93,6 +94,8 @@ class Settings:
         # (intercepted) HTTP (standins.ServedNeutronFixture), or called
         # directly as nova's fixture does.
         self.served_neutron = served_neutron
+        # [instrument] metrics_dir: the live metrics' files, or None.
+        self.metrics_dir = metrics_dir
 
 
 def nova_paste_ini() -> str:
@@ -406,6 +409,8 @@ class InstrumentedCloud(integrated_helpers._IntegratedTestBase):
             programs=['*'],
             group='instrument',
         )
+        if settings.metrics_dir:
+            self.flags(metrics_dir=settings.metrics_dir, group='instrument')
         self.flags(driver=['instrument'], group='oslo_messaging_notifications')
 
     def _configure_osprofiler(self, settings) -> None:

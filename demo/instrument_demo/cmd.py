@@ -310,6 +310,15 @@ def build_parser() -> argparse.ArgumentParser:
         'deployment: the report says so)',
     )
     parser.add_argument(
+        '--metrics-dir',
+        default=None,
+        metavar='DIR',
+        help='[instrument] metrics_dir: the live metrics\' '
+        'files, which "instrument-metrics serve DIR" '
+        'exposes to Prometheus while the demo runs '
+        '(default: none, off)',
+    )
+    parser.add_argument(
         '--inject',
         action='append',
         default=None,
@@ -517,6 +526,7 @@ def run_cloud(args, spans_dir: str, stop: threading.Event) -> tuple:
         span_dir=spans_dir,
         computes=['cmp-%02d' % (n + 1) for n in range(args.computes)],
         driver=faults.register(),
+        metrics_dir=args.metrics_dir,
     )
     outcome = {}
 

@@ -67,6 +67,14 @@ LATE = 'instrument_follow_late_events_total'
 WATERMARK = 'instrument_follow_watermark_seconds'
 FILES = 'instrument_follow_files'
 ROTATIONS = 'instrument_follow_rotations_total'
+FINDING = 'instrument_finding'
+FINDING_SHARE = 'instrument_finding_share'
+FINDING_VALUE = 'instrument_finding_setting_value'
+FINDINGS_EVALUATIONS = 'instrument_findings_evaluations_total'
+FINDINGS_REQUESTS = 'instrument_findings_window_requests'
+FINDINGS_WINDOW = 'instrument_findings_window_seconds'
+FINDINGS_DROPPED = 'instrument_findings_dropped_total'
+FINDING_LABELS = ('rule', 'section', 'option', 'host', 'service')
 
 FAMILIES = {
     REQUESTS: (
@@ -168,6 +176,48 @@ FAMILIES = {
         'counter',
         'Span files rotated, by how (renamed, truncated).',
         ('how',),
+    ),
+    FINDING: (
+        'gauge',
+        'An advisor finding over the last --findings-window (1 while it '
+        'holds): its rule, a nova.conf setting it names ([section] '
+        'option) and a service that ran with it (host, service; empty '
+        'when none was named).  doc/source/findings.rst lists the rules.',
+        FINDING_LABELS,
+    ),
+    FINDING_SHARE: (
+        'gauge',
+        'How sure a finding is: the share of the requests or of their '
+        'critical-path time it explains (0 to 1).',
+        FINDING_LABELS,
+    ),
+    FINDING_VALUE: (
+        'gauge',
+        'The value the service ran with of the setting a finding names '
+        '(numbers and booleans; absent when not recorded).',
+        FINDING_LABELS,
+    ),
+    FINDINGS_EVALUATIONS: (
+        'counter',
+        'Times the advisor rules ran over the window.',
+        (),
+    ),
+    FINDINGS_REQUESTS: (
+        'gauge',
+        'Finished requests in the findings window.',
+        (),
+    ),
+    FINDINGS_WINDOW: (
+        'gauge',
+        'The findings window (--findings-window), seconds of input time.',
+        (),
+    ),
+    FINDINGS_DROPPED: (
+        'counter',
+        'What the findings window left out, by why: requests past its '
+        'cap (--findings-max-requests), records and requests older than '
+        'the window when read (before_window).',
+        ('why',),
     ),
 }
 

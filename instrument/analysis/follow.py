@@ -56,10 +56,12 @@ import gzip
 import itertools
 import os
 import re
+import time
 import typing
 import zlib
 
 from instrument.analysis import exposition
+from instrument.analysis import livefindings
 from instrument.analysis import pipeline
 from instrument.analysis.ingest import clockpass
 from instrument.analysis.ingest import reader as reader_mod
@@ -268,8 +270,17 @@ class Options:
         max_open: int = 100_000,
         clock_horizon_s: float = 600.0,
         fast_decode: bool = True,
+        findings_window_s: float = 600.0,
+        findings_every_s: float = 30.0,
+        findings_max_requests: int = 50_000,
     ) -> None:
         self.lag_us = int(lag_s * 1e6)
+        # the advisor's window (0: no findings), how often its rules
+        # run (seconds of wall time; 0: every poll) and its requests
+        # at most (``livefindings``)
+        self.findings_window_us = int(findings_window_s * 1e6)
+        self.findings_every_s = findings_every_s
+        self.findings_max_requests = findings_max_requests
         self.idle_s = idle_s
         self.hung_s = hung_s
         self.max_open = max_open
@@ -325,6 +336,10 @@ class Follower:
         self.model: typing.Any = None
         self.failures: typing.Any = None
         self.retries: typing.Any = None
+        # the advisor's rules over a window (``livefindings``), None:
+        # off; when they last ran (monotonic seconds)
+        self.findings: typing.Optional[livefindings.Window] = None
+        self.evaluated: typing.Optional[float] = None
 
     # -- files -------------------------------------------------------------
 
@@ -455,11 +470,22 @@ class Follower:
         ctx = base.Context(None, None, popts)
         self.failures = failures.Failures(ctx)
         self.retries = retries.Retries(ctx)
+        hooks: list = [self.failures.finished]
+        consumers: tuple = ()
+        if self.opts.findings_window_us > 0:
+            self.findings = livefindings.Window(
+                self.opts.findings_window_us,
+                popts,
+                self.opts.findings_max_requests,
+                sliding=not self.defer,
+            )
+            hooks.append(self.findings.finished)
+            consumers = self.findings.consumers
         self.model = requests.Assembler(
             popts.idle_us,
             popts.hung_us,
             classify.Normaliser(sorted(result.hosts)),
-            hooks=[self.failures.finished],
+            hooks=hooks,
             keep_lifecycles=False,
         )
         self.reader = reader_mod.PartReader(
@@ -467,7 +493,7 @@ class Follower:
             0,
             1,
             popts,
-            (self.model, self.failures, self.retries),
+            (self.model, self.failures, self.retries) + consumers,
         )
         self.started = True
 
@@ -615,11 +641,29 @@ class Follower:
         self._bound()
         if not self.defer:
             self._fold()
+            self._evaluate(force=False)
         return self.reader.lines - before
+
+    def _evaluate(self, force: bool) -> None:
+        """Run the advisor's rules over the window, when due
+        (``findings_every_s``) or ``force``."""
+        if self.findings is None:
+            return
+        now = time.monotonic()
+        if (
+            not force
+            and self.evaluated is not None
+            and now - self.evaluated < self.opts.findings_every_s
+        ):
+            return
+        self.findings.evaluate()
+        self.evaluated = now
 
     def _sweep(self, watermark: int) -> None:
         self.model.sweep(watermark)
         self.watermark = watermark
+        if self.findings is not None:
+            self.findings.advance(watermark)
         if len(self.model.summaries) >= 1024 and not self.defer:
             self._fold()
 
@@ -664,6 +708,8 @@ class Follower:
         )
         for s in done:
             self.totals.fold(s)
+            if self.findings is not None:
+                self.findings.request(s)
             # remembered as a request id only (its late events counted)
             model.recent[s.req] = None
         self._trim_recent()
@@ -678,6 +724,7 @@ class Follower:
         self.model.finish()
         self._windows = None
         self._fold()
+        self._evaluate(force=True)
         for f in self.files.values():
             f.close()
 
@@ -718,6 +765,8 @@ class Follower:
         out[exposition.ROTATIONS] = {
             (how,): n for how, n in self.rotations.items()
         }
+        if self.findings is not None:
+            out.update(self.findings.series())
         return out
 
     def exposition(self) -> str:

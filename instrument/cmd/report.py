@@ -31,10 +31,11 @@ the span records as Parquet tables for DuckDB, Spark or Trino
 this host's nova would record, as configured, with a Nagios exit
 status (``instrument.cmd.points``, doc/source/metrics.rst).
 ``follow`` reads span files as they grow and exports per-operation
-Prometheus metrics of the requests that finished
-(doc/source/metrics.rst).  ``sweep`` puts N runs of growing load side
-by side (doc/source/sweep.rst): a RUN is a JSON report, a directory
-that holds one (the demo's output) or span files, labelled on the
+Prometheus metrics of the requests that finished, and the advisor's
+findings over a window of the last minutes (doc/source/metrics.rst).
+``sweep`` puts N runs of growing load side by side
+(doc/source/sweep.rst): a RUN is a JSON report, a directory that holds
+one (the demo's output) or span files, labelled on the
 command line (``concurrency=20:runs/c20``) or by the ``run.json`` it
 holds.  In a directory, files that are not span files (a JSON report,
 the demo's ``servers.json``) are skipped and named in the report's
@@ -1122,8 +1123,9 @@ def build_follow_parser() -> argparse.ArgumentParser:
         description='Read span files as they grow (new files, rotation, '
         'late hosts), finalise requests behind a watermark as the batch '
         'report does, and export per-operation counts, latency '
-        'histograms, time per component and failures in Prometheus text '
-        'format (doc/source/metrics.rst).',
+        'histograms, time per component, failures and the advisor\'s '
+        'findings over a window in Prometheus text format '
+        '(doc/source/metrics.rst).',
     )
     parser.add_argument(
         'inputs',
@@ -1184,6 +1186,32 @@ def build_follow_parser() -> argparse.ArgumentParser:
         'recently active beyond are dropped unfinished '
         'and counted (default 100000)',
     )
+    parser.add_argument(
+        '--findings-window',
+        type=non_negative,
+        default=600.0,
+        metavar='SECONDS',
+        help='the advisor\'s rules run over the records and the '
+        'requests of this much input time behind the watermark '
+        '(instrument_finding; 0: no findings; default 600; '
+        '--once: the whole input)',
+    )
+    parser.add_argument(
+        '--findings-every',
+        type=non_negative,
+        default=30.0,
+        metavar='SECONDS',
+        help='seconds between two runs of the rules (0: every poll; '
+        'default 30; --once: once, at the end)',
+    )
+    parser.add_argument(
+        '--findings-max-requests',
+        type=count,
+        default=50_000,
+        metavar='N',
+        help='finished requests kept in the findings window at most; '
+        'those beyond are counted (default 50000)',
+    )
     return parser
 
 
@@ -1222,6 +1250,9 @@ def main_follow(
         idle_s=args.horizon,
         hung_s=args.hung,
         max_open=args.max_open,
+        findings_window_s=args.findings_window,
+        findings_every_s=args.findings_every,
+        findings_max_requests=args.findings_max_requests,
     )
     follower = follow.Follower(args.inputs, opts)
     latest = {'text': ''}

@@ -15,7 +15,9 @@ API-to-analyser vocabulary.  These run (and pass) where MariaDB or
 RabbitMQ are missing and the deployment test skips."""
 
 import configparser
+import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +39,7 @@ from tests.integration import config
 from tests.integration import load
 from tests.integration import standins
 from tests.integration import test_deployment
+from tests.integration import wsgi_server
 
 
 def _endpoints() -> config.Endpoints:
@@ -349,3 +352,23 @@ class ClockSkewTest(testtools.TestCase):
         self.assertGreater(wall - now, 1.0)
         self.assertLess(wall - now, 1.5 + 0.001)
         self.assertGreaterEqual(slept, 0.2)
+
+
+class ForkingServerTest(testtools.TestCase):
+    """nova-api under gunicorn (test_forked_workers): the application
+    loaded with the argv nova's oslo.config may read, and the port
+    taken as ready without an HTTP request."""
+
+    def test_gunicorn_app_hides_gunicorns_options(self):
+        self.useFixture(fixtures.MonkeyPatch('sys.argv', ['gunicorn', '-w']))
+        app = wsgi_server.gunicorn_app('json', 'dumps')
+        self.assertIs(json.dumps, app)
+        self.assertEqual(['json'], sys.argv)
+
+    def test_listening(self):
+        port = cloud.free_port()
+        self.assertFalse(cloud._listening(port))
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', port))
+            s.listen(1)
+            self.assertTrue(cloud._listening(port))

@@ -24,6 +24,12 @@ process like a uwsgi worker with that many threads.  The bound matters:
 placement under unbounded threads exhausts its database pool (5 + 10
 connections) and stalls for the pool timeout.  SIGTERM stops it through
 ``SystemExit`` so that exit handlers (the span buffer flush) run.
+
+``gunicorn_app`` loads the same module's application for gunicorn
+(``wsgi_server:gunicorn_app('nova.wsgi.osapi_compute')`` with
+``--pythonpath`` this directory): a pre-forking server, whose workers
+(forked from the master that loaded the application, under
+``--preload``) exit after ``--max-requests`` and are replaced.
 """
 
 import argparse
@@ -61,6 +67,14 @@ class ThreadingWSGIServer(
 class QuietHandler(simple_server.WSGIRequestHandler):
     def address_string(self):
         return self.client_address[0]
+
+
+def gunicorn_app(module: str, attr: str = 'application'):
+    """``module``'s WSGI application, for gunicorn: nova's WSGI module
+    parses ``sys.argv`` with oslo.config, which must not see
+    gunicorn's options (uwsgi's ``--pyargv`` does the same)."""
+    sys.argv = [module]
+    return getattr(importlib.import_module(module), attr)
 
 
 def _stop(signum, frame):

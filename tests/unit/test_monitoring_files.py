@@ -56,6 +56,7 @@ RULES_TEST = os.path.join(
 )
 DASHBOARD = os.path.join(ROOT, 'etc', 'grafana', 'instrument-dashboard.json')
 GENERATOR = os.path.join(ROOT, 'tools', 'grafana_dashboard.py')
+RENDERER = os.path.join(ROOT, 'tools', 'render_dashboard.py')
 
 # A metric name that is not part of a recorded rule's name
 # (level:metric:operations) nor a label value.
@@ -72,6 +73,11 @@ _VARS = {
 # the dashboard's per-operation row queries
 FOLLOWED = os.path.join(
     ROOT, 'tests', 'data', 'fidelity', 'demo-threads.jsonl.gz'
+)
+# ... and a run with a finding (the demo's --inject db-pool): what the
+# findings row and the InstrumentFinding alert query
+FOUND = os.path.join(
+    ROOT, 'tests', 'data', 'findings', 'demo-inject-db-pool.jsonl.gz'
 )
 
 
@@ -196,6 +202,15 @@ def dashboard_exprs() -> list:
     return out
 
 
+def load_tool(path: str):
+    """A script of tools/ as a module."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def promql(expr: str) -> str:
     for var, value in _VARS.items():
         expr = expr.replace(var, value)
@@ -209,9 +224,14 @@ class MonitoringFilesTestBase(base.TestCase):
         sink_tests.write_state(out, 'nova-conductor', 101, RECORDS)
         self.exposition = metrics_sink.exposition(out)
         self.follower = follow.once([FOLLOWED])
+        self.finder = follow.once([FOUND])
         self.emitted = {
             s.name
-            for text in (self.exposition, self.follower.exposition())
+            for text in (
+                self.exposition,
+                self.follower.exposition(),
+                self.finder.exposition(),
+            )
             for f in parser.text_string_to_metric_families(text)
             for s in f.samples
         }
@@ -304,11 +324,7 @@ class RulesTest(MonitoringFilesTestBase):
 
 class DashboardTest(MonitoringFilesTestBase):
     def test_is_the_generator_output(self):
-        spec = importlib.util.spec_from_file_location(
-            'grafana_dashboard', GENERATOR
-        )
-        gen = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(gen)
+        gen = load_tool(GENERATOR)
         with open(DASHBOARD, encoding='utf-8') as f:
             self.assertEqual(
                 gen.render(),
@@ -411,6 +427,10 @@ class LivePrometheusTest(MonitoringFilesTestBase):
         self.addCleanup(followed.server_close)
         threading.Thread(target=followed.serve_forever, daemon=True).start()
         self.addCleanup(followed.shutdown)
+        found = metrics_cmd.text_server(self.finder.exposition, '127.0.0.1', 0)
+        self.addCleanup(found.server_close)
+        threading.Thread(target=found.serve_forever, daemon=True).start()
+        self.addCleanup(found.shutdown)
         config = os.path.join(self.tmp, 'prometheus.yml')
         with open(config, 'w', encoding='utf-8') as f:
             yaml.safe_dump(
@@ -435,11 +455,24 @@ class LivePrometheusTest(MonitoringFilesTestBase):
                                 }
                             ],
                         },
+                        {
+                            'job_name': 'instrument-findings',
+                            'static_configs': [
+                                {
+                                    'targets': [
+                                        '127.0.0.1:%d'
+                                        % found.server_address[1]
+                                    ]
+                                }
+                            ],
+                        },
                     ],
                 },
                 f,
             )
         self.port = _free_port()
+        # the span the panels are rendered over
+        self.begin = time.time()
         log = open(os.path.join(self.tmp, 'prometheus.log'), 'w')
         self.addCleanup(log.close)
         proc = subprocess.Popen(
@@ -464,11 +497,11 @@ class LivePrometheusTest(MonitoringFilesTestBase):
             try:
                 got = self.query(
                     'count_over_time(up{job=~"instrument|'
-                    'instrument-follow"}[1m])'
+                    'instrument-follow|instrument-findings"}[1m])'
                 )
             except OSError:
                 got = []
-            if len(got) == 2 and all(
+            if len(got) == 3 and all(
                 float(g['value'][1]) >= self.SCRAPES for g in got
             ):
                 break
@@ -521,3 +554,152 @@ class LivePrometheusTest(MonitoringFilesTestBase):
                 # rate(...) > 0 keeps nothing of constant counters
                 expr = re.sub(r'\s*\*\s*60\s*$', '', expr.strip())
             self.assertTrue(self.query(expr), (rule, expr))
+
+    def render(self, dashboard: str, *args) -> tuple:
+        """tools/render_dashboard.py over the scrapes so far: its exit
+        status, its summary and the image's path."""
+        render = load_tool(RENDERER)
+        image = os.path.join(self.tmp, 'dashboard.png')
+        summary = os.path.join(self.tmp, 'summary.json')
+        status = render.main(
+            [
+                '--prometheus',
+                'http://127.0.0.1:%d' % self.port,
+                '--dashboard',
+                dashboard,
+                '--start',
+                str(self.begin),
+                '--end',
+                str(time.time()),
+                '--step',
+                '1',
+                '--rate-interval',
+                '30s',
+                '--summary',
+                summary,
+                '-o',
+                image,
+            ]
+            + list(args)
+        )
+        with open(summary, encoding='utf-8') as f:
+            return status, json.load(f), image
+
+    def assertPNG(self, path):
+        with open(path, 'rb') as f:
+            data = f.read()
+        self.assertEqual(b'\x89PNG\r\n\x1a\n', data[:8])
+        self.assertGreater(len(data), 20000)
+
+    def test_every_panel_rendered_with_series(self):
+        status, summary, image = self.render(DASHBOARD, '--require-series')
+        self.assertEqual(0, status, summary)
+        with open(DASHBOARD, encoding='utf-8') as f:
+            panels = [
+                p['title']
+                for p in json.load(f)['panels']
+                if p['type'] != 'row'
+            ]
+        self.assertEqual(panels, [row['title'] for row in summary])
+        for row in summary:
+            self.assertGreater(row['series'], 0, row)
+        # counters that moved: their rates are numbers (quantiles of
+        # unchanged histograms are NaN, as in Grafana)
+        points = {row['title']: row['points'] for row in summary}
+        self.assertGreater(points['SQL statements per kind'], 0)
+        self.assertPNG(image)
+
+    def test_a_panel_without_series_is_reported(self):
+        with open(DASHBOARD, encoding='utf-8') as f:
+            doc = json.load(f)
+        panel = next(p for p in doc['panels'] if p['type'] != 'row')
+        panel['targets'][0]['expr'] = 'instrument_no_such_metric_total'
+        path = os.path.join(self.tmp, 'broken.json')
+        with open(path, 'w', encoding='utf-8') as f:
+            json.dump(doc, f)
+        status, summary, image = self.render(path, '--require-series')
+        self.assertEqual(1, status)
+        empty = [row['title'] for row in summary if not row['series']]
+        self.assertEqual([panel['title']], empty)
+        # drawn all the same, the panel saying "No data"
+        self.assertPNG(image)
+        status, _, _ = self.render(path)
+        self.assertEqual(0, status)
+
+
+class RendererTest(base.TestCase):
+    """tools/render_dashboard.py's Grafana conventions."""
+
+    def setUp(self):
+        super().setUp()
+        self.render = load_tool(RENDERER)
+
+    def test_variables(self):
+        expr = (
+            'sum by (le) (rate(x{service=~"$service",'
+            'instance=~"${instance}"}[$__rate_interval]))'
+        )
+        self.assertEqual(
+            'sum by (le) (rate(x{service=~".*",instance=~".*"}[30s]))',
+            self.render.substitute(expr, '30s', self.render.VARIABLES),
+        )
+
+    def test_legend(self):
+        labels = {'db': 'nova', 'query': 'abc', 'job': 'instrument'}
+        self.assertEqual(
+            'p95 nova abc',
+            self.render.legend('p95 {{db}} {{ query }}', labels),
+        )
+        self.assertEqual('x', self.render.legend('x {{missing}}', labels))
+        self.assertEqual(
+            '{db="nova", query="abc"}', self.render.legend('', labels)
+        )
+
+    def test_units(self):
+        fmt = self.render.format_value
+        self.assertEqual('250 µs', fmt(0.00025, 's'))
+        self.assertEqual('12 ms', fmt(0.012, 's'))
+        self.assertEqual('2.5 s', fmt(2.5, 's'))
+        self.assertEqual('1.5 min', fmt(90, 's'))
+        self.assertEqual('1.2K req/s', fmt(1200, 'reqps'))
+        self.assertEqual('3 ops/s', fmt(3, 'ops'))
+        self.assertEqual('-', fmt(float('nan'), 's'))
+
+    def test_svg_of_panels_in_the_grid(self):
+        # without Prometheus: a row and two panels, one without data,
+        # drawn into an SVG (.svg by the path's extension)
+        r = self.render
+        panels = [
+            r.Panel(
+                'Calls', '', {'x': 0, 'y': 0, 'w': 24, 'h': 1}, 'row', [], []
+            ),
+            r.Panel(
+                'Latency',
+                's',
+                {'x': 0, 'y': 1, 'w': 12, 'h': 8},
+                'timeseries',
+                [r.Series('api', [1e9, 1e9 + 10], [0.002, float('nan')])],
+                ['q'],
+            ),
+            r.Panel(
+                'Errors',
+                'ops',
+                {'x': 12, 'y': 1, 'w': 12, 'h': 8},
+                'timeseries',
+                [],
+                ['q'],
+            ),
+        ]
+        path = os.path.join(self.tmp, 'dashboard.svg')
+        r.draw(panels, path, 'Title', 1e9, 1e9 + 10, subtitle='sub')
+        with open(path, encoding='utf-8') as f:
+            svg = f.read()
+        self.assertIn('<svg', svg)
+        self.assertEqual(['Errors'], r.empty(panels))
+        self.assertEqual(
+            [('Latency', 1, 1), ('Errors', 0, 0)],
+            [
+                (s['title'], s['series'], s['points'])
+                for s in r.summary(panels)
+            ],
+        )

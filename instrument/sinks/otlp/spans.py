@@ -122,8 +122,8 @@ def _value(value):
             for v in value
         ):
             return tuple(value)
-        return _text(record._dumps(value))
-    return _text(record._dumps(value))
+        return _text(record.dumps(value))
+    return _text(record.dumps(value))
 
 
 def flatten(attrs, prefix: str, out: dict) -> dict:
@@ -242,7 +242,7 @@ class SpanBuilder:
                         self._fingerprints.pop(next(iter(self._fingerprints)))
                     self._fingerprints[attrs['fp']] = attrs['text']
 
-    def release(self, older_than_us: int, pid: int, out: list) -> None:
+    def release(self, older_than_us: int | None, pid: int, out: list) -> None:
         """Give up waiting for the parents of held spans that ended before
         ``older_than_us`` (and all of them when it is None): each group
         goes out as a trace of its own."""

@@ -867,7 +867,7 @@ class SqlListeners:
                 faults(fault)
             return result
 
-        timed.__wrapped__ = original
+        timed.__wrapped__ = original  # type: ignore[attr-defined]
         return timed
 
     # -- the writer side -----------------------------------------------------

@@ -27,8 +27,10 @@ import subprocess
 import sys
 
 import fixtures
+from prometheus_client import parser as prom_parser
 import testtools
 
+from instrument.sinks import metrics as metrics_sink
 from instrument.targets import nova as nova_target
 from instrument_demo import cmd as demo_cmd
 from instrument_demo import faults
@@ -378,6 +380,44 @@ class DemoTest(testtools.TestCase):
             self.assertEqual(1, len(json.load(f)['servers']))
         with open(os.path.join(out, 'report.json')) as f:
             self.assertEqual(1, json.load(f)['summary']['instances'])
+
+    def test_metrics_dir(self):
+        # --metrics-dir is [instrument] metrics_dir: the files that
+        # instrument-metrics serves (tools/dashboard_demo.py scrapes them)
+        out = self.useFixture(fixtures.TempDir()).path
+        metrics_dir = os.path.join(out, 'metrics')
+        self._demo(
+            out,
+            '--servers',
+            '1',
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+            '--boots-only',
+            '--no-report',
+            '--metrics-dir',
+            metrics_dir,
+        )
+        text = metrics_sink.exposition(metrics_dir)
+        samples = [
+            s
+            for f in prom_parser.text_string_to_metric_families(text)
+            for s in f.samples
+        ]
+        components = {
+            s.labels['component']
+            for s in samples
+            if s.name == 'instrument_span_duration_seconds_count'
+        }
+        self.assertTrue({'api', 'conductor', 'compute'} <= components, text)
+        self.assertTrue(
+            any(
+                s.name == 'instrument_sql_statements_total' and s.value > 0
+                for s in samples
+            ),
+            text,
+        )
 
     def test_bad_options_get_a_clear_message(self):
         proc = subprocess.run(

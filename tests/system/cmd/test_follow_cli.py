@@ -39,6 +39,16 @@ RUN = os.path.join(
 )
 
 
+INJECTED = os.path.join(
+    os.path.dirname(__file__),
+    os.pardir,
+    os.pardir,
+    'data',
+    'findings',
+    'demo-inject-db-pool.jsonl.gz',
+)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
@@ -113,6 +123,71 @@ class FollowCliTest(testtools.TestCase):
             if s.labels['operation'] == 'boot'
         ]
         self.assertEqual(4, sum(s.value for s in boots))
+
+    def test_findings_once_and_while_the_files_grow(self):
+        # the demo's run with --inject db-pool: the finding names
+        # [api_database] max_pool_size of the conductor, as the batch
+        # report does; with --findings-window 0 there is none
+        with gzip.open(INJECTED, 'rb') as src:
+            lines = src.read().splitlines(keepends=True)
+        self.append(lines)
+        wanted = {
+            'rule': 'db_pool_exhaustion',
+            'section': 'api_database',
+            'option': 'max_pool_size',
+            'host': 'fake-mini',
+            'service': 'conductor',
+        }
+
+        def held(text: str) -> bool:
+            return any(
+                s.labels == wanted and s.value == 1
+                for s in _samples(text, 'instrument_finding')
+            )
+
+        once = subprocess.run(
+            [SCRIPT, 'follow', '--once', self.spans],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        self.assertEqual(0, once.returncode, once.stderr)
+        self.assertTrue(held(once.stdout), once.stdout)
+        off = subprocess.run(
+            [SCRIPT, 'follow', '--once', '--findings-window', '0', self.spans],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        self.assertEqual(0, off.returncode, off.stderr)
+        self.assertEqual([], _samples(off.stdout, 'instrument_finding'))
+        # live: the file written in two halves while it runs
+        os.unlink(os.path.join(self.spans, 'demo.jsonl'))
+        prom = os.path.join(self.dir, 'findings.prom')
+        proc = self.start(
+            '--textfile',
+            prom,
+            '--lag',
+            '0',
+            '--horizon',
+            '0.5',
+            '--findings-every',
+            '0',
+        )
+        half = len(lines) // 2
+        self.append(lines[:half])
+        self.append(lines[half:])
+
+        def text() -> str:
+            if not os.path.exists(prom):
+                return ''
+            with open(prom, encoding='utf-8') as src:
+                return src.read()
+
+        self.until(lambda: held(text()), 'the finding exported')
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+        self.assertEqual(0, proc.returncode, err)
 
     def test_textfile_while_the_files_grow_then_sigterm(self):
         prom = os.path.join(self.dir, 'follow.prom')
