@@ -512,6 +512,9 @@ class PatchPoint:
     listen: tuple | None = None
     #: REPLACE/LISTEN on objects given to ``Patcher.patch_object``.
     per_object: bool = False
+    #: REPLACE: the ``Arg`` specs its replacement reads of a call (by
+    #: name, against the signature), checked as a SPAN's are.
+    replace_reads: tuple = ()
 
     @property
     def name(self) -> str:
@@ -524,8 +527,8 @@ class PatchPoint:
 
     def arguments(self) -> list:
         """The ``Arg`` specs this point reads of a call (its extractors,
-        read by a SPAN only, and the arguments its ``reads`` hooks
-        name)."""
+        read by a SPAN only, the arguments its ``reads`` hooks name,
+        and a REPLACE's ``replace_reads``)."""
         out = []
         extractors = (
             (
@@ -552,6 +555,7 @@ class PatchPoint:
         ):
             if isinstance(hook, (Reads, Places)):
                 out.extend(s for s in hook.specs if isinstance(s, Arg))
+        out.extend(s for s in self.replace_reads if isinstance(s, Arg))
         return out
 
     def unread(self, func) -> list:

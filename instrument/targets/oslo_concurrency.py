@@ -229,7 +229,14 @@ class OsloConcurrencyTarget(base.Target):
         return super().check(conf)
 
     def points(self, ctx: base.Context) -> list:
-        return [points_mod.replace(MODULE, 'lock', self._replacement)]
+        return [
+            points_mod.replace(
+                MODULE,
+                'lock',
+                self._replacement,
+                replace_reads=(EXTERNAL, FAIR),
+            )
+        ]
 
     def _replacement(self, original, state, module):
         assert self.waits is not None  # noqa: S101 - set by install

@@ -42,6 +42,7 @@ the consumers.  ``read`` returns when every file is read, after
 ``finish`` on each consumer that has one.
 """
 
+import itertools
 import typing
 import zlib
 
@@ -146,6 +147,11 @@ class PartReader:
         self.line_parts = line_parts or {}
         self.part = part
         self.nparts = nparts
+        # line_parts' byte of a line -> 1 when this partition looks at
+        # the line (its own, or UNDECIDED), else 0
+        self.keep_table = bytes(
+            1 if p == part or p == UNDECIDED else 0 for p in range(256)
+        )
         self.issues = losses.Issues()
         self.loss = losses.FileLoss()
         self.consumers = (self,) + tuple(consumers)
@@ -280,11 +286,16 @@ class PartReader:
             parts = self.line_parts.get(fi)
             if parts is not None and len(parts) >= first + len(lines):
                 decided = parts[first : first + len(lines)]
-                pairs = [
-                    (k + first + 1, lines[k])
-                    for k, p in enumerate(decided)
-                    if p == part or p == UNDECIDED
-                ]
+                # (a byte per line, 1 where it is to be looked at: the
+                # lines and their numbers picked in C)
+                mask = decided.translate(self.keep_table)
+                pairs = zip(
+                    itertools.compress(
+                        range(first + 1, first + len(lines) + 1), mask
+                    ),
+                    itertools.compress(lines, mask),
+                    strict=True,
+                )
         # a file is mostly one process on one host: remember the last
         # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None

@@ -25,6 +25,8 @@ from instrument.patching import points as points_mod
 from instrument.runtime import metrics
 from instrument.runtime import survey
 from instrument.targets import base as targets_base
+from instrument.targets import oslo_concurrency
+from instrument.targets.sqlalchemy import retries
 from tests.unit import base
 
 FAKE = '''
@@ -187,6 +189,46 @@ class Manager:
         [entry] = doc['points']
         self.assertEqual('missing', entry['status'])
         self.assertIn('has no argument context', entry['why'])
+
+    def test_an_argument_a_replacement_reads_is_checked_too(self):
+        # oslo.db's retry check and lockutils.lock are replaced: the
+        # arguments their replacements read are named and checked
+        def factory(original, state, owner):
+            return original
+
+        pts = [
+            points_mod.replace(
+                self.mod,
+                'Manager.spawn',
+                factory,
+                replace_reads=(points_mod.Arg('fair'),),
+            ),
+            points_mod.replace(
+                self.mod,
+                'Manager.build',
+                factory,
+                replace_reads=(points_mod.Arg('image'),),
+            ),
+        ]
+        rc, doc = self.run_json(pts)
+        self.assertEqual(survey.CRITICAL, rc)
+        got = self.by_point(doc)
+        spawn = got['%s:Manager.spawn' % self.mod]
+        self.assertEqual('missing', spawn['status'])
+        self.assertIn('has no argument fair', spawn['why'])
+        self.assertEqual(
+            'patched', got['%s:Manager.build' % self.mod]['status']
+        )
+
+    def test_the_replacements_of_the_targets_name_what_they_read(self):
+        [lock] = oslo_concurrency.OsloConcurrencyTarget().points(None)
+        self.assertEqual(
+            ['external', 'fair'], [a.name for a in lock.arguments()]
+        )
+        [check] = retries.RetryRecorder.__new__(retries.RetryRecorder).points()
+        self.assertEqual(
+            [retries.EXC_ARG], [a.name for a in check.arguments()]
+        )
 
     def test_a_module_not_installed_stays_pending_and_ok(self):
         pts = [
