@@ -94,7 +94,7 @@ def _setup(out_dir: str, calls: int, repeat: int, flush: float):
         'Manager.noop',
         'compute.noop',
         'compute',
-        instances=patcher.uuids('instance', 1),
+        instances=patcher.uuids('instance'),
         host=patcher.self_attr('host'),
     )
     return instrument.setup(conf, 'nova-compute', points=[point])

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 
+from instrument.patching import points as points_mod
 from instrument.runtime import threads
 
 RAISE = 'raise'
@@ -111,7 +112,11 @@ class Fault:
                 self.hanging -= 1
 
     def wrap(self, real):
-        """The function that replaces ``real`` at the site."""
+        """The function that replaces ``real`` at the site (a point's
+        ``reads`` or ``places`` hook: the same hook of its function,
+        wrapped)."""
+        if isinstance(real, (points_mod.Reads, points_mod.Places)):
+            return type(real)(self.wrap(real.fn), *real.specs)
         fault = self
 
         def site(*args, **kwargs):

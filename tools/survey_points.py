@@ -15,8 +15,8 @@
 ``instrument.targets.oslo_messaging.points()`` and
 ``instrument.targets.nova.points()`` name, resolves each point and its
 ``alternatives``, and writes JSON: found or not, the parameters of what
-was found, and whether the argument names and hard-coded positions the
-point relies on are still where the point expects them.  ``table``
+was found, and whether the arguments the point reads by name are
+parameters of it.  ``table``
 reads several such files (one per release) and prints the comparison as
 reStructuredText, the first file being the reference release::
 
@@ -35,51 +35,12 @@ import json
 import os
 import sys
 
-# Arguments that the target's hooks read at a fixed position (without
-# ``self``) instead of through an ``Arg`` found from the signature:
-# (point name, argument name, position).  Kept in step with
-# instrument/targets/nova/ by hand; a mismatch is reported as
-# "position".
-FIXED = (
-    ('oslo_messaging.rpc.client:_BaseCallContext.cast', 'method', 1),
-    ('oslo_messaging.rpc.client:_BaseCallContext.call', 'method', 1),
-    ('oslo_messaging.transport:Transport._send', 'ctxt', 1),
-    (
-        'oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch',
-        'endpoint',
-        0,
-    ),
-    ('oslo_messaging.rpc.dispatcher:RPCDispatcher._do_dispatch', 'method', 1),
-    (
-        'nova.conductor.manager:ComputeTaskManager.'
-        'schedule_and_build_instances',
-        'build_requests',
-        1,
-    ),
-    (
-        'nova.conductor.manager:ComputeTaskManager.build_instances',
-        'filter_properties',
-        3,
-    ),
-    (
-        'nova.conductor.manager:ComputeTaskManager.build_instances',
-        'host_lists',
-        None,
-    ),
-    ('nova.conductor.manager:ComputeTaskManager._bury_in_cell0', 'exc', 2),
-    (
-        'nova.conductor.manager:ComputeTaskManager.'
-        '_cleanup_when_reschedule_fails',
-        'exception',
-        2,
-    ),
-    (
-        'nova.compute.manager:ComputeManager._do_build_and_run_instance',
-        'filter_properties',
-        4,
-    ),
-    ('nova.thread_pool_factory:spawn_on', 'func', None),
-)
+# Arguments that a hook reads without an ``Arg``: (point name,
+# argument name, position or None).  None: every argument a point
+# reads is an ``Arg``, found from the signature
+# (``PatchPoint.arguments``: its extractors, ``reads`` and ``places``
+# hooks).
+FIXED: tuple = ()
 
 # Other places where the code of a point may live in some release,
 # probed besides the point's own ``alternatives`` (what a new
@@ -165,16 +126,9 @@ def _position(params, name):
 def _arg_names(point):
     from instrument.patching import patcher
 
-    names = []
-    # A hook records nothing: its context extractor is never used.
-    fields = ('instances', 'host', 'remote_parent', 'service_from')
-    if point.kind != patcher.HOOK:
-        fields = ('context',) + fields
-    for field in fields:
-        spec = getattr(point, field)
-        if isinstance(spec, patcher.Arg):
-            names.append((field, spec.name, spec.pos))
-    return names
+    if point.kind not in (patcher.SPAN, patcher.HOOK):
+        return []
+    return [('argument', spec.name, None) for spec in point.arguments()]
 
 
 def _version(dist):

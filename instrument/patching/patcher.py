@@ -89,7 +89,7 @@ class _PointState(faults_mod.Faults):
     def __init__(self, point: PatchPoint) -> None:
         super().__init__('point %s' % point.name, FAULT_LIMIT)
         self.point = point
-        self.used = None
+        self.used: typing.Optional[str] = None
         self.applied = False
         self.active = False
 

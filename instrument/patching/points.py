@@ -14,7 +14,8 @@
 A ``PatchPoint`` names a callable (module + ``Class.method``), the event
 it records, the component that owns it, and small specs that pick the
 request context, instance uuid(s), host and attributes out of a call:
-``arg('instance')`` (an argument, by keyword or position),
+``arg('instance')`` (an argument, by keyword or at its position in the
+target's signature),
 ``self_attr('host')`` (an attribute of the patched object), ``uuids()``
 (instance uuids from objects, lists or strings) or any
 ``(instance, args, kwargs)`` callable.  ``kind`` HOOK points record
@@ -54,23 +55,24 @@ class Arg:
 
     The position (not counting ``self``) is found from the target's
     signature when the point is applied, so callers that pass it either
-    way are both understood.  ``then`` post-processes a found value (an
-    attribute chain, uuids of objects ...).  The wrapper looks the
-    argument up inline; only ``then`` costs a call.
+    way are both understood; there is no way to write a position down
+    (a release that moves the argument would be read wrong, silently).
+    ``then`` post-processes a found value (an attribute chain, uuids of
+    objects ...).  The wrapper looks the argument up inline; only
+    ``then`` costs a call.
     """
 
-    __slots__ = ('name', 'pos', 'then')
+    __slots__ = ('name', 'then')
 
-    def __init__(self, name: str, pos: int | None = None, then=None):
+    def __init__(self, name: str, *, then=None):
         self.name = name
-        self.pos = pos
         self.then = then
 
     def position(self, func) -> int | None:
         """Index of the argument in ``func``'s positional parameters,
-        ``self``/``cls`` excluded; -1 when it can only be a keyword."""
-        if self.pos is not None:
-            return self.pos
+        ``self``/``cls`` excluded; -1 when it can only be a keyword
+        (or is not a parameter); None when the signature cannot be
+        read."""
         params = parameters(func)
         if params is None:
             return None
@@ -89,27 +91,16 @@ class Arg:
 
     def found(self, func) -> bool:
         """Can a call of ``func`` pass this argument?  Its name is a
-        parameter, or ``func`` takes ``**kwargs``, or a position given
-        here is within its positional parameters (or ``*args``).  True
-        when the signature cannot be read (nothing to check against).
+        parameter, or ``func`` takes ``**kwargs``.  True when the
+        signature cannot be read (nothing to check against).
         """
         params = parameters(func)
         if params is None:
             return True
-        if params and params[0].name in ('self', 'cls'):
-            params = params[1:]
-        positional = 0
         for param in params:
             if param.name == self.name or param.kind == param.VAR_KEYWORD:
                 return True
-            if param.kind == param.VAR_POSITIONAL and self.pos is not None:
-                return True
-            if param.kind in (
-                param.POSITIONAL_ONLY,
-                param.POSITIONAL_OR_KEYWORD,
-            ):
-                positional += 1
-        return self.pos is not None and self.pos < positional
+        return False
 
 
 def parameters(func) -> list | None:
@@ -173,11 +164,12 @@ def chain(attrs):
     return follow
 
 
-def arg(name: str, pos: int | None = None, *attrs: str) -> Arg:
-    """Argument ``name`` (``pos``: its index without ``self``, found from
-    the signature when omitted), then following ``attrs`` (attribute or
-    dict key)."""
-    return Arg(name, pos, chain(attrs) if attrs else None)
+def arg(name: str, *attrs: str) -> Arg:
+    """Argument ``name`` (by keyword or at its place in the target's
+    signature), then following ``attrs`` (attribute or dict key)."""
+    if any(not isinstance(a, str) for a in attrs):
+        raise TypeError('arg(%r): attributes are names, not positions' % name)
+    return Arg(name, then=chain(attrs) if attrs else None)
 
 
 def self_attr(*attrs: str) -> SelfAttr:
@@ -204,22 +196,42 @@ def _uuid_list(attr: str):
     return convert
 
 
-def uuids(name: str, pos: int | None = None, attr: str = 'uuid') -> Arg:
+def uuids(name: str, *, attr: str = 'uuid') -> Arg:
     """Instance uuid(s) from an argument holding an object, a list of
     objects, a uuid string or a list of uuid strings."""
-    return Arg(name, pos, _uuid_list(attr))
+    return Arg(name, then=_uuid_list(attr))
+
+
+class _Keywords:
+    """The ``KEYWORDS`` spec: the call's keyword dict itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return 'KEYWORDS'
+
+
+#: A ``reads`` spec: the call's keywords dict itself (a hook that keeps
+#: the call's identity, or reads keywords its target only takes so).
+KEYWORDS = _Keywords()
 
 
 def compile_spec(spec, func, offset: int):
     """(kind, name, absolute position, then-or-callable) for the wrapper:
     kind 0 nothing, 1 argument, 2 attribute of self, 3 plain callable
-    ``(instance, args, kwargs)``."""
+    ``(instance, args, kwargs)`` (a ``Reads``: bound to ``func``'s
+    signature here), 5 the keywords dict (``KEYWORDS``).  ``func``
+    None: arguments by keyword only."""
     if spec is None:
         return 0, None, -1, None
+    if spec is KEYWORDS:
+        return 5, None, -1, None
     if isinstance(spec, Arg):
-        pos = spec.position(func) if func is not None else spec.pos
+        pos = spec.position(func) if func is not None else None
         absolute = -1 if pos is None or pos < 0 else pos + offset
         return 1, spec.name, absolute, spec.then
+    if isinstance(spec, Reads):
+        return 3, None, -1, spec.bind(func)
     if isinstance(spec, SelfAttr):
         if len(spec.attrs) == 1:
             return 2, spec.attrs[0], -1, None
@@ -247,6 +259,8 @@ def pick(spec, instance, args, kwargs, offset: int):
     if kind == 2:
         value = getattr(instance, name, None)
         return fn(value) if fn is not None and value is not None else value
+    if kind == 5:
+        return kwargs
     if kind:
         return fn(instance, args[offset:], kwargs)
     return None
@@ -276,6 +290,59 @@ class Reads:
         signature, keywords only)."""
         fn = self.fn
         compiled = tuple(compile_spec(spec, func, 0) for spec in self.specs)
+        # Up to three plain arguments (or the keywords dict), as most
+        # hooks read: looked up inline, in a closure of their own (a
+        # call per lookup would cost as much as the hook).
+        plain = all(c[0] in (1, 5) and c[3] is None for c in compiled)
+        if plain and len(compiled) == 1 and compiled[0][0] == 1:
+            name, pos = compiled[0][1], compiled[0][2]
+
+            def read_arg(instance, args, kwargs, *rest):
+                if name in kwargs:
+                    return fn(instance, kwargs[name], *rest)
+                if -1 < pos < len(args):
+                    return fn(instance, args[pos], *rest)
+                return fn(instance, None, *rest)
+
+            return read_arg
+        if plain and len(compiled) in (2, 3):
+            padded = compiled + ((0, None, -1, None),) * (3 - len(compiled))
+            (k1, n1, p1, _), (k2, n2, p2, _), (k3, n3, p3, _) = padded
+
+            def read_three(instance, args, kwargs, *rest):
+                size = len(args)
+                first = (
+                    kwargs
+                    if k1 == 5
+                    else kwargs[n1]
+                    if n1 in kwargs
+                    else args[p1]
+                    if -1 < p1 < size
+                    else None
+                )
+                second = (
+                    kwargs
+                    if k2 == 5
+                    else kwargs[n2]
+                    if n2 in kwargs
+                    else args[p2]
+                    if -1 < p2 < size
+                    else None
+                )
+                if not k3:
+                    return fn(instance, first, second, *rest)
+                third = (
+                    kwargs
+                    if k3 == 5
+                    else kwargs[n3]
+                    if n3 in kwargs
+                    else args[p3]
+                    if -1 < p3 < size
+                    else None
+                )
+                return fn(instance, first, second, third, *rest)
+
+            return read_three
         if len(compiled) == 1:
             one = compiled[0]
 
@@ -287,17 +354,74 @@ class Reads:
             return read_one
 
         def read(instance, args, kwargs, *rest):
-            return fn(
-                instance,
-                *[pick(spec, instance, args, kwargs, 0) for spec in compiled],
-                *rest,
-            )
+            # the arguments inline (a call per lookup would cost as
+            # much as the hook); anything else through pick
+            size = len(args)
+            values = []
+            for spec in compiled:
+                kind, name, pos, then = spec
+                if kind == 1:
+                    if name in kwargs:
+                        value = kwargs[name]
+                    elif -1 < pos < size:
+                        value = args[pos]
+                    else:
+                        value = None
+                    if then is not None and value is not None:
+                        value = then(value)
+                elif kind == 5:
+                    value = kwargs
+                else:
+                    value = pick(spec, instance, args, kwargs, 0)
+                values.append(value)
+            return fn(instance, *values, *rest)
 
         return read
 
     def __call__(self, instance, args, kwargs, *rest):
         # Unbound (a hook called outside a wrapper): keywords only.
         return self.bind(None)(instance, args, kwargs, *rest)
+
+
+class Places:
+    """A HOOK's ``on_enter`` that passes the call's arguments on,
+    changed (nova's thread start: the function to run in the new
+    thread, wrapped): ``fn(instance, args, kwargs, place, ..., *rest)``,
+    each ``place`` the index in ``args`` of a named argument, from the
+    target's signature (``bind``, when the point is applied; -1: it
+    can only be a keyword, or is no parameter).  ``fn`` looks in
+    ``kwargs`` first, then at the place: never at a position written
+    down."""
+
+    __slots__ = ('fn', 'specs')
+
+    def __init__(self, fn, *specs) -> None:
+        self.fn = fn
+        self.specs = tuple(Arg(s) if isinstance(s, str) else s for s in specs)
+
+    def bind(self, func):
+        fn = self.fn
+        found = (
+            [spec.position(func) for spec in self.specs]
+            if func is not None
+            else [None] * len(self.specs)
+        )
+        where = tuple(-1 if p is None else p for p in found)
+
+        def placed(instance, args, kwargs, *rest):
+            return fn(instance, args, kwargs, *where, *rest)
+
+        return placed
+
+    def __call__(self, instance, args, kwargs, *rest):
+        # Unbound (a hook called outside a wrapper): keywords only.
+        return self.bind(None)(instance, args, kwargs, *rest)
+
+
+def places(fn, *names) -> Places:
+    """``fn(instance, args, kwargs, *places, *rest)``, the places in
+    ``args`` of the arguments ``names`` of the call."""
+    return Places(fn, *names)
 
 
 def reads(fn, *names) -> Reads:
@@ -307,14 +431,15 @@ def reads(fn, *names) -> Reads:
 
 
 def bind(hook, func):
-    """``hook`` as the wrapper calls it on ``func``: a ``Reads`` bound
-    to ``func``'s signature, any other callable as it is."""
-    if isinstance(hook, Reads):
+    """``hook`` as the wrapper calls it on ``func``: a ``Reads`` or
+    ``Places`` bound to ``func``'s signature, any other callable as it
+    is."""
+    if isinstance(hook, (Reads, Places)):
         return hook.bind(func)
     return hook
 
 
-CONTEXT = arg('context', 0)
+CONTEXT = arg('context')
 
 
 SPAN = 'span'
@@ -387,6 +512,9 @@ class PatchPoint:
     listen: tuple | None = None
     #: REPLACE/LISTEN on objects given to ``Patcher.patch_object``.
     per_object: bool = False
+    #: REPLACE: the ``Arg`` specs its replacement reads of a call (by
+    #: name, against the signature), checked as a SPAN's are.
+    replace_reads: tuple = ()
 
     @property
     def name(self) -> str:
@@ -398,18 +526,26 @@ class PatchPoint:
         return [(self.module, self.target)] + list(self.alternatives)
 
     def arguments(self) -> list:
-        """The ``Arg`` specs this point reads of a call (its extractors
-        and the arguments its ``reads`` hooks name)."""
+        """The ``Arg`` specs this point reads of a call (its extractors,
+        read by a SPAN only, the arguments its ``reads`` hooks name,
+        and a REPLACE's ``replace_reads``)."""
         out = []
-        for spec in (
-            self.context,
-            self.instances,
-            self.host,
-            self.remote_parent,
-            self.service_from,
-        ):
+        extractors = (
+            (
+                self.context,
+                self.instances,
+                self.host,
+                self.remote_parent,
+                self.service_from,
+            )
+            if self.kind == SPAN
+            else ()
+        )
+        for spec in extractors:
             if isinstance(spec, Arg):
                 out.append(spec)
+            elif isinstance(spec, Reads):
+                out.extend(s for s in spec.specs if isinstance(s, Arg))
         for hook in (
             self.on_enter,
             self.on_exit,
@@ -417,8 +553,9 @@ class PatchPoint:
             self.when,
             self.on_abandon,
         ):
-            if isinstance(hook, Reads):
+            if isinstance(hook, (Reads, Places)):
                 out.extend(s for s in hook.specs if isinstance(s, Arg))
+        out.extend(s for s in self.replace_reads if isinstance(s, Arg))
         return out
 
     def unread(self, func) -> list:

@@ -18,7 +18,8 @@ call; threads, waits and resources measure what a call waited
 for and what the process used; buffer and recorder hold events
 off the calling thread until the sinks (instrument.sinks) write them;
 process, startlog, settings and faults describe the
-process, its start, its settings and the faults isolated in it.
+process, its start, its settings and the faults isolated in it;
+errors describes an exception as a record holds it.
 
 Nothing here imports instrument.analysis; importing this package
 imports none of its modules.

@@ -52,6 +52,7 @@ import atexit
 import collections
 import os
 import time
+import typing
 import weakref
 
 from oslo_log import log as logging
@@ -231,14 +232,14 @@ class EventBuffer:
         self._start_lock = threads.os_lock()
         self._drain_lock = threads.os_lock()
         self._sinks_closed = False
-        self._wake = None
+        self._wake: typing.Any = None  # an OS Event once started
         self.writer = None
         self._seq = 1
         self._headed = False
         self.dropped_full = 0
         self.dropped_open = 0
         self._open = collections.deque()
-        self._reported = None
+        self._reported: typing.Optional[dict] = None
         # {drop source: its count last written}
         self._source_reported = {}
         self._final_logged = False
@@ -248,7 +249,7 @@ class EventBuffer:
         # Writer progress, read by the watchdog: monotonic start of the
         # drain under way (None between drains), the sink it is in, and
         # whether the drain was reported as stuck.
-        self._busy_since = None
+        self._busy_since: typing.Optional[float] = None
         self._busy_in = None
         self._busy_count = 0
         self._stalled = False

@@ -37,8 +37,8 @@ import weakref
 from oslo_log import log as logging
 
 from instrument import schema
+from instrument.runtime import errors
 from instrument.runtime import threads
-from instrument.runtime import tracer as tracing
 
 # Called through threads.defer only, never from the faulting thread.
 LOG = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class Faults:
 def _log_fault(name: str, what: str, exc: BaseException) -> None:
     """The first fault of a counter, with its traceback (deferred)."""
     try:
-        kind = tracing.error_class(exc)
+        kind = errors.error_class(exc)
     except Exception:
         kind = '?'
     LOG.warning(
@@ -124,7 +124,7 @@ def _log_fault(name: str, what: str, exc: BaseException) -> None:
         'counted in instrument.faults records, not logged\n%s',
         name,
         kind,
-        tracing.short_message(exc),
+        errors.short_message(exc),
         what,
         _where(exc),
     )

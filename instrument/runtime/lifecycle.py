@@ -28,6 +28,7 @@ The writer is held until set-up is done, so the header it writes first
 
 import socket
 import threading
+import typing
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -44,6 +45,7 @@ from instrument.runtime import metrics as metrics_mod
 from instrument.runtime import process
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import settings
+from instrument.runtime import startlog
 from instrument.runtime import threads
 from instrument.runtime import tracer as tracer_mod
 from instrument.sinks import metrics as metrics_sink
@@ -124,7 +126,7 @@ class Runtime:
         self.targets = []
         self.status = {}
         self._install_faults = {}
-        self._faults_reported = None
+        self._faults_reported: typing.Optional[dict] = None
 
     # -- targets --------------------------------------------------------------
 
@@ -191,11 +193,12 @@ class Runtime:
 
     def banner(self) -> dict:
         """Every installed point by status (see ``Patcher.banner``)."""
-        return patcher_mod.merge_banners(
-            banner
-            for banner in (t.banner() for t in self.targets)
-            if banner is not None
-        )
+        banners = [t.banner() for t in self.targets]
+        # the start-up log's one place, patched before any target
+        status = startlog.place_status()
+        if status is not None:
+            banners.append({status: [startlog.PLACE]})
+        return patcher_mod.merge_banners(b for b in banners if b is not None)
 
     def point_state(self, name: str):
         """The state (fault count, active) of point ``name``."""
@@ -265,6 +268,7 @@ class Runtime:
                 target.remove()
             except Exception:
                 LOG.exception('instrument: removing target %s', target.name)
+        startlog.remove()
 
 
 def setup(
@@ -295,7 +299,7 @@ def setup(
             return _ACTIVE
         identity = process.ProcessIdentity.create(service_name, _host(conf))
         sinks = sink.load(group.sinks, conf, identity)
-        runtime = None
+        runtime: typing.Any = None  # set below; the header is read later
         buf = buffer_mod.EventBuffer(
             sinks,
             group.buffer_size,

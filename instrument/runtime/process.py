@@ -65,7 +65,7 @@ class ProcessIdentity:
     started: float = dataclasses.field(default_factory=time.time)
 
     @classmethod
-    def create(cls, service_name: str, host: str | None = None):
+    def create(cls, service_name: str | None, host: str | None = None):
         service_name = service_name or guess_service_name()
         return cls(
             host=host or socket.gethostname(),

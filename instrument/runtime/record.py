@@ -33,15 +33,16 @@ the rest of its batch.
 
 import codecs
 import json
+import typing
 
 try:  # orjson encodes a record in a third of json's time
     import orjson
 except ImportError:  # pragma: no cover - a platform without its wheel
-    orjson = None
+    orjson = None  # type: ignore[assignment]
 try:  # msgspec encodes a whole batch of structs in one call
     import msgspec
 except ImportError:  # pragma: no cover - a platform without its wheel
-    msgspec = None
+    msgspec = None  # type: ignore[assignment]
 
 from instrument import schema
 
@@ -68,7 +69,9 @@ I_T0 = 15
 I_TOKEN = 16
 SPAN_SIZE = 17
 
-_dumps = json.JSONEncoder(
+# JSON text of any value (``default=str`` for objects): the writer's
+# last resort, and the OTLP sink's text of a structured attr.
+dumps = json.JSONEncoder(
     separators=(',', ':'), ensure_ascii=False, default=str
 ).encode
 
@@ -139,9 +142,13 @@ def _written_out(exc: UnicodeEncodeError, backslash: str) -> tuple:
     return ''.join(out), exc.end
 
 
-codecs.register_error(SURROGATE_ERRORS, lambda exc: _written_out(exc, '\\'))
 codecs.register_error(
-    _JSON_SURROGATE_ERRORS, lambda exc: _written_out(exc, '\\\\')
+    SURROGATE_ERRORS,
+    lambda exc: _written_out(typing.cast(UnicodeEncodeError, exc), '\\'),
+)
+codecs.register_error(
+    _JSON_SURROGATE_ERRORS,
+    lambda exc: _written_out(typing.cast(UnicodeEncodeError, exc), '\\\\'),
 )
 
 
@@ -167,7 +174,7 @@ def _encode(d: dict) -> bytes:
             return orjson.dumps(d, default=str, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:  # an int beyond 64 bits, a lone surrogate
             pass
-    return _dumps(d).encode('utf-8', _JSON_SURROGATE_ERRORS)
+    return dumps(d).encode('utf-8', _JSON_SURROGATE_ERRORS)
 
 
 if msgspec is not None:

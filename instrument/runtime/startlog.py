@@ -34,6 +34,7 @@ import logging
 import os
 import sys
 import threading
+import typing
 
 import wrapt
 
@@ -60,6 +61,8 @@ class _State:
     level: tuple | None = None  # (found, set) on the instrument logger
     propagate = True  # found on the instrument logger
     wrapped = False  # oslo_log.log.setup hooked
+    module: typing.Any = None  # oslo_log.log, once its setup is wrapped
+    removed = False  # remove() was called: wrap nothing more
     atexit = False  # _at_exit registered
     set_up = False  # oslo_log.log.setup has returned
 
@@ -222,13 +225,58 @@ def _wrap_setup() -> None:
     if _STATE.wrapped:
         return
     _STATE.wrapped = True
+    _STATE.removed = False
     hooks.when_imported('oslo_log.log', _wrap_module)
+    # registered once per process: after a remove(), wrap again here
+    module = sys.modules.get('oslo_log.log')
+    if module is not None and _STATE.module is None:
+        _wrap_module(module)
 
 
 def _wrap_module(module) -> None:
+    if _STATE.removed:
+        return
     try:
         wrapt.wrap_function_wrapper(module, 'setup', _after_setup)
+        _STATE.module = module
     except Exception:  # noqa: S110 - a hook must not fail an import
+        pass
+
+
+# The one place this module patches, as the runtime's banner and start
+# record name it.
+PLACE = 'oslo_log.log.setup (start-up log)'
+
+
+def place_status() -> str | None:
+    """The status of ``PLACE`` in the patchers' terms: ``patched``
+    while ``oslo_log.log.setup`` is wrapped, ``pending`` while the hook
+    waits for ``oslo_log.log`` to be imported, None when it was never
+    asked for (logging was configured) or was removed."""
+    if _STATE.module is not None:
+        return 'patched'
+    if _STATE.wrapped and not _STATE.removed:
+        return 'pending'
+    return None
+
+
+def remove() -> None:
+    """Undo the wrapper of ``oslo_log.log.setup`` (the runtime's
+    ``close``), and wrap nothing more.  Held records are released
+    first.  Nothing here raises."""
+    _STATE.removed = True
+    _STATE.wrapped = False
+    module, _STATE.module = _STATE.module, None
+    try:
+        if holding():
+            release()
+        current = getattr(module, 'setup', None)
+        if (
+            isinstance(current, wrapt.FunctionWrapper)
+            and getattr(current, '_self_wrapper', None) is _after_setup
+        ):
+            module.setup = current.__wrapped__
+    except Exception:  # noqa: S110 - closing must not fail
         pass
 
 

@@ -156,7 +156,8 @@ def describe(
         why = 'patched at %s' % used
         original = patcher.original(point.name)
         if (
-            point.kind in (patcher_mod.SPAN, patcher_mod.HOOK)
+            point.kind
+            in (patcher_mod.SPAN, patcher_mod.HOOK, patcher_mod.REPLACE)
             and original is not None
         ):
             unread = point.unread(_function(original))

@@ -46,6 +46,7 @@ import os
 import sys
 import threading
 import time
+import typing
 
 
 def eventlet_patched() -> bool:
@@ -316,7 +317,7 @@ _watchdog_pid = None
 # True while the watchdog runs deferred calls (see finish_deferred).
 _watchdog_busy = False
 _watchdog_wake = None
-_watchdog_lock = None  # a real lock: see the end of this module
+_watchdog_lock: typing.Any = None  # a real lock: see the end of this module
 
 
 def watch(fn) -> None:

@@ -93,6 +93,8 @@ def span_wrapper(
     c_kind, c_name, c_pos, c_fn = compile_spec(
         point.context, signature, offset
     )
+    if c_kind == 1 and c_fn is not None:
+        c_kind = 4  # an argument, then a function of it (inline too)
     i_kind, i_name, i_pos, i_fn = compile_spec(
         point.instances, signature, offset
     )
@@ -154,6 +156,13 @@ def span_wrapper(
                     ctx = kwargs[c_name]
                 elif -1 < c_pos < len(args):
                     ctx = args[c_pos]
+            elif c_kind == 4:
+                if c_name in kwargs:
+                    ctx = kwargs[c_name]
+                elif -1 < c_pos < len(args):
+                    ctx = args[c_pos]
+                if ctx is not None:
+                    ctx = c_fn(ctx)
             elif c_kind:
                 ctx = c_fn(instance, args[offset:], kwargs)
             if (not detail or wants(ctx)) and (

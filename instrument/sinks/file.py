@@ -34,6 +34,7 @@ import datetime
 import errno
 import os
 import re
+import typing
 
 from oslo_log import log as logging
 
@@ -74,14 +75,14 @@ class FileSink(sink.Sink):
     def __init__(self, conf, identity) -> None:
         super().__init__(conf, identity)
         self.directory = conf.instrument.output_dir
-        self._fd = None
-        self._fd_pid = None
+        self._fd: typing.Optional[int] = None
+        self._fd_pid: typing.Optional[int] = None
         # (st_dev, st_ino) of the open file, and of a file whose last
         # line was cut short by a failed write (None when none is).
-        self._file_id = None
-        self._cut = None
-        self.path = None
-        self._failing = None
+        self._file_id: typing.Optional[tuple] = None
+        self._cut: typing.Optional[tuple] = None
+        self.path: typing.Any = None  # str once opened
+        self._failing: typing.Optional[tuple] = None
 
     def _open(self, pid: int) -> int:
         if self._fd is not None:

@@ -47,6 +47,7 @@ from urllib import parse
 
 from instrument import schema
 from instrument.patching import points as points_mod
+from instrument.runtime import errors
 from instrument.targets import base
 
 P = points_mod.PatchPoint
@@ -164,7 +165,12 @@ def _service_type(kwargs: dict, url, route: str):
     adapters), the microversion's (``OpenStack-API-Version: placement
     1.36``, read for its service type only), the endpoint's (a path
     segment or default port of ``endpoint_override`` or an absolute
-    URL), ``identity`` for a token request; else None."""
+    URL), ``identity`` for a token request; else None.
+
+    ``endpoint_filter``, ``endpoint_override``,
+    ``microversion_service_type`` and ``headers`` are read by keyword:
+    keystoneauth1's callers pass them so (they come after the sixth
+    parameter; ``headers`` is in ``**kwargs``)."""
     endpoint_filter = kwargs.get('endpoint_filter')
     if endpoint_filter:
         stype = endpoint_filter.get('service_type')
@@ -187,10 +193,16 @@ def _service_type(kwargs: dict, url, route: str):
     )
 
 
-def _request_attrs(instance, args, kwargs) -> dict:
-    """on_enter of ``Session.request(url, method, ...)``."""
-    url = kwargs.get('url', args[0] if args else None)
-    method = kwargs.get('method', args[1] if len(args) > 1 else None)
+# What on_enter reads of ``Session.request(url, method, ...)``: ``url``
+# and ``method`` by name (by keyword or at their places in its
+# signature), and the keywords dict (what the service type is read
+# from, and the identity of the call's entry in ``_CALL``: the same
+# object at its exit).
+REQUEST_ARGS = ('url', 'method', points_mod.KEYWORDS)
+
+
+def _request_attrs(instance, url, method, kwargs) -> dict:
+    """on_enter of ``Session.request`` (``REQUEST_ARGS``)."""
     route = route_template(url)
     attrs = {
         schema.ATTR_SERVICE_TYPE: _service_type(kwargs, url, route),
@@ -284,8 +296,6 @@ def error_of(exc: BaseException) -> tuple:
     route template, then the HTTP status or the failure class, e.g.
     ``network POST /v2.0/ports: HTTP 409`` (keystoneauth1's own
     messages quote the URL or the response body)."""
-    from instrument.runtime import tracer
-
     kind = failure_class(exc)
     status = getattr(exc, 'http_status', None)
     if kind == 'http' and isinstance(status, int):
@@ -301,7 +311,7 @@ def error_of(exc: BaseException) -> tuple:
             call.get(schema.ATTR_ROUTE),
             what,
         )
-    return tracer.error_class(exc), what
+    return errors.error_class(exc), what
 
 
 KSA_POINTS = (
@@ -311,7 +321,7 @@ KSA_POINTS = (
         schema.EV_KSA_REQUEST,
         None,
         context=None,
-        on_enter=_request_attrs,
+        on_enter=points_mod.reads(_request_attrs, *REQUEST_ARGS),
         on_exit=_request_done,
         on_error=_request_failed,
         on_abandon=_request_abandoned,

@@ -52,10 +52,12 @@ A_LOCK = schema.ATTR_LOCK
 A_HELD = schema.ATTR_HELD_US
 A_FAIR = schema.ATTR_FAIR
 A_EXTERNAL = schema.ATTR_EXTERNAL
-# lockutils.lock(name, lock_file_prefix, external, ...): ``external``,
-# read by keyword or (synchronized passes it so) at its position in
-# the signature of the lock replaced.
+# lockutils.lock(name, lock_file_prefix, external, ..., fair, ...):
+# ``external`` and ``fair``, read by keyword or (synchronized passes
+# ``external`` so) at their positions in the signature of the lock
+# replaced.
 EXTERNAL = points_mod.Arg('external')
+FAIR = points_mod.Arg('fair')
 
 clock = waits.clock
 
@@ -82,6 +84,12 @@ class Switch:
         self.active = True
 
 
+def _after_name(pos: int | None) -> int:
+    """A position in ``lock``'s signature as an index into the
+    arguments after ``name`` (-1: none)."""
+    return pos - 1 if pos is not None and pos > 0 else -1
+
+
 def timed_lock(original, record, faults, switch=None):
     """The replacement of ``lockutils.lock``: ``original`` called once
     per call, its context manager wrapped in ``_Timed`` while
@@ -95,10 +103,10 @@ def timed_lock(original, record, faults, switch=None):
     locked body raise, goes back unchanged.
     """
 
-    # where ``external`` is among the arguments after the name (-1:
-    # keyword only, or a signature that cannot be read)
-    pos = EXTERNAL.position(original)
-    external_pos = pos - 1 if pos is not None and pos > 0 else -1
+    # where ``external`` and ``fair`` are among the arguments after the
+    # name (-1: keyword only, or a signature that cannot be read)
+    external_pos = _after_name(EXTERNAL.position(original))
+    fair_pos = _after_name(FAIR.position(original))
 
     class _Timed:
         """Times one acquisition of the lock ``cm`` takes."""
@@ -182,6 +190,8 @@ def timed_lock(original, record, faults, switch=None):
             args = self.args
             if -1 < external_pos < len(args) and args[external_pos]:
                 attrs[A_EXTERNAL] = True
+            if -1 < fair_pos < len(args) and args[fair_pos]:
+                attrs[A_FAIR] = True
             record(EV, self.t0, t1, attrs, err)
 
     if switch is None:
@@ -219,7 +229,14 @@ class OsloConcurrencyTarget(base.Target):
         return super().check(conf)
 
     def points(self, ctx: base.Context) -> list:
-        return [points_mod.replace(MODULE, 'lock', self._replacement)]
+        return [
+            points_mod.replace(
+                MODULE,
+                'lock',
+                self._replacement,
+                replace_reads=(EXTERNAL, FAIR),
+            )
+        ]
 
     def _replacement(self, original, state, module):
         assert self.waits is not None  # noqa: S101 - set by install

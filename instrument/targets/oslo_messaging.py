@@ -58,24 +58,22 @@ def _in_periodic_run() -> bool:
     return req.__class__ is str and req.startswith(_PERIODIC)
 
 
-def _rpc_context(instance, args, kwargs):
+def _rpc_context(ctxt):
     """The context of a send: its ``ctxt``, none inside a periodic
     task run (the span then inherits the run's request id)."""
     if _in_periodic_run():
         return None
-    return kwargs.get('ctxt', args[0] if args else None)
+    return ctxt
 
 
-def _rpc_attrs(instance, args, kwargs):
+def _rpc_attrs(instance, ctxt, method):
     target = instance.target
-    method = kwargs.get('method', args[1] if len(args) > 1 else None)
     attrs = {schema.ATTR_METHOD: method, schema.ATTR_TOPIC: target.topic}
     if target.server:
         attrs[schema.ATTR_SERVER] = target.server
     if target.fanout:
         attrs[schema.ATTR_FANOUT] = True
     if _in_periodic_run():
-        ctxt = kwargs.get('ctxt', args[0] if args else None)
         req = (
             ctxt.get('request_id')
             if ctxt.__class__ is dict
@@ -86,12 +84,12 @@ def _rpc_attrs(instance, args, kwargs):
     return attrs
 
 
-def _inject_traceparent(instance, args, kwargs):
-    """Hook on ``Transport._send``: name the sending span in the context."""
+def _inject_traceparent(instance, ctxt):
+    """Hook on ``Transport._send``: name the sending span in the
+    context (``ctxt``, serialised: a dict)."""
     frame = recorder_mod.current_frame()
     if frame is None or frame[recorder_mod.F_EV] not in _RPC_EVENTS:
         return None
-    ctxt = kwargs.get('ctxt', args[1] if len(args) > 1 else None)
     if isinstance(ctxt, dict):
         span = frame[recorder_mod.F_SPAN]
         req = frame[recorder_mod.F_REQ]
@@ -114,69 +112,79 @@ def _remote_span(ctxt):
     return None
 
 
-def _endpoint(instance, args, kwargs):
-    endpoint = kwargs.get('endpoint', args[0] if args else None)
+def _endpoint(endpoint):
+    """The endpoint object behind oslo.messaging's wrapper of it."""
     return getattr(endpoint, '_endpoint', endpoint)
 
 
 def _dispatch_service(endpoint_services: dict):
-    def service(instance, args, kwargs):
-        endpoint = _endpoint(instance, args, kwargs)
-        return endpoint_services.get(type(endpoint).__module__)
+    def service(endpoint):
+        return endpoint_services.get(type(_endpoint(endpoint)).__module__)
 
     return service
 
 
-def _dispatch_host(instance, args, kwargs):
-    host = getattr(_endpoint(instance, args, kwargs), 'host', None)
+def _dispatch_host(endpoint):
+    host = getattr(_endpoint(endpoint), 'host', None)
     return host if isinstance(host, str) else None
 
 
-def _dispatch_attrs(instance, args, kwargs):
-    return {
-        schema.ATTR_METHOD: kwargs.get(
-            'method', args[1] if len(args) > 1 else None
-        )
-    }
+def _dispatch_attrs(instance, method):
+    return {schema.ATTR_METHOD: method}
 
 
 def points(endpoint_services=None) -> list:
     """The RPC points; ``endpoint_services`` maps the module of an
-    endpoint class to the service its dispatched calls belong to."""
+    endpoint class to the service its dispatched calls belong to.
+
+    Every argument is read by name, found by keyword or at its place
+    in the signature of the method patched (``points_mod.reads``,
+    ``points_mod.Arg``): ``cast``/``call(ctxt, method, **kwargs)``,
+    ``Transport._send(target, ctxt, message, ...)``,
+    ``RPCDispatcher._do_dispatch(endpoint, method, ctxt, args)`` in
+    every oslo.messaging that nova 29 to 34 use.  The module's
+    functions are looked up here, when the points are made (the fault
+    tests put theirs in their place).
+    """
+    reads = points_mod.reads
+    arg = points_mod.Arg
     return [
         P(
             'oslo_messaging.rpc.client',
             '_BaseCallContext.cast',
             'rpc.cast',
             None,
-            context=_rpc_context,
-            on_enter=_rpc_attrs,
+            context=arg('ctxt', then=_rpc_context),
+            on_enter=reads(_rpc_attrs, 'ctxt', 'method'),
         ),
         P(
             'oslo_messaging.rpc.client',
             '_BaseCallContext.call',
             'rpc.call',
             None,
-            context=_rpc_context,
-            on_enter=_rpc_attrs,
+            context=arg('ctxt', then=_rpc_context),
+            on_enter=reads(_rpc_attrs, 'ctxt', 'method'),
         ),
         P(
             'oslo_messaging.transport',
             'Transport._send',
             'rpc.send',
             kind=points_mod.HOOK,
-            on_enter=_inject_traceparent,
+            on_enter=reads(_inject_traceparent, 'ctxt'),
         ),
         P(
             'oslo_messaging.rpc.dispatcher',
             'RPCDispatcher._do_dispatch',
             'rpc.dispatch',
             None,
-            context=points_mod.arg('ctxt'),
-            remote_parent=points_mod.Arg('ctxt', then=_remote_span),
-            service_from=_dispatch_service(dict(endpoint_services or {})),
-            host=_dispatch_host,
-            on_enter=_dispatch_attrs,
+            context=arg('ctxt'),
+            remote_parent=arg('ctxt', then=_remote_span),
+            service_from=arg(
+                'endpoint',
+                then=_dispatch_service(dict(endpoint_services or {})),
+            ),
+            host=arg('endpoint', then=_dispatch_host),
+            on_enter=reads(_dispatch_attrs, 'method'),
         ),
     ]
 

@@ -283,7 +283,7 @@ class HookPoint(Kind):
 
     def setup(self, site, fault):
         rec = self.recorder()
-        on_enter = nova_threads.carry_span
+        on_enter = nova_threads.hook()
 
         def on_exit(instance, args, kwargs, result):
             return None

@@ -22,6 +22,10 @@
   no module imports one that (through others) imports it back, none
   imports inside a function (which would hide such a cycle), and none
   uses a private name (``_name``) of another module of the package.
+* The whole package has no cycle either, its imports inside functions
+  counted (the runtime imports optional libraries where it uses them,
+  never to dodge a cycle), and no module of it uses a private name of
+  another.
 """
 
 import ast
@@ -341,6 +345,46 @@ class LayersTest(testtools.TestCase):
         found = [m for _line, m in _imports('instrument.db.mod', path)]
         self.assertIn('nova.tests.fixtures', found)
         self.assertIn('instrument.analysis.pipeline', found)
+
+
+def _package_graph() -> dict:
+    """Module -> the package's modules it imports, every import
+    counted: at the top, inside a function (a lazy import that would
+    hide a cycle) or under ``typing.TYPE_CHECKING``.  A package's
+    ``__init__`` is no edge (``from instrument.runtime import x``
+    names the module ``x``)."""
+    modules = dict(_modules())
+    packages = {n for n, p in modules.items() if p.endswith('__init__.py')}
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = {
+            module
+            for _line, module in _imports(name, path)
+            if module in modules and module != name and module not in packages
+        }
+    return graph
+
+
+class PackageGraphTest(testtools.TestCase):
+    """The whole package, the runtime half included: no cycle, even
+    through an import inside a function, and no module that uses a
+    private name of another (issue 28)."""
+
+    def test_no_import_cycle_even_lazily(self):
+        graph = _package_graph()
+        self.assertGreater(len(graph), 100)
+        self.assertEqual([], _cycles(graph))
+
+    def test_no_private_name_of_another_module(self):
+        modules = dict(_modules())
+        known = set(modules)
+        found = []
+        for name, path in modules.items():
+            found.extend(
+                '%s:%d uses %s' % (name, line, what)
+                for line, what in _private_uses(name, path, _tree(path), known)
+            )
+        self.assertEqual([], found)
 
 
 class AnalysisGraphTest(testtools.TestCase):

@@ -76,7 +76,7 @@ class PatcherTestBase(base.TestCase):
                 'Manager.build',
                 'compute.build',
                 'compute',
-                instances=patcher.uuids('instance', 1),
+                instances=patcher.uuids('instance'),
                 host=patcher.self_attr('host'),
                 on_enter=lambda s, a, k: {'attempt': k.get('attempt', 1)},
                 on_exit=lambda s, a, k, r: {'result': r},

@@ -440,7 +440,7 @@ class HookFaultTest(base.TestCase):
 
     def test_target_exception_passes_through_uncounted(self):
         state = self.apply(
-            on_enter=nova_threads.carry_span, on_exit=lambda *a: None
+            on_enter=nova_threads.hook(), on_exit=lambda *a: None
         )
         error = ValueError('nova failed')
 

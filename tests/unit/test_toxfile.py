@@ -153,6 +153,12 @@ class TiersTest(testtools.TestCase):
             'implicit_optional',
             [key for key in cfg['mypy'] if key != 'no_implicit_optional'],
         )
+        # no module is let off: only the element types of empty
+        # containers are left to inference, everywhere alike
+        self.assertEqual(
+            [], [s for s in cfg.sections() if s.startswith('mypy-instrument')]
+        )
+        self.assertEqual('var-annotated', cfg['mypy']['disable_error_code'])
 
     def test_the_system_tier_runs_after_the_readme_command(self):
         self.assertIn(

@@ -42,6 +42,7 @@ the consumers.  ``read`` returns when every file is read, after
 ``finish`` on each consumer that has one.
 """
 
+import itertools
 import typing
 import zlib
 
@@ -75,6 +76,27 @@ def chain(handlers: tuple) -> typing.Callable:
             if each(rec, ts, cursor) is False:
                 return False
         return True
+
+    return handle
+
+
+def _unfolding(
+    txn: typing.Optional[typing.Callable], query: typing.Callable
+) -> typing.Callable:
+    """The handler of an ``sql.txn`` record: the ``sql.query`` records
+    it carries to ``query`` (in the order they were sent, at the times
+    ``ts`` corrected as the transaction's), then the transaction to
+    ``txn`` (if any takes it)."""
+    unfolded = codec.unfolded
+
+    def handle(rec: typing.Any, ts: int, cursor: typing.Any) -> typing.Any:
+        if rec.attrs:
+            shift = ts - rec.ts
+            for each in unfolded(rec):
+                query(each, each.ts + shift, cursor)
+        if txn is not None:
+            return txn(rec, ts, cursor)
+        return None
 
     return handle
 
@@ -125,6 +147,11 @@ class PartReader:
         self.line_parts = line_parts or {}
         self.part = part
         self.nparts = nparts
+        # line_parts' byte of a line -> 1 when this partition looks at
+        # the line (its own, or UNDECIDED), else 0
+        self.keep_table = bytes(
+            1 if p == part or p == UNDECIDED else 0 for p in range(256)
+        )
         self.issues = losses.Issues()
         self.loss = losses.FileLoss()
         self.consumers = (self,) + tuple(consumers)
@@ -194,6 +221,16 @@ class PartReader:
                 if len(each) == 1
                 else chain(each)
             )
+        if ph == 'X' and ev == schema.EV_SQL_TXN:
+            # an sql.txn may carry its round trips: they are read as
+            # the sql.query records they stand for (``codec.unfolded``)
+            queries = self.table['X'].get(schema.EV_SQL_QUERY)
+            if queries is None:
+                queries = self.handlers('X', schema.EV_SQL_QUERY)
+            per_context = [
+                _unfolding(txn, query) if query is not None else txn
+                for txn, query in zip(per_context, queries, strict=True)
+            ]
         found = self.table[ph][ev] = tuple(per_context)
         return found
 
@@ -249,11 +286,16 @@ class PartReader:
             parts = self.line_parts.get(fi)
             if parts is not None and len(parts) >= first + len(lines):
                 decided = parts[first : first + len(lines)]
-                pairs = [
-                    (k + first + 1, lines[k])
-                    for k, p in enumerate(decided)
-                    if p == part or p == UNDECIDED
-                ]
+                # (a byte per line, 1 where it is to be looked at: the
+                # lines and their numbers picked in C)
+                mask = decided.translate(self.keep_table)
+                pairs = zip(
+                    itertools.compress(
+                        range(first + 1, first + len(lines) + 1), mask
+                    ),
+                    itertools.compress(lines, mask),
+                    strict=True,
+                )
         # a file is mostly one process on one host: remember the last
         # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None
@@ -422,6 +464,15 @@ class PartReader:
                 keep.write(
                     keep_prefix, line_of(lineno), raw, c_seq.key[2], c_off
                 )
+                if rec.ev == schema.EV_SQL_TXN:
+                    for each in codec.unfolded(rec):
+                        keep.write(
+                            keep_prefix,
+                            line_of(lineno),
+                            codec.dumps(each),
+                            c_seq.key[2],
+                            c_off,
+                        )
             try:
                 handlers = table[ph][rec.ev]
             except KeyError:  # the first record of its phase and event

@@ -37,6 +37,7 @@ SIGSEGV if it wakes while the interpreter finalizes.
 
 import collections
 import time
+import typing
 
 from oslo_log import log as logging
 
@@ -117,8 +118,8 @@ class OtlpSink(sink.Sink):
         self._stopping = False
         self._abandoned = False
         self._broken = False
-        self._failing = None
-        self._pid = None
+        self._failing: typing.Optional[str] = None
+        self._pid: typing.Optional[int] = None
         # Span and instant records queued, and those exported or counted
         # as dropped since: equal when nothing is pending.
         self._accepted = 0

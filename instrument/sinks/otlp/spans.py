@@ -122,8 +122,8 @@ def _value(value):
             for v in value
         ):
             return tuple(value)
-        return _text(record._dumps(value))
-    return _text(record._dumps(value))
+        return _text(record.dumps(value))
+    return _text(record.dumps(value))
 
 
 def flatten(attrs, prefix: str, out: dict) -> dict:
@@ -209,6 +209,35 @@ class SpanBuilder:
         """Read one record; append the spans it makes ready, if any."""
         ph = rec[_R.I_PH]
         if ph == schema.PH_COMPLETE:
+            if rec[_R.I_EV] == schema.EV_SQL_TXN and rec[_R.I_ATTRS]:
+                # the round trips it carries: spans of their own, as the
+                # sql.query records they stand for
+                for ts, dur, qattrs in schema.folded(
+                    rec[_R.I_TS],
+                    rec[_R.I_ATTRS],
+                    record.span_hex(rec[_R.I_SPAN]),
+                ):
+                    self.add(
+                        (
+                            ph,
+                            ts,
+                            dur,
+                            rec[_R.I_HOST],
+                            rec[_R.I_SVC],
+                            None,
+                            schema.EV_SQL_QUERY,
+                            recorder.new_span_id(),
+                            rec[_R.I_PARENT],
+                            rec[_R.I_REQ],
+                            rec[_R.I_GREQ],
+                            rec[_R.I_INST],
+                            schema.ST_OK,
+                            None,
+                            qattrs,
+                        ),
+                        pid,
+                        out,
+                    )
             span = span_int(rec[_R.I_SPAN])
             if rec[_R.I_REQ] is not None:
                 out.append(
@@ -242,7 +271,7 @@ class SpanBuilder:
                         self._fingerprints.pop(next(iter(self._fingerprints)))
                     self._fingerprints[attrs['fp']] = attrs['text']
 
-    def release(self, older_than_us: int, pid: int, out: list) -> None:
+    def release(self, older_than_us: int | None, pid: int, out: list) -> None:
         """Give up waiting for the parents of held spans that ended before
         ``older_than_us`` (and all of them when it is None): each group
         goes out as a trace of its own."""

@@ -42,7 +42,7 @@ def release_points(found: str | None) -> list:
                 target,
                 'thread.spawn',
                 kind=points_mod.HOOK,
-                on_enter=threads.carry_span,
+                on_enter=threads.hook(),
             )
         ]
     return []

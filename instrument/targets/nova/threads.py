@@ -19,12 +19,19 @@ from instrument.runtime import recorder as recorder_mod
 from instrument.targets.nova import cells
 from instrument.targets.nova import frames
 
+# The argument of nova's thread start that is the function the new
+# thread runs: ``spawn_on(executor_type, func, *args, **kwargs)``,
+# ``spawn(func, ...)`` and ``spawn_n(func, ...)`` in older releases.
+FUNC = 'func'
 
-def carry_span(instance, args, kwargs, recorder=None):
-    """Hook on ``spawn_on(executor_type, func, ...)``: the new thread
-    runs ``func`` inside the span that spawned it; with ``recorder``,
-    one cell's part of an API scatter-gather is recorded too."""
-    return _carry(recorder, args, kwargs)
+
+def carry_span(instance, args, kwargs, at, recorder=None):
+    """Hook on ``spawn_on(executor_type, func, ...)`` (a ``places``
+    hook: ``at`` is the place of ``func`` in ``args``, from the
+    signature): the new thread runs ``func`` inside the span that
+    spawned it; with ``recorder``, one cell's part of an API
+    scatter-gather is recorded too."""
+    return _carry(recorder, args, kwargs, at)
 
 
 def carry_span_of(patcher):
@@ -35,40 +42,45 @@ def carry_span_of(patcher):
     if recorder is None:
         return carry_span
 
-    def carry(instance, args, kwargs):
-        return carry_span(instance, args, kwargs, recorder)
+    def carry(instance, args, kwargs, at):
+        return carry_span(instance, args, kwargs, at, recorder)
 
     return carry
 
 
-def _carry(recorder, args, kwargs):
+def hook(patcher=None) -> points_mod.Places:
+    """The ``on_enter`` of the thread start's points: ``carry_span``
+    (``carry_span_of(patcher)``) handed the place of ``func``."""
+    return points_mod.places(carry_span_of(patcher), FUNC)
+
+
+def _carry(recorder, args, kwargs, at):
     frame = recorder_mod.current_frame()
     if frame is None:
         return None
-    if 'func' in kwargs:
-        kwargs = dict(kwargs, func=frames.run_in_frame(frame, kwargs['func']))
+    if FUNC in kwargs:
+        kwargs = dict(kwargs, func=frames.run_in_frame(frame, kwargs[FUNC]))
         return args, kwargs
-    for n, value in enumerate(args):
-        if callable(value) and not isinstance(value, type):
-            gather = (
-                cells.gather_call(value, args[n + 1 :])
-                if (
-                    recorder is not None
-                    and frame[recorder_mod.F_EV] == cells.EV_SCATTER_GATHER
-                )
-                else None
-            )
-            if gather is not None and not cells.lazy(gather[1]):
-                # scatter_gather_cells spawns gather_result(cell_uuid,
-                # fn, cell_context, ...): one thread per cell
-                run = cells.cell_query(
-                    recorder, frame, value, gather[0], gather[2]
-                )
-            else:
-                run = frames.run_in_frame(frame, value)
-            args = args[:n] + (run,) + args[n + 1 :]
-            return args, kwargs
-    return None
+    if not -1 < at < len(args):
+        return None  # not passed (the survey names a signature without)
+    value = args[at]
+    if not callable(value):
+        return None
+    gather = (
+        cells.gather_call(value, args[at + 1 :])
+        if (
+            recorder is not None
+            and frame[recorder_mod.F_EV] == cells.EV_SCATTER_GATHER
+        )
+        else None
+    )
+    if gather is not None and not cells.lazy(gather[1]):
+        # scatter_gather_cells spawns gather_result(cell_uuid, fn,
+        # cell_context, ...): one thread per cell
+        run = cells.cell_query(recorder, frame, value, gather[0], gather[2])
+    else:
+        run = frames.run_in_frame(frame, value)
+    return args[:at] + (run,) + args[at + 1 :], kwargs
 
 
 def point(patcher=None) -> points_mod.PatchPoint:
@@ -80,6 +92,6 @@ def point(patcher=None) -> points_mod.PatchPoint:
         'spawn_on',
         'thread.spawn',
         kind=points_mod.HOOK,
-        on_enter=carry_span_of(patcher),
+        on_enter=hook(patcher),
         alternatives=(('nova.utils', 'spawn_on'), ('nova.utils', 'spawn')),
     )

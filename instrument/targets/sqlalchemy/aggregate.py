@@ -24,6 +24,7 @@ import bisect
 import os
 import threading
 import time
+import typing
 import weakref
 
 from instrument import schema
@@ -67,7 +68,7 @@ class Aggregator:
     def reset(self) -> None:
         """Start empty (at creation and in a forked child)."""
         self._classes = {}
-        self._start_us = None
+        self._start_us: typing.Optional[int] = None
         self._lock = threading.Lock()
 
     def add(

@@ -67,7 +67,9 @@ _CONNECTING: 'contextvars.ContextVar[WireTap | None]' = contextvars.ContextVar(
 POINT = '%s:%s.connect' % (MODULE, CLASS)
 
 
-def _database(conn) -> str:
+def database_of(conn) -> str:
+    """The database a DB-API connection (PyMySQL's) was opened on
+    ('' when it names none)."""
     db = getattr(conn, 'db', None)
     if isinstance(db, bytes):
         return db.decode('utf-8', 'replace')
@@ -91,7 +93,7 @@ class WireTap:
         self.conn = conn
         self.queue = queue
         self.faults = faults
-        self.db = _database(conn)
+        self.db = database_of(conn)
         # [perf_ns sent, statement, frame] of the command in flight.
         self.open: list | None = None
         # perf_ns of the last packet read of it

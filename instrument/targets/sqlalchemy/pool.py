@@ -233,7 +233,7 @@ class PoolWaits:
             if db is not None:
                 self.pool_db[pool] = db
         if db is None:
-            db = connect_mod._database(dbapi_connection)
+            db = connect_mod.database_of(dbapi_connection)
         return db or ''
 
     def _instant(

@@ -136,7 +136,10 @@ class RetryRecorder:
         """The REPLACE point of ``_is_exception_expected``."""
         return [
             points_mod.replace(
-                MODULE, '%s.%s' % (CLASS, METHOD), self._replacement
+                MODULE,
+                '%s.%s' % (CLASS, METHOD),
+                self._replacement,
+                replace_reads=(points_mod.Arg(EXC_ARG),),
             )
         ]
 

@@ -25,6 +25,8 @@ from instrument.patching import points as points_mod
 from instrument.runtime import metrics
 from instrument.runtime import survey
 from instrument.targets import base as targets_base
+from instrument.targets import oslo_concurrency
+from instrument.targets.sqlalchemy import retries
 from tests.unit import base
 
 FAKE = '''
@@ -141,11 +143,16 @@ class PointsCommandTest(base.TestCase):
             self.point(
                 'Manager.spawn', on_enter=points_mod.reads(_noop, 'flavor')
             ),
-            # found through **kwargs, and *args for a position
+            # found through **kwargs
             self.point(
                 'Manager.anything',
                 on_enter=points_mod.reads(_noop, 'flavor'),
-                instances=points_mod.uuids('instance', 3),
+                instances=points_mod.uuids('instance'),
+            ),
+            # an extractor that reads by name (oslo.messaging's context
+            # of a send): ``ctxt`` is no parameter of build
+            self.point(
+                'Manager.build', context=points_mod.reads(_noop, 'ctxt')
             ),
         ]
         rc, doc = self.run_json(pts)
@@ -154,12 +161,73 @@ class PointsCommandTest(base.TestCase):
         spawn = got['%s:Manager.spawn' % self.mod]
         self.assertEqual('missing', spawn['status'])
         self.assertIn('has no argument flavor', spawn['why'])
+        build = got['%s:Manager.build' % self.mod]
+        self.assertEqual('missing', build['status'])
+        self.assertIn('has no argument ctxt', build['why'])
         self.assertEqual(
             'patched', got['%s:Manager.anything' % self.mod]['status']
         )
         self.assertEqual(
-            {'patched': 1, 'pending': 0, 'missing': 1, 'failed': 0},
+            {'patched': 1, 'pending': 0, 'missing': 2, 'failed': 0},
             doc['counts'],
+        )
+
+    def test_a_context_the_signature_lacks_is_missing(self):
+        # the context is read by name, never at a position written
+        # down: a target whose first argument is not ``context``
+        # would record the wrong object
+        fake = self.make_module(
+            """
+class Manager:
+    def build(self, ctxt, instance):
+        return instance
+"""
+        )
+        pts = [points_mod.PatchPoint(fake, 'Manager.build', 'compute.x', None)]
+        rc, doc = self.run_json(pts)
+        self.assertEqual(survey.CRITICAL, rc)
+        [entry] = doc['points']
+        self.assertEqual('missing', entry['status'])
+        self.assertIn('has no argument context', entry['why'])
+
+    def test_an_argument_a_replacement_reads_is_checked_too(self):
+        # oslo.db's retry check and lockutils.lock are replaced: the
+        # arguments their replacements read are named and checked
+        def factory(original, state, owner):
+            return original
+
+        pts = [
+            points_mod.replace(
+                self.mod,
+                'Manager.spawn',
+                factory,
+                replace_reads=(points_mod.Arg('fair'),),
+            ),
+            points_mod.replace(
+                self.mod,
+                'Manager.build',
+                factory,
+                replace_reads=(points_mod.Arg('image'),),
+            ),
+        ]
+        rc, doc = self.run_json(pts)
+        self.assertEqual(survey.CRITICAL, rc)
+        got = self.by_point(doc)
+        spawn = got['%s:Manager.spawn' % self.mod]
+        self.assertEqual('missing', spawn['status'])
+        self.assertIn('has no argument fair', spawn['why'])
+        self.assertEqual(
+            'patched', got['%s:Manager.build' % self.mod]['status']
+        )
+
+    def test_the_replacements_of_the_targets_name_what_they_read(self):
+        [lock] = oslo_concurrency.OsloConcurrencyTarget().points(None)
+        self.assertEqual(
+            ['external', 'fair'], [a.name for a in lock.arguments()]
+        )
+        [check] = retries.RetryRecorder.__new__(retries.RetryRecorder).points()
+        self.assertEqual(
+            [retries.EXC_ARG], [a.name for a in check.arguments()]
         )
 
     def test_a_module_not_installed_stays_pending_and_ok(self):
@@ -281,9 +349,11 @@ class ArgFoundTest(base.TestCase):
         self.assertFalse(found('image').found(f))
         self.assertTrue(found('image').found(g))
         self.assertFalse(found('image').found(h))
-        self.assertTrue(found('image', 2).found(h))
-        self.assertTrue(found('ctxt', 0).found(f))
-        self.assertFalse(found('other', 3).found(f))
+        # no position can be written down: by name only
+        self.assertFalse(found('ctxt').found(f))
+        self.assertRaises(TypeError, points_mod.Arg, 'image', 2)
+        self.assertRaises(TypeError, points_mod.arg, 'context', 0)
+        self.assertRaises(TypeError, points_mod.uuids, 'instance', 1)
 
 
 class VerdictTest(base.TestCase):

@@ -234,6 +234,42 @@ class HoldTest(base.TestCase):
         log.info('after')
         self.assertIn('INFO instrument.somewhere after', self.logger.output)
 
+    def test_the_wrapped_setup_is_a_place_of_the_banner_and_removed(self):
+        # issue 28: one status per patched place in the banner and the
+        # start record, one remove()
+        # whatever an earlier test of this process left
+        startlog.remove()
+        self.addCleanup(
+            setattr, startlog._STATE, 'set_up', startlog._STATE.set_up
+        )
+        startlog._STATE.set_up = False
+        setup = oslo_logging.setup
+        self.addCleanup(setattr, oslo_logging, 'setup', setup)
+        self.addCleanup(lifecycle.teardown)
+        startlog.hold()
+        self.assertIsNot(setup, oslo_logging.setup)  # wrapped
+        self.assertEqual('patched', startlog.place_status())
+        rt = lifecycle.setup(
+            self.make_conf(sql_timing=False), 'nova-compute', targets=[]
+        )
+        self.assertEqual(
+            ['patched'],
+            [
+                status
+                for status, names in rt.banner().items()
+                if startlog.PLACE in names
+            ],
+        )
+        lifecycle.teardown()
+        [records] = base.read_span_files(
+            os.path.join(self.tmp, 'spans')
+        ).values()
+        self.assertEqual('process.start', records[0]['ev'])
+        self.assertIn(startlog.PLACE, records[0]['attrs']['points']['patched'])
+        self.assertIs(setup, oslo_logging.setup)  # unwrapped
+        self.assertIsNone(startlog.place_status())
+        self.assertFalse(startlog.holding())  # what was held went out
+
     def test_configured_logging_is_not_held(self):
         logging.getLogger().handlers = self.root_handlers
         self.assertTrue(startlog.configured())

@@ -371,6 +371,10 @@ class ActionPointsTest(base.TestCase):
         self.assertIsNone(nova_cells.database_of('not a url'))
 
 
+def _spawn_on(executor_type, func, *args, **kwargs):
+    """nova's thread start (``nova.thread_pool_factory.spawn_on``)."""
+
+
 class CellQueryTest(base.TestCase):
     def setUp(self):
         super().setUp()
@@ -378,9 +382,10 @@ class CellQueryTest(base.TestCase):
         self.recorder = recorder_mod.Recorder(
             self.buffer, process.ProcessIdentity.create('nova-api', 'ctl-1')
         )
-        self.carry = threads.carry_span_of(
+        # bound to nova's signature: func at its place
+        self.carry = threads.hook(
             types.SimpleNamespace(recorder=self.recorder)
-        )
+        ).bind(_spawn_on)
         nova_cells.CELLS.clear()
         self.addCleanup(nova_cells.CELLS.clear)
 
@@ -518,6 +523,38 @@ class CellQueryTest(base.TestCase):
         self.assertEqual(
             ['api.request'], [r['ev'] for r in self.buffer.dicts()]
         )
+
+    def test_the_function_is_found_by_name(self):
+        # func where a release puts it, by position or keyword: the
+        # one wrapped to run in the span, another callable argument
+        # left as it was; no func in the signature: nothing is guessed
+        def spawn_later(delay, callback, func, *args):
+            pass
+
+        def run_later(delay, callback):
+            pass
+
+        rec = self.recorder.begin(
+            'api.request', 'api', None, None, None, None, None
+        )
+        try:
+            carry = threads.hook().bind(spawn_later)
+            args, _kwargs = carry(None, (0, len, print, 'x'), {})
+            self.assertEqual(0, args[0])
+            self.assertIs(len, args[1])
+            self.assertIsNot(print, args[2])
+            self.assertTrue(callable(args[2]))
+            self.assertEqual('x', args[3])
+            args, kwargs = carry(None, (0, len), {'func': print})
+            self.assertEqual((0, len), args)
+            self.assertIsNot(print, kwargs['func'])
+            carry = threads.hook().bind(_spawn_on)
+            args, _kwargs = carry(None, ('DEFAULT', print), {})
+            self.assertIsNot(print, args[1])
+            carry = threads.hook().bind(run_later)
+            self.assertIsNone(carry(None, (0, print), {}))
+        finally:
+            self.recorder.end(rec, self.recorder.clock())
 
 
 SOURCE = '''

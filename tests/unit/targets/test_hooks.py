@@ -103,16 +103,12 @@ class OsloMessagingTest(base.TestCase):
         )
         for points, expected in ((with_nova, 'compute'), (alone, None)):
             dispatch = _point(points, 'rpc.dispatch')
+            self.assertEqual('endpoint', dispatch.service_from.name)
             self.assertEqual(
-                expected,
-                dispatch.service_from(None, (endpoint_cls(), 'build'), {}),
+                expected, dispatch.service_from.then(endpoint_cls())
             )
-            self.assertIsNone(
-                dispatch.service_from(None, (other_cls(), 'x'), {})
-            )
-            self.assertEqual(
-                'cmp-4', dispatch.host(None, (endpoint_cls(), 'build'), {})
-            )
+            self.assertIsNone(dispatch.service_from.then(other_cls()))
+            self.assertEqual('cmp-4', dispatch.host.then(endpoint_cls()))
 
     def test_traceparent_names_the_sending_span(self):
         recorder = recorder_mod.Recorder(
@@ -120,11 +116,11 @@ class OsloMessagingTest(base.TestCase):
         )
         ctxt = {'request_id': 'req-1'}
         # Outside an RPC span: nothing is added.
-        oslo_messaging._inject_traceparent(None, (None, ctxt), {})
+        oslo_messaging._inject_traceparent(None, ctxt)
         self.assertNotIn(oslo_messaging.TRACEPARENT_KEY, ctxt)
         rec = recorder.begin('rpc.call', None, None, ctxt, None, None, None)
         try:
-            oslo_messaging._inject_traceparent(None, (None, ctxt), {})
+            oslo_messaging._inject_traceparent(None, ctxt)
         finally:
             recorder.end(rec, recorder.clock())
         value = ctxt[oslo_messaging.TRACEPARENT_KEY]

@@ -207,6 +207,19 @@ class LockTimingTest(base.TestCase):
 
         self.contended(_with(enter), external=True)
 
+    def test_fair_lock_by_position(self):
+        # fair at its place in lock()'s signature, as external is
+        with lockutils.lock('warm-up', fair=True):
+            pass
+        self.buffer.events.clear()
+
+        def enter():
+            return lockutils.lock(
+                self.name, None, False, None, True, None, 0.01, True
+            )
+
+        self.contended(_with(enter), fair=True)
+
     def test_prefixed_lock_made_after_install(self):
         lock = lockutils.lock_with_prefix('nova-')
         self.contended(_with(lambda: lock(self.name)))
