@@ -136,14 +136,17 @@ def _new_prefix() -> int:
     return (int.from_bytes(os.urandom(4), 'big') | 1) << 32
 
 
-_prefix = _new_prefix()
-_ids = itertools.count(1)
+# Public: the span wrappers and the wait recorder read them (and the
+# wall clock anchor below) per call, as module attributes, to make
+# span ids and timestamps inline; a fork renews them.
+span_prefix = _new_prefix()
+span_counter = itertools.count(1)
 
 
 def _reseed_after_fork() -> None:
-    global _prefix, _ids
-    _prefix = _new_prefix()
-    _ids = itertools.count(1)
+    global span_prefix, span_counter
+    span_prefix = _new_prefix()
+    span_counter = itertools.count(1)
 
 
 os.register_at_fork(after_in_child=_reseed_after_fork)
@@ -151,7 +154,7 @@ os.register_at_fork(after_in_child=_reseed_after_fork)
 
 def new_span_id() -> int:
     """A 64-bit span id: random per-process prefix + counter."""
-    return _prefix | (next(_ids) & 0xFFFFFFFF)
+    return span_prefix | (next(span_counter) & 0xFFFFFFFF)
 
 
 def trace_id_hex(req: str) -> str:
@@ -186,7 +189,7 @@ def _wall_minus_perf() -> tuple:
 # two separate reads can be a preemption (or a GIL switch) apart, and a
 # span whose ts is early by that much seems to end before its remote
 # child does.  Refreshed by the buffer's writer (wall clock steps).
-_wall_offset_ns = _wall_minus_perf()[0]
+wall_offset_ns = _wall_minus_perf()[0]
 # A refresh whose paired reads were all stalled longer than this keeps
 # the previous anchor (the next flush tries again).
 _MAX_ANCHOR_GAP_NS = 100_000
@@ -195,15 +198,15 @@ _MAX_ANCHOR_GAP_NS = 100_000
 def refresh_wall_clock(final: bool = False) -> None:
     """Re-anchor timestamps to the wall clock (a buffer periodic:
     ``final`` is set at close)."""
-    global _wall_offset_ns
+    global wall_offset_ns
     offset, gap = _wall_minus_perf()
     if gap <= _MAX_ANCHOR_GAP_NS:
-        _wall_offset_ns = offset
+        wall_offset_ns = offset
 
 
 def wall_us(perf_ns: int) -> int:
     """The wall-clock time, in microseconds, of a monotonic reading."""
-    return (perf_ns + _wall_offset_ns) // 1000
+    return (perf_ns + wall_offset_ns) // 1000
 
 
 # -- span records that cannot be ended normally -------------------------------
@@ -379,14 +382,14 @@ class Recorder:
                 host = process_host
             # Module attributes, read per call: a fork renews the span id
             # prefix, the writer the wall clock anchor.
-            span = _prefix | (next(_ids) & 0xFFFFFFFF)
+            span = span_prefix | (next(span_counter) & 0xFFFFFFFF)
             t0 = clock()
             # The layout of instrument.runtime.record (I_*, then I_T0 and
             # I_TOKEN); the frame is set last (a fault before leaves
             # none).
             rec = [
                 PH_B,
-                (t0 + _wall_offset_ns) // 1000,
+                (t0 + wall_offset_ns) // 1000,
                 None,
                 host,
                 svc,
@@ -461,7 +464,7 @@ class Recorder:
 
     def now_us(self) -> int:
         """Wall-clock now, in microseconds, on the spans' anchor."""
-        return (self.clock() + _wall_offset_ns) // 1000
+        return (self.clock() + wall_offset_ns) // 1000
 
     def instant(
         self, ev: str, attrs=None, svc=None, host=None, req=None, inst=None
@@ -512,7 +515,7 @@ class Recorder:
         monotonic readings; ``span`` None gets a new id."""
         self.emit(
             record.complete(
-                (t0 + _wall_offset_ns) // 1000,
+                (t0 + wall_offset_ns) // 1000,
                 (t1 - t0) // 1000,
                 host or self.host,
                 svc or self.svc,

@@ -285,13 +285,13 @@ def span_wrapper(
                         host = process_host
                     # read per call: a fork renews them, the writer
                     # re-anchors the wall clock
-                    span = recorder_mod._prefix | (
-                        next(recorder_mod._ids) & 0xFFFFFFFF
+                    span = recorder_mod.span_prefix | (
+                        next(recorder_mod.span_counter) & 0xFFFFFFFF
                     )
                     t0 = clock()
                     new = [
                         PH_B,
-                        (t0 + recorder_mod._wall_offset_ns) // 1000,
+                        (t0 + recorder_mod.wall_offset_ns) // 1000,
                         None,
                         host,
                         span_svc,

@@ -81,7 +81,7 @@ class InlineEndTest(base.TestCase):
         )
         self.useFixture(
             fixtures.MonkeyPatch(
-                'instrument.runtime.recorder._ids', itertools.count(1)
+                'instrument.runtime.recorder.span_counter', itertools.count(1)
             )
         )
         buffer = buffer_mod.EventBuffer([base.MemorySink()], 1000, 60.0)
