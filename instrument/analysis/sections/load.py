@@ -37,7 +37,8 @@ class Load(base.Section):
         return {
             'counts': issues.counts,
             'samples': issues.samples,
-            'per_file': issues.per_file,
+            # by file name (not the order the workers met them in)
+            'per_file': dict(sorted(issues.per_file.items())),
             'other_lines': issues.other_lines,
             'problems': issues.problems,
             'loss': loss.summary(),
