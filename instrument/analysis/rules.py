@@ -1551,7 +1551,7 @@ def network_failures(ev: Evidence) -> list:
                     'timeouts': timeouts,
                     'unreached': unreached,
                     'server_errors': server,
-                    'errors': errors,
+                    'errors': dict(sorted(errors.items())),
                     'requests': len(reqs),
                     'requests_failed': broke,
                     'rescheduled': rescheduled,

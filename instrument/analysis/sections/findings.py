@@ -824,7 +824,7 @@ class ServiceCallsByCaller:
                 'ok_max_us': r['ok_max_us'],
                 'slow': r['slow'],
                 'slow_us': r['slow_us'],
-                'errors': dict(r['errors']),
+                'errors': dict(sorted(r['errors'].items())),
                 'retries': r['retries'],
                 'failed': sorted(r['failed_top'], reverse=True),
                 'failed_requests': sorted(r['failed_reqs']),

@@ -255,7 +255,7 @@ class ServiceCalls:
                     'p99_us': _pct(durs, 0.99),
                     'max_us': durs[-1] if n else 0,
                     'total_us': sum(durs),
-                    'errors': dict(row.errors),
+                    'errors': dict(sorted(row.errors.items())),
                     'retries': row.retries,
                     'critical_share': (row.critical_us / total)
                     if total

@@ -18,13 +18,15 @@ periodic task's runs and longest run, the longest wait's request, a
 service's requests, the causality examples) is picked by a total key
 of the example, never by the order it arrived in: the JSON and text
 reports of ``-j 1``, ``-j 2`` and ``-j 3`` are equal byte for byte,
-on a synthetic cloud and on the same damaged (a file reversed, a gzip
-file reversed and cut short).  Then, per section, the examples follow
+on a synthetic cloud, on the same damaged (a file reversed, a gzip
+file reversed and cut short) and on ``tools/report_golden.py``'s
+``rich`` input.  Then, per section, the examples follow
 the key whatever the order of arrival and however they are split
 between workers.
 """
 
 import gzip
+import importlib.util
 import os
 import random
 import shutil
@@ -44,6 +46,15 @@ from instrument.analysis.sections import services
 from instrument.analysis.sections import timelines
 from instrument.analysis.sections import waits
 from tests import synthetic
+
+GOLDEN = os.path.join(
+    os.path.dirname(__file__),
+    os.pardir,
+    os.pardir,
+    os.pardir,
+    'tools',
+    'report_golden.py',
+)
 
 
 def _forms(path: str, jobs: int) -> tuple:
@@ -105,6 +116,18 @@ class SameAtEveryJobsTest(testtools.TestCase):
 
     def test_damaged(self):
         self.assertSameAtEveryJobs(self.damaged)
+
+    def test_rich(self):
+        # tools/report_golden.py's hand-made input: periodic runs,
+        # waits, calls to other services, a copied file, and a process
+        # that restarts (its process.start written with ``ph`` after
+        # five other fields: every worker must see it)
+        spec = importlib.util.spec_from_file_location('golden', GOLDEN)
+        golden = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(golden)
+        path = os.path.join(self.tmp, 'rich')
+        golden.rich(path)
+        self.assertSameAtEveryJobs(path)
 
 
 def _orders(items: list, seed: int = 3):
