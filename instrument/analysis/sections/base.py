@@ -41,7 +41,7 @@ import bisect
 import typing
 
 
-def keep_best(kept: list, item: tuple, n: int) -> bool:
+def keep_best(kept: list, item: typing.Any, n: int) -> bool:
     """Keep ``item`` in ``kept`` (sorted, at most ``n`` items, each
     once) if it is among the ``n`` smallest; whether it is.
 

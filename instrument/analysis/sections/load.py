@@ -48,7 +48,7 @@ class Load(base.Section):
             'duplicates': loss.duplicate_files(),
             # processes without a process.end record (killed?)
             'unended': loss.unended(),
-            'records_without_request': dict(view.no_request),
+            'records_without_request': dict(sorted(view.no_request.items())),
         }
 
     @staticmethod
