@@ -1551,7 +1551,7 @@ def network_failures(ev: Evidence) -> list:
                     'timeouts': timeouts,
                     'unreached': unreached,
                     'server_errors': server,
-                    'errors': errors,
+                    'errors': dict(sorted(errors.items())),
                     'requests': len(reqs),
                     'requests_failed': broke,
                     'rescheduled': rescheduled,
@@ -1629,6 +1629,15 @@ def _nova_network_errors(ev: Evidence) -> list:
             for q in f.get('requests') or ():
                 if q not in reqs:
                     reqs.append(q)
+        # each row's are its slowest; of them all, the slowest first
+        # (end-to-end time, then start and id)
+        want = set(reqs)
+        took = {
+            s.req: (s.start - s.end, s.start)
+            for s in ev.summaries
+            if s.req in want
+        }
+        reqs.sort(key=lambda q: took.get(q, (0, 0)) + (q,))
         # one failure raised where the port was bound (nova's network
         # allocation, in a thread of its own) and raised again in the
         # threads that waited on it (the driver's spawn): counted once,

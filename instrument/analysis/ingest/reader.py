@@ -325,7 +325,9 @@ class PartReader:
             ):
                 i = raw.find(b'"req":"')
                 if i < 0:
-                    meta = b'"ph":"M"' in raw[:24]
+                    # (the runtime writes ph second; any writer's
+                    # order is read alike, at every -j)
+                    meta = b'"ph":"M"' in raw
                     if part != 0 and not meta:
                         continue
                 else:
