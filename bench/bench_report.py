@@ -226,6 +226,8 @@ def report_code(logs: str, jobs: int) -> str:
     return (
         PARTS + 'from instrument.analysis.render import text as report_text\n'
         'rep = pipeline.analyse([%r], pipeline.Options(jobs=%d))\n'
+        # as the command line does (instrument.cmd.report.main)
+        'import gc; gc.freeze()\n'
         'report_text.render(rep)\n' % (logs, jobs)
     ) + PEAK
 
@@ -465,15 +467,27 @@ def main() -> None:
         )
     )
     j1 = results['report -j1']
+    scaling = crit['report -j1'] / crit['report -j2']
     print(
-        '  -j2 / -j1: %.2fx in wall time, %.2fx by critical path '
-        '(target %.1fx); CPU %.2f us/event with -j1, %.2f with -j2'
+        '  -j2 / -j1: %.2fx in wall time, %.2fx by critical path = %.2f '
+        'of the target (%.1fx); CPU %.2f us/event with -j1, %.2f with '
+        '-j2'
         % (
             j1[0] / wall,
-            crit['report -j1'] / crit['report -j2'],
+            scaling,
+            scaling / TARGET_SCALING,
             TARGET_SCALING,
             j1[2] / events * 1e6,
             results['report -j2'][2] / events * 1e6,
+        )
+    )
+    print(
+        '  events per CPU second (-j1, one core): %.0f = %.2f of half '
+        'the target (%d on each of two cores)'
+        % (
+            events / j1[2],
+            events / j1[2] / (TARGET_EVENTS_PER_S / 2),
+            TARGET_EVENTS_PER_S // 2,
         )
     )
     if args.quick:

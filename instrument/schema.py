@@ -224,6 +224,15 @@ ATTR_MANY = 'many'  # executemany
 ATTR_TXN = 'txn'  # span id of the enclosing sql.txn
 ATTR_DISCONNECT = 'disconnect'  # the error lost the connection
 ATTR_STATEMENTS = 'statements'  # statements of a transaction
+# sql.txn: round trips folded into the transaction's record instead
+# of a sql.query record each (a short transaction's COMMIT/ROLLBACK
+# and the pool's reset-on-return that follows it), each a list
+# [start - the transaction's ts (us), dur_us, fp, kind]; the analyser
+# reads them as the sql.query records they stand for (``FOLD_*``).
+ATTR_END = 'end'  # the COMMIT/ROLLBACK round trip (its txn: this one)
+ATTR_RESET = 'reset'  # the pool's reset (txn null), same req and call
+FOLDED = (ATTR_END, ATTR_RESET)
+FOLD_DT, FOLD_DUR, FOLD_FP, FOLD_KIND = range(4)
 ATTR_ERRORS = 'errors'
 ATTR_SUM_US = 'sum_us'
 ATTR_MIN_US = 'min_us'
@@ -304,6 +313,65 @@ TYPES = {
     'err': dict,
     'attrs': dict,
 }
+
+
+def folded(ts: int, attrs: dict, span) -> list:
+    """The ``sql.query`` records an ``sql.txn`` record carries
+    (``ATTR_END``, ``ATTR_RESET``), in the order they were sent: each
+    ``(ts, dur_us, attrs)`` of the record it stands for; its other
+    fields (``parent``, ``req``, ``greq``, ``inst``, ``host``, ``svc``,
+    ``pid``) are the transaction's, its ``st`` ``ok``, and it has no
+    span id of its own.  ``ts`` and ``span`` are the transaction's."""
+    out = []
+    for key in FOLDED:
+        part = attrs.get(key)
+        if not part:
+            continue
+        out.append(
+            (
+                ts + part[FOLD_DT],
+                part[FOLD_DUR],
+                {
+                    ATTR_FP: part[FOLD_FP],
+                    ATTR_DB: attrs.get(ATTR_DB),
+                    ATTR_KIND: part[FOLD_KIND],
+                    ATTR_ROWS: None,
+                    ATTR_MANY: False,
+                    ATTR_TXN: span if key == ATTR_END else None,
+                    ATTR_CALL: attrs.get(ATTR_CALL),
+                },
+            )
+        )
+    return out
+
+
+def unfold(rec: dict) -> list:
+    """The records of the older shape that record ``rec`` (a dict)
+    stands for: an ``sql.txn`` record that carries round trips gives
+    its COMMIT/ROLLBACK's ``sql.query``, itself without them, then the
+    pool reset's ``sql.query`` (the order of the records it replaces;
+    the ``sql.query`` records have no ``span``); any other record is
+    itself."""
+    attrs = rec.get('attrs')
+    if (
+        rec.get('ev') != EV_SQL_TXN
+        or not attrs
+        or not any(key in attrs for key in FOLDED)
+    ):
+        return [rec]
+    txn = dict(rec)
+    txn['attrs'] = {k: v for k, v in attrs.items() if k not in FOLDED}
+    out = []
+    for ts, dur, qattrs in folded(rec['ts'], attrs, rec.get('span')):
+        query = {k: v for k, v in rec.items() if k not in ('span', 'err')}
+        query.update(ts=ts, dur_us=dur, ev=EV_SQL_QUERY, st=ST_OK)
+        query['attrs'] = qattrs
+        if qattrs[ATTR_TXN] is None:
+            out.append(txn)
+        out.append(query)
+    if txn not in out:
+        out.append(txn)
+    return out
 
 
 class SchemaError(ValueError):

@@ -56,6 +56,7 @@ import gzip
 import itertools
 import os
 import re
+import statistics
 import time
 import typing
 import zlib
@@ -86,6 +87,12 @@ TAIL_BYTES = 64
 # request ids of finalised requests remembered (their events read
 # later counted as late, not opened again)
 RECENT = 100_000
+# how long the windows of a loss folded away (``Follower._prune``) are
+# kept for the requests still open: a request open that long after a
+# loss is not marked by it
+KEEP_WINDOWS_US = 24 * 3600 * 1_000_000
+# what is counted of the processes done with (``Follower.losses``)
+LOSS_COUNTS = ('records', 'missing', 'lost')
 
 
 class Tailed:
@@ -273,8 +280,15 @@ class Options:
         findings_window_s: float = 600.0,
         findings_every_s: float = 30.0,
         findings_max_requests: int = 50_000,
+        fold_margin_s: typing.Optional[float] = None,
     ) -> None:
         self.lag_us = int(lag_s * 1e6)
+        # how far behind the watermark the records of a page of a
+        # process's seq numbers, and a process's end, are before they
+        # are folded (``Follower._prune``; None: ``hung_s``)
+        self.fold_margin_us = int(
+            (hung_s if fold_margin_s is None else fold_margin_s) * 1e6
+        )
         # the advisor's window (0: no findings), how often its rules
         # run (seconds of wall time; 0: every poll) and its requests
         # at most (``livefindings``)
@@ -312,6 +326,16 @@ class Follower:
         # file that holds no span record)
         self.skipped_compressed: set = set()
         self.offsets: dict = {}
+        # the hosts a solve placed (their offset known from hops), and
+        # of them those placed before their hops passed the clock
+        # horizon (``_place``)
+        self.placed: set = set()
+        self.provisional: set = set()
+        # the hosts of files that appeared after the start, not placed
+        # (on their own clock: their times do not move the watermark),
+        # and the index of the first such file
+        self.unplaced: set = set()
+        self.later_files = 0
         self.popts = pipeline.Options(
             idle_s=self.opts.idle_s,
             hung_s=self.opts.hung_s,
@@ -340,6 +364,11 @@ class Follower:
         # off; when they last ran (monotonic seconds)
         self.findings: typing.Optional[livefindings.Window] = None
         self.evaluated: typing.Optional[float] = None
+        # the processes done with (``_prune``): their counts summed
+        # (``LOSS_COUNTS``, ``processes``), and the windows of their
+        # losses ({key: (windows, hosts)}) kept for the requests open
+        self.retired: dict = dict.fromkeys(LOSS_COUNTS + ('processes',), 0)
+        self.retired_windows: dict = {}
 
     # -- files -------------------------------------------------------------
 
@@ -461,7 +490,11 @@ class Follower:
         self.begun.clear()
         result = clocks.solve(matcher.collector, matcher.hosts)
         self.hops = matcher.counts['hops']
-        self.offsets.update(result.offsets())
+        self._solved(result)
+        # the hosts of the files there at the start: as the batch
+        # report places them
+        self.placed |= matcher.hosts
+        self.later_files = self.next_index
         popts = self.popts
         popts.process_starts = sorted(matcher.starts)
         popts.aliases = matcher.aliases_of()
@@ -536,7 +569,87 @@ class Follower:
         if matcher.counts['hops'] != self.hops:
             self.hops = matcher.counts['hops']
             result = clocks.solve(matcher.collector, matcher.hosts)
-            self.offsets.update(result.offsets())
+            self._solved(result)
+
+    def _solved(self, result: clocks.ClockResult) -> None:
+        """The offsets of a solve (``clocks.solve``) taken: those of
+        the hosts it placed, and 0 for the others but those ``_place``
+        placed (kept until a solve places them)."""
+        for host, info in result.hosts.items():
+            if info['status'] != 'uncorrected':
+                self.offsets[host] = info['offset_us']
+                self.placed.add(host)
+                self.provisional.discard(host)
+            elif host not in self.provisional:
+                self.offsets[host] = info['offset_us']
+
+    def _place(self, reads: list) -> None:
+        """Place the hosts of ``reads`` (a poll's chunks, pass 1 read)
+        that no solve placed yet (a host whose files appeared after the
+        start) before pass 2 reads them, as the batch report's pass 1
+        would: the hops matched so far and those of the sends and
+        dispatches read but not yet past the clock horizon
+        (``clockpass.HopMatcher.entries``) solved, each such host's
+        offset taken relative to the hosts already placed (the median
+        of their differences: the solve's reference may be another).
+        The files' times read on its own clock are moved with it."""
+        self.unplaced |= {
+            f.host
+            for f, _lines, _first, _w in reads
+            if f.index >= self.later_files
+            and f.host is not None
+            and f.host not in self.placed
+        }
+        self.unplaced -= self.placed
+        hosts = self.unplaced
+        if not hosts:
+            return
+        matcher = self.matcher
+        collector = clocks.PairCollector(matcher.collector.keep)
+        collector.merge(matcher.collector)
+        found = False
+        for e in matcher.entries.values():
+            p_host, p_start, p_end, sync, kids = e[:5]
+            if p_host is None or not kids:
+                continue
+            for c_host, c_start, c_end, origin in kids.values():
+                if p_host in hosts or c_host in hosts:
+                    found = True
+                    collector.add_hop(
+                        p_host,
+                        p_start,
+                        p_end,
+                        c_host,
+                        c_start,
+                        c_end,
+                        sync,
+                        origin,
+                    )
+        if not found:
+            return
+        result = clocks.solve(collector, matcher.hosts)
+        for host in sorted(hosts):
+            info = result.hosts.get(host)
+            if info is None or info['status'] == 'uncorrected':
+                continue
+            shifts = [
+                self.offsets[other] - other_info['offset_us']
+                for other, other_info in result.hosts.items()
+                if other in self.placed
+                and other_info['group'] == info['group']
+                and other in self.offsets
+            ]
+            if not shifts:
+                continue
+            offset = info['offset_us'] + int(statistics.median(shifts))
+            moved = offset - self.offsets.get(host, 0)
+            self.offsets[host] = offset
+            self.placed.add(host)
+            self.provisional.add(host)
+            self.unplaced.discard(host)
+            for f in self.files.values():
+                if f.host == host and f.time is not None:
+                    f.time += moved
 
     def _rejoin(self, began: str, req: str) -> None:
         """Records read under ``began`` before pass 1 said they are
@@ -622,12 +735,21 @@ class Follower:
                     ),
                     self.newest if watermark is None else watermark,
                 )
+            if self.newest is not None:
+                # every file read to its end: the hops the horizon
+                # passed matched (a file of no time yet, a service
+                # log's, holds the chunks' watermark back)
+                self.matcher.add('', [], self.newest)
             self._learn()
+            self._place(reads)
         for f, lines, first, watermark in reads:
             self.reader.chunk(f, lines, first)
-            if f.time is not None and (
-                self.newest is None or f.time > self.newest
+            if (
+                f.time is not None
+                and (self.newest is None or f.time > self.newest)
+                and f.host not in self.unplaced
             ):
+                # (not a host on its own clock: ``_place``)
                 self.newest = f.time
             if self.newest is not None:
                 cut = self.newest - lag
@@ -641,6 +763,7 @@ class Follower:
         self._bound()
         if not self.defer:
             self._fold()
+            self._prune()
             self._evaluate(force=False)
         return self.reader.lines - before
 
@@ -696,13 +819,25 @@ class Follower:
         model.summaries = []
         loss = self.reader.loss
         if self._windows is None:
-            # when each process lost records (once a poll)
-            self._windows = loss.windows()
+            # when each process lost records (once a poll), those done
+            # with too
+            windows = {
+                key: found for key, (found, _h) in self.retired_windows.items()
+            }
+            windows.update(loss.windows())
+            self._windows = windows
         windows = self._windows
         damage.mark(
             done,
             windows,
-            {key: loss.seqs[key].hosts for key in windows},
+            {
+                key: (
+                    loss.seqs[key].hosts
+                    if key in loss.seqs
+                    else self.retired_windows[key][1]
+                )
+                for key in windows
+            },
             self.reader.repaired,
             self.popts.hung_us,
         )
@@ -713,6 +848,77 @@ class Follower:
             # remembered as a request id only (its late events counted)
             model.recent[s.req] = None
         self._trim_recent()
+
+    def _prune(self) -> None:
+        """Bounded memory on a long run (not ``once``: its losses are
+        the batch report's): what the watermark passed by the fold
+        margin (``Options.fold_margin_us``) is folded into counts.
+
+        A process that ended before is done with
+        (``losses.FileLoss.retire``: its counts summed in ``retired``,
+        the windows of its losses kept ``KEEP_WINDOWS_US``); of the
+        others, the pages of ``seq`` numbers below the highest whose
+        records are all older are folded (``losses.SeqSet.fold``: their
+        counts, the windows of their losses and their holes kept; a
+        record of them read later is a duplicate, or late when it is
+        one of the holes, never read again).  Then what is held per
+        file of the files closed."""
+        if self.watermark is None:
+            return
+        loss = self.reader.loss
+        horizon = self.watermark - self.opts.fold_margin_us
+        forget = self.watermark - KEEP_WINDOWS_US
+        for key in [
+            key for key, s in loss.seqs.items() if s.ended and s.last < horizon
+        ]:
+            hosts = set(loss.seqs[key].hosts)
+            row, found = loss.retire(key)
+            for name in LOSS_COUNTS:
+                self.retired[name] += row[name]
+            self.retired['processes'] += 1
+            if found:
+                self.retired_windows[key] = (found, hosts)
+        for key, (found, hosts) in list(self.retired_windows.items()):
+            found = [w for w in found if w[1] >= forget]
+            if found and key in loss.retired:
+                self.retired_windows[key] = (found, hosts)
+            else:
+                del self.retired_windows[key]
+        for s in loss.seqs.values():
+            floor = s.floor
+            for pageno in sorted(s.pages)[:-1]:
+                if s.latest(pageno) >= horizon:
+                    break
+                floor = pageno + 1
+            s.fold(floor)
+            if s.folded_windows:
+                s.forget(forget)
+        # what is held per file, of the files closed
+        reader = self.reader
+        indexes = {f.index for f in self.files.values()}
+        names = {f.name for f in self.files.values()}
+        for fi_pid in [k for k in reader.current if k[0] not in indexes]:
+            del reader.current[fi_pid]
+        for held in (loss.duplicates, loss.read, reader.issues.per_file):
+            for name in [n for n in held if n not in names]:
+                del held[name]
+
+    def losses(self) -> dict:
+        """``{records, missing, lost, processes, retired}``: the valid
+        records read, the ``seq`` numbers never read, the records lost
+        (``losses.FileLoss.per_process``), of every process read
+        (``retired``: of them, those done with)."""
+        out = dict.fromkeys(LOSS_COUNTS, 0)
+        if self.reader is not None:
+            for row in self.reader.loss.per_process().values():
+                for name in LOSS_COUNTS:
+                    out[name] += row[name]
+            out['processes'] = len(self.reader.loss.seqs)
+        for name in LOSS_COUNTS:
+            out[name] += self.retired[name]
+        out['retired'] = self.retired['processes']
+        out['processes'] = out.get('processes', 0) + out['retired']
+        return out
 
     def finish(self) -> None:
         """Finalise every request still open (the end of the input)."""

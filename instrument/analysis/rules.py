@@ -1551,7 +1551,7 @@ def network_failures(ev: Evidence) -> list:
                     'timeouts': timeouts,
                     'unreached': unreached,
                     'server_errors': server,
-                    'errors': errors,
+                    'errors': dict(sorted(errors.items())),
                     'requests': len(reqs),
                     'requests_failed': broke,
                     'rescheduled': rescheduled,
@@ -1629,6 +1629,15 @@ def _nova_network_errors(ev: Evidence) -> list:
             for q in f.get('requests') or ():
                 if q not in reqs:
                     reqs.append(q)
+        # each row's are its slowest; of them all, the slowest first
+        # (end-to-end time, then start and id)
+        want = set(reqs)
+        took = {
+            s.req: (s.start - s.end, s.start)
+            for s in ev.summaries
+            if s.req in want
+        }
+        reqs.sort(key=lambda q: took.get(q, (0, 0)) + (q,))
         # one failure raised where the port was bound (nova's network
         # allocation, in a thread of its own) and raised again in the
         # threads that waited on it (the driver's spawn): counted once,
@@ -1756,6 +1765,22 @@ def _mean(values: list) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def _window_means(values: list, k: int) -> list:
+    """The mean of each ``k`` values in a row of ``values`` (``k`` <=
+    their count), as ``_mean`` of each slice gives it: integer values
+    (times in microseconds) by a running sum, exact and the same
+    floats in O(n) instead of O(n k); others slice by slice."""
+    n = len(values)
+    if not all(v.__class__ is int for v in values):
+        return [_mean(values[i : i + k]) for i in range(n - k + 1)]
+    total = sum(values[:k])
+    out = [total / k]
+    for i in range(k, n):
+        total += values[i] - values[i - k]
+        out.append(total / k)
+    return out
+
+
 def saturated(ev: Evidence) -> list:
     """The saturated services (computed once per ``ev``): ``[{svc,
     procs: [(host, svc, pid)], queue: {...}, cpu: [...], callers,
@@ -1780,7 +1805,7 @@ def saturated(ev: Evidence) -> list:
         # once the burst has passed: its end is not the measure)
         k = max(len(rows) // SAT_WINDOW, 2)
         waits = [r['queue_us'] for r in rows]
-        means = [_mean(waits[i : i + k]) for i in range(len(rows) - k + 1)]
+        means = _window_means(waits, k)
         first = means[0]
         top = max(range(len(means)), key=lambda i: (means[i], -i))
         last = means[top]

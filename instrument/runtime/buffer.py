@@ -282,6 +282,9 @@ class EventBuffer:
             else:
                 buf.drop()
 
+        # What ``emit`` closes over, for a caller that does its steps
+        # inline (``Recorder.begin``, see ``inline_emit``).
+        emit.inline = (queue, limit, buf)  # type: ignore[attr-defined]
         return emit
 
     def drop(self) -> None:

@@ -402,6 +402,14 @@ class Metrics:
                 attrs.get(schema.ATTR_ROWS),
                 err,
             )
+        elif ev == schema.EV_SQL_TXN:
+            # the round trips a transaction's record carries: counted
+            # as the sql.query records they stand for
+            if schema.ATTR_END in attrs or schema.ATTR_RESET in attrs:
+                for _ts, dur, qattrs in schema.folded(
+                    rec[record.I_TS], attrs, None
+                ):
+                    self._statement(qattrs, 1, dur, None, None)
         elif ev == schema.EV_LOCK_WAIT:
             lock = lock_label(attrs.get(schema.ATTR_LOCK))
             self._observe(LOCK_WAIT, (lock,), rec[record.I_DUR])

@@ -76,6 +76,9 @@ NO_FRAME = (None, None, None, None, None, None, None)
 # Make a frame current (a span carried into another thread); returns the
 # token for ``reset_frame``.  The ContextVar's own method: no Python call.
 set_frame = _CURRENT.set
+# The ContextVar's own reset (raises ValueError for a token of another
+# context): what ``end`` calls, and the wrappers' inline end.
+CURRENT_RESET = _CURRENT.reset
 
 
 def reset_frame(token) -> None:
@@ -133,14 +136,17 @@ def _new_prefix() -> int:
     return (int.from_bytes(os.urandom(4), 'big') | 1) << 32
 
 
-_prefix = _new_prefix()
-_ids = itertools.count(1)
+# Public: the span wrappers and the wait recorder read them (and the
+# wall clock anchor below) per call, as module attributes, to make
+# span ids and timestamps inline; a fork renews them.
+span_prefix = _new_prefix()
+span_counter = itertools.count(1)
 
 
 def _reseed_after_fork() -> None:
-    global _prefix, _ids
-    _prefix = _new_prefix()
-    _ids = itertools.count(1)
+    global span_prefix, span_counter
+    span_prefix = _new_prefix()
+    span_counter = itertools.count(1)
 
 
 os.register_at_fork(after_in_child=_reseed_after_fork)
@@ -148,7 +154,7 @@ os.register_at_fork(after_in_child=_reseed_after_fork)
 
 def new_span_id() -> int:
     """A 64-bit span id: random per-process prefix + counter."""
-    return _prefix | (next(_ids) & 0xFFFFFFFF)
+    return span_prefix | (next(span_counter) & 0xFFFFFFFF)
 
 
 def trace_id_hex(req: str) -> str:
@@ -183,7 +189,7 @@ def _wall_minus_perf() -> tuple:
 # two separate reads can be a preemption (or a GIL switch) apart, and a
 # span whose ts is early by that much seems to end before its remote
 # child does.  Refreshed by the buffer's writer (wall clock steps).
-_wall_offset_ns = _wall_minus_perf()[0]
+wall_offset_ns = _wall_minus_perf()[0]
 # A refresh whose paired reads were all stalled longer than this keeps
 # the previous anchor (the next flush tries again).
 _MAX_ANCHOR_GAP_NS = 100_000
@@ -192,15 +198,15 @@ _MAX_ANCHOR_GAP_NS = 100_000
 def refresh_wall_clock(final: bool = False) -> None:
     """Re-anchor timestamps to the wall clock (a buffer periodic:
     ``final`` is set at close)."""
-    global _wall_offset_ns
+    global wall_offset_ns
     offset, gap = _wall_minus_perf()
     if gap <= _MAX_ANCHOR_GAP_NS:
-        _wall_offset_ns = offset
+        wall_offset_ns = offset
 
 
 def wall_us(perf_ns: int) -> int:
     """The wall-clock time, in microseconds, of a monotonic reading."""
-    return (perf_ns + _wall_offset_ns) // 1000
+    return (perf_ns + wall_offset_ns) // 1000
 
 
 # -- span records that cannot be ended normally -------------------------------
@@ -253,8 +259,11 @@ class Recorder:
 
     ``host`` and ``svc`` (from the process identity) fill in what a call
     does not name.  Nothing here formats a value or takes a lock held
-    across I/O; the only Python calls on a span's path are ``begin``,
-    the buffer's ``emit`` and ``end`` (see ``_span_functions``).
+    across I/O; the only Python calls on a span's path are ``begin``
+    and ``end`` (see ``_span_functions``; ``begin`` does the buffer's
+    enqueue inline), and the patch point wrappers do their steps
+    themselves (``instrument.runtime.wrappers``): a change of the
+    record layout here is one there too.
     """
 
     def __init__(
@@ -304,13 +313,22 @@ class Recorder:
         what they use (an attribute lookup per use would cost a tenth of
         the per-call budget)."""
         emit = self.emit
+        # The buffer's own enqueue (EventBuffer.emit) is done inline in
+        # begin: one Python call less per span.  Any other emit (a
+        # test's list, a buffer whose emit was replaced) is called.
+        inline = getattr(emit, 'inline', None)
+        if inline is not None:
+            queue, limit, buf = inline
+            append = queue.append
+        else:
+            queue = limit = buf = append = None
         get_ident = self.get_ident
         clock = self.clock
         process_host = self.host
         process_svc = self.svc
         get_frame = _CURRENT.get
         set_frame_ = _CURRENT.set
-        reset_frame_ = _CURRENT.reset
+        reset_frame_ = CURRENT_RESET
         oslo_request = current_request
 
         def begin(ev: str, svc, host, ctx, inst, remote_parent, attrs) -> list:
@@ -364,14 +382,14 @@ class Recorder:
                 host = process_host
             # Module attributes, read per call: a fork renews the span id
             # prefix, the writer the wall clock anchor.
-            span = _prefix | (next(_ids) & 0xFFFFFFFF)
+            span = span_prefix | (next(span_counter) & 0xFFFFFFFF)
             t0 = clock()
             # The layout of instrument.runtime.record (I_*, then I_T0 and
             # I_TOKEN); the frame is set last (a fault before leaves
             # none).
             rec = [
                 PH_B,
-                (t0 + _wall_offset_ns) // 1000,
+                (t0 + wall_offset_ns) // 1000,
                 None,
                 host,
                 svc,
@@ -389,7 +407,15 @@ class Recorder:
                 set_frame_((span, req, greq, inst, svc, host, ev)),
             ]
             try:
-                emit(rec)
+                if queue is None:
+                    emit(rec)
+                # EventBuffer.emit, its steps inline (see there)
+                elif len(queue) < limit:
+                    if buf.writer is None:
+                        buf.start()
+                    append(rec)
+                else:
+                    buf.drop()
             except BaseException:
                 release(rec)  # not queued: the caller runs unrecorded
                 raise
@@ -438,7 +464,7 @@ class Recorder:
 
     def now_us(self) -> int:
         """Wall-clock now, in microseconds, on the spans' anchor."""
-        return (self.clock() + _wall_offset_ns) // 1000
+        return (self.clock() + wall_offset_ns) // 1000
 
     def instant(
         self, ev: str, attrs=None, svc=None, host=None, req=None, inst=None
@@ -489,7 +515,7 @@ class Recorder:
         monotonic readings; ``span`` None gets a new id."""
         self.emit(
             record.complete(
-                (t0 + _wall_offset_ns) // 1000,
+                (t0 + wall_offset_ns) // 1000,
                 (t1 - t0) // 1000,
                 host or self.host,
                 svc or self.svc,

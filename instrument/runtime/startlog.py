@@ -227,6 +227,10 @@ def _wrap_setup() -> None:
     _STATE.wrapped = True
     _STATE.removed = False
     hooks.when_imported('oslo_log.log', _wrap_module)
+    # registered once per process: after a remove(), wrap again here
+    module = sys.modules.get('oslo_log.log')
+    if module is not None and _STATE.module is None:
+        _wrap_module(module)
 
 
 def _wrap_module(module) -> None:

@@ -78,8 +78,8 @@ class WaitRecorder:
                 return
             try:
                 frame = get_frame()
-                span = rm._prefix | (next(rm._ids) & 0xFFFFFFFF)
-                ts = (t0 + rm._wall_offset_ns) // 1000
+                span = rm.span_prefix | (next(rm.span_counter) & 0xFFFFFFFF)
+                ts = (t0 + rm.wall_offset_ns) // 1000
                 if frame is not None:
                     attrs[call_key] = frame[F_EV]
                     emit(

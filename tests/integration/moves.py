@@ -17,6 +17,7 @@ import json
 import os
 import time
 
+from instrument import schema
 from tests.integration import load
 
 # nova's instance action event of the source's confirm_resize
@@ -167,7 +168,8 @@ def read_spans(span_dir: str) -> list:
                 except ValueError:
                     continue
                 if rec.get('ph') == 'X':
-                    spans.append(rec)
+                    # (an sql.txn's round trips: their sql.query records)
+                    spans.extend(schema.unfold(rec))
     return spans
 
 

@@ -40,7 +40,7 @@ class SpanClockTest(base.TestCase):
         )
         self.useFixture(
             fixtures.MonkeyPatch(
-                'instrument.runtime.recorder._wall_offset_ns', WALL
+                'instrument.runtime.recorder.wall_offset_ns', WALL
             )
         )
         self.recorder = recorder_mod.Recorder(self.buffer, _identity())
@@ -118,7 +118,7 @@ class SpanClockTest(base.TestCase):
             )
         )
         recorder_mod.refresh_wall_clock()
-        self.assertEqual(6_000 - 1_005, recorder_mod._wall_offset_ns)
+        self.assertEqual(6_000 - 1_005, recorder_mod.wall_offset_ns)
 
     def test_a_refresh_of_stalled_reads_keeps_the_anchor(self):
         reads = iter([100, 5_000, 400_100] * 5)
@@ -133,7 +133,7 @@ class SpanClockTest(base.TestCase):
             )
         )
         recorder_mod.refresh_wall_clock()
-        self.assertEqual(WALL, recorder_mod._wall_offset_ns)
+        self.assertEqual(WALL, recorder_mod.wall_offset_ns)
 
     def test_the_writer_refreshes_the_anchor(self):
         calls = []
@@ -156,12 +156,12 @@ class RecorderBufferTest(base.TestCase):
         return buf, sink, recorder_mod.Recorder(buf, _identity())
 
     def test_wall_clock_refresh_runs_as_a_buffer_periodic(self):
-        before = recorder_mod._wall_offset_ns
+        before = recorder_mod.wall_offset_ns
         buf, _sink, _recorder = self.make()
         buf.drain()
         self.assertNotIn('periodic callback', self.logger.output)
-        self.assertIsInstance(recorder_mod._wall_offset_ns, int)
-        self.assertLess(abs(recorder_mod._wall_offset_ns - before), 5 * 10**9)
+        self.assertIsInstance(recorder_mod.wall_offset_ns, int)
+        self.assertLess(abs(recorder_mod.wall_offset_ns - before), 5 * 10**9)
 
     def test_a_full_buffer_drops_and_counts_the_span(self):
         buf, sink, recorder = self.make(size=16)

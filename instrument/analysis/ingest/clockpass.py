@@ -715,11 +715,13 @@ def _worker(
 ) -> None:
     """Read the files ``mine`` and send per read ``(index, lines read,
     time after, host or None, RPC spans, position, request_hashes or
-    None)`` in batches."""
+    None, what ``runs_backwards`` said of the file or None)`` in
+    batches."""
     try:
         decode = rpc_span_decoder(fast_decode)
         files = [spanfiles.SpanFile(paths[i], i) for i in mine]
         found = set()
+        sniffed: set = set()
         begun: dict = {}
         batch = []
         for f, lines, first, _heap in stream.reads(files):
@@ -736,8 +738,23 @@ def _worker(
                 )
                 if hashes:
                     crcs = request_hashes(lines)
+            # (what runs_backwards said of the file, with its first
+            # read: pass 2 will not look again)
+            back = None
+            if f.index not in sniffed:
+                sniffed.add(f.index)
+                back = spanfiles.backwards_seen(f.path)
             batch.append(
-                (f.index, len(lines), f.time, host, spans, f.position(), crcs)
+                (
+                    f.index,
+                    len(lines),
+                    f.time,
+                    host,
+                    spans,
+                    f.position(),
+                    crcs,
+                    back,
+                )
             )
             if len(batch) >= BATCH:
                 out.put(batch)
@@ -813,7 +830,9 @@ def _parallel_chunks(paths, jobs, fast_decode, report, hashes=False):
         done_bytes = 0
         positions = {}
         for i, watermark in stream.order(range(len(paths)), next_read):
-            _i, nlines, _t, host, spans, pos, crcs = current.pop(i)
+            _i, nlines, _t, host, spans, pos, crcs, back = current.pop(i)
+            if back is not None:
+                spanfiles.remember_backwards(paths[i], back)
             done_bytes += pos - positions.get(i, 0)
             positions[i] = pos
             if report is not None:

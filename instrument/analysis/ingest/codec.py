@@ -288,6 +288,57 @@ class Repaired(SlowRecord):
         self.repaired = ''
 
 
+_FOLDED = schema.FOLDED
+
+
+def unfolded(rec: typing.Any) -> list:
+    """The ``sql.query`` records an ``sql.txn`` record ``rec`` carries
+    (``schema.folded``: its COMMIT/ROLLBACK, the pool's reset), as
+    records of the type of ``rec``; none when it carries none (every
+    record of the older shape), or when what it carries is not of that
+    shape (then the transaction alone is read)."""
+    attrs = rec.attrs
+    if not attrs or not (_FOLDED[0] in attrs or _FOLDED[1] in attrs):
+        return []
+    try:
+        parts = schema.folded(rec.ts, attrs, rec.span)
+        if rec.__class__ is Record:
+            replace = msgspec.structs.replace
+            return [
+                replace(
+                    rec,
+                    ts=ts,
+                    dur_us=dur,
+                    ev=schema.EV_SQL_QUERY,
+                    span=None,
+                    st=schema.ST_OK,
+                    err=None,
+                    attrs=qattrs,
+                )
+                for ts, dur, qattrs in parts
+                if ts.__class__ is int and dur.__class__ is int
+            ]
+        out = []
+        for ts, dur, qattrs in parts:
+            if ts.__class__ is not int or dur.__class__ is not int:
+                continue
+            fields = {name: getattr(rec, name) for name in schema.FIELDS}
+            fields.update(
+                ts=ts,
+                dur_us=dur,
+                ev=schema.EV_SQL_QUERY,
+                span=None,
+                st=schema.ST_OK,
+                err=None,
+                attrs=qattrs,
+            )
+            query = SlowRecord(fields)
+            out.append(query)
+        return out
+    except (TypeError, IndexError, KeyError, AttributeError):
+        return []
+
+
 def dumps(rec: typing.Any) -> bytes:
     """A record as its line would have been (its fields, not None)."""
     return json.dumps(

@@ -36,6 +36,7 @@ lost.
 """
 
 import array
+import bisect
 import typing
 
 KINDS = (
@@ -67,6 +68,8 @@ MAX_WINDOWS = 1024
 WINDOW_SLACK_US = 5_000
 # "until the end of the process"
 FOREVER = 1 << 62
+# processes done with (``FileLoss.retire``) remembered, at most
+MAX_RETIRED = 10_000
 
 
 # the bytes of a line that is not text shown in a message
@@ -191,6 +194,12 @@ class SeqSet:
         'times',
         'bad',
         'cuts',
+        'floor',
+        'folded',
+        'folded_lo',
+        'folded_hi',
+        'folded_windows',
+        'holes',
     )
 
     def __init__(self, first: tuple, key: tuple = ()) -> None:
@@ -204,6 +213,12 @@ class SeqSet:
         self.times: dict = {}
         self.bad: list = []
         self.cuts: list = []
+        self.floor = 0
+        self.folded = 0
+        self.folded_lo: typing.Optional[int] = None
+        self.folded_hi: typing.Optional[int] = None
+        self.folded_windows: list = []
+        self.holes: list = []
 
     def bucket(self, pageno: int) -> array.array:
         """The times of the buckets of numbers ``pageno << TIMES_SHIFT``
@@ -246,12 +261,19 @@ class SeqSet:
         self.bad.extend(other.bad[: MAX_NOTED - len(self.bad)])
         self.cuts.extend(other.cuts[: MAX_NOTED - len(self.cuts)])
 
-    def missing(self) -> typing.Iterator[tuple]:
+    def missing(
+        self, upto: typing.Optional[int] = None
+    ) -> typing.Iterator[tuple]:
         """``(first, last)`` of each run of numbers not read between the
-        lowest and the highest read, in order."""
+        lowest and the highest read (or ``upto``), in order; above the
+        floor (``fold``)."""
         _n, lo, hi = self.span()
         if lo is None:
             return
+        if upto is not None:
+            hi = min(hi, upto)
+        # (below the floor: ``holes``)
+        lo = max(lo, self.floor << 16)
         run = None
         for pageno in range(lo >> 16, (hi >> 16) + 1):
             base = pageno << 16
@@ -326,9 +348,12 @@ class SeqSet:
         return (page[i], page[i + 1])
 
     def add(self, seq: int) -> bool:
-        """Mark ``seq`` read; False when it was read before."""
+        """Mark ``seq`` read; False when it was read before (or is
+        below the floor: ``below``)."""
         page = self.pages.get(seq >> 16)
         if page is None:
+            if seq >> 16 < self.floor:
+                return False
             page = self.pages[seq >> 16] = bytearray(8192)
         i = seq & 0xFFFF
         bit = 1 << (i & 7)
@@ -346,8 +371,8 @@ class SeqSet:
     def span(self) -> tuple:
         """``(numbers read, lowest, highest)``; lowest and highest None
         when none."""
-        n = 0
-        lo = hi = None
+        n = self.folded
+        lo, hi = self.folded_lo, self.folded_hi
         for pageno in sorted(self.pages):
             value = int.from_bytes(self.pages[pageno], 'little')
             if not value:
@@ -358,6 +383,91 @@ class SeqSet:
                 lo = base + (value & -value).bit_length() - 1
             hi = base + value.bit_length() - 1
         return n, lo, hi
+
+    def latest(self, pageno: int) -> int:
+        """The latest time of the records of page ``pageno`` (its
+        buckets', 0: none timed)."""
+        per = 1 << (16 - TIMES_SHIFT)
+        out = 0
+        for k in range(pageno * per, (pageno + 1) * per):
+            page = self.times.get(k)
+            if page is not None:
+                out = max(out, max(page[1::2]))
+        return out
+
+    def fold(self, floor: int) -> None:
+        """Drop the pages below page ``floor`` (and their times), their
+        counts, the windows of their gaps and their holes kept (class
+        doc)."""
+        if floor <= self.floor:
+            return
+        below = [p for p in self.pages if p < floor]
+        if not below:
+            self.floor = floor
+            return
+        top = (floor << 16) - 1
+        windows = self.folded_windows
+        for a, b in self.missing(top):
+            windows.append(self.around(a, b))
+            self.holes.append((a, b))
+        if len(self.bad) >= MAX_NOTED:
+            # more than were noted (``FileLoss.windows``): anywhere
+            windows.append((0, FOREVER))
+        keep = []
+        for seq in self.bad:
+            if seq <= top:
+                windows.append(self.around(seq, seq))
+            else:
+                keep.append(seq)
+        self.bad = keep
+        del self.holes[: max(0, len(self.holes) - MAX_NOTED)]
+        for pageno in sorted(below):
+            value = int.from_bytes(self.pages.pop(pageno), 'little')
+            if not value:
+                continue
+            self.folded += value.bit_count()
+            base = pageno << 16
+            if self.folded_lo is None:
+                self.folded_lo = base + (value & -value).bit_length() - 1
+            self.folded_hi = base + value.bit_length() - 1
+        per = 1 << (16 - TIMES_SHIFT)
+        for k in [k for k in self.times if k < floor * per]:
+            del self.times[k]
+        self.floor = floor
+        if len(windows) > MAX_WINDOWS:
+            windows[:] = _merged(windows, 0)
+
+    def forget(self, before: int) -> None:
+        """Drop the folded windows that ended before ``before``."""
+        self.folded_windows = [
+            w for w in self.folded_windows if w[1] >= before
+        ]
+
+    def below(self, seq: int) -> bool:
+        """A number below the floor read now: True when it is one of
+        the holes kept (a record counted lost, read late: the hole
+        shrinks), False when not (read before, or not known: a copy of
+        a record read)."""
+        holes = self.holes
+        # (in order: the pages are folded upwards)
+        i = bisect.bisect_right(holes, (seq, FOREVER)) - 1
+        if i < 0 or holes[i][1] < seq:
+            return False
+        a, b = holes[i]
+        holes[i : i + 1] = [
+            h for h in ((a, seq - 1), (seq + 1, b)) if h[0] <= h[1]
+        ]
+        return True
+
+    def retire(self) -> None:
+        """Everything folded, nothing kept but the counts: every
+        number read from now on is below the floor."""
+        self.fold(FOREVER >> 16)
+        self.times.clear()
+        self.folded_windows = []
+        self.holes = []
+        self.bad = []
+        self.cuts = []
 
     def row(self) -> list:
         """``[count, lo, hi, first, invalid, last, ended, hosts]``
@@ -440,6 +550,9 @@ class FileLoss:
         # numbers)
         self.repaired: dict = {}
         self.found: dict = {}
+        # process key: SeqSet of the processes done with (``retire``;
+        # the follow mode), the latest ``MAX_RETIRED``
+        self.retired: dict = {}
 
     def report(
         self,
@@ -513,29 +626,38 @@ class FileLoss:
         rows = self.per_process()
         out = {}
         for key, s in self.seqs.items():
-            row = rows[key]
-            if not (
-                row['lost'] or row['sql_dropped'] or key in self.cut_processes
-            ):
-                continue
-            _n, _lo, hi = s.span()
-            spans = [s.around(a, b) for a, b in s.missing()]
-            spans.extend(s.around(seq, seq) for seq in s.bad)
-            spans.extend(s.cuts)
-            if len(s.bad) >= MAX_NOTED or len(s.cuts) >= MAX_NOTED:
-                # more than were noted: anywhere
-                spans.append((0, FOREVER))
-            by_sink = row['dropped'] - row['buffer_dropped']
-            if hi is not None and (
-                by_sink > row['missing'] or key in self.cut_processes
-            ):
-                # a sink's drops after the last number read, or the
-                # unreadable end of a file
-                spans.append(s.around(hi + 1, hi + 1))
-            if row['buffer_dropped'] or row['sql_dropped']:
-                spans.extend(_counter_windows(self.reports.get(key, [])))
-            out[key] = _merged(spans)
+            found = self.windows_of(key, s, rows[key])
+            if found is not None:
+                out[key] = found
         return out
+
+    def windows_of(
+        self, key: tuple, s: SeqSet, row: dict
+    ) -> typing.Optional[list]:
+        """The windows of ``windows`` of process ``key`` (``row``: its
+        ``per_process``), None when it lost nothing."""
+        if not (
+            row['lost'] or row['sql_dropped'] or key in self.cut_processes
+        ):
+            return None
+        _n, _lo, hi = s.span()
+        spans = [s.around(a, b) for a, b in s.missing()]
+        spans.extend(s.folded_windows)
+        spans.extend(s.around(seq, seq) for seq in s.bad)
+        spans.extend(s.cuts)
+        if len(s.bad) >= MAX_NOTED or len(s.cuts) >= MAX_NOTED:
+            # more than were noted: anywhere
+            spans.append((0, FOREVER))
+        by_sink = row['dropped'] - row['buffer_dropped']
+        if hi is not None and (
+            by_sink > row['missing'] or key in self.cut_processes
+        ):
+            # a sink's drops after the last number read, or the
+            # unreadable end of a file
+            spans.append(s.around(hi + 1, hi + 1))
+        if row['buffer_dropped'] or row['sql_dropped']:
+            spans.extend(_counter_windows(self.reports.get(key, [])))
+        return _merged(spans)
 
     def per_process(self) -> dict:
         """``{key: row}`` of every process read.  A row has ``file``
@@ -564,45 +686,75 @@ class FileLoss:
         record (a line a full disk cut short is both), and each may be
         a missing number or one after the last read: the numbers lost
         are the most of the three counts, never their sum."""
-        rows = {}
-        for key, s in self.seqs.items():
-            n, lo, hi, first, numbered, last, ended, hosts = _seq_row(s)
-            host, pid, _start = key
-            missing = 0
-            if lo is not None and hi is not None:
-                # (less the repaired records whose number was not read)
-                missing = max(
-                    0, hi - lo + 1 - n - numbered - self.found.get(key, 0)
-                )
-            unnumbered = self.unnumbered.get(key, 0)
-            drops = self.drops.get(key) or {}
-            buffer_dropped = sum(
-                n for cause, n in drops.items() if cause in UNNUMBERED_DROPS
+        return {key: self.row(key, s) for key, s in self.seqs.items()}
+
+    def row(self, key: tuple, s: typing.Any) -> dict:
+        """The row of ``per_process`` of process ``key`` (``s``: its
+        ``SeqSet`` or its ``row()``)."""
+        n, lo, hi, first, numbered, last, ended, hosts = _seq_row(s)
+        host, pid, _start = key
+        missing = 0
+        if lo is not None and hi is not None:
+            # (less the repaired records whose number was not read)
+            missing = max(
+                0, hi - lo + 1 - n - numbered - self.found.get(key, 0)
             )
-            read_from = self.sinks.get(key) or {'file'}
-            by_sink = min(drops.get(sink, 0) for sink in read_from)
-            numbers = max(missing, unnumbered, by_sink)
-            sink_dropped = min(by_sink, numbers - unnumbered)
-            row = {
-                'key': key,
-                'file': first[1],
-                'host': host,
-                'pid': pid,
-                'records': n + self.found.get(key, 0),
-                'missing': missing,
-                'dropped': buffer_dropped + by_sink,
-                'sql_dropped': self.sql_dropped.get(key, 0),
-                'invalid': numbered + unnumbered,
-                'sink_dropped': sink_dropped,
-                'buffer_dropped': buffer_dropped,
-                'unreported_gaps': numbers - unnumbered - sink_dropped,
-                'last_us': last,
-                'ended': ended,
-                'hosts': sorted(hosts),
-            }
-            row['lost'] = sum(row[cause] for cause in LOSS_CAUSES)
-            rows[key] = row
-        return rows
+        unnumbered = self.unnumbered.get(key, 0)
+        drops = self.drops.get(key) or {}
+        buffer_dropped = sum(
+            n for cause, n in drops.items() if cause in UNNUMBERED_DROPS
+        )
+        read_from = self.sinks.get(key) or {'file'}
+        by_sink = min(drops.get(sink, 0) for sink in read_from)
+        numbers = max(missing, unnumbered, by_sink)
+        sink_dropped = min(by_sink, numbers - unnumbered)
+        row = {
+            'key': key,
+            'file': first[1],
+            'host': host,
+            'pid': pid,
+            'records': n + self.found.get(key, 0),
+            'missing': missing,
+            'dropped': buffer_dropped + by_sink,
+            'sql_dropped': self.sql_dropped.get(key, 0),
+            'invalid': numbered + unnumbered,
+            'sink_dropped': sink_dropped,
+            'buffer_dropped': buffer_dropped,
+            'unreported_gaps': numbers - unnumbered - sink_dropped,
+            'last_us': last,
+            'ended': ended,
+            'hosts': sorted(hosts),
+        }
+        row['lost'] = sum(row[cause] for cause in LOSS_CAUSES)
+        return row
+
+    def retire(self, key: tuple) -> tuple:
+        """Process ``key`` is done with (the follow mode: ended long
+        ago): its row (``per_process``) and its windows (``windows``,
+        None: none), then all it holds dropped but
+        its ``SeqSet``, kept folded whole (``SeqSet.retire``: a record
+        of it read later is not read again) among the last
+        ``MAX_RETIRED`` (``retired``)."""
+        s = self.seqs.pop(key)
+        row = self.row(key, s)
+        windows = self.windows_of(key, s, row)
+        s.retire()
+        for attr in (
+            'drops',
+            'bad',
+            'unnumbered',
+            'sql_dropped',
+            'sinks',
+            'reports',
+            'found',
+        ):
+            getattr(self, attr).pop(key, None)
+        self.cut_processes.discard(key)
+        retired = self.retired
+        retired[key] = s
+        while len(retired) > MAX_RETIRED:
+            del retired[next(iter(retired))]
+        return row, windows
 
     def summary(self) -> list:
         """Rows ``{file, host, pid, records, missing, dropped, invalid,
@@ -689,13 +841,13 @@ def _counter_windows(rows: list) -> list:
     return out
 
 
-def _merged(spans: list) -> list:
+def _merged(spans: list, slack: int = WINDOW_SLACK_US) -> list:
     """``spans`` widened by the slack, sorted and merged, at most
     ``MAX_WINDOWS`` (the closest merged first)."""
     out: list = []
     for a, b in sorted(spans):
-        a -= WINDOW_SLACK_US
-        b = b + WINDOW_SLACK_US if b < FOREVER else FOREVER
+        a -= slack
+        b = b + slack if b < FOREVER else FOREVER
         if out and a <= out[-1][1]:
             if b > out[-1][1]:
                 out[-1] = (out[-1][0], b)

@@ -42,6 +42,7 @@ the consumers.  ``read`` returns when every file is read, after
 ``finish`` on each consumer that has one.
 """
 
+import itertools
 import typing
 import zlib
 
@@ -75,6 +76,27 @@ def chain(handlers: tuple) -> typing.Callable:
             if each(rec, ts, cursor) is False:
                 return False
         return True
+
+    return handle
+
+
+def _unfolding(
+    txn: typing.Optional[typing.Callable], query: typing.Callable
+) -> typing.Callable:
+    """The handler of an ``sql.txn`` record: the ``sql.query`` records
+    it carries to ``query`` (in the order they were sent, at the times
+    ``ts`` corrected as the transaction's), then the transaction to
+    ``txn`` (if any takes it)."""
+    unfolded = codec.unfolded
+
+    def handle(rec: typing.Any, ts: int, cursor: typing.Any) -> typing.Any:
+        if rec.attrs:
+            shift = ts - rec.ts
+            for each in unfolded(rec):
+                query(each, each.ts + shift, cursor)
+        if txn is not None:
+            return txn(rec, ts, cursor)
+        return None
 
     return handle
 
@@ -125,6 +147,11 @@ class PartReader:
         self.line_parts = line_parts or {}
         self.part = part
         self.nparts = nparts
+        # line_parts' byte of a line -> 1 when this partition looks at
+        # the line (its own, or UNDECIDED), else 0
+        self.keep_table = bytes(
+            1 if p == part or p == UNDECIDED else 0 for p in range(256)
+        )
         self.issues = losses.Issues()
         self.loss = losses.FileLoss()
         self.consumers = (self,) + tuple(consumers)
@@ -194,6 +221,16 @@ class PartReader:
                 if len(each) == 1
                 else chain(each)
             )
+        if ph == 'X' and ev == schema.EV_SQL_TXN:
+            # an sql.txn may carry its round trips: they are read as
+            # the sql.query records they stand for (``codec.unfolded``)
+            queries = self.table['X'].get(schema.EV_SQL_QUERY)
+            if queries is None:
+                queries = self.handlers('X', schema.EV_SQL_QUERY)
+            per_context = [
+                _unfolding(txn, query) if query is not None else txn
+                for txn, query in zip(per_context, queries, strict=True)
+            ]
         found = self.table[ph][ev] = tuple(per_context)
         return found
 
@@ -249,11 +286,16 @@ class PartReader:
             parts = self.line_parts.get(fi)
             if parts is not None and len(parts) >= first + len(lines):
                 decided = parts[first : first + len(lines)]
-                pairs = [
-                    (k + first + 1, lines[k])
-                    for k, p in enumerate(decided)
-                    if p == part or p == UNDECIDED
-                ]
+                # (a byte per line, 1 where it is to be looked at: the
+                # lines and their numbers picked in C)
+                mask = decided.translate(self.keep_table)
+                pairs = zip(
+                    itertools.compress(
+                        range(first + 1, first + len(lines) + 1), mask
+                    ),
+                    itertools.compress(lines, mask),
+                    strict=True,
+                )
         # a file is mostly one process on one host: remember the last
         # (its seq bitmap page, and its latest time, kept in locals)
         c_pid = None
@@ -283,7 +325,9 @@ class PartReader:
             ):
                 i = raw.find(b'"req":"')
                 if i < 0:
-                    meta = b'"ph":"M"' in raw[:24]
+                    # (the runtime writes ph second; any writer's
+                    # order is read alike, at every -j)
+                    meta = b'"ph":"M"' in raw
                     if part != 0 and not meta:
                         continue
                 else:
@@ -362,6 +406,12 @@ class PartReader:
                 c_pageno = seq >> 16
                 c_page = c_pages.get(c_pageno)
                 if c_page is None:
+                    if c_pageno < c_seq.floor:
+                        # folded (the follow mode): read before, or a
+                        # record counted lost
+                        c_pageno = -1
+                        self.below_floor(c_seq, seq, fname, line_of(lineno))
+                        continue
                     c_page = c_pages[c_pageno] = bytearray(8192)
             i = seq & 0xFFFF
             j = i >> 3
@@ -416,6 +466,15 @@ class PartReader:
                 keep.write(
                     keep_prefix, line_of(lineno), raw, c_seq.key[2], c_off
                 )
+                if rec.ev == schema.EV_SQL_TXN:
+                    for each in codec.unfolded(rec):
+                        keep.write(
+                            keep_prefix,
+                            line_of(lineno),
+                            codec.dumps(each),
+                            c_seq.key[2],
+                            c_off,
+                        )
             try:
                 handlers = table[ph][rec.ev]
             except KeyError:  # the first record of its phase and event
@@ -435,6 +494,32 @@ class PartReader:
             c_seq.last = c_last
         if nread:
             read[fname] = read.get(fname, 0) + nread
+
+    def below_floor(
+        self, s: losses.SeqSet, seq: int, fname: str, lineno: int
+    ) -> None:
+        """A record whose number is below its process's floor (its
+        pages folded: ``losses.SeqSet.fold``): not read again.  One of
+        the numbers counted lost is ``late`` (still counted lost: its
+        loss was final); any other is a ``duplicate`` (a rotated copy
+        of records read)."""
+        if s.below(seq):
+            self.issues.add(
+                'late',
+                fname,
+                lineno,
+                'seq %d of %s: counted lost before it was read'
+                % (seq, losses.process_label(s.key)),
+            )
+            return
+        self.issues.add(
+            'duplicate',
+            fname,
+            lineno,
+            'seq %d of %s read before' % (seq, losses.process_label(s.key)),
+        )
+        dups = self.loss.duplicates
+        dups[fname] = dups.get(fname, 0) + 1
 
     def periodic_run(self, rec: typing.Any) -> str:
         """The periodic run a record of a request id nova sent with a
@@ -692,6 +777,10 @@ class PartReader:
         read so far, wherever read."""
         s = self.loss.seqs.get(key)
         if s is None:
+            s = self.loss.retired.get(key)
+            if s is not None:
+                # done with (the follow mode): folded whole
+                return s
             s = self.loss.seqs[key] = losses.SeqSet((fi, fname), key)
         # the sink that wrote the file: its drops are this file's gaps
         self.loss.sinks.setdefault(key, set()).add(

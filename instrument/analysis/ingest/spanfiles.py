@@ -63,6 +63,11 @@ BACKWARDS_LINES = 1024
 BACKWARDS_STEPS = 8
 # bytes read at once from the end of a file read backwards
 BACKWARDS_BYTES = 1 << 18
+# what ``runs_backwards`` said of each file's first lines, by (path,
+# size, mtime, inode): pass 1 looks, pass 2 (and its forked workers) reuse it
+# (``backwards_seen``, ``remember_backwards``); at most this many
+MAX_SNIFFED = 4096
+_SNIFFED: dict = {}
 
 
 class InputError(Exception):
@@ -276,6 +281,38 @@ def runs_backwards(lines: list) -> bool:
                 down += 1
         last[pid.group(1)] = n
     return down >= BACKWARDS_STEPS and down > 4 * up
+
+
+def _file_key(path: str) -> typing.Optional[tuple]:
+    """``(path, size, mtime, inode)`` of a file (None: it cannot be
+    read)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (path, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def backwards_seen(path: str) -> typing.Optional[bool]:
+    """What ``runs_backwards`` said of this version of the file, when a
+    ``SpanFile`` of this process (or one that sent it here:
+    ``remember_backwards``) looked; None: not looked at."""
+    key = _file_key(path)
+    return None if key is None else _SNIFFED.get(key)
+
+
+def remember_backwards(
+    path: str, backwards: bool, key: typing.Optional[tuple] = None
+) -> None:
+    """Note what ``runs_backwards`` said of the file ``path`` (as it is
+    now), for the next ``SpanFile`` of it not to read its start again."""
+    if key is None:
+        key = _file_key(path)
+    if key is None:
+        return
+    if len(_SNIFFED) >= MAX_SNIFFED:
+        _SNIFFED.clear()
+    _SNIFFED[key] = backwards
 
 
 class Backwards:
@@ -493,13 +530,20 @@ class SpanFile:
 
     def _runs_backwards(self) -> bool:
         """Do the records of the file's first lines run backwards
-        (``runs_backwards``)?  (Read apart, as far as they can be.)"""
+        (``runs_backwards``)?  (Read apart, as far as they can be; once
+        per file and version of it: ``backwards_seen``.)"""
+        key = _file_key(self.path)
+        found = _SNIFFED.get(key) if key is not None else None
+        if found is not None:
+            return found
         head = b''
         for text in inflate(self.path):
             head += text
             if len(head) >= SNIFF_BYTES * 4:
                 break
-        return runs_backwards(head.split(b'\n')[:-1])
+        found = runs_backwards(head.split(b'\n')[:-1])
+        remember_backwards(self.path, found, key)
+        return found
 
     def _start_backwards(self) -> None:
         """Read the file from its end from now on (``Backwards``; a

@@ -357,9 +357,14 @@ def _union(intervals: list) -> int:
 
 
 def summarise(
-    r: spans_mod.OpenRequest, tree: spans_mod.Tree, keep_lifecycle: bool = True
+    r: spans_mod.OpenRequest,
+    tree: spans_mod.Tree,
+    keep_lifecycle: bool = True,
+    kind: typing.Optional[str] = None,
 ) -> RequestSummary:
-    """Reduce a finished ``spans.OpenRequest`` to its summary.
+    """Reduce a finished ``spans.OpenRequest`` to its summary
+    (``kind``: its operation when known, ``operations.operation_of`` of
+    its spans as they are).
 
     ``summary.critical`` holds the span ids on the critical path;
     without ``keep_lifecycle`` the lifecycle can still be made later
@@ -483,7 +488,8 @@ def summarise(
     rows = []
     # the operation (never guessed: operations.operation_of) and its
     # own state machine; boots keep classify's
-    kind = operations.operation_of(spans)
+    if kind is None:
+        kind = operations.operation_of(spans)
     if kind == operations.OTHER:
         state = classify.OTHER
     else:

@@ -36,6 +36,20 @@ def bucket_value(b: int) -> float:
     return 2 ** ((b + 0.5) / HIST_STEPS) - 1
 
 
+def tie_key(ts: typing.Any, req: typing.Any) -> tuple:
+    """The key that picks one of equal durations: the earliest start,
+    then the smallest request id (a total order, whatever the order the
+    records arrived in)."""
+    return (ts if ts.__class__ is int else 0, '' if req is None else str(req))
+
+
+def held_key(holder: tuple) -> tuple:
+    """``tie_key`` of a lock's holder ``(req, call, host, svc, ts)``
+    (``sections.waits``), then the rest of it."""
+    req, call, host, svc, ts = holder
+    return tie_key(ts, req) + (str(call), str(host), str(svc))
+
+
 class Durations:
     """A series of durations: ``add`` one, ``merge`` another series,
     read a ``percentile``.  ``held_*`` and ``holder`` are a lock's
@@ -47,6 +61,7 @@ class Durations:
         'total',
         'max',
         'max_req',
+        'max_at',
         'values',
         'hist',
         'held_max',
@@ -60,21 +75,28 @@ class Durations:
         self.total = 0
         self.max = -1
         self.max_req = None
+        # (start, request id) of the longest: of equal ones, the first
+        # by it (the same at any -j, whatever the order of arrival)
+        self.max_at: tuple = (0, '')
         self.values: list | None = []
         self.hist: dict = {}
         self.held_max = -1
         self.holder = None
         self.held_total = 0
 
-    def add(self, dur: int, error: bool, req: typing.Any) -> None:
-        """One duration of ``req`` (``error``: it ended in one)."""
+    def add(self, dur: int, error: bool, req: typing.Any, ts: int = 0) -> None:
+        """One duration of ``req`` (``error``: it ended in one) that
+        started at ``ts``."""
         self.count += 1
         if error:
             self.errors += 1
         self.total += dur
-        if dur > self.max:
-            self.max = dur
-            self.max_req = req
+        if dur >= self.max:
+            at = tie_key(ts, req)
+            if dur > self.max or at < self.max_at:
+                self.max = dur
+                self.max_req = req
+                self.max_at = at
         if self.values is not None:
             if len(self.values) < EXACT_MAX:
                 self.values.append(dur)
@@ -87,8 +109,11 @@ class Durations:
         self.count += other.count
         self.errors += other.errors
         self.total += other.total
-        if other.max > self.max:
+        if other.max > self.max or (
+            other.max == self.max and other.max_at < self.max_at
+        ):
             self.max, self.max_req = other.max, other.max_req
+            self.max_at = other.max_at
         if (
             self.values is not None
             and other.values is not None
@@ -99,7 +124,12 @@ class Durations:
             self.values = None
         for b, n in other.hist.items():
             self.hist[b] = self.hist.get(b, 0) + n
-        if other.held_max > self.held_max:
+        if other.held_max > self.held_max or (
+            other.held_max == self.held_max
+            and other.holder is not None
+            and self.holder is not None
+            and held_key(other.holder) < held_key(self.holder)
+        ):
             self.held_max, self.holder = other.held_max, other.holder
         self.held_total += other.held_total
 

@@ -305,14 +305,19 @@ class Assembler:
         self._swept = watermark
         idle_cut = watermark - self.idle_us
         hung_cut = watermark - self.hung_us
-        done = []
+        done: list = []
         for req, r in self.open.items():
             if r.last >= idle_cut:
                 continue
-            if r.last < hung_cut or (r.open == 0 and _terminal(r)):
-                done.append(req)
-        for req in done:
-            self.finalise(self.open.pop(req))
+            if r.last < hung_cut:
+                done.append((req, None))
+            elif r.open == 0:
+                # (its operation, found once: summarise needs it too)
+                op = operations.operation_of(r.spans)
+                if _terminal(r, op):
+                    done.append((req, op))
+        for req, op in done:
+            self.finalise(self.open.pop(req), op)
 
     def finish(self) -> None:
         """Finalise every request still open (the end of the input)."""
@@ -320,15 +325,18 @@ class Assembler:
             self.finalise(r)
         self.open.clear()
 
-    def finalise(self, r: spans_mod.OpenRequest) -> None:
-        """Reduce ``r`` to its summary, hand it to the hooks."""
+    def finalise(
+        self, r: spans_mod.OpenRequest, kind: typing.Optional[str] = None
+    ) -> None:
+        """Reduce ``r`` to its summary, hand it to the hooks (``kind``:
+        its operation, when just found from its spans)."""
         self.recent[r.req] = None
         if len(self.recent) > RECENT:
             self.recent.popitem(last=False)
         if not r.spans and not r.sql:
             return
         tree = spans_mod.Tree(r.spans, r.sql_errors)
-        summary = breakdown.summarise(r, tree, keep_lifecycle=False)
+        summary = breakdown.summarise(r, tree, keep_lifecycle=False, kind=kind)
         if self.window is not None and not self.window.contains(summary.start):
             self.outside += 1
             return
@@ -344,10 +352,10 @@ class Assembler:
         summary.critical = None
 
 
-def _terminal(r: spans_mod.OpenRequest) -> bool:
-    """Has the request reached an outcome (no more events expected)?"""
+def _terminal(r: spans_mod.OpenRequest, op: str) -> bool:
+    """Has the request reached an outcome (no more events expected)?
+    ``op``: its operation (``operations.operation_of`` of its spans)."""
     spans = r.spans
-    op = operations.operation_of(spans)
     if op != operations.OP_BOOT:
         if op == operations.OTHER:
             return any(

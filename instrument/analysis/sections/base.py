@@ -37,7 +37,32 @@ A section that needs none of these leaves it as defined here.  The
 report, the JSON, text and HTML writers and ``compare`` iterate it.
 """
 
+import bisect
 import typing
+
+
+def keep_best(kept: list, item: typing.Any, n: int) -> bool:
+    """Keep ``item`` in ``kept`` (sorted, at most ``n`` items, each
+    once) if it is among the ``n`` smallest; whether it is.
+
+    A section's examples are picked by a total key of the example (a
+    figure, then the request's start and id), never by the order the
+    records arrived in: a worker's ``merge`` keeps the same ones as a
+    single pass, whatever the partition (``-j``)."""
+    if item in kept:
+        return True
+    if len(kept) >= n and not item < kept[-1]:
+        return False
+    bisect.insort(kept, item)
+    if len(kept) > n:
+        kept.pop()
+    return True
+
+
+def merge_best(kept: list, other: typing.Iterable, n: int) -> None:
+    """``keep_best`` of each of ``other``'s items."""
+    for item in other:
+        keep_best(kept, item, n)
 
 
 class Context:

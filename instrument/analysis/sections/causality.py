@@ -48,6 +48,10 @@ def _replied(span: typing.Any) -> bool:
     )
 
 
+def _int(value: typing.Any) -> int:
+    return value if value.__class__ is int else 0
+
+
 class Causality(base.Section):
     """``report['causality']``: ``{checked, violations, examples}``."""
 
@@ -85,24 +89,40 @@ class Causality(base.Section):
                 bad = s[S_START] + s[S_DUR] > p[S_START] + p[S_DUR]
             if bad:
                 c['violations'] += 1
-                if len(c['examples']) < EXAMPLES:
-                    c['examples'].append(
-                        {
-                            'req': r.req,
-                            'parent': p[S_EV],
-                            'parent_host': p[S_HOST],
-                            'child': s[S_EV],
-                            'child_host': s[S_HOST],
-                        }
-                    )
+                # the first by (child's start, request, ...), whatever
+                # the order requests finished in (the same at any -j)
+                base.keep_best(
+                    c['examples'],
+                    (
+                        _int(s[S_START]),
+                        str(r.req),
+                        str(p[S_EV]),
+                        str(p[S_HOST]),
+                        str(s[S_EV]),
+                        str(s[S_HOST]),
+                        (r.req, p[S_EV], p[S_HOST], s[S_EV], s[S_HOST]),
+                    ),
+                    EXAMPLES,
+                )
 
     def merge(self, other: 'Causality') -> None:
         mine = self.table
         mine['checked'] += other.table['checked']
         mine['violations'] += other.table['violations']
-        mine['examples'].extend(
-            other.table['examples'][: EXAMPLES - len(mine['examples'])]
-        )
+        base.merge_best(mine['examples'], other.table['examples'], EXAMPLES)
 
     def report(self, view: base.View) -> dict:
-        return self.table
+        out = dict(self.table)
+        out['examples'] = [
+            {
+                'req': req,
+                'parent': parent,
+                'parent_host': parent_host,
+                'child': child,
+                'child_host': child_host,
+            }
+            for req, parent, parent_host, child, child_host in (
+                example[-1] for example in self.table['examples']
+            )
+        ]
+        return out

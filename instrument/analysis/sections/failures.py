@@ -15,9 +15,10 @@ A failure's *origin* is an error span none of whose children (on any
 host) failed (``spans.Tree.origins``): an exception that travels up
 through nested spans and RPC hops is counted once, where it was raised.
 One row per (operation, component, event, error class, normalised
-message) over the finished requests: how many times it was raised, a
-few of the requests, and of those how many were *final* or
-*recovered*.  A failure that came from another service is that
+message) over the finished requests: how many times it was raised, the
+five slowest of its requests (by the request's end-to-end time, then
+its start and id: the same at any ``-j``), and of those how many were
+*final* or *recovered*.  A failure that came from another service is that
 service's row (``services.failure``).
 
 Each error is told apart by its fate (``Fates``): ``final`` when it
@@ -58,6 +59,8 @@ FINAL = 'final'
 DB_RETRY = 'db_retry'
 RESCHEDULED = 'rescheduled'
 SUCCEEDED = 'succeeded'
+# Request ids kept per failure row: the slowest.
+KEEP = 5
 
 
 class Failures(base.Section):
@@ -67,16 +70,20 @@ class Failures(base.Section):
 
     def __init__(self, ctx: base.Context) -> None:
         # (operation, svc, ev, cls, normalised message):
-        # [count, [request ids], final, {how recovered: count}]
+        # [count, [(-request us, start, request id)], final,
+        # {how recovered: count}]: the KEEP slowest requests
         self.table: dict = {}
 
-    def _add(self, key, req, fate=None) -> None:
+    def _add(self, key, req, fate=None, summary=None) -> None:
         row = self.table.get(key)
         if row is None:
             row = self.table[key] = [0, [], 0, {}]
         row[0] += 1
-        if len(row[1]) < 5 and req not in row[1]:
-            row[1].append(req)
+        if summary is None:
+            example = (0, 0, req)
+        else:
+            example = (summary.start - summary.end, summary.start, req)
+        base.keep_best(row[1], example, KEEP)
         if fate == FINAL:
             row[2] += 1
         elif fate is not None:
@@ -153,13 +160,13 @@ class Failures(base.Section):
                 ]
             )
         for key, fate in rows:
-            self._add(key, r.req, fate)
+            self._add(key, r.req, fate, summary)
 
     def merge(self, other: 'Failures') -> None:
         for key, (n, reqs, final, recovered) in other.table.items():
             row = self.table.setdefault(key, [0, [], 0, {}])
             row[0] += n
-            row[1].extend(r for r in reqs if len(row[1]) < 5)
+            base.merge_best(row[1], reqs, KEEP)
             row[2] += final
             for how, k in recovered.items():
                 row[3][how] = row[3].get(how, 0) + k
@@ -177,7 +184,7 @@ class Failures(base.Section):
                 'cls': cls,
                 'message': msg,
                 'count': n,
-                'requests': reqs,
+                'requests': [example[2] for example in reqs],
                 'final': final,
                 'recovered': sum(recovered.values()),
                 'recovered_by': dict(sorted(recovered.items())),

@@ -391,12 +391,10 @@ class DbRetries:
             row['reqs'].add(str(rec.req))
         if attrs.get(schema.ATTR_EXHAUSTED) is True:
             row['exhausted'] += 1
-            if (
-                rec.req
-                and str(rec.req) not in row['failed']
-                and len(row['failed']) < KEEP
-            ):
-                row['failed'].append(str(rec.req))
+            if rec.req:
+                # the first request ids by name (as ``requests``), the
+                # same at any -j
+                base.keep_best(row['failed'], str(rec.req), KEEP)
 
     def query(self, rec: typing.Any) -> None:
         err = rec.err if isinstance(rec.err, dict) else None
@@ -436,10 +434,7 @@ class DbRetries:
                     : max(self.MAX_REQS - len(row['reqs']), 0)
                 ]
             )
-            row['failed'] = (
-                row['failed']
-                + [r for r in theirs['failed'] if r not in row['failed']]
-            )[:KEEP]
+            base.merge_best(row['failed'], theirs['failed'], KEEP)
         for key, theirs in other.deadlocks.items():
             row = self.deadlocks.setdefault(key, {'count': 0, 'top': []})
             row['count'] += theirs['count']
@@ -452,7 +447,7 @@ class DbRetries:
                 {
                     'func': func,
                     'count': r['count'],
-                    'classes': dict(r['classes']),
+                    'classes': dict(sorted(r['classes'].items())),
                     'exhausted': r['exhausted'],
                     'where': sorted(r['where'], key=repr),
                     'requests': sorted(r['reqs']),
@@ -824,7 +819,7 @@ class ServiceCallsByCaller:
                 'ok_max_us': r['ok_max_us'],
                 'slow': r['slow'],
                 'slow_us': r['slow_us'],
-                'errors': dict(r['errors']),
+                'errors': dict(sorted(r['errors'].items())),
                 'retries': r['retries'],
                 'failed': sorted(r['failed_top'], reverse=True),
                 'failed_requests': sorted(r['failed_reqs']),

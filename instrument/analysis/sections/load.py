@@ -37,7 +37,8 @@ class Load(base.Section):
         return {
             'counts': issues.counts,
             'samples': issues.samples,
-            'per_file': issues.per_file,
+            # by file name (not the order the workers met them in)
+            'per_file': dict(sorted(issues.per_file.items())),
             'other_lines': issues.other_lines,
             'problems': issues.problems,
             'loss': loss.summary(),
@@ -47,7 +48,7 @@ class Load(base.Section):
             'duplicates': loss.duplicate_files(),
             # processes without a process.end record (killed?)
             'unended': loss.unended(),
-            'records_without_request': dict(view.no_request),
+            'records_without_request': dict(sorted(view.no_request.items())),
         }
 
     @staticmethod

@@ -90,7 +90,8 @@ class _Task:
         self.calls_us = 0
         # lock name: [acquisitions, wait us, held us]
         self.locks: dict = {}
-        # a few run ids (every number traced to its records)
+        # a few runs (every number traced to its records): the KEEP
+        # first (start, run id), whatever the order of arrival
         self.runs_seen: list = []
 
     def merge(self, other: '_Task') -> None:
@@ -107,9 +108,7 @@ class _Task:
             mine[0] += n
             mine[1] += w
             mine[2] += h
-        for req in other.runs_seen:
-            if len(self.runs_seen) < KEEP and req not in self.runs_seen:
-                self.runs_seen.append(req)
+        base.merge_best(self.runs_seen, other.runs_seen, KEEP)
 
 
 def _int(value) -> int:
@@ -172,11 +171,10 @@ class PeriodicTable:
                 return
             self.open.pop(rec.span, None)
             task = self._task(req)
-            task.durs.add(_int(rec.dur_us), rec.st == schema.ST_ERROR, req)
+            task.durs.add(_int(rec.dur_us), rec.st == schema.ST_ERROR, req, ts)
             task.svcs.add(rec.svc)
             task.hosts.add(rec.host)
-            if len(task.runs_seen) < KEEP:
-                task.runs_seen.append(req)
+            base.keep_best(task.runs_seen, (ts, str(req)), KEEP)
             return
         if not complete:
             return
@@ -420,7 +418,7 @@ class PeriodicTable:
                     'locks': locks,
                     'delayed_requests': len(reqs),
                     'delayed_wait_us': wait_us,
-                    'runs_e_g': list(task.runs_seen),
+                    'runs_e_g': [run for _ts, run in task.runs_seen],
                 }
             )
         rows.sort(key=lambda r: (-r['total_us'], r['task']))

@@ -152,7 +152,9 @@ class _Row:
         self.critical_us = 0
         self.requests: list = []
 
-    def add(self, dur: int, st, attrs: dict, req, critical: bool) -> None:
+    def add(
+        self, dur: int, st, attrs: dict, req, critical: bool, start: int = 0
+    ) -> None:
         self.durs.append(dur)
         kind = error_class(st, attrs)
         if kind is not None:
@@ -162,21 +164,17 @@ class _Row:
             self.retries += attempts - 1
         if critical:
             self.critical_us += dur
-        if (
-            req is not None
-            and len(self.requests) < KEEP_REQUESTS
-            and req not in self.requests
-        ):
-            self.requests.append(req)
+        if req is not None:
+            # the first requests by (start, id), whatever the order
+            # they finished in
+            base.keep_best(self.requests, (start, req), KEEP_REQUESTS)
 
     def merge(self, other: '_Row') -> None:
         self.durs.extend(other.durs)
         self.errors.update(other.errors)
         self.retries += other.retries
         self.critical_us += other.critical_us
-        for req in other.requests:
-            if len(self.requests) < KEEP_REQUESTS and req not in self.requests:
-                self.requests.append(req)
+        base.merge_best(self.requests, other.requests, KEEP_REQUESTS)
 
 
 class ServiceCalls:
@@ -215,6 +213,7 @@ class ServiceCalls:
                 attrs,
                 summary.req,
                 sid in critical and not nested,
+                summary.start,
             )
         # Every request of the operation counts in the denominator of
         # the critical-path share, with or without calls of its own.
@@ -256,12 +255,12 @@ class ServiceCalls:
                     'p99_us': _pct(durs, 0.99),
                     'max_us': durs[-1] if n else 0,
                     'total_us': sum(durs),
-                    'errors': dict(row.errors),
+                    'errors': dict(sorted(row.errors.items())),
                     'retries': row.retries,
                     'critical_share': (row.critical_us / total)
                     if total
                     else None,
-                    'requests': list(row.requests),
+                    'requests': [req for _start, req in row.requests],
                 }
             )
         out.sort(

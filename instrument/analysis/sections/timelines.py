@@ -15,15 +15,15 @@ Which requests keep their lifecycle (``Keeper``, as the request model
 finalises them, in bounded memory): with ``--all-lifecycles`` every
 one, else the ``KEEP_SLOWEST`` slowest successful requests of each
 operation and good state, and up to ``KEEP_PER_STATE`` requests of each
-other final state.  The report's rows are theirs (as in ``requests``,
+other final state (the first by start and id); the same at any
+``-j``.  The report's rows are theirs (as in ``requests``,
 with ``lifecycle``: each span's start, duration, host, service, event,
 status, SQL time, error and whether it was on the critical path).  The
 HTML page draws the slowest successful boots and one request per
 failure state on a time axis (``pick``, ``timeline``).
 """
 
-import collections
-import heapq
+import bisect
 import typing
 
 from instrument import schema
@@ -44,37 +44,56 @@ class Keeper:
 
     Called with each finished request's summary before its lifecycle is
     made; returns whether to make it (and drops the lifecycle of a
-    request it stops keeping).
+    request it stops keeping).  The choice is by a total key of the
+    request, never by the order requests finished in: the slowest
+    (end-to-end time, then start and id) of each operation and good
+    state, the first (start, id) of each other state; ``merge`` keeps
+    the same of the workers' (the same lifecycles at any ``-j``).
     """
 
     def __init__(self, keep_all: bool) -> None:
         self.keep_all = keep_all
-        self.slowest: dict = {}
-        self.per_state = collections.Counter()
+        # (operation, good state) or (None, other state):
+        # [sorted keys, {key: summary}]
+        self.groups: dict = {}
+
+    @staticmethod
+    def _key(summary: typing.Any) -> tuple:
+        if summary.state not in classify.GOOD_STATES:
+            return (None, summary.state), (summary.start, summary.req)
+        return (summary.kind, summary.state), (
+            -summary.latency,
+            summary.start,
+            summary.req,
+        )
+
+    def _offer(self, group: tuple, key: tuple, summary: typing.Any) -> bool:
+        limit = KEEP_SLOWEST if group[0] is not None else KEEP_PER_STATE
+        keys, kept = self.groups.setdefault(group, ([], {}))
+        if key in kept or (len(keys) >= limit and not key < keys[-1]):
+            return False
+        bisect.insort(keys, key)
+        kept[key] = summary
+        if len(keys) > limit:
+            kept.pop(keys.pop()).lifecycle = None
+        return True
 
     def __call__(
         self, summary: typing.Any, r: typing.Any, tree: typing.Any
     ) -> bool:
         if self.keep_all:
             return True
-        if summary.state not in classify.GOOD_STATES:
-            self.per_state[summary.state] += 1
-            return self.per_state[summary.state] <= KEEP_PER_STATE
-        if summary.kind == 'other':
+        if summary.state in classify.GOOD_STATES and summary.kind == 'other':
             return False
-        # the slowest successful requests of each operation and good
-        # state (a slow first-attempt success is kept even when every
-        # rescheduled one is slower)
-        slowest = self.slowest.setdefault((summary.kind, summary.state), [])
-        item = (summary.latency, id(summary), summary)
-        if len(slowest) < KEEP_SLOWEST:
-            heapq.heappush(slowest, item)
-            return True
-        if item[0] > slowest[0][0]:
-            _lat, _id, dropped = heapq.heapreplace(slowest, item)
-            dropped.lifecycle = None
-            return True
-        return False
+        group, key = self._key(summary)
+        return self._offer(group, key, summary)
+
+    def merge(self, other: 'Keeper') -> None:
+        for group, (keys, kept) in other.groups.items():
+            for key in keys:
+                summary = kept[key]
+                if not self._offer(group, key, summary):
+                    summary.lifecycle = None
 
 
 class Timelines(base.Section):
@@ -90,6 +109,9 @@ class Timelines(base.Section):
     def finished(self, done: typing.Any) -> bool:
         """Keep this request's lifecycle?"""
         return self.keeper(done.summary, done.request, done.tree)
+
+    def merge(self, other: 'Timelines') -> None:
+        self.keeper.merge(other.keeper)
 
     def report(self, view: base.View) -> list:
         return view.part('periodic').annotate(

@@ -174,19 +174,27 @@ class WaitTable:
         if st is None:
             st = self.stats[key] = durations.Durations()
         dur = rec.dur_us if isinstance(rec.dur_us, int) else 0
-        st.add(dur, rec.st == schema.ST_ERROR, rec.req)
+        st.add(dur, rec.st == schema.ST_ERROR, rec.req, ts)
         held = attrs.get(schema.ATTR_HELD_US)
         if isinstance(held, int) and not isinstance(held, bool):
             st.held_total += held
-            if held > st.held_max:
-                st.held_max = held
-                st.holder = (
+            if held >= st.held_max:
+                holder = (
                     rec.req,
                     attrs.get(schema.ATTR_CALL),
                     rec.host,
                     rec.svc,
                     ts,
                 )
+                # of equal holds, the first by (start, request id)
+                if (
+                    held > st.held_max
+                    or st.holder is None
+                    or durations.held_key(holder)
+                    < durations.held_key(st.holder)
+                ):
+                    st.held_max = held
+                    st.holder = holder
 
     def instant(self, rec: typing.Any) -> None:
         """A ``db.pool.connect``/``close``/``invalidate`` record."""

@@ -72,6 +72,19 @@ _PH_B = schema.PH_BEGIN
 _PH_M = schema.PH_META
 _META_KEPT = frozenset(('process.start', 'sql.fingerprint'))
 _COUNTED = frozenset((_PH_X, _PH_I))
+_EV_SQL_TXN = schema.EV_SQL_TXN
+
+
+def _spans_of(rec) -> int:
+    """The spans record ``rec`` becomes: one, and one more per round
+    trip an ``sql.txn`` carries (its COMMIT/ROLLBACK, the pool's reset):
+    what is counted accepted, exported and lost."""
+    if rec[record.I_EV] != _EV_SQL_TXN:
+        return 1
+    attrs = rec[record.I_ATTRS]
+    if not attrs:
+        return 1
+    return 1 + sum(1 for key in schema.FOLDED if attrs.get(key))
 
 
 class OtlpSink(sink.Sink):
@@ -178,9 +191,9 @@ class OtlpSink(sink.Sink):
                 if room > 0 and not broken:
                     queue.append(rec)
                     room -= 1
-                    queued += 1
+                    queued += _spans_of(rec) if ph == _PH_X else 1
                 else:
-                    lost += 1
+                    lost += _spans_of(rec) if ph == _PH_X else 1
             elif (
                 room > 0
                 and not broken
@@ -285,7 +298,7 @@ class OtlpSink(sink.Sink):
             except IndexError:  # pragma: no cover - raced the exporter
                 break
             if rec[record.I_PH] in _COUNTED:
-                lost += 1
+                lost += _spans_of(rec) if rec[record.I_PH] == _PH_X else 1
             elif builder is not None:
                 try:
                     builder.add(rec, pid, none)
@@ -322,7 +335,7 @@ class OtlpSink(sink.Sink):
                     builder.add(rec, pid, batch)
                 except Exception as exc:
                     if rec[record.I_PH] in _COUNTED:
-                        broken += 1
+                        broken += _spans_of(rec)
                     LOG.debug(
                         'instrument: record %r not exported: %s',
                         rec[record.I_EV],

@@ -209,6 +209,35 @@ class SpanBuilder:
         """Read one record; append the spans it makes ready, if any."""
         ph = rec[_R.I_PH]
         if ph == schema.PH_COMPLETE:
+            if rec[_R.I_EV] == schema.EV_SQL_TXN and rec[_R.I_ATTRS]:
+                # the round trips it carries: spans of their own, as the
+                # sql.query records they stand for
+                for ts, dur, qattrs in schema.folded(
+                    rec[_R.I_TS],
+                    rec[_R.I_ATTRS],
+                    record.span_hex(rec[_R.I_SPAN]),
+                ):
+                    self.add(
+                        (
+                            ph,
+                            ts,
+                            dur,
+                            rec[_R.I_HOST],
+                            rec[_R.I_SVC],
+                            None,
+                            schema.EV_SQL_QUERY,
+                            recorder.new_span_id(),
+                            rec[_R.I_PARENT],
+                            rec[_R.I_REQ],
+                            rec[_R.I_GREQ],
+                            rec[_R.I_INST],
+                            schema.ST_OK,
+                            None,
+                            qattrs,
+                        ),
+                        pid,
+                        out,
+                    )
             span = span_int(rec[_R.I_SPAN])
             if rec[_R.I_REQ] is not None:
                 out.append(

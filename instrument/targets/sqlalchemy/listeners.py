@@ -129,9 +129,14 @@ ATTR_SQL = '_instrument_sql'
 # Transaction state (a list, on the Connection while it is open):
 # perf_ns at begin, database, attribution tuple at begin (parent, req,
 # greq, inst, svc, host, call), then filled in by the writer: span id,
-# statements seen; last, the Connection, until the transaction's end
-# (the timed COMMIT/ROLLBACK clears its attribute through it).
-T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT, T_CONN = range(6)
+# statements seen; then the Connection, until the transaction's end
+# (the timed COMMIT/ROLLBACK clears its attribute through it, and puts
+# ``ENDED`` in its place: the transaction stays on the pool connection
+# for the pool's reset that may follow, which the writer folds into the
+# transaction's record); last, the writer's record of the transaction
+# while it waits for that reset (``_Held``).
+T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT, T_CONN, T_HELD = range(7)
+ENDED = 'ended'
 # Positions in an attribution tuple: those of the recorder's frame.
 A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 
@@ -159,6 +164,14 @@ _FAIRY = sqlalchemy.pool.base._ConnectionFairy
 E_ERR, E_DISCONNECT, E_SETTLED = range(3)
 # How long the writer waits for oslo.db's translation of a failure.
 SETTLE_NS = 2 * 1000 * 1000 * 1000
+# How long the record of an ended transaction waits for the pool's
+# reset of its connection, to carry it (``schema.ATTR_RESET``); past
+# this (or at removal) it is written without, and a later reset is a
+# record (or aggregate) of its own, as any reset is.
+HOLD_NS = 100 * 1000 * 1000
+# Fold a short transaction's round trips into its record (False: the
+# records of the older shape, one per round trip; tests compare them).
+FOLD = True
 
 _LIVE = weakref.WeakSet()
 
@@ -270,8 +283,12 @@ class SqlListeners:
         # Dialects where "x" is a string (MySQL without ANSI_QUOTES).
         self._dq_strings = weakref.WeakKeyDictionary()
         self._adopt_lock = threading.Lock()
-        # The classes of a transaction's COMMIT and ROLLBACK (writer).
+        # The classes of a transaction's COMMIT and ROLLBACK, by its
+        # outcome, and of the pool's reset, by its statement (writer).
         self._end_classes: dict = {}
+        # Ended transactions whose record waits for the pool's reset
+        # (writer; ``T_HELD``).
+        self._held: list = []
         self.connect_taps = connect_mod.ConnectTaps(
             self._queue_setup, self.faults
         )
@@ -293,6 +310,7 @@ class SqlListeners:
         self._process_lock = threading.Lock()
         self.memo.clear()
         self._end_classes.clear()
+        self._held = []
         self.connect_taps.reset()
 
     # -- lifecycle ---------------------------------------------------------
@@ -693,6 +711,7 @@ class SqlListeners:
                 None,
                 0,
                 conn,
+                None,
             ]
             stale = conn.__dict__.get(ATTR_TXN)
             if stale is not None:
@@ -716,7 +735,7 @@ class SqlListeners:
             if fairy is None:
                 return
             txn = fairy.__dict__.pop(ATTR_TXN, None)
-            if txn is not None:
+            if txn is not None and txn[T_CONN] is not ENDED:
                 self._stale(txn)
         except Exception as exc:
             self.faults(exc)
@@ -765,16 +784,23 @@ class SqlListeners:
         def timed(dbapi_connection, *args, **kwargs):
             if dbapi_connection.__class__ is not fairy_cls:
                 return original(dbapi_connection, *args, **kwargs)
-            t0 = txn = frame = conn = None
+            t0 = txn = frame = conn = ended = None
             try:
-                txn = dbapi_connection.__dict__.pop(ATTR_TXN, None)
-                if txn is not None:
+                fairy_dict = dbapi_connection.__dict__
+                txn = fairy_dict.get(ATTR_TXN)
+                if txn is not None and txn[T_CONN] is not ENDED:
+                    # its COMMIT/ROLLBACK: the transaction stays on the
+                    # pool connection, ended, for the reset that follows
                     conn = txn[T_CONN]
-                    if conn is not None:
-                        txn[T_CONN] = None
-                        if conn.__dict__.get(ATTR_TXN) is txn:
-                            conn._instrument_txn = None
+                    txn[T_CONN] = ENDED
+                    if conn is not None and conn.__dict__.get(ATTR_TXN) is txn:
+                        conn._instrument_txn = None
                 else:
+                    # the pool's reset (of the transaction that ended on
+                    # it, if any: the writer may fold it into its record)
+                    if txn is not None:
+                        del fairy_dict[ATTR_TXN]
+                        ended, txn = txn, None
                     frame = current_frame()
                 t0 = perf_ns()
             except Exception as fault:
@@ -795,7 +821,7 @@ class SqlListeners:
                                 t0,
                                 t1,
                                 reset_statement,
-                                None,
+                                ended,
                                 frame,
                                 None,
                                 False,
@@ -838,7 +864,7 @@ class SqlListeners:
                             t0,
                             t1,
                             reset_statement,
-                            None,
+                            ended,
                             frame,
                             None,
                             False,
@@ -940,11 +966,14 @@ class SqlListeners:
                     if kind == K_STMT:
                         self._statement(entry)
                     elif kind == K_SIDE:
-                        self._side_statement(entry)
+                        if entry[4] is None or not self._fold_reset(entry):
+                            self._side_statement(entry)
                     else:
                         self._transaction_end(entry)
                 except Exception as exc:
                     self.faults(exc)
+            if self._held and not more:
+                self._write_held(now, final)
             if not self._drops_by_buffer:
                 self._report_dropped()
             if final and not more:
@@ -1023,6 +1052,16 @@ class SqlListeners:
             ),
         )
 
+    def _source_db(self, source) -> str:
+        """The database of a side statement's source: a name, or the
+        dialect of the reset's engine."""
+        if isinstance(source, str):
+            return source
+        owned = getattr(source, ATTR_DB, None)
+        if owned is not None and owned[0] is self:
+            return owned[1]
+        return self._adopted.get(source) or ''
+
     def _side_statement(self, entry: tuple) -> None:
         """A pool reset or a connection's set-up statement: a statement
         of its own kind, outside any transaction, aggregated or written
@@ -1045,15 +1084,7 @@ class SqlListeners:
             err = error[E_ERR]
         if isinstance(statement, bytes):
             statement = statement.decode('utf-8', 'replace')
-        if isinstance(source, str):
-            db = source
-        else:
-            owned = getattr(source, ATTR_DB, None)
-            db = (
-                owned[1]
-                if owned is not None and owned[0] is self
-                else self._adopted.get(source) or ''
-            )
+        db = self._source_db(source)
         qclass = self._query_class(statement, kind == fingerprint.KIND_CONNECT)
         parent, req, greq, inst, svc, host, call = (
             frame if frame is not None else NO_FRAME
@@ -1081,6 +1112,15 @@ class SqlListeners:
         )
 
     def _transaction_end(self, entry: tuple) -> None:
+        """A transaction's end: its COMMIT/ROLLBACK round trip (``K_END``)
+        and its ``sql.txn`` record.  A transaction that ended well and
+        is written in detail carries its round trip (``ATTR_END``, when
+        that is written in detail too) and waits (``T_HELD``, up to
+        ``HOLD_NS``) for the pool's reset of its connection, which it
+        then carries as well (``_fold_reset``): one record instead of
+        three.  Anything else is written as before: a ``sql.query``
+        record (or an aggregate) for the round trip, then the
+        transaction's."""
         (kind, t0, t1, _s, txn, _f, _r, _m, error, _d, outcome) = entry
         err = disconnect = None
         if error is not None:
@@ -1089,6 +1129,14 @@ class SqlListeners:
         recorder = self.recorder
         db = txn[T_DB]
         st = ST_OK if err is None else ST_ERROR
+        attrs = {
+            schema.ATTR_DB: db,
+            schema.ATTR_STATEMENTS: txn[T_COUNT],
+            schema.ATTR_OUTCOME: outcome,
+            schema.ATTR_CALL: call,
+        }
+        txn_detail = self._detail(t1 - txn[T_T0], req, err)
+        fold = FOLD and txn_detail and err is None and txn[T_HELD] is None
         if kind == K_END:
             qclass = self._end_classes.get(outcome)
             if qclass is None:
@@ -1096,7 +1144,25 @@ class SqlListeners:
                     'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK'
                 )
             dur_ns = t1 - t0
-            if self._detail(dur_ns, req, err):
+            if not self._detail(dur_ns, req, err):
+                self.aggregator.add(
+                    qclass.qid,
+                    db,
+                    qclass.kind,
+                    call,
+                    dur_ns // 1000,
+                    None,
+                    False,
+                )
+            elif fold:
+                wall = recorder_mod.wall_us
+                attrs[schema.ATTR_END] = [
+                    wall(t0) - wall(txn[T_T0]),
+                    dur_ns // 1000,
+                    qclass.qid,
+                    qclass.kind,
+                ]
+            else:
                 recorder.complete(
                     EV_QUERY,
                     t0,
@@ -1121,17 +1187,11 @@ class SqlListeners:
                         disconnect,
                     ),
                 )
-            else:
-                self.aggregator.add(
-                    qclass.qid,
-                    db,
-                    qclass.kind,
-                    call,
-                    dur_ns // 1000,
-                    None,
-                    False,
-                )
-        if not self._detail(t1 - txn[T_T0], req, err):
+        if not txn_detail:
+            return
+        if fold:
+            txn[T_HELD] = (t1, attrs)
+            self._held.append(txn)
             return
         recorder.complete(
             EV_TXN,
@@ -1146,13 +1206,93 @@ class SqlListeners:
             host,
             st,
             err,
-            {
-                schema.ATTR_DB: db,
-                schema.ATTR_STATEMENTS: txn[T_COUNT],
-                schema.ATTR_OUTCOME: outcome,
-                schema.ATTR_CALL: call,
-            },
+            attrs,
         )
+
+    def _fold_reset(self, entry: tuple) -> bool:
+        """The pool's reset of a connection whose transaction ended on
+        it: into that transaction's record, if it waits (``T_HELD``),
+        the reset ended well, is written in detail, and has the
+        transaction's attribution and database (then its ``sql.query``
+        record would differ from the transaction's in nothing but its
+        times and class).  False: the reset is a statement of its own
+        (the transaction's record is written first)."""
+        txn = entry[4]
+        held = txn[T_HELD]
+        if held is None:
+            return False
+        frame = entry[5]
+        source = entry[10][1]
+        if (
+            entry[8] is None
+            and (NO_FRAME if frame is None else frame) == txn[T_ATTR]
+            and self._source_db(source) == txn[T_DB]
+        ):
+            t0, t1 = entry[1], entry[2]
+            dur_ns = t1 - t0
+            if self._detail(dur_ns, txn[T_ATTR][A_REQ], None):
+                statement = entry[3]
+                qclass = self._end_classes.get(statement)
+                if qclass is None:
+                    qclass = self._end_classes[statement] = self._query_class(
+                        statement
+                    )
+                wall = recorder_mod.wall_us
+                held[1][schema.ATTR_RESET] = [
+                    wall(t0) - wall(txn[T_T0]),
+                    dur_ns // 1000,
+                    qclass.qid,
+                    entry[10][0],
+                ]
+                self._write_txn(txn)
+                return True
+        self._write_txn(txn)
+        return False
+
+    def _write_txn(self, txn: list) -> None:
+        """The record of an ended transaction that waited for its
+        connection's reset."""
+        held = txn[T_HELD]
+        txn[T_HELD] = None
+        t1, attrs = held
+        parent, req, greq, inst, svc, host, _call = txn[T_ATTR]
+        self.recorder.complete(
+            EV_TXN,
+            txn[T_T0],
+            t1,
+            self._txn_span(txn),
+            parent,
+            req,
+            greq,
+            inst,
+            svc,
+            host,
+            ST_OK,
+            None,
+            attrs,
+        )
+
+    def flush_held(self) -> None:
+        """Write the transactions waiting for a reset now (tests)."""
+        with self._process_lock:
+            self._write_held(0, True)
+
+    def _write_held(self, now: int, final: bool) -> None:
+        """Write the transactions that waited ``HOLD_NS`` for a reset
+        (all of them when ``final``)."""
+        keep = []
+        for txn in self._held:
+            held = txn[T_HELD]
+            if held is None:
+                continue
+            if final or now - held[0] > HOLD_NS:
+                try:
+                    self._write_txn(txn)
+                except Exception as exc:
+                    self.faults(exc)
+            else:
+                keep.append(txn)
+        self._held = keep
 
     def _report_dropped(self) -> None:
         dropped = self.dropped

@@ -38,6 +38,7 @@ import testtools
 
 import instrument
 from instrument import opts
+from instrument import schema
 from instrument.analysis import pipeline
 from instrument.runtime import lifecycle
 from instrument.targets.sqlalchemy import fingerprint
@@ -140,6 +141,42 @@ class TestMariaDB(MariaDBTestCase):
         self.assertEqual(2, txn['attrs']['statements'])
         self.assertEqual('commit', txn['attrs']['outcome'])
         self.assertNotIn('param-', repr(self.timing.records()))
+
+    def test_short_transaction_is_two_records(self):
+        # its COMMIT and the pool's reset ROLLBACK ride in its sql.txn
+        ctx = oslo_context.RequestContext(request_id='req-fold')
+        with self.timing.tracer.span('scheduler.host_states', ctx=ctx):
+            for i in (1, 2, 1):
+                with self.engine.begin() as conn:
+                    conn.execute(
+                        sa.select(self.table.c.host).where(
+                            self.table.c.id == i
+                        )
+                    ).fetchall()
+        raw = [
+            r
+            for r in self.timing.records(raw=True)
+            if r['ev'] in ('sql.query', 'sql.txn')
+            and r['attrs'].get('kind') != 'CONNECT'
+        ]
+        self.assertEqual(
+            ['sql.query', 'sql.txn'] * 3, [r['ev'] for r in raw], raw
+        )
+        for txn in raw[1::2]:
+            self.assertEqual('COMMIT', txn['attrs']['end'][3])
+            self.assertEqual('POOL_RESET', txn['attrs']['reset'][3])
+            self.assertEqual('req-fold', txn['req'])
+        # read as the analyser reads them: each statement the server saw
+        self.timing.sink.records.clear()
+        kinds = collections.Counter(
+            q['attrs']['kind']
+            for rec in raw
+            for q in schema.unfold(rec)
+            if q['ev'] == 'sql.query'
+        )
+        self.assertEqual(
+            {'SELECT': 3, 'COMMIT': 3, 'POOL_RESET': 3}, dict(kinds)
+        )
 
     def test_innodb_deadlock_recorded_on_the_losing_request(self):
         a = self.engine.connect()

@@ -30,6 +30,7 @@ import fixtures
 from prometheus_client import parser as prom_parser
 import testtools
 
+from instrument import schema
 from instrument.sinks import metrics as metrics_sink
 from instrument.targets import nova as nova_target
 from instrument_demo import cmd as demo_cmd
@@ -150,8 +151,11 @@ class DemoTest(testtools.TestCase):
         databases = {}
         for name in os.listdir(spans):
             with open(os.path.join(spans, name)) as f:
-                for line in f:
-                    rec = json.loads(line)
+                for rec in (
+                    each
+                    for line in f
+                    for each in schema.unfold(json.loads(line))
+                ):
                     services.add(rec['svc'])
                     if rec['ev'] == 'sql.query':
                         where = (rec['attrs']['kind'], rec['attrs']['call'])

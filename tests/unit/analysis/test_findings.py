@@ -1141,6 +1141,27 @@ class SaturationRuleTest(RuleTestCase):
         )
 
 
+class WindowMeansTest(testtools.TestCase):
+    """The saturation rule's running means of the queue waits: the
+    same floats as the mean of each slice (the report must not change
+    in its last digits), integers by a running sum."""
+
+    def test_same_as_slices(self):
+        import random
+
+        rnd = random.Random(7)
+        for case in range(500):
+            n = rnd.randint(2, 200)
+            k = rnd.randint(2, n)
+            values = [rnd.randint(0, 10**12) for _ in range(n)]
+            if case % 5 == 0:
+                values[rnd.randrange(n)] = rnd.random() * 1e6
+            self.assertEqual(
+                [rules._mean(values[i : i + k]) for i in range(n - k + 1)],
+                rules._window_means(values, k),
+            )
+
+
 class CellDominanceRuleTest(RuleTestCase):
     """Lists of servers over three cells; cell2's queries slow."""
 

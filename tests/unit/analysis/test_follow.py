@@ -26,6 +26,7 @@ DB retries.  The input is the demo's real nova run
 
 import collections
 import gzip
+import json
 import os
 import re
 import shutil
@@ -41,6 +42,7 @@ import testtools
 from instrument.analysis import exposition
 from instrument.analysis import follow
 from instrument.analysis import pipeline
+from instrument.analysis.model import clocks
 from instrument.cmd import metrics as metrics_cmd
 from instrument.cmd import report as report_cmd
 from tests import synthetic
@@ -386,6 +388,56 @@ class TestGrowing(Base):
         follower.finish()
         self.assertSameAsBatch(follower, [live])
 
+    def test_a_skewed_host_that_appears_later(self):
+        """A host whose files appear after the start, its clock 20 s
+        ahead (further than the lag): its records are placed by the
+        hops of its first poll before they are read, as the batch
+        report places them; nothing finalised early, nothing late."""
+        files = self.synthetic_lines(seed=5, requests=120)
+        late = sorted(n for n in files if n.startswith('cmp-'))[0]
+        # (written as time goes: steps of true time)
+        steps = time_steps(files, 6)
+        ahead = 20_000_000
+        files[late] = [
+            _TS.sub(lambda m: b'"ts":%d' % (int(m.group(1)) + ahead), line, 1)
+            for line in files[late]
+        ]
+        live = os.path.join(self.tmp, 'live')
+        os.makedirs(live)
+        follower = follow.Follower(
+            [live], follow.Options(lag_s=5.0, idle_s=1.0)
+        )
+        for k, step in enumerate(steps):
+            if k == 2:
+                step = dict(step, **{late: (0, step[late][1])})
+            self.append(live, files, step, skip=(late,) if k < 2 else ())
+            follower.poll()
+        # placed 20 s back (to a millisecond), before the clock
+        # horizon (600 s) passed its hops
+        host = late.split('_')[0]
+        self.assertIn(host, follower.provisional)
+        self.assertLess(abs(follower.offsets[host] + ahead), 1000)
+        self.assertEqual(0, follower.model.late)
+        follower.finish()
+        self.assertSameAsBatch(follower, [live])
+
+    def test_a_host_placed_early_stays_placed(self):
+        """Solved again before its own hops passed the horizon, a host
+        placed early keeps its offset (not the solve's 0)."""
+        follower = follow.Follower([self.tmp])
+        follower.offsets['late'] = -20_000_000
+        follower.placed.add('late')
+        follower.provisional.add('late')
+        collector = clocks.PairCollector()
+        collector.add_hop('a', 1000, 3000, 'b', 1500, 2500, True, None)
+        follower._solved(clocks.solve(collector, {'a', 'b', 'late'}))
+        self.assertEqual(-20_000_000, follower.offsets['late'])
+        self.assertEqual({'a', 'b', 'late'}, follower.placed)
+        collector.add_hop('a', 1000, 3000, 'late', 1500, 2500, True, None)
+        follower._solved(clocks.solve(collector, {'a', 'b', 'late'}))
+        self.assertNotEqual(-20_000_000, follower.offsets['late'])
+        self.assertEqual(set(), follower.provisional)
+
     def test_a_host_later_than_the_lag_is_counted_late(self):
         files = self.synthetic_lines(seed=8, requests=60)
         late = next(n for n in files if n.startswith('cmp-000'))
@@ -599,6 +651,144 @@ class TestBounds(Base):
             pipeline.analyse([clean], pipeline.Options(jobs=1))
         )
         self.assertEqual(expected, follow_figures(follower.series()))
+
+
+class TestLossBitmapsBounded(Base):
+    """Days of records folded (``Follower._prune``): the pages of ``seq``
+    numbers stay bounded, and the counts stay those of every record."""
+
+    T0 = 1_700_000_000_000_000
+    # a block of records written in a row, then numbers lost
+    BLOCK = 64
+    GAP = 16_000
+    # seconds between blocks
+    EVERY = 0.5
+
+    def line(self, seq, ts, pid=100, ev='sink.drops', ph='C'):
+        rec = {
+            'v': 1,
+            'ph': ph,
+            'seq': seq,
+            'ts': ts,
+            'host': 'cmp-9',
+            'svc': 'compute',
+            'pid': pid,
+            'ev': ev,
+        }
+        if ev == 'sink.drops':
+            rec['attrs'] = {'file': 0}
+        elif ev == 'process.start':
+            rec['attrs'] = {'service': 'nova-compute'}
+        return (json.dumps(rec, separators=(',', ':')) + '\n').encode()
+
+    def blocks(self, pid, first_block, blocks, end=False):
+        """The lines of blocks ``first_block``... of process ``pid``
+        (its start first), and the numbers they skip."""
+        lines = []
+        if not first_block:
+            lines.append(self.line(1, self.T0, pid, 'process.start', 'M'))
+        seq = 2 + first_block * (self.BLOCK + self.GAP)
+        for k in range(first_block, first_block + blocks):
+            ts = self.T0 + int((k + 1) * self.EVERY * 1e6)
+            for i in range(self.BLOCK):
+                lines.append(self.line(seq + i, ts + i, pid))
+            seq += self.BLOCK + self.GAP
+        if end:
+            # (right after the last block: no gap after it)
+            seq -= self.GAP
+            lines.append(
+                self.line(seq, ts + self.BLOCK, pid, 'process.end', 'M')
+            )
+        return lines
+
+    def test_days_of_records_keep_the_pages_bounded(self):
+        live = os.path.join(self.tmp, 'live')
+        os.makedirs(live)
+        follower = follow.Follower(
+            [live],
+            follow.Options(
+                lag_s=1.0,
+                idle_s=1.0,
+                hung_s=5.0,
+                findings_window_s=0,
+            ),
+        )
+        polls, per_poll = 60, 5
+        written = {'a.jsonl': [], 'b.jsonl': []}
+        most_pages = 0
+        for k in range(polls):
+            step = {
+                'a.jsonl': self.blocks(100, k * per_poll, per_poll),
+                # a process that ends a quarter of the way
+                'b.jsonl': self.blocks(
+                    200, k * per_poll, per_poll, end=k == polls // 4
+                )
+                if k <= polls // 4
+                else [],
+            }
+            for name, lines in step.items():
+                written[name].extend(lines)
+                with open(os.path.join(live, name), 'ab') as out:
+                    out.writelines(lines)
+            follower.poll()
+            seqs = follower.reader.loss.seqs
+            most_pages = max(
+                most_pages, sum(len(s.pages) for s in seqs.values())
+            )
+        loss = follower.reader.loss
+        a = loss.seqs[('cmp-9', 100, self.T0)]
+        blocks_a = polls * per_poll
+        numbers = blocks_a * (self.BLOCK + self.GAP)
+        # millions of numbers, in pages of 64 Ki: a few kept
+        self.assertGreater(numbers, 4_000_000)
+        self.assertGreater(numbers >> 16, 60)
+        # (the margin and the lag: 6 s, 12 blocks, 3 pages; and the
+        # page being written)
+        self.assertLessEqual(most_pages, 2 * 5)
+        self.assertLessEqual(len(a.pages), 5)
+        self.assertLessEqual(len(a.times), 5 * 16)
+        self.assertGreater(a.floor, 50)
+        # the ended process: done with, its counts kept
+        self.assertNotIn(('cmp-9', 200, self.T0), loss.seqs)
+        self.assertIn(('cmp-9', 200, self.T0), loss.retired)
+        self.assertEqual(1, follower.losses()['retired'])
+
+        # a rotated copy of the first records (long folded), and a
+        # record counted lost, read late
+        copied = written['a.jsonl'][:1000] + written['b.jsonl'][:300]
+        hole = 2 + self.BLOCK + 5
+        late = [
+            written['a.jsonl'][0],
+            self.line(hole, self.T0 + int(self.EVERY * 1e6) + 99),
+        ]
+        with open(os.path.join(live, 'a-copy.jsonl'), 'wb') as out:
+            out.writelines(copied)
+        with open(os.path.join(live, 'late.jsonl'), 'wb') as out:
+            out.writelines(late)
+        follower.poll()
+        counts = follower.reader.issues.counts
+        self.assertEqual(len(copied) + 1, counts['duplicate'])
+        self.assertEqual(1, counts['late'])
+        self.assertLessEqual(len(a.pages), 5)
+
+        # the truth: every record written once, every number skipped
+        blocks_b = polls // 4 * per_poll + per_poll
+        truth_records = (
+            1 + blocks_a * self.BLOCK + 1 + blocks_b * self.BLOCK + 1
+        )
+        # (the record read late was counted lost: final)
+        truth_missing = (blocks_a - 1) * self.GAP + (blocks_b - 1) * self.GAP
+        got = follower.losses()
+        self.assertEqual(truth_records, got['records'])
+        self.assertEqual(truth_missing, got['missing'])
+        self.assertEqual(truth_missing, got['lost'])
+        self.assertEqual(2, got['processes'])
+        # the same counts as reading it all at once, never folded
+        once = follow.once([live], follow.Options(findings_window_s=0))
+        whole = once.losses()
+        self.assertEqual(0, whole['retired'])
+        self.assertEqual(truth_records + 1, whole['records'])
+        self.assertEqual(truth_missing - 1, whole['missing'])
 
 
 class TestExposition(Base):

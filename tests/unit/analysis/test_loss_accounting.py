@@ -22,6 +22,7 @@ gaps; the SQL statements the listeners dropped before they became
 records are counted in ``sql.dropped`` (cumulative per process).
 """
 
+import itertools
 import json
 import os
 
@@ -31,6 +32,7 @@ import testtools
 from instrument import schema
 from instrument.analysis import compare
 from instrument.analysis import pipeline
+from instrument.analysis.ingest import losses
 from instrument.analysis.render import html as report_html
 from instrument.analysis.render import json as report_json
 from instrument.analysis.render import text as report_text
@@ -409,3 +411,65 @@ class SqlDroppedTest(testtools.TestCase):
         cmp = compare.compare(report, report)
         self.assertEqual(4001, cmp['runs']['b']['sql_dropped'])
         self.assertIn('! B: ' + note[2:], compare.render(cmp))
+
+
+class FoldTest(testtools.TestCase):
+    """``losses.SeqSet.fold`` (the follow mode on a long run): the
+    pages below the floor dropped, the counts and the windows kept."""
+
+    def seqset(self):
+        s = losses.SeqSet((0, 'f'), ('h', 1, 0))
+        # three pages of numbers, with a gap in each of the first two
+        # and one across the first two
+        for seq in itertools.chain(
+            range(10, 1000),
+            range(1100, 65_500),
+            range(65_600, 70_000),
+            range(70_010, 190_000),
+        ):
+            s.add(seq)
+            page = s.bucket(seq >> losses.TIMES_SHIFT)
+            k = (seq & ((1 << losses.TIMES_SHIFT) - 1)) >> losses.BUCKET_SHIFT
+            page[2 * k] = page[2 * k] or seq * 10
+            page[2 * k + 1] = seq * 10
+        return s
+
+    def test_counts_and_windows_kept(self):
+        s = self.seqset()
+        loss = losses.FileLoss()
+        loss.seqs[s.key] = s
+        before = (s.span(), loss.per_process(), loss.windows())
+        s.fold(2)
+        self.assertEqual([2], sorted(s.pages))
+        self.assertEqual(2, s.floor)
+        self.assertTrue(all(k >= 2 << 4 for k in s.times))
+        self.assertEqual(
+            before, (s.span(), loss.per_process(), loss.windows())
+        )
+        self.assertEqual(
+            [(1000, 1099), (65_500, 65_599), (70_000, 70_009)], s.holes
+        )
+
+    def test_below_the_floor(self):
+        s = self.seqset()
+        s.fold(2)
+        # read before: a copy
+        self.assertFalse(s.below(500))
+        self.assertFalse(s.add(500))
+        # counted lost, read late: once
+        self.assertTrue(s.below(1050))
+        self.assertFalse(s.below(1050))
+        self.assertEqual((1000, 1049), s.holes[0])
+        self.assertEqual((1051, 1099), s.holes[1])
+        # above the floor: as before
+        self.assertFalse(s.add(150_000))
+        self.assertTrue(s.add(200_000))
+
+    def test_retired(self):
+        s = self.seqset()
+        n, lo, hi = s.span()
+        s.retire()
+        self.assertEqual((n, lo, hi), s.span())
+        self.assertEqual({}, s.pages)
+        self.assertEqual({}, s.times)
+        self.assertFalse(s.add(hi + 1))

@@ -158,6 +158,45 @@ class BackwardsTest(testtools.TestCase):
         whole = [line for line in got if line.endswith(b'\n')]
         self.assertEqual(reverse[: len(whole)][::-1], whole)
 
+    def test_looked_at_once_per_file(self):
+        # pass 1 looks whether a file runs backwards, pass 2 (and the
+        # workers of both) reuse what it found
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.analysis.ingest.spanfiles._SNIFFED', {}
+            )
+        )
+        looked = self.useFixture(
+            fixtures.MockPatch(
+                'instrument.analysis.ingest.spanfiles.runs_backwards',
+                side_effect=spanfiles.runs_backwards,
+            )
+        ).mock
+        lines = lines_of(self.records)
+        paths = []
+        for name, data in (('r.jsonl', lines[::-1]), ('f.jsonl', lines)):
+            paths.append(os.path.join(self.dir, name))
+            with open(paths[-1], 'wb') as f:
+                f.write(b''.join(data))
+        one = pipeline.analyse([self.dir], pipeline.Options(jobs=1))
+        self.assertEqual(2, looked.call_count)
+        self.assertEqual(
+            [True, False], [spanfiles.backwards_seen(p) for p in paths]
+        )
+        # with workers: what pass 1's found comes back to the parent
+        spanfiles._SNIFFED.clear()
+        two = pipeline.analyse([self.dir], pipeline.Options(jobs=2))
+        self.assertEqual(
+            [True, False], [spanfiles.backwards_seen(p) for p in paths]
+        )
+        self.assertEqual(one['summary'], two['summary'])
+        self.assertEqual(one['load']['problems'], two['load']['problems'])
+        # another version of a file is looked at anew
+        with open(paths[0], 'wb') as f:
+            f.write(b''.join(lines + lines[:1]))
+        self.assertIsNone(spanfiles.backwards_seen(paths[0]))
+        self.assertFalse(spanfiles.SpanFile(paths[0], 0)._runs_backwards())
+
     def test_the_report_of_a_reversed_file_is_the_forward_one(self):
         d1 = os.path.join(self.dir, 'a')
         d2 = os.path.join(self.dir, 'b')

@@ -112,6 +112,40 @@ class CommandTest(testtools.TestCase):
         self.assertEqual(120, len(data['requests']))
         self.assertEqual([], os.listdir(cwd))
 
+    def test_the_report_is_written_with_the_analysis_frozen(self):
+        # what the analysis leaves alive is not scanned again by the
+        # cyclic collector while the report is written; the process's
+        # collector is as it was afterwards
+        import gc
+
+        run = self.run_a()
+        seen = []
+        freeze = self.useFixture(
+            fixtures.MockPatch('gc.freeze', side_effect=gc.freeze)
+        ).mock
+
+        def render(rep, **kw):
+            seen.append(freeze.call_count)
+            return 'text\n'
+
+        self.useFixture(
+            fixtures.MockPatch(
+                'instrument.analysis.render.text.render', side_effect=render
+            )
+        )
+        self.assertEqual(0, report.main([run, '--no-progress']))
+        self.assertEqual([1], seen)
+        self.assertEqual(0, gc.get_freeze_count())
+        # as the command (its arguments from sys.argv), the process
+        # ends with them frozen: its exit does not scan them either
+        self.addCleanup(gc.unfreeze)
+        self.useFixture(
+            fixtures.MonkeyPatch('sys.argv', ['x', run, '--no-progress'])
+        )
+        self.assertEqual(0, report.main())
+        self.assertEqual([1, 2], seen)
+        self.assertGreater(gc.get_freeze_count(), 0)
+
     def test_a_compare_side_without_data(self):
         run = self.run_a()
         good = os.path.join(self.dir, 'good.json')

@@ -237,6 +237,12 @@ class HoldTest(base.TestCase):
     def test_the_wrapped_setup_is_a_place_of_the_banner_and_removed(self):
         # issue 28: one status per patched place in the banner and the
         # start record, one remove()
+        # whatever an earlier test of this process left
+        startlog.remove()
+        self.addCleanup(
+            setattr, startlog._STATE, 'set_up', startlog._STATE.set_up
+        )
+        startlog._STATE.set_up = False
         setup = oslo_logging.setup
         self.addCleanup(setattr, oslo_logging, 'setup', setup)
         self.addCleanup(lifecycle.teardown)

@@ -267,6 +267,65 @@ class TraceStructureTest(OtlpTestBase):
             self.assertEqual((rec['ts'] + rec['dur_us']) * 1000, span['end'])
 
 
+class FoldedTransactionTest(OtlpTestBase):
+    """An ``sql.txn`` that carries its COMMIT and the pool's reset is
+    three spans: accepted, exported and lost as three."""
+
+    def emit_txn(self, tr):
+        frame = recorder.current_frame()
+        tr.recorder.emit(
+            (
+                schema.PH_COMPLETE,
+                1_700_000_000_000_000,
+                300,
+                tr.host,
+                tr.svc,
+                1,
+                schema.EV_SQL_TXN,
+                recorder.new_span_id(),
+                frame[recorder.F_SPAN],
+                frame[recorder.F_REQ],
+                frame[recorder.F_GREQ],
+                frame[recorder.F_INST],
+                schema.ST_OK,
+                None,
+                {
+                    'db': 'nova',
+                    'statements': 1,
+                    'outcome': 'commit',
+                    'call': frame[recorder.F_EV],
+                    schema.ATTR_END: [250, 40, FP, 'COMMIT'],
+                    schema.ATTR_RESET: [310, 20, FP, 'POOL_RESET'],
+                },
+            )
+        )
+
+    def test_exported_as_its_spans(self):
+        collector = self.useFixture(otlp_collector.HttpCollector())
+        sink, buf, tr = self.make_service(collector.endpoint)
+        with tr.span('compute.build', ctx=Ctx(REQ)):
+            self.emit_txn(tr)
+        buf.drain()
+        spans = collector.wait_spans(4)
+        self.assertEqual(
+            ['compute.build', 'sql.query', 'sql.query', 'sql.txn'],
+            sorted(span['name'] for span in spans),
+        )
+        self.assertTrue(sink.wait_idle(10))
+        self.assertEqual(4, sink.exported)
+        self.assertEqual(0, sink.dropped)
+
+    def test_lost_as_its_spans(self):
+        refusing = self.useFixture(otlp_collector.RefusingEndpoint())
+        sink, buf, tr = self.make_service(refusing.endpoint, otlp_timeout=0.5)
+        with tr.span('compute.build', ctx=Ctx(REQ)):
+            self.emit_txn(tr)
+        buf.drain()
+        self.assertTrue(sink.wait_idle(30))
+        self.assertEqual(0, sink.exported)
+        self.assertEqual(4, sink.dropped)
+
+
 class BothSinksTest(OtlpTestBase):
     """``sinks = file, otlp`` through instrument.setup."""
 

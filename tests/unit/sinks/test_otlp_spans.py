@@ -91,6 +91,40 @@ class SpanBuilderTest(testtools.TestCase):
         self.assertEqual(TS * 1000, span.start_time)
         self.assertEqual((TS + 100) * 1000, span.end_time)
 
+    def test_round_trips_a_transaction_carries_are_spans(self):
+        out = self.add(
+            rec(
+                'X',
+                LOCAL | 9,
+                parent=LOCAL | 1,
+                req='req-a',
+                ev=schema.EV_SQL_TXN,
+                dur=300,
+                attrs={
+                    'db': 'nova',
+                    'statements': 1,
+                    'outcome': 'commit',
+                    'call': 'compute.build',
+                    schema.ATTR_END: [250, 40, 'f' * 32, 'COMMIT'],
+                    schema.ATTR_RESET: [310, 20, 'e' * 32, 'POOL_RESET'],
+                },
+            )
+        )
+        self.assertEqual(
+            ['sql.query', 'sql.query', 'sql.txn'], [s.name for s in out]
+        )
+        commit, reset, _txn = out
+        self.assertEqual((TS + 250) * 1000, commit.start_time)
+        self.assertEqual((TS + 290) * 1000, commit.end_time)
+        self.assertEqual(LOCAL | 1, commit.parent.span_id)
+        self.assertEqual(
+            '%016x' % (LOCAL | 9), commit.attributes['instrument.attrs.txn']
+        )
+        self.assertEqual(
+            'POOL_RESET', reset.attributes['instrument.attrs.kind']
+        )
+        self.assertNotIn('instrument.attrs.txn', reset.attributes)
+
     def test_span_ids_in_hex_are_read_too(self):
         [span] = self.add(
             rec(

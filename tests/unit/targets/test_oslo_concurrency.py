@@ -12,7 +12,7 @@
 """oslo.concurrency lock timing with real locks, under native threads
 (eventlet, in a child process: ``tests/system/targets/
 test_oslo_concurrency.py``): each waiter measures its own wait, and
-the recorded ``lock.wait`` must be within 1 ms of it."""
+the recorded ``lock.wait`` must be within 5 ms of it (5 % of the hold)."""
 
 import threading
 import time
@@ -29,7 +29,11 @@ from instrument.targets import oslo_concurrency as target_mod
 from tests import faultinject
 from tests.unit import base
 
-TOLERANCE_US = 1000
+# 5 % of the hold: a wait or hold measured wrong (the other side's,
+# or not at all) is off by the whole hold; a thread scheduled late
+# around its own clock read is off by a millisecond or two on a
+# shared machine, in all of a test's runs now and then
+TOLERANCE_US = 5000
 HOLD_S = 0.1
 ATTEMPTS = 5
 
@@ -144,7 +148,7 @@ class LockTimingTest(base.TestCase):
         by_req = {r['req']: r for r in records}
         waited = by_req[run.reqs['waiter']]
         held = by_req[run.reqs['holder']]
-        # the waiter's wait, within 1 ms of what it measured itself
+        # the waiter's wait, within TOLERANCE_US of what it measured itself
         self.assertLessEqual(
             abs(waited['dur_us'] - run.truth['wait']),
             TOLERANCE_US,

@@ -72,10 +72,16 @@ class SqlTiming(fixtures.Fixture):
         self.handle = instrument_db.install(self.recorder, self.conf)
         self.addCleanup(self.handle.remove)
 
-    def records(self, ev: str | None = None) -> list:
+    def records(self, ev: str | None = None, raw: bool = False) -> list:
+        """The records written (of ``ev``): read as the analyser reads
+        them (an ``sql.txn`` that carries its round trips gives their
+        ``sql.query`` records: ``schema.unfold``) unless ``raw``."""
         self.handle.process()
+        self.handle.listeners.flush_held()
         self.buffer.drain()
         out = [schema.validate(rec) for rec in self.sink.records]
+        if not raw:
+            out = [each for rec in out for each in schema.unfold(rec)]
         if ev is None:
             return out
         return [rec for rec in out if rec['ev'] == ev]

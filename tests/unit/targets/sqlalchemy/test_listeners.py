@@ -917,4 +917,9 @@ class TestOneHookPerRoundTrip(SqlTestCase):
             self.assertIsNotNone(vars(conn).get(listeners.ATTR_TXN))
             conn.commit()
             self.assertIsNone(vars(conn).get(listeners.ATTR_TXN))
-            self.assertNotIn(listeners.ATTR_TXN, vars(fairy))
+            # the pool connection keeps it, ended (no reference to the
+            # Connection), for the reset that may fold into its record
+            txn = vars(fairy)[listeners.ATTR_TXN]
+            self.assertIs(listeners.ENDED, txn[listeners.T_CONN])
+        # the reset took it
+        self.assertNotIn(listeners.ATTR_TXN, vars(fairy))
