@@ -259,11 +259,8 @@ class Recorder:
 
     ``host`` and ``svc`` (from the process identity) fill in what a call
     does not name.  Nothing here formats a value or takes a lock held
-    across I/O; the only Python calls on a span's path are ``begin``
-    and ``end`` (see ``_span_functions``; ``begin`` does the buffer's
-    enqueue inline), and the patch point wrappers do their steps
-    themselves (``instrument.runtime.wrappers``): a change of the
-    record layout here is one there too.
+    across I/O; the only Python calls on a span's path are ``begin``,
+    the buffer's ``emit`` and ``end`` (see ``_span_functions``).
     """
 
     def __init__(

@@ -16,12 +16,7 @@ when the point is applied: a plain closure for functions, static and
 class methods, wrapt's proxy for any other callable.  A SPAN wrapper
 picks the point's values out of the call (specs compiled against the
 signature, see ``instrument.patching.points``) and records through the
-``Recorder``'s ``begin`` and ``end``, bound once; for a ``Recorder``
-whose buffer is an ``EventBuffer`` it does their steps itself (the
-start always, the end of a call that ended well when the point has no
-``on_exit`` and no ``result_instances``): no Python call on the span's
-path but nova's (issue 31; ``tests/unit/test_wrapper_end.py`` checks
-the records are the same).  A HOOK wrapper lets
+``Recorder``'s ``begin`` and ``end``, bound once.  A HOOK wrapper lets
 ``on_enter`` change the arguments and ``on_exit`` see the result.
 
 Faults are isolated: the wrapped callable is called exactly once,
@@ -49,13 +44,6 @@ I_DUR = recorder_mod.I_DUR
 I_ST = recorder_mod.I_ST
 I_T0 = recorder_mod.I_T0
 I_TOKEN = recorder_mod.I_TOKEN
-PH_B = recorder_mod.PH_B
-F_SPAN = recorder_mod.F_SPAN
-F_REQ = recorder_mod.F_REQ
-F_GREQ = recorder_mod.F_GREQ
-F_INST = recorder_mod.F_INST
-F_SVC = recorder_mod.F_SVC
-F_HOST = recorder_mod.F_HOST
 
 
 def replacement(point, state, recorder, owner, original):
@@ -161,23 +149,6 @@ def span_wrapper(
         and result_instances is None
     )
     reset_span = recorder_mod.CURRENT_RESET
-    # The same for the start: Recorder.begin's steps inline, with the
-    # buffer's enqueue (EventBuffer.emit's, see Recorder), for the
-    # Recorder class whose buffer is an EventBuffer.
-    inline = (
-        getattr(recorder.emit, 'inline', None)
-        if recorder.__class__ is recorder_mod.Recorder
-        else None
-    )
-    if inline is not None:
-        queue, limit, buf = inline
-        append = queue.append
-    else:
-        queue = limit = buf = append = None
-    get_ident = recorder.get_ident
-    process_host = recorder.host
-    process_svc = recorder.svc
-    oslo_request = recorder_mod.current_request
 
     def patched(*args, **kwargs):
         call = original
@@ -245,80 +216,17 @@ def span_wrapper(
                 )
                 if unowned and ctx is None and get_frame() is None:
                     outer = set_frame(no_frame)
-                attrs = (
+                rec = begin(
+                    ev,
+                    span_svc,
+                    host,
+                    ctx,
+                    inst,
+                    remote,
                     on_enter(instance, args[offset:], kwargs)
                     if on_enter
-                    else None
+                    else None,
                 )
-                if queue is None:
-                    rec = begin(ev, span_svc, host, ctx, inst, remote, attrs)
-                else:
-                    # Recorder.begin's steps, in its order (see there),
-                    # its enqueue too: one call of seven arguments less.
-                    frame = get_frame()
-                    req = greq = None
-                    if ctx is not None:
-                        if ctx.__class__ is dict:
-                            req = ctx.get('request_id')
-                            greq = ctx.get('global_request_id')
-                        else:
-                            req = getattr(ctx, 'request_id', None)
-                            greq = getattr(ctx, 'global_request_id', None)
-                    if frame is not None:
-                        if req is None:
-                            req = frame[F_REQ]
-                            greq = frame[F_GREQ]
-                        if inst is None:
-                            inst = frame[F_INST]
-                        if span_svc is None:
-                            span_svc = frame[F_SVC]
-                        if host is None:
-                            host = frame[F_HOST]
-                        parent = frame[F_SPAN] if remote is None else remote
-                    else:
-                        parent = remote
-                        if req is None:
-                            req, greq = oslo_request()
-                    if span_svc is None:
-                        span_svc = process_svc
-                    if host is None:
-                        host = process_host
-                    # read per call: a fork renews them, the writer
-                    # re-anchors the wall clock
-                    span = recorder_mod.span_prefix | (
-                        next(recorder_mod.span_counter) & 0xFFFFFFFF
-                    )
-                    t0 = clock()
-                    new = [
-                        PH_B,
-                        (t0 + recorder_mod.wall_offset_ns) // 1000,
-                        None,
-                        host,
-                        span_svc,
-                        get_ident(),
-                        ev,
-                        span,
-                        parent,
-                        req,
-                        greq,
-                        inst,
-                        None,
-                        None,
-                        attrs,
-                        t0,
-                        set_frame((span, req, greq, inst, span_svc, host, ev)),
-                    ]
-                    try:
-                        if len(queue) < limit:
-                            if buf.writer is None:
-                                buf.start()
-                            append(new)
-                        else:
-                            buf.drop()
-                    except BaseException:
-                        recorder_mod.release(new)  # not queued
-                        raise
-                    rec = new
         except Exception as exc:
             # Not queued (begin gives up what it could not queue).
             rec = False
