@@ -76,9 +76,6 @@ NO_FRAME = (None, None, None, None, None, None, None)
 # Make a frame current (a span carried into another thread); returns the
 # token for ``reset_frame``.  The ContextVar's own method: no Python call.
 set_frame = _CURRENT.set
-# The ContextVar's own reset (raises ValueError for a token of another
-# context): what ``end`` calls, and the wrappers' inline end.
-CURRENT_RESET = _CURRENT.reset
 
 
 def reset_frame(token) -> None:
@@ -325,7 +322,7 @@ class Recorder:
         process_svc = self.svc
         get_frame = _CURRENT.get
         set_frame_ = _CURRENT.set
-        reset_frame_ = CURRENT_RESET
+        reset_frame_ = _CURRENT.reset
         oslo_request = current_request
 
         def begin(ev: str, svc, host, ctx, inst, remote_parent, attrs) -> list:

@@ -38,12 +38,6 @@ from instrument.runtime import tracer as tracing
 
 ST_OK = recorder_mod.ST_OK
 ST_ERROR = recorder_mod.ST_ERROR
-PH_X = recorder_mod.PH_X
-I_PH = recorder_mod.I_PH
-I_DUR = recorder_mod.I_DUR
-I_ST = recorder_mod.I_ST
-I_T0 = recorder_mod.I_T0
-I_TOKEN = recorder_mod.I_TOKEN
 
 
 def replacement(point, state, recorder, owner, original):
@@ -138,17 +132,6 @@ def span_wrapper(
     set_frame = recorder_mod.set_frame
     reset_frame = recorder_mod.reset_frame
     no_frame = recorder_mod.NO_FRAME
-    # A call that ended well, with no on_exit and no result_instances
-    # (the common case), ends its span here, inline: what
-    # ``Recorder.end`` does with no attrs, req or inst, without a call
-    # of seven arguments.  A recorder of another class (a test's) is
-    # always called.
-    inline_end = (
-        recorder.__class__ is recorder_mod.Recorder
-        and on_exit is None
-        and result_instances is None
-    )
-    reset_span = recorder_mod.CURRENT_RESET
 
     def patched(*args, **kwargs):
         call = original
@@ -270,33 +253,17 @@ def span_wrapper(
         t1 = None
         try:
             t1 = clock()
-            if inline_end:
-                # Recorder.end's steps, in its order (its error stays
-                # the None that begin wrote): the frame, then duration
-                # and status, the phase last (the writer may read the
-                # record any time).
-                token = rec[I_TOKEN]
-                rec[I_TOKEN] = None
-                if token is not None:
-                    try:
-                        reset_span(token)
-                    except ValueError:
-                        pass  # ended in another context (see end)
-                rec[I_DUR] = (t1 - rec[I_T0]) // 1000
-                rec[I_ST] = ST_OK
-                rec[I_PH] = PH_X
-            else:
-                attrs = (
-                    on_exit(instance, args[offset:], kwargs, result)
-                    if on_exit is not None
-                    else None
-                )
-                found = (
-                    result_instances(result)
-                    if result_instances is not None
-                    else None
-                )
-                end(rec, t1, ST_OK, None, attrs, None, found)
+            attrs = (
+                on_exit(instance, args[offset:], kwargs, result)
+                if on_exit is not None
+                else None
+            )
+            found = (
+                result_instances(result)
+                if result_instances is not None
+                else None
+            )
+            end(rec, t1, ST_OK, None, attrs, None, found)
         except Exception as exc_fault:
             abandon(rec, ST_OK, t1)
             fault(exc_fault)
