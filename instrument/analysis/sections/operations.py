@@ -372,6 +372,26 @@ def text_lines(report: dict, defined: typing.Optional[set] = None) -> list:
     return out
 
 
+# The per-cell query table of a cell-list operation (text and HTML).
+CELL_HEADER = ['cell', 'database', 'queries', 'median', 'p95', 'max', 'errors']
+
+
+def _cell_rows(cells: dict) -> list:
+    us = fmt.fmt_us
+    return [
+        (
+            name,
+            c['db'] or '-',
+            c['time'].get('count', 0),
+            us(c['time'].get('median')),
+            us(c['time'].get('p95')),
+            us(c['time'].get('max')),
+            c['errors'],
+        )
+        for name, c in cells['cells'].items()
+    ]
+
+
 def operation_section(
     op: str,
     f: dict,
@@ -492,27 +512,8 @@ def operation_section(
         )
         out.extend(
             fmt.table(
-                [
-                    'cell',
-                    'database',
-                    'queries',
-                    'median',
-                    'p95',
-                    'max',
-                    'errors',
-                ],
-                [
-                    (
-                        name,
-                        c['db'] or '-',
-                        c['time'].get('count', 0),
-                        us(c['time'].get('median')),
-                        us(c['time'].get('p95')),
-                        us(c['time'].get('max')),
-                        c['errors'],
-                    )
-                    for name, c in cells['cells'].items()
-                ],
+                CELL_HEADER,
+                _cell_rows(cells),
                 'llrrrrr',
             )
         )
@@ -677,27 +678,8 @@ def html_section(ops: dict, extra: dict) -> str:
             )
             out.append(
                 table(
-                    [
-                        'cell',
-                        'database',
-                        'queries',
-                        'median',
-                        'p95',
-                        'max',
-                        'errors',
-                    ],
-                    [
-                        (
-                            name,
-                            c['db'] or '-',
-                            c['time'].get('count', 0),
-                            us(c['time'].get('median')),
-                            us(c['time'].get('p95')),
-                            us(c['time'].get('max')),
-                            c['errors'],
-                        )
-                        for name, c in cells['cells'].items()
-                    ],
+                    CELL_HEADER,
+                    _cell_rows(cells),
                     left=(0, 1),
                 )
             )
