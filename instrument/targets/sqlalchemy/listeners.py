@@ -13,8 +13,11 @@
 
 Listeners are attached at class level (``event.listen(Engine, ...)``), so
 every engine of the process is covered whenever it was created, before
-or after ``install``.  The first Connection (or transaction) seen on an
-engine "adopts" its dialect, once:
+or after ``install``.  An engine's dialect is "adopted" once, when
+``create_engine`` makes the engine (``Dialect.engine_created``, a
+REPLACE point: nothing per Connection); an engine made before
+``install``, at its first transaction (``begin``; until then the
+pool's reset of its connections is not timed):
 
 * its database name is read from the engine URL and cached;
 * a ``handle_error`` listener is appended to the dialect (to the
@@ -100,6 +103,10 @@ MEMORY_DB = names.MEMORY_DB
 ENGINE = ('sqlalchemy.engine.base', 'Engine')
 POOL = ('sqlalchemy.pool.base', 'Pool')
 DIALECT = ('sqlalchemy.engine.default', 'DefaultDialect')
+# SQLAlchemy's hook on every engine create_engine() makes, before it
+# returns it (a classmethod of the dialect class): where an engine is
+# adopted, once, instead of at each of its Connections.
+ENGINE_CREATED = ('sqlalchemy.engine.interfaces', 'Dialect.engine_created')
 POINT_COMMIT = '%s:%s.do_commit' % DIALECT
 POINT_ROLLBACK = '%s:%s.do_rollback' % DIALECT
 POINT_LATE_ERROR = '%s:%s@handle_error' % DIALECT
@@ -141,7 +148,9 @@ ENDED = 'ended'
 A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 
 # Entry kinds and layout: (kind, t0, t1, statement, txn, frame, rows,
-# many, err, disconnect, outcome or, for a statement, its Connection).
+# many, err, disconnect, outcome or, for a statement, its dialect: not
+# its Connection, which would live on, a large object for the garbage
+# collector to look through, until the writer's next pass).
 K_STMT = 0
 K_END = 1  # COMMIT/ROLLBACK round trip, then the transaction
 K_TXN = 2  # the transaction only (no round trip happened)
@@ -193,12 +202,6 @@ def engine_connect_listener(fn):
         return fn(conn)
 
     return engine_connect
-
-
-def error_target(conn):
-    """Where the late ``handle_error`` listener of ``conn``'s engine
-    goes: its dialect (SQLAlchemy 2.0) or its engine (1.4)."""
-    return conn.dialect if DIALECT_HANDLE_ERROR else conn.engine
 
 
 def _after_fork_in_child() -> None:
@@ -267,6 +270,8 @@ class SqlListeners:
         self.aggregator = aggregator
         self.memo = memo if memo is not None else fingerprint.Memo()
         self.slow_ns = int(slow_query_threshold_ms * 1000000)
+        # Every statement written in detail: set by ``process``.
+        self._every = False
         self.max_pending = max_pending
         self.pending = collections.deque()
         self.dropped = 0
@@ -324,16 +329,16 @@ class SqlListeners:
                 {'retval': True},
             ),
             ('after_cursor_execute', self.after_cursor_execute, {}),
-            (
-                'engine_connect',
-                self.on_engine_connect
-                if DIALECT_HANDLE_ERROR
-                else self.on_engine_connect_14,
-                {},
-            ),
             ('begin', self.on_begin, {}),
             ('handle_error', self.early_error, {}),
         ]
+        if not DIALECT_HANDLE_ERROR:
+            # SQLAlchemy 1.4: a Connection of a non-future engine runs
+            # statements without a transaction (no ``begin``); adopt
+            # at each Connection, as before 2.0.
+            self._events.append(
+                ('engine_connect', self.on_engine_connect_14, {})
+            )
         taps = self.connect_taps
         # Class-level pool listeners run before those of the engine's
         # pool (the dialect's on-connect, oslo.db's): insert=True puts
@@ -353,6 +358,7 @@ class SqlListeners:
                 for name, fn, kw in self._pool_events
             ]
             + taps.points()
+            + [replace(*ENGINE_CREATED, self._adopting)]
             + [
                 # on each dialect adopted (see _adopt)
                 listen(
@@ -420,34 +426,66 @@ class SqlListeners:
         """Number of dialects (engines) adopted so far."""
         return len(self._adopted)
 
-    def _adopt(self, conn) -> str:
-        """First sight of an engine: cache its database name, add the
-        late error listener and the COMMIT/ROLLBACK timers."""
-        dialect = conn.dialect
+    def adopt(self, engine, late: bool = True) -> str:
+        """Adopt an engine, in two steps; its database name.
+
+        When it is made (``late`` False): cache its database name and
+        time its dialect's COMMIT/ROLLBACK, so that the pool's reset
+        of a Connection that never begins a transaction is timed too.
+        At its first transaction (``begin``; both steps at once for an
+        engine made before ``install``): add the late error listener,
+        which must come after oslo.db's exception filter (registered
+        once ``create_engine`` has returned), and read the dialect's
+        quoting (known once it has connected)."""
+        dialect = engine.dialect
         with self._adopt_lock:
             db = self._adopted.get(dialect)
-            if db is not None:
+            if db is None:
+                db = database_name(engine.url)
+                patch = self.patcher.patch_object
+                patch(POINT_COMMIT, dialect)
+                patch(POINT_ROLLBACK, dialect)
+                self._adopted[dialect] = db
+            if not late:
                 return db
-            db = database_name(conn.engine.url)
+            owned = getattr(dialect, ATTR_DB, None)
+            if owned is not None and owned[0] is self:
+                return db
             dq = self._dq_strings[dialect] = double_quoted_strings(dialect)
+            self.patcher.patch_object(
+                POINT_LATE_ERROR,
+                dialect if DIALECT_HANDLE_ERROR else engine,
+            )
             setattr(dialect, ATTR_DB, (self, db, dq))
-            patch = self.patcher.patch_object
-            patch(POINT_LATE_ERROR, error_target(conn))
-            patch(POINT_COMMIT, dialect)
-            patch(POINT_ROLLBACK, dialect)
-            self._adopted[dialect] = db
             return db
+
+    def _adopting(self, original, state=None, owner=None):
+        """``Dialect.engine_created`` (a classmethod, which
+        ``create_engine`` calls once the engine is made, before any
+        Connection) that adopts the engine: nothing per Connection.
+        Guarded: the engine is returned whatever happens."""
+        func = original.__func__
+        adopt = self.adopt
+        faults = self.faults
+
+        def engine_created(cls, engine):
+            func(cls, engine)
+            if state is None or state.active:
+                try:
+                    adopt(engine, late=False)
+                except Exception as exc:
+                    faults(exc)
+
+        engine_created.__wrapped__ = func  # type: ignore[attr-defined]
+        engine_created.__qualname__ = getattr(
+            func, '__qualname__', 'engine_created'
+        )
+        return classmethod(engine_created)
 
     def _release(self, dialect) -> None:
         # (its listener and timers: the patcher's remove())
         if vars(dialect).get(ATTR_DB, (None,))[0] is self:
             delattr(dialect, ATTR_DB)
-
-    def _db_of(self, conn) -> str:
-        owned = getattr(conn.dialect, ATTR_DB, None)
-        if owned is not None and owned[0] is self:
-            return owned[1]
-        return self._adopt(conn)
 
     # -- the hot path --------------------------------------------------------
 
@@ -498,7 +536,7 @@ class SqlListeners:
                             executemany,
                             None,
                             False,
-                            conn,
+                            conn.dialect,
                         )
                     )
                     if buf.writer is None:
@@ -631,7 +669,7 @@ class SqlListeners:
                     many,
                     error,
                     False,
-                    conn,
+                    conn.dialect,
                 )
             )
         except Exception as fault:
@@ -676,16 +714,12 @@ class SqlListeners:
         return None
 
     def on_engine_connect_14(self, conn, branch) -> None:
-        """``on_engine_connect`` with SQLAlchemy 1.4's signature (2.0
-        warns about that one: nova's test fixtures make it an error)."""
-        self.on_engine_connect(conn)
-
-    def on_engine_connect(self, conn) -> None:
-        """A Connection is made: adopt its engine now, so that the pool
-        reset of a Connection that never began a transaction is timed
-        too."""
+        """SQLAlchemy 1.4's ``engine_connect``: a Connection is made;
+        adopt its engine now, the late error listener included."""
         try:
-            self._db_of(conn)
+            owned = getattr(conn.dialect, ATTR_DB, None)
+            if owned is None or owned[0] is not self:
+                self.adopt(conn.engine)
         except Exception as exc:
             self.faults(exc)
 
@@ -701,7 +735,7 @@ class SqlListeners:
             db = (
                 owned[1]
                 if owned is not None and owned[0] is self
-                else self._adopt(conn)
+                else self.adopt(conn.engine)
             )
             frame = _current_frame()
             txn = [
@@ -773,6 +807,12 @@ class SqlListeners:
         dialect's first connect, which the connect taps see) runs
         untimed."""
         queue = self._queue
+        # (the success path queues inline: one Python call less)
+        pending = self.pending
+        append = pending.append
+        max_pending = self.max_pending
+        buf = self._buffer()
+        drop = self.drop
         faults = self.faults
         perf_ns = _perf_ns
         current_frame = _current_frame
@@ -857,8 +897,10 @@ class SqlListeners:
                 raise
             try:
                 t1 = perf_ns()
-                if txn is None:
-                    queue(
+                if len(pending) >= max_pending:
+                    drop()
+                elif txn is None:
+                    append(
                         (
                             K_SIDE,
                             t0,
@@ -874,7 +916,7 @@ class SqlListeners:
                         )
                     )
                 else:
-                    queue(
+                    append(
                         (
                             K_END,
                             t0,
@@ -889,6 +931,8 @@ class SqlListeners:
                             outcome,
                         )
                     )
+                if buf.writer is None:
+                    buf.start()
             except Exception as fault:
                 faults(fault)
             return result
@@ -931,6 +975,7 @@ class SqlListeners:
             if queue is None or limit is None:
                 queue, limit = (), 1 << 62
             limit -= ROOM
+            self._every = self._all_detail()
             self.aggregator.rollover()
             now = _perf_ns()
             pending = self.pending
@@ -981,9 +1026,17 @@ class SqlListeners:
         return more
 
     def _detail(self, dur_ns: int, req, err) -> bool:
+        """Is this statement (transaction) written in detail, or
+        aggregated?  (Not asked when ``_every`` is: every one is.)"""
         if err is not None:
             return True
         return dur_ns >= self.slow_ns and self.recorder.sampled(req)
+
+    def _all_detail(self) -> bool:
+        """Is every statement written in detail (no slow-query
+        threshold, every request sampled)?"""
+        rate = getattr(self.recorder, 'detail_sample_rate', 0.0)
+        return self.slow_ns <= 0 and rate >= 1.0
 
     def _txn_span(self, txn) -> tuple:
         span = txn[T_SPAN]
@@ -992,16 +1045,25 @@ class SqlListeners:
         return span
 
     def _statement(self, entry: tuple) -> None:
-        (_k, t0, t1, statement, txn, frame, rows, many, error, _d, conn) = (
-            entry
-        )
+        (
+            _k,
+            t0,
+            t1,
+            statement,
+            txn,
+            frame,
+            rows,
+            many,
+            error,
+            _d,
+            dialect,
+        ) = entry
         err = disconnect = None
         if error is not None:
             err, disconnect = error[E_ERR], error[E_DISCONNECT]
         if t0 is None:  # failed before it reached the cursor
             t0 = t1
         dur_ns = t1 - t0
-        dialect = conn.dialect
         owned = getattr(dialect, ATTR_DB, None)
         if owned is not None and owned[0] is self:
             db, dq = owned[1], owned[2]
@@ -1022,7 +1084,7 @@ class SqlListeners:
         parent, req, greq, inst, svc, host, call = attribution
         if rows is not None and rows < 0:
             rows = None
-        if not self._detail(dur_ns, req, err):
+        if not (self._every or self._detail(dur_ns, req, err)):
             self.aggregator.add(
                 qclass.qid, db, qclass.kind, call, dur_ns // 1000, rows, False
             )
@@ -1046,7 +1108,9 @@ class SqlListeners:
                 qclass.kind,
                 rows,
                 many,
-                self._txn_span(txn) if txn is not None else None,
+                txn[T_SPAN] or self._txn_span(txn)
+                if txn is not None
+                else None,
                 call,
                 disconnect,
             ),
@@ -1090,7 +1154,7 @@ class SqlListeners:
             frame if frame is not None else NO_FRAME
         )
         dur_ns = t1 - t0
-        if not self._detail(dur_ns, req, err):
+        if not (self._every or self._detail(dur_ns, req, err)):
             self.aggregator.add(
                 qclass.qid, db, kind, call, dur_ns // 1000, None, False
             )
@@ -1135,7 +1199,7 @@ class SqlListeners:
             schema.ATTR_OUTCOME: outcome,
             schema.ATTR_CALL: call,
         }
-        txn_detail = self._detail(t1 - txn[T_T0], req, err)
+        txn_detail = self._every or self._detail(t1 - txn[T_T0], req, err)
         fold = FOLD and txn_detail and err is None and txn[T_HELD] is None
         if kind == K_END:
             qclass = self._end_classes.get(outcome)
@@ -1144,7 +1208,7 @@ class SqlListeners:
                     'COMMIT' if outcome == OUTCOME_COMMIT else 'ROLLBACK'
                 )
             dur_ns = t1 - t0
-            if not self._detail(dur_ns, req, err):
+            if not (self._every or self._detail(dur_ns, req, err)):
                 self.aggregator.add(
                     qclass.qid,
                     db,
@@ -1155,9 +1219,9 @@ class SqlListeners:
                     False,
                 )
             elif fold:
-                wall = recorder_mod.wall_us
+                off = recorder_mod.wall_offset_ns  # (wall_us, inline)
                 attrs[schema.ATTR_END] = [
-                    wall(t0) - wall(txn[T_T0]),
+                    (t0 + off) // 1000 - (txn[T_T0] + off) // 1000,
                     dur_ns // 1000,
                     qclass.qid,
                     qclass.kind,
@@ -1182,7 +1246,7 @@ class SqlListeners:
                         qclass.kind,
                         None,
                         False,
-                        self._txn_span(txn),
+                        txn[T_SPAN] or self._txn_span(txn),
                         call,
                         disconnect,
                     ),
@@ -1197,7 +1261,7 @@ class SqlListeners:
             EV_TXN,
             txn[T_T0],
             t1,
-            self._txn_span(txn),
+            txn[T_SPAN] or self._txn_span(txn),
             parent,
             req,
             greq,
@@ -1230,16 +1294,16 @@ class SqlListeners:
         ):
             t0, t1 = entry[1], entry[2]
             dur_ns = t1 - t0
-            if self._detail(dur_ns, txn[T_ATTR][A_REQ], None):
+            if self._every or self._detail(dur_ns, txn[T_ATTR][A_REQ], None):
                 statement = entry[3]
                 qclass = self._end_classes.get(statement)
                 if qclass is None:
                     qclass = self._end_classes[statement] = self._query_class(
                         statement
                     )
-                wall = recorder_mod.wall_us
+                off = recorder_mod.wall_offset_ns  # (wall_us, inline)
                 held[1][schema.ATTR_RESET] = [
-                    wall(t0) - wall(txn[T_T0]),
+                    (t0 + off) // 1000 - (txn[T_T0] + off) // 1000,
                     dur_ns // 1000,
                     qclass.qid,
                     entry[10][0],
@@ -1260,7 +1324,7 @@ class SqlListeners:
             EV_TXN,
             txn[T_T0],
             t1,
-            self._txn_span(txn),
+            txn[T_SPAN] or self._txn_span(txn),
             parent,
             req,
             greq,
