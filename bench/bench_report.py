@@ -43,9 +43,14 @@ less sensitive to the other processes than wall time.  So the scaling
 from ``-j 1`` to ``-j 2`` is printed twice: in wall time, and as the
 *critical path* of the ``-j 2`` run, the wall time it would take on two
 idle cores: the parent's CPU (imports, pass 1's matching, the merge,
-the report; everything that is not parallel) plus the busiest pass-2
-worker's CPU plus pass 1's workers' CPU per worker (what the workers
-spent outside ``run_part``: pass 1, and pickling pass 2's results).
+the report; everything that is not parallel) less the partition of
+pass 2 it read itself, plus the busiest partition's CPU, plus pass 1's
+workers' CPU per worker (what the workers spent outside ``run_part``:
+pass 1, and pickling pass 2's results), plus what the process that
+made some of the report's sections spent beyond the parent's CPU
+meanwhile.  Run it from outside the checkout (``cd /tmp;
+PYTHONPATH=<checkout> python <this file>``): ``python -c`` imports
+from the current directory first.
 
 Prints numbers and ratios; asserts nothing.  Usage:
 ``python bench/bench_report.py [--events N]`` (the log is cached in
