@@ -174,7 +174,7 @@ def span_wrapper(
         buf,
         process_svc,
         process_host,
-    ) = steps if inline_start else recorder_mod.NO_STEPS
+    ) = steps or recorder_mod.NO_STEPS
     # The same for the end of a call that ended well, with no on_exit
     # and no result_instances (the common case): what ``Recorder.end``
     # does with no attrs, req or inst.
@@ -182,7 +182,7 @@ def span_wrapper(
     inline_end = (
         end_steps is not None and on_exit is None and result_instances is None
     )
-    reset_span = end_steps.reset_frame if end_steps is not None else None
+    reset_span = (end_steps or recorder_mod.NO_STEPS).reset_frame
 
     def patched(*args, **kwargs):
         call = original
