@@ -43,9 +43,14 @@ less sensitive to the other processes than wall time.  So the scaling
 from ``-j 1`` to ``-j 2`` is printed twice: in wall time, and as the
 *critical path* of the ``-j 2`` run, the wall time it would take on two
 idle cores: the parent's CPU (imports, pass 1's matching, the merge,
-the report; everything that is not parallel) plus the busiest pass-2
-worker's CPU plus pass 1's workers' CPU per worker (what the workers
-spent outside ``run_part``: pass 1, and pickling pass 2's results).
+the report; everything that is not parallel) less the partition of
+pass 2 it read itself, plus the busiest partition's CPU, plus pass 1's
+workers' CPU per worker (what the workers spent outside ``run_part``:
+pass 1, and pickling pass 2's results), plus what the process that
+made some of the report's sections spent beyond the parent's CPU
+meanwhile.  Run it from outside the checkout (``cd /tmp;
+PYTHONPATH=<checkout> python <this file>``): ``python -c`` imports
+from the current directory first.
 
 Prints numbers and ratios; asserts nothing.  Usage:
 ``python bench/bench_report.py [--events N]`` (the log is cached in
@@ -156,6 +161,7 @@ PEAK = (
     'print(json.dumps({"rss_mb": max(hwm, c.ru_maxrss) / 1024,\n'
     '                  "parent_cpu_s": s.ru_utime + s.ru_stime,\n'
     '                  "parts_cpu_s": globals().get("_parts", []),\n'
+    '                  "elsewhere_cpu_s": globals().get("_elsewhere", []),\n'
     '                  "cpu_s": s.ru_utime + s.ru_stime + c.ru_utime'
     ' + c.ru_stime}))\n'
 )
@@ -199,26 +205,39 @@ def ceiling(logs: str, decode: str) -> str:
     ) + PEAK
 
 
-# The CPU seconds of each worker of pass 2 (``pipeline.run_part``),
-# noted on the Part it returns (the child prints them): with the
+# The CPU seconds of each partition of pass 2 (``pipeline.run_part``),
+# noted on the Part it returns with whether this process (the parent)
+# ran it (the child prints them); and, with -j > 1, the CPU of the
+# forked process that made some sections of the report and the
+# parent's own CPU meanwhile (``pipeline.received``).  With the
 # parent's own CPU and pass 1's workers' they make the critical path
 # of a run, the wall time it would take on idle cores.
 PARTS = (
-    'import time as _time\n'
+    'import os as _os, time as _time\n'
     'from instrument.analysis import pipeline\n'
     '_run_part = pipeline.run_part\n'
     '_parts = []\n'
+    '_elsewhere = []\n'
+    '_parent = _os.getpid()\n'
     'def _timed(*a, **k):\n'
     '    c0 = _time.process_time()\n'
     '    p = _run_part(*a, **k)\n'
     '    p.bench_cpu = _time.process_time() - c0\n'
+    '    p.bench_here = _os.getpid() == _parent\n'
     '    return p\n'
     'pipeline.run_part = _timed\n'
     '_merge = pipeline.merge\n'
     'def _noted(parts, ctx):\n'
-    '    _parts.extend(p.bench_cpu for p in parts)\n'
+    '    _parts.extend([p.bench_cpu, p.bench_here] for p in parts)\n'
     '    return _merge(parts, ctx)\n'
     'pipeline.merge = _noted\n'
+    '_received = getattr(pipeline, "received", None)\n'
+    'def _got(conn, here_s):\n'
+    '    out = _received(conn, here_s)\n'
+    '    _elsewhere.append([out[1], here_s])\n'
+    '    return out\n'
+    'if _received is not None:\n'
+    '    pipeline.received = _got\n'
 )
 
 
@@ -425,22 +444,42 @@ def main() -> None:
     crit = {}
     for label in ('report -j1', 'report -j2'):
         d = details[label]
-        parts = d.get('parts_cpu_s') or [0.0]
-        pass1 = max(0.0, d['cpu_s'] - d['parent_cpu_s'] - sum(parts))
+        # [CPU s, run by the parent]; an older tree notes the CPU only
+        parts = [
+            p if isinstance(p, list) else [p, False]
+            for p in d.get('parts_cpu_s') or [0.0]
+        ]
+        cpus = [c for c, _here in parts]
+        here = sum(c for c, h in parts if h)
+        # the report's sections made by a forked process: its CPU, and
+        # the parent's own meanwhile (what it did not wait for)
+        other, meanwhile = (d.get('elsewhere_cpu_s') or [[0.0, 0.0]])[0]
+        pass1 = max(
+            0.0,
+            d['cpu_s'] - d['parent_cpu_s'] - (sum(cpus) - here) - other,
+        )
         crit[label] = (
             d['cpu_s']
             if label == 'report -j1'
-            else d['parent_cpu_s'] + max(parts) + pass1 / len(parts)
+            else d['parent_cpu_s']
+            - here
+            + max(cpus)
+            + pass1 / len(parts)
+            + max(0.0, other - meanwhile)
         )
         print(
-            '  %s: parent %.2f CPU s, pass 2 workers %s CPU s, pass 1 '
-            'workers (and the pass 2 workers\' pickling) %.2f CPU s: '
-            'critical path %.2f s'
+            '  %s: parent %.2f CPU s (%.2f of it pass 2), pass 2 %s CPU '
+            's, pass 1 workers (and the pass 2 workers\' pickling) %.2f '
+            'CPU s, report sections made elsewhere %.2f CPU s (parent '
+            'meanwhile %.2f): critical path %.2f s'
             % (
                 label,
                 d['parent_cpu_s'],
-                ' + '.join('%.2f' % c for c in parts),
+                here,
+                ' + '.join('%.2f' % c for c in cpus),
                 pass1,
+                other,
+                meanwhile,
                 crit[label],
             )
         )

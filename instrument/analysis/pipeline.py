@@ -24,7 +24,8 @@ request it finalises to the sections that read finished requests) and
 every section of the ``registry``.  The records of the other side's
 work for a periodic task run's RPC calls (pass 1 found the dispatches)
 are read under the run's id.  With ``jobs`` > 1 the requests are
-partitioned by a hash of their request id: every worker reads all
+partitioned by a hash of their request id, partition 0 read by this
+process and each other one by a forked worker: every worker reads all
 files but decodes only its own lines (lines without a request id, and
 process metadata, go to worker 0; metadata is seen by all), so the
 partial results add up.  Pass 1 noted the hash of each line's request
@@ -36,8 +37,9 @@ still sees its own duplicates.
 ``merge`` adds the workers' parts up, section by section; the report
 dict holds each section's value (``base.Section.report``) under its
 key, in the registry's order (``build_report``): the input of every
-writer (text, JSON, HTML) and of ``compare``.  ``analyse(inputs,
-Options())`` does all of it.
+writer (text, JSON, HTML) and of ``compare``.  With ``jobs`` > 1 a
+forked process makes a few sections' values (``ELSEWHERE``) while this
+one makes the others.  ``analyse(inputs, Options())`` does all of it.
 """
 
 import collections
@@ -279,8 +281,8 @@ def merge(parts: list, ctx: base.Context) -> Part:
     """The workers' ``parts`` added up into one, section by section
     (``ctx``: the sections' context)."""
     out = Part(registry.new_sections(ctx))
-    for p in parts:
-        if len(parts) > 1:  # unpickled from a worker
+    for i, p in enumerate(parts):
+        if i > 0:  # unpickled from a worker (the first is this process's)
             for s in p.summaries:
                 s.intern()
         out.summaries.extend(p.summaries)
@@ -418,7 +420,7 @@ def _analyse(inputs: list, opts: Options) -> Analysis:
     merged = merge(parts, base.Context(span.since, span.until, part_opts))
     merged.issues.problems[:0] = problems
     view = make_view(merged, clock, hops, opts, paths, total, first_ts, span)
-    report = build_report(view)
+    report = build_report(view, ELSEWHERE if jobs > 1 else ())
     report['run'] = {
         'seconds': time.monotonic() - started,
         'clock_pass_seconds': clock_s,
@@ -441,21 +443,35 @@ def _stage(progress, stage: str, total: int):
 def _run_parallel(
     paths, offsets, file_offsets, jobs, opts, hosts, show
 ) -> list:
+    """The ``jobs`` partitions of pass 2: partition 0 in this process,
+    the others in ``jobs - 1`` forked workers (one fewer process, and
+    partition 0's part is neither pickled nor unpickled)."""
     ctx = multiprocessing.get_context('fork')
     shared = ctx.Array('q', jobs, lock=False)
-    with ctx.Pool(jobs, initializer=_set_progress, initargs=(shared,)) as pool:
+    with ctx.Pool(
+        jobs - 1, initializer=_set_progress, initargs=(shared,)
+    ) as pool:
         pending = pool.map_async(
             _run_part_star,
             [
                 (paths, offsets, file_offsets, part, jobs, opts, hosts)
-                for part in range(jobs)
+                for part in range(1, jobs)
             ],
+        )
+
+        def mine(done: int) -> None:
+            shared[0] = done
+            if show is not None:
+                show(min(shared[:]))
+
+        first = run_part(
+            paths, offsets, file_offsets, 0, jobs, opts, hosts, mine
         )
         while not pending.ready():
             pending.wait(0.5)
             if show is not None:
                 show(min(shared[:]) if shared else 0)
-        return pending.get()
+        return [first] + pending.get()
 
 
 # -- the report ------------------------------------------------------------
@@ -520,13 +536,79 @@ def make_view(
     )
 
 
-def build_report(view: base.View) -> dict:
+def build_report(view: base.View, elsewhere: typing.Iterable = ()) -> dict:
     """The JSON-ready report: each section's value under its key, in
-    the registry's order."""
+    the registry's order.  The sections ``elsewhere`` are made by a
+    forked process (``made_elsewhere``) while this one makes the
+    others (one of which that reads the value of one of ``elsewhere``
+    waits for it)."""
     report: dict = {
         'report_version': REPORT_VERSION,
         'schema_version': schema.SCHEMA_VERSION,
     }
-    for key in registry.keys():
+    keys = registry.keys()
+    elsewhere = [k for k in keys if k in frozenset(elsewhere)]
+    if elsewhere:
+        view.elsewhere(elsewhere, made_elsewhere(view, elsewhere))
+        for key in keys:
+            if key not in elsewhere:
+                view[key]
+    for key in keys:
         report[key] = view[key]
     return report
+
+
+# The sections made by a forked process with -j > 1, while the parent
+# makes the others: each reads ``view.summaries``, the finished
+# requests, and returns a small value (the pickle back is cheap), and
+# no section made by the parent reads their values.
+ELSEWHERE = ('summary', 'operations', 'waits')
+
+
+def made_elsewhere(view: base.View, keys: list) -> typing.Callable[[], dict]:
+    """Fork a process that makes the values of sections ``keys`` of
+    ``view``; return the ``fetch`` of ``View.elsewhere``: it waits for
+    them (``{}`` if the process failed: they are then made here)."""
+    ctx = multiprocessing.get_context('fork')
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=_make_sections, args=(view, keys, send), daemon=True
+    )
+    proc.start()
+    send.close()
+    started = time.process_time()
+
+    def fetch() -> dict:
+        try:
+            return received(recv, time.process_time() - started)[0]
+        finally:
+            recv.close()
+            proc.join()
+
+    return fetch
+
+
+def received(conn: typing.Any, here_s: float) -> tuple:
+    """``(values, CPU s of the process that made them)`` from
+    ``_make_sections`` (``({}, 0.0)`` if it failed); ``here_s``: this
+    process's CPU since the fork (the bench's critical path reads
+    both)."""
+    try:
+        got = conn.recv()
+    except (EOFError, OSError):
+        return {}, 0.0
+    if got[0] != 'ok':
+        return {}, 0.0
+    return got[1], got[2]
+
+
+def _make_sections(view: base.View, keys: list, conn: typing.Any) -> None:
+    """In the forked process: ``view[key]`` of each of ``keys``, sent
+    back with this process's CPU."""
+    try:
+        values = {key: view[key] for key in keys}
+        conn.send(('ok', values, time.process_time()))
+    except BaseException:  # noqa: BLE001 - made again by the parent
+        conn.send(('failed',))
+    finally:
+        conn.close()

@@ -232,7 +232,11 @@ class EventBuffer:
         self._start_lock = threads.os_lock()
         self._drain_lock = threads.os_lock()
         self._sinks_closed = False
-        self._wake: typing.Any = None  # an OS Event once started
+        # The writer's alarm clock once started: an OS lock it waits on,
+        # held while it sleeps; released to wake it (at close).  A bare
+        # lock, not an Event: a wait on an Event costs its Condition's
+        # Python besides the sleep, at every flush interval.
+        self._wake: typing.Any = None
         self.writer = None
         self._seq = 1
         self._headed = False
@@ -343,7 +347,9 @@ class EventBuffer:
         with self._start_lock:
             if self.writer is not None or self._closed or self._held:
                 return
-            self._wake = threads.os_event()
+            wake = threads.os_lock()
+            wake.acquire()
+            self._wake = wake
             generation = self._generation
             self.writer = threads.start_os_thread(
                 lambda: self._run(generation), 'instrument-writer'
@@ -351,10 +357,10 @@ class EventBuffer:
         threads.watch(_watch_all)
 
     def _run(self, generation: int) -> None:
-        wake = self._wake
+        sleep = self._wake.acquire
         failed = False
         while generation == self._generation:
-            wake.wait(self.flush_interval)
+            sleep(True, self.flush_interval)
             if generation != self._generation:
                 return
             try:
@@ -833,8 +839,12 @@ class EventBuffer:
         # no end record was killed (its last flush interval is lost).
         self._end_pending = True
         try:
-            if self._wake is not None:
-                self._wake.set()
+            wake = self._wake
+            if wake is not None:
+                try:
+                    wake.release()
+                except RuntimeError:  # not held: the writer is awake
+                    pass
         except Exception as exc:
             _EXIT_FAULTS(exc)
         try:

@@ -27,7 +27,10 @@ traceback is formatted there.
 
 ``totals()`` is what the runtime writes into the span log as
 ``instrument.faults`` counter records; ``reset()`` (``teardown``)
-starts every counter of the process afresh.
+starts every counter of the process afresh.  ``changes()`` tells the
+writer whether ``totals()`` can have changed since it last looked: it
+walks every counter (one per patch point, hundreds in nova), and the
+writer asks every flush interval.
 """
 
 import os
@@ -46,6 +49,16 @@ LOG = logging.getLogger(__name__)
 EVENT = schema.EV_FAULTS
 
 _LIVE = weakref.WeakSet()
+# Bumped after any counter's count is set (a fault, a reset, a new
+# counter): see ``changes``.
+_changes = 0
+
+
+def changes() -> tuple:
+    """A value that differs from every earlier one once a count was
+    set or a counter was made or freed since: while it stays the same,
+    ``totals()`` does too."""
+    return _changes, len(_LIVE)
 
 
 class Faults:
@@ -55,7 +68,7 @@ class Faults:
     __slots__ = (
         'name',
         'limit',
-        'count',
+        '_count',
         'active',
         'what',
         'logged',
@@ -76,6 +89,18 @@ class Faults:
         # True once the first fault's log line is handed over
         self.logged = False
         _LIVE.add(self)
+
+    @property
+    def count(self) -> int:
+        """Faults counted so far."""
+        return self._count
+
+    @count.setter
+    def count(self, value: int) -> None:
+        global _changes
+        # The count first: whoever sees the new ``changes()`` sees it.
+        self._count = value
+        _changes += 1
 
     def __call__(self, exc: BaseException) -> None:
         """Count ``exc``, a fault of this hook; never raises, never

@@ -127,6 +127,8 @@ class Runtime:
         self.status = {}
         self._install_faults = {}
         self._faults_reported: typing.Optional[dict] = None
+        # faults.changes() when the counts were last summed
+        self._faults_seen: typing.Optional[tuple] = None
 
     # -- targets --------------------------------------------------------------
 
@@ -248,7 +250,13 @@ class Runtime:
 
     def report_faults(self, final: bool = False) -> None:
         """Writer periodic: an ``instrument.faults`` counter record
-        whenever the fault counts of the process changed."""
+        whenever the fault counts of the process changed.  The counts
+        are summed only when one was set since the last look
+        (``faults.changes``): there is one counter per patch point."""
+        changes = faults.changes()
+        if changes == self._faults_seen:
+            return
+        self._faults_seen = changes
         totals = faults.totals()
         if totals and totals != self._faults_reported:
             self._faults_reported = totals

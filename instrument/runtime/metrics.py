@@ -339,12 +339,18 @@ class Metrics:
     ) -> None:
         """Fold the records of ``batch`` (event tuples as the sinks get
         them; ``B`` snapshots are skipped: a span counts when it ends).
-        Spans, the bulk of them, take the short way."""
+        Spans, the bulk of them, take the short way.  The state counts
+        as changed (``tick`` writes it) only when a value did: a
+        ``process.sample`` whose buffer fill is the one already kept,
+        an unchanged drop count, a record no family folds, change
+        nothing (an idle process's samples do not rewrite its file)."""
         spans = self.families[SPAN]
         extra = _EXTRA if extra is None else extra
+        changed = False
         for rec in batch:
             ph = rec[0]
             if ph == complete:
+                changed = True
                 ev = rec[6]
                 if ev in not_spans:
                     self._complete(rec)
@@ -361,13 +367,16 @@ class Metrics:
                 if ev in extra:
                     extra[ev](self, rec)
             elif ph == schema.PH_COUNTER:
-                self._counter(rec)
+                if self._counter(rec):
+                    changed = True
             elif ph == schema.PH_META:
-                self._meta(rec)
+                if self._meta(rec):
+                    changed = True
             elif (
                 ph == schema.PH_INSTANT
                 and rec[record.I_EV] == schema.EV_DB_RETRY
             ):
+                changed = True
                 attrs = rec[record.I_ATTRS] or {}
                 exhausted = (
                     'true' if attrs.get(schema.ATTR_EXHAUSTED) else 'false'
@@ -388,7 +397,8 @@ class Metrics:
                         ),
                         1,
                     )
-        self._changed = True
+        if changed:
+            self._changed = True
 
     def _complete(self, rec) -> None:
         ev = rec[record.I_EV]
@@ -462,7 +472,8 @@ class Metrics:
             if is_deadlock(err[0]):
                 self._add(SQL_DEADLOCKS, (db, query), 1)
 
-    def _counter(self, rec) -> None:
+    def _counter(self, rec) -> bool:
+        """Fold a ``C`` record; True when a value changed."""
         ev = rec[record.I_EV]
         attrs = rec[record.I_ATTRS] or {}
         if ev == schema.EV_SQL_AGG:
@@ -483,33 +494,40 @@ class Metrics:
             errors = attrs.get(schema.ATTR_ERRORS) or 0
             if errors:  # aggregated failures carry no class
                 self._add(SQL_ERRORS, (db, query, OTHER), errors)
-        elif ev == schema.EV_SINK_DROPS:
+            return True
+        if ev == schema.EV_SINK_DROPS:
             # cumulative counts per cause: set, not added
+            changed = False
             for cause, count in attrs.items():
-                self._set(DROPS, (str(cause),), count)
-        elif ev in _SOURCE_CAUSES:
-            self._set(
+                if self._set(DROPS, (str(cause),), count):
+                    changed = True
+            return changed
+        if ev in _SOURCE_CAUSES:
+            return self._set(
                 DROPS, (_SOURCE_CAUSES[ev],), attrs.get(schema.ATTR_COUNT) or 0
             )
-        elif ev == schema.EV_PROCESS_SAMPLE:
+        if ev == schema.EV_PROCESS_SAMPLE:
             fill = attrs.get(schema.ATTR_BUF_FILL)
-            if fill is not None:
-                self.families[BUF_FILL][()] = fill
+            gauge = self.families[BUF_FILL]
+            if fill is not None and gauge.get(()) != fill:
+                gauge[()] = fill
+                return True
+        return False
 
-    def _meta(self, rec) -> None:
+    def _meta(self, rec) -> bool:
         """``process.start`` (every point by status: the start-up
         banner) and ``process.points`` (the points whose status changed
-        since): the ``POINTS`` gauge."""
+        since): the ``POINTS`` gauge.  True when it was folded."""
         ev = rec[record.I_EV]
         if ev == schema.EV_PROCESS_START:
             banner = (rec[record.I_ATTRS] or {}).get(schema.ATTR_POINTS)
             if not isinstance(banner, dict):
-                return
+                return False
             self.points = {}
         elif ev == schema.EV_PROCESS_POINTS:
             banner = rec[record.I_ATTRS] or {}
         else:
-            return
+            return False
         for status, names in banner.items():
             if status not in POINT_STATUSES or not isinstance(names, list):
                 continue
@@ -522,12 +540,16 @@ class Metrics:
         self.families[POINTS] = {
             (status,): count for status, count in counts.items()
         }
+        return True
 
-    def _set(self, family: str, labels: tuple, value) -> None:
+    def _set(self, family: str, labels: tuple, value) -> bool:
+        """Set a series' value; True when it changed."""
         series = self.families[family]
         key = self._key(family, labels)
-        if isinstance(value, (int, float)):
+        if isinstance(value, (int, float)) and series.get(key) != value:
             series[key] = value
+            return True
+        return False
 
     # -- output ------------------------------------------------------------
 

@@ -11,6 +11,7 @@
 # under the License.
 """Fault counters, their span-log records, and a start that fails."""
 
+import gc
 import importlib
 import os
 import sys
@@ -60,6 +61,60 @@ class FaultsTest(base.TestCase):
         counter = faults.Faults('a hook')
         counter(Broken())
         self.assertEqual(1, counter.count)
+
+
+class ChangesTest(base.TestCase):
+    """``faults.changes()``: the writer sums the counters (one per patch
+    point) only when it moved, so it must move with every count."""
+
+    def test_moves_with_every_count_set(self):
+        counter = faults.Faults('a hook')
+        before = faults.changes()
+        self.assertEqual(before, faults.changes(), 'nothing happened')
+        counter(ValueError('x'))
+        self.assertNotEqual(before, faults.changes())
+        before = faults.changes()
+        # a count set directly (the paste filter's unread queue)
+        counter.count += 1
+        self.assertNotEqual(before, faults.changes())
+        before = faults.changes()
+        faults.reset()
+        self.assertNotEqual(before, faults.changes())
+
+    def test_moves_when_a_counter_comes_or_goes(self):
+        before = faults.changes()
+        counter = faults.Faults('a hook')
+        self.assertNotEqual(before, faults.changes())
+        counter(ValueError('x'))
+        before = faults.changes()
+        del counter
+        gc.collect()
+        self.assertNotEqual(before, faults.changes())
+        self.assertNotIn('a hook', faults.totals())
+
+    def test_a_fault_after_idle_drains_is_written_once(self):
+        self.addCleanup(lifecycle.teardown)
+        conf = self.make_conf(sql_timing=False, flush_interval=60.0)
+        active = lifecycle.setup(conf, 'nova-compute', targets=[])
+        counter = faults.Faults('a hook')
+        for _ in range(3):
+            active.buffer.drain()
+        counter(ValueError('x'))
+        active.buffer.drain()
+        counter.count += 1
+        for _ in range(3):
+            active.buffer.drain()
+        counter(ValueError('y'))
+        faults.Faults('another hook')  # made and freed: no record
+        gc.collect()
+        active.buffer.drain()
+        active.buffer.drain()
+        lifecycle.teardown()
+        [records] = base.read_span_files(
+            os.path.join(self.tmp, 'spans')
+        ).values()
+        counts = [r['attrs'] for r in records if r['ev'] == faults.EVENT]
+        self.assertEqual([{'a hook': 1}, {'a hook': 2}, {'a hook': 3}], counts)
 
 
 class RuntimeFaultTest(base.TestCase):

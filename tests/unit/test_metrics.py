@@ -25,6 +25,8 @@ from instrument.runtime import lifecycle
 from instrument.runtime import metrics
 from instrument.runtime import process
 from instrument.runtime import record
+from instrument.runtime import recorder as recorder_mod
+from instrument.runtime import resources
 from instrument.sinks import metrics as metrics_sink
 from instrument.targets import base as targets_base
 from tests.unit import base
@@ -397,6 +399,53 @@ class AggregationTest(base.TestCase):
         self.assertEqual([False, False, True], [f for _, f in written])
         self.assertEqual(1, written[1][0][metrics.SPAN][0][-1][le(0.001)])
 
+    def test_only_a_changed_value_makes_the_state_written_again(self):
+        # An idle process: a sample every resource_sample_interval, the
+        # same drop counts, its faults counter; its file stays as it is.
+        def counter(ev, attrs):
+            return record.counter(ev, 'h1', 'conductor', TS, attrs)
+
+        def sample(fill):
+            return counter(
+                schema.EV_PROCESS_SAMPLE,
+                {schema.ATTR_BUF_FILL: fill, schema.ATTR_CPU_USER_S: fill},
+            )
+
+        drops = counter(schema.EV_SINK_DROPS, {'buffer_full': 2, 'file': 0})
+        written = []
+        m = metrics.Metrics(
+            lambda state, final: written.append(state), interval=1.0
+        )
+        m.observe([sample(0), drops, counter(schema.EV_SQL_DROPPED, {})])
+        self.assertTrue(m.tick(10.0))
+        for now in (20.0, 30.0):
+            m.observe([sample(0)])
+            m.observe([drops])
+            m.observe([counter(schema.EV_FAULTS, {'a hook': 1})])
+            m.observe([counter(schema.EV_SQL_DROPPED, {})])
+            self.assertFalse(m.tick(now), 'nothing changed')
+        m.observe([sample(4)])
+        self.assertTrue(m.tick(40.0))
+        self.assertEqual({(): 4}, m.families[metrics.BUF_FILL])
+        m.observe([sample(4)])
+        self.assertFalse(m.tick(50.0))
+        m.observe(
+            [counter(schema.EV_SINK_DROPS, {'buffer_full': 3, 'file': 0})]
+        )
+        self.assertTrue(m.tick(60.0))
+        m.observe([counter(schema.EV_SQL_DROPPED, {schema.ATTR_COUNT: 1})])
+        self.assertTrue(m.tick(70.0))
+        m.observe([span('a.b', 10)])
+        self.assertTrue(m.tick(80.0))
+        m.observe([sql_agg('c' * 32, 1, 10)])
+        self.assertTrue(m.tick(90.0))
+        self.assertTrue(m.tick(91.0, final=True), 'always at close')
+        self.assertEqual(7, len(written))
+        self.assertEqual(
+            {('buffer_full',): 3, ('file',): 0, ('sql_queue',): 1},
+            m.families[metrics.DROPS],
+        )
+
     def test_points_by_status_from_the_start_record_and_changes(self):
         m = metrics.Metrics()
         self.assertEqual({}, m.families[metrics.POINTS])
@@ -495,6 +544,40 @@ class BufferObserverTest(base.TestCase):
         self.assertFalse(
             [n for n in os.listdir(self.tmp) if n.endswith('.tmp')]
         )
+
+    def test_an_idle_writer_rewrites_the_file_only_when_it_changed(self):
+        buf, sink, m, state = self.make()
+        writes = []
+
+        def write(doc, final):
+            writes.append(final)
+            state(doc, final)
+
+        m.writer = write
+        recorder = recorder_mod.Recorder(
+            buf, process.ProcessIdentity.create('nova-conductor', 'h1')
+        )
+        sampler = resources.Sampler(recorder, 0.0)  # one every drain
+        sampler.start()
+        self.addCleanup(sampler.stop)
+        for _ in range(5):
+            buf.drain()
+        samples = [
+            r for r in sink.records if r['ev'] == schema.EV_PROCESS_SAMPLE
+        ]
+        self.assertEqual(5, len(samples))
+        self.assertEqual([False], writes)
+        buf.emit(span('a.b', 10))
+        buf.drain()
+        self.assertEqual([False, False], writes)
+        doc = self.read(state)
+        self.assertEqual(1, sum(doc['families'][metrics.SPAN][0][-1][:-1]))
+        buf.close()
+        # the final state, whatever changed (the closing thread and the
+        # woken writer may both write it)
+        self.assertEqual([False, False], writes[:2])
+        self.assertTrue(writes[2:] and all(writes[2:]), writes)
+        self.assertTrue(self.read(state)['final'])
 
     def test_a_running_span_counts_when_it_ends(self):
         buf, sink, m, state = self.make()

@@ -271,3 +271,51 @@ class OffSwitchTest(base.TestCase):
         # a part of the process's CPU, not all of it
         last = [a for a in samples if schema.ATTR_WRITER_CPU_S in a][-1]
         self.assertLess(writer[-1], last['cpu_user_s'] + last['cpu_sys_s'])
+
+    def _idle_runtime(self, **overrides):
+        rt = lifecycle.setup(
+            self.make_conf(**overrides),
+            'nova-api',
+            targets=[resources_target.ResourcesTarget()],
+        )
+        self.addCleanup(lifecycle.teardown)
+        spans = os.path.join(self.tmp, 'spans')
+
+        def records():
+            return [
+                r
+                for recs in base.read_span_files(spans).values()
+                for r in recs
+            ]
+
+        return rt, records
+
+    def test_an_idle_process_samples_every_interval(self):
+        _rt, records = self._idle_runtime(
+            flush_interval=0.05, resource_sample_interval=0.2
+        )
+        time.sleep(1.5)
+        samples = [r for r in records() if r['ev'] == schema.EV_PROCESS_SAMPLE]
+        # 7 or 8 are due; a loaded machine may delay one or two
+        self.assertGreaterEqual(len(samples), 5, samples)
+
+    def test_a_span_after_an_idle_spell_is_written_within_a_flush(self):
+        # Nothing recorded for many flush intervals, no sample due: a
+        # span recorded then is on disk within about a flush interval,
+        # not at the next sample or at close.
+        rt, records = self._idle_runtime(
+            flush_interval=0.05, resource_sample_interval=3600.0
+        )
+        time.sleep(1.0)
+        with rt.tracer.span('compute.after_idle'):
+            pass
+        ended = time.monotonic()
+        waited = None
+        while time.monotonic() - ended < 10:
+            if any(r['ev'] == 'compute.after_idle' for r in records()):
+                waited = time.monotonic() - ended
+                break
+            time.sleep(0.01)
+        self.assertIsNotNone(waited, 'not written while running')
+        # 0.05 s due; 1 s: a loaded machine
+        self.assertLess(waited, 1.0)

@@ -69,7 +69,30 @@ UNDECIDED = 255
 
 def chain(handlers: tuple) -> typing.Callable:
     """One handler calling ``handlers`` in turn; one that returns False
-    (a span read twice) stops the others, and the chain returns False."""
+    (a span read twice) stops the others, and the chain returns False.
+
+    Two or three handlers (every chain of the registry's consumers:
+    a span's, a statement's) are called without a loop."""
+    if len(handlers) == 2:
+        first, second = handlers
+
+        def handle2(rec: typing.Any, ts: int, cursor: typing.Any) -> bool:
+            if first(rec, ts, cursor) is False:
+                return False
+            return second(rec, ts, cursor) is not False
+
+        return handle2
+    if len(handlers) == 3:
+        first, second, third = handlers
+
+        def handle3(rec: typing.Any, ts: int, cursor: typing.Any) -> bool:
+            if first(rec, ts, cursor) is False:
+                return False
+            if second(rec, ts, cursor) is False:
+                return False
+            return third(rec, ts, cursor) is not False
+
+        return handle3
 
     def handle(rec: typing.Any, ts: int, cursor: typing.Any) -> bool:
         for each in handlers:

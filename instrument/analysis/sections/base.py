@@ -180,7 +180,7 @@ class View:
     first request's start (``first_us``) and the window (``since``,
     ``until``).  Each section's merged state is ``part(key)``, its
     report value ``view[key]`` (computed once, on first use: a section
-    may read another's).
+    may read another's), or made by another process (``elsewhere``).
     """
 
     def __init__(
@@ -227,12 +227,29 @@ class View:
         self.no_request = no_request
         self._values: dict = {}
         self._making: set = set()
+        self._elsewhere: frozenset = frozenset()
+        self._fetch: typing.Optional[typing.Callable[[], dict]] = None
+
+    def elsewhere(
+        self, keys: typing.Iterable[str], fetch: typing.Callable[[], dict]
+    ) -> None:
+        """The values of sections ``keys`` are being made by another
+        process (of this view, forked): ``fetch()`` waits for them and
+        returns ``{key: value}``, called once, on the first use of any;
+        a key it does not return is made here, as any other."""
+        self._elsewhere = frozenset(keys)
+        self._fetch = fetch
 
     def part(self, key: str) -> typing.Any:
         """The merged state of section ``key``."""
         return self.parts[key]
 
     def __getitem__(self, key: str) -> typing.Any:
+        if key not in self._values and key in self._elsewhere:
+            fetch = typing.cast(typing.Callable[[], dict], self._fetch)
+            self._elsewhere = frozenset()
+            self._fetch = None
+            self._values.update(fetch())
         if key not in self._values:
             if key in self._making:
                 raise RuntimeError(

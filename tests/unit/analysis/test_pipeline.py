@@ -9,7 +9,8 @@
 # WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
 # License for the specific language governing permissions and limitations
 # under the License.
-"""Pass 2's partitioning of requests between workers."""
+"""Pass 2's partitioning of requests between workers, and the report's
+sections made by a forked process."""
 
 import json
 import os
@@ -19,8 +20,10 @@ import fixtures
 import testtools
 
 from instrument.analysis import pipeline
+from instrument.analysis import registry
 from instrument.analysis.ingest import clockpass
 from instrument.analysis.ingest import reader
+from instrument.analysis.sections import base
 
 
 def _line(**kw):
@@ -161,3 +164,85 @@ class LinePartsTest(testtools.TestCase):
             ['req-%d' % n for n in range(40)],
             sorted(self._reqs(1, ones), key=lambda r: int(r[4:])),
         )
+
+
+class _Made:
+    """A section whose value says which process made it, and what it
+    read of another's (``reads``); ``fails_forked``: its report raises
+    in any other process than ``parent``."""
+
+    def __init__(self, key, parent, reads=None, fails_forked=False):
+        self.key = key
+        self.parent = parent
+        self.reads = reads
+        self.fails_forked = fails_forked
+
+    def report(self, view):
+        if self.fails_forked and os.getpid() != self.parent:
+            raise RuntimeError('only in the parent')
+        out = {'key': self.key, 'pid': os.getpid()}
+        if self.reads is not None:
+            out['read'] = view[self.reads]
+        return out
+
+
+def _view(parts):
+    return base.View(
+        parts,
+        summaries=[],
+        loss=None,
+        issues=None,
+        opts=None,
+        clock_table={},
+        hops={},
+        paths=[],
+        total_bytes=0,
+        lines=0,
+        records=0,
+        first_us=None,
+        since=None,
+        until=None,
+        outside=0,
+        duplicate_spans=0,
+        no_request={},
+    )
+
+
+class ReportElsewhereTest(testtools.TestCase):
+    """With -j > 1 some sections of the report are made by a forked
+    process while the parent makes the others."""
+
+    def _parts(self, **special):
+        me = os.getpid()
+        return {
+            key: special.get(key) or _Made(key, me) for key in registry.keys()
+        }
+
+    def test_sections_made_by_a_forked_process(self):
+        me = os.getpid()
+        parts = self._parts(
+            # a parent's section reading one made elsewhere waits for it
+            inputs=_Made('inputs', me, reads='summary'),
+        )
+        report = pipeline.build_report(_view(parts), ('summary', 'operations'))
+        keys = [k for k in report if k in parts]
+        self.assertEqual(registry.keys(), keys)
+        for key in keys:
+            self.assertEqual(key, report[key]['key'])
+        other = report['summary']['pid']
+        self.assertNotEqual(me, other)
+        self.assertEqual(other, report['operations']['pid'])
+        self.assertEqual(me, report['findings']['pid'])
+        self.assertEqual(me, report['inputs']['pid'])
+        self.assertEqual(report['summary'], report['inputs']['read'])
+
+    def test_made_here_when_the_forked_process_fails(self):
+        me = os.getpid()
+        parts = self._parts(summary=_Made('summary', me, fails_forked=True))
+        report = pipeline.build_report(_view(parts), ('summary',))
+        self.assertEqual(me, report['summary']['pid'])
+
+    def test_one_process_makes_every_section(self):
+        me = os.getpid()
+        report = pipeline.build_report(_view(self._parts()))
+        self.assertEqual({me}, {report[k]['pid'] for k in registry.keys()})
