@@ -21,9 +21,12 @@ calls in scope pass), it either raises ``InjectedFault`` (kind
 ``sleep``, which defaults to ``time.sleep`` looked up at call time, so
 that it is eventlet's under eventlet).  ``hits`` counts the calls that
 reached the fault (armed, in scope), ``raised`` the faults raised,
-``hanging`` says whether a call is blocked in it right now.
+``hanging`` says whether a call is blocked in it right now;
+``reached`` counts those calls per function wrapped (the ``name`` given
+to ``wrap``, else the function's).
 """
 
+import collections
 import inspect
 import os
 import sys
@@ -71,6 +74,8 @@ class Fault:
         self.raised = 0
         self.hung = 0
         self.hanging = 0
+        # {name of the function wrapped: calls that reached the fault}
+        self.reached: collections.Counter = collections.Counter()
         # the threads the site was reached from
         self.thread_ids: set = set()
         # A real lock: the site may run in the writer's OS thread; it is
@@ -85,13 +90,14 @@ class Fault:
             self.hung,
         )
 
-    def _fires(self, frame) -> bool:
+    def _fires(self, frame, name=None) -> bool:
         if not self.armed:
             return False
         if self.where is not None and not self.where(frame):
             return False
         with self._lock:
             self.hits += 1
+            self.reached[name] += 1
             self.thread_ids.add(threading.get_ident())
             if self.hits <= self.skip:
                 return False
@@ -111,16 +117,18 @@ class Fault:
             with self._lock:
                 self.hanging -= 1
 
-    def wrap(self, real):
+    def wrap(self, real, name=None):
         """The function that replaces ``real`` at the site (a point's
         ``reads`` or ``places`` hook: the same hook of its function,
-        wrapped)."""
+        wrapped); ``name`` keys ``reached`` (default: ``real``'s)."""
         if isinstance(real, (points_mod.Reads, points_mod.Places)):
-            return type(real)(self.wrap(real.fn), *real.specs)
+            return type(real)(self.wrap(real.fn, name), *real.specs)
         fault = self
+        if name is None:
+            name = getattr(real, '__name__', repr(real))
 
         def site(*args, **kwargs):
-            if fault._fires(sys._getframe(1)):
+            if fault._fires(sys._getframe(1), name):
                 if fault.kind == RAISE:
                     raise fault.error()
                 fault._hang()
@@ -170,11 +178,16 @@ def all_of(*wheres):
     return where
 
 
-def in_span_wrapper(depth: int = 2, **locals_):
+def in_span_wrapper(depth: int = 2, after_call: bool = False, **locals_):
     """A ``where``: a call made (``depth`` frames up at most) from a
     span wrapper (``instrument.runtime.wrappers``) whose closure variables
     match ``locals_`` (``detail=True``, ``ev='ksa.request'``); never one made
-    by ``abandon`` (a fault path that counts nothing by design)."""
+    by ``abandon`` (a fault path that counts nothing by design).
+
+    ``after_call``: only once the wrapper has called nova's callable
+    (the span's end: the wrapper does the start's steps itself too,
+    with the same clock)."""
+    after = _after_nova_call() if after_call else None
 
     def where(frame) -> bool:
         if frame.f_code.co_name == 'abandon':
@@ -185,6 +198,8 @@ def in_span_wrapper(depth: int = 2, **locals_):
             if code.co_name == 'patched' and code.co_filename.endswith(
                 _WRAPPERS
             ):
+                if after is not None and not after(frame):
+                    return False
                 values = frame.f_locals
                 return all(values.get(k) == v for k, v in locals_.items())
             frame = frame.f_back
@@ -195,6 +210,19 @@ def in_span_wrapper(depth: int = 2, **locals_):
 
 
 _WRAPPERS = os.path.join('instrument', 'runtime', 'wrappers.py')
+
+
+def _after_nova_call():
+    """A ``where`` true in a span wrapper's frame past its call of
+    nova's callable (the line ``result = call(*args, **kwargs)``)."""
+    from instrument.runtime import wrappers
+
+    [code] = [
+        const
+        for const in wrappers.span_wrapper.__code__.co_consts
+        if inspect.iscode(const) and const.co_name == 'patched'
+    ]
+    return after_line(code, 'result = call(*args, **kwargs)')
 
 
 def after_line(func, text: str):

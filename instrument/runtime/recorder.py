@@ -38,6 +38,7 @@ import itertools
 import os
 import threading
 import time
+import typing
 import zlib
 
 from instrument import schema
@@ -251,13 +252,62 @@ def _abandoned_duration(rec: list, t1: int | None) -> int:
         return 0
 
 
+class SpanSteps(typing.NamedTuple):
+    """What a span's start and end call besides building a list and a
+    tuple: C functions and bound methods in production (no Python
+    call), made once per recorder (``Recorder._span_steps``).
+
+    ``Recorder.begin`` and ``end`` close over them, and carry them as
+    ``begin.steps`` and ``end.steps``: a span wrapper
+    (``instrument.runtime.wrappers``) given a recorder's own ``begin``
+    does its steps itself with these parts, and ``end``'s for a call
+    that ended well with no ``on_exit`` and no ``result_instances``; a
+    ``begin`` or ``end`` without ``steps`` (a test's, a stand-in) is
+    called.  A fault put in one of the parts (the fault matrix puts
+    its recorder faults in ``append`` and ``reset_frame``) is reached
+    by the span's start or end whichever of the two runs it.
+    """
+
+    #: the monotonic clock of the span's start (``Recorder.clock``)
+    clock: typing.Callable[[], int]
+    get_ident: typing.Callable[[], int]
+    #: the current frame's ContextVar: get, set (returns the token),
+    #: reset (raises ValueError for a token of another context)
+    get_frame: typing.Callable[[], typing.Any]
+    set_frame: typing.Callable[[typing.Any], typing.Any]
+    reset_frame: typing.Callable[[typing.Any], typing.Any]
+    #: oslo.context's current (req, greq): a start outside any span
+    #: that has no context of its own
+    request: typing.Callable[[], tuple]
+    #: the enqueue: ``emit`` is called when ``append`` is None, else
+    #: its steps are done inline: the length check against ``limit``,
+    #: ``buf.start()`` when it has no writer, ``append`` or
+    #: ``buf.drop()`` (``EventBuffer.emit``)
+    emit: typing.Callable[[typing.Any], typing.Any]
+    append: typing.Callable[[typing.Any], typing.Any] | None
+    queue: typing.Any
+    limit: typing.Any
+    buf: typing.Any
+    #: what a span that names none and has no enclosing span gets
+    process_svc: typing.Any
+    process_host: typing.Any
+
+
+# The parts of a begin that has none (it is called): all None.
+NO_STEPS = SpanSteps._make([None] * len(SpanSteps._fields))
+
+
 class Recorder:
     """Makes the events of one process and queues them in its buffer.
 
     ``host`` and ``svc`` (from the process identity) fill in what a call
     does not name.  Nothing here formats a value or takes a lock held
-    across I/O; the only Python calls on a span's path are ``begin``,
-    the buffer's ``emit`` and ``end`` (see ``_span_functions``).
+    across I/O.  ``begin`` and ``end`` are closures over their
+    ``SpanSteps`` (``begin.steps``, ``end.steps``); the patch point
+    wrappers do their steps themselves with the same parts
+    (``instrument.runtime.wrappers``): a span's path has no Python call
+    but nova's, and a change of the record layout here is one there
+    too (``tests/unit/test_wrapper_end.py`` compares them).
     """
 
     def __init__(
@@ -302,28 +352,56 @@ class Recorder:
 
     # -- spans ----------------------------------------------------------------
 
-    def _span_functions(self) -> tuple:
-        """``begin`` and ``end``, made once per recorder as closures over
-        what they use (an attribute lookup per use would cost a tenth of
-        the per-call budget)."""
+    def _span_steps(self) -> 'SpanSteps':
+        """The parts ``begin`` and ``end`` run (see ``SpanSteps``), read
+        from this recorder when its span functions are made."""
         emit = self.emit
-        # The buffer's own enqueue (EventBuffer.emit) is done inline in
-        # begin: one Python call less per span.  Any other emit (a
-        # test's list, a buffer whose emit was replaced) is called.
+        # The buffer's own enqueue (EventBuffer.emit) is done inline:
+        # one Python call less per span.  Any other emit (a test's
+        # list, a buffer whose emit was replaced) is called.
         inline = getattr(emit, 'inline', None)
         if inline is not None:
             queue, limit, buf = inline
             append = queue.append
         else:
             queue = limit = buf = append = None
-        get_ident = self.get_ident
-        clock = self.clock
-        process_host = self.host
-        process_svc = self.svc
-        get_frame = _CURRENT.get
-        set_frame_ = _CURRENT.set
-        reset_frame_ = _CURRENT.reset
-        oslo_request = current_request
+        return SpanSteps(
+            clock=self.clock,
+            get_ident=self.get_ident,
+            get_frame=_CURRENT.get,
+            set_frame=_CURRENT.set,
+            reset_frame=_CURRENT.reset,
+            request=current_request,
+            emit=emit,
+            append=append,
+            queue=queue,
+            limit=limit,
+            buf=buf,
+            process_svc=self.svc,
+            process_host=self.host,
+        )
+
+    def _span_functions(self) -> tuple:
+        """``begin`` and ``end``, made once per recorder as closures over
+        what they use (an attribute lookup per use would cost a tenth of
+        the per-call budget), each carrying its ``SpanSteps`` as
+        ``steps``: the span wrappers then do their steps themselves."""
+        steps = self._span_steps()
+        (
+            clock,
+            get_ident,
+            get_frame,
+            set_frame_,
+            reset_frame_,
+            oslo_request,
+            emit,
+            append,
+            queue,
+            limit,
+            buf,
+            process_svc,
+            process_host,
+        ) = steps
 
         def begin(ev: str, svc, host, ctx, inst, remote_parent, attrs) -> list:
             """Start a span and queue it; returns its record for ``end``.
@@ -401,7 +479,7 @@ class Recorder:
                 set_frame_((span, req, greq, inst, svc, host, ev)),
             ]
             try:
-                if queue is None:
+                if append is None:
                     emit(rec)
                 # EventBuffer.emit, its steps inline (see there)
                 elif len(queue) < limit:
@@ -428,7 +506,6 @@ class Recorder:
             ``t1`` (``clock()``): ``attrs`` are merged into the start's,
             ``req`` and ``inst`` correct what was known at the start."""
             token = rec[I_TOKEN]
-            rec[I_TOKEN] = None
             if token is not None:
                 try:
                     reset_frame_(token)
@@ -436,6 +513,9 @@ class Recorder:
                     # Ended in another context than it began (rare; a
                     # generator finished elsewhere): leave that alone.
                     pass
+                # After the reset: when it fails otherwise, ``abandon``
+                # (the caller's fault path) still has the token.
+                rec[I_TOKEN] = None
             if attrs:
                 battrs = rec[I_ATTRS]
                 if battrs:
@@ -452,6 +532,7 @@ class Recorder:
             rec[I_ERR] = err
             rec[I_PH] = PH_X  # last: the writer may read it any time
 
+        begin.steps = end.steps = steps  # type: ignore[attr-defined]
         return begin, end
 
     # -- other events ---------------------------------------------------------

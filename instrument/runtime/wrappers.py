@@ -16,8 +16,15 @@ when the point is applied: a plain closure for functions, static and
 class methods, wrapt's proxy for any other callable.  A SPAN wrapper
 picks the point's values out of the call (specs compiled against the
 signature, see ``instrument.patching.points``) and records through the
-``Recorder``'s ``begin`` and ``end``, bound once.  A HOOK wrapper lets
-``on_enter`` change the arguments and ``on_exit`` see the result.
+``Recorder``'s ``begin`` and ``end``, bound once; given the recorder's
+own ``begin`` (it carries its ``SpanSteps``) it does ``begin``'s steps
+itself, the buffer's enqueue included, and ``end``'s for a call that
+ended well when the point has no ``on_exit`` and no
+``result_instances``: no Python call on the span's path but nova's
+(issue 31; ``tests/unit/test_wrapper_end.py`` checks the records are
+the same).  A ``begin`` or ``end`` without steps is called.  A HOOK
+wrapper lets ``on_enter`` change the arguments and ``on_exit`` see the
+result.
 
 Faults are isolated: the wrapped callable is called exactly once,
 outside any guarded block, and its result or exception is handed back
@@ -38,6 +45,19 @@ from instrument.runtime import tracer as tracing
 
 ST_OK = recorder_mod.ST_OK
 ST_ERROR = recorder_mod.ST_ERROR
+PH_B = recorder_mod.PH_B
+PH_X = recorder_mod.PH_X
+I_PH = recorder_mod.I_PH
+I_DUR = recorder_mod.I_DUR
+I_ST = recorder_mod.I_ST
+I_T0 = recorder_mod.I_T0
+I_TOKEN = recorder_mod.I_TOKEN
+F_SPAN = recorder_mod.F_SPAN
+F_REQ = recorder_mod.F_REQ
+F_GREQ = recorder_mod.F_GREQ
+F_INST = recorder_mod.F_INST
+F_SVC = recorder_mod.F_SVC
+F_HOST = recorder_mod.F_HOST
 
 
 def replacement(point, state, recorder, owner, original):
@@ -116,7 +136,8 @@ def span_wrapper(
     # An instances converter that reads one attribute (uuids()): its
     # common case, an object with that attribute, is done inline.
     i_attr = getattr(i_fn, 'attr', None)
-    # The recorder, bound once: the hot path is begin, the call, end.
+    # The recorder, bound once: the hot path is begin, the call, end
+    # (their steps done here when they carry them, below).
     begin = recorder.begin
     end = recorder.end
     wants = recorder.wants
@@ -132,6 +153,36 @@ def span_wrapper(
     set_frame = recorder_mod.set_frame
     reset_frame = recorder_mod.reset_frame
     no_frame = recorder_mod.NO_FRAME
+    release = recorder_mod.release
+    # Recorder.begin's steps, done here with its parts (issue 31: no
+    # call of seven arguments per span) when ``begin`` is the
+    # recorder's own: it carries them (``SpanSteps``).  Any other
+    # ``begin`` (a test's, a fault site's) is called.
+    steps = getattr(begin, 'steps', None)
+    inline_start = steps is not None
+    (
+        start_clock,
+        get_ident,
+        get_span_frame,
+        set_span_frame,
+        _reset,
+        oslo_request,
+        emit,
+        append,
+        queue,
+        limit,
+        buf,
+        process_svc,
+        process_host,
+    ) = steps or recorder_mod.NO_STEPS
+    # The same for the end of a call that ended well, with no on_exit
+    # and no result_instances (the common case): what ``Recorder.end``
+    # does with no attrs, req or inst.
+    end_steps = getattr(end, 'steps', None)
+    inline_end = (
+        end_steps is not None and on_exit is None and result_instances is None
+    )
+    reset_span = (end_steps or recorder_mod.NO_STEPS).reset_frame
 
     def patched(*args, **kwargs):
         call = original
@@ -199,17 +250,83 @@ def span_wrapper(
                 )
                 if unowned and ctx is None and get_frame() is None:
                     outer = set_frame(no_frame)
-                rec = begin(
-                    ev,
-                    span_svc,
-                    host,
-                    ctx,
-                    inst,
-                    remote,
+                attrs = (
                     on_enter(instance, args[offset:], kwargs)
                     if on_enter
-                    else None,
+                    else None
                 )
+                if not inline_start:
+                    rec = begin(ev, span_svc, host, ctx, inst, remote, attrs)
+                else:
+                    # Recorder.begin's steps, in its order (see there).
+                    frame = get_span_frame()
+                    req = greq = None
+                    if ctx is not None:
+                        if ctx.__class__ is dict:  # serialised (RPC)
+                            req = ctx.get('request_id')
+                            greq = ctx.get('global_request_id')
+                        else:
+                            req = getattr(ctx, 'request_id', None)
+                            greq = getattr(ctx, 'global_request_id', None)
+                    if frame is not None:
+                        if req is None:
+                            req = frame[F_REQ]
+                            greq = frame[F_GREQ]
+                        if inst is None:
+                            inst = frame[F_INST]
+                        if span_svc is None:
+                            span_svc = frame[F_SVC]
+                        if host is None:
+                            host = frame[F_HOST]
+                        parent = frame[F_SPAN] if remote is None else remote
+                    else:
+                        parent = remote
+                        if req is None:
+                            req, greq = oslo_request()
+                    if span_svc is None:
+                        span_svc = process_svc
+                    if host is None:
+                        host = process_host
+                    # Read per call: a fork renews the prefix and the
+                    # counter, the writer re-anchors the wall clock.
+                    span = recorder_mod.span_prefix | (
+                        next(recorder_mod.span_counter) & 0xFFFFFFFF
+                    )
+                    t0 = start_clock()
+                    rec = [
+                        PH_B,
+                        (t0 + recorder_mod.wall_offset_ns) // 1000,
+                        None,
+                        host,
+                        span_svc,
+                        get_ident(),
+                        ev,
+                        span,
+                        parent,
+                        req,
+                        greq,
+                        inst,
+                        None,
+                        None,
+                        attrs,
+                        t0,
+                        set_span_frame(
+                            (span, req, greq, inst, span_svc, host, ev)
+                        ),
+                    ]
+                    try:
+                        if append is None:
+                            emit(rec)
+                        # EventBuffer.emit's steps (see there)
+                        elif len(queue) < limit:
+                            if buf.writer is None:
+                                buf.start()
+                            append(rec)
+                        else:
+                            buf.drop()
+                    except BaseException:
+                        release(rec)  # not queued
+                        raise
         except Exception as exc:
             # Not queued (begin gives up what it could not queue).
             rec = False
@@ -253,17 +370,33 @@ def span_wrapper(
         t1 = None
         try:
             t1 = clock()
-            attrs = (
-                on_exit(instance, args[offset:], kwargs, result)
-                if on_exit is not None
-                else None
-            )
-            found = (
-                result_instances(result)
-                if result_instances is not None
-                else None
-            )
-            end(rec, t1, ST_OK, None, attrs, None, found)
+            if inline_end:
+                # Recorder.end's steps, in its order (its error stays
+                # the None that the start wrote): the frame, then
+                # duration and status, the phase last (the writer may
+                # read the record any time).
+                token = rec[I_TOKEN]
+                if token is not None:
+                    try:
+                        reset_span(token)
+                    except ValueError:
+                        pass  # ended in another context (see end)
+                    rec[I_TOKEN] = None
+                rec[I_DUR] = (t1 - rec[I_T0]) // 1000
+                rec[I_ST] = ST_OK
+                rec[I_PH] = PH_X
+            else:
+                attrs = (
+                    on_exit(instance, args[offset:], kwargs, result)
+                    if on_exit is not None
+                    else None
+                )
+                found = (
+                    result_instances(result)
+                    if result_instances is not None
+                    else None
+                )
+                end(rec, t1, ST_OK, None, attrs, None, found)
         except Exception as exc_fault:
             abandon(rec, ST_OK, t1)
             fault(exc_fault)

@@ -16,10 +16,20 @@ for each kind of place where the library runs code in nova's call path,
 how a ``tests.faultinject.Fault`` is put at each of its sites (the
 clock, the clock read once nova's call has run, the recorder, the
 extractor, the exit path) and which ``Faults`` counters count what it
-raises.  Each row runs the scenario of ``base`` (boots that succeed
-and fail, views, errors, deletes, notifications; with a compute's
-periodic resource audit for the periodic task rows) with the fault
-armed, and checks:
+raises.
+
+A span point's wrapper does the recorder's ``begin`` and ``end`` steps
+itself (``instrument.runtime.wrappers``, issue 31): its recorder and
+exit sites are the parts those steps call (``SpanSteps``: the enqueue's
+``append``, the frame's ``reset_frame``), put where only the inline
+steps reach them (``Site.reach``: each must be reached); the ``called
+recorder`` site replaces ``begin`` and ``end`` themselves, which makes
+the wrapper call them.
+
+Each row runs the scenario of ``base`` (boots that succeed and fail,
+views, errors, deletes, notifications; with a compute's periodic
+resource audit for the periodic task rows) with the fault armed, and
+checks:
 
 * nova's answers, errors and notifications are those of the same
   scenario uninstrumented (run once per process and kept: every row
@@ -64,6 +74,7 @@ HANG = faultinject.HANG
 CLOCK = 'clock'
 EXIT_CLOCK = 'exit clock'
 RECORDER = 'recorder'
+CALLED = 'called recorder'
 EXTRACTOR = 'extractor'
 EXIT = 'exit'
 EVENTLET = 'eventlet'
@@ -97,6 +108,9 @@ class Site:
     modes: tuple = (EVENTLET, THREADS)
     #: the scenario runs a compute's periodic resource audit
     periodic: bool = False
+    #: the functions wrapped (their ``Fault.wrap`` names) that must each
+    #: be reached, not only one of them
+    reach: tuple = ()
 
 
 def _patch(test, name, value):
@@ -125,7 +139,8 @@ def _clock(where):
 
 
 def _span_functions(where, which=('begin',)):
-    """The recorder's ``begin`` (and/or ``end``), in scope."""
+    """The recorder's ``begin`` (and/or ``end``), in scope: replaced,
+    they carry no ``steps``, and the span wrappers call them."""
     real = recorder_mod.Recorder._span_functions
 
     def inject(test, fault):
@@ -143,6 +158,32 @@ def _span_functions(where, which=('begin',)):
             test,
             'instrument.runtime.recorder.Recorder._span_functions',
             span_functions,
+        )
+
+    return inject
+
+
+def _span_steps(where, step):
+    """One of the parts a span's start or end calls (``SpanSteps``:
+    ``append`` the start's enqueue, after its frame is set;
+    ``reset_frame`` the end's), in scope: the same parts run the span
+    wrappers' inline steps and ``Recorder.begin`` and ``end``, whose
+    ``steps`` stay theirs (the wrappers keep doing the steps inline)."""
+    real = recorder_mod.Recorder._span_steps
+
+    def inject(test, fault):
+        fault.where = where
+
+        def span_steps(recorder):
+            steps = real(recorder)
+            return steps._replace(
+                **{step: fault.wrap(getattr(steps, step), step)}
+            )
+
+        _patch(
+            test,
+            'instrument.runtime.recorder.Recorder._span_steps',
+            span_steps,
         )
 
     return inject
@@ -228,6 +269,10 @@ def _not_in(name, where=None):
 SPAN_POINT = faultinject.in_span_wrapper(detail=False)
 DETAIL_POINT = faultinject.in_span_wrapper(detail=True)
 KSA = faultinject.in_span_wrapper(ev=schema.EV_KSA_REQUEST)
+# Called by the span wrapper itself: its inline start or end (a step
+# called by Recorder.begin or end is one frame further).
+SPAN_INLINE = faultinject.in_span_wrapper(depth=1, detail=False)
+KSA_INLINE = faultinject.in_span_wrapper(depth=1, ev=schema.EV_KSA_REQUEST)
 
 MATRIX = {
     'paste filter': {
@@ -248,10 +293,19 @@ MATRIX = {
     'span point': {
         CLOCK: Site(_clock(SPAN_POINT), (POINTS,)),
         EXIT_CLOCK: Site(
-            _clock(faultinject.in_span_wrapper(depth=1, detail=False)),
+            _clock(
+                faultinject.in_span_wrapper(
+                    depth=1, after_call=True, detail=False
+                )
+            ),
             (POINTS,),
         ),
-        RECORDER: Site(_span_functions(SPAN_POINT), (POINTS,)),
+        # the inline start's enqueue (its frame set: released)
+        RECORDER: Site(
+            _span_steps(SPAN_INLINE, 'append'), (POINTS,), reach=('append',)
+        ),
+        # begin and end of another recorder's: called
+        CALLED: Site(_span_functions(SPAN_POINT, ('begin', 'end')), (POINTS,)),
         EXTRACTOR: Site(
             _functions(
                 'targets.nova.extract.compute_build_attrs',
@@ -261,31 +315,39 @@ MATRIX = {
             ),
             (POINTS,),
         ),
+        # the inline end's frame reset (points with no on_exit), the
+        # on_exit of others (which call Recorder.end: not its reset)
         EXIT: Site(
             _all(
-                _span_functions(SPAN_POINT, ('end',)),
+                _span_steps(_not_in('end', SPAN_POINT), 'reset_frame'),
                 _functions(
                     'targets.nova.extract.selected',
                     'targets.nova.extract.outcome',
                     'targets.nova.extract.created_attrs',
-                    where=SPAN_POINT,
+                    where=_not_in('end', SPAN_POINT),
                 ),
             ),
             (POINTS,),
+            reach=('reset_frame',),
         ),
     },
     'detail point': {
         CLOCK: Site(_clock(DETAIL_POINT), (POINTS,)),
         EXIT_CLOCK: Site(
-            _clock(faultinject.in_span_wrapper(depth=1, detail=True)),
+            _clock(
+                faultinject.in_span_wrapper(
+                    depth=1, after_call=True, detail=True
+                )
+            ),
             (POINTS,),
         ),
         RECORDER: Site(
             _functions('runtime.recorder.Recorder.wants'), (POINTS,)
         ),
+        # (Recorder.end called: the points have an on_exit)
         EXIT: Site(
             _all(
-                _span_functions(DETAIL_POINT, ('end',)),
+                _span_steps(DETAIL_POINT, 'reset_frame'),
                 _functions(
                     'targets.nova.extract.len_result', where=DETAIL_POINT
                 ),
@@ -399,11 +461,15 @@ MATRIX = {
         CLOCK: Site(_clock(KSA), (POINTS,)),
         EXIT_CLOCK: Site(
             _clock(
-                faultinject.in_span_wrapper(depth=1, ev=schema.EV_KSA_REQUEST)
+                faultinject.in_span_wrapper(
+                    depth=1, after_call=True, ev=schema.EV_KSA_REQUEST
+                )
             ),
             (POINTS,),
         ),
-        RECORDER: Site(_span_functions(KSA), (POINTS,)),
+        RECORDER: Site(
+            _span_steps(KSA_INLINE, 'append'), (POINTS,), reach=('append',)
+        ),
         EXTRACTOR: Site(_ksa_points(on_enter=True), (POINTS,)),
         EXIT: Site(_ksa_points(on_exit=True, on_error=True), (POINTS,)),
     },
@@ -584,6 +650,10 @@ class FaultMatrixTest(MatrixTestCase):
         faulted = self.run_scenario(spec.periodic)
         fault.armed = False
         self.assertGreaterEqual(fault.hits, 1, 'the site was not reached')
+        for name in spec.reach:
+            self.assertGreaterEqual(
+                fault.reached[name], 1, '%s was not reached' % name
+            )
         counted = _counted(spec.counters)
         if fault.kind == RAISE:
             self.assertGreaterEqual(fault.raised, 1)
