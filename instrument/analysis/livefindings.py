@@ -255,24 +255,8 @@ class Window:
             for key, section in self.slices[n].sections.items():
                 parts[key].merge(copy.deepcopy(section))
         parts['processes'] = self.processes
-        return base.View(
-            parts,
-            summaries=self.requests(),
-            loss=None,
-            issues=None,
-            opts=self.opts,
-            clock_table={},
-            hops={},
-            paths=[],
-            total_bytes=0,
-            lines=0,
-            records=0,
-            first_us=None,
-            since=None,
-            until=None,
-            outside=0,
-            duplicate_spans=0,
-            no_request={},
+        return base.View.of_parts(
+            parts, summaries=self.requests(), opts=self.opts
         )
 
     def evaluate(self) -> list:

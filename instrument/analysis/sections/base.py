@@ -230,6 +230,36 @@ class View:
         self._elsewhere: frozenset = frozenset()
         self._fetch: typing.Optional[typing.Callable[[], dict]] = None
 
+    @classmethod
+    def of_parts(
+        cls,
+        parts: dict,
+        summaries: list,
+        opts: typing.Any = None,
+    ) -> 'View':
+        """A view of merged section states and requests alone, with no
+        input read (no files, losses, clocks or window): what follow
+        mode's findings window and tests build."""
+        return cls(
+            parts,
+            summaries=summaries,
+            loss=None,
+            issues=None,
+            opts=opts,
+            clock_table={},
+            hops={},
+            paths=[],
+            total_bytes=0,
+            lines=0,
+            records=0,
+            first_us=None,
+            since=None,
+            until=None,
+            outside=0,
+            duplicate_spans=0,
+            no_request={},
+        )
+
     def elsewhere(
         self, keys: typing.Iterable[str], fetch: typing.Callable[[], dict]
     ) -> None:

@@ -187,25 +187,7 @@ class _Made:
 
 
 def _view(parts):
-    return base.View(
-        parts,
-        summaries=[],
-        loss=None,
-        issues=None,
-        opts=None,
-        clock_table={},
-        hops={},
-        paths=[],
-        total_bytes=0,
-        lines=0,
-        records=0,
-        first_us=None,
-        since=None,
-        until=None,
-        outside=0,
-        duplicate_spans=0,
-        no_request={},
-    )
+    return base.View.of_parts(parts, summaries=[])
 
 
 class ReportElsewhereTest(testtools.TestCase):
