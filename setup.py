@@ -14,6 +14,20 @@
 
 import setuptools
 
+# The optional compiled helpers of the hot path (instrument/_native/):
+# a host without a C compiler installs without them (optional=True) and
+# runs their pure-Python twins, which give the same bytes.
+NATIVE = ()
+
 setuptools.setup(
     setup_requires=['pbr>=6.0.0'],
-    pbr=True)
+    ext_modules=[
+        setuptools.Extension(
+            'instrument._native._' + name,
+            ['instrument/_native/%s.c' % name],
+            optional=True,
+        )
+        for name in NATIVE
+    ],
+    pbr=True,
+)
