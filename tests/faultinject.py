@@ -188,10 +188,29 @@ def in_span_wrapper(depth: int = 2, after_call: bool = False, **locals_):
     (the span's end: the wrapper does the start's steps itself too,
     with the same clock)."""
     after = _after_nova_call() if after_call else None
+    traced = _native_traced()
 
     def where(frame) -> bool:
         if frame.f_code.co_name == 'abandon':
             return False
+        if traced is not None:
+            # The C path (instrument._native._span): no frame of its
+            # own; a part it calls (or one called by what it calls)
+            # has the frame that called the wrapper that far up.
+            info = traced()
+            if info is not None:
+                span_call, after_nova, caller = info
+                up, n = frame, 0
+                while up is not None and n < depth:
+                    if up is caller:
+                        if after_call and not after_nova:
+                            return False
+                        return all(
+                            getattr(span_call, k, None) == v
+                            for k, v in locals_.items()
+                        )
+                    up = up.f_back
+                    n += 1
         n = 0
         while frame is not None and n < depth:
             code = frame.f_code
@@ -210,6 +229,19 @@ def in_span_wrapper(depth: int = 2, after_call: bool = False, **locals_):
 
 
 _WRAPPERS = os.path.join('instrument', 'runtime', 'wrappers.py')
+
+
+def _native_traced():
+    """``_traced`` of the span wrapper's C path, its tracing turned on
+    (each part it calls notes what called it), when span wrappers are
+    made in C; else None."""
+    from instrument.runtime import wrappers
+
+    native = wrappers.native_span
+    if native is None:
+        return None
+    native._trace(True)
+    return native._traced
 
 
 def _after_nova_call():

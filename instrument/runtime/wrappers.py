@@ -39,6 +39,7 @@ import inspect
 
 import wrapt
 
+from instrument import _native
 from instrument.patching import points as points_mod
 from instrument.runtime import recorder as recorder_mod
 from instrument.runtime import tracer as tracing
@@ -58,6 +59,19 @@ F_GREQ = recorder_mod.F_GREQ
 F_INST = recorder_mod.F_INST
 F_SVC = recorder_mod.F_SVC
 F_HOST = recorder_mod.F_HOST
+
+# The span wrapper's common case in C (instrument/_native/span.c), or
+# None: not built, INSTRUMENT_PURE_PYTHON=1, or built for another
+# record layout than this one.
+native_span = _native.load('_span')
+if native_span is not None and native_span.LAYOUT != (
+    I_PH,
+    I_DUR,
+    I_ST,
+    I_T0,
+    I_TOKEN,
+):  # pragma: no cover - a stale build
+    native_span = None
 
 
 def replacement(point, state, recorder, owner, original):
@@ -183,6 +197,73 @@ def span_wrapper(
         end_steps is not None and on_exit is None and result_instances is None
     )
     reset_span = (end_steps or recorder_mod.NO_STEPS).reset_frame
+    native = native_span
+    if (
+        native is not None
+        and original is not None
+        and inline_start
+        and inline_end
+        and c_kind in (0, 1, 4)
+        and i_kind in (0, 1)
+        and h_kind in (0, 2)
+        and not r_kind
+        and not s_kind
+        and not detail
+        and when is None
+        and not unowned
+        and (append is None or limit.__class__ is int)
+    ):
+        # The common case, in C: the same steps, the same parts called
+        # (see instrument/_native/span.c); every other point, and every
+        # point when it is not built, takes the closure below.
+        patched = native.SpanCall(
+            original=original,
+            state=state,
+            is_method=is_method,
+            ev=ev,
+            svc=svc,
+            c_kind=c_kind,
+            c_name=c_name,
+            c_pos=c_pos,
+            c_fn=c_fn,
+            i_kind=i_kind,
+            i_name=i_name,
+            i_pos=i_pos,
+            i_fn=i_fn,
+            i_attr=i_attr,
+            h_kind=h_kind,
+            h_name=h_name,
+            h_fn=h_fn,
+            on_enter=on_enter,
+            on_error=on_error,
+            on_abandon=on_abandon,
+            start_clock=start_clock,
+            get_ident=get_ident,
+            get_frame=get_span_frame,
+            set_frame=set_span_frame,
+            oslo_request=oslo_request,
+            emit=emit,
+            append=append,
+            queue=queue,
+            limit=limit if append is not None else None,
+            buf=buf,
+            process_svc=process_svc,
+            process_host=process_host,
+            clock=clock,
+            reset_span=reset_span,
+            end=end,
+            error_of=error_of,
+            fault=fault,
+            abandon=abandon,
+            release=release,
+            abandon_hook=_abandon_hook,
+            globals=vars(recorder_mod),
+            ph_b=PH_B,
+            ph_x=PH_X,
+            st_ok=ST_OK,
+            st_error=ST_ERROR,
+        )
+        return _finish(patched, point, original)
 
     def patched(*args, **kwargs):
         call = original

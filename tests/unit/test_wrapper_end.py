@@ -21,12 +21,23 @@ wrapper calls, must give the same bytes on disk (the inline run calls
 ``end`` only for the call that raised).  A fault in one of the
 parts (the fault matrix's recorder sites) gives the span up, releases
 its frame and leaves nova's answer alone.
+
+The common case of the wrapper is done in C when the extension
+``instrument._native._span`` is built (``SpanCall``): its records must
+be the same bytes too, and a fault in any part it calls must end the
+same way as in the closure (same records, same faults counted).  The
+C tests are skipped when it is not built, except under ``CI=true``,
+where that is a failure.
 """
 
+import dataclasses
 import importlib
+import inspect
 import itertools
+import os
 
 import fixtures
+from oslo_context import context as oslo_context
 
 from instrument.patching import patcher
 from instrument.runtime import buffer as buffer_mod
@@ -35,6 +46,24 @@ from instrument.runtime import record
 from instrument.runtime import recorder as recorder_mod
 from tests import faultinject
 from tests.unit import base
+
+
+def _native_span():
+    """The C extension (whatever INSTRUMENT_PURE_PYTHON says), or None
+    when it is not built."""
+    try:
+        return importlib.import_module('instrument._native._span')
+    except ImportError:
+        return None
+
+
+NATIVE = _native_span()
+
+
+def _clear_oslo_context():
+    if hasattr(oslo_context._request_store, 'context'):
+        del oslo_context._request_store.context
+
 
 TARGET = '''
 class Ctx:
@@ -83,6 +112,30 @@ class InlineSpanTest(base.TestCase):
         super().setUp()
         self.mod_name = self.make_module(TARGET)
         self.mod = importlib.import_module(self.mod_name)
+        self.use_native(None)
+        # oslo.context's current request: what a call outside any span
+        # and without a context of its own records
+        oslo_context.RequestContext(
+            request_id='req-oslo', global_request_id='greq-oslo'
+        )
+        self.addCleanup(_clear_oslo_context)
+
+    def use_native(self, module) -> None:
+        """The span wrappers made from now on: in C (``module``, the
+        extension) or Python closures (None)."""
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                'instrument.runtime.wrappers.native_span', module
+            )
+        )
+
+    def need_native(self):
+        if NATIVE is None:
+            if os.environ.get('CI') == 'true':
+                self.fail('instrument._native._span is not built (CI)')
+            self.skipTest('instrument._native._span is not built')
+        self.use_native(NATIVE)
+        return NATIVE
 
     def recorder(self):
         ticks = itertools.count(1_000_000_000, 1_234_567)
@@ -141,7 +194,7 @@ class InlineSpanTest(base.TestCase):
         self.assertEqual('free', self.mod.free(None))
         self.assertRaisesRegex(ValueError, 'nova failed', manager.fails, ctx)
 
-    def run_calls(self, inline: bool) -> bytes:
+    def run_calls(self, inline: bool, native=False) -> bytes:
         recorder = self.recorder()
         called: list = []
         recorder.begin = _watched(recorder.begin, called, inline)
@@ -149,6 +202,11 @@ class InlineSpanTest(base.TestCase):
         patches = patcher.Patcher(self.points(), recorder)
         patches.apply()
         try:
+            wrapper = self.mod.Manager.__dict__['outer']
+            if native:
+                self.assertIsInstance(wrapper, NATIVE.SpanCall)
+            else:
+                self.assertTrue(inspect.isfunction(wrapper))
             self.calls()
         finally:
             patches.remove()
@@ -173,8 +231,22 @@ class InlineSpanTest(base.TestCase):
         self.assertIn(b'"parent":', inline)
         self.assertIn(b'"greq":"greq-1"', inline)
         self.assertIn(b'"inst":["inst-1"]', inline)
+        self.assertIn(b'"greq":"greq-oslo"', inline)
+
+    def test_the_c_path_writes_what_the_recorder_writes(self):
+        self.need_native()
+        native = self.run_calls(True, native=True)
+        self.use_native(None)
+        self.assertEqual(self.run_calls(False), native)
 
     def test_a_fault_in_the_inline_enqueue_gives_the_span_up(self):
+        self.enqueue_fault()
+
+    def test_a_fault_in_the_c_path_enqueue_gives_the_span_up(self):
+        self.need_native()
+        self.enqueue_fault()
+
+    def enqueue_fault(self):
         fault = faultinject.Fault(faultinject.RAISE)
         real = recorder_mod.Recorder._span_steps
 
@@ -205,3 +277,101 @@ class InlineSpanTest(base.TestCase):
             patches.state(point.name).count for point in self.points()
         )
         self.assertEqual(8, counted)
+
+    # -- the C path against the closure, a fault in each part ----------------
+
+    def run_faulted(self, step: str, skip: int) -> tuple:
+        """The calls, with a fault raised by ``step`` (a ``SpanSteps``
+        part, or ``end_clock``: the clock of the ends) once ``skip``
+        calls of it passed: (bytes queued, faults counted, fault hits,
+        nova's answers)."""
+        fault = faultinject.Fault(faultinject.RAISE, skip=skip)
+        real = recorder_mod.Recorder._span_steps
+
+        def span_steps(recorder):
+            steps = real(recorder)
+            if step == 'end_clock':
+                return steps
+            return steps._replace(**{step: fault.wrap(getattr(steps, step))})
+
+        fixture = fixtures.MonkeyPatch(
+            'instrument.runtime.recorder.Recorder._span_steps', span_steps
+        )
+        fixture.setUp()
+        recorder = self.recorder()
+        if step == 'end_clock':
+            recorder.clock = fault.wrap(recorder.clock)
+        patches = patcher.Patcher(self.points(), recorder)
+        patches.apply()
+        answers = []
+        manager = self.mod.Manager()
+        ctx = self.mod.Ctx()
+        try:
+            answers.append(manager.outer(ctx, self.mod.Inst()))
+            answers.append(manager.inner(ctx, instance=None))
+            answers.append(self.mod.free({'request_id': 'r'}))
+            answers.append(self.mod.free(None))
+            try:
+                manager.fails(ctx)
+            except ValueError as exc:
+                answers.append(str(exc))
+        finally:
+            patches.remove()
+            fixture.cleanUp()
+        self.assertIsNone(recorder_mod.current_frame())
+        counted = sum(
+            patches.state(point.name).count for point in self.points()
+        )
+        queued = list(recorder.buffer.queue)
+        return (
+            record.encode_lines(queued, 1, 77)[0],
+            counted,
+            fault.hits,
+            answers,
+        )
+
+    def test_a_fault_in_any_part_ends_as_in_the_closure(self):
+        native = self.need_native()
+        steps = (
+            'clock',
+            'get_ident',
+            'get_frame',
+            'set_frame',
+            'reset_frame',
+            'request',
+            'append',
+            'end_clock',
+        )
+        for step in steps:
+            for skip in (0, 1, 2, 5):
+                self.use_native(native)
+                got = self.run_faulted(step, skip)
+                self.use_native(None)
+                want = self.run_faulted(step, skip)
+                self.assertEqual(want, got, (step, skip))
+                self.assertEqual(
+                    [42, 41, 'free', 'free', 'nova failed'], got[3]
+                )
+                self.assertGreater(got[2], 0, (step, skip))
+
+    def test_points_the_c_path_does_not_do_keep_the_closure(self):
+        native = self.need_native()
+        recorder = self.recorder()
+        outer, inner, fails, free = self.points()
+        points = [
+            outer,
+            dataclasses.replace(inner, on_exit=lambda *a: None),
+            dataclasses.replace(fails, when=lambda *a: True),
+            dataclasses.replace(free, detail=True),
+        ]
+        patches = patcher.Patcher(points, recorder)
+        patches.apply()
+        try:
+            kinds = [
+                isinstance(self.mod.Manager.__dict__[name], native.SpanCall)
+                for name in ('outer', 'inner', 'fails')
+            ]
+            kinds.append(isinstance(self.mod.free, native.SpanCall))
+        finally:
+            patches.remove()
+        self.assertEqual([True, False, False, False], kinds)
