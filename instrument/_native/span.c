@@ -143,6 +143,12 @@ typedef struct {
     PyObject *ph_x;
     PyObject *st_ok;
     PyObject *st_error;
+    /* the last span_prefix and wall_offset_ns read, and their values
+     * (ints: converted again only when the module's changes) */
+    PyObject *prefix_obj;
+    unsigned long long prefix_val;
+    PyObject *offset_obj;
+    long long offset_val;
     /* not objects */
     int is_method;
     int c_kind;
@@ -344,7 +350,16 @@ new_span_id(SpanCall *self)
     PyObject *span = NULL;
     if (PyLong_CheckExact(n) && PyLong_CheckExact(prefix)) {
         unsigned long long low = PyLong_AsUnsignedLongLongMask(n);
-        unsigned long long high = PyLong_AsUnsignedLongLong(prefix);
+        unsigned long long high;
+        if (prefix == self->prefix_obj)
+            high = self->prefix_val;
+        else {
+            high = PyLong_AsUnsignedLongLong(prefix);
+            if (!PyErr_Occurred()) {
+                Py_XSETREF(self->prefix_obj, Py_NewRef(prefix));
+                self->prefix_val = high;
+            }
+        }
         if (!PyErr_Occurred()) {
             span = PyLong_FromUnsignedLongLong(high | (low & 0xFFFFFFFFULL));
             Py_DECREF(n);
@@ -606,9 +621,38 @@ start(SpanCall *self, HookArgs *h, PyObject *instance, PyObject *const *args,
             PyErr_SetObject(PyExc_AttributeError, s_wall_offset_ns);
         goto fail;
     }
-    Py_INCREF(v);
-    ts = combine_floordiv(t0, v, 0);
-    Py_DECREF(v);
+    if (v == self->offset_obj && PyLong_CheckExact(t0)) {
+        /* the anchor of the last call: its value known */
+        int over;
+        long long x = PyLong_AsLongLongAndOverflow(t0, &over), sum;
+        if (x == -1 && PyErr_Occurred())
+            goto fail;
+        if (!over && !__builtin_add_overflow(x, self->offset_val, &sum)) {
+            long long q = sum / 1000;
+            if (sum % 1000 != 0 && sum < 0)
+                q -= 1;
+            ts = PyLong_FromLongLong(q);
+            if (ts == NULL)
+                goto fail;
+        }
+    }
+    if (ts == NULL) {
+        Py_INCREF(v);
+        if (PyLong_CheckExact(v)) {
+            int over;
+            long long y = PyLong_AsLongLongAndOverflow(v, &over);
+            if (y == -1 && PyErr_Occurred()) {
+                Py_DECREF(v);
+                goto fail;
+            }
+            if (!over) {
+                Py_XSETREF(self->offset_obj, Py_NewRef(v));
+                self->offset_val = y;
+            }
+        }
+        ts = combine_floordiv(t0, v, 0);
+        Py_DECREF(v);
+    }
     if (ts == NULL)
         goto fail;
     tid = call0(self, 0, self->get_ident);
@@ -1054,6 +1098,8 @@ span_clear(SpanCall *self)
     Py_CLEAR(self->dict);
     for (size_t n = 0; n < N_OBJ; n++)
         Py_CLEAR(OBJ_AT(self, n));
+    Py_CLEAR(self->prefix_obj);
+    Py_CLEAR(self->offset_obj);
     return 0;
 }
 

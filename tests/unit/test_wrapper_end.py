@@ -375,3 +375,39 @@ class InlineSpanTest(base.TestCase):
         finally:
             patches.remove()
         self.assertEqual([True, False, False, False], kinds)
+
+    def run_moved(self) -> list:
+        """Two calls, the span id prefix and the wall-clock anchor
+        changed between them (as a fork and the writer change them):
+        the records queued."""
+        recorder = self.recorder()
+        patches = patcher.Patcher(self.points(), recorder)
+        patches.apply()
+        manager = self.mod.Manager()
+        try:
+            manager.inner(self.mod.Ctx(), instance=None)
+            with (
+                fixtures.MonkeyPatch(
+                    'instrument.runtime.recorder.span_prefix', 0x1234 << 32
+                ),
+                fixtures.MonkeyPatch(
+                    'instrument.runtime.recorder.wall_offset_ns',
+                    recorder_mod.wall_offset_ns + 5_000_000_000,
+                ),
+            ):
+                manager.inner(self.mod.Ctx(), instance=None)
+        finally:
+            patches.remove()
+        return [list(rec[:15]) for rec in recorder.buffer.queue]
+
+    def test_the_c_path_reads_the_prefix_and_anchor_per_call(self):
+        native = self.need_native()
+        got = self.run_moved()
+        self.use_native(None)
+        want = self.run_moved()
+        self.assertEqual(want, got)
+        first, second = [r for r in got if r[record.I_EV] == 'compute.inner']
+        self.assertEqual(0x1234, second[record.I_SPAN] >> 32)
+        self.assertNotEqual(0x1234, first[record.I_SPAN] >> 32)
+        self.assertGreater(second[record.I_TS] - first[record.I_TS], 4_000_000)
+        self.assertIsNotNone(native)
