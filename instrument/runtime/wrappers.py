@@ -22,7 +22,13 @@ itself, the buffer's enqueue included, and ``end``'s for a call that
 ended well when the point has no ``on_exit`` and no
 ``result_instances``: no Python call on the span's path but nova's
 (issue 31; ``tests/unit/test_wrapper_end.py`` checks the records are
-the same).  A ``begin`` or ``end`` without steps is called.  A HOOK
+the same).  A ``begin`` or ``end`` without steps is called.  The
+common case of that (context and instances from arguments, host from
+``self``, nothing that reads the result, no ``when``, remote parent,
+``service_from`` or detail sampling) is done in C when
+``instrument._native._span`` is built (``SpanCall``: the same steps,
+calling the same parts, the same bytes); the closure does every other
+point, and every point with ``INSTRUMENT_PURE_PYTHON=1``.  A HOOK
 wrapper lets ``on_enter`` change the arguments and ``on_exit`` see the
 result.
 
@@ -216,7 +222,7 @@ def span_wrapper(
         # The common case, in C: the same steps, the same parts called
         # (see instrument/_native/span.c); every other point, and every
         # point when it is not built, takes the closure below.
-        patched = native.SpanCall(
+        in_c = native.SpanCall(
             original=original,
             state=state,
             is_method=is_method,
@@ -263,7 +269,7 @@ def span_wrapper(
             st_ok=ST_OK,
             st_error=ST_ERROR,
         )
-        return _finish(patched, point, original)
+        return _finish(in_c, point, original)
 
     def patched(*args, **kwargs):
         call = original
