@@ -183,6 +183,12 @@ def _bound_modules(name: str, path: str, tree: ast.Module, known: set) -> dict:
     return out
 
 
+# Packages private to the library as a whole, not to a module: the
+# compiled helpers of the hot path (``_native.load``), which the
+# modules that have a compiled twin import.
+INTERNAL_PACKAGES = {'instrument._native'}
+
+
 def _private_uses(name: str, path: str, tree: ast.Module, known: set):
     """``(line, what)`` of each use of another module's private name:
     ``from x import _y`` or ``x._y`` with ``x`` one of the package's
@@ -191,10 +197,13 @@ def _private_uses(name: str, path: str, tree: ast.Module, known: set):
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if alias.name.startswith('_') and not alias.name.startswith(
-                    '__'
+                what = '%s.%s' % (node.module, alias.name)
+                if (
+                    alias.name.startswith('_')
+                    and not alias.name.startswith('__')
+                    and what not in INTERNAL_PACKAGES
                 ):
-                    yield node.lineno, '%s.%s' % (node.module, alias.name)
+                    yield node.lineno, what
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
