@@ -65,6 +65,7 @@ import collections
 import os
 import threading
 import time
+import typing
 import weakref
 
 from oslo_log import log as logging
@@ -600,7 +601,7 @@ class SqlListeners:
                     faults(exc)
                 return result
 
-            timed = do_execute_no_params
+            timed: typing.Callable = do_execute_no_params
         else:
             many_always = kind == 1
 
@@ -767,19 +768,12 @@ class SqlListeners:
 
     def _adopt_existing(self) -> None:
         """(SQLAlchemy 2.0) Adopt the engines made before ``install``
-        (no engine event would show them): found among the objects of
-        the garbage collector, once."""
-        import gc
-
-        from sqlalchemy.engine import base as engine_base
-
-        engine_cls = engine_base.Engine
-        for obj in gc.get_objects():
-            if isinstance(obj, engine_cls):
-                try:
-                    self.adopt(obj)
-                except Exception as exc:
-                    self.faults(exc)
+        (no engine event would show them), once."""
+        for engine in names.existing_engines():
+            try:
+                self.adopt(engine)
+            except Exception as exc:
+                self.faults(exc)
 
     def _adopting(self, original, state=None, owner=None):
         """``Dialect.engine_created`` (a classmethod, which
