@@ -11,13 +11,23 @@
 # under the License.
 """SQLAlchemy engine listeners: ``sql.query`` and ``sql.txn`` records.
 
-Listeners are attached at class level (``event.listen(Engine, ...)``), so
-every engine of the process is covered whenever it was created, before
-or after ``install``.  An engine's dialect is "adopted" once, when
-``create_engine`` makes the engine (``Dialect.engine_created``, a
-REPLACE point: nothing per Connection); an engine made before
-``install``, at its first transaction (``begin``; until then the
-pool's reset of its connections is not timed):
+SQLAlchemy 2.0 (``DIALECT_EXEC``): no engine listener at all (a
+class-level one sets ``Engine._has_events``, and every Connection of
+the process then takes SQLAlchemy's event paths): the statements are
+timed by each adopted dialect's ``do_execute``/``do_executemany``/
+``do_execute_no_params``, the transaction's start by its ``do_begin``
+(the transaction's state on the pool connection only), the early
+error listener is the dialect class's; engines made before
+``install`` are adopted at ``install`` (``names.existing_engines``).
+SQLAlchemy 1.4: listeners attached at class level
+(``event.listen(Engine, ...)``), so every engine of the process is
+covered whenever it was created, before or after ``install``.
+
+An engine's dialect is "adopted" once, when ``create_engine`` makes
+the engine (``Dialect.engine_created``, a REPLACE point: nothing per
+Connection); an engine made before ``install``, at ``install`` (2.0)
+or at its first transaction (1.4: ``begin``; until then the pool's
+reset of its connections is not timed):
 
 * its database name is read from the engine URL and cached;
 * a ``handle_error`` listener is appended to the dialect (to the
@@ -509,14 +519,14 @@ class SqlListeners:
         found none on its pool connection: one that a ``begin``
         listener runs before the dialect's ``do_begin`` (oslo.db's
         ``BEGIN`` on sqlite) begins it, at its start (``BEGUN``);
-        else None (a statement outside any transaction: the dialect's
-        first connect's)."""
-        conn = context.root_connection
+        else None (a statement outside any transaction); False for a
+        statement not timed: the dialect's first connect's, on a
+        Connection of the raw DBAPI connection that joins no engine
+        events (the connect taps see them, kind ``CONNECT``)."""
         fairy = context._dbapi_connection
-        if (
-            not conn.__dict__.get('_Connection__in_begin')
-            or fairy.__class__ is not _FAIRY
-        ):
+        if fairy.__class__ is not _FAIRY:
+            return False
+        if not context.root_connection.__dict__.get('_Connection__in_begin'):
             return None
         dialect = context.dialect
         owned = dialect.__dict__.get(ATTR_DB)
@@ -572,6 +582,8 @@ class SqlListeners:
                             )
                             if txn is None:
                                 txn = begun(context, t0)
+                                if txn is False:
+                                    return result
                             elif txn[T_CONN] is ENDED:
                                 txn = None
                             many = context.executemany
@@ -626,6 +638,8 @@ class SqlListeners:
                             )
                             if txn is None:
                                 txn = begun(context, t0)
+                                if txn is False:
+                                    return result
                             elif txn[T_CONN] is ENDED:
                                 txn = None
                             many = many_always or context.executemany
