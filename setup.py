@@ -17,7 +17,7 @@ import setuptools
 # The optional compiled helpers of the hot path (instrument/_native/):
 # a host without a C compiler installs without them (optional=True) and
 # runs their pure-Python twins, which give the same bytes.
-NATIVE = ()
+NATIVE = ('lines',)
 
 setuptools.setup(
     setup_requires=['pbr>=6.0.0'],
