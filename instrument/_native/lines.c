@@ -110,18 +110,92 @@ static const char ESCAPE[256] = {
 
 static const char HEX[] = "0123456789abcdef";
 
+/* 2**64, made once at import: the bound of a span id. */
+static PyObject *TWO64;
+
+/* Whether any of the 8 bytes in x needs an escape: one below 0x20, a
+ * '"' or a '\\' (the classic "has a byte less than / equal to" tests,
+ * exact as a yes or no). */
+static inline int
+needs_escape8(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ULL;
+    const uint64_t high = 0x8080808080808080ULL;
+    uint64_t quote = x ^ (ones * '"');
+    uint64_t slash = x ^ (ones * '\\');
+
+    uint64_t found = ((x - ones * 0x20) & ~x)
+                     | ((quote - ones) & ~quote)
+                     | ((slash - ones) & ~slash);
+
+    return (found & high) != 0;
+}
+
+/* memcpy, without a call into libc for the short strings of a line. */
+static inline void
+copy_small(char *dst, const unsigned char *src, Py_ssize_t n)
+{
+    if (n > 16) {
+        memcpy(dst, src, n);
+    }
+    else if (n >= 8) {
+        memcpy(dst, src, 8);
+        memcpy(dst + n - 8, src + n - 8, 8);
+    }
+    else if (n >= 4) {
+        memcpy(dst, src, 4);
+        memcpy(dst + n - 4, src + n - 4, 4);
+    }
+    else {
+        while (n-- > 0) {
+            *dst++ = (char)*src++;
+        }
+    }
+}
+
 static int
 write_str(Out *o, PyObject *s)
 {
-    Py_ssize_t n, i, extra = 0;
+    Py_ssize_t n, i, first, extra = 0;
     const unsigned char *src;
     char *p;
 
-    src = (const unsigned char *)PyUnicode_AsUTF8AndSize(s, &n);
-    if (src == NULL) {
-        return -1; /* a lone surrogate: UnicodeEncodeError */
+    if (PyUnicode_IS_COMPACT_ASCII(s)) {
+        src = (const unsigned char *)PyUnicode_DATA(s);
+        n = PyUnicode_GET_LENGTH(s);
     }
-    for (i = 0; i < n; i++) {
+    else {
+        src = (const unsigned char *)PyUnicode_AsUTF8AndSize(s, &n);
+        if (src == NULL) {
+            return -1; /* a lone surrogate: UnicodeEncodeError */
+        }
+    }
+    /* The first byte to escape, 8 bytes at a time, then one by one. */
+    for (first = 0; first + 8 <= n; first += 8) {
+        uint64_t word;
+        memcpy(&word, src + first, 8);
+        if (needs_escape8(word)) {
+            break;
+        }
+    }
+    if (first < n && first + 8 > n) {
+        /* Fewer than 8 bytes left, none of them seen: the last 8 bytes
+         * (seen or not), or those left padded with 'A's. */
+        uint64_t word = 0x4141414141414141ULL;
+        if (n >= 8) {
+            memcpy(&word, src + n - 8, 8);
+        }
+        else {
+            copy_small((char *)&word, src, n);
+        }
+        if (!needs_escape8(word)) {
+            first = n;
+        }
+    }
+    while (first < n && !ESCAPE[src[first]]) {
+        first++;
+    }
+    for (i = first; i < n; i++) {
         char e = ESCAPE[src[i]];
         if (e) {
             extra += e == 'u' ? 5 : 1;
@@ -132,28 +206,24 @@ write_str(Out *o, PyObject *s)
     }
     p = o->buf + o->len;
     *p++ = '"';
-    if (extra == 0) {
-        memcpy(p, src, n);
-        p += n;
-    }
-    else {
-        for (i = 0; i < n; i++) {
-            unsigned char c = src[i];
-            char e = ESCAPE[c];
-            if (!e) {
-                *p++ = (char)c;
-            }
-            else if (e == 'u') {
-                memcpy(p, "\\u00", 4);
-                p[4] = HEX[c >> 4];
-                p[5] = HEX[c & 0xf];
-                p += 6;
-            }
-            else {
-                p[0] = '\\';
-                p[1] = e;
-                p += 2;
-            }
+    copy_small(p, src, first);
+    p += first;
+    for (i = first; i < n; i++) {
+        unsigned char c = src[i];
+        char e = ESCAPE[c];
+        if (!e) {
+            *p++ = (char)c;
+        }
+        else if (e == 'u') {
+            memcpy(p, "\\u00", 4);
+            p[4] = HEX[c >> 4];
+            p[5] = HEX[c & 0xf];
+            p += 6;
+        }
+        else {
+            p[0] = '\\';
+            p[1] = e;
+            p += 2;
         }
     }
     *p++ = '"';
@@ -161,23 +231,55 @@ write_str(Out *o, PyObject *s)
     return 0;
 }
 
+static const char DIGITS2[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233"
+    "34353637383940414243444546474849505152535455565758596061626364656667"
+    "68697071727374757677787980818283848586878889909192939495969798"
+    "99";
+
 static int
 write_i64(Out *o, long long v)
 {
-    char tmp[24];
-    char *end = tmp + sizeof(tmp), *p = end;
-    unsigned long long u;
-    int neg = v < 0;
+    unsigned long long u, t;
+    char *p;
+    int digits = 1;
 
-    u = neg ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (neg) {
-        *--p = '-';
+    if (out_reserve(o, 21) < 0) {
+        return -1;
     }
-    return out_write(o, p, end - p);
+    p = o->buf + o->len;
+    if (v < 0) {
+        *p++ = '-';
+        u = 0ULL - (unsigned long long)v;
+    }
+    else {
+        u = (unsigned long long)v;
+    }
+    for (t = u; t >= 10000; t /= 10000) {
+        digits += 4;
+    }
+    if (t >= 100) {
+        digits += 2;
+        t /= 100;
+    }
+    if (t >= 10) {
+        digits++;
+    }
+    p += digits;
+    o->len = p - o->buf;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        p -= 2;
+        memcpy(p, DIGITS2 + 2 * r, 2);
+    }
+    if (u >= 10) {
+        memcpy(p - 2, DIGITS2 + 2 * u, 2);
+    }
+    else {
+        p[-1] = (char)('0' + u);
+    }
+    return 0;
 }
 
 /* Any value through msgspec (its bytes appended). */
@@ -361,12 +463,30 @@ write_span(Out *o, const char *key, Py_ssize_t keylen, PyObject *v,
     char hex[18];
     int i;
 
+    long long fast;
+    int overflow;
+
     if (Py_TYPE(v) != &PyLong_Type) {
         return write_optional(o, key, keylen, v, unset);
     }
-    x = PyLong_AsUnsignedLongLong(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
-        return -1;
+    fast = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (!overflow && fast >= 0) {
+        x = (unsigned long long)fast;
+    }
+    else if (overflow > 0 && TWO64 != NULL
+             && PyObject_RichCompareBool(v, TWO64, Py_LT) == 1) {
+        /* 2**63 to 2**64-1: half the ids of a random base. */
+        x = PyLong_AsUnsignedLongLongMask(v);
+    }
+    else {
+        /* 2**63 and up, or negative (OverflowError). */
+        if (fast == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        x = PyLong_AsUnsignedLongLong(v);
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+            return -1;
+        }
     }
     hex[0] = '"';
     for (i = 16; i >= 1; i--) {
@@ -655,5 +775,16 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__lines(void)
 {
+    if (TWO64 == NULL) {
+        PyObject *one = PyLong_FromLong(1), *shift = PyLong_FromLong(64);
+        if (one != NULL && shift != NULL) {
+            TWO64 = PyNumber_Lshift(one, shift);
+        }
+        Py_XDECREF(one);
+        Py_XDECREF(shift);
+        if (TWO64 == NULL) {
+            return NULL;
+        }
+    }
     return PyModule_Create(&module);
 }

@@ -354,6 +354,19 @@ class NativeLinesTest(testtools.TestCase):
         line = self.c_lines([_span(I_EV='\n\x01"\\\x7f\u00e9')], 1, 1)
         self.assertIn(b'"ev":"\\n\\u0001\\"\\\\\x7f\xc3\xa9"', line)
 
+    def test_an_escape_at_every_place_of_a_string(self):
+        # The C scans 8 bytes at a time, then the last ones: each
+        # special character at each place of strings of 1 to 25 bytes.
+        batch = []
+        for char in ('"', '\\', '\x00', '\x1f', '\n', ' ', '\x7f', '\u00e9'):
+            for length in range(1, 26):
+                texts = [
+                    'a' * at + char + 'b' * (length - at - 1)
+                    for at in range(length)
+                ]
+                batch.append(_span(I_EV=texts[-1], I_ATTRS={'t': texts}))
+        self.assertTrue(self.compare(batch, 1, 1))
+
     def test_the_writer_uses_the_extension(self):
         if _native.PURE_PYTHON:  # the suite run with the switch on
             self.assertIsNone(record._lines_c)
