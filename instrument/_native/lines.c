@@ -738,6 +738,10 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (rc < 0) {
             goto error;
         }
+        if (seq == LLONG_MAX) { /* a batch that grew while written */
+            PyErr_SetString(PyExc_OverflowError, "seq out of range");
+            goto error;
+        }
         seq++;
     }
     if (_PyBytes_Resize(&o.bytes, o.len) < 0) {
