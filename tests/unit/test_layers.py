@@ -183,16 +183,24 @@ def _bound_modules(name: str, path: str, tree: ast.Module, known: set) -> dict:
     return out
 
 
+# Private to the package, for its modules: the optional compiled
+# helpers, each module loading its own through ``_native.load``.
+SHARED_PRIVATE = {'instrument._native'}
+
+
 def _private_uses(name: str, path: str, tree: ast.Module, known: set):
     """``(line, what)`` of each use of another module's private name:
     ``from x import _y`` or ``x._y`` with ``x`` one of the package's
-    modules."""
+    modules (but ``SHARED_PRIVATE``)."""
     bound = _bound_modules(name, path, tree, known)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                if alias.name.startswith('_') and not alias.name.startswith(
-                    '__'
+                if (
+                    alias.name.startswith('_')
+                    and not alias.name.startswith('__')
+                    and '%s.%s' % (node.module, alias.name)
+                    not in SHARED_PRIVATE
                 ):
                     yield node.lineno, '%s.%s' % (node.module, alias.name)
         elif (
