@@ -17,7 +17,9 @@ count as cost), and prints ns/op, medians of the rounds: added on the
 calling thread alone, the writer thread's share per call (encoding and
 writing, off the calling thread by design) with the batch encoder and
 with the record-by-record encoder it replaced (issue 31; both measured
-in the same run), their sum, and the process's CPU (every thread) per
+in the same run; where the lines are written in C, ``instrument.
+_native._lines``, also with their pure-Python twin), their sum, and
+the process's CPU (every thread) per
 call with the writer running beside the calls.  Target: <= 2 us of CPU
 added per instrumented call, calling thread and writer together.  Run
 with ``tox -e bench`` or ``python bench/bench_call_overhead.py``.  The
@@ -124,22 +126,30 @@ def measure(calls: int, repeat: int) -> dict:
     #    turns with the batch encoder and with the record-by-record one
     #    (the encoder before issue 31, measured in the same run).
     out_dir = tempfile.mkdtemp(prefix='instrument-bench-')
-    rt = _setup(out_dir, calls, 2 * repeat, 60.0)
+    #    Where the lines are written in C (instrument._native._lines),
+    #    a third turn writes them with its pure-Python twin.
+    native = record._lines_c
+    encoders = (
+        ('batch', 'each') if native is None else ('batch', 'python', 'each')
+    )
+    rt = _setup(out_dir, calls, len(encoders) * repeat, 60.0)
     clock = time.thread_time_ns
     fast = record._encode_structs
     caller = []
-    writer = {'batch': [], 'each': []}
+    writer: dict = {encoder: [] for encoder in encoders}
     for _ in range(repeat):
-        for encoder in ('batch', 'each'):
+        for encoder in encoders:
             start = clock()
             for _ in range(calls):
                 manager.noop(*args)
             caller.append((clock() - start) / calls)
-            record._encode_structs = fast if encoder == 'batch' else None
+            record._encode_structs = None if encoder == 'each' else fast
+            record._lines_c = native if encoder == 'batch' else None
             start = clock()
             rt.buffer.drain()
             writer[encoder].append((clock() - start) / calls)
     record._encode_structs = fast
+    record._lines_c = native
     dropped = dict(rt.buffer.counts())
     instrument.teardown()
     lines = _lines(out_dir)
@@ -157,12 +167,16 @@ def measure(calls: int, repeat: int) -> dict:
         'caller_ns': statistics.median(caller),
         'writer_ns': statistics.median(writer['batch']),
         'writer_each_ns': statistics.median(writer['each']),
+        'writer_python_ns': (
+            statistics.median(writer['python']) if 'python' in writer else None
+        ),
         'base_proc_ns': base_proc_ns,
         'together_ns': together_ns,
         'lines': lines + _lines(out_dir),
         'dropped': dropped,
-        'expected': calls * repeat * 3,
+        'expected': calls * repeat * (len(encoders) + 1),
         'fast': fast is not None,
+        'native': record._lines_c is not None,
     }
 
 
@@ -172,6 +186,7 @@ def breakdown(calls: int, repeat: int) -> list:
     encoder of before issue 31 and the batch encoder of now; thread CPU
     ns per record, median of ``repeat`` rounds."""
     import instrument
+    from instrument import schema
     from instrument.runtime import record
 
     clock = time.thread_time_ns
@@ -236,6 +251,24 @@ def breakdown(calls: int, repeat: int) -> list:
                 'one msgspec encode_lines per batch',
                 'now',
                 med(lambda: fast(structs)),
+            )
+        )
+    native = record._lines_c
+    if native is not None:
+        steps.append(
+            (
+                'the lines in C (instrument._native._lines)',
+                'now',
+                med(
+                    lambda: native(
+                        batch,
+                        1,
+                        pid,
+                        schema.SCHEMA_VERSION,
+                        record._encode_value,
+                        record._UNSET,
+                    )
+                ),
             )
         )
     data = record.encode_lines(batch, 1, pid)[0]
@@ -341,6 +374,7 @@ def _report(mode: str, r: dict) -> None:
         '          added on the calling thread        %6.0f ns/op  '
         '(%.2fx of the %d ns target)\n'
         '          writer, per call, batch encoder    %6.0f ns/op%s\n'
+        '%s'
         '          writer, per call, record by record %6.0f ns/op  '
         '(the encoder before; batch = %.2fx of it)\n'
         '          calling thread + writer            %6.0f ns/op  '
@@ -355,7 +389,23 @@ def _report(mode: str, r: dict) -> None:
             caller / TARGET_NS,
             TARGET_NS,
             r['writer_ns'],
-            '' if r['fast'] else '  (msgspec missing: record by record)',
+            (
+                '  (msgspec missing: record by record)'
+                if not r['fast']
+                else '  (lines in C)'
+                if r.get('native')
+                else '  (lines in Python)'
+            ),
+            (
+                '          writer, per call, lines in Python  %6.0f ns/op  '
+                '(C = %.2fx of it, same run)\n'
+                % (
+                    r['writer_python_ns'],
+                    r['writer_ns'] / r['writer_python_ns'],
+                )
+                if r.get('writer_python_ns')
+                else ''
+            ),
             r['writer_each_ns'],
             r['writer_ns'] / r['writer_each_ns'],
             total,

@@ -29,6 +29,11 @@ msgspec, takes the record-by-record path: schema-v1 dicts
 (``to_dict``) encoded with orjson when it is installed, else the
 standard library.  There a record that cannot be encoded never costs
 the rest of its batch.
+
+Where the optional C extension ``instrument._native._lines`` is built
+(and ``INSTRUMENT_PURE_PYTHON`` is not set), it writes the same bytes as
+the ``Line`` structs in one call, with no object per record; its
+pure-Python twin is ``_lines_fast``, which a batch it refuses takes.
 """
 
 import codecs
@@ -44,6 +49,7 @@ try:  # msgspec encodes a whole batch of structs in one call
 except ImportError:  # pragma: no cover - a platform without its wheel
     msgspec = None  # type: ignore[assignment]
 
+from instrument import _native
 from instrument import schema
 
 # Positions in the event tuple.
@@ -280,6 +286,19 @@ def _lines_fast(
     return _encode_structs(structs)
 
 
+# The same bytes as ``_lines_fast`` in one C call (instrument/_native/
+# lines.c), when the extension is built and INSTRUMENT_PURE_PYTHON is
+# not set; any record it cannot write the same way makes it raise, and
+# the batch then takes the Python paths.
+# It hands msgspec any value it does not write itself (a float, a big
+# int, an object): ``_encode_value``, the encoder ``Line`` goes through.
+_native_lines = _native.load('_lines') if msgspec is not None else None
+_lines_c = None if _native_lines is None else _native_lines.lines
+_encode_value: typing.Optional[typing.Callable[[object], bytes]] = None
+if _lines_c is not None:
+    _encode_value = msgspec.json.Encoder(enc_hook=str).encode
+
+
 def encode_lines(batch, first_seq: int, pid: int) -> tuple:
     """``(data, lost)``: JSON lines (UTF-8, newline terminated) for
     ``batch``, numbered from ``first_seq``, and how many records could
@@ -293,6 +312,18 @@ def encode_lines(batch, first_seq: int, pid: int) -> tuple:
     batch.
     """
     if _encode_structs is not None and batch:
+        if _lines_c is not None:
+            try:
+                return _lines_c(
+                    batch,
+                    first_seq,
+                    pid,
+                    schema.SCHEMA_VERSION,
+                    _encode_value,
+                    _UNSET,
+                ), 0
+            except Exception:  # noqa: S110 - the Python paths
+                pass
         try:
             return _lines_fast(batch, first_seq, pid), 0
         except Exception:  # noqa: S110 - the record-by-record path

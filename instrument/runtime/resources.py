@@ -26,9 +26,12 @@ one a closing thread may take).
 It runs in the buffer's writer, a real OS thread even under eventlet
 (``instrument.runtime.threads``), before a drain: no nova thread or greenthread
 ever waits for it, and the hub is never blocked.  Nothing is imported
-that the process does not have: SQLAlchemy's engines are seen through
-one ``engine_connect`` listener (a dictionary look-up per connection),
-a LISTEN point (``ENGINE_CONNECT``) of the target's patcher: added on
+that the process does not have: SQLAlchemy's engines are seen where
+``create_engine`` makes them (``Dialect.engine_created``, a REPLACE
+point; those made before, at ``attach``, among the garbage collector's
+objects), or under SQLAlchemy 1.4 through one ``engine_connect``
+listener (a dictionary look-up per connection, a LISTEN point,
+``ENGINE_CONNECT``), points of the target's patcher: added on
 its post-import hook when the process imports SQLAlchemy, in the
 start-up banner and the start record, removed by ``stop``.  In a
 forked child the next sample comes at its first drain; its figures are
@@ -47,9 +50,16 @@ from instrument.runtime import faults
 from instrument.runtime import threads
 from instrument.targets.sqlalchemy import names
 
-# The place listened to: every engine's engine_connect.
+# The place listened to: every engine's engine_connect (SQLAlchemy
+# 1.4); from 2.0 on, where an engine is made (no engine listener:
+# ``names.engine_events``), and the engines made before at attach.
 ENGINE_CONNECT = ('sqlalchemy.engine.base', 'Engine', 'engine_connect')
-POINT = '%s:%s@%s' % ENGINE_CONNECT
+ENGINE_CREATED = ('sqlalchemy.engine.interfaces', 'Dialect.engine_created')
+POINT = (
+    '%s:%s@%s' % ENGINE_CONNECT
+    if names.engine_events()
+    else '%s:%s' % ENGINE_CREATED
+)
 
 _SAMPLERS = weakref.WeakSet()
 _FAULTS = faults.Faults(
@@ -109,6 +119,8 @@ class Pools:
 
     def __init__(self) -> None:
         self.pools: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # (SQLAlchemy 2.0) engines: their database names
+        self.engines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.patcher = None
         self._point: points_mod.PatchPoint | None = None
 
@@ -126,9 +138,40 @@ class Pools:
         except Exception as exc:  # noqa: BLE001 - counted
             _FAULTS(exc)
 
+    def _seen(self, engine) -> None:
+        # (SQLAlchemy 2.0) an engine made, or found at attach: its pool
+        # is read at each sample (dispose() makes another)
+        try:
+            if engine not in self.engines:
+                self.engines[engine] = names.database_name(engine.url)
+        except Exception as exc:  # noqa: BLE001 - counted
+            _FAULTS(exc)
+
+    def _on_created(self, original, state=None, owner=None):
+        """``Dialect.engine_created`` (a classmethod, called once
+        ``create_engine`` has made an engine) that notes the engine
+        (guarded: the engine is returned whatever happens)."""
+        func = original.__func__
+        seen = self._seen
+
+        def engine_created(cls, engine):
+            func(cls, engine)
+            if state is None or state.active:
+                seen(engine)
+
+        engine_created.__wrapped__ = func  # type: ignore[attr-defined]
+        engine_created.__qualname__ = getattr(
+            func, '__qualname__', 'engine_created'
+        )
+        return classmethod(engine_created)
+
     def point(self) -> points_mod.PatchPoint:
-        """The LISTEN point of every engine's ``engine_connect``."""
-        return points_mod.listen(*ENGINE_CONNECT, self._on_connect)
+        """The LISTEN point of every engine's ``engine_connect``
+        (SQLAlchemy 1.4), else the REPLACE point of
+        ``Dialect.engine_created``."""
+        if names.engine_events():
+            return points_mod.listen(*ENGINE_CONNECT, self._on_connect)
+        return points_mod.replace(*ENGINE_CREATED, self._on_created)
 
     def attach(self, patcher) -> None:
         """Listen to SQLAlchemy engines, now if the process imported
@@ -139,6 +182,9 @@ class Pools:
         self._point = self.point()
         patcher.add_points([self._point])
         patcher.apply()
+        if not names.engine_events():
+            for engine in names.existing_engines():
+                self._seen(engine)
 
     def detach(self) -> None:
         point, self._point = self._point, None
@@ -150,6 +196,13 @@ class Pools:
         pool without those counters (NullPool, StaticPool) gives its
         checked-out count only where it has one."""
         out = {}
+        for engine, name in list(self.engines.items()):
+            try:
+                pool = engine.pool
+                if pool not in self.pools:
+                    self.pools[pool] = name
+            except Exception:  # noqa: BLE001,S112 - a half-made engine
+                continue
         for pool, name in list(self.pools.items()):
             checked = _call(pool, 'checkedout')
             overflow = _call(pool, 'overflow')

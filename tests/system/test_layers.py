@@ -12,7 +12,8 @@
 """What the wheel ships: the wheel built from this tree by pbr holds
 the ``instrument`` package with its ``py.typed`` marker and nothing
 else: no demo, no tests, no ``instrument-demo`` console script (the
-layers of the package: ``tests/unit/test_layers.py``)."""
+layers of the package: ``tests/unit/test_layers.py``); and, built where
+a C compiler is, the optional compiled helpers (``instrument._native``)."""
 
 import os
 import shutil
@@ -132,3 +133,18 @@ class WheelTest(testtools.TestCase):
         )
         self.assertIn('instrument-report', entry_points)
         self.assertNotIn('instrument-demo', entry_points)
+
+    def test_the_wheel_ships_the_compiled_helpers(self):
+        # Optional (a host without a compiler builds a wheel without
+        # them), so they are looked for where a compiler is, and
+        # always under CI=true.
+        if os.environ.get('CI') != 'true' and not shutil.which('cc'):
+            self.skipTest('no C compiler: the wheel is pure Python')
+        with zipfile.ZipFile(self._build()) as whl:
+            names = whl.namelist()
+        native = sorted(
+            n.split('/')[-1].split('.')[0]
+            for n in names
+            if n.startswith('instrument/_native/') and n.endswith('.so')
+        )
+        self.assertEqual(['_lines'], native, names)

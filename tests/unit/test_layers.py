@@ -183,27 +183,26 @@ def _bound_modules(name: str, path: str, tree: ast.Module, known: set) -> dict:
     return out
 
 
-# Packages private to the library as a whole, not to a module: the
-# compiled helpers of the hot path (``_native.load``), which the
-# modules that have a compiled twin import.
-INTERNAL_PACKAGES = {'instrument._native'}
+# Private to the package, for its modules: the optional compiled
+# helpers, each module loading its own through ``_native.load``.
+SHARED_PRIVATE = {'instrument._native'}
 
 
 def _private_uses(name: str, path: str, tree: ast.Module, known: set):
     """``(line, what)`` of each use of another module's private name:
     ``from x import _y`` or ``x._y`` with ``x`` one of the package's
-    modules."""
+    modules (but ``SHARED_PRIVATE``)."""
     bound = _bound_modules(name, path, tree, known)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
-                what = '%s.%s' % (node.module, alias.name)
                 if (
                     alias.name.startswith('_')
                     and not alias.name.startswith('__')
-                    and what not in INTERNAL_PACKAGES
+                    and '%s.%s' % (node.module, alias.name)
+                    not in SHARED_PRIVATE
                 ):
-                    yield node.lineno, what
+                    yield node.lineno, '%s.%s' % (node.module, alias.name)
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)

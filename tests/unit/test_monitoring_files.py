@@ -499,7 +499,9 @@ class LivePrometheusTest(MonitoringFilesTestBase):
                     'count_over_time(up{job=~"instrument|'
                     'instrument-follow|instrument-findings"}[1m])'
                 )
-            except OSError:
+            except (OSError, ValueError):
+                # not listening yet, or not ready: an empty answer
+                # (seen at a load average of 12) is no JSON
                 got = []
             if len(got) == 3 and all(
                 float(g['value'][1]) >= self.SCRAPES for g in got

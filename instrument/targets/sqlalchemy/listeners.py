@@ -11,13 +11,23 @@
 # under the License.
 """SQLAlchemy engine listeners: ``sql.query`` and ``sql.txn`` records.
 
-Listeners are attached at class level (``event.listen(Engine, ...)``), so
-every engine of the process is covered whenever it was created, before
-or after ``install``.  An engine's dialect is "adopted" once, when
-``create_engine`` makes the engine (``Dialect.engine_created``, a
-REPLACE point: nothing per Connection); an engine made before
-``install``, at its first transaction (``begin``; until then the
-pool's reset of its connections is not timed):
+SQLAlchemy 2.0 (``DIALECT_EXEC``): no engine listener at all (a
+class-level one sets ``Engine._has_events``, and every Connection of
+the process then takes SQLAlchemy's event paths): the statements are
+timed by each adopted dialect's ``do_execute``/``do_executemany``/
+``do_execute_no_params``, the transaction's start by its ``do_begin``
+(the transaction's state on the pool connection only), the early
+error listener is the dialect class's; engines made before
+``install`` are adopted at ``install`` (``names.existing_engines``).
+SQLAlchemy 1.4: listeners attached at class level
+(``event.listen(Engine, ...)``), so every engine of the process is
+covered whenever it was created, before or after ``install``.
+
+An engine's dialect is "adopted" once, when ``create_engine`` makes
+the engine (``Dialect.engine_created``, a REPLACE point: nothing per
+Connection); an engine made before ``install``, at ``install`` (2.0)
+or at its first transaction (1.4: ``begin``; until then the pool's
+reset of its connections is not timed):
 
 * its database name is read from the engine URL and cached;
 * a ``handle_error`` listener is appended to the dialect (to the
@@ -65,6 +75,7 @@ import collections
 import os
 import threading
 import time
+import typing
 import weakref
 
 from oslo_log import log as logging
@@ -110,6 +121,15 @@ ENGINE_CREATED = ('sqlalchemy.engine.interfaces', 'Dialect.engine_created')
 POINT_COMMIT = '%s:%s.do_commit' % DIALECT
 POINT_ROLLBACK = '%s:%s.do_rollback' % DIALECT
 POINT_LATE_ERROR = '%s:%s@handle_error' % DIALECT
+# SQLAlchemy 2.0 (``DIALECT_EXEC``): the statements and the transaction's
+# start, timed on each adopted dialect too; the early error listener on
+# the dialect class (where 1.4 has it on the engine class).
+POINT_BEGIN = '%s:%s.do_begin' % DIALECT
+POINT_EXECUTE = '%s:%s.do_execute' % DIALECT
+POINT_EXECUTEMANY = '%s:%s.do_executemany' % DIALECT
+POINT_NO_PARAMS = '%s:%s.do_execute_no_params' % DIALECT
+EARLY_DIALECT = ('sqlalchemy.engine.interfaces', 'Dialect')
+POINT_EARLY_ERROR = '%s:%s@handle_error' % EARLY_DIALECT
 
 # Entries waiting for the writer; beyond this they are dropped and
 # counted (the first drop is logged at once).  The writer empties the
@@ -144,6 +164,10 @@ ATTR_SQL = '_instrument_sql'
 # while it waits for that reset (``_Held``).
 T_T0, T_DB, T_ATTR, T_SPAN, T_COUNT, T_CONN, T_HELD = range(7)
 ENDED = 'ended'
+# (SQLAlchemy 2.0) ``T_CONN`` of a transaction begun by a statement
+# that a ``begin`` listener ran before the dialect's ``do_begin``
+# (oslo.db's ``BEGIN`` on sqlite): ``do_begin`` takes it over.
+BEGUN = 'begun'
 # Positions in an attribution tuple: those of the recorder's frame.
 A_PARENT, A_REQ, A_GREQ, A_INST, A_SVC, A_HOST, A_CALL = range(7)
 
@@ -189,6 +213,16 @@ _LIVE = weakref.WeakSet()
 # registers its exception filter on the engine in both.  The late
 # listener goes where oslo.db's is, after it.
 DIALECT_HANDLE_ERROR = not sqlalchemy.__version__.startswith('1.')
+# SQLAlchemy 2.0: no engine (``ConnectionEvents``) listener at all.  A
+# class-level one sets ``Engine._has_events`` for every engine of the
+# process, whose Connections then take SQLAlchemy's event paths at
+# every statement and transaction; the statements are timed by the
+# adopted dialect's ``do_execute``/``do_executemany``/
+# ``do_execute_no_params`` instead, the transaction's start by its
+# ``do_begin`` (its state on the pool connection only), both error
+# listeners are the dialect's.  1.4 (nova 29) keeps the engine
+# listeners: its non-future engines run statements without a ``begin``.
+DIALECT_EXEC = DIALECT_HANDLE_ERROR
 
 
 def engine_connect_listener(fn):
@@ -322,16 +356,20 @@ class SqlListeners:
 
     def points(self) -> list:
         """Every place listened to or replaced, as patch points."""
-        self._events = [
-            (
-                'before_cursor_execute',
-                self.before_cursor_execute,
-                {'retval': True},
-            ),
-            ('after_cursor_execute', self.after_cursor_execute, {}),
-            ('begin', self.on_begin, {}),
-            ('handle_error', self.early_error, {}),
-        ]
+        self._events = (
+            []
+            if DIALECT_EXEC
+            else [
+                (
+                    'before_cursor_execute',
+                    self.before_cursor_execute,
+                    {'retval': True},
+                ),
+                ('after_cursor_execute', self.after_cursor_execute, {}),
+                ('begin', self.on_begin, {}),
+                ('handle_error', self.early_error, {}),
+            ]
+        )
         if not DIALECT_HANDLE_ERROR:
             # SQLAlchemy 1.4: a Connection of a non-future engine runs
             # statements without a transaction (no ``begin``); adopt
@@ -380,7 +418,269 @@ class SqlListeners:
                     per_object=True,
                 ),
             ]
+            + (self._dialect_points() if DIALECT_EXEC else [])
         )
+
+    def _dialect_points(self) -> list:
+        """SQLAlchemy 2.0: what takes the engine listeners' place on
+        each adopted dialect (``DIALECT_EXEC``)."""
+        replace = points_mod.replace
+
+        def timer(build):
+            def factory(original, state, dialect):
+                return build(original, dialect)
+
+            return factory
+
+        return [
+            # class level: runs before every listener of a dialect
+            # (oslo.db's filter); sets ``Dialect._has_events``, not the
+            # engine's
+            points_mod.listen(
+                *EARLY_DIALECT, 'handle_error', self.early_error
+            ),
+            replace(
+                DIALECT[0],
+                DIALECT[1] + '.do_begin',
+                timer(self._timed_begin),
+                per_object=True,
+            ),
+            replace(
+                DIALECT[0],
+                DIALECT[1] + '.do_execute',
+                timer(self._timed_execute),
+                per_object=True,
+            ),
+            replace(
+                DIALECT[0],
+                DIALECT[1] + '.do_executemany',
+                timer(self._timed_executemany),
+                per_object=True,
+            ),
+            replace(
+                DIALECT[0],
+                DIALECT[1] + '.do_execute_no_params',
+                timer(self._timed_no_params),
+                per_object=True,
+            ),
+        ]
+
+    # -- SQLAlchemy 2.0: the dialect's statements and begin -------------
+
+    def _timed_begin(self, original, dialect):
+        """``dialect.do_begin(pool connection)``: the transaction's
+        state goes on the pool connection, where its statements and
+        its COMMIT/ROLLBACK find it (``on_begin``'s job under 1.4);
+        the dialect's late adoption at its first transaction."""
+        faults = self.faults
+        perf_ns = _perf_ns
+        current_frame = _current_frame
+        fairy_cls = _FAIRY
+        stale = self._stale
+        adopt = self._adopt_dialect
+        listeners = self
+
+        def do_begin(dbapi_connection):
+            try:
+                if dbapi_connection.__class__ is fairy_cls:
+                    fairy_dict = dbapi_connection.__dict__
+                    txn = fairy_dict.get(ATTR_TXN)
+                    if txn is not None and txn[T_CONN] is not ENDED:
+                        if txn[T_CONN] is BEGUN:
+                            # begun by a statement of a begin listener
+                            txn[T_CONN] = None
+                            return original(dbapi_connection)
+                        stale(txn)
+                    owned = dialect.__dict__.get(ATTR_DB)
+                    db = (
+                        owned[1]
+                        if owned is not None and owned[0] is listeners
+                        else adopt(dialect)
+                    )
+                    frame = current_frame()
+                    fairy_dict[ATTR_TXN] = [
+                        perf_ns(),
+                        db,
+                        NO_FRAME if frame is None else frame,
+                        None,
+                        0,
+                        None,
+                        None,
+                    ]
+            except Exception as exc:
+                faults(exc)
+            return original(dbapi_connection)
+
+        do_begin.__wrapped__ = original  # type: ignore[attr-defined]
+        return do_begin
+
+    def _begun(self, context, t0: int):
+        """(SQLAlchemy 2.0) The open transaction of a statement that
+        found none on its pool connection: one that a ``begin``
+        listener runs before the dialect's ``do_begin`` (oslo.db's
+        ``BEGIN`` on sqlite) begins it, at its start (``BEGUN``);
+        else None (a statement outside any transaction); False for a
+        statement not timed: the dialect's first connect's, on a
+        Connection of the raw DBAPI connection that joins no engine
+        events (the connect taps see them, kind ``CONNECT``)."""
+        fairy = context._dbapi_connection
+        if fairy.__class__ is not _FAIRY:
+            return False
+        if not context.root_connection.__dict__.get('_Connection__in_begin'):
+            return None
+        dialect = context.dialect
+        owned = dialect.__dict__.get(ATTR_DB)
+        db = (
+            owned[1]
+            if owned is not None and owned[0] is self
+            else self._adopt_dialect(dialect)
+        )
+        frame = _current_frame()
+        txn = [t0, db, NO_FRAME if frame is None else frame, None, 0, BEGUN]
+        txn.append(None)
+        fairy.__dict__[ATTR_TXN] = txn
+        return txn
+
+    def _statement_timer(self, original, dialect, kind: int):
+        """``dialect.do_execute`` (``kind`` 0), ``do_executemany`` (1)
+        or ``do_execute_no_params`` (2): the statement timed around the
+        cursor's execute, as the ``before_cursor_execute`` and
+        ``after_cursor_execute`` listeners of 1.4 do; a failure is
+        queued by the error listeners, with the start this leaves on
+        the execution context."""
+        pending = self.pending
+        append = pending.append
+        max_pending = self.max_pending
+        buf = self._buffer()
+        current_frame = _current_frame
+        perf_ns = _perf_ns
+        faults = self.faults
+        drop = self.drop
+        begun = self._begun
+
+        # (inline in both: a Python call less a statement)
+        if kind == 2:
+
+            def do_execute_no_params(cursor, statement, context=None):
+                try:
+                    t0 = perf_ns()
+                except Exception as exc:
+                    faults(exc)
+                    return original(cursor, statement, context)
+                try:
+                    result = original(cursor, statement, context)
+                except BaseException:
+                    if context is not None:
+                        context._instrument_t0 = t0
+                    raise
+                try:
+                    t1 = perf_ns()
+                    if len(pending) < max_pending:
+                        if context is not None:
+                            txn = getattr(
+                                context._dbapi_connection, ATTR_TXN, None
+                            )
+                            if txn is None:
+                                txn = begun(context, t0)
+                                if txn is False:
+                                    return result
+                            elif txn[T_CONN] is ENDED:
+                                txn = None
+                            many = context.executemany
+                        else:
+                            txn = None
+                            many = False
+                        append(
+                            (
+                                K_STMT,
+                                t0,
+                                t1,
+                                statement,
+                                txn,
+                                current_frame(),
+                                cursor.rowcount,
+                                many,
+                                None,
+                                False,
+                                dialect,
+                            )
+                        )
+                        if buf.writer is None:
+                            buf.start()
+                    else:
+                        drop()
+                except Exception as exc:
+                    faults(exc)
+                return result
+
+            timed: typing.Callable = do_execute_no_params
+        else:
+            many_always = kind == 1
+
+            def do_execute(cursor, statement, parameters, context=None):
+                try:
+                    t0 = perf_ns()
+                except Exception as exc:
+                    faults(exc)
+                    return original(cursor, statement, parameters, context)
+                try:
+                    result = original(cursor, statement, parameters, context)
+                except BaseException:
+                    if context is not None:
+                        context._instrument_t0 = t0
+                    raise
+                try:
+                    t1 = perf_ns()
+                    if len(pending) < max_pending:
+                        if context is not None:
+                            txn = getattr(
+                                context._dbapi_connection, ATTR_TXN, None
+                            )
+                            if txn is None:
+                                txn = begun(context, t0)
+                                if txn is False:
+                                    return result
+                            elif txn[T_CONN] is ENDED:
+                                txn = None
+                            many = many_always or context.executemany
+                        else:
+                            txn = None
+                            many = many_always
+                        append(
+                            (
+                                K_STMT,
+                                t0,
+                                t1,
+                                statement,
+                                txn,
+                                current_frame(),
+                                cursor.rowcount,
+                                many,
+                                None,
+                                False,
+                                dialect,
+                            )
+                        )
+                        if buf.writer is None:
+                            buf.start()
+                    else:
+                        drop()
+                except Exception as exc:
+                    faults(exc)
+                return result
+
+            timed = do_execute
+        timed.__wrapped__ = original  # type: ignore[attr-defined]
+        return timed
+
+    def _timed_execute(self, original, dialect):
+        return self._statement_timer(original, dialect, 0)
+
+    def _timed_executemany(self, original, dialect):
+        return self._statement_timer(original, dialect, 1)
+
+    def _timed_no_params(self, original, dialect):
+        return self._statement_timer(original, dialect, 2)
 
     def _end_timer(self, outcome: str):
         def factory(original, state, dialect):
@@ -397,6 +697,8 @@ class SqlListeners:
         self._points = self.points()
         self.patcher.add_points(self._points)
         self.patcher.apply()
+        if DIALECT_EXEC:
+            self._adopt_existing()
         buf = self._buffer()
         add_drop_source = getattr(buf, 'add_drop_source', None)
         if add_drop_source is not None:
@@ -445,19 +747,47 @@ class SqlListeners:
                 patch = self.patcher.patch_object
                 patch(POINT_COMMIT, dialect)
                 patch(POINT_ROLLBACK, dialect)
+                if DIALECT_EXEC:
+                    patch(POINT_BEGIN, dialect)
+                    patch(POINT_EXECUTE, dialect)
+                    patch(POINT_EXECUTEMANY, dialect)
+                    patch(POINT_NO_PARAMS, dialect)
                 self._adopted[dialect] = db
             if not late:
                 return db
-            owned = getattr(dialect, ATTR_DB, None)
-            if owned is not None and owned[0] is self:
-                return db
-            dq = self._dq_strings[dialect] = double_quoted_strings(dialect)
-            self.patcher.patch_object(
-                POINT_LATE_ERROR,
-                dialect if DIALECT_HANDLE_ERROR else engine,
+            return self._adopt_late(
+                dialect, db, dialect if DIALECT_HANDLE_ERROR else engine
             )
-            setattr(dialect, ATTR_DB, (self, db, dq))
+
+    def _adopt_late(self, dialect, db: str, error_target) -> str:
+        """The second step of ``adopt`` (under its lock): the late
+        error listener (on ``error_target``) and the quoting."""
+        owned = getattr(dialect, ATTR_DB, None)
+        if owned is not None and owned[0] is self:
             return db
+        dq = self._dq_strings[dialect] = double_quoted_strings(dialect)
+        self.patcher.patch_object(POINT_LATE_ERROR, error_target)
+        setattr(dialect, ATTR_DB, (self, db, dq))
+        return db
+
+    def _adopt_dialect(self, dialect) -> str:
+        """(SQLAlchemy 2.0) The second step of ``adopt`` at the first
+        ``do_begin`` of a dialect whose engine was adopted when made;
+        its database name."""
+        with self._adopt_lock:
+            db = self._adopted.get(dialect)
+            if db is None:  # removed meanwhile
+                return ''
+            return self._adopt_late(dialect, db, dialect)
+
+    def _adopt_existing(self) -> None:
+        """(SQLAlchemy 2.0) Adopt the engines made before ``install``
+        (no engine event would show them), once."""
+        for engine in names.existing_engines():
+            try:
+                self.adopt(engine)
+            except Exception as exc:
+                self.faults(exc)
 
     def _adopting(self, original, state=None, owner=None):
         """``Dialect.engine_created`` (a classmethod, which
@@ -644,6 +974,13 @@ class SqlListeners:
                 # A failed COMMIT/ROLLBACK, queued by the timer: name the
                 # exception the caller gets if no later handler runs.
                 error = vars(conn).get(ATTR_ERROR)
+                if error is None and DIALECT_EXEC:
+                    # (2.0) the timer left it on the pool connection
+                    fairy = vars(conn).get('_dbapi_connection')
+                    if fairy is not None:
+                        error = vars(fairy).pop(ATTR_ERROR, None)
+                    if error is not None:
+                        conn._instrument_error = error
                 if error is not None:
                     error[E_ERR] = tracing.error_of(raw)
                 return None
@@ -654,6 +991,14 @@ class SqlListeners:
             else:
                 t0 = vars(conn).pop(ATTR_T0, None)
                 many = False
+            if DIALECT_EXEC:
+                txn = getattr(
+                    vars(conn).get('_dbapi_connection'), ATTR_TXN, None
+                )
+                if txn is not None and txn[T_CONN] is ENDED:
+                    txn = None
+            else:
+                txn = getattr(conn, ATTR_TXN, None)
             error = [tracing.error_of(raw), bool(ctx.is_disconnect), False]
             conn._instrument_error = error
             self._tag(raw, statement, conn.dialect)
@@ -663,7 +1008,7 @@ class SqlListeners:
                     t0,
                     t1,
                     statement,
-                    getattr(conn, ATTR_TXN, None),
+                    txn,
                     recorder_mod.current_frame(),
                     None,
                     many,
@@ -778,7 +1123,11 @@ class SqlListeners:
         """Queue a transaction that ends without a round trip."""
         conn = txn[T_CONN]
         txn[T_CONN] = None
-        if conn is not None and conn.__dict__.get(ATTR_TXN) is txn:
+        if (
+            conn is not None
+            and conn.__class__ is not str  # BEGUN (2.0)
+            and conn.__dict__.get(ATTR_TXN) is txn
+        ):
             conn._instrument_txn = None
         self._queue(
             (
@@ -833,8 +1182,11 @@ class SqlListeners:
                     # pool connection, ended, for the reset that follows
                     conn = txn[T_CONN]
                     txn[T_CONN] = ENDED
-                    if conn is not None and conn.__dict__.get(ATTR_TXN) is txn:
-                        conn._instrument_txn = None
+                    if conn is not None:
+                        if conn.__class__ is str:  # BEGUN (2.0)
+                            conn = None
+                        elif conn.__dict__.get(ATTR_TXN) is txn:
+                            conn._instrument_txn = None
                 else:
                     # the pool's reset (of the transaction that ended on
                     # it, if any: the writer may fold it into its record)
@@ -874,6 +1226,10 @@ class SqlListeners:
                         error = [error_of(exc), False, False]
                         if conn is not None:
                             conn._instrument_error = error
+                        elif DIALECT_EXEC:
+                            # (2.0: no Connection here) the early error
+                            # listener takes it from the pool connection
+                            fairy_dict[ATTR_ERROR] = error
                         setattr(
                             exc, ATTR_SQL, (reset_statement, txn[T_DB], False)
                         )

@@ -32,8 +32,9 @@ made (``Dialect.engine_created``, a REPLACE point: once per engine,
 nothing per connection), so that a pool's first ``connect``, which SQLAlchemy
 fires before ``engine_connect``, is named too; a pool an engine made
 again (``dispose``) by its engine's dialect; an engine made before
-``install`` at its first ``engine_connect``; else from the DBAPI
-connection (PyMySQL), else left empty.
+``install`` at ``install`` (SQLAlchemy 2.0, ``names.existing_engines``:
+no engine listener) or at its first ``engine_connect`` (1.4); else from
+the DBAPI connection (PyMySQL), else left empty.
 
 The listeners and ``_do_get`` are points (LISTEN, REPLACE) of an
 ``instrument.patching.patcher.Patcher``: the target's, in the start-up banner
@@ -48,6 +49,7 @@ from instrument.patching import points as points_mod
 from instrument.runtime import waits
 from instrument.targets.sqlalchemy import connect as connect_mod
 from instrument.targets.sqlalchemy import listeners as listeners_mod
+from instrument.targets.sqlalchemy import names
 
 EV_WAIT = schema.EV_DB_POOL_WAIT
 A_DB = schema.ATTR_DB
@@ -90,12 +92,21 @@ class PoolWaits:
         """The pool's listeners, the timed ``QueuePool._do_get`` and
         the ``Engine.__init__`` that names the engine's pool."""
         listen = points_mod.listen
-        return [
-            listen(
-                *listeners_mod.ENGINE,
-                'engine_connect',
-                listeners_mod.engine_connect_listener(self.on_engine_connect),
-            ),
+        return (
+            [
+                listen(
+                    *listeners_mod.ENGINE,
+                    'engine_connect',
+                    listeners_mod.engine_connect_listener(
+                        self.on_engine_connect
+                    ),
+                )
+            ]
+            # SQLAlchemy 2.0: no engine listener (names.engine_events);
+            # the engines made before install are named at install
+            if not listeners_mod.DIALECT_EXEC
+            else []
+        ) + [
             listen(*listeners_mod.POOL, 'connect', self.on_connect),
             listen(*listeners_mod.POOL, 'close', self.on_close),
             listen(*listeners_mod.POOL, 'invalidate', self.on_invalidate),
@@ -115,6 +126,9 @@ class PoolWaits:
         self._points = self.points()
         self.patcher.add_points(self._points)
         self.patcher.apply()
+        if listeners_mod.DIALECT_EXEC:
+            for engine in names.existing_engines():
+                self.name(engine)
         return self
 
     def remove(self) -> None:

@@ -66,6 +66,7 @@ from instrument.sinks import log as log_sink
 from instrument.targets import keystoneauth as ksa_target
 from instrument.targets.nova import frames as nova_frames
 from instrument.targets.nova import pools as nova_pools
+from instrument.targets.sqlalchemy import listeners as sql_listeners
 from tests import faultinject
 from tests.functional.faults import base
 
@@ -92,6 +93,16 @@ START = 'the start of the instrumentation'
 
 def _mode() -> str:
     return EVENTLET if threads.eventlet_patched() else THREADS
+
+
+def _after_statement(frame) -> bool:
+    """A ``where`` (SQLAlchemy 2.0): the clock read of the dialect's
+    statement timer once the statement ran (its result is a local)."""
+    return (
+        frame is not None
+        and frame.f_code.co_name in ('do_execute', 'do_execute_no_params')
+        and 'result' in frame.f_locals
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,9 +441,9 @@ MATRIX = {
         EXIT_CLOCK: Site(
             _functions(
                 'targets.sqlalchemy.listeners._perf_ns',
-                where=faultinject.in_functions(
-                    'after_cursor_execute', depth=1
-                ),
+                where=_after_statement
+                if sql_listeners.DIALECT_EXEC
+                else faultinject.in_functions('after_cursor_execute', depth=1),
             ),
             (SQL,),
         ),

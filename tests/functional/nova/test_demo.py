@@ -70,7 +70,9 @@ class _HTMLCheck(html.parser.HTMLParser):
         self.tags[tag] = self.tags.get(tag, 0) + 1
 
 
-class DemoTest(testtools.TestCase):
+class _DemoRun(testtools.TestCase):
+    """Runs the demo in a child process, in ``mode``."""
+
     mode = 'threads'
 
     def _demo(self, out: str, *args) -> subprocess.CompletedProcess:
@@ -103,6 +105,11 @@ class DemoTest(testtools.TestCase):
             '%d' % (proc.stderr[-3000:], proc.stdout[-3000:], proc.returncode),
         )
         return proc
+
+
+class DemoTest(_DemoRun):
+    """The demo's truth and its metrics, in each mode (DemoEventletTest
+    below); what does not depend on the mode is DemoOptionsTest's."""
 
     def test_demo_output_matches_what_the_api_said(self):
         out = self.useFixture(fixtures.TempDir()).path
@@ -358,33 +365,6 @@ class DemoTest(testtools.TestCase):
             for o in results:
                 self.assertEqual(o['expected'], rows.get(o['id']), o)
 
-    def test_runs_again_in_the_same_directory(self):
-        out = self.useFixture(fixtures.TempDir()).path
-        self._demo(
-            out,
-            '--servers',
-            '2',
-            '--fail',
-            '0',
-            '--reschedule',
-            '0',
-            '--boots-only',
-        )
-        self._demo(
-            out,
-            '--servers',
-            '1',
-            '--fail',
-            '0',
-            '--reschedule',
-            '0',
-            '--boots-only',
-        )
-        with open(os.path.join(out, 'servers.json')) as f:
-            self.assertEqual(1, len(json.load(f)['servers']))
-        with open(os.path.join(out, 'report.json')) as f:
-            self.assertEqual(1, json.load(f)['summary']['instances'])
-
     def test_metrics_dir(self):
         # --metrics-dir is [instrument] metrics_dir: the files that
         # instrument-metrics serves (tools/dashboard_demo.py scrapes them)
@@ -423,6 +403,42 @@ class DemoTest(testtools.TestCase):
             text,
         )
 
+
+class DemoEventletTest(DemoTest):
+    mode = 'eventlet'
+
+
+class DemoOptionsTest(_DemoRun):
+    """What the demo does with its options and output directory, the
+    same in both modes: run in the default one (native threads)."""
+
+    def test_runs_again_in_the_same_directory(self):
+        out = self.useFixture(fixtures.TempDir()).path
+        self._demo(
+            out,
+            '--servers',
+            '2',
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+            '--boots-only',
+        )
+        self._demo(
+            out,
+            '--servers',
+            '1',
+            '--fail',
+            '0',
+            '--reschedule',
+            '0',
+            '--boots-only',
+        )
+        with open(os.path.join(out, 'servers.json')) as f:
+            self.assertEqual(1, len(json.load(f)['servers']))
+        with open(os.path.join(out, 'report.json')) as f:
+            self.assertEqual(1, json.load(f)['summary']['instances'])
+
     def test_bad_options_get_a_clear_message(self):
         proc = subprocess.run(
             [sys.executable, '-m', 'instrument_demo', '--fail', '1.5'],
@@ -432,10 +448,6 @@ class DemoTest(testtools.TestCase):
         )
         self.assertEqual(1, proc.returncode)
         self.assertIn('--fail must be between 0 and 1', proc.stderr)
-
-
-class DemoEventletTest(DemoTest):
-    mode = 'eventlet'
 
 
 class DemoModeTest(testtools.TestCase):

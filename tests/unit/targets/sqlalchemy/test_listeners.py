@@ -643,12 +643,31 @@ class TestGuards(SqlTestCase):
         self.assertGreater(timing.handle.listeners.faults.count, 0)
 
     def test_fault_at_the_start_of_before_cursor_execute(self):
-        self.broken_clock('before_cursor_execute')
+        # (SQLAlchemy 2.0: the dialect's timers, both clock reads)
+        self.broken_clock(
+            'do_execute' if listeners.DIALECT_EXEC else 'before_cursor_execute'
+        )
         self.check_statements_unaffected(self.install())
 
     def test_fault_at_the_start_of_after_cursor_execute(self):
-        self.broken_clock('after_cursor_execute')
+        self.broken_clock(
+            'do_execute' if listeners.DIALECT_EXEC else 'after_cursor_execute'
+        )
         self.check_statements_unaffected(self.install())
+
+    def test_fault_in_the_begin_timer(self):
+        if not listeners.DIALECT_EXEC:
+            self.skipTest('SQLAlchemy 1.4: the begin event')
+        self.broken_clock('do_begin')
+        timing = self.install()
+        # (not oslo.db's sqlite engine: its BEGIN statement begins the
+        # transaction before do_begin)
+        engine = _create_engine('sqlite://')
+        self.addCleanup(engine.dispose)
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql('SELECT 1').fetchall()
+        self.assertEqual([(1,)], rows)
+        self.assertGreater(timing.handle.listeners.faults.count, 0)
 
     def test_fault_in_the_commit_and_rollback_timers(self):
         self.broken_clock('timed')
@@ -832,15 +851,22 @@ class TestInstallRace(SqlTestCase):
             for q in timing[0].records('sql.query')
             if q['attrs']['kind'] == 'SELECT'
         ]
-        self.assertEqual(1, len(selects))
+        # (SQLAlchemy 2.0: the engine is adopted at install, and the
+        # dialect's timer is in place before the first reaches it)
+        self.assertEqual(2 if listeners.DIALECT_EXEC else 1, len(selects))
 
     def test_class_level_listeners_removed(self):
         from sqlalchemy.engine import Engine
+        from sqlalchemy.engine import interfaces
 
         timing = self.install()
         handle = timing.handle.listeners
         self.assertTrue(
-            sa.event.contains(Engine, 'handle_error', handle.early_error)
+            sa.event.contains(
+                interfaces.Dialect if listeners.DIALECT_EXEC else Engine,
+                'handle_error',
+                handle.early_error,
+            )
         )
         timing.remove()
         for name, fn, _kwargs in handle._events:
@@ -914,7 +940,14 @@ class TestOneHookPerRoundTrip(SqlTestCase):
         with engine.connect() as conn:
             conn.exec_driver_sql('SELECT 1')
             fairy = conn.connection
-            self.assertIsNotNone(vars(conn).get(listeners.ATTR_TXN))
+            # (SQLAlchemy 2.0: on the pool connection only)
+            on_conn = vars(conn).get(listeners.ATTR_TXN)
+            if listeners.DIALECT_EXEC:
+                self.assertIsNone(on_conn)
+                txn = vars(fairy)[listeners.ATTR_TXN]
+                self.assertIsNone(txn[listeners.T_CONN])
+            else:
+                self.assertIsNotNone(on_conn)
             conn.commit()
             self.assertIsNone(vars(conn).get(listeners.ATTR_TXN))
             # the pool connection keeps it, ended (no reference to the
@@ -923,3 +956,156 @@ class TestOneHookPerRoundTrip(SqlTestCase):
             self.assertIs(listeners.ENDED, txn[listeners.T_CONN])
         # the reset took it
         self.assertNotIn(listeners.ATTR_TXN, vars(fairy))
+
+
+# Every ConnectionEvents event of SQLAlchemy 2.0.
+_CONNECTION_EVENTS = (
+    'before_execute',
+    'after_execute',
+    'before_cursor_execute',
+    'after_cursor_execute',
+    'engine_connect',
+    'set_connection_execution_options',
+    'set_engine_execution_options',
+    'engine_disposed',
+    'begin',
+    'rollback',
+    'commit',
+    'savepoint',
+    'rollback_savepoint',
+    'release_savepoint',
+    'begin_twophase',
+    'prepare_twophase',
+    'rollback_twophase',
+    'commit_twophase',
+)
+
+
+@testtools.skipUnless(
+    listeners.DIALECT_EXEC, 'SQLAlchemy 1.4 keeps the engine listeners'
+)
+class TestNoEngineEvents(SqlTestCase):
+    """SQLAlchemy 2.0: no ``ConnectionEvents`` listener of the library
+    (a class-level one sets ``Engine._has_events`` for every engine of
+    the process, whose Connections then take SQLAlchemy's event paths):
+    the statements and the transaction's start are timed by the
+    dialect, the records are those of before."""
+
+    def setUp(self):
+        super().setUp()
+        from sqlalchemy.engine import Engine
+
+        # Nothing sets it back once set (an earlier test's listener).
+        self.patch(Engine, '_has_events', False)
+
+    def test_no_engine_listener(self):
+        from sqlalchemy.engine import Engine
+
+        before = _create_engine('sqlite://')
+        self.addCleanup(before.dispose)
+        timing = self.install()
+        after = _create_engine('sqlite://')
+        self.addCleanup(after.dispose)
+        for engine in (before, after):
+            with engine.begin() as conn:
+                conn.exec_driver_sql('SELECT 1')
+            for name in _CONNECTION_EVENTS:
+                self.assertFalse(getattr(engine.dispatch, name), name)
+            self.assertFalse(engine._has_events)
+        self.assertFalse(Engine._has_events)
+        # both engines timed, the one made before install included
+        [one, two] = timing.records('sql.txn')
+        self.assertEqual(1, one['attrs']['statements'])
+        self.assertEqual(1, two['attrs']['statements'])
+        self.assertEqual(0, timing.handle.listeners.faults.count)
+
+    def test_every_path_timed(self):
+        from sqlalchemy import orm
+
+        timing = self.install()
+        engine = _create_engine('sqlite://')
+        self.addCleanup(engine.dispose)
+        _schema(engine)
+        meta = sa.MetaData()
+        table = sa.Table('instances', meta, autoload_with=engine)
+        with engine.begin() as conn:
+            # execute with parameters, executemany, no parameters
+            conn.execute(sa.text(INSERT), {'uuid': 'u1', 'host': 'h'})
+            conn.execute(
+                table.insert(),
+                [{'uuid': 'u2', 'host': 'h'}, {'uuid': 'u3', 'host': 'h'}],
+            )
+            conn.execute(sa.text('SELECT uuid FROM instances')).fetchall()
+        # ORM flush
+        with orm.Session(engine) as session:
+            session.execute(table.update().values(host='g'))
+            session.commit()
+        # an error, then the rollback
+        with engine.connect() as conn:
+            self.assertRaises(
+                sa.exc.OperationalError,
+                conn.exec_driver_sql,
+                'SELECT nothing FROM nowhere',
+            )
+            conn.rollback()
+        self.assertEqual(0, timing.handle.listeners.faults.count)
+        queries = [
+            q
+            for q in timing.records('sql.query')
+            if q['attrs']['kind'] not in ('POOL_RESET',)
+        ]
+        kinds = [(q['attrs']['kind'], q['attrs']['many']) for q in queries]
+        self.assertEqual(
+            [
+                ('SELECT', False),  # the reflection's last
+                ('INSERT', False),
+                ('INSERT', True),
+                ('SELECT', False),
+                ('COMMIT', False),
+                ('UPDATE', False),
+                ('COMMIT', False),
+                ('SELECT', False),
+                ('ROLLBACK', False),
+                ('ROLLBACK', False),  # the reflection's, held for its reset
+            ],
+            [k for k in kinds if not k[0].startswith('PRAGMA')][-10:],
+        )
+        selects = [q for q in queries if q['attrs']['kind'] == 'SELECT']
+        self.assertEqual(3, selects[0]['attrs']['rows'] or 3)
+        failed = selects[-1]
+        self.assertEqual('error', failed['st'])
+        self.assertEqual(
+            'sqlalchemy.exc.OperationalError', failed['err']['cls']
+        )
+        txns = timing.records('sql.txn')
+        self.assertEqual(
+            [
+                ('commit', 3),
+                ('commit', 1),
+                ('rollback', 1),
+                ('rollback', 10),  # the reflection's
+            ],
+            [(t['attrs']['outcome'], t['attrs']['statements']) for t in txns][
+                -4:
+            ],
+        )
+        # each statement in its transaction
+        for q in queries:
+            if q['attrs']['kind'] in ('INSERT', 'UPDATE'):
+                self.assertIsNotNone(q['attrs']['txn'])
+
+    def test_begin_listener_statement_in_its_transaction(self):
+        # oslo.db's sqlite engines send BEGIN from a begin listener,
+        # before the dialect's do_begin.
+        timing = self.install()
+        engine = self.engine('nova.sqlite')
+        with engine.begin() as conn:
+            conn.exec_driver_sql('SELECT 1')
+        txns = timing.records('sql.txn')
+        queries = timing.records('sql.query')
+        begin = [q for q in queries if q['attrs']['kind'] == 'BEGIN']
+        self.assertTrue(begin)
+        spans = {t['span'] for t in txns}
+        self.assertIn(begin[-1]['attrs']['txn'], spans)
+        self.assertEqual(2, txns[-1]['attrs']['statements'])
+        self.assertEqual(0, timing.handle.listeners.faults.count)
