@@ -12,8 +12,8 @@
 """The span wrapper in C (``instrument._native._span``) against the
 Python closure, in one process (issue 31).
 
-``bench_call_overhead.py``'s no-op method is copied twice, each copy
-patched from the same point with the same recorder: ``A`` with the
+The no-op method of ``ab_wrapper.py`` patched twice from the same point
+with the same recorder: ``A`` with the
 closure (the C extension hidden while it is patched), ``B`` with the C
 ``SpanCall``; then ``A`` and ``B`` both in C (the noise floor).  Rounds
 of ``--calls`` calls alternate the order of the two, the buffer drained
@@ -33,45 +33,12 @@ the difference of ``N``, is what a call costs there, the collections
 it sets off included.
 """
 
-import argparse
-import gc
-import json
 import os
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
 
-# the same request and instance as bench_call_overhead.py (this
-# directory is on sys.path when the script runs)
-from bench_call_overhead import Context  # noqa: E402
-from bench_call_overhead import Instance  # noqa: E402
-
-
-class Plain:
-    host = 'compute-001'
-
-    def noop(self, context, instance):
-        return None
-
-
-class ManagerA(Plain):
-    def noop(self, context, instance):
-        return None
-
-
-class ManagerB(Plain):
-    def noop(self, context, instance):
-        return None
+import ab_wrapper  # noqa: E402 - this directory is on sys.path
 
 
 def measure(a_python: bool, rounds: int, calls: int, keep_gc: bool) -> dict:
-    from oslo_config import cfg
-
-    import instrument
-    from instrument import opts
-    from instrument.patching import patcher
     from instrument.runtime import wrappers
 
     native = wrappers.native_span
@@ -80,108 +47,36 @@ def measure(a_python: bool, rounds: int, calls: int, keep_gc: bool) -> dict:
             'instrument._native._span is not built (or '
             'INSTRUMENT_PURE_PYTHON is set): nothing to compare'
         )
-    conf = cfg.ConfigOpts()
-    conf([], project='bench')
-    opts.register_opts(conf)
-    conf.set_override('enabled', True, 'instrument')
-    conf.set_override(
-        'output_dir',
-        tempfile.mkdtemp(prefix='instrument-bench-'),
-        'instrument',
-    )
-    conf.set_override('sql_timing', False, 'instrument')
-    conf.set_override('flush_interval', 60.0, 'instrument')
-    conf.set_override('buffer_size', 2 * calls + 1000, 'instrument')
-    rt = instrument.setup(conf, 'nova-compute', points=[])
+    rt = ab_wrapper.runtime(2 * calls + 1000)
     patches = []
-    for cls, python in ((ManagerA, a_python), (ManagerB, False)):
-        point = patcher.PatchPoint(
-            __name__,
-            cls.__name__ + '.noop',
-            'compute.noop',
-            'compute',
-            instances=patcher.uuids('instance'),
-            host=patcher.self_attr('host'),
-        )
+    for cls, python in (
+        (ab_wrapper.ManagerA, a_python),
+        (ab_wrapper.ManagerB, False),
+    ):
         wrappers.native_span = None if python else native
-        patches.append(patcher.Patcher([point], rt.recorder))
-        patches[-1].apply()
+        patches.append(ab_wrapper.patch(cls, rt.recorder))
         made = isinstance(cls.__dict__['noop'], native.SpanCall)
         assert made != python, (cls, python)
     wrappers.native_span = native
-    args = (Context(), Instance())
-    methods = {'A': ManagerA().noop, 'B': ManagerB().noop, 'P': Plain().noop}
-    clock = time.thread_time_ns
-    got: dict = {key: [] for key in methods}
-    diffs = []
-    ratios = []
-    for n in range(rounds):
-        ns = {}
-        for key in 'PAB' if n % 2 == 0 else 'PBA':
-            fn = methods[key]
-            gc.collect()
-            if not keep_gc:
-                gc.disable()
-            start = clock()
-            for _ in range(calls):
-                fn(*args)
-            ns[key] = (clock() - start) / calls
-            gc.enable()
-            rt.buffer.drain()
-        for key, value in ns.items():
-            got[key].append(value)
-        diffs.append(ns['B'] - ns['A'])
-        ratios.append((ns['B'] - ns['P']) / max(ns['A'] - ns['P'], 1.0))
-    for one in patches:
-        one.remove()
-    instrument.teardown()
-    plain = statistics.median(got['P'])
-    return {
-        'a_ns': statistics.median(got['A']) - plain,
-        'b_ns': statistics.median(got['B']) - plain,
-        'median_ns': statistics.median(diffs),
-        'mean_ns': statistics.mean(diffs),
-        'ratio': statistics.median(ratios),
-    }
+    return ab_wrapper.rounds(rt, patches, rounds, calls, keep_gc)
 
 
 def one(variant: str, calls: int) -> None:
     """``calls`` calls of one variant, the collector on (callgrind)."""
-    from oslo_config import cfg
-
-    import instrument
-    from instrument import opts
-    from instrument.patching import patcher
     from instrument.runtime import wrappers
 
     if variant == 'python':
         wrappers.native_span = None
     elif wrappers.native_span is None:
         raise SystemExit('instrument._native._span is not built')
-    conf = cfg.ConfigOpts()
-    conf([], project='bench')
-    opts.register_opts(conf)
-    conf.set_override('enabled', True, 'instrument')
-    conf.set_override(
-        'output_dir',
-        tempfile.mkdtemp(prefix='instrument-bench-'),
-        'instrument',
+    rt = ab_wrapper.runtime(calls + 2000)
+    ab_wrapper.patch(ab_wrapper.ManagerB, rt.recorder)
+    fn = (
+        ab_wrapper.Plain().noop
+        if variant == 'plain'
+        else ab_wrapper.ManagerB().noop
     )
-    conf.set_override('sql_timing', False, 'instrument')
-    conf.set_override('flush_interval', 60.0, 'instrument')
-    conf.set_override('buffer_size', calls + 2000, 'instrument')
-    rt = instrument.setup(conf, 'nova-compute', points=[])
-    point = patcher.PatchPoint(
-        __name__,
-        'ManagerB.noop',
-        'compute.noop',
-        'compute',
-        instances=patcher.uuids('instance'),
-        host=patcher.self_attr('host'),
-    )
-    patcher.Patcher([point], rt.recorder).apply()
-    fn = Plain().noop if variant == 'plain' else ManagerB().noop
-    args = (Context(), Instance())
+    args = (ab_wrapper.Context(), ab_wrapper.Instance())
     for _ in range(1000):  # warm-up: the writer started, caches filled
         fn(*args)
     for _ in range(calls):
@@ -217,50 +112,19 @@ def _report(mode: str, r: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('--rounds', type=int, default=12)
-    parser.add_argument('--calls', type=int, default=20000)
-    parser.add_argument('--gc', action='store_true')
+    parser = ab_wrapper.parser(__doc__)
     parser.add_argument('--one', choices=['python', 'c', 'plain'])
-    parser.add_argument(
-        '--child', choices=['eventlet'], help=argparse.SUPPRESS
-    )
     args = parser.parse_args()
     if args.one:
         one(args.one, args.calls)
         return
-    if args.child == 'eventlet':
-        import eventlet
-
-        eventlet.monkey_patch()
-        print(json.dumps(_both(args.rounds, args.calls, args.gc)))
-        return
-    print(
-        'Span wrapper, Python closure (A) vs C (B), one process, %d '
-        'alternate rounds of %d calls, GC %s while timed; load average '
-        '%.2f'
-        % (
-            args.rounds,
-            args.calls,
-            'on' if args.gc else 'off',
-            os.getloadavg()[0],
-        )
+    ab_wrapper.main(
+        args,
+        __file__,
+        'Span wrapper, Python closure (A) vs C (B)',
+        _both,
+        _report,
     )
-    _report('threads', _both(args.rounds, args.calls, args.gc))
-    child = [
-        sys.executable,
-        os.path.abspath(__file__),
-        '--child',
-        'eventlet',
-        '--rounds',
-        str(args.rounds),
-        '--calls',
-        str(args.calls),
-    ]
-    if args.gc:
-        child.append('--gc')
-    out = subprocess.run(child, capture_output=True, text=True, check=True)
-    _report('eventlet', json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 if __name__ == '__main__':

@@ -547,7 +547,12 @@ class SqlListeners:
         cursor's execute, as the ``before_cursor_execute`` and
         ``after_cursor_execute`` listeners of 1.4 do; a failure is
         queued by the error listeners, with the start this leaves on
-        the execution context."""
+        the execution context.
+
+        The two timers below differ only in their signature and their
+        ``many``; the steps after the call are written in each, not
+        called: a call per statement is what this path was made to
+        save (``doc/source/cost.rst``, "No engine listener")."""
         pending = self.pending
         append = pending.append
         max_pending = self.max_pending
