@@ -33,6 +33,7 @@ import testtools
 from instrument import _native
 from instrument import schema
 from instrument.runtime import record
+from tests.unit.test_record import _span
 
 
 def _extension():
@@ -415,28 +416,3 @@ def _one(rec):
 
 def _has_unset(batch) -> bool:
     return any(value is msgspec.UNSET for rec in batch for value in rec[:15])
-
-
-def _span(**changes) -> list:
-    rec = [
-        'X',
-        1795000000000000,
-        1234,
-        'cmp-1',
-        'compute',
-        77,
-        'compute.spawn',
-        0x12345678_00000002,
-        0x12345678_00000001,
-        'req-5d1f6c43-7b7e-4c84-9a51-9a8c6f6a0f11',
-        None,
-        ['0b6c3a52-3f8f-4bd9-8a53-9d3a8bbf1a77'],
-        'ok',
-        None,
-        {'selected': ['h1'], 'n': 3},
-        0,
-        None,
-    ]
-    for index, value in changes.items():
-        rec[getattr(record, index)] = value
-    return rec
