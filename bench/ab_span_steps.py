@@ -40,14 +40,22 @@ def _recorder(rt, called: bool):
 
 
 def measure(a_called: bool, rounds: int, calls: int, keep_gc: bool) -> dict:
+    from instrument.runtime import wrappers
+
     rt = ab_wrapper.runtime(2 * calls + 1000)
-    patches = [
-        ab_wrapper.patch(cls, _recorder(rt, called))
-        for cls, called in (
-            (ab_wrapper.ManagerA, a_called),
-            (ab_wrapper.ManagerB, False),
-        )
-    ]
+    # both sides the Python closure (the C span wrapper, where it is
+    # built, is ab_native_span.py's)
+    native, wrappers.native_span = wrappers.native_span, None
+    try:
+        patches = [
+            ab_wrapper.patch(cls, _recorder(rt, called))
+            for cls, called in (
+                (ab_wrapper.ManagerA, a_called),
+                (ab_wrapper.ManagerB, False),
+            )
+        ]
+    finally:
+        wrappers.native_span = native
     return ab_wrapper.rounds(rt, patches, rounds, calls, keep_gc)
 
 
