@@ -218,14 +218,17 @@ class SqlListenerFaultTest(base.FaultTestCase):
             )
 
     def test_a_fault_in_transaction_listeners_changes_no_answer(self):
-        # the BEGIN listener (``on_begin``) fails at every transaction;
-        # the COMMIT/ROLLBACK timer then finds no transaction state
+        # the start of every transaction fails: the BEGIN listener
+        # (``on_begin``, SQLAlchemy 1.4), or under 2.0 the statement
+        # timer's ``_begun`` (oslo.db's sqlite engines send BEGIN from a
+        # begin listener, before the dialect's do_begin); the
+        # COMMIT/ROLLBACK timer then finds no transaction state
         from instrument.targets.sqlalchemy import listeners
 
         real = listeners._current_frame
 
         def current_frame():
-            if sys._getframe(1).f_code.co_name == 'on_begin':
+            if sys._getframe(1).f_code.co_name in ('on_begin', '_begun'):
                 _boom()
             return real()
 
