@@ -43,8 +43,10 @@ I/O.  A hanging sink is still stuck when the scenario has ended: no
 call of nova waited for it.
 
 Both modes: ``tox -e functional`` runs the tier under eventlet and
-under native threads.  A row that cannot happen in a mode (the build
-slots are eventlet's) says so and is skipped in that mode only.
+under native threads (in CI the call path's hang rows under native
+threads only, and the older releases' tiers the raise rows: tox.ini
+says why).  A row that cannot happen in a mode (the build slots are
+eventlet's) says so and is skipped in that mode only.
 """
 
 import dataclasses
