@@ -78,7 +78,7 @@ MAX_PERIODIC_HOPS = 1 << 18
 # crc32, which is then looked at too: the answer is the same)
 NO_REQ = 0xFFFFFFFF
 # request_hashes in C (instrument._native._scan), None: the twin only
-_SCAN = _native.load('_scan')
+_SCAN = _native.load('_scan') if array.array('I').itemsize == 4 else None
 
 
 def request_hashes(lines: list) -> array.array:
