@@ -118,6 +118,7 @@ static const char HEX[] = "0123456789abcdef";
 /* 2**64, made once at import: the bound of a span id. */
 static PyObject *TWO64;
 
+
 /* Whether any of the 8 bytes in x needs an escape: one below 0x20, a
  * '"' or a '\\' (the classic "has a byte less than / equal to" tests,
  * exact as a yes or no). */
@@ -624,34 +625,120 @@ write_attrs(Out *o, PyObject *v, PyObject *unset)
     return write_field(o, v, unset);
 }
 
+/* The text of a field's value already written in this batch: most
+ * records of a batch repeat their host, service, event name and phase
+ * (the same str objects), and every one the version and pid.  A value
+ * that is the same object as the last one written in its field is
+ * copied from where it was written, not written again.  Only exact str
+ * and int are kept (immutable: the same object, the same text), each
+ * referenced until the batch is done, so that its address can never be
+ * another object's. */
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t at;
+    Py_ssize_t len;
+} Seen;
+
+enum {
+    SEEN_VERSION,
+    SEEN_PH,
+    SEEN_HOST,
+    SEEN_SVC,
+    SEEN_PID,
+    SEEN_TID,
+    SEEN_EV,
+    SEEN_REQ,
+    SEEN_GREQ,
+    SEEN_ST,
+    NSEEN
+};
+
+static void
+seen_clear(Seen *seen)
+{
+    int k;
+
+    for (k = 0; k < NSEEN; k++) {
+        Py_CLEAR(seen[k].obj);
+    }
+}
+
+/* write_field through the field's Seen. */
+static int
+write_seen(Out *o, Seen *seen, PyObject *v, PyObject *unset)
+{
+    Py_ssize_t at;
+
+    if (v == seen->obj) {
+        if (out_reserve(o, seen->len) < 0) {
+            return -1;
+        }
+        /* the earlier text is before o->len: no overlap */
+        copy_small(o->buf + o->len, (const unsigned char *)o->buf + seen->at,
+                   seen->len);
+        o->len += seen->len;
+        return 0;
+    }
+    at = o->len;
+    if (write_field(o, v, unset) < 0) {
+        return -1;
+    }
+    if (PyUnicode_CheckExact(v) || PyLong_CheckExact(v)) {
+        Py_INCREF(v);
+        Py_XSETREF(seen->obj, v);
+        seen->at = at;
+        seen->len = o->len - at;
+    }
+    return 0;
+}
+
+/* write_optional through the field's Seen. */
+static int
+optional_seen(Out *o, const char *key, Py_ssize_t keylen, Seen *seen,
+              PyObject *v, PyObject *unset)
+{
+    if (v == Py_None) {
+        return 0;
+    }
+    if (out_write(o, key, keylen) < 0) {
+        return -1;
+    }
+    return write_seen(o, seen, v, unset);
+}
+
+#define OPTIONAL_SEEN(o, lit, seen, v, unset) \
+    optional_seen((o), (lit), (Py_ssize_t)(sizeof(lit) - 1), (seen), (v), \
+                  (unset))
+
 static int
 write_record(Out *o, PyObject **f, PyObject *version, long long seq,
-             PyObject *pid, PyObject *unset)
+             PyObject *pid, PyObject *unset, Seen *seen)
 {
     if (WRITE_LIT(o, "{\"v\":") < 0
-        || write_field(o, version, unset) < 0
+        || write_seen(o, &seen[SEEN_VERSION], version, unset) < 0
         || WRITE_LIT(o, ",\"ph\":") < 0
-        || write_field(o, f[0], unset) < 0
+        || write_seen(o, &seen[SEEN_PH], f[0], unset) < 0
         || WRITE_LIT(o, ",\"seq\":") < 0
         || write_i64(o, seq) < 0
         || WRITE_LIT(o, ",\"ts\":") < 0
         || write_field(o, f[1], unset) < 0
         || OPTIONAL(o, ",\"dur_us\":", f[2], unset) < 0
         || WRITE_LIT(o, ",\"host\":") < 0
-        || write_field(o, f[3], unset) < 0
+        || write_seen(o, &seen[SEEN_HOST], f[3], unset) < 0
         || WRITE_LIT(o, ",\"svc\":") < 0
-        || write_field(o, f[4], unset) < 0
+        || write_seen(o, &seen[SEEN_SVC], f[4], unset) < 0
         || WRITE_LIT(o, ",\"pid\":") < 0
-        || write_field(o, pid, unset) < 0
-        || OPTIONAL(o, ",\"tid\":", f[5], unset) < 0
+        || write_seen(o, &seen[SEEN_PID], pid, unset) < 0
+        || OPTIONAL_SEEN(o, ",\"tid\":", &seen[SEEN_TID], f[5], unset) < 0
         || WRITE_LIT(o, ",\"ev\":") < 0
-        || write_field(o, f[6], unset) < 0
+        || write_seen(o, &seen[SEEN_EV], f[6], unset) < 0
         || SPAN(o, ",\"span\":", f[7], unset) < 0
         || SPAN(o, ",\"parent\":", f[8], unset) < 0
-        || OPTIONAL(o, ",\"req\":", f[9], unset) < 0
-        || OPTIONAL(o, ",\"greq\":", f[10], unset) < 0
+        || OPTIONAL_SEEN(o, ",\"req\":", &seen[SEEN_REQ], f[9], unset) < 0
+        || OPTIONAL_SEEN(o, ",\"greq\":", &seen[SEEN_GREQ], f[10], unset)
+               < 0
         || write_inst(o, f[11]) < 0
-        || OPTIONAL(o, ",\"st\":", f[12], unset) < 0
+        || OPTIONAL_SEEN(o, ",\"st\":", &seen[SEEN_ST], f[12], unset) < 0
         || write_err(o, f[13]) < 0
         || write_attrs(o, f[14], unset) < 0) {
         return -1;
@@ -667,8 +754,10 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long long seq;
     int overflow;
     Out o;
+    Seen seen[NSEEN];
 
     (void)module;
+    memset(seen, 0, sizeof(seen));
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
                         "lines(batch, seq, pid, version, encode, unset)");
@@ -736,7 +825,7 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (j = 0; j < NFIELDS; j++) {
             Py_INCREF(f[j]);
         }
-        rc = write_record(&o, f, version, seq, pid, unset);
+        rc = write_record(&o, f, version, seq, pid, unset, seen);
         for (j = 0; j < NFIELDS; j++) {
             Py_DECREF(f[j]);
         }
@@ -749,6 +838,7 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         seq++;
     }
+    seen_clear(seen);
     if (_PyBytes_Resize(&o.bytes, o.len) < 0) {
         return NULL;
     }
@@ -757,6 +847,7 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 short_record:
     PyErr_SetString(PyExc_ValueError, "a record has fewer than 15 fields");
 error:
+    seen_clear(seen);
     Py_CLEAR(o.bytes);
     return NULL;
 }

@@ -369,6 +369,34 @@ class NativeLinesTest(testtools.TestCase):
                 batch.append(_span(I_EV=texts[-1], I_ATTRS={'t': texts}))
         self.assertTrue(self.compare(batch, 1, 1))
 
+    def test_values_repeated_from_record_to_record(self):
+        # The C copies the text of a field's value that is the same
+        # object as the last one written in that field: same objects,
+        # equal ones that are not the same, values that change, a dict
+        # written again through msgspec (its text cut and rewritten)
+        # between them, and the version and pid of every line.
+        host = 'compute-"1"\n'
+        other = ''.join(['compute-"1"', '\n'])
+        req = 'req-\u00e9'
+        big = 2**64 + 1
+        batch = []
+        for n in range(60):
+            batch.append(
+                _span(
+                    I_HOST=host if n % 3 else other,
+                    I_SVC=('compute', 'api')[n % 2],
+                    I_EV=STRINGS[n % 10],
+                    I_TID=(None, 7, big, 2**63)[n % 4],
+                    I_REQ=req if n % 5 else None,
+                    I_GREQ=STRINGS[(n // 2) % 10],
+                    I_ST=('ok', 'error', None)[n % 3],
+                    I_ATTRS={7: 'int key'} if n % 4 == 1 else {'n': n},
+                )
+            )
+        self.assertTrue(self.compare(batch, 1, 4242))
+        self.assertTrue(self.compare(batch, 2**62, 2**70))
+        self.assertTrue(self.compare(batch[::-1], 9, 'pid'))
+
     def test_the_writer_uses_the_extension(self):
         if _native.PURE_PYTHON:  # the suite run with the switch on
             self.assertIsNone(record._lines_c)
