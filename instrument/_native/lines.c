@@ -625,6 +625,11 @@ write_attrs(Out *o, PyObject *v, PyObject *unset)
     return write_field(o, v, unset);
 }
 
+/* Bytes a line, as the last batch wrote them (a first guess before
+ * any): the next batch's output is made that size, a sixteenth more, in
+ * one allocation that is seldom grown. */
+static Py_ssize_t line_guess = 320;
+
 /* The text of a field's value already written in this batch: most
  * records of a batch repeat their host, service, event name and phase
  * (the same str objects), and every one the version and pid.  A value
@@ -785,7 +790,10 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     n = PyList_GET_SIZE(batch);
-    o.cap = 256 * (n ? n : 1);
+    if (n > PY_SSIZE_T_MAX / 2 / (line_guess + line_guess / 16)) {
+        return PyErr_NoMemory();
+    }
+    o.cap = (line_guess + line_guess / 16) * (n ? n : 1);
     o.len = 0;
     o.encode = args[4];
     o.bytes = PyBytes_FromStringAndSize(NULL, o.cap);
@@ -839,7 +847,19 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         seq++;
     }
     seen_clear(seen);
-    if (_PyBytes_Resize(&o.bytes, o.len) < 0) {
+    if (n && o.len / n + 1 > 64) {
+        line_guess = o.len / n + 1;
+    }
+    if (o.cap - o.len <= o.cap / 4) {
+        /* The block is kept as it was made (its end unused): the
+         * allocator gets back a block of the size it will be asked for
+         * next, and gives it again, its pages still mapped (a block
+         * shrunk by realloc is smaller than the next batch asks for:
+         * a new mapping, whose every page faults as it is written). */
+        Py_SET_SIZE(o.bytes, o.len);
+        o.buf[o.len] = '\0';
+    }
+    else if (_PyBytes_Resize(&o.bytes, o.len) < 0) {
         return NULL;
     }
     return o.bytes;
