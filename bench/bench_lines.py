@@ -80,8 +80,10 @@ def _drainers(calls: int, attrs: bool, rounds: int):
     from instrument.runtime import record
 
     native = record._lines_c
-    running = buffer._first_running
-    if native is None or running is buffer._first_running_py:
+    # (a tree from before ``_lines.running`` has the lines alone in C)
+    running = getattr(buffer, '_first_running', None)
+    twin = getattr(buffer, '_first_running_py', None)
+    if native is None or (running is not None and running is twin):
         sys.exit('instrument._native._lines is not built (or switched off)')
     batch = spans(calls, attrs)
     out_dir = tempfile.mkdtemp(prefix='instrument-bench-')
@@ -99,19 +101,21 @@ def _drainers(calls: int, attrs: bool, rounds: int):
     def drain_with(lines, first_running):
         def drain(batch):
             record._lines_c = lines
-            buffer._first_running = first_running
+            if running is not None:
+                buffer._first_running = first_running
             try:
                 buf.queue.extend(batch)
                 buf.drain()
             finally:
                 record._lines_c = native
-                buffer._first_running = running
+                if running is not None:
+                    buffer._first_running = running
 
         return drain
 
     drainers = {
         'c': drain_with(native, running),
-        'python': drain_with(None, buffer._first_running_py),
+        'python': drain_with(None, twin),
     }
     return batch, drainers, instrument.teardown
 
