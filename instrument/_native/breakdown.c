@@ -16,7 +16,8 @@
  * summary (instrument.analysis.model.breakdown) in C.
  *
  * times(...) is breakdown._times, critical_path(...) is
- * breakdown._critical_path: the same values, in dicts filled in the same
+ * breakdown._critical_path, tree(spans) is spans.Tree's loop: the same
+ * values, in dicts filled in the same
  * order, by the same steps (their pure-Python twins are the reference;
  * tests/unit/analysis/test_native_breakdown.py compares them).  Either
  * raises on anything it does not take: a span entry that is not a list
@@ -1019,7 +1020,74 @@ done:
     return result;
 }
 
+/*
+ * tree(spans) -> (children, roots): spans.Tree's links, parent to
+ * children, in the order of ``spans``.
+ */
+static PyObject *
+tree(PyObject *self, PyObject *spans)
+{
+    PyObject *children, *roots, *sid, *s, *result = NULL;
+    Py_ssize_t pos = 0;
+
+    if (!PyDict_CheckExact(spans)) {
+        PyErr_SetString(PyExc_TypeError, "not a dict");
+        return NULL;
+    }
+    children = PyDict_New();
+    roots = PyList_New(0);
+    if (children == NULL || roots == NULL) {
+        goto done;
+    }
+    while (PyDict_Next(spans, &pos, &sid, &s)) {
+        PyObject *parent, *kids;
+        int r;
+
+        if (!PyList_CheckExact(s) || PyList_GET_SIZE(s) < NFIELDS) {
+            PyErr_SetString(PyExc_TypeError, "not a span entry");
+            goto done;
+        }
+        parent = PyList_GET_ITEM(s, S_PARENT);
+        r = PyDict_Contains(spans, parent);
+        if (r < 0) {
+            goto done;
+        }
+        if (!r) {
+            if (PyList_Append(roots, sid) < 0) {
+                goto done;
+            }
+            continue;
+        }
+        kids = PyDict_GetItemWithError(children, parent);
+        if (kids == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            kids = PyList_New(1);
+            if (kids == NULL) {
+                goto done;
+            }
+            Py_INCREF(sid);
+            PyList_SET_ITEM(kids, 0, sid);
+            r = PyDict_SetItem(children, parent, kids);
+            Py_DECREF(kids);
+            if (r < 0) {
+                goto done;
+            }
+        }
+        else if (PyList_Append(kids, sid) < 0) {
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(2, children, roots);
+done:
+    Py_XDECREF(children);
+    Py_XDECREF(roots);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"tree", (PyCFunction)tree, METH_O, "spans.Tree's links in C."},
     {"times", (PyCFunction)(void (*)(void))times, METH_FASTCALL,
      "breakdown._times in C."},
     {"critical_path", (PyCFunction)(void (*)(void))critical_path,

@@ -11,7 +11,8 @@
 # under the License.
 """The span loops of a request's summary in C
 (instrument._native._breakdown) against their pure-Python twins
-(``breakdown._times``, ``breakdown._critical_path``): the same values,
+(``breakdown._times``, ``breakdown._critical_path``,
+``spans.links``): the same values,
 in dicts filled in the same order, over random requests (open spans,
 SQL, asynchronous sends, spans in other processes, lost parents,
 equal ends); the same answer from ``summarise`` and ``critical_path``
@@ -153,6 +154,8 @@ class NativeBreakdownTest(testtools.TestCase):
         for _ in range(3000):
             r = _request(rng)
             tree = spans_mod.Tree(r.spans, r.sql_errors)
+            _same(self, spans_mod.links(r.spans), self.ext.tree(r.spans))
+            _same(self, spans_mod.links(r.spans), (tree.children, tree.roots))
             want = breakdown._times(r.spans, r.sql, tree.children, r.last)
             got = self._times(r, tree)
             _same(self, want, got)
@@ -189,6 +192,12 @@ class NativeBreakdownTest(testtools.TestCase):
             r.spans = spans
             tree = spans_mod.Tree(spans)
             self.assertRaises((TypeError, OverflowError), self._times, r, tree)
+        # a span entry of another shape: Tree's links from the twin
+        spans = {'a': ('ev', 'h', 's', 1, 0, 5, None), 'b': ('ev',) * 7}
+        spans['b'] = ('ev', 'h', 's', 1, 0, 5, 'a')
+        self.assertRaises(TypeError, self.ext.tree, spans)
+        tree = spans_mod.Tree(spans)
+        self.assertEqual(({'a': ['b']}, ['a']), (tree.children, tree.roots))
 
     def test_refused_requests_get_the_twins_answer(self):
         # a time beyond 62 bits: C refuses, summarise answers as Python
@@ -220,10 +229,15 @@ class NativeBreakdownTest(testtools.TestCase):
     def test_pure_python_switch(self):
         code = (
             'from instrument.analysis.model import breakdown; '
+            'from instrument.analysis.model import spans; '
             'print(breakdown._native_times is None, '
-            'breakdown._native_critical_path is None)'
+            'breakdown._native_critical_path is None, '
+            'spans._native_links is None)'
         )
-        for value, want in (('1', 'True True'), ('0', 'False False')):
+        for value, want in (
+            ('1', 'True True True'),
+            ('0', 'False False False'),
+        ):
             out = subprocess.run(
                 [sys.executable, '-c', code],
                 capture_output=True,
