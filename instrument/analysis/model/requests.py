@@ -37,10 +37,8 @@ SQL statements of requests, every instant event and metadata record
 """
 
 import collections
-import functools
 import typing
 
-from instrument import _native
 from instrument import schema
 from instrument.analysis import routes
 from instrument.analysis.model import breakdown
@@ -49,8 +47,6 @@ from instrument.analysis.model import operations
 from instrument.analysis.model import spans as spans_mod
 
 RECENT = 100_000
-# Assembler.begin, complete and sql's common case in C, or None
-_native_assemble = _native.load('_assemble')
 # Positions of a span entry (``spans``).
 S_EV = spans_mod.S_EV
 S_DUR = spans_mod.S_DUR
@@ -75,22 +71,17 @@ class Done(typing.NamedTuple):
 class Assembler:
     """Open requests, keyed by request id."""
 
-    # (the span and statement handlers in C when the extension is
-    # built: ``ingest_complete``...)
     routes = (
         routes.Route(
             'X',
             None,
             (routes.NONE, routes.REQUEST),
-            'ingest_complete',
+            'complete',
             exclude=spans_mod.NOT_SPANS,
         ),
-        routes.Route('B', None, (routes.NONE, routes.REQUEST), 'ingest_begin'),
+        routes.Route('B', None, (routes.NONE, routes.REQUEST), 'begin'),
         routes.Route(
-            'X',
-            frozenset((schema.EV_SQL_QUERY,)),
-            (routes.REQUEST,),
-            'ingest_sql',
+            'X', frozenset((schema.EV_SQL_QUERY,)), (routes.REQUEST,), 'sql'
         ),
         routes.Route('I', None, routes.ALL, 'instant'),
         routes.Route('M', None, routes.ALL, 'metadata'),
@@ -126,32 +117,6 @@ class Assembler:
         self._swept: typing.Optional[int] = None
 
     # -- ingest (hot) ------------------------------------------------------
-
-    # The reader's handlers (``routes``): ``complete``, ``begin`` and
-    # ``sql`` in C (instrument/_native/assemble.c), which hands any
-    # record but the common case to the method, or the method itself.
-    # (Made when the reader asks: the Assembler keeps no reference to
-    # them, so none to itself.)
-
-    @property
-    def ingest_complete(self) -> typing.Callable:
-        if _native_assemble is None:
-            return self.complete
-        return functools.partial(
-            _native_assemble.complete, self.open, self.complete
-        )
-
-    @property
-    def ingest_begin(self) -> typing.Callable:
-        if _native_assemble is None:
-            return self.begin
-        return functools.partial(_native_assemble.begin, self.open, self.begin)
-
-    @property
-    def ingest_sql(self) -> typing.Callable:
-        if _native_assemble is None:
-            return self.sql
-        return functools.partial(_native_assemble.sql, self.open, self.sql)
 
     def _get(self, req: str):
         r = self.open.get(req)
