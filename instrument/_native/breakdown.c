@@ -16,8 +16,8 @@
  * summary (instrument.analysis.model.breakdown) in C.
  *
  * times(...) is breakdown._times, critical_path(...) is
- * breakdown._critical_path, tree(spans) is spans.Tree's loop: the same
- * values, in dicts filled in the same
+ * breakdown._critical_path, tree(spans) is spans.Tree's loop,
+ * outcomes(...) is classify._outcomes: the same values, in dicts filled in the same
  * order, by the same steps (their pure-Python twins are the reference;
  * tests/unit/analysis/test_native_breakdown.py compares them).  Either
  * raises on anything it does not take: a span entry that is not a list
@@ -44,7 +44,9 @@
 #define S_DUR 5
 #define S_PARENT 6
 #define S_ST 7
+#define S_ERR 8
 #define S_ATTRS 9
+#define S_INST 10
 #define NFIELDS 11
 
 /* Times and durations are taken within (-2**62, 2**62), so that the
@@ -1086,7 +1088,146 @@ done:
     return result;
 }
 
+/*
+ * outcomes(spans, inst, build, schedule_events, bury, given_up)
+ * -> (outcomes, builds): classify._outcomes, the spans that decide an
+ * instance's state.  Generic Python operations throughout (the times
+ * are added and tested as Python does): nothing is refused.
+ */
+static PyObject *str_build, *str_sched, *str_bury, *inf;
+
+static PyObject *
+outcomes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *spans, *inst, *build, *sched_events, *bury, *given_up;
+    PyObject *out, *sid, *s, *result = NULL;
+    Py_ssize_t pos = 0, builds = 0;
+
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "outcomes takes 6 arguments");
+        return NULL;
+    }
+    spans = args[0];
+    inst = args[1];
+    build = args[2];
+    sched_events = args[3];
+    bury = args[4];
+    given_up = args[5];
+    if (!PyDict_CheckExact(spans)) {
+        PyErr_SetString(PyExc_TypeError, "not a dict");
+        return NULL;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    while (PyDict_Next(spans, &pos, &sid, &s)) {
+        PyObject **f, *si, *ev, *kind = NULL, *end = NULL, *first, *o;
+        int r, has;
+
+        if (!PyList_CheckExact(s) || PyList_GET_SIZE(s) < NFIELDS) {
+            PyErr_SetString(PyExc_TypeError, "not a span entry");
+            goto done;
+        }
+        f = ((PyListObject *)s)->ob_item;
+        si = f[S_INST];
+        has = PyObject_IsTrue(si);
+        if (has < 0) {
+            goto done;
+        }
+        if (inst != Py_None && has) {
+            r = PySequence_Contains(si, inst);
+            if (r < 0) {
+                goto done;
+            }
+            if (!r) {
+                continue; /* not spans.belongs(s, inst) */
+            }
+        }
+        ev = f[S_EV];
+        r = PyObject_RichCompareBool(ev, build, Py_EQ);
+        if (r < 0) {
+            goto done;
+        }
+        if (r) {
+            if (inst != Py_None && !has) {
+                continue;
+            }
+            builds++;
+            kind = str_build;
+        }
+        else {
+            r = PySequence_Contains(sched_events, ev);
+            if (r < 0) {
+                goto done;
+            }
+            if (r) {
+                r = PyObject_RichCompareBool(f[S_ST], str_error, Py_EQ);
+                if (r == 0) {
+                    r = PyObject_IsTrue(f[S_ERR]);
+                }
+                if (r < 0) {
+                    goto done;
+                }
+                if (r) {
+                    kind = str_sched;
+                }
+            }
+            else {
+                r = PyObject_RichCompareBool(ev, bury, Py_EQ);
+                if (r == 0) {
+                    r = PyObject_RichCompareBool(ev, given_up, Py_EQ);
+                }
+                if (r < 0) {
+                    goto done;
+                }
+                if (r) {
+                    kind = str_bury;
+                }
+            }
+        }
+        if (kind == NULL) {
+            continue;
+        }
+        /* spans.end(s) */
+        if (f[S_DUR] != Py_None) {
+            end = PyNumber_Add(f[S_START], f[S_DUR]);
+            if (end == NULL) {
+                goto done;
+            }
+        }
+        if (kind == str_build) {
+            first = end != NULL ? end : inf;
+        }
+        else {
+            /* spans.end(s) or s[S_START] */
+            r = end == NULL ? 0 : PyObject_IsTrue(end);
+            if (r < 0) {
+                Py_DECREF(end);
+                goto done;
+            }
+            first = r ? end : f[S_START];
+        }
+        o = PyTuple_Pack(4, first, f[S_START], kind, sid);
+        Py_XDECREF(end);
+        if (o == NULL) {
+            goto done;
+        }
+        r = PyList_Append(out, o);
+        Py_DECREF(o);
+        if (r < 0) {
+            goto done;
+        }
+    }
+    result = Py_BuildValue("On", out, builds);
+done:
+    Py_DECREF(out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"outcomes", (PyCFunction)(void (*)(void))outcomes, METH_FASTCALL,
+     "classify._outcomes in C."},
     {"tree", (PyCFunction)tree, METH_O, "spans.Tree's links in C."},
     {"times", (PyCFunction)(void (*)(void))times, METH_FASTCALL,
      "breakdown._times in C."},
@@ -1111,7 +1252,12 @@ PyMODINIT_FUNC
 PyInit__breakdown(void)
 {
     str_error = PyUnicode_InternFromString("error");
-    if (str_error == NULL) {
+    str_build = PyUnicode_InternFromString("build");
+    str_sched = PyUnicode_InternFromString("sched");
+    str_bury = PyUnicode_InternFromString("bury");
+    inf = PyFloat_FromDouble(Py_HUGE_VAL);
+    if (str_error == NULL || str_build == NULL || str_sched == NULL ||
+        str_bury == NULL || inf == NULL) {
         return NULL;
     }
     return PyModule_Create(&module);

@@ -12,7 +12,7 @@
 """The span loops of a request's summary in C
 (instrument._native._breakdown) against their pure-Python twins
 (``breakdown._times``, ``breakdown._critical_path``,
-``spans.links``): the same values,
+``spans.links``, ``classify._outcomes``): the same values,
 in dicts filled in the same order, over random requests (open spans,
 SQL, asynchronous sends, spans in other processes, lost parents,
 equal ends); the same answer from ``summarise`` and ``critical_path``
@@ -32,6 +32,7 @@ import fixtures
 import testtools
 
 from instrument.analysis.model import breakdown
+from instrument.analysis.model import classify
 from instrument.analysis.model import spans as spans_mod
 
 EVENTS = (
@@ -45,7 +46,10 @@ EVENTS = (
     'compute.spawn',
     'ksa.request',
     'no.such.event',
-)
+    classify.EV_BUILD,
+    classify.EV_BURY,
+    classify.EV_RESCHEDULE_FAILED,
+) + tuple(sorted(classify.SCHEDULE_EVENTS))
 
 
 def _extension():
@@ -71,6 +75,8 @@ def _request(rng: random.Random) -> spans_mod.OpenRequest:
             dur = None
         else:
             dur = rng.choice((0, rng.randrange(0, 1500), 100))
+        if rng.random() < 0.05:
+            start, dur = -5, 5  # (an end of 0: ``end or start``)
         ev = rng.choice(EVENTS)
         attrs = (
             {'service_type': rng.choice(('placement', 'volumev3', 1))}
@@ -86,9 +92,9 @@ def _request(rng: random.Random) -> spans_mod.OpenRequest:
             dur,
             parent,
             None if dur is None else rng.choice(('ok', 'error')),
-            None,
+            rng.choice((None, {'cls': 'E'})),
             attrs,
-            None,
+            rng.choice((None, [], ['i1'], ['i1', 'i2'])),
         ]
         sids.append(sid)
         if rng.random() < 0.3:
@@ -156,6 +162,19 @@ class NativeBreakdownTest(testtools.TestCase):
             tree = spans_mod.Tree(r.spans, r.sql_errors)
             _same(self, spans_mod.links(r.spans), self.ext.tree(r.spans))
             _same(self, spans_mod.links(r.spans), (tree.children, tree.roots))
+            for inst in (None, 'i1', 'i2'):
+                _same(
+                    self,
+                    classify._outcomes(r.spans, inst),
+                    self.ext.outcomes(
+                        r.spans,
+                        inst,
+                        classify.EV_BUILD,
+                        classify.SCHEDULE_EVENTS,
+                        classify.EV_BURY,
+                        classify.EV_RESCHEDULE_FAILED,
+                    ),
+                )
             want = breakdown._times(r.spans, r.sql, tree.children, r.last)
             got = self._times(r, tree)
             _same(self, want, got)
@@ -229,14 +248,15 @@ class NativeBreakdownTest(testtools.TestCase):
     def test_pure_python_switch(self):
         code = (
             'from instrument.analysis.model import breakdown; '
-            'from instrument.analysis.model import spans; '
+            'from instrument.analysis.model import spans, classify; '
             'print(breakdown._native_times is None, '
             'breakdown._native_critical_path is None, '
-            'spans._native_links is None)'
+            'spans._native_links is None, '
+            'classify._native_outcomes is None)'
         )
         for value, want in (
-            ('1', 'True True True'),
-            ('0', 'False False False'),
+            ('1', 'True True True True'),
+            ('0', 'False False False False'),
         ):
             out = subprocess.run(
                 [sys.executable, '-c', code],
