@@ -16,18 +16,19 @@
  * summary (instrument.analysis.model.breakdown) in C.
  *
  * times(...) is breakdown._times, critical_path(...) is
- * breakdown._critical_path, tree(spans) is spans.Tree's loop,
- * outcomes(...) is classify._outcomes: the same values, in dicts filled in the same
- * order, by the same steps (their pure-Python twins are the reference;
- * tests/unit/analysis/test_native_breakdown.py compares them).  Either
- * raises on anything it does not take: a span entry that is not a list
- * of eleven, a time or duration that is not an int within 64 bits, a
- * sum beyond 64 bits.  The caller then runs the twin, so a raise is
- * always safe: the twin gives the answer (or the error) Python gives.
+ * breakdown._critical_path, tree(spans) is spans.links, outcomes(...)
+ * is classify._outcomes: the same values, in dicts and lists filled in
+ * the same order, by the same steps (their pure-Python twins are the
+ * reference; tests/unit/analysis/test_native_breakdown.py compares
+ * them).  Each raises on anything it does not take: a span entry that
+ * is not a list of eleven; for times and critical_path also a time or
+ * duration that is not an int within (-2**62, 2**62), a sum beyond 64
+ * bits.  The caller then runs the twin, so a raise is always safe: the
+ * twin gives the answer (or the error) Python gives.
  *
- * Neither changes its arguments but the dicts it is given to fill
- * (``gaps``); service_component (a Python function) is the only code
- * it calls.
+ * None changes its arguments but the dict it is given to fill
+ * (critical_path's ``gaps``: the caller gives it a copy);
+ * service_component (a Python function) is the only code they call.
  */
 
 #define PY_SSIZE_T_CLEAN
