@@ -57,6 +57,16 @@ class Spans:
             out.append(rec)
         return out
 
+    def still_open(self) -> list:
+        """``(ev, inst)`` of the spans begun and not ended: where
+        nova's work is when a wait gives up."""
+        out = []
+        for recs in self.by_span.values():
+            phases = {r['ph'] for r in recs}
+            if 'B' in phases and 'X' not in phases:
+                out.append((recs[0]['ev'], tuple(recs[0].get('inst') or ())))
+        return sorted(out)
+
     def received(self, sender: dict) -> list:
         """Server-side dispatch spans of an rpc.call/rpc.cast span."""
         return [
@@ -84,7 +94,10 @@ class InstrumentedCloud(cloud.InstrumentedCloud):
             if until is None or until(spans):
                 return spans
             if time.monotonic() > deadline:
-                self.fail('span files never satisfied %s' % until)
+                self.fail(
+                    'span files never satisfied %s in %s s; spans still '
+                    'open: %s' % (until, timeout, spans.still_open())
+                )
             time.sleep(0.1)
 
     def boot(self, **kwargs) -> dict:
