@@ -23,6 +23,14 @@ str list, an int, a float: the float goes through msgspec from C).
 for each path with ``--encodes 0`` and ``--encodes N`` and prints the
 instructions per record (the difference over N batches): counts that
 do not depend on the machine's load.
+
+``--drain`` times the writer's whole drain instead (``EventBuffer.
+drain`` of the batch queued again each round, file sink: the records
+taken from the deque, the running spans looked for, the lines, the
+write), with the compiled helpers and with their pure-Python twins
+(``record._lines_fast``, ``buffer._first_running_py``).  Under
+``--callgrind`` only user-space instructions count (the write's
+kernel time does not).
 """
 
 import argparse
@@ -62,6 +70,67 @@ def spans(calls: int, attrs: bool) -> list:
                 'weight': 0.25,
             }
     return batch
+
+
+def _drainers(calls: int, attrs: bool, rounds: int):
+    """The batch of ``spans`` queued and drained by a live buffer (file
+    sink), with the compiled helpers and with their twins."""
+    import instrument
+    from instrument.runtime import buffer
+    from instrument.runtime import record
+
+    native = record._lines_c
+    # (a tree from before ``_lines.running`` has the lines alone in C)
+    running = getattr(buffer, '_first_running', None)
+    twin = getattr(buffer, '_first_running_py', None)
+    if native is None or (running is not None and running is twin):
+        sys.exit('instrument._native._lines is not built (or switched off)')
+    batch = spans(calls, attrs)
+    out_dir = tempfile.mkdtemp(prefix='instrument-bench-')
+    rt = bench_call_overhead._setup(out_dir, calls, rounds + 2, 60.0)
+    buf = rt.buffer
+    # No drain of the writer thread in between (a run under valgrind
+    # outlasts the flush interval: a new generation makes the thread
+    # end when it wakes), and no periodic callbacks (the resource
+    # samples: once a drain, timed by the clock, they would make the
+    # instruction counts vary).
+    buf._periodic.clear()
+    buf.drain()  # the header, and starts the writer thread
+    buf._generation += 1
+
+    def drain_with(lines, first_running):
+        def drain(batch):
+            record._lines_c = lines
+            if running is not None:
+                buffer._first_running = first_running
+            try:
+                buf.queue.extend(batch)
+                buf.drain()
+            finally:
+                record._lines_c = native
+                if running is not None:
+                    buffer._first_running = running
+
+        return drain
+
+    drainers = {
+        'c': drain_with(native, running),
+        'python': drain_with(None, twin),
+    }
+    return batch, drainers, instrument.teardown
+
+
+def measure_drain(calls: int, attrs: bool, rounds: int) -> dict:
+    batch, drainers, done = _drainers(calls, attrs, 2 * rounds)
+    clock = time.thread_time_ns
+    times: dict = {name: [] for name in drainers}
+    for _ in range(rounds):
+        for name, drain in drainers.items():
+            start = clock()
+            drain(batch)
+            times[name].append((clock() - start) / len(batch))
+    done()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _encoders():
@@ -117,7 +186,8 @@ def _instructions(path: str, encodes: int, args) -> int:
                 '--calls',
                 str(args.calls),
             ]
-            + (['--attrs'] if args.attrs else []),
+            + (['--attrs'] if args.attrs else [])
+            + (['--drain'] if args.drain else []),
             env=dict(os.environ, PYTHONHASHSEED='0'),
             check=True,
             capture_output=True,
@@ -138,14 +208,44 @@ def main() -> None:
     parser.add_argument('--callgrind', type=int, metavar='N', default=0)
     parser.add_argument('--only', choices=['c', 'python'])
     parser.add_argument('--encodes', type=int, default=0)
+    parser.add_argument(
+        '--drain',
+        action='store_true',
+        help='the whole drain, not encode_lines alone',
+    )
     args = parser.parse_args()
+    what = 'with attrs' if args.attrs else 'no attrs'
+    step = 'the whole drain' if args.drain else 'encode_lines'
+    if args.drain and args.only:
+        batch, drainers, done = _drainers(args.calls, args.attrs, args.encodes)
+        for _ in range(args.encodes):
+            drainers[args.only](batch)
+        done()
+        return
+    if args.drain and not args.callgrind:
+        ns = measure_drain(args.calls, args.attrs, args.rounds)
+        print(
+            '%s, %d spans (%s), thread CPU ns a record, median of %d '
+            'alternate rounds: C %.0f, Python %.0f, C/Python %.3f; load '
+            'average %.2f'
+            % (
+                step,
+                args.calls,
+                what,
+                args.rounds,
+                ns['c'],
+                ns['python'],
+                ns['c'] / ns['python'],
+                os.getloadavg()[0],
+            )
+        )
+        return
     batch = spans(args.calls, args.attrs)
     if args.only:
         encode = _encoders()[args.only]
         for _ in range(args.encodes):
             encode(batch)
         return
-    what = 'with attrs' if args.attrs else 'no attrs'
     if args.callgrind:
         per = {}
         for path in ('c', 'python'):
@@ -153,9 +253,10 @@ def main() -> None:
             more = _instructions(path, args.callgrind, args)
             per[path] = (more - base) / (args.callgrind * len(batch))
         print(
-            'encode_lines, %d spans (%s), callgrind instructions a record '
+            '%s, %d spans (%s), callgrind instructions a record '
             '(%d batches less none): C %.0f, Python %.0f, C/Python %.3f'
             % (
+                step,
                 len(batch),
                 what,
                 args.callgrind,

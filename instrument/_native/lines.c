@@ -32,6 +32,11 @@
  * written, as rec[:15] does: a span's list may be completed in place by
  * its thread while encode runs Python code.  Memory: one bytes object,
  * grown as the lines are written (the batch is bounded by the caller).
+ *
+ * running(batch, begin) is the writer's other per-record step before the
+ * lines: the index of the first span still running in the batch (see
+ * below), the same answer as its pure-Python twin in
+ * instrument.runtime.buffer.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -112,6 +117,7 @@ static const char HEX[] = "0123456789abcdef";
 
 /* 2**64, made once at import: the bound of a span id. */
 static PyObject *TWO64;
+
 
 /* Whether any of the 8 bytes in x needs an escape: one below 0x20, a
  * '"' or a '\\' (the classic "has a byte less than / equal to" tests,
@@ -619,34 +625,125 @@ write_attrs(Out *o, PyObject *v, PyObject *unset)
     return write_field(o, v, unset);
 }
 
+/* Bytes a line, as the last batch wrote them (a first guess before
+ * any): the next batch's output is made that size, a sixteenth more, in
+ * one allocation that is seldom grown. */
+static Py_ssize_t line_guess = 320;
+
+/* The text of a field's value already written in this batch: most
+ * records of a batch repeat their host, service, event name and phase
+ * (the same str objects), and every one the version and pid.  A value
+ * that is the same object as the last one written in its field is
+ * copied from where it was written, not written again.  Only exact str
+ * and int are kept (immutable: the same object, the same text), each
+ * referenced until the batch is done, so that its address can never be
+ * another object's. */
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t at;
+    Py_ssize_t len;
+} Seen;
+
+enum {
+    SEEN_VERSION,
+    SEEN_PH,
+    SEEN_HOST,
+    SEEN_SVC,
+    SEEN_PID,
+    SEEN_TID,
+    SEEN_EV,
+    SEEN_REQ,
+    SEEN_GREQ,
+    SEEN_ST,
+    NSEEN
+};
+
+static void
+seen_clear(Seen *seen)
+{
+    int k;
+
+    for (k = 0; k < NSEEN; k++) {
+        Py_CLEAR(seen[k].obj);
+    }
+}
+
+/* write_field through the field's Seen. */
+static int
+write_seen(Out *o, Seen *seen, PyObject *v, PyObject *unset)
+{
+    Py_ssize_t at;
+
+    if (v == seen->obj) {
+        if (out_reserve(o, seen->len) < 0) {
+            return -1;
+        }
+        /* the earlier text is before o->len: no overlap */
+        copy_small(o->buf + o->len, (const unsigned char *)o->buf + seen->at,
+                   seen->len);
+        o->len += seen->len;
+        return 0;
+    }
+    at = o->len;
+    if (write_field(o, v, unset) < 0) {
+        return -1;
+    }
+    if (PyUnicode_CheckExact(v) || PyLong_CheckExact(v)) {
+        Py_INCREF(v);
+        Py_XSETREF(seen->obj, v);
+        seen->at = at;
+        seen->len = o->len - at;
+    }
+    return 0;
+}
+
+/* write_optional through the field's Seen. */
+static int
+optional_seen(Out *o, const char *key, Py_ssize_t keylen, Seen *seen,
+              PyObject *v, PyObject *unset)
+{
+    if (v == Py_None) {
+        return 0;
+    }
+    if (out_write(o, key, keylen) < 0) {
+        return -1;
+    }
+    return write_seen(o, seen, v, unset);
+}
+
+#define OPTIONAL_SEEN(o, lit, seen, v, unset) \
+    optional_seen((o), (lit), (Py_ssize_t)(sizeof(lit) - 1), (seen), (v), \
+                  (unset))
+
 static int
 write_record(Out *o, PyObject **f, PyObject *version, long long seq,
-             PyObject *pid, PyObject *unset)
+             PyObject *pid, PyObject *unset, Seen *seen)
 {
     if (WRITE_LIT(o, "{\"v\":") < 0
-        || write_field(o, version, unset) < 0
+        || write_seen(o, &seen[SEEN_VERSION], version, unset) < 0
         || WRITE_LIT(o, ",\"ph\":") < 0
-        || write_field(o, f[0], unset) < 0
+        || write_seen(o, &seen[SEEN_PH], f[0], unset) < 0
         || WRITE_LIT(o, ",\"seq\":") < 0
         || write_i64(o, seq) < 0
         || WRITE_LIT(o, ",\"ts\":") < 0
         || write_field(o, f[1], unset) < 0
         || OPTIONAL(o, ",\"dur_us\":", f[2], unset) < 0
         || WRITE_LIT(o, ",\"host\":") < 0
-        || write_field(o, f[3], unset) < 0
+        || write_seen(o, &seen[SEEN_HOST], f[3], unset) < 0
         || WRITE_LIT(o, ",\"svc\":") < 0
-        || write_field(o, f[4], unset) < 0
+        || write_seen(o, &seen[SEEN_SVC], f[4], unset) < 0
         || WRITE_LIT(o, ",\"pid\":") < 0
-        || write_field(o, pid, unset) < 0
-        || OPTIONAL(o, ",\"tid\":", f[5], unset) < 0
+        || write_seen(o, &seen[SEEN_PID], pid, unset) < 0
+        || OPTIONAL_SEEN(o, ",\"tid\":", &seen[SEEN_TID], f[5], unset) < 0
         || WRITE_LIT(o, ",\"ev\":") < 0
-        || write_field(o, f[6], unset) < 0
+        || write_seen(o, &seen[SEEN_EV], f[6], unset) < 0
         || SPAN(o, ",\"span\":", f[7], unset) < 0
         || SPAN(o, ",\"parent\":", f[8], unset) < 0
-        || OPTIONAL(o, ",\"req\":", f[9], unset) < 0
-        || OPTIONAL(o, ",\"greq\":", f[10], unset) < 0
+        || OPTIONAL_SEEN(o, ",\"req\":", &seen[SEEN_REQ], f[9], unset) < 0
+        || OPTIONAL_SEEN(o, ",\"greq\":", &seen[SEEN_GREQ], f[10], unset)
+               < 0
         || write_inst(o, f[11]) < 0
-        || OPTIONAL(o, ",\"st\":", f[12], unset) < 0
+        || OPTIONAL_SEEN(o, ",\"st\":", &seen[SEEN_ST], f[12], unset) < 0
         || write_err(o, f[13]) < 0
         || write_attrs(o, f[14], unset) < 0) {
         return -1;
@@ -662,8 +759,10 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long long seq;
     int overflow;
     Out o;
+    Seen seen[NSEEN];
 
     (void)module;
+    memset(seen, 0, sizeof(seen));
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
                         "lines(batch, seq, pid, version, encode, unset)");
@@ -691,7 +790,10 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     n = PyList_GET_SIZE(batch);
-    o.cap = 256 * (n ? n : 1);
+    if (n > PY_SSIZE_T_MAX / 2 / (line_guess + line_guess / 16)) {
+        return PyErr_NoMemory();
+    }
+    o.cap = (line_guess + line_guess / 16) * (n ? n : 1);
     o.len = 0;
     o.encode = args[4];
     o.bytes = PyBytes_FromStringAndSize(NULL, o.cap);
@@ -731,7 +833,7 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (j = 0; j < NFIELDS; j++) {
             Py_INCREF(f[j]);
         }
-        rc = write_record(&o, f, version, seq, pid, unset);
+        rc = write_record(&o, f, version, seq, pid, unset, seen);
         for (j = 0; j < NFIELDS; j++) {
             Py_DECREF(f[j]);
         }
@@ -744,7 +846,20 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         seq++;
     }
-    if (_PyBytes_Resize(&o.bytes, o.len) < 0) {
+    seen_clear(seen);
+    if (n && o.len / n + 1 > 64) {
+        line_guess = o.len / n + 1;
+    }
+    if (o.cap - o.len <= o.cap / 4) {
+        /* The block is kept as it was made (its end unused): the
+         * allocator gets back a block of the size it will be asked for
+         * next, and gives it again, its pages still mapped (a block
+         * shrunk by realloc is smaller than the next batch asks for:
+         * a new mapping, whose every page faults as it is written). */
+        Py_SET_SIZE(o.bytes, o.len);
+        o.buf[o.len] = '\0';
+    }
+    else if (_PyBytes_Resize(&o.bytes, o.len) < 0) {
         return NULL;
     }
     return o.bytes;
@@ -752,8 +867,78 @@ lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 short_record:
     PyErr_SetString(PyExc_ValueError, "a record has fewer than 15 fields");
 error:
+    seen_clear(seen);
     Py_CLEAR(o.bytes);
     return NULL;
+}
+
+/* running(batch, begin): the index of the first record of batch that is
+ * a list (a span's record, not a subclass) whose phase (item 0) equals
+ * begin, or len(batch) when there is none: the writer's "is any span of
+ * this batch still running" in one pass with no bytecode per record.
+ * Its pure-Python twin is instrument.runtime.buffer._first_running_py. */
+static PyObject *
+running(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *batch, *begin;
+    Py_ssize_t i, blen = 0;
+    Py_UCS4 bfirst = 0;
+    int begin_str;
+
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "running(batch, begin)");
+        return NULL;
+    }
+    batch = args[0];
+    begin = args[1];
+    if (!PyList_CheckExact(batch)) {
+        PyErr_SetString(PyExc_TypeError, "batch must be a list");
+        return NULL;
+    }
+    begin_str = PyUnicode_CheckExact(begin);
+    if (begin_str) {
+        blen = PyUnicode_GET_LENGTH(begin);
+        bfirst = blen ? PyUnicode_READ_CHAR(begin, 0) : 0;
+    }
+    /* The batch is the writer's own list; a record's items may change
+     * (a span ends on its thread) while a comparison runs Python code:
+     * the phase is referenced while it is compared. */
+    for (i = 0; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *rec = PyList_GET_ITEM(batch, i);
+        PyObject *ph;
+        int eq;
+
+        if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) == 0) {
+            continue;
+        }
+        ph = PyList_GET_ITEM(rec, 0);
+        if (ph == begin) {
+            return PyLong_FromSsize_t(i);
+        }
+        if (begin_str && PyUnicode_CheckExact(ph)) {
+            /* Another phase ('X', 'I'...) differs in its length or its
+             * first character: no call for those. */
+            if (PyUnicode_GET_LENGTH(ph) != blen
+                || (blen && PyUnicode_READ_CHAR(ph, 0) != bfirst)) {
+                continue;
+            }
+            if (PyUnicode_Compare(ph, begin) == 0) {
+                return PyLong_FromSsize_t(i);
+            }
+            continue;
+        }
+        Py_INCREF(ph);
+        eq = PyObject_RichCompareBool(ph, begin, Py_EQ);
+        Py_DECREF(ph);
+        if (eq < 0) {
+            return NULL;
+        }
+        if (eq) {
+            return PyLong_FromSsize_t(i);
+        }
+    }
+    return PyLong_FromSsize_t(PyList_GET_SIZE(batch));
 }
 
 static PyMethodDef methods[] = {
@@ -761,6 +946,10 @@ static PyMethodDef methods[] = {
      "lines(batch, seq, pid, version, encode, unset) -> bytes\n\n"
      "The JSON lines of record._lines_fast in one call; raises on\n"
      "anything it cannot write the same way."},
+    {"running", (PyCFunction)(void (*)(void))running, METH_FASTCALL,
+     "running(batch, begin) -> int\n\n"
+     "The index of the first list record whose phase is begin (a span\n"
+     "still running), or len(batch)."},
     {NULL, NULL, 0, NULL},
 };
 

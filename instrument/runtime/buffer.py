@@ -50,6 +50,8 @@ exporter thread, see ``instrument.sinks.otlp.interrupt``).
 
 import atexit
 import collections
+import itertools
+import operator
 import os
 import time
 import typing
@@ -57,12 +59,37 @@ import weakref
 
 from oslo_log import log as logging
 
+from instrument import _native
 from instrument import schema
 from instrument.runtime import faults as faults_mod
 from instrument.runtime import record
 from instrument.runtime import threads
 
 PH_BEGIN = schema.PH_BEGIN
+# The writer's per-record steps done in C (see ``_write_queue``).
+_popleft = collections.deque.popleft
+_phase = operator.itemgetter(record.I_PH)
+
+
+def _first_running_py(batch: list, begin: str = PH_BEGIN) -> int:
+    """The index of the first span still running in ``batch`` (a list
+    record whose phase is ``begin``), or ``len(batch)``.  Most batches
+    hold none: one C-level scan of the phases (``in`` over ``map``)
+    says so with no bytecode per record; only a batch with a ``B``
+    takes the loop.  The pure-Python twin of
+    ``instrument._native._lines.running``."""
+    if begin in map(_phase, batch):
+        for n, rec in enumerate(batch):
+            if rec.__class__ is list and rec[record.I_PH] == begin:
+                return n
+    return len(batch)
+
+
+# The same answer in one C pass (instrument/_native/lines.c), when the
+# extension is built and INSTRUMENT_PURE_PYTHON is not set.
+_first_running = (
+    getattr(_native.load('_lines'), 'running', None) or _first_running_py
+)
 
 # Used from the writer's OS thread: see threads.safe_logger.
 LOG = threads.safe_logger(logging.getLogger(__name__))
@@ -550,11 +577,19 @@ class EventBuffer:
     def _write_queue(self, pid: int) -> None:
         queue = self.queue
         while queue:
-            batch = []
-            popleft = queue.popleft
+            # One C-level loop per batch (``map`` calls ``popleft``
+            # itself), no bytecode per record.  Only the writer pops,
+            # under the drain lock, so the deque holds at least that
+            # many; should it not (raced a reset), ``extend`` keeps
+            # what was taken before the IndexError.
+            batch: list = []
             try:
-                for _ in range(min(len(queue), MAX_BATCH)):
-                    batch.append(popleft())
+                batch.extend(
+                    map(
+                        _popleft,
+                        itertools.repeat(queue, min(len(queue), MAX_BATCH)),
+                    )
+                )
             except IndexError:  # pragma: no cover - raced a reset
                 pass
             self._write(self._split_running(batch), pid)
@@ -562,8 +597,13 @@ class EventBuffer:
     def _split_running(self, batch: list) -> list:
         """Spans still running go out as a ``B`` now; they are kept and
         written as ``X`` at the first drain after they end."""
+        size = len(batch)
+        first = _first_running(batch, PH_BEGIN)
+        if first >= size:  # most batches: no span running
+            return batch
         out = batch
-        for n, rec in enumerate(batch):
+        for n in range(first, size):
+            rec = batch[n]
             if rec.__class__ is list and rec[record.I_PH] == PH_BEGIN:
                 if out is batch:
                     out = list(batch)

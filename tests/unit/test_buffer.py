@@ -15,6 +15,8 @@ exit, in child processes: ``tests/system/test_buffer.py``)."""
 import threading
 import time
 
+import fixtures
+
 from instrument import schema
 from instrument.runtime import buffer
 from instrument.runtime import process
@@ -187,6 +189,93 @@ class BufferTest(base.TestCase):
         self.assertEqual(20, len([r for r in sink.records if r['ph'] == 'B']))
         self.assertEqual(4, buf.counts()['open_untracked'])
         self.assertEqual(16, len(buf._open))
+
+    def _mixed(self, n: int) -> tuple:
+        """Ended spans (X lists), running ones (B lists), events and a
+        B tuple (not a span's record: written as it is, not followed),
+        in a batch of ``n``; and the running lists."""
+        recs, running = [], []
+        for i in range(n):
+            kind = i % 7
+            if kind == 3:
+                rec = list(_event(i)) + [None, None]
+                rec[record.I_PH] = schema.PH_BEGIN
+                running.append(rec)
+            elif kind == 5:
+                rec = _event(i)
+                rec = (schema.PH_BEGIN,) + rec[1:]
+            elif kind == 6:
+                rec = list(_event(i)) + [None, None]
+                rec[record.I_PH] = schema.PH_COMPLETE
+                rec[record.I_DUR] = 5
+            else:
+                rec = _event(i)
+            recs.append(rec)
+        return recs, running
+
+    def test_running_spans_in_batches_both_paths(self):
+        # The writer's "is a span still running" in C and its pure-
+        # Python twin: the same lines, the same spans followed, and
+        # their ends written at the next drain.
+        finders = [buffer._first_running_py]
+        if buffer._first_running is not buffer._first_running_py:
+            finders.append(buffer._first_running)
+        written = []
+        for finder in finders:
+            self.useFixture(
+                fixtures.MonkeyPatch(
+                    'instrument.runtime.buffer._first_running', finder
+                )
+            )
+            buf, sink = self.make_buffer(max_records=100000)
+            recs, running = self._mixed(2 * buffer.MAX_BATCH + 40)
+            for rec in recs:
+                buf.emit(rec)
+            buf.drain()
+            self.assertEqual(len(recs), len(sink.records))
+            self.assertEqual(
+                [r['ph'] for r in sink.records],
+                [r[record.I_PH] for r in recs],
+            )
+            self.assertEqual(running, list(buf._open))
+            for rec in running:
+                rec[record.I_PH] = schema.PH_COMPLETE
+                rec[record.I_DUR] = 7
+            buf.drain()
+            self.assertEqual(0, len(buf._open))
+            ends = sink.records[len(recs) :]
+            self.assertEqual(len(running), len(ends))
+            self.assertEqual({'X'}, {r['ph'] for r in ends})
+            self.assertEqual({7}, {r['dur_us'] for r in ends})
+            written.append(sink.records)
+        self.assertEqual(1, len({repr(w) for w in written}))
+
+    def test_a_drain_writes_batches_of_max_batch_in_order(self):
+        buf, sink = self.make_buffer(max_records=100000)
+        sizes = []
+        write = sink.write
+
+        def spy(batch, first_seq, pid):
+            sizes.append((len(batch), first_seq))
+            write(batch, first_seq, pid)
+
+        sink.write = spy
+        total = 2 * buffer.MAX_BATCH + 3
+        for n in range(total):
+            buf.emit(_event(n))
+        buf.drain()
+        self.assertEqual(
+            [
+                (buffer.MAX_BATCH, 1),
+                (buffer.MAX_BATCH, buffer.MAX_BATCH + 1),
+                (3, 2 * buffer.MAX_BATCH + 1),
+            ],
+            sizes,
+        )
+        self.assertEqual(
+            list(range(total)), [r['attrs']['n'] for r in sink.records]
+        )
+        self.assertEqual(0, buf.pending())
 
     def test_background_writer_flushes_on_its_own(self):
         buf, sink = self.make_buffer(interval=0.02)

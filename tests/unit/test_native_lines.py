@@ -32,6 +32,7 @@ import testtools
 
 from instrument import _native
 from instrument import schema
+from instrument.runtime import buffer
 from instrument.runtime import record
 from tests.unit.test_record import _span
 
@@ -368,6 +369,34 @@ class NativeLinesTest(testtools.TestCase):
                 batch.append(_span(I_EV=texts[-1], I_ATTRS={'t': texts}))
         self.assertTrue(self.compare(batch, 1, 1))
 
+    def test_values_repeated_from_record_to_record(self):
+        # The C copies the text of a field's value that is the same
+        # object as the last one written in that field: same objects,
+        # equal ones that are not the same, values that change, a dict
+        # written again through msgspec (its text cut and rewritten)
+        # between them, and the version and pid of every line.
+        host = 'compute-"1"\n'
+        other = ''.join(['compute-"1"', '\n'])
+        req = 'req-\u00e9'
+        big = 2**64 + 1
+        batch = []
+        for n in range(60):
+            batch.append(
+                _span(
+                    I_HOST=host if n % 3 else other,
+                    I_SVC=('compute', 'api')[n % 2],
+                    I_EV=STRINGS[n % 10],
+                    I_TID=(None, 7, big, 2**63)[n % 4],
+                    I_REQ=req if n % 5 else None,
+                    I_GREQ=STRINGS[(n // 2) % 10],
+                    I_ST=('ok', 'error', None)[n % 3],
+                    I_ATTRS={7: 'int key'} if n % 4 == 1 else {'n': n},
+                )
+            )
+        self.assertTrue(self.compare(batch, 1, 4242))
+        self.assertTrue(self.compare(batch, 2**62, 2**70))
+        self.assertTrue(self.compare(batch[::-1], 9, 'pid'))
+
     def test_the_writer_uses_the_extension(self):
         if _native.PURE_PYTHON:  # the suite run with the switch on
             self.assertIsNone(record._lines_c)
@@ -408,6 +437,95 @@ class NativeLinesTest(testtools.TestCase):
                 check=True,
             ).stdout.strip()
             self.assertEqual(none, out, value)
+
+
+class Phase:
+    """A phase that says it equals anything (Python's ``==`` decides)."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+
+class Failing:
+    def __eq__(self, other):
+        raise ValueError('no comparison')
+
+    __hash__ = object.__hash__
+
+
+class Spans(list):
+    """A list subclass: not a span's record."""
+
+
+class NativeRunningTest(testtools.TestCase):
+    """``running``, the writer's "first span still running" in C,
+    against its pure-Python twin (``buffer._first_running_py``)."""
+
+    def setUp(self):
+        super().setUp()
+        self.native = _extension()
+        if self.native is None:
+            if os.environ.get('CI') == 'true':
+                self.fail('instrument._native._lines is not built')
+            self.skipTest('instrument._native._lines is not built')
+
+    def both(self, batch, begin='B'):
+        want = _run(buffer._first_running_py, batch, begin)
+        got = _run(self.native.running, batch, begin)
+        if isinstance(want, Exception):
+            self.assertIsInstance(got, want.__class__, batch)
+        else:
+            self.assertEqual(want, got, batch)
+        return got
+
+    def test_generated_batches(self):
+        gen = Generator(11)
+        phases = ['X', 'B', 'I', 'C', 'M', Text('B'), 'BB', '', 'b', '\u0042']
+        found = 0
+        for _ in range(400):
+            batch = []
+            for _ in range(gen.rnd.randrange(0, 30)):
+                rec = gen.record()
+                if gen.rnd.random() < 0.3:
+                    rec = list(rec)
+                    rec[0] = gen.rnd.choice(phases)
+                batch.append(rec)
+            if self.both(batch) < len(batch):
+                found += 1
+        self.assertGreater(found, 50)
+
+    def test_what_counts_as_running(self):
+        b = ['B', 1]
+        x = ['X', 1]
+        self.assertEqual(0, self.both([b]))
+        self.assertEqual(2, self.both([x, ('B', 1), b]))
+        self.assertEqual(3, self.both([x, ('B', 1), x]))
+        self.assertEqual(2, self.both([Spans(b), x]))
+        self.assertEqual(1, self.both([x, [Text('B')]]))
+        self.assertEqual(1, self.both([x, ['B' + '']]))
+        self.assertEqual(1, self.both([x, [''.join(['B'])]]))
+        self.assertEqual(0, self.both([[Phase()], b]))
+        self.assertEqual(1, self.both([x, ['B']], Text('B')))
+        self.assertEqual(0, self.both([x, ['B']], Phase()))
+        self.assertEqual(0, self.both([]))
+        # equal strings that are not the same object (one character
+        # strings are; longer ones made at run time are not)
+        begin, other = ''.join(['B', 'x']), 'B'.__add__('x')
+        self.assertIsNot(begin, other)
+        self.assertEqual(2, self.both([x, ['By'], [other]], begin))
+        self.assertEqual(1, self.both([x, [other], ['Bx']], begin))
+        self.assertEqual(1, self.both([['Ax'], [Text(other)]], begin))
+        self.assertIsInstance(self.both([[Failing()]]), ValueError)
+        self.assertRaises(TypeError, self.native.running, (b,), 'B')
+        self.assertRaises(TypeError, self.native.running, [b])
+
+    def test_the_writer_uses_it(self):
+        if _native.PURE_PYTHON:
+            self.assertIs(buffer._first_running_py, buffer._first_running)
+        else:
+            self.assertIs(self.native.running, buffer._first_running)
 
 
 def _one(rec):

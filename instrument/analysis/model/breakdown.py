@@ -48,6 +48,7 @@ import typing
 
 import numpy
 
+from instrument import _native
 from instrument import schema
 from instrument.analysis.model import classify
 from instrument.analysis.model import damage
@@ -91,6 +92,15 @@ COMPONENT_ORDER = (
 )
 PERCENTILES = (50, 90, 95, 99)
 
+
+# The span loops of ``summarise`` and the critical path in C
+# (instrument/_native/breakdown.c), or None: their pure-Python twins
+# (``_times``, ``_critical_path``) run.
+_native_breakdown = _native.load('_breakdown')
+_native_times = None if _native_breakdown is None else _native_breakdown.times
+_native_critical_path = (
+    None if _native_breakdown is None else _native_breakdown.critical_path
+)
 
 _COMPONENTS = {}
 EVENTS = schema.EVENTS
@@ -356,30 +366,26 @@ def _union(intervals: list) -> int:
     return total + hi - lo
 
 
-def summarise(
-    r: spans_mod.OpenRequest,
-    tree: spans_mod.Tree,
-    keep_lifecycle: bool = True,
-    kind: typing.Optional[str] = None,
-) -> RequestSummary:
-    """Reduce a finished ``spans.OpenRequest`` to its summary
-    (``kind``: its operation when known, ``operations.operation_of`` of
-    its spans as they are).
-
-    ``summary.critical`` holds the span ids on the critical path;
-    without ``keep_lifecycle`` the lifecycle can still be made later
-    with ``add_lifecycle(summary, r)`` while ``r`` has its spans.
-    """
-    spans = r.spans
-    sql = r.sql
+def _times(spans: dict, sql: dict, children: dict, req_last: int) -> tuple:
+    """The span loops of ``summarise`` (the pure-Python twin of
+    ``instrument._native._breakdown.times``): ``(req_start, req_end,
+    ends, names, open_ids, hosts, errors, where, comp, sql_in)``, the
+    request's start and end, each span's end (an open span's: the
+    request's), component (``names``) and the spans not ended, the
+    hosts, the spans that failed, ``where`` (``(host, pid)``: ``[from,
+    to, first start of a span without end or parent]``), each
+    component's own time (``comp``) and the SQL time in the spans of
+    each (``sql_in``, the statements under no span of the request left
+    to the caller).  ``req_last``: when the request last did
+    something."""
     events = EVENTS
-    req_end = r.last
+    req_end = req_last
     req_start = None
     ends = {}
     names = {}
     open_ids = []
     hosts = set()
-    errors = len(r.sql_errors)
+    errors = 0
     # (host, pid): [from, to, first start of a span without end or
     # parent] (``procs``)
     where: dict = {}
@@ -425,7 +431,6 @@ def summarise(
         w[1] = req_end
     comp = {}
     sql_in = {}
-    children = tree.children
     sql_get = sql.get
     for sid, s in spans.items():
         start = s[S_START]
@@ -478,6 +483,71 @@ def summarise(
         own = end - start - covered - sql_us
         if own > 0:
             comp[name] = comp.get(name, 0) + own
+    return (
+        req_start,
+        req_end,
+        ends,
+        names,
+        open_ids,
+        hosts,
+        errors,
+        where,
+        comp,
+        sql_in,
+    )
+
+
+def _span_times(spans: dict, sql: dict, children: dict, req_last: int):
+    """``_times`` in C when the extension is built (its answer, or, when
+    it refuses what it was given, the twin's)."""
+    if _native_times is not None:
+        try:
+            return _native_times(
+                spans,
+                sql,
+                children,
+                EVENTS,
+                SERVICE,
+                service_component,
+                SYNC,
+                DISPATCH,
+                QUEUE,
+                req_last,
+            )
+        except Exception:  # noqa: BLE001 - the twin gives Python's answer
+            pass
+    return _times(spans, sql, children, req_last)
+
+
+def summarise(
+    r: spans_mod.OpenRequest,
+    tree: spans_mod.Tree,
+    keep_lifecycle: bool = True,
+    kind: typing.Optional[str] = None,
+) -> RequestSummary:
+    """Reduce a finished ``spans.OpenRequest`` to its summary
+    (``kind``: its operation when known, ``operations.operation_of`` of
+    its spans as they are).
+
+    ``summary.critical`` holds the span ids on the critical path;
+    without ``keep_lifecycle`` the lifecycle can still be made later
+    with ``add_lifecycle(summary, r)`` while ``r`` has its spans.
+    """
+    spans = r.spans
+    sql = r.sql
+    (
+        req_start,
+        req_end,
+        ends,
+        names,
+        open_ids,
+        hosts,
+        errors,
+        where,
+        comp,
+        sql_in,
+    ) = _span_times(spans, sql, tree.children, r.last)
+    errors += len(r.sql_errors)
     sql_us = 0
     sql_n = 0
     for parent, entry in sql.items():
@@ -647,6 +717,45 @@ def critical_path(
             sid: component_of(s[S_EV], s[S_SVC], s[S_ATTRS])
             for sid, s in tree.spans.items()
         }
+    if _native_critical_path is not None:
+        # (a fresh ``gaps`` for C: the twin starts again from the
+        # caller's when C refuses the request midway)
+        mine = None if gaps is None else dict(gaps)
+        try:
+            cp, on_path = _native_critical_path(
+                tree.spans,
+                tree.children,
+                tree.roots,
+                ends,
+                names,
+                req_start,
+                req_end,
+                mine,
+                SYNC,
+                DISPATCH,
+                QUEUE,
+                GAP,
+            )
+        except Exception:  # noqa: BLE001 - the twin gives Python's answer
+            pass
+        else:
+            if gaps is not None and mine is not None:
+                gaps.clear()
+                gaps.update(mine)
+            return cp, on_path
+    return _critical_path(tree, ends, req_start, req_end, names, gaps)
+
+
+def _critical_path(
+    tree: spans_mod.Tree,
+    ends: dict,
+    req_start: int,
+    req_end: int,
+    names: dict,
+    gaps: typing.Optional[dict],
+) -> tuple:
+    """``critical_path``'s pure-Python twin of
+    ``instrument._native._breakdown.critical_path``."""
     spans = tree.spans
     children = tree.children
     get_kids = children.get

@@ -31,6 +31,7 @@ row of the table.
 import re
 import typing
 
+from instrument import _native
 from instrument import catalogue
 from instrument import schema
 from instrument.analysis.model import spans as spans_mod
@@ -193,10 +194,19 @@ def final_states(tree: spans_mod.Tree) -> list:
     return out
 
 
-def _instance_state(
-    tree: spans_mod.Tree, inst, api_error, conductor_work
-) -> dict:
-    spans = tree.spans
+# ``_outcomes`` in C (instrument/_native/breakdown.c), or None
+_native_breakdown = _native.load('_breakdown')
+_native_outcomes = (
+    None if _native_breakdown is None else _native_breakdown.outcomes
+)
+
+
+def _outcomes(spans: dict, inst: typing.Any) -> tuple:
+    """``(outcomes, builds)``: the spans of instance ``inst`` (None:
+    every span) that decide its state, ``(end, start, what, span id)``
+    with ``what`` one of ``build``, ``sched`` (a failed scheduling
+    step), ``bury``, and how many builds it had (the pure-Python twin of
+    ``instrument._native._breakdown.outcomes``)."""
     outcomes = []
     builds = 0
     for sid, s in spans.items():
@@ -224,6 +234,27 @@ def _instance_state(
             outcomes.append(
                 (spans_mod.end(s) or s[S_START], s[S_START], 'bury', sid)
             )
+    return outcomes, builds
+
+
+def _instance_state(
+    tree: spans_mod.Tree, inst, api_error, conductor_work
+) -> dict:
+    spans = tree.spans
+    found = None
+    if _native_outcomes is not None:
+        try:
+            found = _native_outcomes(
+                spans,
+                inst,
+                EV_BUILD,
+                SCHEDULE_EVENTS,
+                EV_BURY,
+                EV_RESCHEDULE_FAILED,
+            )
+        except Exception:  # noqa: BLE001 - the twin says what Python does
+            found = None
+    outcomes, builds = found if found is not None else _outcomes(spans, inst)
     row = {
         'inst': inst,
         'state': INCOMPLETE,

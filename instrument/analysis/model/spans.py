@@ -22,6 +22,7 @@ changing it.
 
 import typing
 
+from instrument import _native
 from instrument import schema
 
 # Positions of a span entry: event, host, service, pid, start (corrected
@@ -81,23 +82,45 @@ class OpenRequest:
         self.begun: typing.Optional[set] = None
 
 
+def links(spans: dict) -> tuple:
+    """``(children, roots)`` of ``spans``: span id to the ids of its
+    children, in the order of ``spans``, and the spans whose parent is
+    not one of them (the pure-Python twin of
+    ``instrument._native._breakdown.tree``)."""
+    children: dict = {}
+    roots: list = []
+    for sid, s in spans.items():
+        parent = s[S_PARENT]
+        if parent in spans:  # (None is never a span id)
+            kids = children.get(parent)
+            if kids is None:
+                children[parent] = [sid]
+            else:
+                kids.append(sid)
+        else:
+            roots.append(sid)
+    return children, roots
+
+
+# ``links`` in C (instrument/_native/breakdown.c), or None
+_native_breakdown = _native.load('_breakdown')
+_native_links = None if _native_breakdown is None else _native_breakdown.tree
+
+
 class Tree:
     """The spans of one request, linked parent to children."""
 
     def __init__(self, spans: dict, sql_errors: typing.Iterable = ()) -> None:
         self.spans = spans
-        self.children = children = {}
-        self.roots = roots = []
-        for sid, s in spans.items():
-            parent = s[S_PARENT]
-            if parent in spans:  # (None is never a span id)
-                kids = children.get(parent)
-                if kids is None:
-                    children[parent] = [sid]
-                else:
-                    kids.append(sid)
-            else:
-                roots.append(sid)
+        found = None
+        if _native_links is not None:
+            try:
+                found = _native_links(spans)
+            except Exception:  # noqa: BLE001 - the twin says what Python does
+                found = None
+        if found is None:
+            found = links(spans)
+        self.children, self.roots = found
         # parents of failed SQL statements
         self.sql_failed = {e[0] for e in sql_errors}
         self._depth = {}
