@@ -24,6 +24,14 @@
  * CRC-32 (zlib's, reflected polynomial 0xEDB88320).  The result is the
  * native-endian uint32 of each line, as ``array('I').tobytes()``.
  * An item that is not exactly bytes raises TypeError (the twin runs).
+ *
+ * rpc_candidates (clockpass.py_rpc_candidates, its twin): the indices
+ * of the lines of a chunk that pass 1's ``rpc_spans`` may read, as
+ * ``array('I').tobytes()``: a line naming an RPC or api.* event or a
+ * process.start ('"ev":"rpc.', '"ev":"api.', '"ev":"process.start"'),
+ * and, asked to (``ends``), an X record in the writer's key order
+ * without '"ev":' in its first 200 bytes (an end that lost its event).
+ * The others are skipped by ``rpc_spans`` whatever they hold.
  */
 
 #define _GNU_SOURCE
@@ -130,18 +138,83 @@ request_hashes(PyObject *Py_UNUSED(self), PyObject *lines)
     return out;
 }
 
+static int
+has(const unsigned char *s, Py_ssize_t n, const char *needle, Py_ssize_t m)
+{
+    return find(s, 0, n, needle, m) >= 0;
+}
+
+static int
+candidate(const unsigned char *s, Py_ssize_t n, int ends)
+{
+    if (has(s, n, "\"ev\":\"rpc.", 10) || has(s, n, "\"ev\":\"api.", 10) ||
+        has(s, n, "\"ev\":\"process.start\"", 20)) {
+        return 1;
+    }
+    return ends && n > 13 && memcmp(s, "{\"v\":1,\"ph\":\"", 13) == 0 &&
+           s[13] == 'X' && !has(s, n < 200 ? n : 200, "\"ev\":", 5);
+}
+
+static PyObject *
+rpc_candidates(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *lines;
+    int ends;
+    if (!PyArg_ParseTuple(args, "Op:rpc_candidates", &lines, &ends)) {
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(lines, "rpc_candidates: a list");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (n > (Py_ssize_t)UINT32_MAX) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_TypeError, "rpc_candidates: too many lines");
+        return NULL;
+    }
+    uint32_t *found = PyMem_Malloc(n > 0 ? (size_t)n * 4 : 1);
+    if (found == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *raw = items[k];
+        if (!PyBytes_CheckExact(raw)) {
+            PyMem_Free(found);
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "rpc_candidates: bytes lines");
+            return NULL;
+        }
+        if (candidate((const unsigned char *)PyBytes_AS_STRING(raw),
+                      PyBytes_GET_SIZE(raw), ends)) {
+            found[count++] = (uint32_t)k;
+        }
+    }
+    Py_DECREF(seq);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)found, count * 4);
+    PyMem_Free(found);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"request_hashes", (PyCFunction)request_hashes, METH_O,
      "request_hashes(lines) -> bytes\n\n"
      "The native uint32 crc32 of each line's request id (NO_REQ where\n"
      "none is found), as clockpass.request_hashes finds it."},
+    {"rpc_candidates", (PyCFunction)rpc_candidates, METH_VARARGS,
+     "rpc_candidates(lines, ends) -> bytes\n\n"
+     "The native uint32 indices of the lines clockpass.rpc_spans may\n"
+     "read (clockpass.py_rpc_candidates is the twin)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "instrument._native._scan",
-    "Pass 1's request id hashes in one C call (see scan.c).",
+    "Pass 1's per-line scans in C calls (see scan.c).",
     -1,
     methods,
     NULL,

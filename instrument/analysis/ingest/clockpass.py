@@ -122,6 +122,46 @@ def py_request_hashes(lines: list) -> array.array:
     return out
 
 
+def rpc_candidates(lines: list, ends: bool) -> typing.Optional[array.array]:
+    """The indices of the lines of ``lines`` that ``rpc_spans`` may
+    read, in order (``py_rpc_candidates`` says which), found in C
+    (``_native._scan``); None when it is not built or refuses ``lines``:
+    ``rpc_spans`` then looks at every line, its own tests skipping the
+    same ones (in Python, one pass over the lines costs less than this
+    filter and the loop over the lines it keeps)."""
+    if _SCAN is None:
+        return None
+    try:
+        packed = _SCAN.rpc_candidates(lines, ends)
+    except TypeError:  # a line not of bytes: rpc_spans decides
+        return None
+    out = array.array('I')
+    out.frombytes(packed)
+    return out
+
+
+def py_rpc_candidates(lines: list, ends: bool) -> list:
+    """``rpc_candidates`` in Python (the C helper's twin): a line naming
+    an RPC or ``api.*`` event or a ``process.start``, and with ``ends``
+    an ``X`` record in the writer's key order without ``"ev":`` in its
+    first 200 bytes (an end that lost its event name).  ``rpc_spans``
+    skips the others whatever they hold."""
+    rpc = b'"ev":"rpc.'
+    api = b'"ev":"api.'
+    started = b'"ev":"process.start"'
+    xprefix = b'{"v":1,"ph":"X'
+    return [
+        k
+        for k, raw in enumerate(lines)
+        if rpc in raw
+        or api in raw
+        or started in raw
+        or ends
+        and raw.startswith(xprefix)
+        and b'"ev":' not in raw[:200]
+    ]
+
+
 def rpc_span_decoder(
     fast_decode: bool = True,
 ) -> typing.Callable[[bytes], typing.Any]:
@@ -249,7 +289,18 @@ def rpc_spans(
     # api.request, and the api.* spans under it (aliases.Rejoin)
     api = b'"ev":"api.'
     periodic = b'"req":"' + PERIODIC.encode()
-    for lineno, raw in enumerate(lines, first + 1):
+    # (the lines that may matter: ``rpc_candidates``, else all)
+    picked = rpc_candidates(lines, begun is not None)
+    numbered = (
+        enumerate(lines, first + 1)
+        if picked is None
+        else zip(
+            map((first + 1).__add__, picked),
+            map(lines.__getitem__, picked),
+            strict=True,
+        )
+    )
+    for lineno, raw in numbered:
         # (a B without its X adds nothing the X would not)
         if raw.startswith(prefix):  # the writer's key order
             ph = raw[13]
