@@ -18,8 +18,10 @@
  *
  * A ``SpanCall`` holds the configuration the Python closure closes over
  * and does, per call, what the closure does for a point whose start and
- * end are done inline (the recorder's own ``begin``/``end``, no
- * ``on_exit``, no ``result_instances``), whose context is an argument
+ * end are the recorder's own (``begin``/``end`` carrying their steps;
+ * the end of a call that ended well done inline, or, for a point with
+ * an ``on_exit`` or ``result_instances``, those hooks then ``end``
+ * called, as the closure does), whose context is an argument
  * (maybe converted), whose instances an argument (the uuid attribute
  * read inline), whose host an attribute of self, with no remote parent,
  * no ``service_from``, no ``when``, not a detail point and recording
@@ -116,6 +118,8 @@ typedef struct {
     PyObject *on_enter;
     PyObject *on_error;
     PyObject *on_abandon;
+    PyObject *on_exit;
+    PyObject *result_instances;
     /* the SpanSteps parts */
     PyObject *start_clock;
     PyObject *get_ident;
@@ -151,6 +155,7 @@ typedef struct {
     long long offset_val;
     /* not objects */
     int is_method;
+    int hooked_end; /* an on_exit or a result_instances */
     int c_kind;
     int i_kind;
     int h_kind;
@@ -169,6 +174,7 @@ typedef struct {
 static const char *const obj_names[] = {
     "original", "state", "ev", "svc", "c_name", "c_fn", "i_name", "i_fn",
     "i_attr", "h_name", "h_fn", "on_enter", "on_error", "on_abandon",
+    "on_exit", "result_instances",
     "start_clock", "get_ident", "get_frame", "set_frame", "oslo_request",
     "emit", "append", "queue", "buf", "process_svc", "process_host",
     "clock", "reset_span", "end", "error_of", "fault", "abandon",
@@ -838,14 +844,63 @@ end_fault(SpanCall *self, HookArgs *h, PyObject *rec, PyObject *st,
     return 0;
 }
 
+/* End the span of a call that ended well, for a point with an
+ * ``on_exit`` or ``result_instances``: as the closure, the hooks, then
+ * the recorder's end(rec, t1, ST_OK, None, attrs, None, found); 0, or
+ * -1 with an exception set (a fault of the end: handled by the
+ * caller). */
+static int
+finish_hooked(SpanCall *self, HookArgs *h, PyObject *rec, PyObject *t1,
+              PyObject *result, PyObject *instance, PyObject *const *args,
+              Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *attrs = NULL, *found = NULL, *r;
+    if (self->on_exit != Py_None) {
+        if (hook_args(self, h, args, nargs, kwnames) < 0)
+            return -1;
+        PyObject *a[4] = {instance, h->rest, h->kwargs, result};
+        attrs = call(self, 1, self->on_exit, a, 4);
+        if (attrs == NULL)
+            return -1;
+    }
+    if (self->result_instances != Py_None) {
+        found = call1(self, 1, self->result_instances, result);
+        if (found == NULL) {
+            Py_XDECREF(attrs);
+            return -1;
+        }
+    }
+    {
+        PyObject *a[7] = {rec,
+                          t1,
+                          self->st_ok,
+                          Py_None,
+                          attrs ? attrs : Py_None,
+                          Py_None,
+                          found ? found : Py_None};
+        r = call(self, 1, self->end, a, 7);
+    }
+    Py_XDECREF(attrs);
+    Py_XDECREF(found);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* End the span of a call that ended well; 0, or -1 with an exception
  * set (a fault of the end: handled by the caller). */
 static int
-finish(SpanCall *self, PyObject *rec, PyObject **t1)
+finish(SpanCall *self, HookArgs *h, PyObject *rec, PyObject **t1,
+       PyObject *result, PyObject *instance, PyObject *const *args,
+       Py_ssize_t nargs, PyObject *kwnames)
 {
     *t1 = call0(self, 1, self->clock);
     if (*t1 == NULL)
         return -1;
+    if (self->hooked_end)
+        return finish_hooked(self, h, rec, *t1, result, instance, args,
+                             nargs, kwnames);
     PyObject *token = PyList_GET_ITEM(rec, R_TOKEN);
     if (token != Py_None) {
         Py_INCREF(token);
@@ -993,7 +1048,8 @@ span_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
         goto out;
     }
     PyObject *t1 = NULL;
-    if (finish(self, rec, &t1) < 0) {
+    if (finish(self, &h, rec, &t1, result, instance, args, nargs, kwnames)
+        < 0) {
         if (end_fault(self, &h, rec, self->st_ok, t1, instance, args, nargs,
                       kwnames)
             < 0)
@@ -1066,6 +1122,8 @@ span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->c_pos = ints[4];
     self->i_pos = ints[5];
     self->limit = ints[6];
+    self->hooked_end = self->on_exit != Py_None
+                       || self->result_instances != Py_None;
     if ((self->c_kind != 0 && self->c_kind != 1 && self->c_kind != 4)
         || (self->i_kind != 0 && self->i_kind != 1)
         || (self->h_kind != 0 && self->h_kind != 2)) {

@@ -24,8 +24,9 @@ ended well when the point has no ``on_exit`` and no
 (issue 31; ``tests/unit/test_wrapper_end.py`` checks the records are
 the same).  A ``begin`` or ``end`` without steps is called.  The
 common case of that (context and instances from arguments, host from
-``self``, nothing that reads the result, no ``when``, remote parent,
-``service_from`` or detail sampling) is done in C when
+``self``, no ``when``, remote parent, ``service_from`` or detail
+sampling; an ``on_exit`` or ``result_instances`` called, then
+``end``, as here) is done in C when
 ``instrument._native._span`` is built (``SpanCall``: the same steps,
 calling the same parts, the same bytes); the closure does every other
 point, and every point with ``INSTRUMENT_PURE_PYTHON=1``.  A HOOK
@@ -208,7 +209,7 @@ def span_wrapper(
         native is not None
         and original is not None
         and inline_start
-        and inline_end
+        and end_steps is not None
         and c_kind in (0, 1, 4)
         and i_kind in (0, 1)
         and h_kind in (0, 2)
@@ -243,6 +244,8 @@ def span_wrapper(
             on_enter=on_enter,
             on_error=on_error,
             on_abandon=on_abandon,
+            on_exit=on_exit,
+            result_instances=result_instances,
             start_clock=start_clock,
             get_ident=get_ident,
             get_frame=get_span_frame,
