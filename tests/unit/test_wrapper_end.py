@@ -429,7 +429,9 @@ class InlineSpanTest(_SpanCase):
 class HookedEndTest(_SpanCase):
     """Points with an ``on_exit`` or a ``result_instances``: in C too
     (issue 31), the hooks called after nova's call, then
-    ``Recorder.end``, as the closure does."""
+    ``Recorder.end``'s steps done inline (its attributes merged, its
+    instances set), as the closure does; the same bytes as
+    ``Recorder.end`` called."""
 
     def points(self):
         outer, inner, fails, free = super().points()
@@ -471,10 +473,13 @@ class HookedEndTest(_SpanCase):
     def on_abandon(self, instance, args, kwargs):
         self.abandoned.append(len(args))
 
-    def run_hooked(self, native: bool) -> tuple:
+    def run_hooked(self, native: bool, steps=True) -> tuple:
+        """The calls, in C or not (``native``), ``Recorder.end``
+        carrying its steps (done inline) or not (called)."""
         recorder = self.recorder()
         called: list = []
-        recorder.end = _watched(recorder.end, called, True)
+        recorder.begin = _watched(recorder.begin, [], steps)
+        recorder.end = _watched(recorder.end, called, steps)
         patches = patcher.Patcher(self.points(), recorder)
         patches.apply()
         del self.seen[:]
@@ -507,10 +512,13 @@ class HookedEndTest(_SpanCase):
         self.use_native(None)
         closure = self.run_hooked(False)
         self.assertEqual(closure, native)
+        # Recorder.end called: the same bytes, the same hooks' calls
+        called_end = self.run_hooked(False, steps=False)
+        self.assertEqual(closure[:2], called_end[:2])
+        self.assertEqual(['end'] * 8, called_end[2])
         lines, seen, called, counted = native
-        # every span but the failed one ended by Recorder.end, which
-        # was called for each (the failed one's on_error path too)
-        self.assertEqual(['end'] * 8, called)
+        # the ends done inline but the failed call's
+        self.assertEqual(['end'], called)
         self.assertEqual(0, counted)
         self.assertIn(b'"inst":["inst-42"]', lines)
         self.assertIn(b'"inst":["inst-free"]', lines)
