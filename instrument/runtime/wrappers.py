@@ -202,10 +202,11 @@ def span_wrapper(
     ) = steps or recorder_mod.NO_STEPS
     # The same for the end of a call that ended well: what
     # ``Recorder.end`` does with no req, the attrs of the point's
-    # on_exit and the instances of its result_instances (``hooked``).
+    # on_exit and the instances of its result_instances (neither in
+    # the common case, ``plain_end``).
     end_steps = getattr(end, 'steps', None)
     inline_end = end_steps is not None
-    hooked = on_exit is not None or result_instances is not None
+    plain_end = inline_end and on_exit is None and result_instances is None
     reset_span = (end_steps or recorder_mod.NO_STEPS).reset_frame
     native = native_span
     if (
@@ -463,7 +464,22 @@ def span_wrapper(
         t1 = None
         try:
             t1 = clock()
-            if hooked or not inline_end:
+            if plain_end:
+                # Recorder.end's steps, in its order (its error stays
+                # the None that the start wrote): the frame, then
+                # duration and status, the phase last (the writer may
+                # read the record any time).
+                token = rec[I_TOKEN]
+                if token is not None:
+                    try:
+                        reset_span(token)
+                    except ValueError:
+                        pass  # ended in another context (see end)
+                    rec[I_TOKEN] = None
+                rec[I_DUR] = (t1 - rec[I_T0]) // 1000
+                rec[I_ST] = ST_OK
+                rec[I_PH] = PH_X
+            else:
                 attrs = (
                     on_exit(instance, args[offset:], kwargs, result)
                     if on_exit is not None
@@ -474,22 +490,19 @@ def span_wrapper(
                     if result_instances is not None
                     else None
                 )
-            if not inline_end:
-                end(rec, t1, ST_OK, None, attrs, None, found)
-            else:
-                # Recorder.end's steps, in its order (its error stays
-                # the None that the start wrote): the frame, the
-                # hooks' attributes and instances, then duration and
-                # status, the phase last (the writer may read the
-                # record any time).
-                token = rec[I_TOKEN]
-                if token is not None:
-                    try:
-                        reset_span(token)
-                    except ValueError:
-                        pass  # ended in another context (see end)
-                    rec[I_TOKEN] = None
-                if hooked:
+                if not inline_end:
+                    end(rec, t1, ST_OK, None, attrs, None, found)
+                else:
+                    # The same, the hooks' attributes merged and their
+                    # instances set as Recorder.end does, after the
+                    # frame.
+                    token = rec[I_TOKEN]
+                    if token is not None:
+                        try:
+                            reset_span(token)
+                        except ValueError:
+                            pass  # ended in another context (see end)
+                        rec[I_TOKEN] = None
                     if attrs:
                         battrs = rec[I_ATTRS]
                         if battrs:
@@ -499,9 +512,9 @@ def span_wrapper(
                         rec[I_ATTRS] = attrs
                     if found is not None:
                         rec[I_INST] = found
-                rec[I_DUR] = (t1 - rec[I_T0]) // 1000
-                rec[I_ST] = ST_OK
-                rec[I_PH] = PH_X
+                    rec[I_DUR] = (t1 - rec[I_T0]) // 1000
+                    rec[I_ST] = ST_OK
+                    rec[I_PH] = PH_X
         except Exception as exc_fault:
             abandon(rec, ST_OK, t1)
             fault(exc_fault)
