@@ -39,7 +39,7 @@ build_ext.build_ext.copy_file = _copy_by_rename
 # The optional compiled helpers of the hot path (instrument/_native/):
 # a host without a C compiler installs without them (optional=True) and
 # runs their pure-Python twins, which give the same bytes.
-NATIVE = ('breakdown', 'lines', 'span')
+NATIVE = ('breakdown', 'lines', 'scan', 'span')
 
 setuptools.setup(
     setup_requires=['pbr>=6.0.0'],

@@ -50,6 +50,7 @@ import traceback
 import typing
 import zlib
 
+from instrument import _native
 from instrument import schema
 from instrument.analysis.ingest import aliases as aliases_mod
 from instrument.analysis.ingest import codec
@@ -76,13 +77,30 @@ MAX_PERIODIC_HOPS = 1 << 18
 # at the line itself; also the hash of a request id that has this
 # crc32, which is then looked at too: the answer is the same)
 NO_REQ = 0xFFFFFFFF
+# request_hashes in C (instrument._native._scan), None: the twin only
+_SCAN = _native.load('_scan') if array.array('I').itemsize == 4 else None
 
 
 def request_hashes(lines: list) -> array.array:
     """``crc32`` of the request id of each line of ``lines``, found as
     pass 2 finds it (``reader.PartReader.chunk``: after the log marker
     of a service log line, up to its closing quote), ``NO_REQ`` for a
-    line where none is found."""
+    line where none is found.  In C when built (``_native._scan``:
+    the same values, five to ten times as fast); ``py_request_hashes``
+    is its twin."""
+    if _SCAN is not None:
+        try:
+            packed = _SCAN.request_hashes(lines)
+        except TypeError:  # a line not of bytes: the twin decides
+            return py_request_hashes(lines)
+        out = array.array('I')
+        out.frombytes(packed)
+        return out
+    return py_request_hashes(lines)
+
+
+def py_request_hashes(lines: list) -> array.array:
+    """``request_hashes`` in Python (the C helper's twin)."""
     out = array.array('I')
     append = out.append
     marker = spanfiles.LOG_MARKER

@@ -100,6 +100,31 @@ class InstrumentedCloud(cloud.InstrumentedCloud):
                 )
             time.sleep(0.1)
 
+    def wait_for_state(
+        self, server: dict, state: str, timeout: float = 30.0
+    ) -> dict:
+        """nova's ``_wait_for_state_change`` with room for a loaded
+        machine (nova's own gives up after 5 s: a reschedule's round
+        trips through conductor and scheduler can take longer), and a
+        failure that says where the server's work is: its spans still
+        open, and those that ended in an error."""
+        try:
+            return self._wait_for_state_change(
+                server, state, max_retries=int(timeout / 0.5)
+            )
+        except AssertionError as e:
+            lifecycle.active().buffer.drain()
+            spans = Spans(self.span_dir)
+            ended = [
+                (r['ev'], r.get('err'))
+                for r in spans.done(inst=server['id'])
+                if r.get('err')
+            ]
+            raise AssertionError(
+                '%s; spans still open: %s; ended in an error: %s'
+                % (e, spans.still_open(), ended)
+            ) from None
+
     def boot(self, **kwargs) -> dict:
         kwargs.setdefault('networks', 'none')
         return self._create_server(**kwargs)

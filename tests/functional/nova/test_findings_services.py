@@ -91,7 +91,7 @@ class _Identity(test_services.RealAuthToken):
         for i in range(2):
             server = self._build_server(name='k%d' % i, networks='none')
             server = self.api.post_server({'server': server})
-            self._wait_for_state_change(server, 'ACTIVE')
+            self.wait_for_state(server, 'ACTIVE')
             uuids.append(server['id'])
         self.spans(
             until=lambda spans: (
@@ -204,7 +204,7 @@ class _Network(base.InstrumentedCloud):
             timeout=60,
         )
         for server in servers:
-            self._wait_for_state_change(server, state)
+            self.wait_for_state(server, state)
         return pipeline.analyse([self.span_dir])
 
 
@@ -316,7 +316,7 @@ class _Binding(base.InstrumentedCloud):
             ),
             timeout=60,
         )
-        self._wait_for_state_change(server, state)
+        self.wait_for_state(server, state)
         return pipeline.analyse([self.span_dir])
 
 
