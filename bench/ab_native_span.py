@@ -31,11 +31,25 @@ monkey-patches first.
 instructions in two runs of different ``N``, their difference over
 the difference of ``N``, is what a call costs there, the collections
 it sets off included.
+
+``--on-exit``: the point has an ``on_exit`` (a hook that returns one
+attribute, as nova's ``extract`` hooks do), which the C path calls
+before ``Recorder.end`` as the closure does.
 """
 
 import os
 
 import ab_wrapper  # noqa: E402 - this directory is on sys.path
+
+# The point's extra fields (--on-exit: main sets it in the environment,
+# which the eventlet child inherits).
+HOOKS: dict = {}
+_ON_EXIT_ENV = 'AB_NATIVE_SPAN_ON_EXIT'
+
+
+def _on_exit(instance, args, kwargs, result):
+    """An on_exit as nova's: one attribute of the result."""
+    return {'n': 0 if result is None else 1}
 
 
 def measure(a_python: bool, rounds: int, calls: int, keep_gc: bool) -> dict:
@@ -54,7 +68,7 @@ def measure(a_python: bool, rounds: int, calls: int, keep_gc: bool) -> dict:
         (ab_wrapper.ManagerB, False),
     ):
         wrappers.native_span = None if python else native
-        patches.append(ab_wrapper.patch(cls, rt.recorder))
+        patches.append(ab_wrapper.patch(cls, rt.recorder, **HOOKS))
         made = isinstance(cls.__dict__['noop'], native.SpanCall)
         assert made != python, (cls, python)
     wrappers.native_span = native
@@ -70,7 +84,7 @@ def one(variant: str, calls: int) -> None:
     elif wrappers.native_span is None:
         raise SystemExit('instrument._native._span is not built')
     rt = ab_wrapper.runtime(calls + 2000)
-    ab_wrapper.patch(ab_wrapper.ManagerB, rt.recorder)
+    ab_wrapper.patch(ab_wrapper.ManagerB, rt.recorder, **HOOKS)
     fn = (
         ab_wrapper.Plain().noop
         if variant == 'plain'
@@ -114,7 +128,16 @@ def _report(mode: str, r: dict) -> None:
 def main() -> None:
     parser = ab_wrapper.parser(__doc__)
     parser.add_argument('--one', choices=['python', 'c', 'plain'])
+    parser.add_argument(
+        '--on-exit',
+        action='store_true',
+        help='the point has an on_exit hook',
+    )
     args = parser.parse_args()
+    if args.on_exit:
+        os.environ[_ON_EXIT_ENV] = '1'
+    if os.environ.get(_ON_EXIT_ENV) == '1':
+        HOOKS['on_exit'] = _on_exit
     if args.one:
         one(args.one, args.calls)
         return

@@ -79,8 +79,9 @@ def runtime(buffer_size: int):
     return instrument.setup(conf, 'nova-compute', points=[])
 
 
-def patch(cls, recorder):
-    """``cls.noop`` patched as the bench's compute method, applied."""
+def patch(cls, recorder, **extra):
+    """``cls.noop`` patched as the bench's compute method, applied
+    (``extra``: more of the point's fields, its hooks)."""
     from instrument.patching import patcher
 
     point = patcher.PatchPoint(
@@ -90,6 +91,7 @@ def patch(cls, recorder):
         'compute',
         instances=patcher.uuids('instance'),
         host=patcher.self_attr('host'),
+        **extra,
     )
     one = patcher.Patcher([point], recorder)
     one.apply()

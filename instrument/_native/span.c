@@ -18,8 +18,11 @@
  *
  * A ``SpanCall`` holds the configuration the Python closure closes over
  * and does, per call, what the closure does for a point whose start and
- * end are done inline (the recorder's own ``begin``/``end``, no
- * ``on_exit``, no ``result_instances``), whose context is an argument
+ * end are the recorder's own (``begin``/``end`` carrying their steps;
+ * the end of a call that ended well done inline, for a point with an
+ * ``on_exit`` or ``result_instances`` those hooks called first and
+ * their attributes and instances set as ``end`` sets them, as the
+ * closure does), whose context is an argument
  * (maybe converted), whose instances an argument (the uuid attribute
  * read inline), whose host an attribute of self, with no remote parent,
  * no ``service_from``, no ``when``, not a detail point and recording
@@ -116,6 +119,8 @@ typedef struct {
     PyObject *on_enter;
     PyObject *on_error;
     PyObject *on_abandon;
+    PyObject *on_exit;
+    PyObject *result_instances;
     /* the SpanSteps parts */
     PyObject *start_clock;
     PyObject *get_ident;
@@ -151,6 +156,7 @@ typedef struct {
     long long offset_val;
     /* not objects */
     int is_method;
+    int hooked_end; /* an on_exit or a result_instances */
     int c_kind;
     int i_kind;
     int h_kind;
@@ -169,6 +175,7 @@ typedef struct {
 static const char *const obj_names[] = {
     "original", "state", "ev", "svc", "c_name", "c_fn", "i_name", "i_fn",
     "i_attr", "h_name", "h_fn", "on_enter", "on_error", "on_abandon",
+    "on_exit", "result_instances",
     "start_clock", "get_ident", "get_frame", "set_frame", "oslo_request",
     "emit", "append", "queue", "buf", "process_svc", "process_host",
     "clock", "reset_span", "end", "error_of", "fault", "abandon",
@@ -838,14 +845,77 @@ end_fault(SpanCall *self, HookArgs *h, PyObject *rec, PyObject *st,
     return 0;
 }
 
-/* End the span of a call that ended well; 0, or -1 with an exception
- * set (a fault of the end: handled by the caller). */
+/* The hooks of a point with an ``on_exit`` or ``result_instances``,
+ * called as the closure calls them once nova's call has returned:
+ * ``*attrs`` and ``*found`` new references (or NULL: no hook); 0, or
+ * -1 with an exception set. */
 static int
-finish(SpanCall *self, PyObject *rec, PyObject **t1)
+exit_hooks(SpanCall *self, HookArgs *h, PyObject *result,
+           PyObject *instance, PyObject *const *args, Py_ssize_t nargs,
+           PyObject *kwnames, PyObject **attrs, PyObject **found)
 {
+    if (self->on_exit != Py_None) {
+        if (hook_args(self, h, args, nargs, kwnames) < 0)
+            return -1;
+        PyObject *a[4] = {instance, h->rest, h->kwargs, result};
+        *attrs = call(self, 1, self->on_exit, a, 4);
+        if (*attrs == NULL)
+            return -1;
+    }
+    if (self->result_instances != Py_None) {
+        *found = call1(self, 1, self->result_instances, result);
+        if (*found == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* Recorder.end's merge of ``attrs`` into the start's: rec[I_ATTRS] set
+ * to attrs, or to dict(start's) updated with them; 0, or -1. */
+static int
+merge_attrs(PyObject *rec, PyObject *attrs)
+{
+    int set = PyObject_IsTrue(attrs);
+    if (set <= 0)
+        return set;
+    PyObject *battrs = PyList_GET_ITEM(rec, R_ATTRS);
+    int had = PyObject_IsTrue(battrs);
+    if (had < 0)
+        return -1;
+    if (!had)
+        return PyList_SetItem(rec, R_ATTRS, Py_NewRef(attrs));
+    PyObject *merged =
+        PyObject_CallOneArg((PyObject *)&PyDict_Type, battrs);
+    if (merged == NULL)
+        return -1;
+    PyObject *r = PyObject_CallMethod(merged, "update", "O", attrs);
+    if (r == NULL) {
+        Py_DECREF(merged);
+        return -1;
+    }
+    Py_DECREF(r);
+    return PyList_SetItem(rec, R_ATTRS, merged);
+}
+
+/* End the span of a call that ended well (for a point with an
+ * ``on_exit`` or ``result_instances``, those called first, their
+ * attributes and instances set as Recorder.end sets them); 0, or -1
+ * with an exception set (a fault of the end: handled by the caller). */
+static int
+finish(SpanCall *self, HookArgs *h, PyObject *rec, PyObject **t1,
+       PyObject *result, PyObject *instance, PyObject *const *args,
+       Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *attrs = NULL, *found = NULL;
+    int res = -1;
     *t1 = call0(self, 1, self->clock);
     if (*t1 == NULL)
         return -1;
+    if (self->hooked_end
+        && exit_hooks(self, h, result, instance, args, nargs, kwnames,
+                      &attrs, &found)
+               < 0)
+        goto done;
     PyObject *token = PyList_GET_ITEM(rec, R_TOKEN);
     if (token != Py_None) {
         Py_INCREF(token);
@@ -853,26 +923,35 @@ finish(SpanCall *self, PyObject *rec, PyObject **t1)
         Py_DECREF(token);
         if (r == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_ValueError))
-                return -1;
+                goto done;
             PyErr_Clear(); /* ended in another context (see end) */
         }
         else
             Py_DECREF(r);
         if (PyList_SetItem(rec, R_TOKEN, Py_NewRef(Py_None)) < 0)
-            return -1;
+            goto done;
     }
+    if (attrs != NULL && merge_attrs(rec, attrs) < 0)
+        goto done;
+    if (found != NULL && found != Py_None
+        && PyList_SetItem(rec, R_INST, Py_NewRef(found)) < 0)
+        goto done;
     PyObject *t0 = PyList_GET_ITEM(rec, R_T0);
     Py_INCREF(t0);
     PyObject *dur = combine_floordiv(*t1, t0, 1);
     Py_DECREF(t0);
     if (dur == NULL)
-        return -1;
+        goto done;
     if (PyList_SetItem(rec, R_DUR, dur) < 0)
-        return -1;
+        goto done;
     if (PyList_SetItem(rec, R_ST, Py_NewRef(self->st_ok)) < 0)
-        return -1;
+        goto done;
     /* last: the writer may read the record any time */
-    return PyList_SetItem(rec, R_PH, Py_NewRef(self->ph_x));
+    res = PyList_SetItem(rec, R_PH, Py_NewRef(self->ph_x));
+done:
+    Py_XDECREF(attrs);
+    Py_XDECREF(found);
+    return res;
 }
 
 /* End the span of a call that raised ``exc``: the recorder's end with
@@ -993,7 +1072,8 @@ span_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
         goto out;
     }
     PyObject *t1 = NULL;
-    if (finish(self, rec, &t1) < 0) {
+    if (finish(self, &h, rec, &t1, result, instance, args, nargs, kwnames)
+        < 0) {
         if (end_fault(self, &h, rec, self->st_ok, t1, instance, args, nargs,
                       kwnames)
             < 0)
@@ -1066,6 +1146,8 @@ span_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->c_pos = ints[4];
     self->i_pos = ints[5];
     self->limit = ints[6];
+    self->hooked_end = self->on_exit != Py_None
+                       || self->result_instances != Py_None;
     if ((self->c_kind != 0 && self->c_kind != 1 && self->c_kind != 4)
         || (self->i_kind != 0 && self->i_kind != 1)
         || (self->h_kind != 0 && self->h_kind != 2)) {
@@ -1236,8 +1318,8 @@ PyInit__span(void)
     PyObject *mod = PyModule_Create(&span_module);
     if (mod == NULL)
         return NULL;
-    PyObject *layout = Py_BuildValue("(iiiii)", R_PH, R_DUR, R_ST, R_T0,
-                                     R_TOKEN);
+    PyObject *layout = Py_BuildValue("(iiiiiii)", R_PH, R_DUR, R_ST, R_T0,
+                                     R_TOKEN, R_INST, R_ATTRS);
     if (layout == NULL || PyModule_AddObject(mod, "LAYOUT", layout) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(mod);

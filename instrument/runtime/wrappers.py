@@ -19,13 +19,14 @@ signature, see ``instrument.patching.points``) and records through the
 ``Recorder``'s ``begin`` and ``end``, bound once; given the recorder's
 own ``begin`` (it carries its ``SpanSteps``) it does ``begin``'s steps
 itself, the buffer's enqueue included, and ``end``'s for a call that
-ended well when the point has no ``on_exit`` and no
-``result_instances``: no Python call on the span's path but nova's
-(issue 31; ``tests/unit/test_wrapper_end.py`` checks the records are
-the same).  A ``begin`` or ``end`` without steps is called.  The
-common case of that (context and instances from arguments, host from
-``self``, nothing that reads the result, no ``when``, remote parent,
-``service_from`` or detail sampling) is done in C when
+ended well (the attributes of an ``on_exit`` merged and the instances
+of a ``result_instances`` set as ``end`` does): no Python call on the
+span's path but nova's and the point's hooks (issue 31;
+``tests/unit/test_wrapper_end.py`` checks the records are the same).
+A ``begin`` or ``end`` without steps is called.  The common case of
+that (context and instances from arguments, host from ``self``, no
+``when``, remote parent, ``service_from`` or detail sampling) is done
+in C when
 ``instrument._native._span`` is built (``SpanCall``: the same steps,
 calling the same parts, the same bytes); the closure does every other
 point, and every point with ``INSTRUMENT_PURE_PYTHON=1``.  A HOOK
@@ -59,6 +60,8 @@ I_DUR = recorder_mod.I_DUR
 I_ST = recorder_mod.I_ST
 I_T0 = recorder_mod.I_T0
 I_TOKEN = recorder_mod.I_TOKEN
+I_INST = recorder_mod.I_INST
+I_ATTRS = recorder_mod.I_ATTRS
 F_SPAN = recorder_mod.F_SPAN
 F_REQ = recorder_mod.F_REQ
 F_GREQ = recorder_mod.F_GREQ
@@ -76,6 +79,8 @@ if native_span is not None and native_span.LAYOUT != (
     I_ST,
     I_T0,
     I_TOKEN,
+    I_INST,
+    I_ATTRS,
 ):  # pragma: no cover - a stale build
     native_span = None
 
@@ -195,13 +200,13 @@ def span_wrapper(
         process_svc,
         process_host,
     ) = steps or recorder_mod.NO_STEPS
-    # The same for the end of a call that ended well, with no on_exit
-    # and no result_instances (the common case): what ``Recorder.end``
-    # does with no attrs, req or inst.
+    # The same for the end of a call that ended well: what
+    # ``Recorder.end`` does with no req, the attrs of the point's
+    # on_exit and the instances of its result_instances (neither in
+    # the common case, ``plain_end``).
     end_steps = getattr(end, 'steps', None)
-    inline_end = (
-        end_steps is not None and on_exit is None and result_instances is None
-    )
+    inline_end = end_steps is not None
+    plain_end = inline_end and on_exit is None and result_instances is None
     reset_span = (end_steps or recorder_mod.NO_STEPS).reset_frame
     native = native_span
     if (
@@ -243,6 +248,8 @@ def span_wrapper(
             on_enter=on_enter,
             on_error=on_error,
             on_abandon=on_abandon,
+            on_exit=on_exit,
+            result_instances=result_instances,
             start_clock=start_clock,
             get_ident=get_ident,
             get_frame=get_span_frame,
@@ -457,7 +464,7 @@ def span_wrapper(
         t1 = None
         try:
             t1 = clock()
-            if inline_end:
+            if plain_end:
                 # Recorder.end's steps, in its order (its error stays
                 # the None that the start wrote): the frame, then
                 # duration and status, the phase last (the writer may
@@ -483,7 +490,31 @@ def span_wrapper(
                     if result_instances is not None
                     else None
                 )
-                end(rec, t1, ST_OK, None, attrs, None, found)
+                if not inline_end:
+                    end(rec, t1, ST_OK, None, attrs, None, found)
+                else:
+                    # The same, the hooks' attributes merged and their
+                    # instances set as Recorder.end does, after the
+                    # frame.
+                    token = rec[I_TOKEN]
+                    if token is not None:
+                        try:
+                            reset_span(token)
+                        except ValueError:
+                            pass  # ended in another context (see end)
+                        rec[I_TOKEN] = None
+                    if attrs:
+                        battrs = rec[I_ATTRS]
+                        if battrs:
+                            battrs = dict(battrs)
+                            battrs.update(attrs)
+                            attrs = battrs
+                        rec[I_ATTRS] = attrs
+                    if found is not None:
+                        rec[I_INST] = found
+                    rec[I_DUR] = (t1 - rec[I_T0]) // 1000
+                    rec[I_ST] = ST_OK
+                    rec[I_PH] = PH_X
         except Exception as exc_fault:
             abandon(rec, ST_OK, t1)
             fault(exc_fault)

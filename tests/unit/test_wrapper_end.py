@@ -93,6 +93,13 @@ def free(context, instance=None):
 '''
 
 
+def _carrying(call, real):
+    """``call``, carrying the steps of ``real`` (the recorder's own
+    ``end``): the wrapper still does the inline end's steps itself."""
+    call.steps = real.steps  # type: ignore[attr-defined]
+    return call
+
+
 def _watched(real, calls, steps: bool):
     """``real``, its calls listed; carrying its steps (the wrapper does
     them inline and calls it only where it must) or not (the wrapper
@@ -107,7 +114,9 @@ def _watched(real, calls, steps: bool):
     return call
 
 
-class InlineSpanTest(base.TestCase):
+class _SpanCase(base.TestCase):
+    """The target module, the recorder and the calls of these tests."""
+
     def setUp(self):
         super().setUp()
         self.mod_name = self.make_module(TARGET)
@@ -194,6 +203,8 @@ class InlineSpanTest(base.TestCase):
         self.assertEqual('free', self.mod.free(None))
         self.assertRaisesRegex(ValueError, 'nova failed', manager.fails, ctx)
 
+
+class InlineSpanTest(_SpanCase):
     def run_calls(self, inline: bool, native=False) -> bytes:
         recorder = self.recorder()
         called: list = []
@@ -280,9 +291,10 @@ class InlineSpanTest(base.TestCase):
 
     # -- the C path against the closure, a fault in each part ----------------
 
-    def run_faulted(self, step: str, skip: int) -> tuple:
+    def run_faulted(self, step: str, skip: int, points=None) -> tuple:
         """The calls, with a fault raised by ``step`` (a ``SpanSteps``
-        part, or ``end_clock``: the clock of the ends) once ``skip``
+        part, ``end_clock``: the clock of the ends, or ``end``: the
+        recorder's end, called by a hooked point) once ``skip``
         calls of it passed: (bytes queued, faults counted, fault hits,
         nova's answers)."""
         fault = faultinject.Fault(faultinject.RAISE, skip=skip)
@@ -290,7 +302,7 @@ class InlineSpanTest(base.TestCase):
 
         def span_steps(recorder):
             steps = real(recorder)
-            if step == 'end_clock':
+            if step in ('end_clock', 'end'):
                 return steps
             return steps._replace(**{step: fault.wrap(getattr(steps, step))})
 
@@ -301,7 +313,10 @@ class InlineSpanTest(base.TestCase):
         recorder = self.recorder()
         if step == 'end_clock':
             recorder.clock = fault.wrap(recorder.clock)
-        patches = patcher.Patcher(self.points(), recorder)
+        elif step == 'end':
+            recorder.end = _carrying(fault.wrap(recorder.end), recorder.end)
+        points = self.points() if points is None else points
+        patches = patcher.Patcher(points, recorder)
         patches.apply()
         answers = []
         manager = self.mod.Manager()
@@ -319,9 +334,7 @@ class InlineSpanTest(base.TestCase):
             patches.remove()
             fixture.cleanUp()
         self.assertIsNone(recorder_mod.current_frame())
-        counted = sum(
-            patches.state(point.name).count for point in self.points()
-        )
+        counted = sum(patches.state(point.name).count for point in points)
         queued = list(recorder.buffer.queue)
         return (
             record.encode_lines(queued, 1, 77)[0],
@@ -360,7 +373,7 @@ class InlineSpanTest(base.TestCase):
         outer, inner, fails, free = self.points()
         points = [
             outer,
-            dataclasses.replace(inner, on_exit=lambda *a: None),
+            dataclasses.replace(inner, remote_parent=patcher.arg('instance')),
             dataclasses.replace(fails, when=lambda *a: True),
             dataclasses.replace(free, detail=True),
         ]
@@ -411,3 +424,177 @@ class InlineSpanTest(base.TestCase):
         self.assertNotEqual(0x1234, first[record.I_SPAN] >> 32)
         self.assertGreater(second[record.I_TS] - first[record.I_TS], 4_000_000)
         self.assertIsNotNone(native)
+
+
+class HookedEndTest(_SpanCase):
+    """Points with an ``on_exit`` or a ``result_instances``: in C too
+    (issue 31), the hooks called after nova's call, then
+    ``Recorder.end``'s steps done inline (its attributes merged, its
+    instances set), as the closure does; the same bytes as
+    ``Recorder.end`` called."""
+
+    def points(self):
+        outer, inner, fails, free = super().points()
+        return [
+            # both: on_exit's attrs merged, result_instances' uuids
+            dataclasses.replace(
+                outer,
+                on_exit=self.on_exit,
+                result_instances=self.found,
+                on_abandon=self.on_abandon,
+            ),
+            dataclasses.replace(
+                inner,
+                on_enter=lambda instance, args, kwargs: {'in': 1},
+                on_exit=self.on_exit,
+            ),
+            dataclasses.replace(fails, on_exit=self.on_exit),
+            dataclasses.replace(free, result_instances=self.found),
+        ]
+
+    def setUp(self):
+        super().setUp()
+        self.seen: list = []
+        self.hook_fault = None
+        self.abandoned: list = []
+
+    def on_exit(self, instance, args, kwargs, result):
+        self.seen.append(
+            ('exit', type(instance).__name__, len(args), sorted(kwargs))
+        )
+        if self.hook_fault is not None:
+            self.hook_fault()
+        return {'out': result, 'n': len(self.seen)}
+
+    def found(self, result):
+        self.seen.append(('found', result))
+        return ['inst-%s' % result]
+
+    def on_abandon(self, instance, args, kwargs):
+        self.abandoned.append(len(args))
+
+    def run_hooked(self, native: bool, steps=True) -> tuple:
+        """The calls, in C or not (``native``), ``Recorder.end``
+        carrying its steps (done inline) or not (called)."""
+        recorder = self.recorder()
+        called: list = []
+        recorder.begin = _watched(recorder.begin, [], steps)
+        recorder.end = _watched(recorder.end, called, steps)
+        patches = patcher.Patcher(self.points(), recorder)
+        patches.apply()
+        del self.seen[:]
+        try:
+            kinds = [
+                isinstance(self.mod.Manager.__dict__[name], NATIVE.SpanCall)
+                for name in ('outer', 'inner', 'fails')
+            ]
+            kinds.append(isinstance(self.mod.free, NATIVE.SpanCall))
+            self.assertEqual([native] * 4, kinds)
+            self.calls()
+        finally:
+            patches.remove()
+        self.assertIsNone(recorder_mod.current_frame())
+        queued = list(recorder.buffer.queue)
+        self.assertEqual(8, len(queued))
+        counted = sum(
+            patches.state(point.name).count for point in self.points()
+        )
+        return (
+            record.encode_lines(queued, 1, 77)[0],
+            list(self.seen),
+            called,
+            counted,
+        )
+
+    def test_the_c_path_calls_the_hooks_as_the_closure(self):
+        self.need_native()
+        native = self.run_hooked(True)
+        self.use_native(None)
+        closure = self.run_hooked(False)
+        self.assertEqual(closure, native)
+        # Recorder.end called: the same bytes, the same hooks' calls
+        called_end = self.run_hooked(False, steps=False)
+        self.assertEqual(closure[:2], called_end[:2])
+        self.assertEqual(['end'] * 8, called_end[2])
+        lines, seen, called, counted = native
+        # the ends done inline but the failed call's
+        self.assertEqual(['end'], called)
+        self.assertEqual(0, counted)
+        self.assertIn(b'"inst":["inst-42"]', lines)
+        self.assertIn(b'"inst":["inst-free"]', lines)
+        self.assertIn(b'"out":42', lines)
+        self.assertIn(b'"in":1', lines)
+        self.assertIn(('exit', 'Manager', 2, []), seen)
+        self.assertIn(('exit', 'Manager', 1, ['instance']), seen)
+        self.assertIn(('found', 42), seen)
+        # the hooks after nova's call: outer's after those of the calls
+        # it made
+        self.assertLess(
+            seen.index(('found', 'free')), seen.index(('found', 42))
+        )
+
+    def run_hook_fault(self, native: bool) -> tuple:
+        fault = faultinject.Fault(faultinject.RAISE, skip=1)
+        self.hook_fault = fault.wrap(lambda: None)
+        self.use_native(NATIVE if native else None)
+        recorder = self.recorder()
+        patches = patcher.Patcher(self.points(), recorder)
+        patches.apply()
+        del self.abandoned[:]
+        del self.seen[:]
+        try:
+            self.calls()
+        finally:
+            patches.remove()
+        self.assertIsNone(recorder_mod.current_frame())
+        counts = [patches.state(p.name).count for p in self.points()]
+        queued = list(recorder.buffer.queue)
+        return (
+            record.encode_lines(queued, 1, 77)[0],
+            counts,
+            fault.raised,
+            list(self.abandoned),
+        )
+
+    def run_faulted(self, step: str, skip: int, points=None) -> tuple:
+        del self.seen[:]
+        return InlineSpanTest.run_faulted(self, step, skip, points)
+
+    def test_a_fault_in_on_exit_ends_as_in_the_closure(self):
+        self.need_native()
+        native = self.run_hook_fault(True)
+        closure = self.run_hook_fault(False)
+        self.assertEqual(closure, native)
+        lines, counts, raised, abandoned = native
+        self.assertGreater(raised, 0)
+        self.assertEqual(raised, sum(counts))
+        # outer's span given up (its on_abandon run), nova's answers kept
+        self.assertEqual([1], counts[:1])
+        self.assertEqual([2], abandoned)
+        # abandon's record: no attrs and no uuids from the hooks
+        self.assertIn(b'"ev":"compute.outer"', lines)
+        self.assertNotIn(b'"out":42', lines)
+        self.assertNotIn(b'"inst":["inst-42"]', lines)
+
+    def test_a_fault_in_any_part_ends_as_in_the_closure(self):
+        native = self.need_native()
+        steps = (
+            'clock',
+            'get_ident',
+            'set_frame',
+            'reset_frame',
+            'append',
+            'end_clock',
+            'end',
+        )
+        for step in steps:
+            for skip in (0, 1, 3):
+                self.use_native(native)
+                got = self.run_faulted(step, skip, self.points())
+                self.use_native(None)
+                want = self.run_faulted(step, skip, self.points())
+                self.assertEqual(want, got, (step, skip))
+                self.assertEqual(
+                    [42, 41, 'free', 'free', 'nova failed'], got[3]
+                )
+                self.assertGreater(got[2], 0, (step, skip))

@@ -328,8 +328,8 @@ MATRIX = {
             ),
             (POINTS,),
         ),
-        # the inline end's frame reset (points with no on_exit), the
-        # on_exit of others (which call Recorder.end: not its reset)
+        # the inline end's frame reset (not Recorder.end's: called for
+        # a call that raised), the on_exit hooks (called before it)
         EXIT: Site(
             _all(
                 _span_steps(_not_in('end', SPAN_POINT), 'reset_frame'),
@@ -357,7 +357,7 @@ MATRIX = {
         RECORDER: Site(
             _functions('runtime.recorder.Recorder.wants'), (POINTS,)
         ),
-        # (Recorder.end called: the points have an on_exit)
+        # (the inline end's reset, after the on_exit)
         EXIT: Site(
             _all(
                 _span_steps(DETAIL_POINT, 'reset_frame'),
