@@ -302,7 +302,9 @@ def rpc_spans(
     )
     for lineno, raw in numbered:
         # (a B without its X adds nothing the X would not)
-        if raw.startswith(prefix):  # the writer's key order
+        # (a line cut short after the prefix, as a file cut by a crash
+        # can end, is read as one without it: skipped)
+        if raw.startswith(prefix) and len(raw) > 13:  # the writer's order
             ph = raw[13]
             if ph != 88:  # 'X'
                 if ph == 77 and started in raw:  # 'M'

@@ -237,6 +237,13 @@ class CandidatesTest(testtools.TestCase):
                 found += len(self._same_spans(lines)[0])
             self.assertGreater(found, 100)
 
+    def test_cut_short_lines_skipped(self):
+        # a file cut short by a crash may end anywhere in a line, the
+        # writer's prefix included: nothing read from it, nothing raised
+        cut = [b'{"v":1,"ph":"', b'{"v":1,"ph":', b'{"v":1,"ph":"X']
+        with_begun, without = self._same_spans(list(CHUNK) + cut)
+        self.assertEqual(self._same_spans(list(CHUNK))[0], with_begun)
+
     def test_not_bytes_falls_back(self):
         lines = [bytearray(line) for line in CHUNK]
         self.assertRaises(TypeError, self.native.rpc_candidates, lines, True)
