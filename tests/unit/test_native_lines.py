@@ -20,7 +20,6 @@ the machine has a compiler and a missing build is a failure."""
 import collections
 import datetime
 import enum
-import importlib
 import os
 import random
 import subprocess
@@ -34,14 +33,8 @@ from instrument import _native
 from instrument import schema
 from instrument.runtime import buffer
 from instrument.runtime import record
+from tests import native
 from tests.unit.test_record import _span
-
-
-def _extension():
-    try:
-        return importlib.import_module('instrument._native._lines')
-    except ImportError:
-        return None
 
 
 class Color(enum.Enum):
@@ -263,11 +256,7 @@ def _run(fn, *args):
 class NativeLinesTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
-        self.native = _extension()
-        if self.native is None:
-            if os.environ.get('CI') == 'true':
-                self.fail('instrument._native._lines is not built')
-            self.skipTest('instrument._native._lines is not built')
+        self.native = native.extension(self, '_lines')
 
     def c_lines(self, batch, seq, pid):
         return self.native.lines(
@@ -465,11 +454,7 @@ class NativeRunningTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.native = _extension()
-        if self.native is None:
-            if os.environ.get('CI') == 'true':
-                self.fail('instrument._native._lines is not built')
-            self.skipTest('instrument._native._lines is not built')
+        self.native = native.extension(self, '_lines')
 
     def both(self, batch, begin='B'):
         want = _run(buffer._first_running_py, batch, begin)

@@ -22,7 +22,6 @@ is not a list); and INSTRUMENT_PURE_PYTHON=1 choosing the twins.
 Skipped when the extension is not built, except under CI=true, where
 the machine has a compiler and a missing build is a failure."""
 
-import importlib
 import os
 import random
 import subprocess
@@ -34,6 +33,7 @@ import testtools
 from instrument.analysis.model import breakdown
 from instrument.analysis.model import classify
 from instrument.analysis.model import spans as spans_mod
+from tests import native
 
 EVENTS = (
     'api.request',
@@ -50,13 +50,6 @@ EVENTS = (
     classify.EV_BURY,
     classify.EV_RESCHEDULE_FAILED,
 ) + tuple(sorted(classify.SCHEDULE_EVENTS))
-
-
-def _extension():
-    try:
-        return importlib.import_module('instrument._native._breakdown')
-    except ImportError:
-        return None
 
 
 def _request(rng: random.Random) -> spans_mod.OpenRequest:
@@ -119,11 +112,7 @@ def _same(test, a, b):
 class NativeBreakdownTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
-        self.ext = _extension()
-        if self.ext is None:
-            if os.environ.get('CI') == 'true':
-                self.fail('instrument._native._breakdown is not built')
-            self.skipTest('instrument._native._breakdown is not built')
+        self.ext = native.extension(self, '_breakdown')
 
     def _times(self, r, tree):
         return self.ext.times(

@@ -13,8 +13,6 @@
 their pure-Python twin (``clockpass.py_request_hashes``)."""
 
 import array
-import importlib
-import os
 import random
 import tempfile
 from unittest import mock
@@ -24,15 +22,8 @@ import testtools
 from instrument.analysis.ingest import clockpass
 from instrument.analysis.ingest import spanfiles
 from instrument.analysis.ingest import stream
+from tests import native
 from tests import synthetic
-
-
-def _extension():
-    try:
-        return importlib.import_module('instrument._native._scan')
-    except ImportError:
-        return None
-
 
 # lines at the edges of the search: no id, a service log line, an id
 # without its closing quote (40 bytes taken), one closed at the 256th
@@ -60,11 +51,7 @@ EDGES = [
 class ScanTest(testtools.TestCase):
     def setUp(self):
         super().setUp()
-        self.native = _extension()
-        if self.native is None:
-            if os.environ.get('CI') == 'true':
-                self.fail('instrument._native._scan is not built')
-            self.skipTest('instrument._native._scan is not built')
+        self.native = native.extension(self, '_scan')
 
     def _same(self, lines):
         want = clockpass.py_request_hashes(lines)
@@ -151,11 +138,7 @@ class CandidatesTest(testtools.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.native = _extension()
-        if self.native is None:
-            if os.environ.get('CI') == 'true':
-                self.fail('instrument._native._scan is not built')
-            self.skipTest('instrument._native._scan is not built')
+        self.native = native.extension(self, '_scan')
 
     def _same(self, lines):
         for ends in (False, True):
